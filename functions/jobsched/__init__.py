@@ -1,0 +1,3 @@
+"""jobsched: a durable, multi-tenant job scheduler for AWS."""
+
+__version__ = "0.1.0"

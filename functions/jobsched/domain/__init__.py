@@ -1,0 +1,1 @@
+"""Pure domain: models, schedule math, policies and errors. No AWS, no environment."""

@@ -1,0 +1,111 @@
+"""Every error the domain and its adapters raise. Each carries an HTTP status so the API
+maps them in one place, and validation errors name the field and the rule broken."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class JobschedError(Exception):
+    """Base class. `status` is the HTTP status the API answers with; `code` is stable for clients."""
+
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body.update({k: v for k, v in self.details.items() if v is not None})
+        return body
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.rule}"
+
+
+class ValidationFailed(JobschedError):
+    """Input breaks a rule. Always names the field (API spelling) and the rule."""
+
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, field: str, rule: str, *more: FieldProblem) -> None:
+        self.problems: list[FieldProblem] = [FieldProblem(field, rule), *more]
+        super().__init__(
+            "; ".join(str(p) for p in self.problems),
+            errors=[{"field": p.field, "rule": p.rule} for p in self.problems],
+        )
+
+    @property
+    def field(self) -> str:
+        return self.problems[0].field
+
+
+class Unauthenticated(JobschedError):
+    status = 401
+    code = "unauthenticated"
+
+
+class NotFound(JobschedError):
+    """Missing, or owned by another tenant: the two are indistinguishable on purpose."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(JobschedError):
+    """The request is valid but the resource's state does not allow it."""
+
+    status = 409
+    code = "conflict"
+
+
+class ConcurrentUpdate(Conflict):
+    """Another writer changed the item between our read and our conditional write."""
+
+    code = "concurrent_update"
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+
+
+class VersionMismatch(JobschedError):
+    """If-Match named a version that is no longer current."""
+
+    status = 412
+    code = "version_mismatch"
+
+
+class PreconditionRequired(JobschedError):
+    status = 428
+    code = "precondition_required"
+
+
+class LimitExceeded(JobschedError):
+    status = 429
+    code = "limit_exceeded"
+
+
+class StaleFence(JobschedError):
+    """A lease holder whose fence is no longer current tried to change a run."""
+
+    status = 409
+    code = "stale_fence"
+
+
+class StorageUnavailable(JobschedError):
+    """The store throttled or failed after retries; safe for the caller to retry."""
+
+    status = 503
+    code = "unavailable"

@@ -1,0 +1,268 @@
+"""The job definition and its policies.
+
+Field names are snake_case in Python and camelCase on the wire (the alias), so the API
+reuses these models for nested objects instead of keeping a second copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from .cron import check_cron_expression, zone
+from .instants import Instant
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+JOB_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, use_enum_values=False
+    )
+
+
+class JobState(StrEnum):
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    CANCELLED = "CANCELLED"
+    COMPLETED = "COMPLETED"
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    DEFAULT = "default"
+    LOW = "low"
+
+
+class Misfire(StrEnum):
+    """What to do with occurrences missed while the system was down or the job paused."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run-once"
+    CATCH_UP = "catch-up"
+
+
+class Overlap(StrEnum):
+    """What to do when an occurrence comes due while the previous run is still open."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer-one"
+
+
+class DstGap(StrEnum):
+    SHIFT = "shift"  # run at the first instant after the gap
+    SKIP = "skip"
+
+
+class DstFold(StrEnum):
+    FIRST = "first"
+    LAST = "last"
+
+
+class Delivery(StrEnum):
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+
+class ScheduleKind(StrEnum):
+    ONCE = "once"
+    CRON = "cron"
+    RATE = "rate"
+
+
+class DstPolicy(Model):
+    gap: DstGap = DstGap.SHIFT
+    fold: DstFold = DstFold.FIRST
+
+
+class Schedule(Model):
+    """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds` (+ anchor)."""
+
+    kind: ScheduleKind
+    at: Instant | None = None
+    cron: str | None = None
+    time_zone: str | None = None
+    every_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600)
+    anchor: Instant | None = None  # rate origin; the service sets startAt or the time of creation
+    start_at: Instant | None = None
+    end_at: Instant | None = None
+    max_runs: int | None = Field(default=None, ge=1)
+    dst: DstPolicy = DstPolicy()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Schedule:
+        kind = self.kind
+        if kind is ScheduleKind.ONCE:
+            if self.at is None:
+                raise ValueError("runAt: required for a one-time schedule")
+            if self.cron or self.every_seconds:
+                raise ValueError("runAt: cannot be combined with cron or every")
+        elif kind is ScheduleKind.CRON:
+            if not self.cron:
+                raise ValueError("cron: required for a cron schedule")
+            if not self.time_zone:
+                raise ValueError("timeZone: required with cron (an IANA name such as Europe/London)")
+            try:
+                check_cron_expression(self.cron)
+            except ValueError as exc:
+                raise ValueError(f"cron: {exc}") from None
+            try:
+                zone(self.time_zone)
+            except ValueError as exc:
+                raise ValueError(f"timeZone: {exc}") from None
+            if self.at or self.every_seconds:
+                raise ValueError("cron: cannot be combined with runAt or every")
+        else:
+            if not self.every_seconds:
+                raise ValueError("every: required for a rate schedule")
+            if self.at or self.cron:
+                raise ValueError("every: cannot be combined with runAt or cron")
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            raise ValueError("endAt: must be after startAt")
+        return self
+
+
+class RetryPolicy(Model):
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    base_seconds: float = Field(default=2.0, gt=0, le=3600)
+    cap_seconds: float = Field(default=300.0, gt=0, le=86400)
+    max_age_seconds: int | None = Field(default=86400, ge=1, le=14 * 86400)
+
+    @model_validator(mode="after")
+    def _cap_covers_base(self) -> RetryPolicy:
+        if self.cap_seconds < self.base_seconds:
+            raise ValueError("retry.capSeconds: must be at least retry.baseSeconds")
+        return self
+
+
+class Policies(Model):
+    misfire: Misfire = Misfire.RUN_ONCE
+    catch_up_window_seconds: int = Field(default=3600, ge=0, le=31 * 86400)
+    overlap: Overlap = Overlap.ALLOW
+    retry: RetryPolicy = RetryPolicy()
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    jitter_seconds: int = Field(default=0, ge=0, le=3600)
+    timeout_seconds: int = Field(default=300, ge=1, le=43200)
+    pause_on_failure: bool = False
+
+
+# --- Targets: what a run does. Each passes the run key as its idempotency key. ---
+
+
+class LambdaTarget(Model):
+    kind: Literal["lambda"]
+    function_arn: str = Field(min_length=1, max_length=256)
+    qualifier: str | None = Field(default=None, max_length=128)
+
+
+class HttpTarget(Model):
+    kind: Literal["http"]
+    url: str = Field(max_length=2048)
+    method: Literal["POST", "PUT", "PATCH", "GET", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=900)
+
+    @field_validator("url")
+    @classmethod
+    def _absolute_http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials; use headers")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = {"idempotency-key", "host", "content-length"}
+        for name in value:
+            if name.lower() in reserved:
+                raise ValueError(f"header '{name}' is set by the scheduler")
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                raise ValueError(f"'{name}' is not a valid header name")
+        return value
+
+
+class SqsTarget(Model):
+    kind: Literal["sqs"]
+    queue_url: str = Field(min_length=1, max_length=1024)
+    message_group_id: str | None = Field(default=None, max_length=128)
+
+
+class EventBridgeTarget(Model):
+    kind: Literal["eventbridge"]
+    event_bus_name: str = Field(default="default", min_length=1, max_length=1600)
+    source: str = Field(default="jobsched", min_length=1, max_length=256)
+    detail_type: str = Field(default="jobsched.run", min_length=1, max_length=128)
+
+
+class StepFunctionsTarget(Model):
+    kind: Literal["stepfunctions"]
+    state_machine_arn: str = Field(min_length=1, max_length=256)
+
+
+Target = Annotated[
+    LambdaTarget | HttpTarget | SqsTarget | EventBridgeTarget | StepFunctionsTarget,
+    Field(discriminator="kind"),
+]
+
+
+def payload_size(payload: Any) -> int:
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+class JobSpec(Model):
+    """Everything the client authors about a job."""
+
+    name: str = Field(min_length=1, max_length=256)
+    type: str = Field(pattern=JOB_TYPE_PATTERN)
+    target: Target | None = None
+    payload: Any = None
+    schedule: Schedule
+    priority: Priority = Priority.DEFAULT
+    policies: Policies = Policies()
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_fits(cls, value: Any) -> Any:
+        size = payload_size(value)
+        if size > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"must serialise to at most {MAX_PAYLOAD_BYTES} bytes of JSON; got {size}")
+        return value
+
+
+class Job(Model):
+    """A stored job: the spec plus identity, lifecycle state, version and scheduling cursor."""
+
+    job_id: str
+    tenant: str
+    spec: JobSpec
+    state: JobState = JobState.ACTIVE
+    version: int = 1  # the definition version clients see (ETag / If-Match)
+    rev: int = 0  # internal write counter: every writer (API, sweeper) conditions on it
+    next_run_at: Instant | None = None
+    created_at: Instant
+    updated_at: Instant
+    runs_created: int = 0
+    last_scheduled_for: Instant | None = None
+
+    @property
+    def is_due_indexed(self) -> bool:
+        """Only ACTIVE jobs with a next occurrence sit in the sparse `due` index."""
+        return self.state is JobState.ACTIVE and self.next_run_at is not None
+
+
+def run_key(job_id: str, scheduled_for: datetime) -> str:
+    """The unique key of a run: `<job_id>@<scheduled_for RFC 3339 UTC>`."""
+    from .instants import format_instant
+
+    return f"{job_id}@{format_instant(scheduled_for)}"

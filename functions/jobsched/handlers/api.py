@@ -1,0 +1,198 @@
+"""`api` Lambda: the HTTP API behind API Gateway (REST, IAM auth), on the Powertools resolver.
+
+Routes only translate: HTTP in, one service call, HTTP out. The tenant is taken from the
+authenticated caller in the request context, never from the request."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ..domain.errors import JobschedError, PreconditionRequired, Unauthenticated, ValidationFailed
+from ..domain.models import Job, JobState
+from ..observability import logger, tracer
+from ..wiring import container
+from .api_models import ErrorBody, JobBody, JobList, JobView, job_view, merge_patch, problems_of
+
+app = APIGatewayRestResolver(enable_validation=True)
+app.enable_swagger(
+    path="/docs", title="jobsched", version="1", description="Durable multi-tenant job scheduler"
+)
+
+JOB_ID = Path(pattern=r"^j_[0-9a-z]{1,64}$", description="job id")
+ERRORS: dict[int, OpenAPIResponse] = {
+    code: {"description": HTTPStatus(code).phrase, "content": {"application/json": {"model": ErrorBody}}}
+    for code in (400, 401, 404, 409, 412, 428, 503)
+}
+
+
+# --- caller identity ---
+
+
+def tenant_of_request() -> str:
+    """The tenant: an authorizer's `tenantId` (local mode, custom authorizers) or the IAM principal."""
+    context = app.current_event.request_context
+    authorizer = context.authorizer.raw_event if context.authorizer else {}
+    tenant = authorizer.get("tenantId")
+    if tenant:
+        return str(tenant)
+    arn = context.identity.user_arn
+    if arn:
+        return principal_tenant(arn)
+    raise Unauthenticated("the request carries no authenticated caller")
+
+
+def principal_tenant(arn: str) -> str:
+    """`arn:aws:sts::123:assumed-role/Role/session` → `123/Role`; `arn:aws:iam::123:user/u` → `123/u`."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return arn
+    account, resource = parts[4], parts[5]
+    segments = resource.split("/")
+    name = segments[1] if segments[0] == "assumed-role" and len(segments) > 1 else segments[-1]
+    return f"{account}/{name}"
+
+
+def parse_if_match(value: str | None, *, required: bool) -> int | None:
+    if value is None:
+        if required:
+            raise PreconditionRequired("If-Match: required; send the job's current version (its ETag)")
+        return None
+    text = value.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise ValidationFailed("If-Match", 'must be the job version, e.g. "3"')
+    return int(text)
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=body,
+        headers=headers,
+    )
+
+
+def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Response:
+    times = container().jobs.next_fire_times(job) if with_next else None
+    return json_response(status, job_view(job, times), {"ETag": f'"{job.version}"'})
+
+
+# --- routes ---
+
+IfMatch = Annotated[str | None, Header(alias="if-match", description="the job version (ETag)")]
+
+
+@app.post(
+    "/v1/jobs",
+    responses={
+        201: {"description": "created", "content": {"application/json": {"model": JobView}}},
+        **ERRORS,
+    },
+)
+def create_job(
+    body: Annotated[JobBody, Body()],
+    idempotency_key: Annotated[str | None, Header(alias="idempotency-key", max_length=255)] = None,
+) -> Response[JobView]:
+    tenant = tenant_of_request()
+    key = body.idempotency_key or idempotency_key
+    result = container().jobs.create(tenant, body.to_spec(), idempotency_key=key, body_hash=body.body_hash())
+    return job_response(result.job, 201 if result.created else 200)
+
+
+@app.get("/v1/jobs", responses=ERRORS)
+def list_jobs(
+    state: Annotated[JobState | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[str | None, Query(max_length=4096)] = None,
+) -> Response[JobList]:
+    page = container().jobs.list_jobs(tenant_of_request(), state=state, limit=limit, cursor=cursor)
+    return json_response(200, {"items": [job_view(j) for j in page.items], "nextCursor": page.cursor})
+
+
+@app.get("/v1/jobs/<job_id>", responses=ERRORS)
+def get_job(job_id: Annotated[str, JOB_ID]) -> Response[JobView]:
+    return job_response(container().jobs.get(tenant_of_request(), job_id), with_next=True)
+
+
+@app.patch("/v1/jobs/<job_id>", responses=ERRORS)
+def update_job(
+    job_id: Annotated[str, JOB_ID], patch: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
+) -> Response[JobView]:
+    version = parse_if_match(if_match, required=True)
+    assert version is not None
+    reset_anchor: list[bool] = []
+
+    def build(job: Job) -> Any:
+        body, reset = merge_patch(job, patch)
+        reset_anchor.append(reset)
+        anchor = None if reset else job.spec.schedule.anchor
+        return body.to_spec(anchor)
+
+    job = container().jobs.update(tenant_of_request(), job_id, version, build)
+    return job_response(job, with_next=True)
+
+
+@app.delete("/v1/jobs/<job_id>", responses=ERRORS)
+def cancel_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+    version = parse_if_match(if_match, required=False)
+    return job_response(container().jobs.cancel(tenant_of_request(), job_id, version))
+
+
+@app.post("/v1/jobs/<job_id>/pause", responses=ERRORS)
+def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+    version = parse_if_match(if_match, required=False)
+    return job_response(container().jobs.pause(tenant_of_request(), job_id, version))
+
+
+@app.post("/v1/jobs/<job_id>/resume", responses=ERRORS)
+def resume_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+    version = parse_if_match(if_match, required=False)
+    return job_response(container().jobs.resume(tenant_of_request(), job_id, version), with_next=True)
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi_document() -> Response[Any]:
+    return Response(
+        status_code=200, content_type=content_types.APPLICATION_JSON, body=app.get_openapi_json_schema()
+    )
+
+
+# --- errors: every failure is a JSON body naming what was wrong; nothing escapes as a bare 500 ---
+
+
+@app.exception_handler(JobschedError)
+def domain_error(exc: JobschedError) -> Response:
+    if exc.status >= 500:
+        logger.warning("request failed", extra={"code": exc.code, "error": exc.message})
+    return json_response(exc.status, exc.to_dict())
+
+
+@app.exception_handler(RequestValidationError)
+def request_invalid(exc: RequestValidationError) -> Response:
+    problems = problems_of(list(exc.errors()))
+    body = {
+        "code": "invalid_request",
+        "message": "; ".join(str(p) for p in problems),
+        "errors": [{"field": p.field, "rule": p.rule} for p in problems],
+    }
+    return json_response(400, body)
+
+
+@app.not_found
+def route_not_found(exc: NotFoundError) -> Response:
+    return json_response(404, {"code": "not_found", "message": f"no route for {app.current_event.path}"})
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

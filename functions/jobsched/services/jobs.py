@@ -1,0 +1,209 @@
+"""Job definition use cases: create (idempotent), read, list, update, pause, resume, cancel."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..domain.errors import (
+    ConcurrentUpdate,
+    Conflict,
+    IdempotencyKeyReused,
+    NotFound,
+    ValidationFailed,
+    VersionMismatch,
+)
+from ..domain.instants import Clock, format_instant
+from ..domain.models import Job, JobSpec, JobState, ScheduleKind
+from ..domain.schedule import next_fire, upcoming
+from ..store.definitions import DefinitionStore, Guard, GuardTaken, Page
+
+# How often a write that lost a race with the sweeper is retried before giving up with 409.
+_WRITE_ATTEMPTS = 5
+_BASE32 = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def new_job_id() -> str:
+    """`j_` + 16 random Crockford base32 characters (80 bits); never contains '@' or '#'."""
+    return "j_" + "".join(secrets.choice(_BASE32) for _ in range(16))
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    job: Job
+    created: bool  # False when an idempotent retry returned the original job
+
+
+class JobService:
+    def __init__(self, store: DefinitionStore, clock: Clock, *, guard_ttl: timedelta = timedelta(hours=24)):
+        self._store = store
+        self._clock = clock
+        self._guard_ttl = guard_ttl
+
+    # --- create ---
+
+    def create(
+        self, tenant: str, spec: JobSpec, *, idempotency_key: str | None = None, body_hash: str = ""
+    ) -> CreateResult:
+        now = self._clock.now()
+        spec = with_anchor(spec, now)
+        job = Job(
+            job_id=new_job_id(),
+            tenant=tenant,
+            spec=spec,
+            next_run_at=first_occurrence(spec, now, previous=None),
+            created_at=now,
+            updated_at=now,
+        )
+        if idempotency_key is None:
+            self._store.create(job, None, now)
+            return CreateResult(job, True)
+        guard = Guard(tenant, idempotency_key, job.job_id, body_hash, now + self._guard_ttl)
+        for _ in range(_WRITE_ATTEMPTS):
+            try:
+                self._store.create(job, guard, now)
+                return CreateResult(job, True)
+            except (GuardTaken, ConcurrentUpdate):
+                existing = self._store.get_guard(tenant, idempotency_key)
+            if existing is None or existing.expires_at < now:
+                continue  # the holder was rolled back or expired meanwhile: try again
+            if existing.body_hash != body_hash:
+                raise IdempotencyKeyReused(
+                    "idempotencyKey: already used for a different request body", jobId=existing.job_id
+                )
+            original = self._store.get(existing.job_id)
+            if original is not None:
+                return CreateResult(original, False)
+        raise ConcurrentUpdate("idempotencyKey: concurrent requests with this key; retry")
+
+    # --- reads ---
+
+    def get(self, tenant: str, job_id: str) -> Job:
+        job = self._store.get(job_id)
+        if job is None or job.tenant != tenant:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    def list_jobs(self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None) -> Page:
+        return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor)
+
+    def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
+        if job.state is not JobState.ACTIVE and job.state is not JobState.PAUSED:
+            return []
+        after = self._clock.now() - timedelta(seconds=1)
+        if job.next_run_at is not None and job.next_run_at <= after:
+            after = job.next_run_at - timedelta(seconds=1)  # overdue: the sweeper has not run it yet
+        times = upcoming(job.spec.schedule, after, count)
+        limit = job.spec.schedule.max_runs
+        if limit is not None:
+            times = times[: max(0, limit - job.runs_created)]
+        return times
+
+    # --- changes ---
+
+    def update(self, tenant: str, job_id: str, if_match: int, build: Callable[[Job], JobSpec]) -> Job:
+        """Replace the spec built from the current job. A schedule change recomputes next_run_at."""
+
+        def change(job: Job, now: datetime) -> Job:
+            if job.state in (JobState.CANCELLED, JobState.COMPLETED):
+                raise Conflict(f"job {job_id} is {job.state.value} and can no longer change")
+            spec = build(job)
+            updates: dict[str, object] = {"spec": spec}
+            if spec.schedule != job.spec.schedule:
+                spec = with_anchor(spec, now)
+                updates["spec"] = spec
+                updates["next_run_at"] = first_occurrence(spec, now, previous=job.last_scheduled_for)
+            return _bump(job, now, **updates)
+
+        return self._change(tenant, job_id, if_match, change)
+
+    def pause(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
+        def change(job: Job, now: datetime) -> Job:
+            if job.state is JobState.PAUSED:
+                return job
+            if job.state is not JobState.ACTIVE:
+                raise Conflict(f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused")
+            return _bump(job, now, state=JobState.PAUSED)
+
+        return self._change(tenant, job_id, if_match, change)
+
+    def resume(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
+        # next_run_at is kept: the sweeper applies the misfire policy to what was missed while paused.
+        def change(job: Job, now: datetime) -> Job:
+            if job.state is JobState.ACTIVE:
+                return job
+            if job.state is not JobState.PAUSED:
+                raise Conflict(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
+            return _bump(job, now, state=JobState.ACTIVE)
+
+        return self._change(tenant, job_id, if_match, change)
+
+    def cancel(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
+        def change(job: Job, now: datetime) -> Job:
+            if job.state is JobState.CANCELLED:
+                return job
+            if job.state is JobState.COMPLETED:
+                raise Conflict(f"job {job_id} is COMPLETED and cannot be cancelled")
+            return _bump(job, now, state=JobState.CANCELLED, next_run_at=None)
+
+        return self._change(tenant, job_id, if_match, change)
+
+    def _change(
+        self, tenant: str, job_id: str, if_match: int | None, change: Callable[[Job, datetime], Job]
+    ) -> Job:
+        """Read, check If-Match, apply, write conditioned on rev; re-read when the sweeper got in between."""
+        for _ in range(_WRITE_ATTEMPTS):
+            job = self.get(tenant, job_id)
+            if if_match is not None and if_match != job.version:
+                raise VersionMismatch(
+                    f"If-Match: version {if_match} is not current", currentVersion=job.version
+                )
+            changed = change(job, self._clock.now())
+            if changed is job:
+                return job
+            try:
+                return self._store.save(changed)
+            except ConcurrentUpdate:
+                continue
+        raise ConcurrentUpdate(f"job {job_id} is changing concurrently; retry")
+
+
+def _bump(job: Job, now: datetime, **updates: object) -> Job:
+    return job.model_copy(update={**updates, "version": job.version + 1, "updated_at": now})
+
+
+def with_anchor(spec: JobSpec, now: datetime) -> JobSpec:
+    """A rate schedule counts from startAt, else from when it was created or changed."""
+    schedule = spec.schedule
+    if schedule.kind is not ScheduleKind.RATE or schedule.anchor is not None:
+        return spec
+    anchored = schedule.model_copy(update={"anchor": schedule.start_at or now})
+    return spec.model_copy(update={"schedule": anchored})
+
+
+def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None) -> datetime:
+    """The first instant a new or changed schedule fires, or a ValidationFailed naming the field."""
+    schedule = spec.schedule
+    window = timedelta(seconds=spec.policies.catch_up_window_seconds)
+    if schedule.end_at is not None and schedule.end_at <= now:
+        raise ValidationFailed("endAt", f"must be in the future (now is {format_instant(now)})")
+    if schedule.kind is ScheduleKind.ONCE:
+        assert schedule.at is not None
+        if schedule.at < now - window:
+            raise ValidationFailed(
+                "runAt",
+                f"is in the past beyond the catch-up window of {int(window.total_seconds())} s "
+                f"(now is {format_instant(now)})",
+            )
+        after = min(schedule.at, now) - timedelta(seconds=1)
+    else:
+        after = now - timedelta(seconds=1)
+    if previous is not None and previous > after:
+        after = previous  # never re-fire an instant that already has a run
+    found = next_fire(schedule, after)
+    if found is None:
+        field = {ScheduleKind.ONCE: "runAt", ScheduleKind.CRON: "cron", ScheduleKind.RATE: "every"}
+        raise ValidationFailed(field[schedule.kind], "has no occurrence within startAt/endAt from now on")
+    return found

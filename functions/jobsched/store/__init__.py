@@ -1,0 +1,1 @@
+"""DynamoDB and SQS adapters. Storage errors are translated into domain errors here."""

@@ -1,0 +1,217 @@
+"""The Definitions table: jobs, their sparse `due` index, and idempotency guard items."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..domain.errors import ConcurrentUpdate
+from ..domain.instants import format_instant, from_epoch, parse_instant
+from ..domain.models import Job, JobSpec, JobState
+from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
+from .schema import DEFINITIONS, TENANT_INDEX
+
+GUARD_PREFIX = "guard#"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Records that (tenant, idempotency key) created job_id from a body with body_hash."""
+
+    tenant: str
+    key: str
+    job_id: str
+    body_hash: str
+    expires_at: datetime
+
+
+class GuardTaken(Exception):
+    """The idempotency key was already used; the service decides between 200 and 409."""
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Job]
+    cursor: str | None
+
+
+def guard_id(tenant: str, key: str) -> str:
+    # Hashed so arbitrary client keys never collide with job ids or each other across tenants.
+    return GUARD_PREFIX + hashlib.sha256(f"{tenant}\x00{key}".encode()).hexdigest()
+
+
+class DefinitionStore:
+    def __init__(self, client: Any, table_name: str, shard_count: int) -> None:
+        self._db = client
+        self._table = table_name
+        self.shard_count = shard_count
+
+    def shard_of(self, job_id: str) -> int:
+        return zlib.crc32(job_id.encode()) % self.shard_count
+
+    # --- items ---
+
+    def _job_item(self, job: Job) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "job_id": job.job_id,
+            "tenant": job.tenant,
+            "state": job.state.value,
+            "version": job.version,
+            "rev": job.rev,
+            "created_at": format_instant(job.created_at),
+            "updated_at": format_instant(job.updated_at),
+            "runs_created": job.runs_created,
+            "spec": job.spec.model_dump_json(),
+        }
+        if job.next_run_at is not None:
+            values["next_run_at"] = format_instant(job.next_run_at)
+        if job.last_scheduled_for is not None:
+            values["last_scheduled_for"] = format_instant(job.last_scheduled_for)
+        if job.is_due_indexed:
+            values["due_shard"] = self.shard_of(job.job_id)
+        return to_item(values)
+
+    @staticmethod
+    def job_from_item(item: dict[str, Any]) -> Job:
+        data = from_item(item)
+        return Job(
+            job_id=data["job_id"],
+            tenant=data["tenant"],
+            spec=JobSpec.model_validate_json(data["spec"]),
+            state=JobState(data["state"]),
+            version=data["version"],
+            rev=data.get("rev", 0),
+            next_run_at=parse_instant(data["next_run_at"]) if data.get("next_run_at") else None,
+            created_at=parse_instant(data["created_at"]),
+            updated_at=parse_instant(data["updated_at"]),
+            runs_created=data.get("runs_created", 0),
+            last_scheduled_for=(
+                parse_instant(data["last_scheduled_for"]) if data.get("last_scheduled_for") else None
+            ),
+        )
+
+    # --- writes ---
+
+    def create(self, job: Job, guard: Guard | None, now: datetime) -> None:
+        """Write a new job; with a guard, both commit in one transaction or neither does."""
+        job_put = {
+            "TableName": self._table,
+            "Item": self._job_item(job),
+            "ConditionExpression": "attribute_not_exists(job_id)",
+        }
+        with translated_errors():
+            if guard is None:
+                self._db.put_item(**job_put)
+                return
+            guard_put = {
+                "TableName": self._table,
+                "Item": to_item(
+                    {
+                        "job_id": guard_id(guard.tenant, guard.key),
+                        "ref_job_id": guard.job_id,
+                        "guard_tenant": guard.tenant,
+                        "body_hash": guard.body_hash,
+                        "expires_at": int(guard.expires_at.timestamp()),
+                    }
+                ),
+                # An expired guard that TTL has not yet deleted no longer holds the key.
+                "ConditionExpression": "attribute_not_exists(job_id) OR expires_at < :now",
+                "ExpressionAttributeValues": to_item({":now": int(now.timestamp())}),
+            }
+            try:
+                self._db.transact_write_items(TransactItems=[{"Put": job_put}, {"Put": guard_put}])
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                codes = [r.get("Code") for r in reasons]
+                if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+                    raise GuardTaken(guard.key) from exc
+                if "TransactionConflict" in codes:
+                    raise ConcurrentUpdate("a concurrent request is creating this job; retry") from exc
+                raise
+
+    def save(self, job: Job) -> Job:
+        """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1."""
+        saved = job.model_copy(update={"rev": job.rev + 1})
+        with translated_errors():
+            try:
+                self._db.put_item(
+                    TableName=self._table,
+                    Item=self._job_item(saved),
+                    ConditionExpression="rev = :rev",
+                    ExpressionAttributeValues=to_item({":rev": job.rev}),
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
+                raise
+        return saved
+
+    # --- reads ---
+
+    def get(self, job_id: str) -> Job | None:
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": job_id}), ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item or job_id.startswith(GUARD_PREFIX):
+            return None
+        return self.job_from_item(item)
+
+    def get_guard(self, tenant: str, key: str) -> Guard | None:
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": guard_id(tenant, key)}), ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        data = from_item(item)
+        return Guard(
+            tenant=data["guard_tenant"],
+            key=key,
+            job_id=data["ref_job_id"],
+            body_hash=data["body_hash"],
+            expires_at=from_epoch(data["expires_at"]),
+        )
+
+    def list_for_tenant(
+        self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None, max_rounds: int = 10
+    ) -> Page:
+        """The tenant's jobs, newest first. A state filter may return short pages; the cursor continues."""
+        key_names = {"job_id", "tenant", "created_at"}
+        start = decode_cursor(cursor, tenant, key_names) if cursor else None
+        items: list[Job] = []
+        for _ in range(max_rounds):
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": TENANT_INDEX,
+                "KeyConditionExpression": "tenant = :t",
+                "ExpressionAttributeValues": to_item({":t": tenant}),
+                "ScanIndexForward": False,
+                "Limit": limit - len(items),
+            }
+            if state is not None:
+                request["FilterExpression"] = "#s = :s"
+                request["ExpressionAttributeNames"] = {"#s": "state"}
+                request["ExpressionAttributeValues"].update(to_item({":s": state.value}))
+            if start:
+                request["ExclusiveStartKey"] = start
+            with translated_errors():
+                response = self._db.query(**request)
+            items.extend(self.job_from_item(i) for i in response.get("Items", []))
+            start = response.get("LastEvaluatedKey")
+            if not start or len(items) >= limit:
+                break
+        next_cursor = encode_cursor(start, tenant) if start else None
+        return Page(items=items, cursor=next_cursor)
+
+
+__all__ = ["DEFINITIONS", "DefinitionStore", "Guard", "GuardTaken", "Page", "guard_id"]

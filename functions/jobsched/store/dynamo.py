@@ -1,0 +1,82 @@
+"""Shared DynamoDB helpers: (de)serialisation, error translation, opaque cursors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..domain.errors import StorageUnavailable, ValidationFailed
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+THROTTLING_CODES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+}
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(v) for k, v in values.items() if v is not None}
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _plain(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """Turn throttling and transport failures (after botocore's retries) into a 503 the caller may retry."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) in THROTTLING_CODES:
+            raise StorageUnavailable("the store is throttling; retry with backoff") from exc
+        raise
+    except BotoCoreError as exc:
+        raise StorageUnavailable(f"the store could not be reached: {exc}") from exc
+
+
+def encode_cursor(last_key: dict[str, Any], scope: str) -> str:
+    raw = json.dumps({"s": scope, "k": from_item(last_key)}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, scope: str, key_names: set[str]) -> dict[str, Any]:
+    """Decode a cursor minted by encode_cursor for the same scope (tenant, job...), or 400."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        key = data["k"]
+        valid = (
+            data.get("s") == scope
+            and isinstance(key, dict)
+            and set(key) == key_names
+            and all(isinstance(v, str | int) for v in key.values())
+        )
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        valid = False
+    if not valid:
+        raise ValidationFailed("cursor", "is not a cursor returned by this listing")
+    return to_item(key)

@@ -1,0 +1,126 @@
+"""The one definition of every table's keys, indexes, stream and TTL.
+
+The CDK stack, local mode and the tests all build their tables from these specs, so a
+key schema can never drift between what is deployed and what the code queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+AttrType = Literal["S", "N"]
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: AttrType
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    partition: Key
+    sort: Key | None = None
+    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    logical_id: str  # construct id in CDK
+    env_var: str  # environment variable carrying the physical name to the functions
+    default_name: str  # physical name in local mode and tests
+    partition: Key
+    sort: Key | None = None
+    indexes: tuple[Index, ...] = field(default_factory=tuple)
+    stream: Literal["NEW_AND_OLD_IMAGES"] | None = None
+    ttl_attribute: str | None = None
+
+    def key_attributes(self) -> dict[str, AttrType]:
+        attrs: dict[str, AttrType] = {}
+        for key in (self.partition, self.sort):
+            if key:
+                attrs[key.name] = key.type
+        for index in self.indexes:
+            for key in (index.partition, index.sort):
+                if key:
+                    attrs[key.name] = key.type
+        return attrs
+
+    def create_table_request(self, table_name: str | None = None) -> dict[str, Any]:
+        """Arguments for DynamoDB CreateTable (moto and local mode)."""
+        request: dict[str, Any] = {
+            "TableName": table_name or self.default_name,
+            "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [
+                {"AttributeName": n, "AttributeType": t} for n, t in self.key_attributes().items()
+            ],
+            "KeySchema": _key_schema(self.partition, self.sort),
+        }
+        if self.indexes:
+            request["GlobalSecondaryIndexes"] = [
+                {
+                    "IndexName": index.name,
+                    "KeySchema": _key_schema(index.partition, index.sort),
+                    "Projection": {"ProjectionType": index.projection},
+                }
+                for index in self.indexes
+            ]
+        if self.stream:
+            request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": self.stream}
+        return request
+
+
+def _key_schema(partition: Key, sort: Key | None) -> list[dict[str, str]]:
+    schema = [{"AttributeName": partition.name, "KeyType": "HASH"}]
+    if sort:
+        schema.append({"AttributeName": sort.name, "KeyType": "RANGE"})
+    return schema
+
+
+# Definitions: one item per job, plus idempotency guard items (job_id = "guard#...").
+DUE_INDEX = "due"
+TENANT_INDEX = "by_tenant"
+DEFINITIONS = TableSpec(
+    logical_id="Definitions",
+    env_var="DEFINITIONS_TABLE",
+    default_name="jobsched-definitions",
+    partition=Key("job_id", "S"),
+    indexes=(
+        # Sparse: due_shard is present only while the job is ACTIVE with a next occurrence.
+        Index(DUE_INDEX, Key("due_shard", "N"), Key("next_run_at", "S")),
+        Index(TENANT_INDEX, Key("tenant", "S"), Key("created_at", "S")),
+    ),
+    ttl_attribute="expires_at",  # guard items only
+)
+
+# Runs: R#<scheduled_for> for a run, T#<scheduled_for>#<seq> for its transitions.
+OPEN_INDEX = "open"
+DEAD_INDEX = "dead_by_tenant"
+RUNS = TableSpec(
+    logical_id="Runs",
+    env_var="RUNS_TABLE",
+    default_name="jobsched-runs",
+    partition=Key("job_id", "S"),
+    sort=Key("sk", "S"),
+    indexes=(
+        # Sparse: open_shard is present only while the run is open; deadline_at is when
+        # the reconciler must look at it if nothing else has moved it on.
+        Index(OPEN_INDEX, Key("open_shard", "N"), Key("deadline_at", "S")),
+        # Sparse: dead_tenant is present only while the run is DEAD.
+        Index(DEAD_INDEX, Key("dead_tenant", "S"), Key("dead_at", "S")),
+    ),
+    stream="NEW_AND_OLD_IMAGES",
+    ttl_attribute="expires_at",
+)
+
+# The Powertools idempotency persistence table (its default attribute names).
+IDEMPOTENCY = TableSpec(
+    logical_id="Idempotency",
+    env_var="IDEMPOTENCY_TABLE",
+    default_name="jobsched-idempotency",
+    partition=Key("id", "S"),
+    ttl_attribute="expiration",
+)
+
+ALL_TABLES = (DEFINITIONS, RUNS, IDEMPOTENCY)

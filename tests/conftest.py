@@ -1,0 +1,159 @@
+"""Shared fixtures: moto-backed tables, an injectable clock, and an API client that
+drives the real `api` handler with API Gateway REST events."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+# Before boto3 is imported anywhere: no real credentials, no real endpoints.
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_DEV": "0",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+)
+
+T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock():
+    from jobsched.domain.instants import ManualClock
+
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    """A fresh moto account with every table of the schema created."""
+    import boto3
+    from jobsched import aws as aws_clients
+    from jobsched.store.schema import ALL_TABLES
+    from moto import mock_aws
+
+    with mock_aws():
+        aws_clients.client.cache_clear()
+        ddb = boto3.client("dynamodb")
+        for spec in ALL_TABLES:
+            ddb.create_table(**spec.create_table_request())
+        yield
+    aws_clients.client.cache_clear()
+
+
+@pytest.fixture
+def container(aws, clock):
+    from jobsched import wiring
+    from jobsched.settings import Settings
+
+    built = wiring.Container(Settings(shard_count=4), clock)
+    wiring.override(built)
+    yield built
+    wiring.override(None)
+
+
+class SerializedClient:
+    """Wraps a boto3 client so calls from many threads reach moto one at a time.
+
+    moto's in-memory DynamoDB is not thread-safe (a failed transaction restores a snapshot
+    of the whole table); real DynamoDB serialises conflicting writes itself. Threads still
+    interleave between calls, which is where the races under test live."""
+
+    def __init__(self, inner: Any) -> None:
+        import threading
+
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+@dataclass
+class ApiResponse:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+    def __repr__(self) -> str:
+        return f"<{self.status} {json.dumps(self.body)[:400]}>"
+
+
+class ApiClient:
+    """Calls the `api` Lambda handler exactly as API Gateway would, as one tenant."""
+
+    def __init__(self, tenant: str | None) -> None:
+        self.tenant = tenant
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json_body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw_body: str | None = None,
+        query: str = "",
+    ) -> ApiResponse:
+        from jobsched.handlers import api
+        from jobsched.local.apigw import rest_event
+        from jobsched.local.lambda_context import InvocationContext
+
+        body = (
+            raw_body if raw_body is not None else (json.dumps(json_body) if json_body is not None else None)
+        )
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        event = rest_event(method, path, body=body, headers=hdrs, query=query, tenant=self.tenant)
+        result = api.handler(event, InvocationContext(function_name="jobsched-api"))
+        text = result.get("body") or ""
+        try:
+            parsed = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            parsed = text
+        headers = dict(result.get("headers") or {})
+        headers.update({k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items() if v})
+        return ApiResponse(result["statusCode"], headers, parsed)
+
+    def get(self, path: str, **kw: Any) -> ApiResponse:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("POST", path, json_body, **kw)
+
+    def patch(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("PATCH", path, json_body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> ApiResponse:
+        return self.request("DELETE", path, **kw)
+
+
+@pytest.fixture
+def api(container) -> ApiClient:
+    return ApiClient("tenant-a")
+
+
+@pytest.fixture
+def other_api(container) -> ApiClient:
+    return ApiClient("tenant-b")

@@ -1,0 +1,441 @@
+"""Every /v1/jobs route through the real `api` handler on moto, including its failures."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import boto3
+import pytest
+from jobsched.store.schema import DEFINITIONS
+
+CRON_JOB = {
+    "name": "nightly report",
+    "type": "report.build",
+    "cron": "0 9 * * *",
+    "timeZone": "Europe/London",
+    "payload": {"format": "pdf"},
+}
+
+
+def create(api, **overrides):
+    response = api.post("/v1/jobs", {**CRON_JOB, **overrides})
+    assert response.status == 201, response
+    return response.body
+
+
+def raw_item(job_id: str) -> dict:
+    return boto3.client("dynamodb").get_item(
+        TableName=DEFINITIONS.default_name, Key={"job_id": {"S": job_id}}
+    )["Item"]
+
+
+# --- create ---
+
+
+def test_create_cron_job_returns_201_with_version_and_next_run(api):
+    response = api.post("/v1/jobs", CRON_JOB)
+    assert response.status == 201, response
+    body = response.body
+    assert body["jobId"].startswith("j_")
+    assert body["version"] == 1
+    assert body["state"] == "ACTIVE"
+    # 2026-11-02 is GMT in London: 09:00 local is 09:00Z.
+    assert body["nextRunAt"] == "2026-11-02T09:00:00Z"
+    assert body["createdAt"] == body["updatedAt"] == "2026-11-02T08:00:00Z"
+    assert response.headers["ETag"] == '"1"'
+    assert body["missedRuns"] == "run-once" and body["overlap"] == "allow"
+    assert body["dst"] == {"gap": "shift", "fold": "first"}
+
+
+def test_create_one_time_job(api):
+    body = create(api, cron=None, timeZone=None, runAt="2026-11-02T09:00:15+01:00")
+    assert body["runAt"] == "2026-11-02T08:00:15Z"
+    assert body["nextRunAt"] == "2026-11-02T08:00:15Z"
+
+
+@pytest.mark.parametrize("every", ["PT15M", 900])
+def test_create_rate_job_counts_from_creation(api, every):
+    body = create(api, cron=None, timeZone=None, every=every)
+    assert body["every"] == 900
+    assert body["nextRunAt"] == "2026-11-02T08:00:00Z"
+
+
+def test_rate_job_counts_from_start_at(api):
+    body = create(api, cron=None, timeZone=None, every="PT1H", startAt="2026-11-03T00:00:30Z")
+    assert body["nextRunAt"] == "2026-11-03T00:00:30Z"
+
+
+def test_six_field_cron_with_seconds(api):
+    body = create(api, cron="*/10 * * * * *", timeZone="Europe/London")
+    assert body["nextRunAt"] == "2026-11-02T08:00:00Z"
+    got = api.get(f"/v1/jobs/{body['jobId']}").body["nextFireTimes"]
+    assert got == [f"2026-11-02T08:00:{s:02d}Z" for s in (0, 10, 20, 30, 40)]
+
+
+def test_cron_defaults_to_utc(api):
+    body = create(api, cron="30 10 * * *", timeZone=None)
+    assert body["timeZone"] == "UTC" and body["nextRunAt"] == "2026-11-02T10:30:00Z"
+
+
+def test_once_in_past_within_catch_up_window_is_accepted(api):
+    body = create(api, cron=None, timeZone=None, runAt="2026-11-02T07:59:00Z", catchUpWindow="PT5M")
+    assert body["nextRunAt"] == "2026-11-02T07:59:00Z"
+
+
+BAD_INPUT = [
+    ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "* * *"}, "cron"),
+    ({"timeZone": "Mars/Olympus"}, "timeZone"),
+    ({"cron": None, "timeZone": None, "runAt": "2026-11-01T08:00:00Z"}, "runAt"),
+    ({"cron": None, "timeZone": None, "runAt": "tomorrow"}, "runAt"),
+    ({"cron": None, "timeZone": None, "runAt": "2026-11-03T08:00:00"}, "runAt"),
+    ({"payload": {"blob": "x" * (64 * 1024)}}, "payload"),
+    ({"colour": "blue"}, "colour"),
+    ({"maxRuns": "many"}, "maxRuns"),
+    ({"maxRuns": 0}, "maxRuns"),
+    ({"priority": "urgent"}, "priority"),
+    ({"missedRuns": "sometimes"}, "missedRuns"),
+    ({"runAt": "2026-11-03T08:00:00Z"}, "schedule"),
+    ({"cron": None, "timeZone": None}, "schedule"),
+    ({"cron": None, "timeZone": None, "every": 0}, "every"),
+    ({"cron": None, "timeZone": None, "every": 1.5}, "every"),
+    ({"cron": None, "every": 60}, "timeZone"),
+    ({"retry": {"baseSeconds": 10, "capSeconds": 1}}, "retry.capSeconds"),
+    ({"retry": {"baseSeconds": -1}}, "retry.baseSeconds"),
+    ({"maxAttempts": 0}, "maxAttempts"),
+    ({"catchUpWindow": -5}, "catchUpWindow"),
+    ({"jitterSeconds": 99999}, "jitterSeconds"),
+    ({"startAt": "2026-11-05T00:00:00Z", "endAt": "2026-11-04T00:00:00Z"}, "endAt"),
+    ({"endAt": "2026-11-01T00:00:00Z"}, "endAt"),
+    ({"cron": "0 0 30 2 *"}, "cron"),
+    ({"type": "has spaces"}, "type"),
+    ({"name": ""}, "name"),
+    ({"target": {"kind": "http", "url": "ftp://example.com/x"}}, "target.http.url"),
+    ({"target": {"kind": "carrier-pigeon"}}, "target"),
+    ({"target": {"kind": "lambda"}}, "target.lambda.functionArn"),
+    ({"dst": {"gap": "sideways"}}, "dst.gap"),
+    ({"delivery": "exactly-once"}, "delivery"),
+]
+
+
+@pytest.mark.parametrize(("change", "field"), BAD_INPUT, ids=[f for _, f in BAD_INPUT])
+def test_bad_input_is_400_naming_the_field(api, change, field):
+    body = {k: v for k, v in {**CRON_JOB, **change}.items() if v is not None}
+    response = api.post("/v1/jobs", body)
+    assert response.status == 400, response
+    assert response.body["code"] == "invalid_request"
+    fields = [e["field"] for e in response.body["errors"]]
+    assert field in fields, response
+    assert all(e["rule"] for e in response.body["errors"])
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[]", '"a string"', ""])
+def test_malformed_body_is_400(api, raw):
+    response = api.request("POST", "/v1/jobs", raw_body=raw)
+    assert response.status == 400, response
+
+
+def test_unauthenticated_caller_is_401(container):
+    from tests.conftest import ApiClient
+
+    response = ApiClient(None).post("/v1/jobs", CRON_JOB)
+    assert response.status == 401
+    assert ApiClient(None).get("/v1/jobs").status == 401
+
+
+# --- idempotent create ---
+
+
+def test_same_key_same_body_returns_the_original_with_200(api):
+    first = api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "k-1"})
+    again = api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "k-1"})
+    assert first.status == 201 and again.status == 200
+    assert again.body["jobId"] == first.body["jobId"]
+    assert len(api.get("/v1/jobs").body["items"]) == 1
+
+
+def test_same_key_different_body_is_409(api):
+    api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "k-2"})
+    response = api.post("/v1/jobs", {**CRON_JOB, "name": "other", "idempotencyKey": "k-2"})
+    assert response.status == 409
+    assert response.body["code"] == "idempotency_key_reused"
+
+
+def test_idempotency_key_header_is_honoured(api):
+    first = api.post("/v1/jobs", CRON_JOB, headers={"Idempotency-Key": "hdr-1"})
+    again = api.post("/v1/jobs", CRON_JOB, headers={"Idempotency-Key": "hdr-1"})
+    assert (first.status, again.status) == (201, 200)
+    assert first.body["jobId"] == again.body["jobId"]
+
+
+def test_idempotency_keys_are_per_tenant(api, other_api):
+    mine = api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "shared"})
+    theirs = other_api.post("/v1/jobs", {**CRON_JOB, "name": "different", "idempotencyKey": "shared"})
+    assert mine.status == theirs.status == 201
+    assert mine.body["jobId"] != theirs.body["jobId"]
+
+
+def test_concurrent_creates_with_one_key_make_one_job(api, container):
+    # Concurrent Lambda containers: each thread is its own caller of the service (the
+    # resolver itself holds per-invocation state, as it does in a single-threaded Lambda).
+    from jobsched.handlers.api_models import JobBody
+
+    from tests.conftest import SerializedClient
+
+    container.definitions._db = SerializedClient(container.definitions._db)
+    body = JobBody.model_validate({**CRON_JOB, "idempotencyKey": "race"})
+    spec, digest = body.to_spec(), body.body_hash()
+
+    def attempt(_):
+        return container.jobs.create("tenant-a", spec, idempotency_key="race", body_hash=digest)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(attempt, range(8)))
+    assert [r.created for r in results].count(True) == 1
+    assert len({r.job.job_id for r in results}) == 1
+    listed = api.get("/v1/jobs").body["items"]
+    assert [j["jobId"] for j in listed] == [results[0].job.job_id]
+
+
+def test_expired_idempotency_key_can_be_reused(api, clock):
+    first = api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "old"})
+    clock.advance(timedelta(hours=25).total_seconds())
+    again = api.post("/v1/jobs", {**CRON_JOB, "idempotencyKey": "old"})
+    assert again.status == 201 and again.body["jobId"] != first.body["jobId"]
+
+
+# --- read ---
+
+
+def test_get_returns_definition_and_next_five_fire_times(api):
+    job = create(api)
+    response = api.get(f"/v1/jobs/{job['jobId']}")
+    assert response.status == 200
+    assert response.body["name"] == "nightly report"
+    assert response.body["payload"] == {"format": "pdf"}
+    assert response.body["nextFireTimes"] == [f"2026-11-{d:02d}T09:00:00Z" for d in range(2, 7)]
+
+
+def test_next_fire_times_respect_max_runs(api):
+    job = create(api, maxRuns=2)
+    assert len(api.get(f"/v1/jobs/{job['jobId']}").body["nextFireTimes"]) == 2
+
+
+def test_unknown_job_is_404(api):
+    assert api.get("/v1/jobs/j_doesnotexist").status == 404
+
+
+def test_malformed_job_id_is_400(api):
+    response = api.get("/v1/jobs/..%2Fetc")
+    assert response.status in (400, 404)
+    assert api.get("/v1/jobs/NOT-AN-ID").status == 400
+
+
+def test_list_paginates_newest_first_with_opaque_cursor(api, clock):
+    ids = []
+    for i in range(5):
+        ids.append(create(api, name=f"job {i}")["jobId"])
+        clock.advance(1)
+    seen, cursor = [], None
+    while True:
+        query = "limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = api.get("/v1/jobs", query=query)
+        assert page.status == 200, page
+        assert len(page.body["items"]) <= 2
+        seen += [item["jobId"] for item in page.body["items"]]
+        cursor = page.body.get("nextCursor")
+        if not cursor:
+            break
+    assert seen == list(reversed(ids))
+
+
+def test_list_filters_by_state(api):
+    keep = create(api)["jobId"]
+    paused = create(api)["jobId"]
+    api.post(f"/v1/jobs/{paused}/pause")
+    active = api.get("/v1/jobs", query="state=ACTIVE").body["items"]
+    assert [j["jobId"] for j in active] == [keep]
+    only_paused = api.get("/v1/jobs", query="state=PAUSED&limit=1").body["items"]
+    assert [j["jobId"] for j in only_paused] == [paused]
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=x", "state=SLEEPING", "cursor=garbage!!"])
+def test_list_rejects_bad_query(api, query):
+    response = api.get("/v1/jobs", query=query)
+    assert response.status == 400, response
+    assert response.body["errors"][0]["field"] in ("limit", "state", "cursor")
+
+
+def test_cursor_of_another_tenant_is_rejected(api, other_api):
+    for _ in range(3):
+        create(api)
+    cursor = api.get("/v1/jobs", query="limit=1").body["nextCursor"]
+    response = other_api.get("/v1/jobs", query=f"cursor={cursor}")
+    assert response.status == 400 and response.body["errors"][0]["field"] == "cursor"
+
+
+# --- update ---
+
+
+def test_patch_requires_if_match(api):
+    job = create(api)
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"name": "renamed"})
+    assert response.status == 428
+
+
+def test_patch_with_stale_version_is_412(api):
+    job = create(api)
+    api.patch(f"/v1/jobs/{job['jobId']}", {"name": "v2"}, headers={"If-Match": '"1"'})
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"name": "v3"}, headers={"If-Match": '"1"'})
+    assert response.status == 412
+    assert response.body["currentVersion"] == 2
+
+
+def test_patch_schedule_bumps_version_and_recomputes_next_run(api, clock):
+    job = create(api)
+    clock.advance(60)
+    response = api.patch(
+        f"/v1/jobs/{job['jobId']}",
+        {"cron": "15 12 * * *", "timeZone": "America/New_York"},
+        headers={"If-Match": '"1"'},
+    )
+    assert response.status == 200, response
+    assert response.body["version"] == 2
+    assert response.headers["ETag"] == '"2"'
+    # 12:15 EST (UTC-5) on 2026-11-02.
+    assert response.body["nextRunAt"] == "2026-11-02T17:15:00Z"
+    assert response.body["updatedAt"] == "2026-11-02T08:01:00Z"
+
+
+def test_patch_switches_schedule_kind(api):
+    job = create(api)
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"every": "PT30S"}, headers={"If-Match": "1"})
+    assert response.status == 200, response
+    assert response.body["cron"] is None and response.body["timeZone"] is None
+    assert response.body["every"] == 30 and response.body["nextRunAt"] == "2026-11-02T08:00:00Z"
+
+
+def test_patch_of_payload_keeps_next_run(api):
+    job = create(api)
+    response = api.patch(
+        f"/v1/jobs/{job['jobId']}", {"payload": {"format": "csv"}}, headers={"If-Match": "1"}
+    )
+    assert response.status == 200
+    assert response.body["payload"] == {"format": "csv"}
+    assert response.body["nextRunAt"] == job["nextRunAt"]
+
+
+def test_patch_null_clears_an_optional_field(api):
+    job = create(api, maxRuns=3)
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"maxRuns": None}, headers={"If-Match": "1"})
+    assert response.status == 200 and response.body["maxRuns"] is None
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"cron": "nope"}, "cron"),
+        ({"colour": "red"}, "colour"),
+        ({"idempotencyKey": "x"}, "idempotencyKey"),
+        ({"retry": {"capSeconds": 0.5}}, "retry.capSeconds"),
+        ({"priority": 3}, "priority"),
+    ],
+)
+def test_invalid_patch_is_400_and_changes_nothing(api, patch, field):
+    job = create(api)
+    response = api.patch(f"/v1/jobs/{job['jobId']}", patch, headers={"If-Match": "1"})
+    assert response.status == 400, response
+    assert field in [e["field"] for e in response.body["errors"]]
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["version"] == 1
+
+
+def test_patch_bad_if_match_is_400(api):
+    job = create(api)
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"name": "x"}, headers={"If-Match": "latest"})
+    assert response.status == 400 and response.body["errors"][0]["field"] == "If-Match"
+
+
+def test_patch_of_cancelled_job_is_409(api):
+    job = create(api)
+    api.delete(f"/v1/jobs/{job['jobId']}")
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"name": "x"}, headers={"If-Match": "2"})
+    assert response.status == 409
+
+
+# --- lifecycle ---
+
+
+def test_pause_and_resume_move_the_job_out_of_and_into_the_due_index(api):
+    job_id = create(api)["jobId"]
+    assert "due_shard" in raw_item(job_id)
+    paused = api.post(f"/v1/jobs/{job_id}/pause")
+    assert paused.status == 200 and paused.body["state"] == "PAUSED" and paused.body["version"] == 2
+    assert "due_shard" not in raw_item(job_id)
+    assert api.post(f"/v1/jobs/{job_id}/pause").body["version"] == 2  # idempotent
+    resumed = api.post(f"/v1/jobs/{job_id}/resume")
+    assert resumed.status == 200 and resumed.body["state"] == "ACTIVE" and resumed.body["version"] == 3
+    assert raw_item(job_id)["due_shard"]["N"]
+    assert resumed.body["nextRunAt"] == "2026-11-02T09:00:00Z"
+
+
+def test_resume_of_active_job_is_a_no_op(api):
+    job_id = create(api)["jobId"]
+    response = api.post(f"/v1/jobs/{job_id}/resume")
+    assert response.status == 200 and response.body["version"] == 1
+
+
+def test_pause_with_stale_if_match_is_412(api):
+    job_id = create(api)["jobId"]
+    assert api.post(f"/v1/jobs/{job_id}/pause", headers={"If-Match": "7"}).status == 412
+
+
+def test_cancel_removes_from_due_index_and_is_idempotent(api):
+    job_id = create(api)["jobId"]
+    first = api.delete(f"/v1/jobs/{job_id}")
+    assert first.status == 200 and first.body["state"] == "CANCELLED"
+    assert first.body["nextRunAt"] is None
+    assert "due_shard" not in raw_item(job_id)
+    again = api.delete(f"/v1/jobs/{job_id}")
+    assert again.status == 200 and again.body["version"] == first.body["version"]
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 409
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 409
+
+
+# --- tenant isolation: another tenant's job is a 404 on every route ---
+
+
+def test_other_tenant_gets_404_everywhere(api, other_api):
+    job_id = create(api)["jobId"]
+    assert other_api.get(f"/v1/jobs/{job_id}").status == 404
+    assert other_api.patch(f"/v1/jobs/{job_id}", {"name": "x"}, headers={"If-Match": "1"}).status == 404
+    assert other_api.delete(f"/v1/jobs/{job_id}").status == 404
+    assert other_api.post(f"/v1/jobs/{job_id}/pause").status == 404
+    assert other_api.post(f"/v1/jobs/{job_id}/resume").status == 404
+    assert other_api.get("/v1/jobs").body["items"] == []
+    assert api.get(f"/v1/jobs/{job_id}").body["version"] == 1  # untouched
+
+
+# --- documents and unknown routes ---
+
+
+def test_openapi_document_lists_every_route(api):
+    response = api.get("/openapi.json")
+    assert response.status == 200
+    paths = response.body["paths"]
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/pause", "/v1/jobs/{job_id}/resume"} <= set(
+        paths
+    )
+    assert {"post", "get"} <= set(paths["/v1/jobs"])
+    assert {"get", "patch", "delete"} <= set(paths["/v1/jobs/{job_id}"])
+
+
+def test_swagger_ui_is_served(api):
+    response = api.get("/docs")
+    assert response.status == 200
+    assert "swagger" in str(response.body).lower()
+
+
+def test_unknown_route_is_404_json(api):
+    response = api.get("/v1/nothing")
+    assert response.status == 404 and response.body["code"] == "not_found"
