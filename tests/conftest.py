@@ -39,7 +39,7 @@ def clock():
 
 
 @pytest.fixture
-def aws() -> Iterator[None]:
+def aws() -> Iterator[dict[str, dict[str, str]]]:
     """A fresh moto account with every table of the schema created."""
     import boto3
     from jobsched import aws as aws_clients
@@ -51,8 +51,25 @@ def aws() -> Iterator[None]:
         ddb = boto3.client("dynamodb")
         for spec in ALL_TABLES:
             ddb.create_table(**spec.create_table_request())
-        yield
+        yield create_queues(boto3.client("sqs"))
     aws_clients.client.cache_clear()
+
+
+def create_queues(sqs) -> dict[str, dict[str, str]]:
+    """Every queue of the schema with its DLQ and redrive policy; returns {"urls", "dlq_urls"}."""
+    from jobsched.store.schema import QUEUES
+
+    urls, dlq_urls = {}, {}
+    for queue in QUEUES:
+        dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)})
+        urls[queue.key] = sqs.create_queue(
+            QueueName=queue.default_name,
+            Attributes={"VisibilityTimeout": str(queue.visibility_timeout), "RedrivePolicy": redrive},
+        )["QueueUrl"]
+        dlq_urls[queue.key] = dlq_url
+    return {"urls": urls, "dlq_urls": dlq_urls}
 
 
 @pytest.fixture
@@ -60,7 +77,8 @@ def container(aws, clock):
     from jobsched import wiring
     from jobsched.settings import Settings
 
-    built = wiring.Container(Settings(shard_count=4), clock)
+    settings = Settings(shard_count=4, queue_urls=aws["urls"], dlq_urls=aws["dlq_urls"])
+    built = wiring.Container(settings, clock)
     wiring.override(built)
     yield built
     wiring.override(None)

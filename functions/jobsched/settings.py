@@ -5,10 +5,10 @@ Only handlers and wiring read this; the domain and services receive plain values
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .store.schema import DEFINITIONS, IDEMPOTENCY, RUNS
+from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,13 @@ class Settings:
     idempotency_table: str = IDEMPOTENCY.default_name
     shard_count: int = 16
     horizon_seconds: int = 120
-    max_jobs_per_tenant: int = 10_000
-    max_page_size: int = 100
+    retention_days: int = 30
+    queue_urls: dict[str, str] = field(default_factory=dict)  # queue key -> URL
+    dlq_urls: dict[str, str] = field(default_factory=dict)
+    fair_queues: bool = True  # MessageGroupId = tenant on the standard queues
+    tenant_concurrency: int = 50  # leased runs per tenant before its messages are delayed
+    lease_seconds: int = 60  # renewed by the heartbeat while the effect runs
+    allow_destinations: tuple[str, ...] = ()  # HTTP target allow-list (CIDRs or host names)
     endpoint_url: str | None = None  # set in local mode (moto server)
 
     @classmethod
@@ -31,7 +36,15 @@ class Settings:
             idempotency_table=env.get(IDEMPOTENCY.env_var, IDEMPOTENCY.default_name),
             shard_count=int(env.get("SHARD_COUNT", "16")),
             horizon_seconds=int(env.get("HORIZON_SECONDS", "120")),
-            max_jobs_per_tenant=int(env.get("MAX_JOBS_PER_TENANT", "10000")),
+            retention_days=int(env.get("RETENTION_DAYS", "30")),
+            queue_urls={q.key: env[q.env_var] for q in QUEUES if env.get(q.env_var)},
+            dlq_urls={q.key: env[q.dlq_env_var] for q in QUEUES if env.get(q.dlq_env_var)},
+            fair_queues=env.get("FAIR_QUEUES", "true").lower() == "true",
+            tenant_concurrency=int(env.get("TENANT_CONCURRENCY", "50")),
+            lease_seconds=int(env.get("LEASE_SECONDS", "60")),
+            allow_destinations=tuple(
+                x.strip() for x in env.get("HTTP_ALLOW_DESTINATIONS", "").split(",") if x.strip()
+            ),
             endpoint_url=env.get("JOBSCHED_AWS_ENDPOINT_URL") or None,
         )
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import time
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from jobsched.domain.cron import check_cron_expression, has_seconds_field
 from jobsched.domain.models import DstFold, DstGap, DstPolicy, Schedule
 from jobsched.domain.schedule import fires_between, next_fire, upcoming
@@ -276,7 +276,7 @@ def test_rate_ignores_dst() -> None:
     s = rate(900, z("2026-03-29T00:00"))
     got = upcoming(s, z("2026-03-29T00:00"), 12)  # spans London's 01:00Z jump
     assert got[0] == z("2026-03-29T00:15")
-    assert all(b - a == timedelta(seconds=900) for a, b in zip(got, got[1:], strict=False))
+    assert all(b - a == timedelta(seconds=900) for a, b in pairwise(got))
     assert fires_between(s, z("2026-10-25T00:50"), z("2026-10-25T01:20"), 10) == [
         z("2026-10-25T01:00"),
         z("2026-10-25T01:15"),
@@ -466,7 +466,7 @@ def test_property_cron_occurrences(case: tuple[Schedule, datetime]) -> None:
     got = chain(s, start, 10)
     assert got, "every listed cron fires within the horizon"
     assert got[0] > start
-    assert all(a < b for a, b in zip(got, got[1:], strict=False))
+    assert all(a < b for a, b in pairwise(got))
     assert all(t.tzinfo is UTC and t.microsecond == 0 for t in got)
     # Re-entering just before any occurrence finds that occurrence again.
     for t in got:
@@ -521,6 +521,6 @@ def test_property_rate(anchor_ts: int, after_ts: int, every: int) -> None:
     assert len(got) == 6
     assert got[0] > after and got[0] >= anchor
     assert got[0] == anchor or got[0] - timedelta(seconds=every) <= after
-    assert all(b - a == timedelta(seconds=every) for a, b in zip(got, got[1:], strict=False))
+    assert all(b - a == timedelta(seconds=every) for a, b in pairwise(got))
     assert all((t - anchor) % timedelta(seconds=every) == timedelta(0) for t in got)
     assert fires_between(s, after, got[-1], 100) == got

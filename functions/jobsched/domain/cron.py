@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+_RANDOM_OR_HASHED = re.compile(r"(?:^|[,/\-(])[RH](?:$|[,/\-(])", re.IGNORECASE)
 _ALIASES = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 
 
@@ -28,6 +30,11 @@ def check_cron_expression(expression: str) -> str:
             f"must have 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading "
             f"seconds field; got {len(fields)}"
         )
+    for token in fields:
+        # croniter's R (random) and H (hashed) pick values per evaluation or per key: run keys
+        # would stop being stable, so they are refused.
+        if _RANDOM_OR_HASHED.search(token):
+            raise ValueError(f"'{token}': random (R) and hashed (H) values are not supported")
     if not croniter.is_valid(normalised, second_at_beginning=len(fields) == 6):
         raise ValueError(f"'{normalised}' is not a valid cron expression")
     return normalised

@@ -109,3 +109,40 @@ class StorageUnavailable(JobschedError):
 
     status = 503
     code = "unavailable"
+
+
+# --- execution outcomes: how a target's failure is classed for the retry policy ---
+
+
+class ExecutionError(Exception):
+    """A run's effect failed. `error_class` is recorded on the transition and in metrics."""
+
+    retryable: bool = True
+    error_class: str = "ExecutionError"
+
+    def __init__(self, message: str, *, error_class: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if error_class:
+            self.error_class = error_class
+
+
+class RetryableError(ExecutionError):
+    """Transient: throttling, 5xx, connection failure. Retried under the policy."""
+
+    retryable = True
+    error_class = "Retryable"
+
+
+class AmbiguousError(RetryableError):
+    """The effect may or may not have happened (e.g. a timeout after sending). Retried, and
+    safe only because every target receives the run key as its idempotency key."""
+
+    error_class = "Ambiguous"
+
+
+class PermanentError(ExecutionError):
+    """Retrying cannot help: bad request, refused destination, missing handler. Dead at once."""
+
+    retryable = False
+    error_class = "Permanent"

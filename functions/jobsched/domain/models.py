@@ -111,9 +111,10 @@ class Schedule(Model):
             if not self.time_zone:
                 raise ValueError("timeZone: required with cron (an IANA name such as Europe/London)")
             try:
-                check_cron_expression(self.cron)
+                normalised = check_cron_expression(self.cron)
             except ValueError as exc:
                 raise ValueError(f"cron: {exc}") from None
+            object.__setattr__(self, "cron", normalised)  # frozen model: store the canonical form
             try:
                 zone(self.time_zone)
             except ValueError as exc:
@@ -253,7 +254,8 @@ class Job(Model):
     created_at: Instant
     updated_at: Instant
     runs_created: int = 0
-    last_scheduled_for: Instant | None = None
+    last_scheduled_for: Instant | None = None  # last occurrence processed (run or skipped)
+    last_run_at: Instant | None = None  # last occurrence that became a run (overlap chain)
 
     @property
     def is_due_indexed(self) -> bool:

@@ -110,15 +110,12 @@ def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetim
         # `after` is the first reading of a repeated hour: wall times up to one fold
         # earlier can still map (fold=last) to instants after it.
         slack = max(_offset(wall, tz, 0) - _offset(wall, tz, 1), _ZERO)
-    try:
-        walker = croniter(
-            expression,
-            wall - slack - _ONE_SECOND,
-            second_at_beginning=has_seconds_field(expression),
-            max_years_between_matches=_HORIZON_YEARS,
-        )
-    except OverflowError:
-        return
+    walker = croniter(
+        expression,
+        wall - slack - _ONE_SECOND,
+        second_at_beginning=has_seconds_field(expression),
+        max_years_between_matches=_HORIZON_YEARS,
+    )
 
     last = after
     progress = wall
@@ -127,10 +124,12 @@ def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetim
             candidate = walker.get_next(datetime)
         except CroniterBadDateError:
             return  # no match within the horizon (e.g. Feb 30)
+        except ValueError:
+            return  # the next match would fall after year 9999
         if candidate - progress > _HORIZON:
             return
         instant, gap_end = _wall_to_utc(candidate, tz, policy)
-        if gap_end is not None:
+        if gap_end is not None and gap_end > candidate:
             # Every wall time inside the gap maps to the same instant (or to none), so
             # jump past it instead of visiting each one (matters for per-second crons).
             walker.set_current(gap_end - _ONE_SECOND)
@@ -174,4 +173,4 @@ def _transition(before: datetime, at_or_after: datetime, tz: ZoneInfo) -> dateti
             lo = mid
         else:
             hi = mid
-    return lo
+    return hi

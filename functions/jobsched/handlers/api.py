@@ -81,9 +81,13 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     )
 
 
+def view(job: Job, *, with_fire_times: bool = False) -> dict[str, Any]:
+    upcoming = container().jobs.next_fire_times(job, 5 if with_fire_times else 1)
+    return job_view(job, upcoming, with_fire_times=with_fire_times)
+
+
 def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Response:
-    times = container().jobs.next_fire_times(job) if with_next else None
-    return json_response(status, job_view(job, times), {"ETag": f'"{job.version}"'})
+    return json_response(status, view(job, with_fire_times=with_next), {"ETag": f'"{job.version}"'})
 
 
 # --- routes ---
@@ -115,7 +119,7 @@ def list_jobs(
     cursor: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> Response[JobList]:
     page = container().jobs.list_jobs(tenant_of_request(), state=state, limit=limit, cursor=cursor)
-    return json_response(200, {"items": [job_view(j) for j in page.items], "nextCursor": page.cursor})
+    return json_response(200, {"items": [view(j) for j in page.items], "nextCursor": page.cursor})
 
 
 @app.get("/v1/jobs/<job_id>", responses=ERRORS)

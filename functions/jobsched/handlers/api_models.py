@@ -249,19 +249,20 @@ class JobView(ApiModel):
     next_fire_times: list[str] | None = None
 
 
-def job_view(job: Job, next_fire_times: list[datetime] | None = None) -> dict[str, Any]:
+def job_view(job: Job, upcoming: list[datetime], *, with_fire_times: bool = False) -> dict[str, Any]:
+    """`upcoming` are the job's next fire times from now; nextRunAt is the first of them."""
     view = {
         "jobId": job.job_id,
         **body_of(job),
         "version": job.version,
         "state": job.state.value,
-        "nextRunAt": _iso(job.next_run_at),
+        "nextRunAt": _iso(upcoming[0]) if upcoming else None,
         "runsCreated": job.runs_created,
         "createdAt": _iso(job.created_at),
         "updatedAt": _iso(job.updated_at),
     }
-    if next_fire_times is not None:
-        view["nextFireTimes"] = [_iso(t) for t in next_fire_times]
+    if with_fire_times:
+        view["nextFireTimes"] = [_iso(t) for t in upcoming]
     return {k: v for k, v in view.items() if v is not None}
 
 

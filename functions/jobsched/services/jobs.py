@@ -18,6 +18,7 @@ from ..domain.errors import (
 from ..domain.instants import Clock, format_instant
 from ..domain.models import Job, JobSpec, JobState, ScheduleKind
 from ..domain.schedule import next_fire, upcoming
+from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, GuardTaken, Page
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
@@ -37,10 +38,30 @@ class CreateResult:
 
 
 class JobService:
-    def __init__(self, store: DefinitionStore, clock: Clock, *, guard_ttl: timedelta = timedelta(hours=24)):
+    def __init__(
+        self,
+        store: DefinitionStore,
+        clock: Clock,
+        *,
+        guard_ttl: timedelta = timedelta(hours=24),
+        materialize: Callable[[Job], object] | None = None,
+    ):
         self._store = store
         self._clock = clock
         self._guard_ttl = guard_ttl
+        self._materialize = materialize
+
+    def _materialize_soon(self, job: Job) -> None:
+        """A job that fires inside the horizon gets its first run now rather than at the next
+        sweep. Best effort: the job is committed either way, and the sweeper finds it."""
+        if self._materialize is None or not job.is_due_indexed:
+            return
+        try:
+            self._materialize(job)
+        except Exception:
+            logger.exception(
+                "materialising at write time failed; the sweeper will", extra={"job_id": job.job_id}
+            )
 
     # --- create ---
 
@@ -59,11 +80,13 @@ class JobService:
         )
         if idempotency_key is None:
             self._store.create(job, None, now)
+            self._materialize_soon(job)
             return CreateResult(job, True)
         guard = Guard(tenant, idempotency_key, job.job_id, body_hash, now + self._guard_ttl)
         for _ in range(_WRITE_ATTEMPTS):
             try:
                 self._store.create(job, guard, now)
+                self._materialize_soon(job)
                 return CreateResult(job, True)
             except (GuardTaken, ConcurrentUpdate):
                 existing = self._store.get_guard(tenant, idempotency_key)
@@ -164,9 +187,12 @@ class JobService:
             if changed is job:
                 return job
             try:
-                return self._store.save(changed)
+                saved = self._store.save(changed)
             except ConcurrentUpdate:
                 continue
+            if saved.next_run_at != job.next_run_at or saved.state is not job.state:
+                self._materialize_soon(saved)
+            return saved
         raise ConcurrentUpdate(f"job {job_id} is changing concurrently; retry")
 
 

@@ -14,9 +14,13 @@ from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState
 from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
-from .schema import DEFINITIONS, TENANT_INDEX
+from .schema import DEFINITIONS, DUE_INDEX, TENANT_INDEX
 
 GUARD_PREFIX = "guard#"
+STATS_PREFIX = "stats#"
+# Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
+# so they never contend with the job's rev-conditioned writes.
+STAT_NAMES = ("missed", "overlap_skipped", "succeeded", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class DefinitionStore:
             values["next_run_at"] = format_instant(job.next_run_at)
         if job.last_scheduled_for is not None:
             values["last_scheduled_for"] = format_instant(job.last_scheduled_for)
+        if job.last_run_at is not None:
+            values["last_run_at"] = format_instant(job.last_run_at)
         if job.is_due_indexed:
             values["due_shard"] = self.shard_of(job.job_id)
         return to_item(values)
@@ -93,6 +99,7 @@ class DefinitionStore:
             last_scheduled_for=(
                 parse_instant(data["last_scheduled_for"]) if data.get("last_scheduled_for") else None
             ),
+            last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
         )
 
     # --- writes ---
@@ -153,7 +160,49 @@ class DefinitionStore:
                 raise
         return saved
 
+    def add_stats(self, job_id: str, **counts: int) -> None:
+        counts = {k: v for k, v in counts.items() if v}
+        if not counts:
+            return
+        unknown = set(counts) - set(STAT_NAMES)
+        if unknown:
+            raise ValueError(f"unknown job counters: {sorted(unknown)}")
+        with translated_errors():
+            self._db.update_item(
+                TableName=self._table,
+                Key=to_item({"job_id": STATS_PREFIX + job_id}),
+                UpdateExpression="ADD " + ", ".join(f"{name} :{name}" for name in counts),
+                ExpressionAttributeValues=to_item({f":{k}": v for k, v in counts.items()}),
+            )
+
+    def get_stats(self, job_id: str) -> dict[str, int]:
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": STATS_PREFIX + job_id})
+            )
+        data = from_item(response.get("Item") or {})
+        return {name: int(data.get(name, 0)) for name in STAT_NAMES}
+
     # --- reads ---
+
+    def due_jobs(
+        self, shard: int, until: datetime, *, limit: int, start: dict[str, Any] | None = None
+    ) -> tuple[list[Job], dict[str, Any] | None]:
+        """ACTIVE jobs of one shard whose next occurrence is at or before `until` (sweeper input).
+
+        The index is sparse and sorted by next_run_at, so this reads only what is due."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": DUE_INDEX,
+            "KeyConditionExpression": "due_shard = :s AND next_run_at <= :until",
+            "ExpressionAttributeValues": to_item({":s": shard, ":until": format_instant(until)}),
+            "Limit": limit,
+        }
+        if start:
+            request["ExclusiveStartKey"] = start
+        with translated_errors():
+            response = self._db.query(**request)
+        return [self.job_from_item(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
 
     def get(self, job_id: str) -> Job | None:
         with translated_errors():
@@ -161,7 +210,7 @@ class DefinitionStore:
                 TableName=self._table, Key=to_item({"job_id": job_id}), ConsistentRead=True
             )
         item = response.get("Item")
-        if not item or job_id.startswith(GUARD_PREFIX):
+        if not item or job_id.startswith((GUARD_PREFIX, STATS_PREFIX)):
             return None
         return self.job_from_item(item)
 

@@ -124,3 +124,26 @@ IDEMPOTENCY = TableSpec(
 )
 
 ALL_TABLES = (DEFINITIONS, RUNS, IDEMPOTENCY)
+
+
+# --- Queues: one per priority plus one for external workers, each with its DLQ. ---
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    key: str  # high | default | low | external
+    env_var: str  # carries the queue URL to the functions
+    dlq_env_var: str
+    default_name: str
+    visibility_timeout: int = 360  # seconds; the worker extends it while a run executes
+    max_receive_count: int = 5  # deliveries before SQS moves a message to the DLQ
+
+    @property
+    def dlq_name(self) -> str:
+        return self.default_name + "-dlq"
+
+
+QUEUES = tuple(
+    QueueSpec(key, f"{key.upper()}_QUEUE_URL", f"{key.upper()}_DLQ_URL", f"jobsched-{key}")
+    for key in ("high", "default", "low", "external")
+)

@@ -1,0 +1,189 @@
+"""Turns a job's due occurrences into runs and advances the job: the heart of the sweeper,
+also called by the API when a new or resumed job fires inside the horizon.
+
+Occurrences are classed by how late they are when materialised:
+- older than the catch-up window (or merely missed, under `skip`): one SKIPPED record for
+  the whole range, saying why;
+- missed but within the window: `run-once` runs the latest and skips the rest, `catch-up`
+  runs each;
+- due from now - grace up to now + horizon: run.
+Every run is written with `attribute_not_exists` (the final duplicate defence), then the job
+advances with a condition on its rev. A crash between the two only makes the next pass find
+the runs already there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..domain.errors import ConcurrentUpdate
+from ..domain.instants import Clock
+from ..domain.models import Job, JobState, Misfire, Schedule, run_key
+from ..domain.runs import Run, RunState, make_run
+from ..domain.schedule import fires_between, next_fire
+from ..observability import logger
+from ..store.definitions import DefinitionStore
+from ..store.runs import RunStore
+
+ONE_SECOND = timedelta(seconds=1)
+ACTOR = "sweeper"
+
+
+@dataclass
+class Materialized:
+    job: Job
+    created: list[Run] = field(default_factory=list)
+    skipped: list[Run] = field(default_factory=list)
+    conflicts: int = 0
+    advanced: bool = False
+
+
+@dataclass
+class _Plan:
+    runs: list[datetime] = field(default_factory=list)
+    # (first, last, count, reason): one SKIPPED record stands for the whole range.
+    skips: list[tuple[datetime, datetime, int, str]] = field(default_factory=list)
+    next_at: datetime | None = None
+
+
+class Materializer:
+    def __init__(
+        self,
+        definitions: DefinitionStore,
+        runs: RunStore,
+        clock: Clock,
+        *,
+        horizon: timedelta,
+        misfire_grace: timedelta = timedelta(seconds=60),
+        max_runs_per_pass: int = 500,
+        max_scan: int = 100_000,
+    ) -> None:
+        self._definitions = definitions
+        self._runs = runs
+        self._clock = clock
+        self.horizon = horizon
+        self.misfire_grace = misfire_grace
+        self.max_runs_per_pass = max_runs_per_pass
+        self.max_scan = max_scan
+
+    def materialize(self, job: Job, *, actor: str = ACTOR) -> Materialized:
+        """Materialise what is due; on a lost race re-read the job and try again."""
+        current: Job | None = job
+        for _ in range(3):
+            if current is None or not current.is_due_indexed:
+                break
+            try:
+                return self._pass(current, self._clock.now(), actor)
+            except ConcurrentUpdate:
+                current = self._definitions.get(job.job_id)
+        return Materialized(current or job)
+
+    def _pass(self, job: Job, now: datetime, actor: str) -> Materialized:
+        assert job.next_run_at is not None
+        if job.next_run_at > now + self.horizon:
+            return Materialized(job)
+        plan = self.plan(job, now)
+        result = Materialized(job)
+        previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
+        written: list[tuple[Run, bool]] = []
+        for first, last, count, reason in plan.skips:
+            record = make_run(
+                job,
+                first,
+                now=now,
+                actor=actor,
+                state=RunState.SKIPPED,
+                reason=reason,
+                skipped_through=last,
+                skipped_count=count,
+            )
+            written.append((record, self._runs.insert(record)))
+        for at in plan.runs:
+            run = make_run(job, at, now=now, actor=actor, previous_run_key=previous)
+            previous = run.run_key
+            written.append((run, self._runs.insert(run)))
+        processed = [r.scheduled_for for r, _ in written] + [last for _, last, _, _ in plan.skips]
+        runs_made = job.runs_created + len(plan.runs)
+        limit = job.spec.schedule.max_runs
+        done = plan.next_at is None or (limit is not None and runs_made >= limit)
+        advanced = job.model_copy(
+            update={
+                "next_run_at": None if done else plan.next_at,
+                "state": JobState.COMPLETED if done else JobState.ACTIVE,
+                "runs_created": runs_made,
+                "last_scheduled_for": max(
+                    [*processed, *([job.last_scheduled_for] if job.last_scheduled_for else [])]
+                ),
+                "last_run_at": plan.runs[-1] if plan.runs else job.last_run_at,
+            }
+        )
+        result.job = self._definitions.save(advanced)  # raises ConcurrentUpdate on a lost race
+        result.advanced = True
+        for run, inserted in written:
+            if not inserted:
+                result.conflicts += 1
+            elif run.state is RunState.SKIPPED:
+                result.skipped.append(run)
+            else:
+                result.created.append(run)
+        missed = sum(r.skipped_count or 1 for r in result.skipped)
+        if missed:
+            self._definitions.add_stats(job.job_id, missed=missed)
+        if result.conflicts:
+            logger.info(
+                "occurrences already materialised", extra={"job_id": job.job_id, "count": result.conflicts}
+            )
+        return result
+
+    def plan(self, job: Job, now: datetime) -> _Plan:
+        """Decide, without writing, what each due occurrence becomes."""
+        schedule = job.spec.schedule
+        policies = job.spec.policies
+        plan = _Plan()
+        cursor = job.next_run_at
+        late_edge = now - self.misfire_grace
+        window_edge = now - timedelta(seconds=policies.catch_up_window_seconds)
+        skip_all_missed = policies.misfire is Misfire.SKIP
+        expired_edge = late_edge if skip_all_missed else min(window_edge, late_edge)
+
+        # Zone 1: beyond any catch-up (or simply missed, under `skip`).
+        if cursor is not None and cursor < expired_edge:
+            first, last, count = self._span(schedule, cursor, expired_edge - ONE_SECOND)
+            plan.skips.append((first, last, count, "misfire" if skip_all_missed else "expired"))
+            cursor = next_fire(schedule, expired_edge - ONE_SECOND)
+
+        # Zone 2: missed, but inside the catch-up window.
+        if cursor is not None and cursor < late_edge:
+            missed = [cursor, *fires_between(schedule, cursor, late_edge - ONE_SECOND, self.max_scan)]
+            if policies.misfire is Misfire.RUN_ONCE:
+                if len(missed) > 1:
+                    plan.skips.append((missed[0], missed[-2], len(missed) - 1, "misfire"))
+                plan.runs.append(missed[-1])
+            else:
+                plan.runs.extend(missed)
+            cursor = next_fire(schedule, max(missed[-1], late_edge - ONE_SECOND))
+
+        # Zone 3: on time, up to the horizon.
+        horizon_end = now + self.horizon
+        if cursor is not None and cursor <= horizon_end:
+            plan.runs.extend([cursor, *fires_between(schedule, cursor, horizon_end, self.max_runs_per_pass)])
+
+        limit = schedule.max_runs
+        budget = self.max_runs_per_pass
+        if limit is not None:
+            budget = min(budget, max(0, limit - job.runs_created))
+        if len(plan.runs) > budget:
+            plan.runs = plan.runs[:budget]
+        last_handled = max([*plan.runs, *[s[1] for s in plan.skips]], default=None)
+        if last_handled is None:
+            plan.next_at = cursor
+        else:
+            plan.next_at = next_fire(schedule, last_handled)
+        return plan
+
+    def _span(self, schedule: Schedule, first: datetime, until: datetime) -> tuple[datetime, datetime, int]:
+        """First, last and count of occurrences in [first, until]; the count stops at max_scan."""
+        rest = fires_between(schedule, first, until, self.max_scan)
+        if len(rest) >= self.max_scan:
+            return first, until, len(rest) + 1  # a lower bound; the range still covers them all
+        return first, rest[-1] if rest else first, len(rest) + 1

@@ -1,0 +1,252 @@
+"""The Runs table: one item per run (SK `R#<scheduled_for>`), its history inside the item.
+
+Every write is conditional: a new run only if its key is unused (the final duplicate
+defence), a change only if nobody wrote the run since it was read (`rev`), and a change by
+a lease holder only while its fence is current."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..domain.errors import ConcurrentUpdate
+from ..domain.instants import format_instant, parse_instant
+from ..domain.repair import RepairTimings, repair_deadline
+from ..domain.runs import Run, RunState, split_run_key
+from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
+from .schema import DEAD_INDEX, OPEN_INDEX
+
+RUN_PREFIX = "R#"
+
+
+class RunChanged(ConcurrentUpdate):
+    """The run changed since it was read; `current` is what is stored now (None if absent)."""
+
+    def __init__(self, message: str, current: Run | None) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+@dataclass(frozen=True)
+class RunPage:
+    items: list[Run]
+    cursor: str | None
+
+
+def run_sk(scheduled_for: datetime | str) -> str:
+    instant = scheduled_for if isinstance(scheduled_for, str) else format_instant(scheduled_for)
+    return RUN_PREFIX + instant
+
+
+class RunStore:
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        shard_count: int,
+        *,
+        retention: timedelta = timedelta(days=30),
+        timings: RepairTimings | None = None,
+    ) -> None:
+        self._db = client
+        self._table = table_name
+        self.shard_count = shard_count
+        self.retention = retention
+        self.timings = timings or RepairTimings()
+
+    def open_shard_of(self, job_id: str) -> int:
+        return zlib.crc32(job_id.encode()) % self.shard_count
+
+    # --- (de)serialisation ---
+
+    def to_item(self, run: Run) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "job_id": run.job_id,
+            "sk": run_sk(run.scheduled_for),
+            "run_key": run.run_key,
+            "tenant": run.tenant,
+            "state": run.state.value,
+            "rev": run.rev,
+            "fence": run.fence,
+            "priority": run.priority.value,
+            "due_at": format_instant(run.due_at),
+            "doc": run.model_dump_json(),
+        }
+        if run.blocked_by:
+            values["blocked_by"] = run.blocked_by
+        deadline = repair_deadline(run, self.timings)
+        if deadline is not None:
+            values["open_shard"] = self.open_shard_of(run.job_id)
+            values["deadline_at"] = format_instant(deadline)
+        if run.state is RunState.DEAD:
+            values["dead_tenant"] = run.tenant
+            values["dead_at"] = format_instant(run.finished_at or run.updated_at)
+        elif run.finished_at is not None:
+            values["expires_at"] = int((run.finished_at + self.retention).timestamp())
+        return to_item(values)
+
+    @staticmethod
+    def from_item(item: dict[str, Any]) -> Run:
+        return Run.model_validate_json(from_item({"doc": item["doc"]})["doc"])
+
+    def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:
+        return to_item({"job_id": job_id, "sk": run_sk(scheduled_for)})
+
+    # --- writes ---
+
+    def insert(self, run: Run) -> bool:
+        """Create the run unless its key exists. False means another writer got there first."""
+        with translated_errors():
+            try:
+                self._db.put_item(
+                    TableName=self._table,
+                    Item=self.to_item(run),
+                    ConditionExpression="attribute_not_exists(sk)",
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+        return True
+
+    def replace(self, run: Run, *, expected_fence: int | None = None) -> Run:
+        """Write `run` (computed from a read at run.rev) if the stored rev, and fence, still match."""
+        saved = run.model_copy(update={"rev": run.rev + 1})
+        condition = "rev = :rev"
+        values: dict[str, Any] = {":rev": run.rev}
+        if expected_fence is not None:
+            condition += " AND fence = :fence"
+            values[":fence"] = expected_fence
+        with translated_errors():
+            try:
+                self._db.put_item(
+                    TableName=self._table,
+                    Item=self.to_item(saved),
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues=to_item(values),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    old: Any = exc.response.get("Item")
+                    current = self.from_item(old) if old else None
+                    raise RunChanged(f"run {run.run_key} changed concurrently", current) from exc
+                raise
+        return saved
+
+    def extend_lease(self, run: Run, until: datetime) -> int:
+        """Heartbeat: push the lease out while the fence is still ours. Returns the new rev."""
+        with translated_errors():
+            try:
+                response = self._db.update_item(
+                    TableName=self._table,
+                    Key=self._key(run.job_id, run.scheduled_for),
+                    UpdateExpression="SET rev = rev + :one, deadline_at = :deadline, #doc = :doc",
+                    ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
+                    ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
+                    ExpressionAttributeValues=to_item(
+                        {
+                            ":one": 1,
+                            ":fence": run.fence,
+                            ":rev": run.rev,
+                            ":leased": RunState.LEASED.value,
+                            ":deadline": format_instant(until + self.timings.lease_grace),
+                            ":doc": run.model_copy(
+                                update={"lease_expires_at": until, "rev": run.rev + 1}
+                            ).model_dump_json(),
+                        }
+                    ),
+                    ReturnValues="UPDATED_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    old_item: Any = exc.response.get("Item")
+                    raise RunChanged(
+                        f"run {run.run_key} lease lost", self.from_item(old_item) if old_item else None
+                    ) from exc
+                raise
+        return int(from_item(response["Attributes"])["rev"])
+
+    # --- reads ---
+
+    def get(self, job_id: str, scheduled_for: datetime | str) -> Run | None:
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=self._key(job_id, scheduled_for), ConsistentRead=True
+            )
+        item = response.get("Item")
+        return self.from_item(item) if item else None
+
+    def get_by_key(self, run_key: str) -> Run | None:
+        try:
+            job_id, instant = split_run_key(run_key)
+            parse_instant(instant)
+        except ValueError:
+            return None
+        return self.get(job_id, instant)
+
+    def list_for_job(self, job_id: str, *, limit: int, cursor: str | None) -> RunPage:
+        """A job's runs, newest scheduled first."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "job_id = :j AND begins_with(sk, :r)",
+            "ExpressionAttributeValues": to_item({":j": job_id, ":r": RUN_PREFIX}),
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if cursor:
+            request["ExclusiveStartKey"] = decode_cursor(cursor, job_id, {"job_id", "sk"})
+        with translated_errors():
+            response = self._db.query(**request)
+        last = response.get("LastEvaluatedKey")
+        return RunPage(
+            [self.from_item(i) for i in response.get("Items", [])],
+            encode_cursor(last, job_id) if last else None,
+        )
+
+    def latest_for_job(self, job_id: str, count: int) -> list[Run]:
+        return self.list_for_job(job_id, limit=count, cursor=None).items
+
+    def overdue(
+        self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None
+    ) -> tuple[list[Run], dict[str, Any] | None]:
+        """Open runs of a shard whose repair deadline has passed (the reconciler's work list)."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": OPEN_INDEX,
+            "KeyConditionExpression": "open_shard = :s AND deadline_at <= :now",
+            "ExpressionAttributeValues": to_item({":s": shard, ":now": format_instant(now)}),
+            "Limit": limit,
+        }
+        if cursor:
+            request["ExclusiveStartKey"] = cursor
+        with translated_errors():
+            response = self._db.query(**request)
+        return [self.from_item(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def list_dead(self, tenant: str, *, limit: int, cursor: str | None) -> RunPage:
+        """A tenant's dead-lettered runs, most recent first."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": DEAD_INDEX,
+            "KeyConditionExpression": "dead_tenant = :t",
+            "ExpressionAttributeValues": to_item({":t": tenant}),
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if cursor:
+            request["ExclusiveStartKey"] = decode_cursor(
+                cursor, tenant, {"job_id", "sk", "dead_tenant", "dead_at"}
+            )
+        with translated_errors():
+            response = self._db.query(**request)
+        last = response.get("LastEvaluatedKey")
+        return RunPage(
+            [self.from_item(i) for i in response.get("Items", [])],
+            encode_cursor(last, tenant) if last else None,
+        )
