@@ -439,3 +439,49 @@ def test_swagger_ui_is_served(api):
 def test_unknown_route_is_404_json(api):
     response = api.get("/v1/nothing")
     assert response.status == 404 and response.body["code"] == "not_found"
+
+
+def test_patch_accepts_merge_patch_media_type(api):
+    job = create(api)
+    response = api.patch(
+        f"/v1/jobs/{job['jobId']}",
+        {"name": "renamed"},
+        headers={"If-Match": "1", "content-type": "application/merge-patch+json"},
+    )
+    assert response.status == 200 and response.body["name"] == "renamed"
+
+
+def test_patch_merges_nested_objects_and_null_removes(api):
+    job = create(api, dst={"gap": "skip", "fold": "last"})
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"dst": {"fold": None}}, headers={"If-Match": "1"})
+    assert response.status == 200, response
+    assert response.body["dst"] == {"gap": "skip", "fold": "first"}  # fold back to its default
+
+
+def test_patch_to_another_target_kind_replaces_the_target(api):
+    job = create(api, target={"kind": "http", "url": "https://example.com/hook"})
+    arn = "arn:aws:lambda:eu-west-1:123456789012:function:f"
+    response = api.patch(
+        f"/v1/jobs/{job['jobId']}",
+        {"target": {"kind": "lambda", "functionArn": arn}},
+        headers={"If-Match": "1"},
+    )
+    assert response.status == 200, response
+    assert response.body["target"]["kind"] == "lambda" and response.body["target"]["functionArn"] == arn
+
+
+def test_malformed_json_names_the_body(api):
+    response = api.request("POST", "/v1/jobs", raw_body='{"name": "x",')
+    assert response.status == 400 and response.body["errors"][0]["field"] == "body"
+
+
+def test_next_fire_times_count_materialised_runs_once(api):
+    job = create(api, cron="30 0 9 * * *", timeZone="Europe/Berlin", maxRuns=3)
+    body = api.get(f"/v1/jobs/{job['jobId']}").body
+    assert body["runsCreated"] == 1
+    assert body["nextFireTimes"] == [f"2026-11-0{d}T08:00:30Z" for d in (2, 3, 4)]
+
+
+def test_openapi_document_is_titled(api):
+    info = api.get("/openapi.json").body["info"]
+    assert info["title"] == "jobsched" and info["version"] == "1"

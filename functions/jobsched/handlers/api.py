@@ -23,9 +23,9 @@ from ..wiring import container
 from .api_models import ErrorBody, JobBody, JobList, JobView, job_view, merge_patch, problems_of
 
 app = APIGatewayRestResolver(enable_validation=True)
-app.enable_swagger(
-    path="/docs", title="jobsched", version="1", description="Durable multi-tenant job scheduler"
-)
+OPENAPI = {"title": "jobsched", "version": "1", "description": "Durable multi-tenant job scheduler"}
+app.configure_openapi(**OPENAPI)
+app.enable_swagger(path="/docs", **OPENAPI)
 
 JOB_ID = Path(pattern=r"^j_[0-9a-z]{1,64}$", description="job id")
 ERRORS: dict[int, OpenAPIResponse] = {
@@ -166,7 +166,9 @@ def resume_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Resp
 @app.get("/openapi.json", include_in_schema=False)
 def openapi_document() -> Response[Any]:
     return Response(
-        status_code=200, content_type=content_types.APPLICATION_JSON, body=app.get_openapi_json_schema()
+        status_code=200,
+        content_type=content_types.APPLICATION_JSON,
+        body=app.get_openapi_json_schema(**OPENAPI),
     )
 
 
@@ -199,4 +201,17 @@ def route_not_found(exc: NotFoundError) -> Response:
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    _accept_merge_patch(event)
     return app.resolve(event, context)
+
+
+def _accept_merge_patch(event: dict[str, Any]) -> None:
+    """RFC 7396's media type is JSON; let the resolver's body validation treat it as such."""
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key) or {}
+        for name, value in list(headers.items()):
+            if name.lower() != "content-type":
+                continue
+            values = value if isinstance(value, list) else [value]
+            fixed = [v.replace("application/merge-patch+json", "application/json") for v in values]
+            headers[name] = fixed if isinstance(value, list) else fixed[0]

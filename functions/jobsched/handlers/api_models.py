@@ -192,20 +192,38 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
         raise ValidationFailed("idempotencyKey", "only applies to create")
     merged = body_of(job)
     if any(name in patch for name in ("runAt", "cron", "every")):
-        for name in _SCHEDULE_FIELDS:  # a new schedule replaces the old one whole
-            merged.pop(name, None)
-    for name, value in patch.items():
-        if value is None:
-            merged.pop(name, None)
-        elif isinstance(value, dict) and isinstance(merged.get(name), dict) and name != "payload":
-            merged[name] = {**merged[name], **value}
-        else:
-            merged[name] = value
+        # A new schedule replaces the old one, but a new cron keeps the zone it had.
+        keep_zone = "cron" in patch and "timeZone" in merged
+        for name in _SCHEDULE_FIELDS:
+            if not (name == "timeZone" and keep_zone):
+                merged.pop(name, None)
+    current_target = merged.get("target")
+    new_target = patch.get("target")
+    if (
+        isinstance(new_target, dict)
+        and isinstance(current_target, dict)
+        and new_target.get("kind", current_target.get("kind")) != current_target.get("kind")
+    ):
+        merged.pop("target")  # another kind of target replaces the old one whole
+    merged = _merge(merged, patch)
     try:
         body = JobBody.model_validate(merged)
     except ValidationError as exc:
         raise validation_failed(exc) from None
     return body, "every" in patch or "startAt" in patch
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """RFC 7396: objects merge recursively, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(base) if isinstance(base, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = _merge(result.get(name), value)
+    return result
 
 
 class RetryView(ApiModel):
@@ -327,6 +345,8 @@ def problems_of(errors: list[Any], *, domain: bool = False) -> list[FieldProblem
             message = message[len("Value error, ") :]
         if error.get("type") == "extra_forbidden":
             message = "is not a known field"
+        if error.get("type") == "json_invalid":
+            field, message = "body", f"is not valid JSON ({message})"
         problems.append(FieldProblem(field or "body", message))
     return problems
 

@@ -121,7 +121,9 @@ class JobService:
         times = upcoming(job.spec.schedule, after, count)
         limit = job.spec.schedule.max_runs
         if limit is not None:
-            times = times[: max(0, limit - job.runs_created)]
+            # Runs already materialised but not yet due are counted in runs_created and listed here.
+            waiting = sum(1 for t in times if job.last_run_at is not None and t <= job.last_run_at)
+            times = times[: max(0, limit - job.runs_created + waiting)]
         return times
 
     # --- changes ---

@@ -1,0 +1,164 @@
+"""Every curl example in README.md, run in order through the real `api` handler.
+
+Each command in a ```sh block that calls curl is parsed (method, path, query, headers,
+body) and sent with the `api` fixture's client. `VAR=$(curl ... | jq -r .field)` stores
+the field for later `$VAR` references (the first create gives `$JOB`). A command must
+answer 2xx unless its line ends with a marker such as `# → 409`, which names the status
+it must answer instead. The clock moves one second after each request, as it would
+between commands typed one after another."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobsched.domain.instants import ManualClock
+
+from tests.conftest import ApiClient
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+_SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+_EXPECTED = re.compile(r"#\s*(?:→|->)\s*(\d{3})\s*$")
+_CAPTURE = re.compile(r"^(\w+)=\$\((.*)\)$", re.S)
+_JQ_FIELD = re.compile(r"^\.(\w+)$")
+_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_BASE = "$JOBSCHED_URL"
+_NO_ARG_FLAGS = {"-s", "-S", "-sS", "-i", "-si", "-sSi", "--silent", "--show-error", "--include"}
+_DATA_FLAGS = {"-d", "--data", "--data-raw"}
+
+
+@dataclass
+class Example:
+    text: str  # the command as written, for failure messages
+    method: str
+    target: str  # URL after $JOBSCHED_URL, variables not yet substituted
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str | None = None
+    expected: int | None = None  # from a trailing `# → NNN`
+    capture: tuple[str, str] | None = None  # (variable, response field)
+
+
+def commands(block: str) -> list[str]:
+    """Logical commands of a shell block: backslash continuations joined, quotes kept whole."""
+    found, pending = [], ""
+    for line in block.splitlines():
+        pending += line + "\n"
+        if line.rstrip().endswith("\\"):
+            continue
+        text = pending.replace("\\\n", " ").strip()
+        try:
+            shlex.split(text, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        if text and not text.startswith("#"):
+            found.append(text)
+        pending = ""
+    assert not pending.strip(), f"unterminated command in README: {pending!r}"
+    return found
+
+
+def parse(text: str) -> Example | None:
+    """The request a curl command makes, or None for a command that is not curl."""
+    marker = _EXPECTED.search(text)
+    expected = int(marker.group(1)) if marker else None
+    command = text[: marker.start()].rstrip() if marker else text
+    capture_var = None
+    captured = _CAPTURE.match(command)
+    if captured:
+        capture_var, command = captured.group(1), captured.group(2)
+    words = shlex.split(command, comments=True)
+    stages: list[list[str]] = [[]]
+    for word in words:
+        if word == "|":
+            stages.append([])
+        else:
+            stages[-1].append(word)
+    if not stages[0] or stages[0][0] != "curl":
+        return None
+    capture = None
+    if capture_var:
+        jq = stages[1] if len(stages) > 1 else []
+        path = _JQ_FIELD.match(jq[-1]) if jq[:2] == ["jq", "-r"] else None
+        assert path, f"capture must pipe to `jq -r .field`: {text}"
+        capture = (capture_var, path.group(1))
+
+    method, url, headers, body = None, None, {}, None
+    args = iter(stages[0][1:])
+    for arg in args:
+        if arg in ("-X", "--request"):
+            method = next(args).upper()
+        elif arg in ("-H", "--header"):
+            name, _, value = next(args).partition(":")
+            headers[name.strip()] = value.strip()
+        elif arg in _DATA_FLAGS:
+            body = next(args)
+        elif arg in _NO_ARG_FLAGS:
+            continue
+        elif arg.startswith("-"):
+            raise AssertionError(f"curl option {arg} is not understood by this test: {text}")
+        else:
+            assert url is None, f"two URLs in one command: {text}"
+            url = arg
+    assert url and url.startswith(_BASE), f"the URL must start with {_BASE}: {text}"
+    method = method or ("POST" if body is not None else "GET")
+    return Example(text, method, url[len(_BASE) :], headers, body, expected, capture)
+
+
+def readme_examples() -> list[Example]:
+    found = []
+    for block in _SH_BLOCK.findall(README.read_text(encoding="utf-8")):
+        for text in commands(block):
+            example = parse(text)
+            if example is not None:
+                found.append(example)
+    return found
+
+
+def substitute(text: str, variables: dict[str, str]) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name == "JOBSCHED_KEY":
+            return "local-example-key"
+        assert name in variables, f"${name} is used before a command sets it"
+        return variables[name]
+
+    return _VARIABLE.sub(value, text)
+
+
+def test_readme_has_an_example_for_every_route():
+    shapes = {(e.method, e.target.split("?")[0]) for e in readme_examples()}
+    assert {
+        ("POST", "/v1/jobs"),
+        ("GET", "/v1/jobs"),
+        ("GET", "/v1/jobs/$JOB"),
+        ("PATCH", "/v1/jobs/$JOB"),
+        ("DELETE", "/v1/jobs/$JOB"),
+        ("POST", "/v1/jobs/$JOB/pause"),
+        ("POST", "/v1/jobs/$JOB/resume"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+    } <= shapes
+
+
+def test_readme_examples_run_in_order(api: ApiClient, clock: ManualClock):
+    examples = readme_examples()
+    assert any(e.capture == ("JOB", "jobId") for e in examples), "no `JOB=$(curl ... | jq -r .jobId)`"
+    variables: dict[str, str] = {}
+    for example in examples:
+        path, _, query = substitute(example.target, variables).partition("?")
+        headers = {name: substitute(value, variables) for name, value in example.headers.items()}
+        # Bodies are single-quoted in the README, where the shell expands nothing.
+        response = api.request(example.method, path, headers=headers, raw_body=example.body, query=query)
+        if example.expected is not None:
+            assert response.status == example.expected, f"{example.text}\n→ {response}"
+        else:
+            assert 200 <= response.status < 300, f"{example.text}\n→ {response}"
+        if example.capture:
+            name, key = example.capture
+            value = response.body.get(key) if isinstance(response.body, dict) else None
+            assert isinstance(value, str) and value, f"{example.text}\n→ no {key} in {response}"
+            variables[name] = value
+        clock.advance(1)
