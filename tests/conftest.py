@@ -62,8 +62,12 @@ def create_queues(sqs) -> dict[str, dict[str, str]]:
     urls, dlq_urls = {}, {}
     for queue in QUEUES:
         dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)})
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
+        )
         urls[queue.key] = sqs.create_queue(
             QueueName=queue.default_name,
             Attributes={"VisibilityTimeout": str(queue.visibility_timeout), "RedrivePolicy": redrive},

@@ -25,6 +25,7 @@ class Settings:
     tenant_concurrency: int = 50  # leased runs per tenant before its messages are delayed
     lease_seconds: int = 60  # renewed by the heartbeat while the effect runs
     allow_destinations: tuple[str, ...] = ()  # HTTP target allow-list (CIDRs or host names)
+    handler_modules: tuple[str, ...] = ()  # modules that register Python job handlers
     endpoint_url: str | None = None  # set in local mode (moto server)
 
     @classmethod
@@ -42,11 +43,14 @@ class Settings:
             fair_queues=env.get("FAIR_QUEUES", "true").lower() == "true",
             tenant_concurrency=int(env.get("TENANT_CONCURRENCY", "50")),
             lease_seconds=int(env.get("LEASE_SECONDS", "60")),
-            allow_destinations=tuple(
-                x.strip() for x in env.get("HTTP_ALLOW_DESTINATIONS", "").split(",") if x.strip()
-            ),
+            allow_destinations=_csv(env.get("HTTP_ALLOW_DESTINATIONS", "")),
+            handler_modules=_csv(env.get("HANDLER_MODULES", "")),
             endpoint_url=env.get("JOBSCHED_AWS_ENDPOINT_URL") or None,
         )
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 @lru_cache(maxsize=1)

@@ -5,15 +5,22 @@ Each service is a cached property so a handler builds only what it uses."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
 from .aws import client
 from .domain.instants import Clock, SystemClock
+from .observability import emit
+from .services.completion import Completer
 from .services.jobs import JobService
 from .services.materialize import Materializer
+from .services.outbox import Outbox, default_router
+from .services.reconciler import Reconciler
+from .services.runs import RunService
 from .services.sweeper import Sweeper
+from .services.worker import Worker
 from .settings import Settings, settings
 from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
@@ -24,6 +31,12 @@ from .store.runs import RunStore
 class Container:
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
+
+    def __post_init__(self) -> None:
+        # Python job handlers register themselves on import; every function imports them so
+        # the outbox routes exactly the types the worker can run.
+        for module in self.settings.handler_modules:
+            importlib.import_module(module)
 
     @cached_property
     def definitions(self) -> DefinitionStore:
@@ -58,19 +71,48 @@ class Container:
     def sweeper(self) -> Sweeper:
         return Sweeper(self.definitions, self.materializer, self.clock)
 
+    @cached_property
+    def worker(self) -> Worker:
+        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+        from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
+
+        http = HttpTargetClient(DestinationPolicy(list(self.settings.allow_destinations)))
+        return Worker(
+            self.definitions,
+            self.runs,
+            self.queues,
+            TargetRunner(client, http=http),
+            self.clock,
+            DynamoDBPersistenceLayer(
+                table_name=self.settings.idempotency_table, boto3_client=client("dynamodb")
+            ),
+            worker_id="local",
+            lease_seconds=self.settings.lease_seconds,
+            tenant_concurrency=self.settings.tenant_concurrency,
+            idempotency_ttl=timedelta(days=1),
+            metrics=emit,
+        )
+
     # --- services added by later capabilities go below, one cached property each ---
 
     @cached_property
-    def outbox(self) -> Outbox:  # type: ignore[name-defined]  # noqa: F821 (import belongs at the top)
-        from .services.outbox import Outbox, default_router
-
+    def outbox(self) -> Outbox:
         return Outbox(self.runs, self.queues, self.clock, default_router())
 
     @cached_property
-    def reconciler(self) -> Reconciler:  # type: ignore[name-defined]  # noqa: F821 (import belongs at the top)
-        from .services.reconciler import Reconciler
+    def completer(self) -> Completer:
+        return Completer(self.definitions, self.runs, self.queues, self.clock, emit)
 
-        return Reconciler(self.runs, self.clock, shard_count=self.settings.shard_count)
+    @cached_property
+    def reconciler(self) -> Reconciler:
+        return Reconciler(
+            self.runs, self.clock, shard_count=self.settings.shard_count, on_dead=self.completer.after_dead
+        )
+
+    @cached_property
+    def run_service(self) -> RunService:
+        return RunService(self.definitions, self.runs, self.completer, self.clock)
 
 
 _container: Container | None = None

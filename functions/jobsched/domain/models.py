@@ -184,12 +184,15 @@ class HttpTarget(Model):
     @field_validator("headers")
     @classmethod
     def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        reserved = {"idempotency-key", "host", "content-length"}
-        for name in value:
-            if name.lower() in reserved:
+        reserved = {"idempotency-key", "host", "content-length", "content-type", "user-agent"}
+        for name, header_value in value.items():
+            lowered = name.lower()
+            if lowered in reserved or lowered.startswith("x-jobsched-"):
                 raise ValueError(f"header '{name}' is set by the scheduler")
             if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
                 raise ValueError(f"'{name}' is not a valid header name")
+            if any(ch in header_value for ch in "\r\n\x00"):
+                raise ValueError(f"header '{name}' must not contain CR, LF or NUL")
         return value
 
 

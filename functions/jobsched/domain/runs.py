@@ -31,8 +31,13 @@ CLAIMABLE_STATES = frozenset({RunState.PENDING, RunState.QUEUED, RunState.RETRY_
 
 # The state machine: every transition the code performs must be listed here.
 ALLOWED: dict[RunState, frozenset[RunState]] = {
-    RunState.PENDING: frozenset({RunState.QUEUED, RunState.LEASED, RunState.SKIPPED, RunState.CANCELLED}),
-    RunState.QUEUED: frozenset({RunState.LEASED, RunState.PENDING, RunState.SKIPPED, RunState.CANCELLED}),
+    # PENDING/QUEUED → DEAD: undeliverable after repeated requeues without any claim.
+    RunState.PENDING: frozenset(
+        {RunState.QUEUED, RunState.LEASED, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
+    ),
+    RunState.QUEUED: frozenset(
+        {RunState.LEASED, RunState.PENDING, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
+    ),
     RunState.LEASED: frozenset(
         {RunState.LEASED, RunState.SUCCEEDED, RunState.RETRY_WAIT, RunState.DEAD, RunState.CANCELLED}
     ),
@@ -159,8 +164,8 @@ def advance(
     if error_class is not None:
         updates["last_error_class"] = error_class
         updates["last_error_message"] = entry.error_message
-    if reason is not None:
-        updates["reason"] = reason
+    if reason is not None and target in TERMINAL_STATES:
+        updates["reason"] = reason  # the run's own `reason` says why it ended; history keeps the rest
     if target in TERMINAL_STATES:
         updates.setdefault("finished_at", now)
         updates["lease_owner"] = None

@@ -23,9 +23,9 @@ from ..wiring import container
 from .api_models import ErrorBody, JobBody, JobList, JobView, job_view, merge_patch, problems_of
 
 app = APIGatewayRestResolver(enable_validation=True)
-OPENAPI = {"title": "jobsched", "version": "1", "description": "Durable multi-tenant job scheduler"}
-app.configure_openapi(**OPENAPI)
-app.enable_swagger(path="/docs", **OPENAPI)
+TITLE, VERSION, DESCRIPTION = "jobsched", "1", "Durable multi-tenant job scheduler"
+app.configure_openapi(title=TITLE, version=VERSION, description=DESCRIPTION)
+app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCRIPTION)
 
 JOB_ID = Path(pattern=r"^j_[0-9a-z]{1,64}$", description="job id")
 ERRORS: dict[int, OpenAPIResponse] = {
@@ -168,8 +168,13 @@ def openapi_document() -> Response[Any]:
     return Response(
         status_code=200,
         content_type=content_types.APPLICATION_JSON,
-        body=app.get_openapi_json_schema(**OPENAPI),
+        body=app.get_openapi_json_schema(title=TITLE, version=VERSION, description=DESCRIPTION),
     )
+
+
+from .api_runs import router as runs_router  # noqa: E402 (needs the helpers above)
+
+app.include_router(runs_router)
 
 
 # --- errors: every failure is a JSON body naming what was wrong; nothing escapes as a bare 500 ---

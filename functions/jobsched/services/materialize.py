@@ -36,6 +36,7 @@ class Materialized:
     skipped: list[Run] = field(default_factory=list)
     conflicts: int = 0
     advanced: bool = False
+    conflict_keys: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -67,21 +68,36 @@ class Materializer:
         self.max_scan = max_scan
 
     def materialize(self, job: Job, *, actor: str = ACTOR) -> Materialized:
-        """Materialise what is due; on a lost race re-read the job and try again."""
+        """Materialise what is due; on a lost race re-read the job and go again (inserts are
+        idempotent, so a second pass finds this pass's runs and only advances the job)."""
+        total = Materialized(job)
+        mine: set[str] = set()
         current: Job | None = job
         for _ in range(3):
             if current is None or not current.is_due_indexed:
                 break
-            try:
-                return self._pass(current, self._clock.now(), actor)
-            except ConcurrentUpdate:
-                current = self._definitions.get(job.job_id)
-        return Materialized(current or job)
+            outcome = self._pass(current, self._clock.now(), actor)
+            mine.update(r.run_key for r in outcome.created + outcome.skipped)
+            total.created += outcome.created
+            total.skipped += outcome.skipped
+            total.conflicts += sum(1 for key in outcome.conflict_keys if key not in mine)
+            total.job = outcome.job
+            if outcome.advanced or outcome.job.next_run_at is None:
+                total.advanced = outcome.advanced
+                break
+            current = self._definitions.get(job.job_id)
+        if total.skipped:
+            self._definitions.add_stats(job.job_id, missed=sum(r.skipped_count or 1 for r in total.skipped))
+        if total.conflicts:
+            logger.info(
+                "occurrences already materialised", extra={"job_id": job.job_id, "count": total.conflicts}
+            )
+        return total
 
     def _pass(self, job: Job, now: datetime, actor: str) -> Materialized:
         assert job.next_run_at is not None
         if job.next_run_at > now + self.horizon:
-            return Materialized(job)
+            return Materialized(job, advanced=True)
         plan = self.plan(job, now)
         result = Materialized(job)
         previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
@@ -102,6 +118,13 @@ class Materializer:
             run = make_run(job, at, now=now, actor=actor, previous_run_key=previous)
             previous = run.run_key
             written.append((run, self._runs.insert(run)))
+        for run, inserted in written:
+            if not inserted:
+                result.conflict_keys.append(run.run_key)
+            elif run.state is RunState.SKIPPED:
+                result.skipped.append(run)
+            else:
+                result.created.append(run)
         processed = [r.scheduled_for for r, _ in written] + [last for _, last, _, _ in plan.skips]
         runs_made = job.runs_created + len(plan.runs)
         limit = job.spec.schedule.max_runs
@@ -117,22 +140,11 @@ class Materializer:
                 "last_run_at": plan.runs[-1] if plan.runs else job.last_run_at,
             }
         )
-        result.job = self._definitions.save(advanced)  # raises ConcurrentUpdate on a lost race
-        result.advanced = True
-        for run, inserted in written:
-            if not inserted:
-                result.conflicts += 1
-            elif run.state is RunState.SKIPPED:
-                result.skipped.append(run)
-            else:
-                result.created.append(run)
-        missed = sum(r.skipped_count or 1 for r in result.skipped)
-        if missed:
-            self._definitions.add_stats(job.job_id, missed=missed)
-        if result.conflicts:
-            logger.info(
-                "occurrences already materialised", extra={"job_id": job.job_id, "count": result.conflicts}
-            )
+        try:
+            result.job = self._definitions.save(advanced)
+            result.advanced = True
+        except ConcurrentUpdate:
+            pass  # another sweeper or a client edit got there first: re-read and go again
         return result
 
     def plan(self, job: Job, now: datetime) -> _Plan:

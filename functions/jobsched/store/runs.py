@@ -16,9 +16,9 @@ from botocore.exceptions import ClientError
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import format_instant, parse_instant
 from ..domain.repair import RepairTimings, repair_deadline
-from ..domain.runs import Run, RunState, split_run_key
+from ..domain.runs import CLAIMABLE_STATES, Run, RunState, split_run_key
 from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
-from .schema import DEAD_INDEX, OPEN_INDEX
+from .schema import CLAIM_INDEX, DEAD_INDEX, LEASED_INDEX, OPEN_INDEX
 
 RUN_PREFIX = "R#"
 
@@ -35,6 +35,10 @@ class RunChanged(ConcurrentUpdate):
 class RunPage:
     items: list[Run]
     cursor: str | None
+
+
+def claim_key(tenant: str, job_type: str) -> str:
+    return f"{tenant}#{job_type}"
 
 
 def run_sk(scheduled_for: datetime | str) -> str:
@@ -82,6 +86,11 @@ class RunStore:
         if deadline is not None:
             values["open_shard"] = self.open_shard_of(run.job_id)
             values["deadline_at"] = format_instant(deadline)
+        if run.target is None and run.state in CLAIMABLE_STATES and not run.blocked_by:
+            values["claim_key"] = claim_key(run.tenant, run.job_type)
+        if run.state is RunState.LEASED and run.lease_expires_at is not None:
+            values["leased_tenant"] = run.tenant
+            values["lease_expires_at"] = format_instant(run.lease_expires_at)
         if run.state is RunState.DEAD:
             values["dead_tenant"] = run.tenant
             values["dead_at"] = format_instant(run.finished_at or run.updated_at)
@@ -145,7 +154,10 @@ class RunStore:
                 response = self._db.update_item(
                     TableName=self._table,
                     Key=self._key(run.job_id, run.scheduled_for),
-                    UpdateExpression="SET rev = rev + :one, deadline_at = :deadline, #doc = :doc",
+                    UpdateExpression=(
+                        "SET rev = rev + :one, deadline_at = :deadline,"
+                        " lease_expires_at = :until, #doc = :doc"
+                    ),
                     ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
                     ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
                     ExpressionAttributeValues=to_item(
@@ -155,6 +167,7 @@ class RunStore:
                             ":rev": run.rev,
                             ":leased": RunState.LEASED.value,
                             ":deadline": format_instant(until + self.timings.lease_grace),
+                            ":until": format_instant(until),
                             ":doc": run.model_copy(
                                 update={"lease_expires_at": until, "rev": run.rev + 1}
                             ).model_dump_json(),
@@ -228,6 +241,33 @@ class RunStore:
         with translated_errors():
             response = self._db.query(**request)
         return [self.from_item(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def claimable(self, tenant: str, job_type: str, now: datetime, *, limit: int) -> list[Run]:
+        """Target-less runs of one tenant and type that are due: what an external worker may lease."""
+        with translated_errors():
+            response = self._db.query(
+                TableName=self._table,
+                IndexName=CLAIM_INDEX,
+                KeyConditionExpression="claim_key = :k AND due_at <= :now",
+                ExpressionAttributeValues=to_item(
+                    {":k": claim_key(tenant, job_type), ":now": format_instant(now)}
+                ),
+                Limit=limit,
+            )
+        return [self.from_item(i) for i in response.get("Items", [])]
+
+    def live_leases(self, tenant: str, now: datetime, *, up_to: int) -> int:
+        """How many runs of the tenant hold a live lease, counted up to `up_to` (enough for a limit)."""
+        with translated_errors():
+            response = self._db.query(
+                TableName=self._table,
+                IndexName=LEASED_INDEX,
+                KeyConditionExpression="leased_tenant = :t AND lease_expires_at > :now",
+                ExpressionAttributeValues=to_item({":t": tenant, ":now": format_instant(now)}),
+                Select="COUNT",
+                Limit=up_to,
+            )
+        return int(response.get("Count", 0))
 
     def list_dead(self, tenant: str, *, limit: int, cursor: str | None) -> RunPage:
         """A tenant's dead-lettered runs, most recent first."""

@@ -97,6 +97,8 @@ DEFINITIONS = TableSpec(
 # Runs: R#<scheduled_for> for a run, T#<scheduled_for>#<seq> for its transitions.
 OPEN_INDEX = "open"
 DEAD_INDEX = "dead_by_tenant"
+LEASED_INDEX = "leased_by_tenant"
+CLAIM_INDEX = "claimable"
 RUNS = TableSpec(
     logical_id="Runs",
     env_var="RUNS_TABLE",
@@ -109,6 +111,11 @@ RUNS = TableSpec(
         Index(OPEN_INDEX, Key("open_shard", "N"), Key("deadline_at", "S")),
         # Sparse: dead_tenant is present only while the run is DEAD.
         Index(DEAD_INDEX, Key("dead_tenant", "S"), Key("dead_at", "S")),
+        # Sparse: claim_key = "<tenant>#<type>" is present while a run without a target waits
+        # to be claimed; external workers lease from it through the API.
+        Index(CLAIM_INDEX, Key("claim_key", "S"), Key("due_at", "S")),
+        # Sparse: leased_tenant is present only while LEASED; counts a tenant's live leases.
+        Index(LEASED_INDEX, Key("leased_tenant", "S"), Key("lease_expires_at", "S"), projection="KEYS_ONLY"),
     ),
     stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",
@@ -126,12 +133,14 @@ IDEMPOTENCY = TableSpec(
 ALL_TABLES = (DEFINITIONS, RUNS, IDEMPOTENCY)
 
 
-# --- Queues: one per priority plus one for external workers, each with its DLQ. ---
+# --- Queues: one per priority, each with its DLQ. External workers lease target-less runs
+# through the API from the `claimable` index instead of a shared queue, so one tenant's
+# backlog can never sit in front of another's.
 
 
 @dataclass(frozen=True)
 class QueueSpec:
-    key: str  # high | default | low | external
+    key: str  # high | default | low
     env_var: str  # carries the queue URL to the functions
     dlq_env_var: str
     default_name: str
@@ -145,5 +154,5 @@ class QueueSpec:
 
 QUEUES = tuple(
     QueueSpec(key, f"{key.upper()}_QUEUE_URL", f"{key.upper()}_DLQ_URL", f"jobsched-{key}")
-    for key in ("high", "default", "low", "external")
+    for key in ("high", "default", "low")
 )

@@ -1,0 +1,106 @@
+"""`outbox` Lambda: the Runs table stream → SQS.
+
+The whole batch is published in one call (so SendMessageBatch carries up to ten runs per
+request); the batch processor then reports exactly the records whose run failed, and the
+stream retries from the first of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ..domain.runs import Run, RunState
+from ..observability import logger, metrics, tracer
+from ..store.runs import RUN_PREFIX, RunStore
+from ..wiring import container
+
+# Lambda event source filter patterns (EventBridge syntax). A record reaches the function
+# when any pattern matches. `exists` works on leaf nodes only, hence `blocked_by.S`.
+FILTER_PATTERNS: list[dict[str, Any]] = [
+    {
+        "eventName": ["INSERT", "MODIFY"],
+        "dynamodb": {
+            "NewImage": {
+                "sk": {"S": [{"prefix": RUN_PREFIX}]},
+                "state": {"S": [RunState.PENDING.value, RunState.RETRY_WAIT.value]},
+                "blocked_by": {"S": [{"exists": False}]},
+            }
+        },
+    }
+]
+
+_ABSENT = object()
+
+
+def matches_filter(record: dict[str, Any]) -> bool:
+    """Evaluate FILTER_PATTERNS against a stream record as Lambda's event filtering would."""
+    return any(_matches(pattern, record) for pattern in FILTER_PATTERNS)
+
+
+def _matches(pattern: dict[str, Any], value: Any) -> bool:
+    node = value if isinstance(value, dict) else {}
+    for key, rule in pattern.items():
+        child = node.get(key, _ABSENT)
+        if isinstance(rule, dict):
+            if not _matches(rule, child):
+                return False
+        elif not any(_leaf_matches(matcher, child) for matcher in rule):
+            return False
+    return True
+
+
+def _leaf_matches(matcher: Any, value: Any) -> bool:
+    if isinstance(matcher, dict):
+        if "exists" in matcher:
+            present = value is not _ABSENT and not isinstance(value, dict)
+            return present is bool(matcher["exists"])
+        if "prefix" in matcher:
+            return isinstance(value, str) and value.startswith(matcher["prefix"])
+        raise ValueError(f"unsupported filter rule {matcher}")
+    if isinstance(value, list):
+        return matcher in value
+    return value is not _ABSENT and value == matcher
+
+
+class RunNotPublished(Exception):
+    """Fails a stream record so Lambda retries it (the run itself stays PENDING/RETRY_WAIT)."""
+
+
+def runs_of(records: list[dict[str, Any]]) -> tuple[dict[str, Run], set[str]]:
+    """Runs by stream sequence number, and the sequence numbers of matching records that don't parse."""
+    runs: dict[str, Run] = {}
+    unreadable: set[str] = set()
+    for record in records:
+        if not matches_filter(record):
+            continue
+        sequence = str(record["dynamodb"]["SequenceNumber"])
+        try:
+            runs[sequence] = RunStore.from_item(record["dynamodb"]["NewImage"])
+        except (KeyError, ValueError):
+            logger.exception("unreadable run image", extra={"sequence_number": sequence})
+            unreadable.add(sequence)
+    return runs, unreadable
+
+
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    runs, unreadable = runs_of(event.get("Records") or [])
+    failed = set(container().outbox.publish(list(runs.values()))) if runs else set()
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        sequence = record.dynamodb.sequence_number if record.dynamodb else None
+        if sequence in unreadable:
+            raise RunNotPublished(f"record {sequence} does not hold a readable run")
+        run = runs.get(sequence or "")
+        if run is not None and run.run_key in failed:
+            raise RunNotPublished(f"run {run.run_key} was not published")
+
+    return dict(process_partial_response(event, record_handler, processor, context))

@@ -1,0 +1,60 @@
+"""`worker` Lambda: SQS (high/default/low) → claim, execute, complete. Partial batch failures
+are reported so only the records that hit an unexpected error are redelivered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ..observability import logger, metrics, tracer
+from ..services.worker import Delivery, parse_sent_at
+from ..store.queues import RunMessage
+from ..wiring import container
+
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def delivery_of(record: SQSRecord, queue: str) -> Delivery:
+    message = RunMessage.from_json(record.body)
+    attributes = record.raw_event.get("attributes") or {}
+    return Delivery(
+        run_key=message.run_key,
+        job_id=message.job_id,
+        scheduled_for=message.scheduled_for,
+        queue=queue,
+        receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+        sent_at=parse_sent_at(attributes.get("SentTimestamp")),
+    )
+
+
+def record_handler(record: SQSRecord) -> dict[str, Any]:
+    services = container()
+    queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
+    delivery = delivery_of(record, queue)
+    logger.append_keys(run_key=delivery.run_key, job_id=delivery.job_id, queue=queue)
+    result = services.worker.process(delivery)
+    run = result.run
+    logger.info(
+        "run processed",
+        extra={
+            "outcome": result.outcome.value,
+            "tenant": run.tenant if run else None,
+            "fence": run.fence if run else None,
+            "attempt": run.attempt if run else None,
+            "error_class": result.error_class,
+        },
+    )
+    return {"runKey": delivery.run_key, "outcome": result.outcome.value}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> Any:
+    container().worker.bind(context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

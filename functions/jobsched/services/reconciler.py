@@ -1,0 +1,250 @@
+"""The reconciler: repairs open runs that nothing has moved on by their repair deadline.
+
+It reads only the sparse `open` index (runs past their deadline), never the table. Every
+repair is a conditional write on the rev it read, so a run that moved on since the read,
+or that another reconciler repaired first, is skipped rather than repaired twice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from ..domain.instants import Clock, format_instant
+from ..domain.models import Delivery
+from ..domain.repair import repair_deadline
+from ..domain.runs import TERMINAL_STATES, Run, RunState, Transition, advance
+from ..observability import NAMESPACE, SERVICE, logger, metrics
+from ..store.runs import RunChanged, RunStore
+
+ACTOR = "reconciler"
+LEASE_EXPIRED = "LeaseExpired"
+
+# Repair kinds (the `kind` dimension of RepairsMade).
+REPUBLISH = "republish"
+REQUEUE = "requeue"
+MAX_REQUEUES = 3
+LEASE_EXPIRED_KIND = "lease_expired"
+UNBLOCKED = "unblocked"
+KINDS = (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND, UNBLOCKED)
+DEFERRED = "deferred"  # not a repair: a blocked run whose blocker is still open
+
+
+@dataclass
+class RepairReport:
+    shards: list[int] = field(default_factory=list)
+    examined: int = 0
+    republish: int = 0
+    requeue: int = 0
+    lease_expired: int = 0
+    unblocked: int = 0
+    dead: int = 0  # of lease_expired: no attempts (or age) left
+    deferred: int = 0  # still blocked by an open run: only its deadline moved
+    stale: int = 0  # moved on since the index read; left alone
+    repaired: list[str] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        return int(getattr(self, kind))
+
+    def add(self, other: RepairReport) -> None:
+        self.shards += other.shards
+        for name in ("examined", *KINDS, "dead", DEFERRED, "stale"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.repaired += other.repaired
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "shards": list(self.shards),
+            "examined": self.examined,
+            "repairs": {kind: self.count(kind) for kind in KINDS},
+            "dead": self.dead,
+            "deferred": self.deferred,
+            "stale": self.stale,
+            "repaired": list(self.repaired),
+        }
+
+
+class Reconciler:
+    def __init__(
+        self,
+        runs: RunStore,
+        clock: Clock,
+        *,
+        shard_count: int,
+        batch_limit: int = 100,
+        max_per_shard: int = 2000,
+        on_dead: Callable[[Run], None] | None = None,
+    ) -> None:
+        self._runs = runs
+        self._clock = clock
+        self.shard_count = shard_count
+        self.batch_limit = batch_limit
+        self.max_per_shard = max_per_shard  # bounds one invocation; the rest waits for the next tick
+        self._on_dead = on_dead  # e.g. a DLQ copy so the dead-letter alarm fires
+
+    def reconcile_all(self) -> RepairReport:
+        report = RepairReport()
+        for shard in range(self.shard_count):
+            report.add(self.reconcile_shard(shard))
+        return report
+
+    def reconcile_shard(self, shard: int) -> RepairReport:
+        now = self._clock.now()
+        report = RepairReport(shards=[shard])
+        cursor: dict[str, Any] | None = None
+        while report.examined < self.max_per_shard:
+            limit = min(self.batch_limit, self.max_per_shard - report.examined)
+            page, cursor = self._runs.overdue(shard, now, limit=limit, cursor=cursor)
+            for run in page:
+                report.examined += 1
+                self._apply(run, now, report)
+            if cursor is None:
+                break
+        _emit(report)
+        return report
+
+    def repair(self, run: Run, now: datetime | None = None) -> str | None:
+        """Repair one run as read; returns the kind of repair made, or None if none was needed or possible."""
+        report = RepairReport()
+        self._apply(run, now or self._clock.now(), report)
+        _emit(report)
+        return next((kind for kind in KINDS if report.count(kind)), None)
+
+    # --- one run ---
+
+    def _apply(self, run: Run, now: datetime, report: RepairReport) -> None:
+        deadline = repair_deadline(run, self._runs.timings)
+        if deadline is None or deadline > now:
+            return  # closed, or the index was stale: nothing is overdue
+        try:
+            kind, saved = self._repair(run, now)
+        except RunChanged:
+            report.stale += 1
+            return
+        if kind is None:
+            return
+        if kind == DEFERRED:
+            report.deferred += 1
+            return
+        setattr(report, kind, report.count(kind) + 1)
+        report.repaired.append(run.run_key)
+        if saved is not None and saved.state is RunState.DEAD:
+            report.dead += 1
+            self._dead(saved)
+        metrics.add_metric("RepairLatency", MetricUnit.Seconds, (now - deadline).total_seconds())
+        logger.info("run repaired", extra={"run_key": run.run_key, "kind": kind, "state": run.state.value})
+
+    def _repair(self, run: Run, now: datetime) -> tuple[str | None, Run | None]:
+        """The kind of repair made (None: none applies) and the run as written."""
+        if run.state in (RunState.PENDING, RunState.RETRY_WAIT):
+            if run.blocked_by:
+                return self._check_blocker(run, now)
+            # A new write of the same state makes the stream emit a record the outbox acts on.
+            return REPUBLISH, self._runs.replace(_retouched(run, now, reason="republish"))
+        if run.state is RunState.QUEUED:
+            if _requeues_since_claim(run) >= MAX_REQUEUES:
+                # Published again and again, never claimed: something is wrong with the run
+                # itself (its message keeps failing before the claim). Dead, so people look.
+                dead = advance(
+                    run,
+                    RunState.DEAD,
+                    now=now,
+                    actor=ACTOR,
+                    error_class="Undeliverable",
+                    error_message=f"requeued {MAX_REQUEUES} times without ever being claimed",
+                )
+                return LEASE_EXPIRED_KIND, self._runs.replace(dead)
+            # The message was lost or dead-lettered before any claim: publish it again.
+            requeued = advance(run, RunState.PENDING, now=now, actor=ACTOR, reason="requeue")
+            return REQUEUE, self._runs.replace(requeued)
+        if run.state is RunState.LEASED:
+            # Overdue means the lease expired (plus grace) as read; a heartbeat since then bumped
+            # the rev, so this write fails and the run is skipped.
+            return LEASE_EXPIRED_KIND, self._runs.replace(_lease_expired(run, now), expected_fence=run.fence)
+        return None, None
+
+    def _check_blocker(self, run: Run, now: datetime) -> tuple[str, Run]:
+        assert run.blocked_by is not None
+        blocker = self._runs.get_by_key(run.blocked_by)
+        if blocker is None or blocker.state in TERMINAL_STATES:
+            return UNBLOCKED, self._runs.replace(_retouched(run, now, reason="unblocked", blocked_by=None))
+        # Still waiting: move its deadline so it does not crowd the overdue list every minute.
+        return DEFERRED, self._runs.replace(run.model_copy(update={"updated_at": now}))
+
+    def _dead(self, run: Run) -> None:
+        if self._on_dead is None:
+            return
+        try:
+            self._on_dead(run)
+        except Exception as exc:  # the run is DEAD either way; the copy only feeds the alarm
+            logger.warning(
+                "dead run not copied to the DLQ", extra={"run_key": run.run_key, "error": str(exc)}
+            )
+
+
+def _requeues_since_claim(run: Run) -> int:
+    count = 0
+    for entry in reversed(run.history):
+        if entry.target is RunState.LEASED:
+            break
+        if entry.reason == "requeue":
+            count += 1
+    return count
+
+
+def _retouched(run: Run, now: datetime, *, reason: str, **changes: Any) -> Run:
+    """Record a same-state transition (the state machine has no PENDING → PENDING edge)."""
+    entry = Transition(
+        at=now,
+        actor=ACTOR,
+        source=run.state,
+        target=run.state,
+        fence=run.fence,
+        attempt=run.attempt,
+        reason=reason,
+    )
+    return run.model_copy(update={**changes, "updated_at": now, "history": [*run.history, entry]})
+
+
+def _lease_expired(run: Run, now: datetime) -> Run:
+    """The worker died holding the lease and its message is gone: retry if the policy allows, else DEAD."""
+    retry = run.policies.retry
+    expired_at = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
+    message = f"lease held by {run.lease_owner or 'unknown'} expired at {expired_at}"
+    too_old = (
+        retry.max_age_seconds is not None
+        and run.first_attempt_at is not None
+        and now - run.first_attempt_at >= timedelta(seconds=retry.max_age_seconds)
+    )
+    # At-most-once: once the effect may have started it must never start again.
+    effect_may_have_run = run.policies.delivery is Delivery.AT_MOST_ONCE and run.effect_started_at is not None
+    if run.attempt < retry.max_attempts and not too_old and not effect_may_have_run:
+        return advance(
+            run,
+            RunState.RETRY_WAIT,
+            now=now,
+            actor=ACTOR,
+            error_class=LEASE_EXPIRED,
+            error_message=message,
+            due_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    return advance(run, RunState.DEAD, now=now, actor=ACTOR, error_class=LEASE_EXPIRED, error_message=message)
+
+
+def _emit(report: RepairReport) -> None:
+    for kind in KINDS:
+        made = report.count(kind)
+        if made:
+            with single_metric(
+                name="RepairsMade",
+                unit=MetricUnit.Count,
+                value=made,
+                namespace=NAMESPACE,
+                default_dimensions={"service": SERVICE},
+            ) as metric:
+                metric.add_dimension(name="kind", value=kind)

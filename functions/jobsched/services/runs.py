@@ -1,0 +1,360 @@
+"""Run use cases: read runs and dead letters, trigger, backfill, redrive, cancel, and the lease
+protocol for external workers (claim, heartbeat, complete under the fence).
+
+Every change is a conditional write on the run as read, so a concurrent worker, outbox or
+reconciler either wins cleanly or makes this call fail with 409; nothing is overwritten."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from ..domain.errors import (
+    Conflict,
+    ExecutionError,
+    FieldProblem,
+    NotFound,
+    PermanentError,
+    RetryableError,
+    StaleFence,
+    ValidationFailed,
+)
+from ..domain.instants import Clock, format_instant, parse_instant
+from ..domain.models import Delivery, Job, JobState, Overlap
+from ..domain.runs import (
+    CLAIMABLE_STATES,
+    OPEN_STATES,
+    Run,
+    RunState,
+    Trigger,
+    advance,
+    make_run,
+    split_run_key,
+)
+from ..domain.schedule import fires_between
+from ..observability import logger
+from ..store.definitions import DefinitionStore
+from ..store.runs import RunChanged, RunPage, RunStore
+from .completion import Completer, Ending
+
+_ONE_SECOND = timedelta(seconds=1)
+# A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
+_WRITE_ATTEMPTS = 5
+MAX_RESULT_BYTES = 4096  # as for the Lambda worker: results live in the run item
+
+Outcome = Literal["succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    created: list[str]
+    existing: list[str]  # occurrences that already had a run (scheduled, earlier backfill...)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    job: Job
+    last_runs: list[Run]
+    counters: dict[str, int]
+
+
+class RunService:
+    def __init__(
+        self,
+        definitions: DefinitionStore,
+        runs: RunStore,
+        completer: Completer,
+        clock: Clock,
+        *,
+        max_backfill: int = 1000,
+    ) -> None:
+        self._definitions = definitions
+        self._runs = runs
+        self._completer = completer
+        self._clock = clock
+        self.max_backfill = max_backfill
+
+    # --- reads ---
+
+    def _job(self, tenant: str, job_id: str) -> Job:
+        job = self._definitions.get(job_id)
+        if job is None or job.tenant != tenant:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    def list_runs(self, tenant: str, job_id: str, limit: int, cursor: str | None) -> RunPage:
+        self._job(tenant, job_id)
+        return self._runs.list_for_job(job_id, limit=limit, cursor=cursor)
+
+    def get_run(self, tenant: str, run_key: str) -> Run:
+        try:
+            job_id, instant = split_run_key(run_key)
+            scheduled_for = parse_instant(instant)
+        except ValueError:
+            raise NotFound(f"run {run_key} not found") from None
+        # Read by the parsed instant so any RFC 3339 spelling of it finds the run.
+        run = self._runs.get(job_id, scheduled_for)
+        if run is None or run.tenant != tenant:
+            raise NotFound(f"run {run_key} not found")
+        return run
+
+    def list_dead(self, tenant: str, limit: int, cursor: str | None) -> RunPage:
+        return self._runs.list_dead(tenant, limit=limit, cursor=cursor)
+
+    def summary(self, tenant: str, job_id: str, *, last: int = 5) -> JobSummary:
+        job = self._job(tenant, job_id)
+        return JobSummary(job, self._runs.latest_for_job(job_id, last), self._definitions.get_stats(job_id))
+
+    # --- new runs ---
+
+    def trigger(self, tenant: str, job_id: str, actor: str) -> Run:
+        """A manual run now. Its key is the second it was asked for, so two triggers in one
+        second (or a trigger on a scheduled second) collide and the second one is refused."""
+        job = self._active_job(tenant, job_id, "triggered")
+        now = self._clock.now()
+        run = make_run(job, now, now=now, actor=actor, trigger=Trigger.MANUAL)
+        if not self._runs.insert(run):
+            raise Conflict(
+                f"job {job_id} already has a run at {format_instant(now)}; retry in a second",
+                runKey=run.run_key,
+            )
+        return run
+
+    def backfill(
+        self, tenant: str, job_id: str, start: datetime, end: datetime, actor: str
+    ) -> BackfillResult:
+        """A run for every past occurrence with start <= t <= end that has none yet.
+
+        Without overlap ("skip"/"buffer-one") the runs are chained: each waits on the previous
+        occurrence's run through `blocked_by`. The outbox does not publish a blocked run and it
+        is not claimable; the reconciler releases it once its blocker is terminal or missing.
+        So a chain advances at the reconciler's blocked-check pace, not at once, which is the
+        price of never running two occurrences of such a job side by side."""
+        now = self._clock.now()
+        problems: list[FieldProblem] = []
+        if start >= end:
+            problems.append(FieldProblem("start", "must be before end"))
+        if end > now:
+            problems.append(FieldProblem("end", f"must not be in the future (now is {format_instant(now)})"))
+        if problems:
+            raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
+        job = self._active_job(tenant, job_id, "backfilled")
+        times = fires_between(job.spec.schedule, start - _ONE_SECOND, end, limit=self.max_backfill + 1)
+        if len(times) > self.max_backfill:
+            rule = f"the range holds more than {self.max_backfill} occurrences; backfill it in parts"
+            raise ValidationFailed("start", rule, FieldProblem("end", rule))
+        chained = job.spec.policies.overlap is not Overlap.ALLOW
+        created: list[str] = []
+        existing: list[str] = []
+        previous: str | None = None
+        for at in times:
+            run = make_run(job, at, now=now, actor=actor, trigger=Trigger.BACKFILL)
+            if chained and previous is not None:
+                run = run.model_copy(update={"blocked_by": previous})
+            (created if self._runs.insert(run) else existing).append(run.run_key)
+            previous = run.run_key  # an existing run blocks its successor just the same
+        return BackfillResult(created, existing)
+
+    def _active_job(self, tenant: str, job_id: str, verb: str) -> Job:
+        job = self._job(tenant, job_id)
+        if job.state is not JobState.ACTIVE:
+            raise Conflict(
+                f"job {job_id} is {job.state.value}; only an ACTIVE job can be {verb}",
+                state=job.state.value,
+            )
+        return job
+
+    # --- changes by the caller ---
+
+    def redrive(self, tenant: str, run_key: str, actor: str, reason: str | None) -> Run:
+        """Reopen a DEAD run under the same key, with a fresh attempt series. The transition
+        (actor, reason) is the audit record; the run key keeps effects idempotent."""
+        run = self.get_run(tenant, run_key)
+        if run.state is not RunState.DEAD:
+            raise Conflict(
+                f"run {run.run_key} is {run.state.value}; only a DEAD run can be redriven",
+                state=run.state.value,
+            )
+        now = self._clock.now()
+        reopened = advance(
+            run,
+            RunState.PENDING,
+            now=now,
+            actor=actor,
+            reason=f"redrive: {reason}" if reason else "redrive",
+            attempt=0,
+            redrives=run.redrives + 1,
+            due_at=now,
+            first_attempt_at=None,
+            effect_started_at=None,
+            finished_at=None,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        return self._runs.replace(reopened)  # RunChanged is a 409 (concurrent_update)
+
+    def cancel_run(self, tenant: str, run_key: str, actor: str) -> Run:
+        """Cancel an open run. A LEASED run's holder then fails its fenced completion."""
+        for _ in range(_WRITE_ATTEMPTS):
+            run = self.get_run(tenant, run_key)
+            if run.state not in OPEN_STATES:
+                raise Conflict(
+                    f"run {run.run_key} is {run.state.value}; only an open run can be cancelled",
+                    state=run.state.value,
+                )
+            cancelled = advance(
+                run, RunState.CANCELLED, now=self._clock.now(), actor=actor, reason="cancelled by caller"
+            )
+            try:
+                saved = self._runs.replace(cancelled)
+            except RunChanged:
+                continue  # a heartbeat or the outbox wrote meanwhile: look again
+            self._definitions.add_stats(run.job_id, cancelled=1)
+            return saved
+        raise Conflict(f"run {run_key} is changing concurrently; retry")
+
+    # --- the lease protocol for external workers ---
+
+    def claim(
+        self, tenant: str, types: list[str], max_runs: int, lease_seconds: int, worker: str
+    ) -> list[Run]:
+        """Lease up to `max_runs` due, target-less runs of the tenant's given types."""
+        now = self._clock.now()
+        actor = lease_actor(worker)
+        jobs: dict[str, Job | None] = {}
+        leased: list[Run] = []
+        for job_type in dict.fromkeys(types):
+            if len(leased) >= max_runs:
+                break
+            # Some candidates are lost to concurrent claimers: read a few more than needed.
+            wanted = max_runs - len(leased)
+            for run in self._runs.claimable(tenant, job_type, now, limit=wanted * 2):
+                if len(leased) >= max_runs:
+                    break
+                if run.tenant != tenant or run.target is not None or run.state not in CLAIMABLE_STATES:
+                    continue  # the index is eventually consistent; the run item is the truth
+                claimed = self._claim(run, now, lease_seconds, worker, actor)
+                if claimed is None:
+                    continue
+                usable = self._usable(claimed, run.effect_started_at is not None, jobs, actor)
+                if usable is not None:
+                    leased.append(usable)
+        return leased
+
+    def _claim(self, run: Run, now: datetime, lease_seconds: int, worker: str, actor: str) -> Run | None:
+        at_most_once = run.policies.delivery is Delivery.AT_MOST_ONCE
+        claimed = advance(
+            run,
+            RunState.LEASED,
+            now=now,
+            actor=actor,
+            fence=run.fence + 1,
+            attempt=run.attempt + 1,
+            lease_owner=worker,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            first_attempt_at=run.first_attempt_at or now,
+            # At-most-once: the effect may start as soon as the lease is handed out.
+            effect_started_at=now if at_most_once else run.effect_started_at,
+        )
+        try:
+            return self._runs.replace(claimed)
+        except RunChanged:
+            return None
+
+    def _usable(
+        self, leased: Run, started_before: bool, jobs: dict[str, Job | None], actor: str
+    ) -> Run | None:
+        """The run if its lease may be handed out; otherwise it is ended under our fence."""
+        if leased.policies.delivery is Delivery.AT_MOST_ONCE and started_before:
+            # An earlier attempt may have acted; at-most-once forbids trying again.
+            self._completer.dead(
+                leased, "AtMostOnce", "an earlier attempt started the effect and did not finish", actor=actor
+            )
+            return None
+        # Read after the claim, as the Lambda worker does: a pause acknowledged before this read
+        # stops the run, one acknowledged after it cannot stop an effect already handed out.
+        if leased.job_id not in jobs:
+            jobs[leased.job_id] = self._definitions.get(leased.job_id)
+        job = jobs[leased.job_id]
+        if job is None or job.state in (JobState.PAUSED, JobState.CANCELLED):
+            state = "missing" if job is None else job.state.value.lower()
+            self._completer.cancel(leased, f"job {state} before the effect", actor=actor)
+            return None
+        return leased
+
+    def heartbeat(self, tenant: str, run_key: str, fence: int, lease_seconds: int) -> Run:
+        """Extend the lease while `fence` is current."""
+        for _ in range(_WRITE_ATTEMPTS):
+            run = self._held(tenant, run_key, fence)
+            until = self._clock.now() + timedelta(seconds=lease_seconds)
+            try:
+                rev = self._runs.extend_lease(run, until)
+            except RunChanged as exc:
+                if _still_held(exc.current, fence):
+                    continue  # only the rev moved (e.g. a concurrent heartbeat): try again
+                raise _stale(run_key, fence, exc.current) from None
+            return run.model_copy(update={"rev": rev, "lease_expires_at": until})
+        raise Conflict(f"run {run_key} is changing concurrently; retry")
+
+    def complete(
+        self,
+        tenant: str,
+        run_key: str,
+        fence: int,
+        outcome: Outcome,
+        result: Any = None,
+        error_class: str | None = None,
+        error_message: str | None = None,
+        retryable: bool = True,
+    ) -> Run:
+        """End the attempt under `fence`: succeeded, or failed (retry under the policy or dead)."""
+        run = self._held(tenant, run_key, fence)
+        actor = lease_actor(run.lease_owner or "unknown")
+        ending: Ending
+        if outcome == "succeeded":
+            ending = self._completer.succeed(run, bounded(result), actor=actor)
+        else:
+            message = error_message or "the worker reported a failure"
+            kind = error_class or "WorkerError"
+            error: ExecutionError = (
+                RetryableError(message, error_class=kind)
+                if retryable
+                else PermanentError(message, error_class=kind)
+            )
+            ending = self._completer.fail(run, error, actor=actor)
+        if ending.state is None or ending.run is None:
+            raise _stale(run_key, fence, self._runs.get(run.job_id, run.scheduled_for))
+        return ending.run
+
+    def _held(self, tenant: str, run_key: str, fence: int) -> Run:
+        run = self.get_run(tenant, run_key)
+        if not _still_held(run, fence):
+            raise _stale(run_key, fence, run)
+        return run
+
+
+def lease_actor(worker: str) -> str:
+    return f"lease:{worker}"
+
+
+def _still_held(run: Run | None, fence: int) -> bool:
+    return run is not None and run.state is RunState.LEASED and run.fence == fence
+
+
+def _stale(run_key: str, fence: int, current: Run | None) -> StaleFence:
+    logger.info("lease call with a stale fence", extra={"run_key": run_key, "fence": fence})
+    return StaleFence(
+        f"fence {fence} no longer holds run {run_key}",
+        currentFence=current.fence if current else None,
+        state=current.state.value if current else None,
+    )
+
+
+def bounded(result: Any) -> Any:
+    """Results are stored on the run: JSON, and bounded (a preview beyond the limit)."""
+    text = json.dumps(result, default=str, separators=(",", ":"))
+    if len(text.encode()) > MAX_RESULT_BYTES:
+        return {"truncated": True, "preview": text[:1000]}
+    return json.loads(text)

@@ -1,0 +1,372 @@
+"""Executes one delivered run: claim the lease, check the job, run the effect once, complete
+under the fence, or schedule the retry / dead-letter it.
+
+Invariants this file carries: a completion never lands with a stale fence (every write after
+the claim is conditioned on it); one effect per run for idempotent targets (the effect runs
+under Powertools idempotency keyed by the run key, so a crash between effect and completion
+replays the saved result instead of acting twice); no effect after an acknowledged pause
+(the job is read, strongly consistent, after the claim and before the effect)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+
+from ..domain.errors import AmbiguousError, ExecutionError, RetryableError
+from ..domain.instants import Clock, from_epoch
+from ..domain.models import Delivery as DeliveryMode
+from ..domain.models import JobState, Overlap
+from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState, advance
+from ..observability import logger
+from ..store.definitions import DefinitionStore
+from ..store.queues import RunQueues
+from ..store.runs import RunChanged, RunStore
+from ..targets import Invocation, TargetRunner
+from .completion import Completer, Ending
+
+CLOCK_SKEW = timedelta(seconds=2)  # a message may arrive this much before its run is due
+MAX_RESULT_BYTES = 4096
+DEFER_TOUCH = timedelta(minutes=5)
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # overlap policy
+    DEFERRED = "deferred"  # not due yet, buffered behind a running run, or tenant at its limit
+    DUPLICATE = "duplicate"  # finished or leased by a live worker: nothing to do
+    STALE = "stale"  # our fence was superseded before we could complete
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One received message: a pointer to a run, and where it came from."""
+
+    run_key: str
+    job_id: str
+    scheduled_for: str
+    queue: str
+    receive_count: int = 1
+    sent_at: datetime | None = None
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    run: Run | None = None
+    error_class: str | None = None
+    start_lag: float | None = None  # seconds from due to claim
+    duration: float | None = None  # seconds the effect took
+
+
+class _Lease:
+    """The worker's view of its lease, shared with the heartbeat thread."""
+
+    def __init__(self, run: Run) -> None:
+        self._lock = threading.Lock()
+        self._run = run
+        self.lost = False
+
+    @property
+    def run(self) -> Run:
+        with self._lock:
+            return self._run
+
+    def update(self, run: Run) -> None:
+        with self._lock:
+            self._run = run
+
+
+class Worker:
+    def __init__(
+        self,
+        definitions: DefinitionStore,
+        runs: RunStore,
+        queues: RunQueues,
+        runner: TargetRunner,
+        clock: Clock,
+        persistence: BasePersistenceLayer,
+        *,
+        worker_id: str,
+        lease_seconds: int = 60,
+        tenant_concurrency: int = 0,
+        idempotency_ttl: timedelta = timedelta(days=1),
+        metrics: Callable[[str, float, str], None] | None = None,
+    ) -> None:
+        self._definitions = definitions
+        self._runs = runs
+        self._queues = queues
+        self._runner = runner
+        self._clock = clock
+        self._persistence = persistence
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.tenant_concurrency = tenant_concurrency
+        self._idempotency = IdempotencyConfig(
+            event_key_jmespath="runKey", expires_after_seconds=int(idempotency_ttl.total_seconds())
+        )
+        self._metric = metrics or (lambda name, value, unit: None)
+        self._completer = Completer(definitions, runs, queues, clock, self._metric)
+        self.remaining_seconds: Callable[[], float] = lambda: 900.0
+
+    def bind(self, context: Any) -> None:
+        """Per invocation: who we are, how long we have (also bounds in-progress idempotency records)."""
+        self.worker_id = context.aws_request_id
+        self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
+        self._idempotency.register_lambda_context(context)
+
+    @property
+    def actor(self) -> str:
+        return f"worker:{self.worker_id}"
+
+    # --- the pipeline for one delivery ---
+
+    def process(self, delivery: Delivery) -> Result:
+        run = self._runs.get(delivery.job_id, delivery.scheduled_for)
+        now = self._clock.now()
+        if run is None or run.state in TERMINAL_STATES or run.lease_live(now):
+            self._metric("DuplicatesSuppressed", 1, "Count")
+            return Result(Outcome.DUPLICATE, run)
+        if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
+            return self._defer(run, delivery, (run.due_at - now).total_seconds(), "not_due")
+
+        blocked = self._overlap(run, now, delivery)
+        if blocked is not None:
+            return blocked
+
+        if self.tenant_concurrency > 0:
+            live = self._runs.live_leases(run.tenant, now, up_to=self.tenant_concurrency)
+            if live >= self.tenant_concurrency:
+                self._metric("TenantThrottled", 1, "Count")
+                return self._defer(run, delivery, 5, "tenant_limit")
+
+        leased = self._claim(run, now)
+        if leased is None:
+            self._metric("DuplicatesSuppressed", 1, "Count")
+            return Result(Outcome.DUPLICATE, run)
+        start_lag = max(0.0, (now - run.due_at).total_seconds())
+        self._metric("StartLag", start_lag, "Seconds")
+        if delivery.sent_at is not None:
+            self._metric("QueueDwell", max(0.0, (now - delivery.sent_at).total_seconds()), "Seconds")
+
+        if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE and run.effect_started_at is not None:
+            # A previous attempt may have acted; at-most-once forbids trying again.
+            return self._ended(
+                self._completer.dead(
+                    leased,
+                    "AtMostOnce",
+                    "an earlier attempt started the effect and did not finish",
+                    actor=self.actor,
+                )
+            )
+
+        job = self._definitions.get(run.job_id)
+        if job is None or job.state in (JobState.PAUSED, JobState.CANCELLED):
+            state = "missing" if job is None else job.state.value.lower()
+            return self._ended(
+                self._completer.cancel(leased, f"job {state} before the effect", actor=self.actor)
+            )
+
+        lease = _Lease(leased)
+        if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE:
+            try:
+                lease.update(
+                    self._runs.replace(
+                        leased.model_copy(update={"effect_started_at": now}), expected_fence=leased.fence
+                    )
+                )
+            except RunChanged:
+                self._metric("StaleFencesRejected", 1, "Count")
+                return Result(Outcome.STALE, leased)
+
+        result = self._execute(lease)
+        result.start_lag = start_lag
+        return result
+
+    # --- steps ---
+
+    def _claim(self, run: Run, now: datetime) -> Run | None:
+        expired = run.state is RunState.LEASED
+        claimed = advance(
+            run,
+            RunState.LEASED,
+            now=now,
+            actor=self.actor,
+            fence=run.fence + 1,
+            attempt=run.attempt + 1,
+            lease_owner=self.worker_id,
+            lease_expires_at=now + timedelta(seconds=self.lease_seconds),
+            first_attempt_at=run.first_attempt_at or now,
+            error_class="LeaseExpired" if expired else None,
+            reason="previous lease expired" if expired else None,
+        )
+        if expired:
+            self._metric("LeasesExpired", 1, "Count")
+        try:
+            return self._runs.replace(claimed)
+        except RunChanged:
+            return None
+
+    def _overlap(self, run: Run, now: datetime, delivery: Delivery) -> Result | None:
+        policy = run.policies.overlap
+        if policy is Overlap.ALLOW or not run.previous_run_key:
+            return None
+        previous = self._runs.get_by_key(run.previous_run_key)
+        if previous is None or previous.state in TERMINAL_STATES:
+            return None
+        running = previous.state in (RunState.LEASED, RunState.RETRY_WAIT)
+        if policy is Overlap.BUFFER_ONE and running:
+            # This run is the one buffered: look again shortly.
+            return self._defer(run, delivery, 5, "buffered")
+        skipped = advance(run, RunState.SKIPPED, now=now, actor=self.actor, reason="overlap")
+        try:
+            saved = self._runs.replace(skipped)
+        except RunChanged:
+            return Result(Outcome.DUPLICATE, run)
+        self._definitions.add_stats(run.job_id, overlap_skipped=1)
+        self._metric("RunsSkippedOverlap", 1, "Count")
+        return Result(Outcome.SKIPPED, saved)
+
+    def _defer(self, run: Run, delivery: Delivery, seconds: float, why: str) -> Result:
+        """Come back later with a fresh message (acking this one keeps receive counts low)."""
+        failed = self._queues.publish(delivery.queue, [(run, int(max(1, min(900, seconds))))])
+        if failed:
+            raise RetryableError(f"could not defer {run.run_key}")
+        now = self._clock.now()
+        if run.state is RunState.QUEUED and now - run.updated_at > DEFER_TOUCH:
+            # Long waits (buffered, tenant limit) would otherwise look like a lost message to
+            # the reconciler; touching the run moves its repair deadline on.
+            with contextlib.suppress(RunChanged):
+                self._runs.replace(run.model_copy(update={"updated_at": now}))
+        logger.debug("deferred", extra={"run_key": run.run_key, "why": why})
+        return Result(Outcome.DEFERRED, run, error_class=why)
+
+    def _execute(self, lease: _Lease) -> Result:
+        run = lease.run
+        budget = max(1.0, min(float(run.policies.timeout_seconds), self.remaining_seconds() - 5))
+        invocation = Invocation(
+            run_key=run.run_key,
+            job_id=run.job_id,
+            tenant=run.tenant,
+            job_type=run.job_type,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            payload=run.payload,
+            timeout_seconds=budget,
+        )
+        heartbeat = _Heartbeat(self, lease)
+        started = self._clock.now()
+        heartbeat.start()
+        try:
+            output = self._effect(run, invocation, budget)
+        except ExecutionError as exc:
+            heartbeat.stop()
+            return self._ended(self._completer.fail(lease.run, exc, actor=self.actor))
+        finally:
+            heartbeat.stop()
+        duration = (self._clock.now() - started).total_seconds()
+        self._metric("Duration", duration, "Seconds")
+        result = self._ended(self._completer.succeed(lease.run, output, actor=self.actor))
+        result.duration = duration
+        return result
+
+    def _ended(self, ending: Ending) -> Result:
+        outcomes = {
+            RunState.SUCCEEDED: Outcome.SUCCEEDED,
+            RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
+            RunState.DEAD: Outcome.DEAD,
+            RunState.CANCELLED: Outcome.CANCELLED,
+        }
+        outcome = outcomes[ending.state] if ending.state is not None else Outcome.STALE
+        return Result(outcome, ending.run, error_class=ending.error_class)
+
+    def _effect(self, run: Run, invocation: Invocation, budget: float) -> Any:
+        """The target call, under idempotency keyed by the run key, bounded by the timeout."""
+
+        @idempotent_function(
+            data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
+        )
+        def once(request: dict[str, Any]) -> Any:
+            return _json_safe(self._runner.run(run.target, invocation))
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
+        future = pool.submit(once, request={"runKey": run.run_key})
+        try:
+            return future.result(timeout=budget)
+        except FutureTimeout:
+            raise AmbiguousError(
+                f"the effect did not finish within {budget:.0f} s", error_class="Timeout"
+            ) from None
+        except IdempotencyAlreadyInProgressError:
+            raise RetryableError(
+                "another attempt of this run is still executing", error_class="InProgress"
+            ) from None
+        finally:
+            pool.shutdown(wait=False)
+
+    def heartbeat(self, lease: _Lease) -> bool:
+        """Extend the lease while the effect runs. False once the fence is no longer ours."""
+        run = lease.run
+        until = self._clock.now() + timedelta(seconds=self.lease_seconds)
+        try:
+            rev = self._runs.extend_lease(run, until)
+        except RunChanged:
+            lease.lost = True
+            return False
+        lease.update(run.model_copy(update={"rev": rev, "lease_expires_at": until}))
+        return True
+
+
+class _Heartbeat:
+    """Renews the lease every third of its length until stopped."""
+
+    def __init__(self, worker: Worker, lease: _Lease) -> None:
+        self._worker = worker
+        self._lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        interval = max(1.0, self._worker.lease_seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                if not self._worker.heartbeat(self._lease):
+                    return
+            except Exception:
+                logger.exception("heartbeat failed", extra={"run_key": self._lease.run.run_key})
+
+
+def _json_safe(value: Any) -> Any:
+    """Results are stored on the run and in the idempotency record: JSON, and bounded."""
+    text = json.dumps(value, default=str, separators=(",", ":"))
+    if len(text.encode()) > MAX_RESULT_BYTES:
+        return {"truncated": True, "preview": text[:1000]}
+    return json.loads(text)
+
+
+def parse_sent_at(epoch_ms: str | None) -> datetime | None:
+    if not epoch_ms:
+        return None
+    return from_epoch(int(epoch_ms) / 1000)

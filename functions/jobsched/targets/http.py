@@ -1,0 +1,224 @@
+"""HTTP webhook target: one request per attempt, pinned to the addresses the policy vetted.
+
+The receiver gets the run key in `Idempotency-Key`, so a retried or redelivered attempt can
+be recognised and answered without repeating the effect."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, Timeout
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
+from urllib3.util.ssl_match_hostname import CertificateError
+
+from ..domain.errors import AmbiguousError, ExecutionError, PermanentError, RetryableError
+from ..domain.models import HttpTarget
+from .invocation import Invocation
+from .ssrf import Destination, DestinationPolicy
+
+RESULT_BODY_LIMIT = 4096  # bytes of response body kept in the run's result
+ERROR_SNIPPET = 300  # characters of an error response quoted in the failure message
+MAX_REDIRECTS = 3
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Set by the scheduler; a same-named target header is dropped rather than sent twice.
+_OWN_HEADERS = frozenset(
+    {"idempotency-key", "content-type", "user-agent", "x-jobsched-run-key", "x-jobsched-attempt", "host"}
+)
+
+
+class HttpTargetClient:
+    def __init__(
+        self,
+        policy: DestinationPolicy | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        max_redirects: int = MAX_REDIRECTS,
+    ) -> None:
+        self.policy = policy or DestinationPolicy()
+        self._ssl_context = ssl_context
+        self._max_redirects = max_redirects
+
+    def send(self, target: HttpTarget, invocation: Invocation) -> dict[str, Any]:
+        """Returns {"status", "body"}; raises an ExecutionError subclass on any other outcome."""
+        deadline = time.monotonic() + min(target.timeout_seconds, invocation.timeout_seconds)
+        extra = _checked_headers(target.headers)
+        url, method = target.url, target.method
+        body = None if method == "GET" else invocation.envelope_json().encode()
+        origin: tuple[str, str, int] | None = None
+        for hop in range(self._max_redirects + 1):
+            dest = self.policy.destination(url)  # every hop is vetted, redirects included
+            if origin is None:
+                origin = dest.origin
+            elif dest.origin != origin:
+                extra = {}  # target headers often carry credentials meant only for the first origin
+            headers = {**extra, **_own_headers(dest, invocation, has_body=body is not None)}
+            status, location, content_type, data = self._exchange(dest, method, headers, body, deadline)
+            if 200 <= status < 300:
+                return {"status": status, **_result_body(data, content_type)}
+            if status in _REDIRECTS and location:
+                if hop == self._max_redirects:
+                    raise PermanentError(
+                        f"more than {self._max_redirects} redirects from {_shown(target.url)}",
+                        error_class="TooManyRedirects",
+                    )
+                url = urljoin(url, location)
+                if status == 303:  # "see other" means fetch the answer, never resend the effect
+                    method, body = "GET", None
+                continue
+            raise _status_error(status, url, data)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _exchange(
+        self, dest: Destination, method: str, headers: dict[str, str], body: bytes | None, deadline: float
+    ) -> tuple[int, str | None, str, bytes]:
+        """One request/response, trying each vetted address until one accepts the connection."""
+        failure: Exception | None = None
+        for address in dest.addresses:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            pool = self._pool(dest, address, remaining)
+            try:
+                response = pool.urlopen(
+                    method,
+                    dest.target,
+                    body=body,
+                    headers=headers,
+                    retries=False,
+                    redirect=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                )
+                try:
+                    data = response.read(RESULT_BODY_LIMIT + 1)
+                finally:
+                    response.release_conn()
+                return (
+                    response.status,
+                    response.headers.get("Location"),
+                    response.headers.get("Content-Type", ""),
+                    data,
+                )
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                failure = exc  # nothing was sent: try the next address
+            except Exception as exc:
+                raise _transport_error(exc, dest) from exc
+            finally:
+                pool.close()
+        if failure is None:
+            raise RetryableError(f"time budget spent before connecting to {dest.host}", error_class="Timeout")
+        raise RetryableError(
+            f"could not connect to {dest.host}:{dest.port}: {failure}", error_class="ConnectFailed"
+        ) from failure
+
+    def _pool(self, dest: Destination, address: str, timeout: float) -> HTTPConnectionPool:
+        # Connect to the vetted IP; Host, SNI and the certificate check still use the name.
+        t = Timeout(connect=timeout, read=timeout)
+        if dest.scheme == "https":
+            return HTTPSConnectionPool(
+                address,
+                dest.port,
+                timeout=t,
+                maxsize=1,
+                retries=False,
+                cert_reqs="CERT_REQUIRED",
+                server_hostname=dest.host,
+                assert_hostname=dest.host,
+                ssl_context=self._ssl_context,
+            )
+        return HTTPConnectionPool(address, dest.port, timeout=t, maxsize=1, retries=False)
+
+
+def _checked_headers(headers: dict[str, str]) -> dict[str, str]:
+    for name, value in headers.items():
+        if any(ch in value for ch in "\r\n\0"):
+            raise PermanentError(
+                f"header '{name}' has a control character in its value", error_class="BadHeader"
+            )
+    return {name: value for name, value in headers.items() if name.lower() not in _OWN_HEADERS}
+
+
+def _own_headers(dest: Destination, invocation: Invocation, *, has_body: bool) -> dict[str, str]:
+    headers = {
+        "Host": dest.host_header,
+        "User-Agent": "jobsched",
+        "Idempotency-Key": invocation.run_key,
+        "X-Jobsched-Run-Key": invocation.run_key,
+        "X-Jobsched-Attempt": str(invocation.attempt),
+    }
+    if has_body:
+        headers["Content-Type"] = "application/json"
+    return headers
+
+
+def _result_body(data: bytes, content_type: str) -> dict[str, Any]:
+    if len(data) > RESULT_BODY_LIMIT:
+        text = data[:RESULT_BODY_LIMIT].decode("utf-8", errors="ignore")
+        return {"body": text, "truncated": True}
+    if not data:
+        return {"body": None}
+    if "json" in content_type.lower():
+        try:
+            return {"body": json.loads(data)}
+        except ValueError:
+            pass
+    return {"body": data.decode("utf-8", errors="replace")}
+
+
+def _status_error(status: int, url: str, data: bytes) -> ExecutionError:
+    snippet = data[:ERROR_SNIPPET].decode("utf-8", errors="replace").strip()
+    message = f"{_shown(url)} answered {status}" + (f": {snippet}" if snippet else "")
+    error_class = f"HTTP{status}"
+    if status in (408, 429) or status >= 500:
+        return RetryableError(message, error_class=error_class)
+    return PermanentError(message, error_class=error_class)
+
+
+def _shown(url: str) -> str:
+    """The URL without its query, which often carries tokens, for failure messages."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+def _transport_error(exc: Exception, dest: Destination) -> ExecutionError:
+    where = f"{dest.scheme}://{dest.host_header}"
+    if isinstance(exc, ReadTimeoutError):
+        # The request went out; whether it took effect is unknown.
+        return AmbiguousError(f"no response from {where} in time", error_class="Timeout")
+    if isinstance(exc, SSLError):
+        if _caused_by(exc, ssl.SSLCertVerificationError, CertificateError):
+            return PermanentError(f"TLS certificate of {where} rejected: {exc}", error_class="TLSCertificate")
+        return RetryableError(f"TLS handshake with {where} failed: {exc}", error_class="TLSError")
+    if isinstance(exc, ProtocolError | OSError):
+        return AmbiguousError(f"connection to {where} broke: {exc}", error_class="ConnectionBroken")
+    if isinstance(exc, ValueError):  # http.client refuses an invalid request line or header
+        return PermanentError(f"request to {where} is malformed: {exc}", error_class="BadRequest")
+    if isinstance(exc, HTTPError):
+        return AmbiguousError(f"request to {where} failed: {exc}", error_class=type(exc).__name__)
+    return RetryableError(f"request to {where} failed: {exc!r}", error_class=type(exc).__name__)
+
+
+def _caused_by(exc: BaseException, *types: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, types):
+            return True
+        stack.extend(a for a in current.args if isinstance(a, BaseException))
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False

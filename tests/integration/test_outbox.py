@@ -1,0 +1,422 @@
+"""The outbox on moto: delays, queues, the QUEUED transition, failures and the stream handler."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from jobsched.domain.instants import epoch_seconds, format_instant
+from jobsched.domain.models import HttpTarget, Priority
+from jobsched.domain.runs import Run, RunState, advance, created
+from jobsched.observability import metrics
+from jobsched.services.outbox import Outbox, default_router, priority_router
+from jobsched.store.queues import RunQueues
+from jobsched.store.runs import RunStore
+
+TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
+
+
+@pytest.fixture(autouse=True)
+def fresh_metrics():
+    metrics.clear_metrics()
+    yield
+    metrics.clear_metrics()
+
+
+def make_run(
+    clock,
+    *,
+    job_id: str = "j_outbox1",
+    due_in: float = 0,
+    state: RunState = RunState.PENDING,
+    priority: Priority = Priority.DEFAULT,
+    tenant: str = "tenant-a",
+    **fields: Any,
+) -> Run:
+    now = clock.now()
+    scheduled = now + timedelta(seconds=due_in)
+    run = Run(
+        run_key=f"{job_id}@{format_instant(scheduled)}",
+        job_id=job_id,
+        tenant=tenant,
+        job_type="report.build",
+        scheduled_for=scheduled,
+        due_at=scheduled,
+        state=state,
+        definition_version=1,
+        priority=priority,
+        target=TARGET,
+        payload={"n": 1},
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+    return created(run, actor="sweeper")
+
+
+def stored(container, run: Run) -> Run:
+    current = container.runs.get_by_key(run.run_key)
+    assert current is not None
+    return current
+
+
+def insert(container, run: Run) -> Run:
+    assert container.runs.insert(run)
+    return stored(container, run)
+
+
+def receive_all(url: str) -> list[dict[str, Any]]:
+    response = boto3.client("sqs").receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    )
+    return list(response.get("Messages", []))
+
+
+def metric(name: str) -> float:
+    entry = metrics.metric_set.get(name)
+    return sum(entry["Value"]) if entry else 0
+
+
+class RecordingSqs:
+    """Forwards to moto, keeping every SendMessageBatch request; can fail chosen calls or entries."""
+
+    def __init__(self, inner: Any, *, fail_entry_of: set[str] | None = None, raise_error: bool = False):
+        self._inner = inner
+        self.fail_entry_of = fail_entry_of or set()
+        self.raise_error = raise_error
+        self.batches: list[dict[str, Any]] = []
+        self.before_send: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def send_message_batch(self, **request: Any) -> dict[str, Any]:
+        self.batches.append(request)
+        if self.before_send:
+            self.before_send()
+        if self.raise_error:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "boom"}}, "SendMessageBatch")
+        doomed = [
+            e for e in request["Entries"] if json.loads(e["MessageBody"])["runKey"] in self.fail_entry_of
+        ]
+        kept = [e for e in request["Entries"] if e not in doomed]
+        response = self._inner.send_message_batch(QueueUrl=request["QueueUrl"], Entries=kept) if kept else {}
+        failed = [
+            {"Id": e["Id"], "SenderFault": False, "Code": "InternalError", "Message": "injected"}
+            for e in doomed
+        ]
+        return {"Successful": response.get("Successful", []), "Failed": failed}
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [entry for batch in self.batches for entry in batch["Entries"]]
+
+
+@pytest.fixture
+def sqs(container) -> RecordingSqs:
+    """Install a recording SQS client in the container before the outbox is built."""
+    recording = RecordingSqs(boto3.client("sqs"))
+    settings = container.settings
+    container.queues = RunQueues(recording, settings.queue_urls, settings.dlq_urls, fair=settings.fair_queues)
+    return recording
+
+
+# --- delays and queues ---
+
+
+@pytest.mark.parametrize(("due_in", "delay"), [(30, 30), (0, 0), (-120, 0), (900, 900)])
+def test_publish_sets_delay_to_time_until_due(container, clock, sqs, due_in, delay):
+    run = insert(container, make_run(clock, due_in=due_in))
+
+    assert container.outbox.publish([run]) == []
+
+    (entry,) = sqs.entries()
+    assert entry["DelaySeconds"] == delay
+    assert sqs.batches[0]["QueueUrl"] == container.settings.queue_urls["default"]
+    after = stored(container, run)
+    assert after.state is RunState.QUEUED
+    assert after.rev == run.rev + 1
+    last = after.history[-1]
+    assert (last.actor, last.source, last.target, last.at) == (
+        "outbox",
+        RunState.PENDING,
+        RunState.QUEUED,
+        clock.now(),
+    )
+    assert metric("RunsPublished") == 1
+
+
+def test_overdue_publish_records_lag(container, clock, sqs):
+    run = insert(container, make_run(clock, due_in=-120))
+    container.outbox.publish([run])
+    assert metrics.metric_set["SchedulePublishLag"]["Value"] == [120.0]
+
+
+def test_on_time_publish_records_no_lag(container, clock, sqs):
+    run = insert(container, make_run(clock, due_in=30))
+    container.outbox.publish([run])
+    assert "SchedulePublishLag" not in metrics.metric_set
+
+
+def test_run_due_beyond_sqs_delay_limit_is_left_pending(container, clock, sqs):
+    run = insert(container, make_run(clock, due_in=2000))
+
+    assert container.outbox.publish([run]) == []
+
+    assert sqs.batches == []
+    assert stored(container, run) == run
+    assert metric("PublishSkippedFarFuture") == 1
+
+
+def test_each_priority_goes_to_its_own_queue(container, clock, sqs):
+    runs = [
+        insert(container, make_run(clock, job_id=f"j_{p.value}", priority=p))
+        for p in (Priority.HIGH, Priority.DEFAULT, Priority.LOW)
+    ]
+    container.outbox.publish(runs)
+
+    urls = container.settings.queue_urls
+    for priority in ("high", "default", "low"):
+        (message,) = receive_all(urls[priority])
+        assert json.loads(message["Body"])["priority"] == priority
+
+
+def test_runs_for_external_workers_become_claimable_without_a_message(container, clock):
+    from jobsched.domain.models import Priority as P
+
+    run = insert(
+        container,
+        make_run(clock, priority=P.DEFAULT).model_copy(
+            update={"target": None, "job_type": "only.external.workers"}
+        ),
+    )
+    outcome = container.outbox.publish_detailed([run])
+    assert outcome.published == [run.run_key]
+    assert all(receive_all(url) == [] for url in container.settings.queue_urls.values())
+    assert stored(container, run).state is RunState.QUEUED
+    claimable = container.runs.claimable(run.tenant, "only.external.workers", clock.now(), limit=10)
+    assert [r.run_key for r in claimable] == [run.run_key]
+
+
+def test_message_is_a_pointer_grouped_by_tenant(container, clock):
+    run = insert(container, make_run(clock, tenant="tenant-z"))
+    container.outbox.publish([run])
+
+    (message,) = receive_all(container.settings.queue_urls["default"])
+    assert json.loads(message["Body"]) == {
+        "runKey": run.run_key,
+        "jobId": run.job_id,
+        "scheduledFor": format_instant(run.scheduled_for),
+        "tenant": "tenant-z",
+        "priority": "default",
+    }
+    assert message["Attributes"]["MessageGroupId"] == "tenant-z"
+
+
+def test_many_runs_share_batches_of_ten(container, clock, sqs):
+    runs = [insert(container, make_run(clock, job_id=f"j_many{i}", due_in=i)) for i in range(23)]
+    assert container.outbox.publish(runs) == []
+    assert [len(b["Entries"]) for b in sqs.batches] == [10, 10, 3]
+    assert all(stored(container, r).state is RunState.QUEUED for r in runs)
+
+
+def test_retry_wait_run_becomes_queued(container, clock, sqs):
+    run = insert(container, make_run(clock, state=RunState.RETRY_WAIT, due_in=45, attempt=1, fence=1))
+    assert container.outbox.publish([run]) == []
+    assert sqs.entries()[0]["DelaySeconds"] == 45
+    after = stored(container, run)
+    assert after.state is RunState.QUEUED
+    assert (after.history[-1].source, after.history[-1].actor) == (RunState.RETRY_WAIT, "outbox")
+
+
+@pytest.mark.parametrize(
+    "state", [RunState.QUEUED, RunState.LEASED, RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED]
+)
+def test_runs_in_other_states_are_ignored(container, clock, sqs, state):
+    extra: dict[str, Any] = {}
+    if state is RunState.LEASED:
+        extra = {"lease_owner": "w1", "lease_expires_at": clock.now() + timedelta(seconds=60), "fence": 1}
+    run = insert(container, make_run(clock, state=state, **extra))
+    assert container.outbox.publish([run]) == []
+    assert sqs.batches == []
+    assert stored(container, run) == run
+
+
+def test_blocked_run_is_ignored(container, clock, sqs):
+    run = insert(container, make_run(clock, blocked_by="j_outbox1@2026-11-02T07:00:00Z"))
+    assert container.outbox.publish([run]) == []
+    assert sqs.batches == []
+
+
+def test_same_run_twice_in_one_call_is_sent_once(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    assert container.outbox.publish([run, run]) == []
+    assert len(sqs.entries()) == 1
+    assert metric("OutboxStaleTransition") == 0
+
+
+def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    container.outbox.publish([run])
+    # A retried stream batch delivers the old PENDING image again.
+    assert container.outbox.publish([run]) == []
+    assert stored(container, run).state is RunState.QUEUED
+    assert len([h for h in stored(container, run).history if h.actor == "outbox"]) == 1
+    assert metric("OutboxStaleTransition") == 1
+
+
+# --- failures ---
+
+
+def test_failed_entry_is_reported_and_run_stays_pending(container, clock, sqs):
+    good = insert(container, make_run(clock, job_id="j_good"))
+    bad = insert(container, make_run(clock, job_id="j_bad"))
+    sqs.fail_entry_of = {bad.run_key}
+
+    assert container.outbox.publish([good, bad]) == [bad.run_key]
+
+    assert stored(container, good).state is RunState.QUEUED
+    assert stored(container, bad) == bad
+    assert metric("PublishFailed") == 1 and metric("RunsPublished") == 1
+
+
+def test_send_error_reports_every_run_of_the_batch(container, clock, sqs):
+    runs = [insert(container, make_run(clock, job_id=f"j_err{i}")) for i in range(3)]
+    sqs.raise_error = True
+
+    assert sorted(container.outbox.publish(runs)) == sorted(r.run_key for r in runs)
+    assert all(stored(container, r) == r for r in runs)
+
+
+def test_unconfigured_queue_reports_failure(container, clock):
+    urls = {k: v for k, v in container.settings.queue_urls.items() if k != "high"}
+    outbox = Outbox(
+        container.runs, RunQueues(boto3.client("sqs"), urls, {}, fair=True), clock, default_router()
+    )
+    run = insert(container, make_run(clock, priority=Priority.HIGH))
+    assert outbox.publish([run]) == [run.run_key]
+    assert stored(container, run).state is RunState.PENDING
+
+
+def test_run_claimed_before_outbox_marks_it_queued(container, clock, sqs):
+    run = insert(container, make_run(clock))
+
+    def worker_claims_first() -> None:
+        claimed = advance(
+            run,
+            RunState.LEASED,
+            now=clock.now(),
+            actor="worker:w1",
+            fence=run.fence + 1,
+            attempt=1,
+            lease_owner="w1",
+            lease_expires_at=clock.now() + timedelta(seconds=60),
+        )
+        container.runs.replace(claimed)
+
+    sqs.before_send = worker_claims_first
+
+    assert container.outbox.publish([run]) == []
+
+    after = stored(container, run)
+    assert after.state is RunState.LEASED
+    assert all(h.actor != "outbox" for h in after.history)
+    assert metric("OutboxStaleTransition") == 1
+
+
+# --- routing ---
+
+
+def test_target_less_run_without_handler_goes_to_external_workers(container, clock):
+    route = priority_router(lambda job_type: job_type == "known.type")
+    base = make_run(clock)
+    assert route(base) == "default"
+    assert route(base.model_copy(update={"target": None, "job_type": "known.type"})) == "default"
+    assert route(base.model_copy(update={"target": None, "job_type": "other.type"})) == "external"
+
+
+def test_default_router_uses_the_handler_registry(clock):
+    registry = pytest.importorskip("jobsched.targets.registry").registry
+    route = default_router()
+    run = make_run(clock, priority=Priority.LOW).model_copy(
+        update={"target": None, "job_type": "outbox.test.t1"}
+    )
+    assert route(run) == "external"
+    registry.add("outbox.test.t1", lambda payload, invocation: None)
+    try:
+        assert route(run) == "low"
+    finally:
+        registry._handlers.pop("outbox.test.t1", None)
+
+
+# --- the stream handler ---
+
+
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/jobsched-runs/stream/2026-11-01T00:00:00.000"
+
+
+def stream_record(store: RunStore, run: Run, sequence: str, *, event_name: str = "INSERT") -> dict[str, Any]:
+    """A DynamoDB stream record exactly as Lambda delivers it."""
+    image = store.to_item(run)
+    return {
+        "eventID": f"evt-{sequence}",
+        "eventName": event_name,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": epoch_seconds(run.updated_at),
+            "Keys": {"job_id": image["job_id"], "sk": image["sk"]},
+            "NewImage": image,
+            **({"OldImage": image} if event_name == "MODIFY" else {}),
+            "SequenceNumber": sequence,
+            "SizeBytes": len(json.dumps(image)),
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+        "eventSourceARN": STREAM_ARN,
+    }
+
+
+def invoke(event: dict[str, Any]) -> dict[str, Any]:
+    from jobsched.handlers import outbox
+    from jobsched.local.lambda_context import InvocationContext
+
+    return outbox.handler(event, InvocationContext(function_name="jobsched-outbox"))
+
+
+def test_handler_reports_exactly_the_failed_record(container, clock, sqs):
+    runs = [insert(container, make_run(clock, job_id=f"j_h{i}", due_in=10 * i)) for i in range(3)]
+    sqs.fail_entry_of = {runs[1].run_key}
+    event = {"Records": [stream_record(container.runs, r, f"{100 + i}") for i, r in enumerate(runs)]}
+
+    result = invoke(event)
+
+    assert result == {"batchItemFailures": [{"itemIdentifier": "101"}]}
+    # One SendMessageBatch for the whole stream batch.
+    assert len(sqs.batches) == 1 and len(sqs.entries()) == 3
+    assert [stored(container, r).state for r in runs] == [RunState.QUEUED, RunState.PENDING, RunState.QUEUED]
+
+
+def test_handler_passes_over_records_the_filter_rejects(container, clock, sqs):
+    pending = insert(container, make_run(clock, job_id="j_p"))
+    queued = insert(container, make_run(clock, job_id="j_q", state=RunState.QUEUED))
+    event = {
+        "Records": [
+            stream_record(container.runs, queued, "200", event_name="MODIFY"),
+            stream_record(container.runs, pending, "201"),
+        ]
+    }
+    assert invoke(event) == {"batchItemFailures": []}
+    assert [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()] == [pending.run_key]
+
+
+def test_handler_fails_an_unreadable_run_record(container, clock, sqs):
+    good = insert(container, make_run(clock, job_id="j_ok"))
+    broken = stream_record(container.runs, good, "301")
+    broken["dynamodb"]["NewImage"]["doc"] = {"S": "{not json"}
+    event = {"Records": [stream_record(container.runs, good, "300"), broken]}
+
+    assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": "301"}]}

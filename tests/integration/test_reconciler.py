@@ -1,0 +1,540 @@
+"""The reconciler on moto: each stranded state is repaired after its deadline and not before."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from jobsched.domain.instants import format_instant
+from jobsched.domain.models import Delivery, HttpTarget, Policies, RetryPolicy
+from jobsched.domain.runs import Run, RunState, advance, created
+from jobsched.handlers.outbox import matches_filter
+from jobsched.observability import metrics
+from jobsched.services.reconciler import Reconciler
+from jobsched.store.runs import RunStore
+from jobsched.store.schema import RUNS
+
+from tests.conftest import T0
+
+TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
+
+
+@pytest.fixture(autouse=True)
+def fresh_metrics():
+    metrics.clear_metrics()
+    yield
+    metrics.clear_metrics()
+
+
+def make_run(
+    *,
+    job_id: str = "j_rec1",
+    at: datetime = T0,
+    due_in: float = 0,
+    state: RunState = RunState.PENDING,
+    **fields: Any,
+) -> Run:
+    """A run written at `at`, due `due_in` seconds later, built by hand as the sweeper would."""
+    scheduled = at + timedelta(seconds=due_in)
+    return created(
+        Run(
+            run_key=f"{job_id}@{format_instant(scheduled)}",
+            job_id=job_id,
+            tenant="tenant-a",
+            job_type="report.build",
+            scheduled_for=scheduled,
+            due_at=scheduled,
+            state=state,
+            definition_version=1,
+            target=TARGET,
+            created_at=at,
+            updated_at=at,
+            **fields,
+        ),
+        actor="sweeper",
+    )
+
+
+def leased(*, job_id: str = "j_lease1", attempt: int = 1, lease_for: int = 60, **fields: Any) -> Run:
+    return make_run(
+        job_id=job_id,
+        state=RunState.LEASED,
+        fence=attempt,
+        attempt=attempt,
+        lease_owner="worker-1",
+        lease_expires_at=T0 + timedelta(seconds=lease_for),
+        first_attempt_at=T0,
+        **fields,
+    )
+
+
+def insert(container, run: Run) -> Run:
+    assert container.runs.insert(run)
+    return stored(container, run)
+
+
+def stored(container, run: Run) -> Run:
+    current = container.runs.get_by_key(run.run_key)
+    assert current is not None
+    return current
+
+
+def raw_item(run: Run) -> dict[str, Any]:
+    return boto3.client("dynamodb").get_item(
+        TableName=RUNS.default_name,
+        Key={"job_id": {"S": run.job_id}, "sk": {"S": "R#" + format_instant(run.scheduled_for)}},
+    )["Item"]
+
+
+def reconciler_entries(run: Run) -> list:
+    return [h for h in run.history if h.actor == "reconciler"]
+
+
+def as_stream_record(item: dict[str, Any], sequence: str, event_name: str = "MODIFY") -> dict[str, Any]:
+    return {
+        "eventID": sequence,
+        "eventName": event_name,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {"NewImage": item, "SequenceNumber": sequence, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    }
+
+
+# --- PENDING never published ---
+
+
+def test_unpublished_pending_run_is_retouched_after_the_grace_and_not_before(container, clock):
+    run = insert(container, make_run())
+    before = raw_item(run)
+
+    clock.set(T0 + timedelta(seconds=59))
+    report = container.reconciler.reconcile_all()
+    assert report.examined == 0 and report.repaired == []
+    assert raw_item(run) == before
+
+    clock.set(T0 + timedelta(seconds=60))
+    report = container.reconciler.reconcile_all()
+
+    assert report.republish == 1 and report.repaired == [run.run_key]
+    after = stored(container, run)
+    assert after.state is RunState.PENDING
+    assert after.rev == run.rev + 1
+    assert after.updated_at == clock.now()
+    (entry,) = reconciler_entries(after)
+    assert (entry.source, entry.target, entry.reason, entry.at) == (
+        RunState.PENDING,
+        RunState.PENDING,
+        "republish",
+        clock.now(),
+    )
+    # The write changes the item, so the stream emits a record the outbox's filter lets through.
+    item = raw_item(run)
+    assert item != before
+    assert item["deadline_at"]["S"] == format_instant(clock.now() + timedelta(seconds=60))
+    assert matches_filter(as_stream_record(item, "1"))
+
+
+def test_retouched_run_is_not_repaired_again_within_the_grace(container, clock):
+    run = insert(container, make_run())
+    clock.set(T0 + timedelta(seconds=60))
+    container.reconciler.reconcile_all()
+    clock.set(T0 + timedelta(seconds=119))
+    assert container.reconciler.reconcile_all().repaired == []
+    clock.set(T0 + timedelta(seconds=120))
+    assert container.reconciler.reconcile_all().repaired == [run.run_key]
+    assert len(reconciler_entries(stored(container, run))) == 2
+
+
+def test_retry_wait_due_in_two_hours_waits_until_within_the_sqs_delay(container, clock, aws):
+    run = insert(
+        container, make_run(state=RunState.RETRY_WAIT, due_in=7200, attempt=1, fence=1, first_attempt_at=T0)
+    )
+    publish_at = T0 + timedelta(seconds=7200 - 900)
+
+    clock.set(publish_at - timedelta(seconds=1))
+    assert container.reconciler.reconcile_all().repaired == []
+    assert stored(container, run) == run
+
+    clock.set(publish_at)
+    assert container.reconciler.reconcile_all().republish == 1
+    after = stored(container, run)
+    assert after.state is RunState.RETRY_WAIT
+    assert reconciler_entries(after)[-1].reason == "republish"
+
+    # The outbox can now publish it with the longest SQS delay.
+    assert container.outbox.publish([after]) == []
+    assert stored(container, run).state is RunState.QUEUED
+
+
+# --- QUEUED but the message is gone ---
+
+
+def test_queued_run_whose_message_was_lost_goes_back_to_pending_after_the_dwell(container, clock):
+    run = insert(container, make_run(state=RunState.QUEUED))
+
+    clock.set(T0 + timedelta(minutes=15) - timedelta(seconds=1))
+    assert container.reconciler.reconcile_all().repaired == []
+
+    clock.set(T0 + timedelta(minutes=15))
+    report = container.reconciler.reconcile_all()
+
+    assert report.requeue == 1
+    after = stored(container, run)
+    assert after.state is RunState.PENDING
+    (entry,) = reconciler_entries(after)
+    assert (entry.source, entry.target, entry.reason) == (RunState.QUEUED, RunState.PENDING, "requeue")
+    assert matches_filter(as_stream_record(raw_item(run), "1"))
+
+
+def test_queued_run_with_future_due_waits_for_due_plus_dwell(container, clock):
+    run = insert(container, make_run(state=RunState.QUEUED, due_in=600))
+    clock.set(T0 + timedelta(seconds=600 + 899))
+    assert container.reconciler.reconcile_all().repaired == []
+    clock.set(T0 + timedelta(seconds=600 + 900))
+    assert container.reconciler.reconcile_all().repaired == [run.run_key]
+
+
+# --- LEASED by a worker that died ---
+
+
+def test_expired_lease_with_attempts_left_goes_to_retry_wait(container, clock):
+    run = insert(container, leased(attempt=1))
+
+    clock.set(T0 + timedelta(seconds=60 + 29))
+    assert container.reconciler.reconcile_all().repaired == []
+
+    clock.set(T0 + timedelta(seconds=60 + 30))
+    report = container.reconciler.reconcile_all()
+
+    assert report.lease_expired == 1
+    after = stored(container, run)
+    assert after.state is RunState.RETRY_WAIT
+    assert after.due_at == clock.now()
+    assert after.last_error_class == "LeaseExpired"
+    assert after.lease_owner is None and after.lease_expires_at is None
+    assert after.fence == run.fence and after.attempt == run.attempt
+    (entry,) = reconciler_entries(after)
+    assert (entry.source, entry.target, entry.error_class, entry.fence) == (
+        RunState.LEASED,
+        RunState.RETRY_WAIT,
+        "LeaseExpired",
+        run.fence,
+    )
+    # Due now: the outbox publishes it on the stream record this write produces.
+    assert matches_filter(as_stream_record(raw_item(run), "1"))
+
+
+def test_expired_lease_at_max_attempts_goes_to_dead(container, clock):
+    run = insert(container, leased(attempt=3))  # default policy: 3 attempts
+    clock.set(T0 + timedelta(seconds=90))
+
+    assert container.reconciler.reconcile_all().lease_expired == 1
+
+    after = stored(container, run)
+    assert after.state is RunState.DEAD
+    assert after.last_error_class == "LeaseExpired"
+    assert after.finished_at == clock.now()
+    assert "deadline_at" not in raw_item(run)  # left the open index
+    assert raw_item(run)["dead_tenant"]["S"] == "tenant-a"
+
+
+def test_run_dead_from_an_expired_lease_is_copied_to_its_dlq(container, clock, aws):
+    run = insert(container, leased(attempt=3))
+    clock.set(T0 + timedelta(seconds=90))
+
+    report = container.reconciler.reconcile_all()
+
+    assert report.dead == 1
+    messages = boto3.client("sqs").receive_message(QueueUrl=aws["dlq_urls"]["default"])["Messages"]
+    body = json.loads(messages[0]["Body"])
+    assert body["runKey"] == run.run_key and body["reason"].startswith("LeaseExpired:")
+
+
+def test_expired_lease_past_max_age_goes_to_dead(container, clock):
+    policies = Policies(retry=RetryPolicy(max_attempts=5, max_age_seconds=60))
+    run = insert(container, leased(attempt=1, policies=policies))
+    clock.set(T0 + timedelta(seconds=90))
+    container.reconciler.reconcile_all()
+    assert stored(container, run).state is RunState.DEAD
+
+
+def test_expired_lease_after_an_at_most_once_effect_started_is_not_retried(container, clock):
+    policies = Policies(delivery=Delivery.AT_MOST_ONCE)
+    run = insert(container, leased(attempt=1, policies=policies, effect_started_at=T0))
+    clock.set(T0 + timedelta(seconds=90))
+    container.reconciler.reconcile_all()
+    assert stored(container, run).state is RunState.DEAD
+
+
+def test_live_lease_is_left_alone(container, clock):
+    run = insert(container, leased(lease_for=600))
+    clock.set(T0 + timedelta(seconds=300))
+    assert container.reconciler.reconcile_all().examined == 0
+    assert stored(container, run) == run
+
+
+def test_lease_extended_after_the_read_is_left_alone(container, clock):
+    run = insert(container, leased(lease_for=60))
+    clock.set(T0 + timedelta(seconds=90))
+    (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
+
+    # The heartbeat lands between the reconciler's read and its write.
+    container.runs.extend_lease(run, T0 + timedelta(seconds=600))
+
+    assert container.reconciler.repair(read) is None
+    after = stored(container, run)
+    assert after.state is RunState.LEASED
+    assert reconciler_entries(after) == []
+    assert container.reconciler.reconcile_all().examined == 0
+
+
+# --- blocked (buffer-one overlap) ---
+
+
+def test_blocked_run_is_unblocked_once_its_blocker_finished(container, clock):
+    blocker = insert(container, make_run(job_id="j_blk", at=T0 - timedelta(minutes=1), state=RunState.QUEUED))
+    waiting = insert(container, make_run(job_id="j_blk", due_in=0, blocked_by=blocker.run_key))
+    finished = advance(blocker, RunState.CANCELLED, now=T0, actor="api:tenant-a", reason="cancelled")
+    container.runs.replace(finished)
+
+    clock.set(T0 + timedelta(minutes=5))
+    report = container.reconciler.reconcile_all()
+
+    assert report.unblocked == 1 and report.repaired == [waiting.run_key]
+    after = stored(container, waiting)
+    assert after.blocked_by is None
+    assert reconciler_entries(after)[-1].reason == "unblocked"
+    assert matches_filter(as_stream_record(raw_item(waiting), "1"))
+
+
+def test_blocked_run_whose_blocker_is_missing_is_unblocked(container, clock):
+    waiting = insert(container, make_run(blocked_by="j_gone@2026-11-02T07:00:00Z"))
+    clock.set(T0 + timedelta(minutes=5))
+    assert container.reconciler.reconcile_all().unblocked == 1
+    assert stored(container, waiting).blocked_by is None
+
+
+def test_blocked_run_whose_blocker_is_open_only_has_its_deadline_moved(container, clock):
+    blocker = insert(container, leased(job_id="j_blk2", lease_for=3600))
+    waiting = insert(container, make_run(job_id="j_blk2", due_in=60, blocked_by=blocker.run_key))
+
+    clock.set(T0 + timedelta(minutes=5))
+    report = container.reconciler.reconcile_all()
+
+    assert report.repaired == [] and report.deferred == 1
+    after = stored(container, waiting)
+    assert after.blocked_by == blocker.run_key
+    assert after.history == waiting.history
+    assert raw_item(waiting)["deadline_at"]["S"] == format_instant(clock.now() + timedelta(minutes=5))
+    assert not matches_filter(as_stream_record(raw_item(waiting), "1"))
+    # Not read again until the new deadline.
+    clock.set(T0 + timedelta(minutes=9))
+    assert container.reconciler.reconcile_all().examined == 0
+
+
+# --- races and cost ---
+
+
+def test_two_reconcilers_racing_on_one_run_repair_it_once(container, clock):
+    run = insert(container, make_run())
+    clock.set(T0 + timedelta(seconds=120))
+    (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
+    first = Reconciler(container.runs, clock, shard_count=4)
+    second = Reconciler(container.runs, clock, shard_count=4)
+
+    assert first.repair(read) == "republish"
+    assert second.repair(read) is None  # the same stale read: its conditional write fails
+
+    assert len(reconciler_entries(stored(container, run))) == 1
+
+
+def test_repair_after_another_writer_moved_the_run_is_skipped(container, clock):
+    run = insert(container, make_run(state=RunState.QUEUED))
+    clock.set(T0 + timedelta(minutes=20))
+    (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
+    claimed = advance(
+        run,
+        RunState.LEASED,
+        now=clock.now(),
+        actor="worker:w1",
+        fence=1,
+        attempt=1,
+        lease_owner="w1",
+        lease_expires_at=clock.now() + timedelta(seconds=60),
+    )
+    container.runs.replace(claimed)
+
+    assert container.reconciler.repair(read) is None
+    assert stored(container, run).state is RunState.LEASED
+
+
+class CountingDynamo:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: list[str] = []
+        self.items_returned = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            response = attr(*args, **kwargs)
+            if name in ("query", "scan"):
+                self.items_returned += len(response.get("Items", []))
+            return response
+
+        return call
+
+
+def test_reconciler_reads_only_overdue_runs(container, clock):
+    for i in range(50):
+        insert(container, make_run(job_id=f"j_fresh{i}", at=T0))  # deadline T0 + 60 s
+    stranded = [
+        insert(container, make_run(job_id=f"j_old{i}", at=T0 - timedelta(minutes=5))) for i in range(2)
+    ]
+    counting = CountingDynamo(boto3.client("dynamodb"))
+    store = RunStore(counting, RUNS.default_name, 4)
+
+    report = Reconciler(store, clock, shard_count=4).reconcile_all()
+
+    assert report.examined == 2
+    assert sorted(report.repaired) == sorted(r.run_key for r in stranded)
+    assert counting.items_returned == 2
+    assert "scan" not in counting.calls
+    assert counting.calls.count("query") == 4  # one per shard
+
+
+def test_pages_through_every_overdue_run(container, clock):
+    runs = [insert(container, make_run(job_id=f"j_page{i}", at=T0 - timedelta(minutes=5))) for i in range(7)]
+    report = Reconciler(container.runs, clock, shard_count=4, batch_limit=2).reconcile_all()
+    assert sorted(report.repaired) == sorted(r.run_key for r in runs)
+
+
+def test_one_invocation_is_bounded_per_shard(container, clock):
+    for i in range(5):
+        insert(container, make_run(job_id="j_samejob", at=T0 - timedelta(minutes=5), due_in=-i))
+    bounded = Reconciler(container.runs, clock, shard_count=4, batch_limit=2, max_per_shard=3)
+    assert bounded.reconcile_all().examined == 3
+    assert bounded.reconcile_all().examined == 2  # the rest on the next tick
+
+
+def test_repairs_emit_metrics_by_kind(container, clock, capsys):
+    insert(container, make_run(job_id="j_m1", at=T0 - timedelta(minutes=2)))
+    insert(container, make_run(job_id="j_m2", at=T0 - timedelta(minutes=20), state=RunState.QUEUED))
+    capsys.readouterr()
+
+    container.reconciler.reconcile_all()
+
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "RepairsMade" in line]
+    assert sorted((b["kind"], b["RepairsMade"]) for b in blobs) == [("republish", [1.0]), ("requeue", [1.0])]
+    assert all(b["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "kind"]] for b in blobs)
+    # 60 s past the publish deadline, 5 min past the dwell deadline.
+    assert sorted(metrics.metric_set["RepairLatency"]["Value"]) == [60.0, 300.0]
+
+
+# --- the handler ---
+
+
+def invoke(event: dict[str, Any]) -> dict[str, Any]:
+    from jobsched.handlers import reconciler
+    from jobsched.local.lambda_context import InvocationContext
+
+    return reconciler.handler(event, InvocationContext(function_name="jobsched-reconciler"))
+
+
+SCHEDULED_EVENT = {
+    "version": "0",
+    "id": "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa",
+    "detail-type": "Scheduled Event",
+    "source": "aws.events",
+    "account": "123456789012",
+    "time": "2026-11-02T08:05:00Z",
+    "region": "us-east-1",
+    "resources": ["arn:aws:events:us-east-1:123456789012:rule/jobsched-reconciler"],
+    "detail": {},
+}
+
+
+def test_handler_repairs_every_shard_on_a_scheduled_event(container, clock):
+    runs = [insert(container, make_run(job_id=f"j_hd{i}", at=T0 - timedelta(minutes=5))) for i in range(6)]
+    result = invoke(SCHEDULED_EVENT)
+    assert result["shards"] == [0, 1, 2, 3]
+    assert sorted(result["repaired"]) == sorted(r.run_key for r in runs)
+    assert result["repairs"]["republish"] == 6
+
+
+def test_handler_repairs_only_the_shard_named_in_the_rule_input(container, clock):
+    runs = [insert(container, make_run(job_id=f"j_hs{i}", at=T0 - timedelta(minutes=5))) for i in range(8)]
+    shard = container.runs.open_shard_of(runs[0].job_id)
+    expected = sorted(r.run_key for r in runs if container.runs.open_shard_of(r.job_id) == shard)
+
+    result = invoke({"shard": shard})
+
+    assert result["shards"] == [shard]
+    assert sorted(result["repaired"]) == expected
+    others = [r for r in runs if r.run_key not in expected]
+    assert others and all(stored(container, r) == r for r in others)
+
+
+# --- end to end: committed but never published, then published by the outbox ---
+
+
+def stream_records_since(start: int = 0) -> list[dict[str, Any]]:
+    """The Runs stream as moto holds it, converted to the records Lambda would deliver."""
+    ddb = boto3.client("dynamodb")
+    streams = boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for record in streams.get_records(ShardIterator=iterator)["Records"]:
+            record = json.loads(json.dumps(record, default=str))
+            record["eventVersion"] = "1.1"
+            record["eventSourceARN"] = arn
+            record["dynamodb"]["ApproximateCreationDateTime"] = int(T0.timestamp())
+            records.append(record)
+    return records[start:]
+
+
+def test_pending_run_never_published_reaches_the_queue_after_repair(container, clock, aws):
+    from jobsched.handlers import outbox
+    from jobsched.local.lambda_context import InvocationContext
+
+    run = make_run(job_id="j_e2e", due_in=30)
+    assert container.runs.insert(run)
+    (insert_record,) = stream_records_since()
+    assert insert_record["eventName"] == "INSERT" and matches_filter(insert_record)
+    # The outbox never ran for that record (lost invocation); nothing is on the queue.
+    sqs = boto3.client("sqs")
+    url = aws["urls"]["default"]
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+
+    clock.set(T0 + timedelta(seconds=60))
+    assert container.reconciler.reconcile_all().repaired == [run.run_key]
+
+    (retouch,) = stream_records_since(1)
+    assert retouch["eventName"] == "MODIFY" and matches_filter(retouch)
+    assert outbox.handler({"Records": [retouch]}, InvocationContext(function_name="jobsched-outbox")) == {
+        "batchItemFailures": []
+    }
+
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(m["Body"])["runKey"] for m in messages] == [run.run_key]
+    after = stored(container, run)
+    assert after.state is RunState.QUEUED
+    assert [(h.actor, h.target) for h in after.history] == [
+        ("sweeper", RunState.PENDING),
+        ("reconciler", RunState.PENDING),
+        ("outbox", RunState.QUEUED),
+    ]
+    # The outbox's own write does not come back to it.
+    assert not any(matches_filter(r) for r in stream_records_since(2))

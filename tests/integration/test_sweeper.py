@@ -1,0 +1,282 @@
+"""The sweeper and its materialiser on moto: misfire, DST, limits, races, read amplification."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from jobsched.domain.runs import RunState
+
+from tests.conftest import T0, SerializedClient
+
+
+def new_job(container, **body):
+    from jobsched.handlers.api_models import JobBody
+
+    base = {"name": "j", "type": "report"}
+    spec = JobBody.model_validate({**base, **body}).to_spec()
+    return container.jobs.create("tenant-a", spec).job
+
+
+def all_runs(container, job_id):
+    page = container.runs.list_for_job(job_id, limit=1000, cursor=None)
+    return sorted(page.items, key=lambda r: r.scheduled_for)
+
+
+def fmt(runs):
+    return [(r.scheduled_for.strftime("%H:%M:%S"), r.state.value, r.reason) for r in runs]
+
+
+def test_sweep_creates_each_occurrence_in_the_horizon_once(container, clock):
+    job = new_job(container, cron="*/30 * * * * *", timeZone="UTC")  # every 30 s
+    # Creation materialised up to now + 120 s: 08:00:00 .. 08:02:00.
+    assert [r.scheduled_for.strftime("%M:%S") for r in all_runs(container, job.job_id)] == [
+        "00:00",
+        "00:30",
+        "01:00",
+        "01:30",
+        "02:00",
+    ]
+    report = container.sweeper.sweep()
+    assert report.runs_created == 0 and report.jobs_read == 0  # nothing newly due
+    clock.advance(60)
+    report = container.sweeper.sweep()
+    assert report.runs_created == 2  # 02:30, 03:00
+    assert report.jobs_read == 1
+    runs = all_runs(container, job.job_id)
+    assert len({r.run_key for r in runs}) == len(runs) == 7
+    assert all(r.state is RunState.PENDING for r in runs)
+    assert runs[-1].previous_run_key == runs[-2].run_key  # overlap chain
+    stored = container.jobs.get("tenant-a", job.job_id)
+    assert stored.next_run_at == T0 + timedelta(seconds=210)
+    assert stored.runs_created == 7
+
+
+def test_repeated_sweeps_at_the_same_instant_create_nothing_twice(container, clock):
+    job = new_job(container, every=10)
+    first = len(all_runs(container, job.job_id))
+    for _ in range(3):
+        container.sweeper.sweep()
+    assert len(all_runs(container, job.job_id)) == first
+
+
+def test_two_sweepers_at_once_create_each_run_once(container, clock):
+    container.definitions._db = SerializedClient(container.definitions._db)
+    container.runs._db = SerializedClient(container.runs._db)
+    jobs = [new_job(container, every=7, startAt="2026-11-02T08:05:00Z") for _ in range(6)]
+    clock.advance(300)  # all six now due, none materialised yet
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        reports = list(pool.map(lambda _: container.sweeper.sweep(), range(4)))
+
+    created = sum(r.runs_created for r in reports)
+    total = sum(len(all_runs(container, j.job_id)) for j in jobs)
+    assert created == total  # each run counted by exactly one sweeper
+    for job in jobs:
+        runs = all_runs(container, job.job_id)
+        keys = [r.run_key for r in runs]
+        assert len(keys) == len(set(keys))
+        # 08:05:00 .. 08:07:00 every 7 s: 18 occurrences, no gap, no duplicate.
+        assert [r.scheduled_for for r in runs] == [
+            datetime(2026, 11, 2, 8, 5, tzinfo=UTC) + timedelta(seconds=7 * i) for i in range(18)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "window", "expected"),
+    [
+        # Hourly from 08:00; paused right after creation, resumed at 10:00:30.
+        ("skip", 4000, [("09:00:00", "SKIPPED", "misfire"), ("10:00:00", "PENDING", None)]),
+        ("run-once", 4000, [("09:00:00", "PENDING", None), ("10:00:00", "PENDING", None)]),
+        ("run-once", 1800, [("09:00:00", "SKIPPED", "expired"), ("10:00:00", "PENDING", None)]),
+        ("catch-up", 1800, [("09:00:00", "SKIPPED", "expired"), ("10:00:00", "PENDING", None)]),
+    ],
+)
+def test_misfire_after_pause(container, clock, policy, window, expected):
+    job = new_job(
+        container,
+        cron="0 * * * *",
+        timeZone="UTC",
+        startAt="2026-11-02T08:00:00Z",
+        missedRuns=policy,
+        catchUpWindow=window,
+    )
+    container.jobs.pause("tenant-a", job.job_id)
+    clock.set(datetime(2026, 11, 2, 10, 0, 30, tzinfo=UTC))
+    container.jobs.resume("tenant-a", job.job_id)  # the API materialises at once
+    got = fmt(all_runs(container, job.job_id))
+    assert got[0] == ("08:00:00", "PENDING", None)  # made at creation, before the pause
+    assert got[1:] == expected
+
+
+def test_catch_up_runs_every_missed_occurrence_inside_the_window(container, clock):
+    job = new_job(
+        container,
+        cron="*/10 * * * *",
+        timeZone="UTC",
+        startAt="2026-11-02T09:00:00Z",
+        missedRuns="catch-up",
+        catchUpWindow=1800,
+    )
+    clock.set(datetime(2026, 11, 2, 10, 0, 0, tzinfo=UTC))  # the sweeper was down 09:00-10:00
+    container.sweeper.sweep()
+    got = fmt(all_runs(container, job.job_id))
+    assert got[0] == ("09:00:00", "SKIPPED", "expired")
+    skipped = all_runs(container, job.job_id)[0]
+    assert skipped.skipped_through == datetime(2026, 11, 2, 9, 20, tzinfo=UTC) and skipped.skipped_count == 3
+    assert got[1:] == [(f"{h}:00", "PENDING", None) for h in ("09:30", "09:40", "09:50", "10:00")]
+    assert container.definitions.get_stats(job.job_id)["missed"] == 3
+
+
+def test_run_once_after_downtime_runs_only_the_latest(container, clock):
+    job = new_job(
+        container,
+        cron="*/10 * * * *",
+        timeZone="UTC",
+        startAt="2026-11-02T09:00:00Z",
+        missedRuns="run-once",
+        catchUpWindow=3600 * 3,
+    )
+    clock.set(datetime(2026, 11, 2, 10, 5, 0, tzinfo=UTC))
+    container.sweeper.sweep()
+    got = fmt(all_runs(container, job.job_id))
+    assert got == [("09:00:00", "SKIPPED", "misfire"), ("10:00:00", "PENDING", None)]
+    assert all_runs(container, job.job_id)[0].skipped_count == 6
+
+
+def test_skip_policy_records_missed_occurrences_as_one_skipped_range(container, clock):
+    job = new_job(container, every=1, startAt="2026-11-02T09:00:00Z", missedRuns="skip")
+    clock.set(datetime(2026, 11, 2, 11, 0, 0, tzinfo=UTC))  # two hours of 1-second occurrences missed
+    container.sweeper.sweep()
+    runs = all_runs(container, job.job_id)
+    assert runs[0].state is RunState.SKIPPED and runs[0].reason == "misfire"
+    assert runs[0].skipped_count == 7140 and runs[0].skipped_through == datetime(
+        2026, 11, 2, 10, 58, 59, tzinfo=UTC
+    )
+    pending = [r for r in runs if r.state is RunState.PENDING]
+    assert pending[0].scheduled_for == datetime(2026, 11, 2, 10, 59, tzinfo=UTC)  # within the 60 s grace
+    assert len(runs) == 1 + 60 + 121
+
+
+def test_one_time_job_completes(container, clock):
+    job = new_job(container, runAt="2026-11-02T08:01:00Z")
+    stored = container.jobs.get("tenant-a", job.job_id)
+    assert stored.state.value == "COMPLETED" and stored.next_run_at is None
+    assert fmt(all_runs(container, job.job_id)) == [("08:01:00", "PENDING", None)]
+    assert container.sweeper.sweep().jobs_read == 0  # out of the due index
+
+
+def test_max_runs_completes_the_job(container, clock):
+    job = new_job(container, every=20, maxRuns=3)
+    assert len(all_runs(container, job.job_id)) == 3
+    assert container.jobs.get("tenant-a", job.job_id).state.value == "COMPLETED"
+
+
+def test_end_at_completes_the_job(container, clock):
+    job = new_job(container, every=60, endAt="2026-11-02T08:03:00Z")
+    clock.advance(120)
+    container.sweeper.sweep()
+    assert [r.scheduled_for.minute for r in all_runs(container, job.job_id)] == [0, 1, 2, 3]
+    assert container.jobs.get("tenant-a", job.job_id).state.value == "COMPLETED"
+
+
+def test_dst_fall_back_end_to_end(container, clock):
+    # London falls back 2026-10-25 at 01:00Z (02:00 BST → 01:00 GMT): 01:30 local happens twice.
+    clock.set(datetime(2026, 10, 24, 23, 59, 0, tzinfo=UTC))
+    first = new_job(container, cron="30 1 * * *", timeZone="Europe/London", dst={"fold": "first"})
+    last = new_job(container, cron="30 1 * * *", timeZone="Europe/London", dst={"fold": "last"})
+    for minute in range(0, 200, 1):
+        clock.set(datetime(2026, 10, 24, 23, 59, 0, tzinfo=UTC) + timedelta(minutes=minute))
+        container.sweeper.sweep()
+    assert [r.scheduled_for for r in all_runs(container, first.job_id)] == [
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    ]
+    assert [r.scheduled_for for r in all_runs(container, last.job_id)] == [
+        datetime(2026, 10, 25, 1, 30, tzinfo=UTC)
+    ]
+
+
+def test_dst_spring_forward_gap_end_to_end(container, clock):
+    # New York springs forward 2026-03-08 at 07:00Z: 02:30 local does not exist.
+    clock.set(datetime(2026, 3, 8, 6, 0, 0, tzinfo=UTC))
+    shift = new_job(container, cron="30 2 * * *", timeZone="America/New_York", dst={"gap": "shift"})
+    skip = new_job(container, cron="30 2 * * *", timeZone="America/New_York", dst={"gap": "skip"})
+    for minute in range(0, 120, 1):
+        clock.set(datetime(2026, 3, 8, 6, 0, 0, tzinfo=UTC) + timedelta(minutes=minute))
+        container.sweeper.sweep()
+    assert [r.scheduled_for for r in all_runs(container, shift.job_id)] == [
+        datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    ]
+    assert all_runs(container, skip.job_id) == []
+    assert container.jobs.get("tenant-a", skip.job_id).next_run_at == datetime(2026, 3, 9, 6, 30, tzinfo=UTC)
+
+
+def test_start_jitter_is_stable_and_bounded(container, clock):
+    job = new_job(container, every=10, jitterSeconds=8)
+    runs = all_runs(container, job.job_id)
+    offsets = [(r.due_at - r.scheduled_for).total_seconds() for r in runs]
+    assert all(0 <= o <= 8 for o in offsets) and len(set(offsets)) > 1
+    from jobsched.domain.jitter import start_jitter_seconds
+
+    assert offsets == [start_jitter_seconds(r.run_key, 8) for r in runs]
+
+
+def test_paused_job_is_not_swept(container, clock):
+    job = new_job(container, every=30, startAt="2026-11-02T08:10:00Z")
+    container.jobs.pause("tenant-a", job.job_id)
+    clock.advance(900)
+    assert container.sweeper.sweep().jobs_read == 0
+    assert all_runs(container, job.job_id) == []
+
+
+def test_sweep_reads_only_due_jobs(container, clock):
+    # 40 jobs far in the future, 3 due: the due index is read for the 3 alone.
+    for _ in range(40):
+        new_job(container, cron="0 0 1 1 *", timeZone="UTC")
+    due = [new_job(container, every=3600, startAt="2026-11-02T08:30:00Z") for _ in range(3)]
+    clock.advance(29 * 60)
+    report = container.sweeper.sweep()
+    assert report.jobs_read == 3
+    assert report.runs_created == 3
+    assert {r.job_id for j in due for r in all_runs(container, j.job_id)} == {j.job_id for j in due}
+
+
+def test_a_failing_job_does_not_block_its_shard(container, clock, monkeypatch):
+    good = new_job(container, every=3600, startAt="2026-11-02T08:30:00Z")
+    bad = new_job(container, every=3600, startAt="2026-11-02T08:30:00Z")
+    original = container.materializer.materialize
+
+    def flaky(job, **kw):
+        if job.job_id == bad.job_id:
+            raise RuntimeError("boom")
+        return original(job, **kw)
+
+    monkeypatch.setattr(container.materializer, "materialize", flaky)
+    clock.advance(29 * 60)
+    report = container.sweeper.sweep()
+    assert report.failures == [bad.job_id]
+    assert len(all_runs(container, good.job_id)) == 1
+    # The failed job is still due and is picked up by the next sweep.
+    monkeypatch.setattr(container.materializer, "materialize", original)
+    assert container.sweeper.sweep().runs_created == 1
+
+
+def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monkeypatch):
+    job = new_job(container, every=30, startAt="2026-11-02T08:10:00Z")
+    clock.advance(9 * 60)
+    saved = container.definitions.save
+
+    def crash(job):
+        raise RuntimeError("crash after runs were written")
+
+    monkeypatch.setattr(container.definitions, "save", crash)
+    with pytest.raises(RuntimeError):
+        container.materializer.materialize(container.jobs.get("tenant-a", job.job_id))
+    written = all_runs(container, job.job_id)
+    assert written
+    monkeypatch.setattr(container.definitions, "save", saved)
+    report = container.sweeper.sweep()
+    assert report.conflicts == len(written) and report.runs_created == 0
+    assert all_runs(container, job.job_id) == written
+    assert container.jobs.get("tenant-a", job.job_id).runs_created == len(written)

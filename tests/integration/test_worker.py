@@ -1,0 +1,485 @@
+"""The worker on moto, one test per failure window. An effect ledger counts every effect
+a Python handler performs, so "one effect per run" is checked, not assumed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import boto3
+import pytest
+from jobsched.domain.errors import PermanentError, RetryableError
+from jobsched.domain.runs import RunState
+from jobsched.services.worker import Delivery, Outcome, Worker
+from jobsched.targets import HandlerRegistry, TargetRunner
+
+from tests.conftest import T0
+
+
+class Ledger:
+    """Every effect, by run key: the property under test is that no key appears twice."""
+
+    def __init__(self) -> None:
+        self.effects: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def effect(self, run_key: str) -> None:
+        with self.lock:
+            self.effects[run_key] += 1
+
+
+@pytest.fixture
+def ledger():
+    return Ledger()
+
+
+@pytest.fixture
+def registry(ledger):
+    reg = HandlerRegistry()
+
+    @reg.register("ok")
+    def ok(payload, invocation):
+        ledger.effect(invocation.run_key)
+        return {"done": invocation.run_key, "attempt": invocation.attempt}
+
+    @reg.register("down")
+    def down(payload, invocation):
+        ledger.calls[invocation.run_key] += 1
+        raise RetryableError("downstream 503", error_class="HTTP503")
+
+    @reg.register("bad")
+    def bad(payload, invocation):
+        ledger.calls[invocation.run_key] += 1
+        raise PermanentError("payload rejected", error_class="HTTP400")
+
+    @reg.register("slow")
+    def slow(payload, invocation):
+        time.sleep(1.5)
+        ledger.effect(invocation.run_key)
+        return "late"
+
+    return reg
+
+
+def make_worker(container, registry, name="w1", **kw):
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    options = {"lease_seconds": 60, **kw}
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id=name,
+        **options,
+    )
+
+
+@pytest.fixture
+def worker(container, registry):
+    return make_worker(container, registry)
+
+
+def one_run(container, clock, job_type="ok", **body):
+    """A one-time job due now; creation materialises its single run."""
+    from jobsched.handlers.api_models import JobBody
+
+    fields = {"name": "n", "type": job_type, "runAt": "2026-11-02T08:00:00Z", **body}
+    spec = JobBody.model_validate({k: v for k, v in fields.items() if v is not None})
+    job = container.jobs.create("tenant-a", spec.to_spec()).job
+    runs = container.runs.list_for_job(job.job_id, limit=10, cursor=None).items
+    return job, min(runs, key=lambda r: r.scheduled_for)
+
+
+def delivery(run, queue="default"):
+    return Delivery(run.run_key, run.job_id, run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ"), queue)
+
+
+def stored(container, run):
+    return container.runs.get_by_key(run.run_key)
+
+
+def queue_messages(container, queue, dlq=False):
+    sqs = boto3.client("sqs")
+    url = (container.queues.dlq_urls if dlq else container.queues.urls)[queue]
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesDelayed"])
+
+
+def test_run_succeeds_with_history(container, clock, worker, ledger):
+    _, run = one_run(container, clock)
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.SUCCEEDED
+    done = stored(container, run)
+    assert done.state is RunState.SUCCEEDED and done.fence == 1 and done.attempt == 1
+    assert done.result == {"done": run.run_key, "attempt": 1}
+    assert [(t.source, t.target, t.actor, t.fence) for t in done.history] == [
+        (None, RunState.PENDING, "sweeper", 0),
+        (RunState.PENDING, RunState.LEASED, "worker:w1", 1),
+        (RunState.LEASED, RunState.SUCCEEDED, "worker:w1", 1),
+    ]
+    assert ledger.effects[run.run_key] == 1
+    assert container.definitions.get_stats(run.job_id)["succeeded"] == 1
+
+
+def test_duplicate_deliveries_have_one_effect(container, clock, worker, ledger):
+    _, run = one_run(container, clock)
+    outcomes = [worker.process(delivery(run)).outcome for _ in range(3)]
+    assert outcomes == [Outcome.SUCCEEDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_concurrent_duplicate_deliveries_have_one_effect(container, clock, registry, ledger):
+    from tests.conftest import SerializedClient
+
+    container.runs._db = SerializedClient(container.runs._db)
+    container.definitions._db = SerializedClient(container.definitions._db)
+    _, run = one_run(container, clock)
+    workers = [make_worker(container, registry, name=f"w{i}") for i in range(4)]
+    results = []
+    threads = [threading.Thread(target=lambda w=w: results.append(w.process(delivery(run)))) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.outcome.value for r in results).count("succeeded") == 1
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_crash_between_effect_and_completion_does_not_repeat_the_effect(
+    container, clock, worker, ledger, monkeypatch
+):
+    _, run = one_run(container, clock)
+    real_replace = container.runs.replace
+
+    def crash_on_success(new, **kw):
+        if new.state is RunState.SUCCEEDED:
+            raise ConnectionError("worker died after the effect")
+        return real_replace(new, **kw)
+
+    monkeypatch.setattr(container.runs, "replace", crash_on_success)
+    with pytest.raises(ConnectionError):
+        worker.process(delivery(run))
+    assert ledger.effects[run.run_key] == 1
+    assert stored(container, run).state is RunState.LEASED
+    monkeypatch.setattr(container.runs, "replace", real_replace)
+
+    # SQS redelivers while the lease is live: nothing happens.
+    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    # After the lease expires the next delivery claims, finds the saved result, completes.
+    clock.advance(61)
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+    done = stored(container, run)
+    assert done.fence == 2 and done.attempt == 2
+    assert done.history[2].error_class == "LeaseExpired"
+
+
+def test_crash_before_the_effect_runs_it_once_later(container, clock, worker, ledger, monkeypatch):
+    _, run = one_run(container, clock)
+    monkeypatch.setattr(container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError()))
+    with pytest.raises(ConnectionError):
+        worker.process(delivery(run))
+    monkeypatch.undo()
+    assert ledger.effects[run.run_key] == 0
+    clock.advance(61)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_old_worker_finishing_after_its_lease_was_taken_is_rejected(container, clock, registry, ledger):
+    _, run = one_run(container, clock)
+    old = make_worker(container, registry, name="old")
+    new = make_worker(container, registry, name="new")
+    inner = {}
+
+    @registry.register("takeover")
+    def takeover(payload, invocation):
+        # While the old worker is inside the effect its lease expires and another worker claims.
+        clock.advance(61)
+        inner["result"] = new.process(delivery(run))
+        ledger.effect(invocation.run_key)
+        return "old-worker-result"
+
+    _, run = one_run(container, clock, job_type="takeover", name="t")
+    outcome = old.process(delivery(run))
+    assert outcome.outcome is Outcome.STALE
+    # The new worker found the effect in progress under the old lease and scheduled a retry.
+    assert inner["result"].outcome is Outcome.RETRY_SCHEDULED
+    current = stored(container, run)
+    assert current.state is RunState.RETRY_WAIT and current.fence == 2
+    assert current.result is None  # the stale completion was never applied
+    # The retry completes from the saved effect: still one effect.
+    clock.set(current.due_at)
+    assert new.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+    assert stored(container, run).result == "old-worker-result"
+
+
+def test_downstream_outage_backs_off_and_dead_letters_after_max_attempts(container, clock, worker, ledger):
+    _, run = one_run(
+        container, clock, job_type="down", maxAttempts=4, retry={"baseSeconds": 2, "capSeconds": 10}
+    )
+    delays = []
+    for attempt in range(1, 5):
+        result = worker.process(delivery(run))
+        current = stored(container, run)
+        assert current.attempt == attempt
+        if attempt < 4:
+            assert result.outcome is Outcome.RETRY_SCHEDULED
+            delay = (current.due_at - clock.now()).total_seconds()
+            assert 1 <= delay <= min(10, 2 * 2 ** (attempt - 1)) + 1
+            delays.append(delay)
+            if delay > 2:  # delivered early (beyond clock skew): deferred, not executed
+                assert worker.process(delivery(run)).outcome is Outcome.DEFERRED
+            clock.set(current.due_at)
+        else:
+            assert result.outcome is Outcome.DEAD
+    assert ledger.calls[run.run_key] == 4  # attempts never exceed the policy
+    dead = stored(container, run)
+    assert dead.state is RunState.DEAD and dead.last_error_class == "HTTP503"
+    assert queue_messages(container, "default", dlq=True) == 1
+    body = json.loads(
+        boto3.client("sqs").receive_message(QueueUrl=container.queues.dlq_urls["default"])["Messages"][0][
+            "Body"
+        ]
+    )
+    assert body["runKey"] == run.run_key and "HTTP503" in body["reason"]
+
+
+def test_max_age_stops_retries(container, clock, worker, ledger):
+    _, run = one_run(
+        container,
+        clock,
+        job_type="down",
+        maxAttempts=50,
+        retry={"baseSeconds": 60, "capSeconds": 60, "maxAgeSeconds": 100},
+    )
+    outcomes = []
+    for _ in range(10):
+        outcomes.append(worker.process(delivery(run)).outcome)
+        if outcomes[-1] is Outcome.DEAD:
+            break
+        clock.set(stored(container, run).due_at)
+    assert outcomes[-1] is Outcome.DEAD and len(outcomes) < 10
+
+
+def test_permanent_error_is_not_retried(container, clock, worker, ledger):
+    _, run = one_run(container, clock, job_type="bad", maxAttempts=5)
+    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert ledger.calls[run.run_key] == 1
+    assert stored(container, run).last_error_class == "HTTP400"
+
+
+def test_missing_handler_is_permanent(container, clock, worker):
+    _, run = one_run(container, clock, job_type="nobody.handles.this")
+    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert stored(container, run).last_error_class == "NoHandler"
+
+
+def test_pause_acknowledged_while_queued_stops_the_effect(container, clock, worker, ledger):
+    job, run = one_run(container, clock)
+    # The job completes (one-time) but a paused or cancelled job must stop its queued run.
+    from jobsched.domain.models import JobState
+
+    stored_job = container.definitions.get(job.job_id)
+    container.definitions.save(stored_job.model_copy(update={"state": JobState.PAUSED}))
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.CANCELLED
+    assert ledger.effects[run.run_key] == 0
+    assert stored(container, run).reason == "job paused before the effect"
+
+
+def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledger):
+    from jobsched.handlers.api_models import JobBody
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 30}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    runs = container.runs.list_for_job(job.job_id, limit=10, cursor=None).items
+    assert len(runs) == 5
+    container.jobs.pause("tenant-a", job.job_id)
+    for run in runs:
+        clock.set(max(clock.now(), run.due_at))
+        assert worker.process(delivery(run)).outcome is Outcome.CANCELLED
+    assert sum(ledger.effects.values()) == 0
+
+
+def test_early_delivery_is_deferred_with_a_fresh_delayed_message(container, clock, worker, ledger):
+    _, run = one_run(container, clock, runAt="2026-11-02T08:01:00Z")
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.DEFERRED and result.error_class == "not_due"
+    assert queue_messages(container, "default") == 1
+    assert ledger.effects[run.run_key] == 0
+    assert stored(container, run).state is RunState.PENDING
+
+
+def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, worker, ledger):
+    from jobsched.handlers.api_models import JobBody
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "skip"}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    first, second, third = sorted(
+        container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    assert second.previous_run_key == first.run_key
+    clock.set(second.due_at)
+    assert worker.process(delivery(second)).outcome is Outcome.SKIPPED  # first never ran: still open
+    assert worker.process(delivery(first)).outcome is Outcome.SUCCEEDED
+    clock.set(third.due_at)
+    assert worker.process(delivery(third)).outcome is Outcome.SUCCEEDED  # its previous is terminal
+    assert container.definitions.get_stats(job.job_id)["overlap_skipped"] == 1
+
+
+def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(container, clock, worker, ledger):
+    from jobsched.domain.runs import advance
+    from jobsched.handlers.api_models import JobBody
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    first, second, third = sorted(
+        container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    running = advance(
+        first,
+        RunState.LEASED,
+        now=clock.now(),
+        actor="test",
+        fence=1,
+        attempt=1,
+        lease_owner="x",
+        lease_expires_at=clock.now() + timedelta(minutes=10),
+    )
+    container.runs.replace(running)
+    clock.set(third.due_at)
+    # second is buffered behind the running first; third finds second still waiting: dropped.
+    buffered = worker.process(delivery(second))
+    assert buffered.outcome is Outcome.DEFERRED and buffered.error_class == "buffered"
+    assert worker.process(delivery(third)).outcome is Outcome.SKIPPED
+    assert stored(container, second).state is RunState.PENDING
+
+
+def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clock, registry, ledger):
+    limited = make_worker(container, registry, tenant_concurrency=1)
+    _, busy = one_run(container, clock, name="a")
+    _, waiting = one_run(container, clock, name="b")
+    # Hold a live lease for the tenant.
+    from jobsched.domain.runs import advance
+
+    held = advance(
+        busy,
+        RunState.LEASED,
+        now=clock.now(),
+        actor="test",
+        fence=1,
+        attempt=1,
+        lease_owner="x",
+        lease_expires_at=clock.now() + timedelta(seconds=60),
+    )
+    container.runs.replace(held)
+    result = limited.process(delivery(waiting))
+    assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"
+    assert stored(container, waiting).state is RunState.PENDING
+    assert queue_messages(container, "default") == 1
+    clock.advance(61)  # the held lease expired: the tenant has room again
+    assert limited.process(delivery(waiting)).outcome is Outcome.SUCCEEDED
+
+
+def test_at_most_once_never_repeats_an_effect_that_may_have_started(
+    container, clock, worker, ledger, monkeypatch
+):
+    _, run = one_run(container, clock, delivery="at-most-once")
+    real_replace = container.runs.replace
+
+    def crash_on_success(new, **kw):
+        if new.state is RunState.SUCCEEDED:
+            raise ConnectionError("died after the effect")
+        return real_replace(new, **kw)
+
+    monkeypatch.setattr(container.runs, "replace", crash_on_success)
+    with pytest.raises(ConnectionError):
+        worker.process(delivery(run))
+    monkeypatch.setattr(container.runs, "replace", real_replace)
+    assert stored(container, run).effect_started_at is not None
+    clock.advance(61)
+    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert stored(container, run).last_error_class == "AtMostOnce"
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_pause_on_failure_pauses_the_job(container, clock, worker):
+    job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
+    assert container.definitions.get(job.job_id).state.value == "ACTIVE"
+    worker.process(delivery(run))
+    assert container.definitions.get(job.job_id).state.value == "PAUSED"
+
+
+def test_execution_timeout_is_enforced_and_retried(container, clock, worker, ledger):
+    _, run = one_run(container, clock, job_type="slow", timeoutSeconds=1)
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+
+
+def test_heartbeat_extends_the_lease_and_stops_when_the_fence_moves(container, clock, worker):
+    from jobsched.services.worker import _Lease
+
+    _, run = one_run(container, clock)
+    leased = worker._claim(container.runs.get_by_key(run.run_key), clock.now())
+    lease = _Lease(leased)
+    clock.advance(30)
+    assert worker.heartbeat(lease)
+    assert stored(container, run).lease_expires_at == clock.now() + timedelta(seconds=60)
+    # Someone else claims after expiry: the heartbeat notices it lost the lease.
+    clock.advance(61)
+    other = worker._claim(stored(container, run), clock.now())
+    assert other.fence == 2
+    assert not worker.heartbeat(lease) and lease.lost
+
+
+def test_handler_reports_only_unexpected_failures(container, clock, registry, monkeypatch):
+    from jobsched.handlers import worker as worker_handler
+    from jobsched.local.lambda_context import InvocationContext
+
+    container.__dict__["worker"] = make_worker(container, registry)
+    _, good = one_run(container, clock, name="good")
+    _, broken = one_run(container, clock, name="broken")
+    real_get = container.runs.get
+
+    def flaky_get(job_id, scheduled_for):
+        if job_id == broken.job_id:
+            raise ConnectionError("store unreachable")
+        return real_get(job_id, scheduled_for)
+
+    monkeypatch.setattr(container.runs, "get", flaky_get)
+    arn = "arn:aws:sqs:us-east-1:123456789012:jobsched-default"
+
+    def record(run, message_id):
+        from jobsched.store.queues import RunMessage
+
+        return {
+            "messageId": message_id,
+            "receiptHandle": "rh",
+            "body": RunMessage.of(run).to_json(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(int(T0.timestamp() * 1000))},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": arn,
+            "awsRegion": "us-east-1",
+        }
+
+    event = {"Records": [record(good, "m-good"), record(broken, "m-broken")]}
+    response = worker_handler.handler(event, InvocationContext(function_name="jobsched-worker"))
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-broken"}]}
+    assert stored(container, good).state is RunState.SUCCEEDED
