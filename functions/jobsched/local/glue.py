@@ -1,0 +1,359 @@
+"""The AWS glue local mode plays, and nothing else: API Gateway's HTTP front, EventBridge
+ticks, the DynamoDB stream and SQS event source mappings, and TTL expiry. Each hands the
+real handler exactly the event Lambda would."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from .apigw import rest_event
+from .lambda_context import InvocationContext
+
+log = logging.getLogger("jobsched.local")
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+class Invoker:
+    """Calls a handler like Lambda: a fresh context per invocation, one invocation at a time
+    per function (module-level batch processors and resolvers hold per-invocation state)."""
+
+    def __init__(self, name: str, handler: Handler, timeout_seconds: float = 60.0) -> None:
+        self.name = name
+        self._handler = handler
+        self._timeout = timeout_seconds
+        self._lock = threading.Lock()
+        self.invocations = 0
+        self.errors = 0
+
+    def __call__(self, event: dict[str, Any]) -> Any:
+        with self._lock:
+            self.invocations += 1
+            context = InvocationContext(function_name=f"jobsched-{self.name}", timeout_seconds=self._timeout)
+            try:
+                return self._handler(event, context)
+            except Exception:
+                self.errors += 1
+                log.exception("%s invocation failed", self.name)
+                raise
+
+
+class Loop:
+    """A daemon thread calling `step` every `interval` seconds until stopped."""
+
+    def __init__(self, name: str, interval: float, step: Callable[[], Any]) -> None:
+        self.name = name
+        self.interval = interval
+        self._step = step
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._step()
+            except Exception:
+                log.exception("%s failed; retrying next interval", self.name)
+            self._stop.wait(self.interval)
+
+
+# --- API Gateway ---
+
+
+class HttpFront:
+    """HTTP → API Gateway REST proxy event → `api` handler → HTTP response.
+
+    Local auth: the `x-api-key` header maps to a tenant, which reaches the handler where an
+    authorizer would put it (`requestContext.authorizer.tenantId`)."""
+
+    def __init__(self, host: str, port: int, invoke: Invoker, tenant_for: Callable[[str | None], str | None]):
+        front = self
+
+        class RequestHandler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                front.handle(self)
+
+            do_POST = do_PATCH = do_DELETE = do_PUT = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("api %s", format % args)
+
+        self._invoke = invoke
+        self._tenant_for = tenant_for
+        self._server = ThreadingHTTPServer((host, port), RequestHandler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="api-front", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else None
+        parts = urlsplit(request.path)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        public = parts.path in ("/openapi.json", "/docs") or parts.path.startswith("/docs")
+        tenant = self._tenant_for(headers.get("x-api-key"))
+        if tenant is None and not public:
+            self._reply(
+                request, 401, {"code": "unauthenticated", "message": "x-api-key: missing or unknown"}, {}
+            )
+            return
+        event = rest_event(
+            request.command,
+            parts.path,
+            body=body,
+            headers=headers,
+            query=parts.query,
+            tenant=tenant,
+            source_ip=request.client_address[0],
+        )
+        try:
+            result = self._invoke(event)
+        except Exception:
+            # What API Gateway answers when the integration fails.
+            self._reply(request, 502, {"message": "Internal server error"}, {})
+            return
+        reply_headers = dict(result.get("headers") or {})
+        for name, values in (result.get("multiValueHeaders") or {}).items():
+            reply_headers[name] = ", ".join(values)
+        raw = result.get("body") or ""
+        if result.get("isBase64Encoded"):
+            import base64
+
+            payload = base64.b64decode(raw)
+        else:
+            payload = raw.encode()
+        self._send(request, int(result.get("statusCode", 200)), payload, reply_headers)
+
+    def _reply(
+        self, request: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]
+    ) -> None:
+        self._send(
+            request, status, json.dumps(body).encode(), {"Content-Type": "application/json", **headers}
+        )
+
+    @staticmethod
+    def _send(request: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str]) -> None:
+        request.send_response(status)
+        for name, value in headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                request.send_header(name, value)
+        request.send_header("Content-Length", str(len(payload)))
+        request.end_headers()
+        request.wfile.write(payload)
+
+
+# --- DynamoDB stream → Lambda ---
+
+
+def lambda_stream_record(record: dict[str, Any], stream_arn: str, region: str) -> dict[str, Any]:
+    """moto's stream record in the shape Lambda delivers (the one place this is converted)."""
+    dynamodb = dict(record.get("dynamodb") or {})
+    created = dynamodb.get("ApproximateCreationDateTime")
+    if isinstance(created, datetime):
+        dynamodb["ApproximateCreationDateTime"] = int(created.timestamp())
+    elif created is None:
+        dynamodb["ApproximateCreationDateTime"] = int(time.time())
+    return {
+        "eventID": record.get("eventID"),
+        "eventName": record.get("eventName"),
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": region,
+        "dynamodb": dynamodb,
+        "eventSourceARN": stream_arn,
+    }
+
+
+class StreamSource:
+    """Event source mapping for a DynamoDB stream: batches, filter criteria, partial batch
+    failures (retry from the first failed record), checkpoints per (stream, shard)."""
+
+    def __init__(
+        self,
+        streams_client: Any,
+        stream_arn: str,
+        invoke: Invoker,
+        *,
+        region: str,
+        matches: Callable[[dict[str, Any]], bool],
+        batch_size: int = 100,
+        max_retries: int = 10,
+    ) -> None:
+        self._streams = streams_client
+        self._arn = stream_arn
+        self._invoke = invoke
+        self._region = region
+        self._matches = matches
+        self._batch_size = batch_size
+        self._max_retries = max_retries
+        self._iterators: dict[str, str] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._failures = 0
+        self.delivered = 0
+        self.filtered = 0
+
+    def poll(self) -> int:
+        """One round: read new records, deliver what matches, honour partial failures."""
+        if not self._pending:
+            self._read()
+        if not self._pending:
+            return 0
+        batch = self._pending[: self._batch_size]
+        response = self._invoke({"Records": batch})
+        failures = (response or {}).get("batchItemFailures") or []
+        if failures:
+            failed = {f["itemIdentifier"] for f in failures}
+            first = next(i for i, r in enumerate(batch) if r["dynamodb"].get("SequenceNumber") in failed)
+            self._failures += 1
+            if self._failures <= self._max_retries:
+                del self._pending[:first]  # checkpoint before the first failure, retry from it
+                self.delivered += first
+                return first
+            log.error("stream batch kept failing; skipping it as the on-failure destination would")
+        self._failures = 0
+        del self._pending[: len(batch)]
+        self.delivered += len(batch)
+        return len(batch)
+
+    def _read(self) -> None:
+        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]["Shards"]
+        for shard in shards:
+            shard_id = shard["ShardId"]
+            iterator = self._iterators.get(shard_id)
+            if iterator is None:
+                iterator = self._streams.get_shard_iterator(
+                    StreamArn=self._arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            self._iterators[shard_id] = response.get("NextShardIterator") or iterator
+            for record in response.get("Records", []):
+                converted = lambda_stream_record(record, self._arn, self._region)
+                if self._matches(converted):
+                    self._pending.append(converted)
+                else:
+                    self.filtered += 1
+
+
+# --- SQS → Lambda ---
+
+
+class QueueSource:
+    """Event source mapping for an SQS queue: batches of up to 10, the queue's visibility
+    timeout, ReportBatchItemFailures (only reported records stay), redrive by SQS itself."""
+
+    def __init__(
+        self,
+        sqs_client: Any,
+        queue_url: str,
+        queue_arn: str,
+        invoke: Invoker,
+        *,
+        region: str,
+        batch_size: int = 10,
+    ):
+        self._sqs = sqs_client
+        self._url = queue_url
+        self._arn = queue_arn
+        self._invoke = invoke
+        self._region = region
+        self._batch_size = batch_size
+        self.delivered = 0
+
+    def poll(self) -> int:
+        messages = self._sqs.receive_message(
+            QueueUrl=self._url,
+            MaxNumberOfMessages=self._batch_size,
+            WaitTimeSeconds=0,  # the moto server is single-threaded: never hold it
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return 0
+        records = [self._record(m) for m in messages]
+        try:
+            response = self._invoke({"Records": records})
+            failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures") or []}
+        except Exception:
+            return 0  # the whole batch becomes visible again after its visibility timeout
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            chunk = done[start : start + 10]
+            self._sqs.delete_message_batch(
+                QueueUrl=self._url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+        self.delivered += len(messages)
+        return len(messages)
+
+    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message.get("Attributes", {}),
+            "messageAttributes": message.get("MessageAttributes", {}),
+            "md5OfBody": message.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self._arn,
+            "awsRegion": self._region,
+        }
+
+
+# --- DynamoDB TTL ---
+
+
+class TtlReaper:
+    """Deletes items whose TTL attribute has passed (moto never expires items)."""
+
+    def __init__(self, ddb_client: Any, tables: list[tuple[str, str, list[str]]], clock: Callable[[], float]):
+        self._ddb = ddb_client
+        self._tables = tables  # (table name, ttl attribute, key attribute names)
+        self._clock = clock
+        self.deleted = 0
+
+    def sweep(self) -> int:
+        now = int(self._clock())
+        removed = 0
+        for table, attribute, keys in self._tables:
+            names = {f"#k{i}": key for i, key in enumerate(keys)}
+            pages = self._ddb.get_paginator("scan").paginate(
+                TableName=table,
+                FilterExpression="#ttl < :now",
+                ExpressionAttributeNames={"#ttl": attribute, **names},
+                ExpressionAttributeValues={":now": {"N": str(now)}},
+                ProjectionExpression=", ".join(names),
+            )
+            for page in pages:
+                for item in page.get("Items", []):
+                    self._ddb.delete_item(TableName=table, Key={k: item[k] for k in keys})
+                    removed += 1
+        self.deleted += removed
+        return removed

@@ -1,0 +1,91 @@
+"""A moto server on loopback holding the same tables, streams and queues the stack defines.
+
+It runs single-threaded: moto's in-memory backends are not safe under concurrent requests,
+and local mode's traffic is small enough that serialising it costs nothing noticeable."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+import boto3
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from ..store.schema import ALL_TABLES, QUEUES
+
+
+class MotoServer:
+    def __init__(self, host: str, port: int) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+        self._server: BaseWSGIServer = make_server(
+            host,
+            port,
+            DomainDispatcherApplication(create_backend_app),
+            threaded=False,
+            request_handler=MotoRequestHandler,
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def provision(endpoint_url: str, region: str) -> dict[str, Any]:
+    """Create every table (with TTL) and every queue with its DLQ and redrive policy, from the
+    shared schema. Returns the names and URLs the functions need."""
+    ddb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region)
+    sqs = boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
+    tables: dict[str, str] = {}
+    streams: dict[str, str] = {}
+    for spec in ALL_TABLES:
+        description = ddb.create_table(**spec.create_table_request())["TableDescription"]
+        tables[spec.logical_id] = spec.default_name
+        if spec.ttl_attribute:
+            ddb.update_time_to_live(
+                TableName=spec.default_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+            )
+        if spec.stream:
+            streams[spec.logical_id] = description["LatestStreamArn"]
+    queue_urls: dict[str, str] = {}
+    dlq_urls: dict[str, str] = {}
+    queue_arns: dict[str, str] = {}
+    for queue in QUEUES:
+        dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
+        url = sqs.create_queue(
+            QueueName=queue.default_name,
+            Attributes={
+                "VisibilityTimeout": str(queue.visibility_timeout),
+                "RedrivePolicy": json.dumps(redrive),
+            },
+        )["QueueUrl"]
+        queue_urls[queue.key] = url
+        dlq_urls[queue.key] = dlq_url
+        queue_arns[queue.key] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+    return {
+        "tables": tables,
+        "streams": streams,
+        "queue_urls": queue_urls,
+        "dlq_urls": dlq_urls,
+        "queue_arns": queue_arns,
+    }

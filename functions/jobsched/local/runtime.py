@@ -1,0 +1,168 @@
+"""`jobsched local`: the whole scheduler on one machine.
+
+A moto server holds the tables, stream and queues; the glue delivers events to the same
+handler functions Lambda runs. The handlers find their resources through the same
+environment variables the stack sets."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from ..store.schema import ALL_TABLES, QUEUES, RUNS
+from .config import LocalConfig
+from .glue import HttpFront, Invoker, Loop, QueueSource, StreamSource, TtlReaper
+from .moto_backend import MotoServer, provision
+
+log = logging.getLogger("jobsched.local")
+
+
+@dataclass
+class LocalRuntime:
+    config: LocalConfig = field(default_factory=LocalConfig)
+
+    def __post_init__(self) -> None:
+        self._loops: list[Loop] = []
+        self.moto: MotoServer | None = None
+        self.front: HttpFront | None = None
+        self.resources: dict[str, Any] = {}
+        self.sources: dict[str, Any] = {}
+        self.invokers: dict[str, Invoker] = {}
+
+    @property
+    def api_url(self) -> str:
+        assert self.front is not None
+        return self.front.url
+
+    @property
+    def api_key(self) -> str:
+        return self.config.first_key
+
+    def start(self) -> LocalRuntime:
+        config = self.config
+        # moto accepts any credentials; never let a developer's real ones be picked up.
+        os.environ.update(
+            {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
+        )
+        self.moto = MotoServer(config.host, config.moto_port)
+        self.moto.start()
+        self.resources = provision(self.moto.url, config.region)
+        self._configure_environment()
+
+        from ..handlers import api, outbox, reconciler, sweeper, worker
+
+        self.invokers = {
+            "api": Invoker("api", api.handler, timeout_seconds=29),
+            "sweeper": Invoker("sweeper", sweeper.handler, timeout_seconds=300),
+            "reconciler": Invoker("reconciler", reconciler.handler, timeout_seconds=300),
+            "outbox": Invoker("outbox", outbox.handler, timeout_seconds=60),
+            "worker": Invoker("worker", worker.handler, timeout_seconds=900),
+        }
+        self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
+        self.front.start()
+
+        endpoint: dict[str, Any] = {"endpoint_url": self.moto.url, "region_name": config.region}
+        streams = StreamSource(
+            boto3.client("dynamodbstreams", **endpoint),
+            self.resources["streams"][RUNS.logical_id],
+            self.invokers["outbox"],
+            region=config.region,
+            matches=outbox.matches_filter,
+            batch_size=config.stream_batch_size,
+        )
+        self.sources["stream"] = streams
+        self._every("outbox-stream", config.stream_poll_seconds, streams.poll)
+        sqs = boto3.client("sqs", **endpoint)
+        for queue in QUEUES:
+            source = QueueSource(
+                sqs,
+                self.resources["queue_urls"][queue.key],
+                self.resources["queue_arns"][queue.key],
+                self.invokers["worker"],
+                region=config.region,
+                batch_size=config.queue_batch_size,
+            )
+            self.sources[f"queue:{queue.key}"] = source
+            self._every(f"worker-{queue.key}", config.queue_poll_seconds, source.poll)
+        self._every(
+            "sweeper-tick", config.sweep_seconds, lambda: self.invokers["sweeper"](_scheduled_event())
+        )
+        self._every(
+            "reconciler-tick",
+            config.reconcile_seconds,
+            lambda: self.invokers["reconciler"](_scheduled_event()),
+        )
+        reaper = TtlReaper(
+            boto3.client("dynamodb", **endpoint),
+            [
+                (spec.default_name, spec.ttl_attribute, [k.name for k in (spec.partition, spec.sort) if k])
+                for spec in ALL_TABLES
+                if spec.ttl_attribute
+            ],
+            time.time,
+        )
+        self.sources["ttl"] = reaper
+        self._every("ttl-reaper", config.ttl_seconds, reaper.sweep)
+        for loop in self._loops:
+            loop.start()
+        return self
+
+    def stop(self) -> None:
+        for loop in self._loops:
+            loop.stop()
+        if self.front:
+            self.front.stop()
+        if self.moto:
+            self.moto.stop()
+
+    def _every(self, name: str, seconds: float, step: Any) -> None:
+        self._loops.append(Loop(name, seconds, step))
+
+    def _configure_environment(self) -> None:
+        """What the stack's function configuration provides, pointed at the moto server."""
+        assert self.moto is not None
+        config = self.config
+        env = {
+            "AWS_DEFAULT_REGION": config.region,
+            "AWS_REGION": config.region,
+            "JOBSCHED_AWS_ENDPOINT_URL": self.moto.url,
+            "SHARD_COUNT": str(config.shard_count),
+            "LEASE_SECONDS": str(config.lease_seconds),
+            "TENANT_CONCURRENCY": str(config.tenant_concurrency),
+            "HANDLER_MODULES": ",".join(config.handler_modules),
+            "HTTP_ALLOW_DESTINATIONS": ",".join(config.allow_destinations),
+            "POWERTOOLS_SERVICE_NAME": "jobsched",
+            "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+            "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+        }
+        for spec in ALL_TABLES:
+            env[spec.env_var] = spec.default_name
+        for queue in QUEUES:
+            env[queue.env_var] = self.resources["queue_urls"][queue.key]
+            env[queue.dlq_env_var] = self.resources["dlq_urls"][queue.key]
+        os.environ.update(env)
+        # Anything built from an earlier environment is rebuilt on first use.
+        from .. import aws, settings, wiring
+
+        settings.settings.cache_clear()
+        aws.client.cache_clear()
+        wiring.override(None)
+
+
+def _scheduled_event() -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(time.time_ns()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "resources": [],
+        "detail": {},
+    }
