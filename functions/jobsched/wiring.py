@@ -16,7 +16,7 @@ from .observability import emit
 from .services.completion import Completer
 from .services.jobs import JobService
 from .services.materialize import Materializer
-from .services.outbox import Outbox, default_router
+from .services.outbox import EXTERNAL, Outbox, default_router
 from .services.reconciler import Reconciler
 from .services.runs import RunService
 from .services.sweeper import Sweeper
@@ -106,8 +106,13 @@ class Container:
 
     @cached_property
     def reconciler(self) -> Reconciler:
+        route = default_router()
         return Reconciler(
-            self.runs, self.clock, shard_count=self.settings.shard_count, on_dead=self.completer.after_dead
+            self.runs,
+            self.clock,
+            shard_count=self.settings.shard_count,
+            on_dead=self.completer.after_dead,
+            is_external=lambda run: route(run) == EXTERNAL,
         )
 
     @cached_property

@@ -538,3 +538,32 @@ def test_pending_run_never_published_reaches_the_queue_after_repair(container, c
     ]
     # The outbox's own write does not come back to it.
     assert not any(matches_filter(r) for r in stream_records_since(2))
+
+
+def test_redriven_run_is_requeued_again_rather_than_dead_lettered(container, clock):
+    run = make_run(state=RunState.QUEUED)
+    for _ in range(3):  # three requeues without a claim, then dead, then a redrive
+        run = advance(run, RunState.PENDING, now=T0, actor="reconciler", reason="requeue")
+        run = advance(run, RunState.QUEUED, now=T0, actor="outbox")
+    run = advance(run, RunState.DEAD, now=T0, actor="reconciler", error_class="Undeliverable")
+    run = advance(run, RunState.PENDING, now=T0, actor="api:tenant-a", reason="redrive", attempt=0)
+    run = advance(run, RunState.QUEUED, now=T0, actor="outbox")
+    insert(container, run)
+    clock.advance(timedelta(minutes=16).total_seconds())
+    container.reconciler.reconcile_all()
+    assert stored(container, run).state is RunState.PENDING
+
+
+def test_queued_run_for_external_workers_waits_until_its_max_age(container, clock):
+    external = make_run(
+        state=RunState.QUEUED, policies=Policies(retry=RetryPolicy(max_age_seconds=3600))
+    ).model_copy(update={"target": None})
+    insert(container, external)
+    reconciler = Reconciler(container.runs, clock, shard_count=4, is_external=lambda run: run.target is None)
+    clock.advance(timedelta(minutes=16).total_seconds())
+    reconciler.reconcile_all()
+    assert stored(container, external).state is RunState.QUEUED  # not requeued: it waits to be leased
+    clock.advance(timedelta(minutes=50).total_seconds())
+    reconciler.reconcile_all()
+    after = stored(container, external)
+    assert after.state is RunState.DEAD and after.last_error_class == "Unclaimed"

@@ -96,6 +96,7 @@ class Run(Model):
     effect_started_at: Instant | None = None  # at-most-once: set before the effect
     first_attempt_at: Instant | None = None  # start of the current attempt series (max age)
     blocked_by: str | None = None  # waits for this run key to finish before it is published
+    blocks: str | None = None  # the run waiting on this one: released when this one ends
     previous_run_key: str | None = None  # the job's preceding scheduled run (overlap policy)
     skipped_through: Instant | None = None  # a SKIPPED record may stand for a range of occurrences
     skipped_count: int | None = None

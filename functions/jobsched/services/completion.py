@@ -12,7 +12,7 @@ from ..domain.errors import ExecutionError
 from ..domain.instants import Clock
 from ..domain.jitter import retry_delay_seconds
 from ..domain.models import JobState
-from ..domain.runs import Run, RunState, advance
+from ..domain.runs import TERMINAL_STATES, Run, RunState, advance
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
@@ -122,7 +122,10 @@ class Completer:
     def _write(self, new: Run, held: Run, actor: str) -> Run | None:
         """Apply a change made by the lease holder; None (and a metric) when the fence is stale."""
         try:
-            return self._runs.replace(new, expected_fence=held.fence)
+            saved = self._runs.replace(new, expected_fence=held.fence)
+            if saved.state in TERMINAL_STATES and saved.blocks:
+                self.release_successor(saved)
+            return saved
         except RunChanged as exc:
             current = exc.current
             logger.warning(
@@ -137,6 +140,24 @@ class Completer:
             )
             self._metric("StaleFencesRejected", 1, "Count")
             return None
+
+    def release_successor(self, run: Run) -> None:
+        """Let the run chained behind this one be published (best effort: the reconciler
+        releases it later if this fails)."""
+        assert run.blocks is not None
+        for _ in range(3):
+            successor = self._runs.get_by_key(run.blocks)
+            if successor is None or successor.blocked_by != run.run_key:
+                return
+            released = successor.model_copy(update={"blocked_by": None, "updated_at": self._clock.now()})
+            try:
+                self._runs.replace(released)
+                return
+            except RunChanged:
+                continue
+            except Exception:
+                logger.exception("could not release the chained run", extra={"run_key": run.blocks})
+                return
 
     def _pause_job(self, run: Run) -> None:
         job = self._definitions.get(run.job_id)

@@ -77,6 +77,7 @@ class Reconciler:
         batch_limit: int = 100,
         max_per_shard: int = 2000,
         on_dead: Callable[[Run], None] | None = None,
+        is_external: Callable[[Run], bool] | None = None,
     ) -> None:
         self._runs = runs
         self._clock = clock
@@ -84,6 +85,9 @@ class Reconciler:
         self.batch_limit = batch_limit
         self.max_per_shard = max_per_shard  # bounds one invocation; the rest waits for the next tick
         self._on_dead = on_dead  # e.g. a DLQ copy so the dead-letter alarm fires
+        # Runs for external workers wait in the claimable index, not on a queue: waiting long
+        # is not a lost message, and only the retry policy's max age ends the wait.
+        self._is_external = is_external or (lambda run: False)
 
     def reconcile_all(self) -> RepairReport:
         report = RepairReport()
@@ -144,6 +148,19 @@ class Reconciler:
                 return self._check_blocker(run, now)
             # A new write of the same state makes the stream emit a record the outbox acts on.
             return REPUBLISH, self._runs.replace(_retouched(run, now, reason="republish"))
+        if run.state is RunState.QUEUED and self._is_external(run):
+            max_age = run.policies.retry.max_age_seconds
+            if max_age is not None and now - run.created_at > timedelta(seconds=max_age):
+                dead = advance(
+                    run,
+                    RunState.DEAD,
+                    now=now,
+                    actor=ACTOR,
+                    error_class="Unclaimed",
+                    error_message=f"no external worker claimed it within {max_age} s",
+                )
+                return LEASE_EXPIRED_KIND, self._runs.replace(dead)
+            return DEFERRED, self._runs.replace(run.model_copy(update={"updated_at": now}))
         if run.state is RunState.QUEUED:
             if _requeues_since_claim(run) >= MAX_REQUEUES:
                 # Published again and again, never claimed: something is wrong with the run
@@ -188,8 +205,8 @@ class Reconciler:
 def _requeues_since_claim(run: Run) -> int:
     count = 0
     for entry in reversed(run.history):
-        if entry.target is RunState.LEASED:
-            break
+        if entry.target is RunState.LEASED or entry.source is RunState.DEAD:
+            break  # a claim, or a redrive, starts the count again
         if entry.reason == "requeue":
             count += 1
     return count

@@ -128,10 +128,11 @@ class RunService:
         """A run for every past occurrence with start <= t <= end that has none yet.
 
         Without overlap ("skip"/"buffer-one") the runs are chained: each waits on the previous
-        occurrence's run through `blocked_by`. The outbox does not publish a blocked run and it
-        is not claimable; the reconciler releases it once its blocker is terminal or missing.
-        So a chain advances at the reconciler's blocked-check pace, not at once, which is the
-        price of never running two occurrences of such a job side by side."""
+        occurrence's run through `blocked_by`, and each names its successor in `blocks`. The
+        outbox does not publish a blocked run and it is not claimable; when a run ends, the
+        completion releases its successor, and the reconciler releases any a lost release
+        left behind. An occurrence that already had a run is left alone (its successor is
+        then released by the reconciler once that run is terminal)."""
         now = self._clock.now()
         problems: list[FieldProblem] = []
         if start >= end:
@@ -148,13 +149,17 @@ class RunService:
         chained = job.spec.policies.overlap is not Overlap.ALLOW
         created: list[str] = []
         existing: list[str] = []
-        previous: str | None = None
-        for at in times:
-            run = make_run(job, at, now=now, actor=actor, trigger=Trigger.BACKFILL)
-            if chained and previous is not None:
-                run = run.model_copy(update={"blocked_by": previous})
+        runs = [make_run(job, at, now=now, actor=actor, trigger=Trigger.BACKFILL) for at in times]
+        for index, run in enumerate(runs):
+            if chained:
+                # Each run names its successor so finishing it releases the next one at once.
+                run = run.model_copy(
+                    update={
+                        "blocked_by": runs[index - 1].run_key if index else None,
+                        "blocks": runs[index + 1].run_key if index + 1 < len(runs) else None,
+                    }
+                )
             (created if self._runs.insert(run) else existing).append(run.run_key)
-            previous = run.run_key  # an existing run blocks its successor just the same
         return BackfillResult(created, existing)
 
     def _active_job(self, tenant: str, job_id: str, verb: str) -> Job:
@@ -212,6 +217,8 @@ class RunService:
             except RunChanged:
                 continue  # a heartbeat or the outbox wrote meanwhile: look again
             self._definitions.add_stats(run.job_id, cancelled=1)
+            if saved.blocks:
+                self._completer.release_successor(saved)
             return saved
         raise Conflict(f"run {run_key} is changing concurrently; retry")
 

@@ -198,10 +198,10 @@ class RunStore:
     def get_by_key(self, run_key: str) -> Run | None:
         try:
             job_id, instant = split_run_key(run_key)
-            parse_instant(instant)
+            scheduled_for = parse_instant(instant)
         except ValueError:
             return None
-        return self.get(job_id, instant)
+        return self.get(job_id, scheduled_for)
 
     def list_for_job(self, job_id: str, *, limit: int, cursor: str | None) -> RunPage:
         """A job's runs, newest scheduled first."""

@@ -1,0 +1,768 @@
+"""Every run route through the real `api` handler on moto: history, trigger, backfill, dead
+letters, redrive, cancel, and the external-worker lease protocol, with their failures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.domain.errors import PermanentError, RetryableError
+from jobsched.services.worker import Delivery, Outcome, Worker
+from jobsched.targets import HandlerRegistry, TargetRunner
+
+from tests.conftest import T0
+
+NOW = "2026-11-02T08:00:00Z"  # T0
+FAILED = {"fence": 1, "outcome": "failed"}
+
+
+# --- helpers ---
+
+
+def create(api, **fields):
+    body = {"name": "n", "type": "ext", "runAt": NOW, **fields}
+    response = api.post("/v1/jobs", {k: v for k, v in body.items() if v is not None})
+    assert response.status == 201, response
+    return response.body["jobId"]
+
+
+def hourly(api, **fields):
+    """A cron job (UTC, on the hour) that stays ACTIVE, so it can be triggered and backfilled.
+    Its 08:00 occurrence is due at creation, so it starts with that one scheduled run."""
+    return create(api, runAt=None, cron="0 * * * *", **fields)
+
+
+def scheduled_fors(api, job_id):
+    return [r["scheduledFor"] for r in api.get(f"/v1/jobs/{job_id}/runs", query="limit=100").body["items"]]
+
+
+def key_of(job_id, instant=NOW):
+    return f"{job_id}@{instant}"
+
+
+def run_of(api, key):
+    response = api.get(f"/v1/runs/{quote(key, safe='')}")
+    assert response.status == 200, response
+    return response.body
+
+
+def errors_of(response):
+    assert response.status == 400, response
+    assert response.body["code"] == "invalid_request"
+    return {e["field"] for e in response.body["errors"]}
+
+
+@pytest.fixture
+def calls():
+    return Counter()
+
+
+@pytest.fixture
+def worker(container, calls):
+    registry = HandlerRegistry()
+
+    @registry.register("ok")
+    def ok(payload, invocation):
+        calls[invocation.run_key] += 1
+        return {"done": invocation.attempt}
+
+    @registry.register("flaky")
+    def flaky(payload, invocation):
+        calls[invocation.run_key] += 1
+        if calls[invocation.run_key] == 1:
+            raise RetryableError("downstream 503", error_class="HTTP503")
+        return "second time lucky"
+
+    @registry.register("bad")
+    def bad(payload, invocation):
+        calls[invocation.run_key] += 1
+        if calls[invocation.run_key] == 1:
+            raise PermanentError("payload rejected", error_class="HTTP400")
+        return "fixed"
+
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id="w1",
+        lease_seconds=60,
+    )
+
+
+def deliver(worker, key):
+    job_id, instant = key.split("@")
+    return worker.process(Delivery(key, job_id, instant, "default"))
+
+
+def claim(api, types=("ext",), **fields):
+    response = api.post("/v1/leases", {"types": list(types), "workerId": "ext-1", **fields})
+    assert response.status == 200, response
+    return response.body["leases"]
+
+
+# --- runs of a job ---
+
+
+def test_list_runs_newest_first_with_pagination(api, clock):
+    job_id = hourly(api)
+    backfilled = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T03:00:00Z", "end": "2026-11-02T07:00:00Z"}
+    )
+    assert backfilled.status == 201, backfilled
+    seen, cursor = [], None
+    while True:
+        query = "limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = api.get(f"/v1/jobs/{job_id}/runs", query=query)
+        assert page.status == 200, page
+        assert len(page.body["items"]) <= 2
+        seen += [item["scheduledFor"] for item in page.body["items"]]
+        cursor = page.body["nextCursor"]
+        if not cursor:
+            break
+    assert seen == [f"2026-11-02T0{h}:00:00Z" for h in (8, 7, 6, 5, 4, 3)]
+    item = api.get(f"/v1/jobs/{job_id}/runs", query="limit=2").body["items"][1]
+    assert item["runKey"] == key_of(job_id, "2026-11-02T07:00:00Z")
+    assert item["state"] == "PENDING" and item["trigger"] == "backfill"
+    assert set(item) >= {
+        "runKey", "jobId", "state", "trigger", "scheduledFor", "dueAt", "attempt", "fence", "redrives",
+        "definitionVersion", "priority", "reason", "lastErrorClass", "lastErrorMessage", "result",
+        "createdAt", "updatedAt", "finishedAt", "leaseExpiresAt", "skippedThrough", "skippedCount",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("query", "field"), [("limit=0", "limit"), ("limit=x", "limit"), ("cursor=bad!", "cursor")]
+)
+def test_list_runs_rejects_bad_query(api, query, field):
+    job_id = create(api)
+    assert field in errors_of(api.get(f"/v1/jobs/{job_id}/runs", query=query))
+
+
+def test_list_runs_of_unknown_or_other_tenants_job_is_404(api, other_api):
+    job_id = create(api)
+    assert other_api.get(f"/v1/jobs/{job_id}/runs").status == 404
+    assert api.get("/v1/jobs/j_unknown/runs").status == 404
+
+
+# --- one run: transitions and attempts ---
+
+
+def test_get_run_shows_transitions_and_attempts(api, clock, container, worker):
+    job_id = create(api, type="flaky")
+    key = key_of(job_id)
+    assert deliver(worker, key).outcome is Outcome.RETRY_SCHEDULED
+    clock.set(container.runs.get_by_key(key).due_at)
+    assert deliver(worker, key).outcome is Outcome.SUCCEEDED
+
+    run = run_of(api, key)
+    assert run["state"] == "SUCCEEDED" and run["attempt"] == 2 and run["fence"] == 2
+    assert run["result"] == "second time lucky"
+    assert [(t["from"], t["to"], t["actor"], t["fence"]) for t in run["transitions"]] == [
+        (None, "PENDING", "sweeper", 0),
+        ("PENDING", "LEASED", "worker:w1", 1),
+        ("LEASED", "RETRY_WAIT", "worker:w1", 1),
+        ("RETRY_WAIT", "LEASED", "worker:w1", 2),
+        ("LEASED", "SUCCEEDED", "worker:w1", 2),
+    ]
+    failed = run["transitions"][2]
+    assert failed["errorClass"] == "HTTP503" and failed["errorMessage"] == "downstream 503"
+    assert [(a["attempt"], a["fence"], a["outcome"], a["errorClass"]) for a in run["attempts"]] == [
+        (1, 1, "failed", "HTTP503"),
+        (2, 2, "succeeded", None),
+    ]
+    first = run["attempts"][0]
+    assert first["startedAt"] == NOW and first["endedAt"] == NOW
+
+
+def test_run_key_may_be_raw_or_percent_encoded(api):
+    key = key_of(create(api))
+    raw = api.get(f"/v1/runs/{key}")
+    encoded = api.get(f"/v1/runs/{quote(key, safe='')}")
+    assert raw.status == encoded.status == 200
+    assert raw.body["runKey"] == encoded.body["runKey"] == key
+
+
+def test_run_key_with_another_offset_finds_the_same_run(api):
+    job_id = create(api)
+    response = api.get(f"/v1/runs/{quote(job_id + '@2026-11-02T09:00:00+01:00', safe='')}")
+    assert response.status == 200 and response.body["runKey"] == key_of(job_id)
+
+
+@pytest.mark.parametrize("key", ["nonsense", "j_abc@", "@2026-11-02T08:00:00Z", "j_abc@yesterday"])
+def test_malformed_or_unknown_run_key_is_404(api, key):
+    response = api.get(f"/v1/runs/{quote(key, safe='')}")
+    assert response.status == 404 and response.body["code"] == "not_found"
+
+
+def test_other_tenants_run_is_404(api, other_api):
+    key = key_of(create(api))
+    assert other_api.get(f"/v1/runs/{key}").status == 404
+
+
+# --- trigger ---
+
+
+def test_trigger_creates_a_manual_run_now(api, clock):
+    job_id = hourly(api)
+    clock.advance(90)
+    response = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert response.status == 201, response
+    run = response.body
+    assert run["runKey"] == key_of(job_id, "2026-11-02T08:01:30Z")
+    assert run["trigger"] == "manual" and run["state"] == "PENDING"
+    assert run["scheduledFor"] == run["dueAt"] == "2026-11-02T08:01:30Z"
+    assert run_of(api, run["runKey"])["transitions"][0]["actor"] == "api:tenant-a"
+
+
+def test_trigger_twice_in_one_second_is_409_then_works_a_second_later(api, clock):
+    job_id = hourly(api)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/trigger").status == 201
+    again = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert again.status == 409 and "retry in a second" in again.body["message"]
+    clock.advance(1)
+    assert api.post(f"/v1/jobs/{job_id}/trigger").status == 201
+
+
+def test_trigger_of_paused_job_is_409_naming_the_state(api):
+    job_id = hourly(api)
+    api.post(f"/v1/jobs/{job_id}/pause")
+    response = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert response.status == 409 and "PAUSED" in response.body["message"]
+    assert response.body["state"] == "PAUSED"
+
+
+def test_trigger_of_cancelled_job_is_409(api):
+    job_id = hourly(api)
+    api.delete(f"/v1/jobs/{job_id}")
+    response = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert response.status == 409 and "CANCELLED" in response.body["message"]
+
+
+def test_trigger_of_other_tenants_job_is_404(api, other_api):
+    job_id = hourly(api)
+    assert other_api.post(f"/v1/jobs/{job_id}/trigger").status == 404
+    assert scheduled_fors(api, job_id) == [NOW]
+
+
+# --- backfill ---
+
+
+def test_backfill_creates_each_occurrence_once(api):
+    job_id = hourly(api)
+    window = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T05:00:00Z"}
+    first = api.post(f"/v1/jobs/{job_id}/backfill", window)
+    assert first.status == 201, first
+    expected = [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in range(6)]
+    assert first.body == {"created": expected, "existing": []}
+    run = run_of(api, expected[0])
+    assert run["trigger"] == "backfill" and run["state"] == "PENDING" and run["blockedBy"] is None
+
+    again = api.post(f"/v1/jobs/{job_id}/backfill", window)
+    assert again.status == 201 and again.body == {"created": [], "existing": expected}
+
+    wider = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T04:30:00+00:00", "end": "2026-11-01T07:00:00Z"}
+    )
+    assert wider.body["existing"] == expected[5:]
+    assert wider.body["created"] == [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in (6, 7)]
+
+
+def test_backfill_with_overlap_skip_chains_the_runs(api, container, clock):
+    job_id = hourly(api, overlap="skip")
+    response = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+    )
+    keys = response.body["created"]
+    assert len(keys) == 3
+    assert [run_of(api, k)["blockedBy"] for k in keys] == [None, keys[0], keys[1]]
+    # Blocked runs are invisible to external workers until their blocker finishes.
+    assert [lease["runKey"] for lease in claim(api, max=10)] == [keys[0], key_of(job_id)]
+
+    # Once the blocker ends, its completion releases the next run at once.
+    lease = run_of(api, keys[0])
+    done = api.post(f"/v1/leases/{keys[0]}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert done.status == 200, done
+    assert run_of(api, keys[1])["blockedBy"] is None
+    assert run_of(api, keys[2])["blockedBy"] == keys[1]
+    # Cancelling a chained run releases its successor too.
+    assert api.post(f"/v1/runs/{keys[1]}/cancel").status == 200
+    assert run_of(api, keys[2])["blockedBy"] is None
+
+
+def test_a_lost_release_is_repaired_by_the_reconciler(api, container, clock, monkeypatch):
+    job_id = hourly(api, overlap="skip")
+    keys = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
+    ).body["created"]
+    monkeypatch.setattr(container.completer, "release_successor", lambda run: None)
+    lease = run_of(api, keys[0])
+    claim(api, max=10)
+    lease = run_of(api, keys[0])
+    api.post(f"/v1/leases/{keys[0]}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert run_of(api, keys[1])["blockedBy"] == keys[0]
+    clock.advance(timedelta(minutes=6).total_seconds())
+    container.reconciler.reconcile_all()
+    assert run_of(api, keys[1])["blockedBy"] is None
+
+
+def test_backfill_with_overlap_allow_does_not_chain(api):
+    job_id = hourly(api)
+    keys = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+    ).body["created"]
+    assert [run_of(api, k)["blockedBy"] for k in keys] == [None, None, None]
+
+
+def test_backfill_over_the_limit_is_400_naming_start_and_end(api):
+    job_id = create(api, runAt=None, cron="* * * * *")
+    response = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-10-31T00:00:00Z", "end": "2026-11-01T00:00:00Z"}
+    )
+    assert errors_of(response) == {"start", "end"}
+    assert "1000" in response.body["message"]
+    assert api.get(f"/v1/jobs/{job_id}/runs", query="limit=100").body["items"][-1]["trigger"] == "schedule"
+
+
+def test_backfill_of_exactly_the_limit_is_accepted(api):
+    job_id = create(api, runAt=None, cron="* * * * *")
+    # 1000 minutes, both ends included.
+    response = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T16:39:00Z"}
+    )
+    assert response.status == 201, response
+    assert len(response.body["created"]) == 1000
+
+
+BAD_BACKFILL = [
+    ({"start": "2026-11-01T00:00:00Z", "end": "2026-11-02T09:00:00Z"}, "end"),
+    ({"start": "2026-11-01T05:00:00Z", "end": "2026-11-01T05:00:00Z"}, "start"),
+    ({"start": "2026-11-01T06:00:00Z", "end": "2026-11-01T05:00:00Z"}, "start"),
+    ({"start": "yesterday", "end": "2026-11-01T05:00:00Z"}, "start"),
+    ({"start": "2026-11-01T00:00:00", "end": "2026-11-01T05:00:00Z"}, "start"),
+    ({"start": "2026-11-01T00:00:00Z"}, "end"),
+    ({"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T05:00:00Z", "step": 1}, "step"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_BACKFILL)
+def test_bad_backfill_is_400_naming_the_field(api, body, field):
+    job_id = hourly(api)
+    response = api.post(f"/v1/jobs/{job_id}/backfill", body)
+    assert field in errors_of(response), response
+    assert scheduled_fors(api, job_id) == [NOW]
+
+
+def test_backfill_of_paused_job_is_409(api):
+    job_id = hourly(api)
+    api.post(f"/v1/jobs/{job_id}/pause")
+    response = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+    )
+    assert response.status == 409 and response.body["state"] == "PAUSED"
+
+
+def test_backfill_of_other_tenants_job_is_404(api, other_api):
+    job_id = hourly(api)
+    window = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+    assert other_api.post(f"/v1/jobs/{job_id}/backfill", window).status == 404
+    assert scheduled_fors(api, job_id) == [NOW]
+
+
+# --- dead letters and redrive ---
+
+
+def test_dead_run_is_listed_for_its_tenant_only(api, other_api, worker):
+    job_id = create(api, type="bad")
+    key = key_of(job_id)
+    assert deliver(worker, key).outcome is Outcome.DEAD
+    listed = api.get("/v1/dead-letters")
+    assert listed.status == 200
+    assert [(r["runKey"], r["state"], r["lastErrorClass"]) for r in listed.body["items"]] == [
+        (key, "DEAD", "HTTP400")
+    ]
+    assert other_api.get("/v1/dead-letters").body == {"items": [], "nextCursor": None}
+
+
+def test_dead_letters_paginate_newest_first(api, clock, worker):
+    jobs = []
+    for i in range(3):
+        job_id = hourly(api, type="bad", name=f"n{i}")
+        clock.advance(1)
+        key = api.post(f"/v1/jobs/{job_id}/trigger").body["runKey"]
+        assert deliver(worker, key).outcome is Outcome.DEAD
+        jobs.append(job_id)
+    seen, cursor = [], None
+    while True:
+        page = api.get("/v1/dead-letters", query="limit=2" + (f"&cursor={cursor}" if cursor else ""))
+        assert page.status == 200, page
+        seen += [r["jobId"] for r in page.body["items"]]
+        cursor = page.body["nextCursor"]
+        if not cursor:
+            break
+    assert seen == list(reversed(jobs))
+
+
+def test_redrive_reopens_the_dead_run_under_the_same_key(api, container, worker, calls):
+    job_id = create(api, type="bad")
+    key = key_of(job_id)
+    assert deliver(worker, key).outcome is Outcome.DEAD
+
+    response = api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {"reason": "payload fixed"})
+    assert response.status == 200, response
+    run = response.body
+    assert run["runKey"] == key and run["state"] == "PENDING"
+    assert run["attempt"] == 0 and run["redrives"] == 1 and run["finishedAt"] is None
+    last = run_of(api, key)["transitions"][-1]
+    assert (last["from"], last["to"], last["actor"], last["reason"]) == (
+        "DEAD",
+        "PENDING",
+        "api:tenant-a",
+        "redrive: payload fixed",
+    )
+    assert api.get("/v1/dead-letters").body["items"] == []
+
+    # The worker runs it again, this time successfully.
+    assert deliver(worker, key).outcome is Outcome.SUCCEEDED
+    done = run_of(api, key)
+    assert done["state"] == "SUCCEEDED" and done["result"] == "fixed" and done["attempt"] == 1
+    assert done["fence"] == 2 and calls[key] == 2
+    assert [a["outcome"] for a in done["attempts"]] == ["dead", "succeeded"]
+
+
+def test_redrive_without_a_body_records_plain_redrive(api, worker):
+    key = key_of(create(api, type="bad"))
+    deliver(worker, key)
+    assert api.post(f"/v1/runs/{key}/redrive").status == 200
+    assert run_of(api, key)["transitions"][-1]["reason"] == "redrive"
+
+
+def test_redrive_of_a_run_that_is_not_dead_is_409(api):
+    key = key_of(create(api))
+    response = api.post(f"/v1/runs/{key}/redrive", {})
+    assert response.status == 409 and response.body["state"] == "PENDING"
+
+
+def test_redrive_reason_is_bounded(api, worker):
+    key = key_of(create(api, type="bad"))
+    deliver(worker, key)
+    assert errors_of(api.post(f"/v1/runs/{key}/redrive", {"reason": "x" * 501})) == {"reason"}
+    assert errors_of(api.post(f"/v1/runs/{key}/redrive", {"why": "x"})) == {"why"}
+    assert run_of(api, key)["state"] == "DEAD"
+
+
+def test_redrive_of_other_tenants_run_is_404(api, other_api, worker):
+    key = key_of(create(api, type="bad"))
+    deliver(worker, key)
+    assert other_api.post(f"/v1/runs/{key}/redrive").status == 404
+    assert run_of(api, key)["state"] == "DEAD"
+
+
+# --- cancel a run ---
+
+
+def test_cancel_an_open_run(api, container):
+    job_id = create(api)
+    key = key_of(job_id)
+    response = api.post(f"/v1/runs/{quote(key, safe='')}/cancel")
+    assert response.status == 200, response
+    assert response.body["state"] == "CANCELLED" and response.body["reason"] == "cancelled by caller"
+    assert run_of(api, key)["transitions"][-1]["actor"] == "api:tenant-a"
+    assert container.definitions.get_stats(job_id)["cancelled"] == 1
+    again = api.post(f"/v1/runs/{key}/cancel")
+    assert again.status == 409 and again.body["state"] == "CANCELLED"
+
+
+def test_cancelled_lease_rejects_its_holders_completion(api):
+    key = key_of(create(api))
+    (lease,) = claim(api)
+    assert api.post(f"/v1/runs/{key}/cancel").status == 200
+    response = api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert response.status == 409 and response.body["code"] == "stale_fence"
+    assert run_of(api, key)["state"] == "CANCELLED"
+
+
+def test_cancel_of_other_tenants_run_is_404(api, other_api):
+    key = key_of(create(api))
+    assert other_api.post(f"/v1/runs/{key}/cancel").status == 404
+    assert run_of(api, key)["state"] == "PENDING"
+
+
+# --- leases for external workers ---
+
+
+def test_claim_returns_only_the_tenants_due_targetless_runs_of_the_asked_types(api, other_api):
+    mine = key_of(create(api))
+    theirs = key_of(create(other_api))
+    create(api, type="other")
+    create(api, target={"kind": "http", "url": "https://example.com/hook"})
+    create(api, runAt="2026-11-02T08:01:00Z")  # not due yet
+
+    leases = claim(api, max=10, leaseSeconds=120)
+    assert [lease["runKey"] for lease in leases] == [mine]
+    lease = leases[0]
+    assert lease["type"] == "ext" and lease["attempt"] == 1 and lease["fence"] == 1
+    assert lease["scheduledFor"] == NOW and lease["leaseExpiresAt"] == "2026-11-02T08:02:00Z"
+    run = run_of(api, mine)
+    assert run["state"] == "LEASED" and run["transitions"][-1]["actor"] == "lease:ext-1"
+
+    assert claim(api, max=10) == []  # already leased
+    assert [lease["runKey"] for lease in claim(other_api, max=10)] == [theirs]
+
+
+def test_claim_stops_at_max_and_spans_types(api):
+    for i in range(3):
+        create(api, name=f"a{i}", runAt=f"2026-11-02T07:59:5{i}Z")
+    create(api, type="other")
+    assert len(claim(api, types=("ext", "other"), max=2)) == 2
+    assert len(claim(api, types=("ext", "other"), max=10)) == 2
+
+
+def test_claim_cancels_runs_of_a_paused_job(api):
+    job_id = create(api, runAt=None, cron="0 8 * * *")  # first run at 08:00, now
+    api.post(f"/v1/jobs/{job_id}/pause")
+    assert claim(api) == []
+    run = run_of(api, key_of(job_id))
+    assert run["state"] == "CANCELLED" and run["reason"] == "job paused before the effect"
+
+
+def test_heartbeat_extends_the_lease(api, clock):
+    key = key_of(create(api))
+    assert len(claim(api, leaseSeconds=30)) == 1
+    clock.advance(20)
+    response = api.post(f"/v1/leases/{quote(key, safe='')}/heartbeat", {"fence": 1, "leaseSeconds": 60})
+    assert response.status == 200, response
+    assert response.body == {"runKey": key, "fence": 1, "leaseExpiresAt": "2026-11-02T08:01:20Z"}
+    assert run_of(api, key)["leaseExpiresAt"] == "2026-11-02T08:01:20Z"
+
+    stale = api.post(f"/v1/leases/{key}/heartbeat", {"fence": 2})
+    assert stale.status == 409 and stale.body["code"] == "stale_fence" and stale.body["currentFence"] == 1
+
+
+def test_complete_succeeded(api, container):
+    job_id = create(api)
+    key = key_of(job_id)
+    (lease,) = claim(api)
+    response = api.post(
+        f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded", "result": {"rows": 3}}
+    )
+    assert response.status == 200, response
+    assert response.body["state"] == "SUCCEEDED" and response.body["result"] == {"rows": 3}
+    run = run_of(api, key)
+    assert run["transitions"][-1]["actor"] == "lease:ext-1"
+    assert run["attempts"] == [
+        {
+            "attempt": 1,
+            "fence": 1,
+            "startedAt": NOW,
+            "endedAt": NOW,
+            "outcome": "succeeded",
+            "errorClass": None,
+        }
+    ]
+    assert container.definitions.get_stats(job_id)["succeeded"] == 1
+    again = api.post(f"/v1/leases/{key}/complete", {"fence": 1, "outcome": "succeeded"})
+    assert again.status == 409 and again.body["code"] == "stale_fence"
+
+
+def test_completion_with_a_stale_fence_is_409_and_changes_nothing(api, clock, container):
+    key = key_of(create(api))
+    (first,) = claim(api, leaseSeconds=10)
+    # The first worker goes quiet: its lease expires, the reconciler reopens the run, another claims it.
+    clock.advance(10 + 31)
+    container.reconciler.reconcile_all()
+    second = api.post("/v1/leases", {"types": ["ext"], "workerId": "ext-2"}).body["leases"]
+    assert [(lease["runKey"], lease["fence"]) for lease in second] == [(key, 2)]
+    before = run_of(api, key)
+
+    late = api.post(f"/v1/leases/{key}/complete", {"fence": first["fence"], "outcome": "succeeded"})
+    assert late.status == 409, late
+    assert late.body["code"] == "stale_fence" and late.body["currentFence"] == 2
+    assert api.post(f"/v1/leases/{key}/heartbeat", {"fence": 1}).status == 409
+    assert run_of(api, key) == before
+
+    done = api.post(f"/v1/leases/{key}/complete", {"fence": 2, "outcome": "succeeded"})
+    assert done.status == 200 and done.body["state"] == "SUCCEEDED"
+    assert run_of(api, key)["transitions"][-1]["actor"] == "lease:ext-2"
+
+
+def test_complete_failed_retryable_waits_to_retry(api, clock):
+    key = key_of(create(api))
+    claim(api)
+    response = api.post(
+        f"/v1/leases/{key}/complete",
+        {"fence": 1, "outcome": "failed", "error": {"class": "Timeout", "message": "took too long"}},
+    )
+    assert response.status == 200, response
+    run = response.body
+    assert run["state"] == "RETRY_WAIT" and run["lastErrorClass"] == "Timeout"
+    assert run["dueAt"] > NOW
+    # Due again later, then claimable with the next fence.
+    assert claim(api) == []
+    clock.set(T0 + timedelta(minutes=10))
+    assert [(lease["attempt"], lease["fence"]) for lease in claim(api)] == [(2, 2)]
+
+
+def test_complete_failed_permanent_is_dead(api):
+    key = key_of(create(api))
+    claim(api)
+    response = api.post(
+        f"/v1/leases/{key}/complete",
+        {
+            "fence": 1,
+            "outcome": "failed",
+            "error": {"class": "BadInput", "message": "no", "retryable": False},
+        },
+    )
+    assert response.status == 200 and response.body["state"] == "DEAD"
+    assert response.body["lastErrorMessage"] == "no"
+    assert [r["runKey"] for r in api.get("/v1/dead-letters").body["items"]] == [key]
+
+
+def test_at_most_once_run_is_not_handed_out_again_after_a_failed_attempt(api, clock):
+    key = key_of(create(api, delivery="at-most-once"))
+    claim(api)
+    failed = api.post(f"/v1/leases/{key}/complete", {**FAILED, "error": {"class": "Oops", "message": "m"}})
+    assert failed.status == 200 and failed.body["state"] == "RETRY_WAIT"
+    clock.set(T0 + timedelta(minutes=10))
+    assert claim(api) == []
+    run = run_of(api, key)
+    assert run["state"] == "DEAD" and run["lastErrorClass"] == "AtMostOnce"
+
+
+BAD_CLAIMS = [
+    ({"types": [], "workerId": "w"}, "types"),
+    ({"types": ["a"] * 11, "workerId": "w"}, "types"),
+    ({"types": ["has space"], "workerId": "w"}, "types.0"),
+    ({"types": ["ext"]}, "workerId"),
+    ({"types": ["ext"], "workerId": "w" * 129}, "workerId"),
+    ({"types": ["ext"], "workerId": "w", "max": 0}, "max"),
+    ({"types": ["ext"], "workerId": "w", "max": 11}, "max"),
+    ({"types": ["ext"], "workerId": "w", "leaseSeconds": 9}, "leaseSeconds"),
+    ({"types": ["ext"], "workerId": "w", "leaseSeconds": 901}, "leaseSeconds"),
+    ({"types": ["ext"], "workerId": "w", "colour": "blue"}, "colour"),
+    ({"types": "ext", "workerId": "w"}, "types"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_CLAIMS)
+def test_bad_claim_is_400_naming_the_field(api, body, field):
+    key = key_of(create(api))
+    assert field in errors_of(api.post("/v1/leases", body))
+    assert run_of(api, key)["state"] == "PENDING"
+
+
+BAD_COMPLETIONS = [
+    ({"outcome": "succeeded"}, "fence"),
+    ({"fence": "one", "outcome": "succeeded"}, "fence"),
+    ({"fence": 1, "outcome": "maybe"}, "outcome"),
+    ({"fence": 1}, "outcome"),
+    ({**FAILED, "error": {"message": "m"}}, "error.class"),
+    ({**FAILED, "error": {"class": "X", "message": "m", "retryable": "sometimes"}}, "error.retryable"),
+    ({"fence": 1, "outcome": "succeeded", "error": {"class": "X", "message": "m"}}, "error"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_COMPLETIONS)
+def test_bad_completion_is_400_naming_the_field(api, body, field):
+    key = key_of(create(api))
+    claim(api)
+    assert field in errors_of(api.post(f"/v1/leases/{key}/complete", body))
+    assert run_of(api, key)["state"] == "LEASED"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"), [({}, "fence"), ({"fence": 1, "leaseSeconds": 1000}, "leaseSeconds")]
+)
+def test_bad_heartbeat_is_400_naming_the_field(api, body, field):
+    key = key_of(create(api))
+    claim(api)
+    assert field in errors_of(api.post(f"/v1/leases/{key}/heartbeat", body))
+
+
+def test_lease_calls_on_a_run_never_claimed_are_409(api):
+    key = key_of(create(api))
+    response = api.post(f"/v1/leases/{key}/complete", {"fence": 0, "outcome": "succeeded"})
+    assert response.status == 409 and response.body["code"] == "stale_fence"
+    assert api.post(f"/v1/leases/{key}/heartbeat", {"fence": 0}).status == 409
+    assert run_of(api, key)["state"] == "PENDING"
+
+
+# --- job summary ---
+
+
+def test_job_summary(api, clock):
+    job_id = hourly(api)
+    api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T06:00:00Z"})
+    (lease,) = claim(api, max=1)
+    api.post(f"/v1/leases/{lease['runKey']}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    response = api.get(f"/v1/jobs/{job_id}/summary")
+    assert response.status == 200, response
+    body = response.body
+    assert body["jobId"] == job_id
+    assert body["nextFireTimes"] == [f"2026-11-02T{h:02d}:00:00Z" for h in range(8, 13)]
+    assert [r["scheduledFor"] for r in body["lastRuns"]] == [
+        f"2026-11-02T0{h}:00:00Z" for h in (8, 6, 5, 4, 3)
+    ]
+    assert body["counters"] == {"missed": 0, "overlapSkipped": 0, "succeeded": 1, "dead": 0, "cancelled": 0}
+
+
+# --- tenant isolation and documents ---
+
+
+def test_every_run_route_is_404_for_another_tenant(api, other_api):
+    job_id = hourly(api, type="cron")
+    key = key_of(create(api))
+    (lease,) = claim(api)
+    window = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
+    attempts = [
+        other_api.get(f"/v1/jobs/{job_id}/runs"),
+        other_api.get(f"/v1/jobs/{job_id}/summary"),
+        other_api.post(f"/v1/jobs/{job_id}/trigger"),
+        other_api.post(f"/v1/jobs/{job_id}/backfill", window),
+        other_api.get(f"/v1/runs/{key}"),
+        other_api.post(f"/v1/runs/{key}/redrive"),
+        other_api.post(f"/v1/runs/{key}/cancel"),
+        other_api.post(f"/v1/leases/{key}/heartbeat", {"fence": lease["fence"]}),
+        other_api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"}),
+    ]
+    assert [r.status for r in attempts] == [404] * len(attempts)
+    assert other_api.post("/v1/leases", {"types": ["ext"], "workerId": "x"}).body["leases"] == []
+    assert run_of(api, key)["state"] == "LEASED" and run_of(api, key)["fence"] == lease["fence"]
+    assert scheduled_fors(api, job_id) == [NOW]
+
+
+def test_unauthenticated_caller_is_401(container):
+    from tests.conftest import ApiClient
+
+    anonymous = ApiClient(None)
+    assert anonymous.get("/v1/dead-letters").status == 401
+    assert anonymous.post("/v1/leases", {"types": ["ext"], "workerId": "w"}).status == 401
+
+
+def test_openapi_document_lists_the_run_routes(api):
+    paths = api.get("/openapi.json").body["paths"]
+    assert {
+        "/v1/jobs/{job_id}/runs",
+        "/v1/jobs/{job_id}/summary",
+        "/v1/jobs/{job_id}/trigger",
+        "/v1/jobs/{job_id}/backfill",
+        "/v1/runs/{run_key}",
+        "/v1/runs/{run_key}/redrive",
+        "/v1/runs/{run_key}/cancel",
+        "/v1/dead-letters",
+        "/v1/leases",
+        "/v1/leases/{run_key}/heartbeat",
+        "/v1/leases/{run_key}/complete",
+    } <= set(paths)
