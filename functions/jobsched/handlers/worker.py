@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..observability import logger, metrics, tracer
+from ..observability import NAMESPACE, logger, metrics, tracer
 from ..services.worker import Delivery, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
@@ -34,8 +35,26 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     services = container()
     queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
     delivery = delivery_of(record, queue)
-    logger.append_keys(run_key=delivery.run_key, job_id=delivery.job_id, queue=queue)
+    message = RunMessage.from_json(record.body)
+    logger.append_keys(
+        run_key=delivery.run_key,
+        job_id=delivery.job_id,
+        tenant=message.tenant,
+        queue=queue,
+        fence=None,
+        attempt=None,
+    )
     result = services.worker.process(delivery)
+    timings = {"StartLag": result.start_lag, "RunDuration": result.duration}
+    if result.start_lag is not None and delivery.sent_at is not None:
+        timings["QueueDwell"] = max(0.0, (services.clock.now() - delivery.sent_at).total_seconds())
+    for name, seconds in timings.items():
+        if seconds is not None:
+            # Per priority, so a starved low queue shows up on its own.
+            with single_metric(
+                name=name, unit=MetricUnit.Seconds, value=seconds, namespace=NAMESPACE
+            ) as metric:
+                metric.add_dimension(name="priority", value=message.priority)
     run = result.run
     logger.info(
         "run processed",

@@ -159,9 +159,7 @@ class Worker:
             self._metric("DuplicatesSuppressed", 1, "Count")
             return Result(Outcome.DUPLICATE, run)
         start_lag = max(0.0, (now - run.due_at).total_seconds())
-        self._metric("StartLag", start_lag, "Seconds")
-        if delivery.sent_at is not None:
-            self._metric("QueueDwell", max(0.0, (now - delivery.sent_at).total_seconds()), "Seconds")
+        logger.append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
         if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE and run.effect_started_at is not None:
             # A previous attempt may have acted; at-most-once forbids trying again.
@@ -279,7 +277,6 @@ class Worker:
         finally:
             heartbeat.stop()
         duration = (self._clock.now() - started).total_seconds()
-        self._metric("Duration", duration, "Seconds")
         result = self._ended(self._completer.succeed(lease.run, output, actor=self.actor))
         result.duration = duration
         return result
