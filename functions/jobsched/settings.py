@@ -19,6 +19,8 @@ class Settings:
     shard_count: int = 16
     horizon_seconds: int = 120
     retention_days: int = 30
+    max_jobs_per_tenant: int = 10_000  # ACTIVE or PAUSED jobs; 0 turns the quota off
+    tenant_requests_per_second: int = 50  # API requests; 0 turns the limit off
     queue_urls: dict[str, str] = field(default_factory=dict)  # queue key -> URL
     dlq_urls: dict[str, str] = field(default_factory=dict)
     fair_queues: bool = True  # MessageGroupId = tenant on the standard queues
@@ -38,6 +40,8 @@ class Settings:
             shard_count=int(env.get("SHARD_COUNT", "16")),
             horizon_seconds=int(env.get("HORIZON_SECONDS", "120")),
             retention_days=int(env.get("RETENTION_DAYS", "30")),
+            max_jobs_per_tenant=int(env.get("MAX_JOBS_PER_TENANT", "10000")),
+            tenant_requests_per_second=int(env.get("TENANT_REQUESTS_PER_SECOND", "50")),
             queue_urls={q.key: env[q.env_var] for q in QUEUES if env.get(q.env_var)},
             dlq_urls={q.key: env[q.dlq_env_var] for q in QUEUES if env.get(q.dlq_env_var)},
             fair_queues=env.get("FAIR_QUEUES", "true").lower() == "true",

@@ -59,7 +59,13 @@ class Container:
 
     @cached_property
     def jobs(self) -> JobService:
-        return JobService(self.definitions, self.clock, materialize=self.materializer.materialize)
+        return JobService(
+            self.definitions,
+            self.clock,
+            materialize=self.materializer.materialize,
+            max_jobs_per_tenant=self.settings.max_jobs_per_tenant,
+            requests_per_second=self.settings.tenant_requests_per_second,
+        )
 
     @cached_property
     def materializer(self) -> Materializer:

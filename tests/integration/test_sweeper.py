@@ -267,7 +267,7 @@ def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monk
     clock.advance(9 * 60)
     saved = container.definitions.save
 
-    def crash(job):
+    def crash(job, **kw):
         raise RuntimeError("crash after runs were written")
 
     monkeypatch.setattr(container.definitions, "save", crash)

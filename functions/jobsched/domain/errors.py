@@ -93,6 +93,8 @@ class PreconditionRequired(JobschedError):
 
 
 class LimitExceeded(JobschedError):
+    """A per-tenant limit (request rate, live jobs) is reached; the message names it."""
+
     status = 429
     code = "limit_exceeded"
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
@@ -30,7 +31,7 @@ app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCR
 JOB_ID = Path(pattern=r"^j_[0-9a-z]{1,64}$", description="job id")
 ERRORS: dict[int, OpenAPIResponse] = {
     code: {"description": HTTPStatus(code).phrase, "content": {"application/json": {"model": ErrorBody}}}
-    for code in (400, 401, 404, 409, 412, 428, 503)
+    for code in (400, 401, 404, 409, 412, 428, 429, 503)
 }
 
 
@@ -88,6 +89,27 @@ def view(job: Job, *, with_fire_times: bool = False) -> dict[str, Any]:
 
 def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Response:
     return json_response(status, view(job, with_fire_times=with_next), {"ETag": f'"{job.version}"'})
+
+
+# --- per-tenant request rate: every /v1 call is counted before its route runs ---
+
+
+def rate_limit(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response:
+    if not app.current_event.path.startswith("/v1/"):
+        return next_middleware(app)
+    try:
+        tenant = tenant_of_request()
+    except Unauthenticated:
+        return next_middleware(app)  # the route answers 401
+    try:
+        container().jobs.admit(tenant)
+    except JobschedError as exc:
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return json_response(exc.status, exc.to_dict(), headers)
+    return next_middleware(app)
+
+
+app.use(middlewares=[rate_limit])
 
 
 # --- routes ---

@@ -22,6 +22,7 @@ class LocalConfig:
     moto_port: int = 5055
     region: str = "us-east-1"
     shard_count: int = 4
+    horizon_seconds: int = 120  # how far ahead the sweeper makes runs
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
     reconcile_seconds: float = 60.0
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)

@@ -33,6 +33,7 @@ class LocalRuntime:
         self.resources: dict[str, Any] = {}
         self.sources: dict[str, Any] = {}
         self.invokers: dict[str, Invoker] = {}
+        self._saved_environment: dict[str, str] | None = None
 
     @property
     def api_url(self) -> str:
@@ -45,6 +46,7 @@ class LocalRuntime:
 
     def start(self) -> LocalRuntime:
         config = self.config
+        self._saved_environment = dict(os.environ)
         # moto accepts any credentials; never let a developer's real ones be picked up.
         os.environ.update(
             {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
@@ -119,6 +121,15 @@ class LocalRuntime:
             self.front.stop()
         if self.moto:
             self.moto.stop()
+        if self._saved_environment is not None:
+            # Later code in this process must not talk to a server that is gone.
+            os.environ.clear()
+            os.environ.update(self._saved_environment)
+            from .. import aws, settings, wiring
+
+            settings.settings.cache_clear()
+            aws.client.cache_clear()
+            wiring.override(None)
 
     def _every(self, name: str, seconds: float, step: Any) -> None:
         self._loops.append(Loop(name, seconds, step))
@@ -132,6 +143,7 @@ class LocalRuntime:
             "AWS_REGION": config.region,
             "JOBSCHED_AWS_ENDPOINT_URL": self.moto.url,
             "SHARD_COUNT": str(config.shard_count),
+            "HORIZON_SECONDS": str(config.horizon_seconds),
             "LEASE_SECONDS": str(config.lease_seconds),
             "TENANT_CONCURRENCY": str(config.tenant_concurrency),
             "HANDLER_MODULES": ",".join(config.handler_modules),

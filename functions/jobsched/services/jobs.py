@@ -11,6 +11,7 @@ from ..domain.errors import (
     ConcurrentUpdate,
     Conflict,
     IdempotencyKeyReused,
+    LimitExceeded,
     NotFound,
     ValidationFailed,
     VersionMismatch,
@@ -45,11 +46,26 @@ class JobService:
         *,
         guard_ttl: timedelta = timedelta(hours=24),
         materialize: Callable[[Job], object] | None = None,
+        max_jobs_per_tenant: int = 0,
+        requests_per_second: int = 0,
     ):
         self._store = store
         self._clock = clock
         self._guard_ttl = guard_ttl
         self._materialize = materialize
+        self.max_jobs_per_tenant = max_jobs_per_tenant
+        self.requests_per_second = requests_per_second
+
+    def admit(self, tenant: str) -> None:
+        """Count one API request against the tenant's per-second limit, or refuse it (429)."""
+        if self.requests_per_second <= 0:
+            return
+        window = self._clock.now()  # whole seconds: one fixed window per second
+        if not self._store.count_request(tenant, window, self.requests_per_second):
+            raise LimitExceeded(
+                f"more than {self.requests_per_second} requests per second from this tenant; retry shortly",
+                limit=self.requests_per_second,
+            )
 
     def _materialize_soon(self, job: Job) -> None:
         """A job that fires inside the horizon gets its first run now rather than at the next
@@ -79,13 +95,13 @@ class JobService:
             updated_at=now,
         )
         if idempotency_key is None:
-            self._store.create(job, None, now)
+            self._store.create(job, None, now, max_live=self.max_jobs_per_tenant)
             self._materialize_soon(job)
             return CreateResult(job, True)
         guard = Guard(tenant, idempotency_key, job.job_id, body_hash, now + self._guard_ttl)
         for _ in range(_WRITE_ATTEMPTS):
             try:
-                self._store.create(job, guard, now)
+                self._store.create(job, guard, now, max_live=self.max_jobs_per_tenant)
                 self._materialize_soon(job)
                 return CreateResult(job, True)
             except (GuardTaken, ConcurrentUpdate):
@@ -169,8 +185,8 @@ class JobService:
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.CANCELLED:
                 return job
-            if job.state is JobState.COMPLETED:
-                raise Conflict(f"job {job_id} is COMPLETED and cannot be cancelled")
+            # A COMPLETED job may still have runs made ahead of time and not yet executed:
+            # cancelling it stops them (the worker re-reads the job before every effect).
             return _bump(job, now, state=JobState.CANCELLED, next_run_at=None)
 
         return self._change(tenant, job_id, if_match, change)
@@ -189,7 +205,7 @@ class JobService:
             if changed is job:
                 return job
             try:
-                saved = self._store.save(changed)
+                saved = self._store.save(changed, previous_state=job.state)
             except ConcurrentUpdate:
                 continue
             if saved.next_run_at != job.next_run_at or saved.state is not job.state:

@@ -141,7 +141,7 @@ class Materializer:
             }
         )
         try:
-            result.job = self._definitions.save(advanced)
+            result.job = self._definitions.save(advanced, previous_state=job.state)
             result.advanced = True
         except ConcurrentUpdate:
             pass  # another sweeper or a client edit got there first: re-read and go again

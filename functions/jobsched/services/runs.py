@@ -105,7 +105,10 @@ class RunService:
 
     def summary(self, tenant: str, job_id: str, *, last: int = 5) -> JobSummary:
         job = self._job(tenant, job_id)
-        return JobSummary(job, self._runs.latest_for_job(job_id, last), self._definitions.get_stats(job_id))
+        # Runs are made up to the horizon ahead; "last runs" are the ones already due.
+        now = self._clock.now()
+        due = [r for r in self._runs.latest_for_job(job_id, last + 200) if r.scheduled_for <= now]
+        return JobSummary(job, due[:last], self._definitions.get_stats(job_id))
 
     # --- new runs ---
 

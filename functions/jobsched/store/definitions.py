@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..domain.errors import ConcurrentUpdate
+from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState
 from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
@@ -18,6 +18,9 @@ from .schema import DEFINITIONS, DUE_INDEX, TENANT_INDEX
 
 GUARD_PREFIX = "guard#"
 STATS_PREFIX = "stats#"
+LIVE_PREFIX = "live#"  # per tenant: how many jobs are ACTIVE or PAUSED (the quota)
+RATE_PREFIX = "rate#"  # per tenant and minute: API requests counted
+LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
 # so they never contend with the job's rev-conditioned writes.
 STAT_NAMES = ("missed", "overlap_skipped", "succeeded", "dead", "cancelled")
@@ -104,58 +107,127 @@ class DefinitionStore:
 
     # --- writes ---
 
-    def create(self, job: Job, guard: Guard | None, now: datetime) -> None:
-        """Write a new job; with a guard, both commit in one transaction or neither does."""
-        job_put = {
-            "TableName": self._table,
-            "Item": self._job_item(job),
-            "ConditionExpression": "attribute_not_exists(job_id)",
-        }
-        with translated_errors():
-            if guard is None:
-                self._db.put_item(**job_put)
-                return
-            guard_put = {
-                "TableName": self._table,
-                "Item": to_item(
-                    {
-                        "job_id": guard_id(guard.tenant, guard.key),
-                        "ref_job_id": guard.job_id,
-                        "guard_tenant": guard.tenant,
-                        "body_hash": guard.body_hash,
-                        "expires_at": int(guard.expires_at.timestamp()),
-                    }
-                ),
-                # An expired guard that TTL has not yet deleted no longer holds the key.
-                "ConditionExpression": "attribute_not_exists(job_id) OR expires_at < :now",
-                "ExpressionAttributeValues": to_item({":now": int(now.timestamp())}),
+    def create(self, job: Job, guard: Guard | None, now: datetime, *, max_live: int = 0) -> None:
+        """Write a new job; with a guard (idempotency key) and/or a quota (the tenant's live-job
+        counter), all commit in one transaction or none does."""
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": self._job_item(job),
+                    "ConditionExpression": "attribute_not_exists(job_id)",
+                }
             }
+        ]
+        guard_at = quota_at = -1
+        if guard is not None:
+            guard_at = len(items)
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": to_item(
+                            {
+                                "job_id": guard_id(guard.tenant, guard.key),
+                                "ref_job_id": guard.job_id,
+                                "guard_tenant": guard.tenant,
+                                "body_hash": guard.body_hash,
+                                "expires_at": int(guard.expires_at.timestamp()),
+                            }
+                        ),
+                        # An expired guard that TTL has not yet deleted no longer holds the key.
+                        "ConditionExpression": "attribute_not_exists(job_id) OR expires_at < :now",
+                        "ExpressionAttributeValues": to_item({":now": int(now.timestamp())}),
+                    }
+                }
+            )
+        if max_live > 0:
+            quota_at = len(items)
+            items.append({"Update": self._live_update(job.tenant, 1, max_live)})
+        with translated_errors():
+            if len(items) == 1:
+                self._db.put_item(**items[0]["Put"])
+                return
             try:
-                self._db.transact_write_items(TransactItems=[{"Put": job_put}, {"Put": guard_put}])
+                self._db.transact_write_items(TransactItems=items)
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
-                reasons = exc.response.get("CancellationReasons") or []
-                codes = [r.get("Code") for r in reasons]
-                if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
-                    raise GuardTaken(guard.key) from exc
+                codes = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
+                failed = {i for i, code in enumerate(codes) if code == "ConditionalCheckFailed"}
+                if guard_at in failed:
+                    raise GuardTaken(guard.key if guard else "") from exc
+                if quota_at in failed:
+                    raise LimitExceeded(
+                        f"the tenant already has {max_live} active or paused jobs (the limit); "
+                        "cancel some before creating more",
+                        limit=max_live,
+                    ) from exc
                 if "TransactionConflict" in codes:
                     raise ConcurrentUpdate("a concurrent request is creating this job; retry") from exc
                 raise
 
-    def save(self, job: Job) -> Job:
-        """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1."""
-        saved = job.model_copy(update={"rev": job.rev + 1})
+    def _live_update(self, tenant: str, delta: int, max_live: int = 0) -> dict[str, Any]:
+        update: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": to_item({"job_id": LIVE_PREFIX + tenant}),
+            "UpdateExpression": "ADD live :delta",
+            "ExpressionAttributeValues": to_item({":delta": delta}),
+        }
+        if max_live > 0:
+            update["ConditionExpression"] = "attribute_not_exists(live) OR live < :max"
+            update["ExpressionAttributeValues"] = to_item({":delta": delta, ":max": max_live})
+        return update
+
+    def live_jobs(self, tenant: str) -> int:
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": LIVE_PREFIX + tenant}), ConsistentRead=True
+            )
+        return int(from_item(response.get("Item") or {}).get("live", 0))
+
+    def count_request(self, tenant: str, window_start: datetime, limit: int) -> bool:
+        """Count one API request in the tenant's fixed one-minute window; False past the limit."""
+        key = f"{RATE_PREFIX}{tenant}#{format_instant(window_start)}"
         with translated_errors():
             try:
-                self._db.put_item(
+                self._db.update_item(
                     TableName=self._table,
-                    Item=self._job_item(saved),
-                    ConditionExpression="rev = :rev",
-                    ExpressionAttributeValues=to_item({":rev": job.rev}),
+                    Key=to_item({"job_id": key}),
+                    UpdateExpression="ADD hits :one SET expires_at = :expires",
+                    ConditionExpression="attribute_not_exists(hits) OR hits < :limit",
+                    ExpressionAttributeValues=to_item(
+                        {":one": 1, ":limit": limit, ":expires": int(window_start.timestamp()) + 180}
+                    ),
                 )
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+        return True
+
+    def save(self, job: Job, *, previous_state: JobState | None = None) -> Job:
+        """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1.
+        A job leaving the live states (ACTIVE/PAUSED) frees its place in the tenant's quota in
+        the same transaction."""
+        saved = job.model_copy(update={"rev": job.rev + 1})
+        put = {
+            "TableName": self._table,
+            "Item": self._job_item(saved),
+            "ConditionExpression": "rev = :rev",
+            "ExpressionAttributeValues": to_item({":rev": job.rev}),
+        }
+        ended = previous_state in LIVE_STATES and job.state not in LIVE_STATES
+        with translated_errors():
+            try:
+                if ended:
+                    self._db.transact_write_items(
+                        TransactItems=[{"Put": put}, {"Update": self._live_update(job.tenant, -1)}]
+                    )
+                else:
+                    self._db.put_item(**put)
+            except ClientError as exc:
+                if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
                     raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
                 raise
         return saved
@@ -210,7 +282,7 @@ class DefinitionStore:
                 TableName=self._table, Key=to_item({"job_id": job_id}), ConsistentRead=True
             )
         item = response.get("Item")
-        if not item or job_id.startswith((GUARD_PREFIX, STATS_PREFIX)):
+        if not item or job_id.startswith((GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX)):
             return None
         return self.job_from_item(item)
 

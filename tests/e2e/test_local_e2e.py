@@ -1,0 +1,346 @@
+"""The whole system in local mode, driven only over HTTP (ApiClient) and through the CLI.
+
+Waits poll with a deadline; jobs bound their own runs (maxRuns, endAt) and are cancelled at
+the end, because every test shares one runtime and moto slows down with queue depth."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from jobsched.client import ApiClient, ApiError
+
+from .helpers import all_runs, finish, instant, run_cli, runs_in, unique, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def create(client: ApiClient, **body: Any) -> dict[str, Any]:
+    return client.create_job({"name": unique(body.pop("prefix", "e2e")), "type": "demo.hello", **body})
+
+
+def succeeded(client: ApiClient, job_id: str, at_least: int = 1) -> list[dict[str, Any]]:
+    done = runs_in(client, job_id, "SUCCEEDED")
+    return done if len(done) >= at_least else []
+
+
+def effects_after(client: ApiClient, job_id: str, moment: str) -> tuple[list[str], int]:
+    """Invariant 6 from the outside: a run leased strictly after `moment` (the acknowledged
+    pause or cancel, whole seconds) must end CANCELLED, never reach its effect. Returns the
+    violations and how many runs were cancelled that way."""
+    violations, cancelled = [], 0
+    for run in all_runs(client, job_id):
+        if run["state"] in ("PENDING", "QUEUED"):
+            continue
+        transitions = client.get_run(run["runKey"])["transitions"]
+        for index, entry in enumerate(transitions):
+            if entry["to"] != "LEASED" or entry["at"] <= moment:
+                continue
+            following = transitions[index + 1] if index + 1 < len(transitions) else None
+            if following is None:
+                violations.append(f"{run['runKey']}: still LEASED (leased {entry['at']})")
+            elif following["to"] == "CANCELLED":
+                cancelled += 1
+            else:
+                violations.append(f"{run['runKey']}: leased {entry['at']} → {following['to']}")
+    return violations, cancelled
+
+
+# --- each kind of schedule fires and succeeds ---
+
+
+def test_six_field_cron_fires_every_two_seconds(client_a: ApiClient) -> None:
+    job = create(client_a, cron="*/2 * * * * *", timeZone="Europe/London", maxRuns=3)
+    try:
+        assert job["cron"] == "*/2 * * * * *" and job["timeZone"] == "Europe/London"
+        done = wait_for(lambda: succeeded(client_a, job["jobId"]), what="a cron run to succeed")
+        run = done[0]
+        assert run["runKey"] == f"{job['jobId']}@{run['scheduledFor']}"
+        assert int(run["scheduledFor"][17:19]) % 2 == 0  # on the cron's even seconds
+        assert run["trigger"] == "schedule" and run["attempt"] == 1
+        assert run["result"]["greeting"] == f"hello from {run['runKey']}"
+    finally:
+        finish(client_a, job["jobId"])
+
+
+def test_one_time_job_runs_at_its_instant(client_a: ApiClient) -> None:
+    at = instant(3)
+    job = create(client_a, runAt=at)
+    assert job["nextRunAt"] == at
+    done = wait_for(lambda: succeeded(client_a, job["jobId"]), what="the one-time run to succeed")
+    assert [r["scheduledFor"] for r in all_runs(client_a, job["jobId"])] == [at]
+    run = client_a.get_run(done[0]["runKey"])
+    leased = next(t for t in run["transitions"] if t["to"] == "LEASED")
+    assert leased["at"] >= at, "ran before its instant"
+    assert [a["outcome"] for a in run["attempts"]] == ["succeeded"]
+    final = wait_for(
+        lambda: client_a.get_job(job["jobId"])["state"] == "COMPLETED",
+        what="the one-time job to complete",
+        timeout=10,
+    )
+    assert final
+
+
+def test_rate_job_fires_every_two_seconds(client_a: ApiClient) -> None:
+    job = create(client_a, every="PT2S", maxRuns=3)
+    try:
+        assert job["every"] == 2
+        done = wait_for(lambda: succeeded(client_a, job["jobId"], 2), what="two rate runs to succeed")
+        times = sorted(r["scheduledFor"] for r in done)
+        first, second = (int(t[11:13]) * 3600 + int(t[14:16]) * 60 + int(t[17:19]) for t in times[:2])
+        assert (second - first) % 86400 == 2
+    finally:
+        finish(client_a, job["jobId"])
+
+
+# --- failure: retry, dead letter, redrive ---
+
+
+def test_failing_run_retries_dead_letters_and_redrive_succeeds(client_a: ApiClient) -> None:
+    # Fails its first two calls: both attempts of the first series, then the redriven one works.
+    job = create(
+        client_a,
+        prefix="flaky",
+        type="demo.flaky",
+        runAt=instant(0),
+        payload={"failures": 2},
+        maxAttempts=2,
+        retry={"baseSeconds": 1, "capSeconds": 1},
+    )
+    dead = wait_for(lambda: runs_in(client_a, job["jobId"], "DEAD"), what="the run to dead-letter")[0]
+    run_key = dead["runKey"]
+    assert dead["attempt"] == 2 and dead["lastErrorClass"] == "DemoFlaky"
+
+    history = client_a.get_run(run_key)
+    path = [t["to"] for t in history["transitions"] if t["to"] in ("LEASED", "RETRY_WAIT", "DEAD")]
+    assert path == ["LEASED", "RETRY_WAIT", "LEASED", "DEAD"]
+    assert [a["outcome"] for a in history["attempts"]] == ["failed", "dead"]
+    assert all(a["errorClass"] == "DemoFlaky" for a in history["attempts"])
+
+    letters = client_a.dead_letters(all_pages=True)["items"]
+    assert run_key in {r["runKey"] for r in letters}
+
+    redriven = client_a.redrive(run_key, reason="dependency is back")
+    assert redriven["runKey"] == run_key and redriven["redrives"] == 1
+    done = wait_for(
+        lambda: client_a.get_run(run_key)["state"] == "SUCCEEDED" and client_a.get_run(run_key),
+        what="the redriven run to succeed",
+    )
+    assert done["runKey"] == run_key and done["result"] == {"recovered_after": 2}
+    assert [r["runKey"] for r in all_runs(client_a, job["jobId"])] == [run_key]  # no new run
+    redrive = next(t for t in done["transitions"] if t["from"] == "DEAD")
+    assert "dependency is back" in redrive["reason"] and redrive["actor"] == "api:tenant-a"
+    assert run_key not in {r["runKey"] for r in client_a.dead_letters(all_pages=True)["items"]}
+
+
+# --- pause and cancel: no new effect after the acknowledgement ---
+
+
+def test_pause_and_cancel_stop_new_effects(client_a: ApiClient) -> None:
+    # Unbounded: with maxRuns or a near endAt every run is made at once and the job is
+    # COMPLETED (no longer pausable) while its runs are still to come.
+    job = create(client_a, prefix="pause", every=2)
+    job_id = job["jobId"]
+    try:
+        wait_for(lambda: succeeded(client_a, job_id), what="a first effect before the pause")
+        paused = client_a.pause(job_id)
+        assert paused["state"] == "PAUSED"
+        moment = paused["updatedAt"]
+        # Runs already queued keep coming due; each must be cancelled instead of run.
+        wait_for(
+            lambda: effects_after(client_a, job_id, moment)[1] >= 1,
+            what="a due run to reach the worker after the pause",
+            interval=0.5,
+        )
+        violations, _ = effects_after(client_a, job_id, moment)
+        assert not violations, violations
+        for run in runs_in(client_a, job_id, "SUCCEEDED"):  # every effect was leased before the pause
+            leased = [t for t in client_a.get_run(run["runKey"])["transitions"] if t["to"] == "LEASED"]
+            assert leased[-1]["at"] <= moment, run
+
+        cancelled = client_a.cancel_job(job_id)
+        assert cancelled["state"] == "CANCELLED" and cancelled.get("nextRunAt") is None
+        assert client_a.cancel_job(job_id)["version"] == cancelled["version"]  # idempotent
+        with pytest.raises(ApiError) as conflict:
+            client_a.resume(job_id)
+        assert conflict.value.status == 409 and conflict.value.code == "conflict"
+        wait_for(
+            lambda: effects_after(client_a, job_id, cancelled["updatedAt"])[1] >= 1,
+            what="a due run to be cancelled after the cancel",
+            interval=0.5,
+        )
+        violations, _ = effects_after(client_a, job_id, moment)
+        assert not violations, violations
+    finally:
+        finish(client_a, job_id)
+
+
+# --- authentication and tenancy ---
+
+
+def raw_status(url: str, headers: dict[str, str]) -> tuple[int, Any]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_requests_without_a_valid_key_are_401(api_url: str) -> None:
+    status, body = raw_status(f"{api_url}/v1/jobs", {})
+    assert status == 401 and body["code"] == "unauthenticated"
+    status, body = raw_status(f"{api_url}/v1/jobs", {"x-api-key": "not-a-key"})
+    assert status == 401 and body["code"] == "unauthenticated"
+    status, _ = raw_status(f"{api_url}/v1/jobs", {"x-api-key": "key-a"})
+    assert status == 200
+
+
+def test_other_tenants_jobs_and_runs_do_not_exist(client_a: ApiClient, client_b: ApiClient) -> None:
+    job = create(client_a, prefix="private", cron="0 0 1 1 *")
+    job_id = job["jobId"]
+    run_key = client_a.trigger(job_id)["runKey"]
+    try:
+        calls = {
+            "get job": lambda: client_b.get_job(job_id),
+            "runs": lambda: client_b.list_runs(job_id),
+            "summary": lambda: client_b.job_summary(job_id),
+            "pause": lambda: client_b.pause(job_id),
+            "patch": lambda: client_b.update_job(job_id, {"name": "stolen"}, if_match=1),
+            "cancel": lambda: client_b.cancel_job(job_id),
+            "trigger": lambda: client_b.trigger(job_id),
+            "get run": lambda: client_b.get_run(run_key),
+            "cancel run": lambda: client_b.cancel_run(run_key),
+            "redrive": lambda: client_b.redrive(run_key),
+        }
+        for name, call in calls.items():
+            with pytest.raises(ApiError) as missing:
+                call()
+            assert missing.value.status == 404, name
+            assert missing.value.code == "not_found", name
+        assert job_id not in {j["jobId"] for j in client_b.list_jobs(all_pages=True)["items"]}
+        assert client_a.get_job(job_id)["state"] == "ACTIVE"  # untouched by tenant-b
+        assert client_a.get_run(run_key)["runKey"] == run_key
+    finally:
+        finish(client_a, job_id)
+
+
+# --- the CLI against the running system ---
+
+
+def test_cli_commands_against_the_running_system(api_url: str, client_a: ApiClient) -> None:
+    name = unique("cli")
+
+    def cli(*args: str, key: str | None = "key-a") -> Any:
+        return run_cli(api_url, key, *args)
+
+    created = cli(
+        "jobs", "create", "--name", name, "--type", "demo.hello",
+        "--cron", "0 0 1 1 *", "--tz", "Europe/London",
+        "--payload", '{"from": "cli"}', "--set", "retry.baseSeconds=1", "--json",
+    )  # fmt: skip
+    assert created.code == 0, created.err
+    job = json.loads(created.out)
+    assert job["name"] == name and job["cron"] == "0 0 1 1 *" and job["timeZone"] == "Europe/London"
+    assert job["payload"] == {"from": "cli"} and job["retry"]["baseSeconds"] == 1
+    job_id = job["jobId"]
+    try:
+        listed = cli("jobs", "list", "--all")
+        assert listed.code == 0, listed.err
+        header, *rows = listed.out.splitlines()
+        assert header.split()[:3] == ["JOB", "ID", "NAME"]
+        assert any(row.startswith(job_id) and name in row and "ACTIVE" in row for row in rows)
+
+        listed_json = cli("jobs", "list", "--json", "--limit", "100")
+        assert listed_json.code == 0 and job_id in {j["jobId"] for j in json.loads(listed_json.out)["items"]}
+
+        renamed = cli("jobs", "update", job_id, "--set", f"name={name}-2")
+        assert renamed.code == 0, renamed.err
+        assert "using the current version 1" in renamed.err
+        assert f"{name}-2" in renamed.out and client_a.get_job(job_id)["version"] == 2
+
+        stale = cli("jobs", "update", job_id, "--if-match", "1", "--set", "name=again")
+        assert stale.code == 1 and "error: 412 version_mismatch" in stale.err
+        assert "currentVersion: 2" in stale.err
+
+        triggered = cli("jobs", "trigger", job_id)
+        assert triggered.code == 0, triggered.err
+        run_key = triggered.out.split()[1]
+        assert run_key.startswith(f"{job_id}@")
+        wait_for(lambda: client_a.get_run(run_key)["state"] == "SUCCEEDED", what="the triggered run")
+
+        runs = cli("runs", "list", job_id)
+        assert runs.code == 0, runs.err
+        assert runs.out.splitlines()[0].split()[:3] == ["RUN", "KEY", "STATE"]
+        assert any(
+            run_key in line and "SUCCEEDED" in line and "manual" in line for line in runs.out.splitlines()
+        )
+
+        detail = cli("runs", "get", run_key)
+        assert detail.code == 0, detail.err
+        table = detail.out.split("transitions:\n", 1)[1].splitlines()
+        assert table[0].split()[:4] == ["AT", "ACTOR", "FROM", "TO"]
+        assert [line.split()[3] for line in table[1:]][-1] == "SUCCEEDED"
+
+        # Connection options work after the command as well as before it.
+        fetched = cli("jobs", "get", job_id, "--api-key", "key-a", "--json", key=None)
+        assert fetched.code == 0 and json.loads(fetched.out)["jobId"] == job_id
+
+        letters = cli("dlq", "list")
+        assert letters.code == 0, letters.err
+        assert letters.out.splitlines()[0].split()[:3] == ["RUN", "KEY", "ATTEMPT"]
+
+        foreign = cli("jobs", "get", job_id, key="key-b")
+        assert foreign.code == 1 and foreign.err.startswith("error: 404 not_found")
+
+        paused = cli("jobs", "pause", job_id)
+        assert paused.code == 0 and paused.out.split()[:2] == [job_id, "PAUSED"]
+        cancelled = cli("jobs", "cancel", job_id, "--json")
+        assert cancelled.code == 0 and json.loads(cancelled.out)["state"] == "CANCELLED"
+    finally:
+        finish(client_a, job_id)
+
+
+def test_cli_bad_cron_is_exit_1_naming_the_field(api_url: str) -> None:
+    result = run_cli(
+        api_url,
+        "key-a",
+        "jobs",
+        "create",
+        "--name",
+        unique("bad"),
+        "--type",
+        "demo.hello",
+        "--cron",
+        "0 25 * * *",
+    )
+    assert result.code == 1
+    assert result.out == ""
+    first, *fields = result.err.splitlines()
+    assert first.startswith("error: 400 invalid_request: cron:")
+    assert any(line.strip().startswith("cron:") for line in fields)
+
+
+def test_cli_usage_error_is_exit_2(api_url: str) -> None:
+    missing_schedule = run_cli(api_url, "key-a", "jobs", "create", "--name", "x", "--type", "demo.hello")
+    assert missing_schedule.code == 2 and "one of the arguments" in missing_schedule.err
+    bad_set = run_cli(
+        api_url, "key-a", "jobs", "create", "--name", "x", "--type", "t", "--every", "5", "--set", "x"
+    )
+    assert bad_set.code == 2 and "key=value" in bad_set.err
+
+
+def test_cli_tail_follows_state_changes(api_url: str, client_a: ApiClient) -> None:
+    job = create(client_a, prefix="tail", every=2, maxRuns=3)
+    try:
+        tail = run_cli(api_url, "key-a", "tail", job["jobId"], "--interval", "0.3", "--count", "4")
+        assert tail.code == 0, tail.err
+        lines = tail.out.splitlines()
+        assert len(lines) == 4
+        assert all(job["name"][:24] in line and f"{job['jobId']}@" in line and "→" in line for line in lines)
+        assert any("LEASED" in line for line in lines) or any("SUCCEEDED" in line for line in lines)
+    finally:
+        finish(client_a, job["jobId"])

@@ -1,0 +1,678 @@
+"""The `jobsched` CLI and its API client, without the local runtime: parsing, formatting,
+signing, and the HTTP exchange against a stub server."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from jobsched import cli
+from jobsched.cli import (
+    RunFollower,
+    UsageError,
+    build_parser,
+    duration_seconds,
+    format_api_error,
+    format_fields,
+    format_table,
+    job_body,
+    main,
+    parse_assignments,
+    parse_every,
+    parse_instant,
+    parse_json_arg,
+    tail_line,
+)
+from jobsched.client import ApiClient, ApiError, SigningUnavailable, is_loopback, quote_segment
+
+# --- --set and the other argument parsers ---
+
+
+def test_set_values_are_json_when_they_parse_else_strings() -> None:
+    body = parse_assignments(
+        ["maxRuns=3", "pauseOnFailure=true", "endAt=null", "name=nightly report", "tags=[1,2]", "code=007"]
+    )
+    assert body == {
+        "maxRuns": 3,
+        "pauseOnFailure": True,
+        "endAt": None,
+        "name": "nightly report",
+        "tags": [1, 2],
+        "code": "007",
+    }
+
+
+def test_set_dotted_keys_nest_and_value_may_contain_equals() -> None:
+    body = parse_assignments(["retry.baseSeconds=1", "retry.capSeconds=2.5", "target.url=http://x/?a=b"])
+    assert body == {"retry": {"baseSeconds": 1, "capSeconds": 2.5}, "target": {"url": "http://x/?a=b"}}
+
+
+@pytest.mark.parametrize(
+    ("items", "problem"),
+    [
+        (["novalue"], "expected key=value"),
+        (["=1"], "expected key=value"),
+        (["retry..x=1"], "empty name"),
+        (["retry=1", "retry.baseSeconds=2"], "already set to a value"),
+        (["retry.baseSeconds=2", "retry=1"], "already has nested fields"),
+    ],
+)
+def test_set_rejects_malformed_items(items: list[str], problem: str) -> None:
+    with pytest.raises(UsageError, match=problem):
+        parse_assignments(items)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("15m", 900), ("1h30m", 5400), ("2d", 172800), ("PT15M", None), ("", None)],
+)
+def test_durations(text: str, seconds: int | None) -> None:
+    assert duration_seconds(text) == seconds
+
+
+def test_every_sends_seconds_or_passes_iso_through() -> None:
+    assert parse_every("15m") == 900
+    assert parse_every("PT15M") == "PT15M"
+
+
+def test_instants_absolute_and_relative() -> None:
+    now = datetime(2026, 11, 2, 8, 0, 0, 500000, tzinfo=UTC)
+    assert parse_instant("2026-12-01T09:00:00Z", now) == "2026-12-01T09:00:00Z"
+    assert parse_instant("now", now) == "2026-11-02T08:00:00Z"
+    assert parse_instant("+90s", now) == "2026-11-02T08:01:30Z"
+    assert parse_instant("-1h", now) == "2026-11-02T07:00:00Z"
+    with pytest.raises(UsageError, match=r"\+DURATION"):
+        parse_instant("+soon", now)
+
+
+def test_json_arguments_inline_or_from_a_file(tmp_path: Any) -> None:
+    assert parse_json_arg("--payload", '{"a": 1}') == {"a": 1}
+    path = tmp_path / "payload.json"
+    path.write_text('{"from": "file"}')
+    assert parse_json_arg("--payload", f"@{path}") == {"from": "file"}
+    with pytest.raises(UsageError, match="--payload: not valid JSON"):
+        parse_json_arg("--payload", "{nope")
+    with pytest.raises(UsageError, match="cannot read"):
+        parse_json_arg("--target", f"@{tmp_path / 'missing.json'}")
+
+
+# --- the parser ---
+
+
+def test_create_builds_the_body_from_options_then_set() -> None:
+    args = build_parser().parse_args(
+        [
+            "jobs",
+            "create",
+            "--name",
+            "n",
+            "--type",
+            "t.x",
+            "--cron",
+            "15 30 9 * * MON-FRI",
+            "--tz",
+            "America/New_York",
+            "--payload",
+            '{"k": "v"}',
+            "--target",
+            '{"kind": "http", "url": "https://example.com/hook"}',
+            "--max-attempts",
+            "5",
+            "--priority",
+            "high",
+            "--idempotency-key",
+            "key-1",
+            "--set",
+            "retry.baseSeconds=1",
+            "--set",
+            "target.method=PUT",
+        ]
+    )
+    assert args.idempotency_key == "key-1"
+    assert job_body(args) == {
+        "name": "n",
+        "type": "t.x",
+        "cron": "15 30 9 * * MON-FRI",
+        "timeZone": "America/New_York",
+        "maxAttempts": 5,
+        "priority": "high",
+        "payload": {"k": "v"},
+        "target": {"kind": "http", "url": "https://example.com/hook", "method": "PUT"},
+        "retry": {"baseSeconds": 1},
+    }
+
+
+def test_at_and_every_shorthands_reach_the_body() -> None:
+    parser = build_parser()
+    every = job_body(parser.parse_args(["jobs", "create", "--name", "n", "--type", "t", "--every", "2s"]))
+    assert every["every"] == 2
+    at = job_body(parser.parse_args(["jobs", "create", "--name", "n", "--type", "t", "--at", "+1m"]))
+    assert at["runAt"].endswith("Z") and len(at["runAt"]) == 20
+
+
+def test_connection_options_go_before_or_after_the_command() -> None:
+    parser = build_parser()
+    before = parser.parse_args(["--endpoint", "http://h:1", "--api-key", "k", "--json", "jobs", "get", "j_1"])
+    after = parser.parse_args(["jobs", "get", "j_1", "--endpoint", "http://h:1", "--api-key", "k", "--json"])
+    for args in (before, after):
+        assert (args.endpoint, args.api_key, args.json, args.job_id) == ("http://h:1", "k", True, "j_1")
+    neither = parser.parse_args(["jobs", "get", "j_1"])
+    assert (neither.endpoint, neither.api_key, neither.json, neither.sigv4) == (None, None, False, False)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "create", "--name", "n", "--type", "t"],  # no schedule
+        ["jobs", "create", "--name", "n", "--type", "t", "--cron", "* * * * *", "--every", "5"],
+        ["jobs", "list", "--state", "sleeping"],
+        ["jobs", "frobnicate"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_tz_without_cron_and_empty_update_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    endpoint = ["--endpoint", "http://127.0.0.1:1"]
+    assert (
+        main([*endpoint, "jobs", "create", "--name", "n", "--type", "t", "--every", "5", "--tz", "UTC"]) == 2
+    )
+    assert "--tz: only applies with --cron" in capsys.readouterr().err
+    assert main([*endpoint, "jobs", "update", "j_1"]) == 2
+    assert "nothing to change" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "jobs" in capsys.readouterr().out
+
+
+def test_state_filter_is_case_insensitive() -> None:
+    assert build_parser().parse_args(["jobs", "list", "--state", "paused"]).state == "PAUSED"
+
+
+def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    fake = types.ModuleType("jobsched.local.serve")
+
+    def serve(**kwargs: Any) -> int:
+        calls.append(kwargs)
+        return 7
+
+    fake.serve = serve  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jobsched.local.serve", fake)
+    assert main(["local", "--port", "9000", "--moto-port", "9001", "--config", "c.json", "--demo"]) == 7
+    assert calls == [{"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True}]
+    assert main(["local"]) == 7
+    assert calls[-1] == {"port": None, "moto_port": None, "config_path": None, "demo": False}
+
+
+# --- defaults for endpoint and key ---
+
+
+def context(monkeypatch: pytest.MonkeyPatch, argv: list[str], **env: str) -> cli.Context:
+    for name in ("JOBSCHED_URL", "JOBSCHED_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return cli.Context(build_parser().parse_args([*argv, "jobs", "list"]))
+
+
+def test_defaults_to_local_mode_with_its_dev_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = context(monkeypatch, [])
+    assert ctx.client.endpoint == "http://127.0.0.1:8080"
+    assert ctx.client.api_key == "jobsched-dev-key"
+
+
+def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = context(monkeypatch, [], JOBSCHED_URL="https://api.example.com/v1/", JOBSCHED_KEY="env-key")
+    assert (ctx.client.endpoint, ctx.client.api_key) == ("https://api.example.com/v1", "env-key")
+    ctx = context(monkeypatch, ["--api-key", "flag-key"], JOBSCHED_KEY="env-key")
+    assert ctx.client.api_key == "flag-key"
+
+
+def test_dev_key_is_never_sent_off_loopback_or_with_sigv4(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert context(monkeypatch, ["--endpoint", "https://api.example.com"]).client.api_key is None
+    assert context(monkeypatch, ["--sigv4", "--region", "eu-west-1"]).client.api_key is None
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "loopback"),
+    [
+        ("http://127.0.0.1:8080", True),
+        ("http://127.1.2.3", True),
+        ("http://localhost:8080", True),
+        ("http://[::1]:8080", True),
+        ("https://abc.execute-api.eu-west-1.amazonaws.com/prod", False),
+        ("http://10.0.0.1", False),
+    ],
+)
+def test_loopback_detection(endpoint: str, loopback: bool) -> None:
+    assert is_loopback(endpoint) is loopback
+
+
+# --- output ---
+
+
+def test_table_pads_columns_and_right_aligns_numbers() -> None:
+    text = format_table(
+        ["RUN KEY", "STATE", "ATTEMPT", "ERROR"],
+        [("j_1@2026-11-02T09:00:00Z", "SUCCEEDED", 1, None), ("j_1@x", "DEAD", 12, "Timeout")],
+    )
+    assert text.splitlines() == [
+        "RUN KEY                   STATE      ATTEMPT  ERROR",
+        "j_1@2026-11-02T09:00:00Z  SUCCEEDED        1  -",
+        "j_1@x                     DEAD            12  Timeout",
+    ]
+
+
+def test_table_without_rows_is_its_header_and_cells_render_json() -> None:
+    assert format_table(["A", "B"], []) == "A  B"
+    assert format_table(["X", "Y"], [({"k": [1]}, True)]).splitlines()[1] == '{"k":[1]}  true'
+
+
+def test_fields_are_aligned() -> None:
+    assert format_fields([("jobId", "j_1"), ("nextRunAt", None), ("", "x")]).splitlines() == [
+        "jobId      j_1",
+        "nextRunAt  -",
+        "           x",
+    ]
+
+
+def test_api_error_lists_fields_and_details() -> None:
+    error = ApiError(
+        400,
+        {
+            "code": "invalid_request",
+            "message": "cron: bad; timeZone: unknown",
+            "errors": [{"field": "cron", "rule": "bad"}, {"field": "timeZone", "rule": "unknown"}],
+        },
+    )
+    assert format_api_error(error).splitlines() == [
+        "error: 400 invalid_request: cron: bad; timeZone: unknown",
+        "  cron: bad",
+        "  timeZone: unknown",
+    ]
+    stale = ApiError(412, {"code": "version_mismatch", "message": "stale", "currentVersion": 4})
+    assert format_api_error(stale).splitlines() == [
+        "error: 412 version_mismatch: stale",
+        "  currentVersion: 4",
+    ]
+
+
+def test_api_error_from_a_gateway_or_plain_body() -> None:
+    gateway = ApiError(403, {"message": "Missing Authentication Token"})
+    assert (gateway.code, gateway.message) == ("forbidden", "Missing Authentication Token")
+    plain = ApiError(502, "Bad Gateway from proxy")
+    assert str(plain) == "502 bad_gateway: Bad Gateway from proxy"
+    empty = ApiError(500, None)
+    assert str(empty) == "500 internal_server_error: Internal Server Error"
+
+
+# --- SigV4 ---
+
+
+@pytest.fixture
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "session-token")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_sigv4_signs_for_execute_api_in_the_endpoints_region() -> None:
+    client = ApiClient("https://abc123.execute-api.eu-west-1.amazonaws.com/prod", sigv4=True)
+    run_key = "j_7hq2m4x9c0d1e5fr@2026-11-02T09:00:00Z"
+    request = client.build_request("POST", f"/v1/runs/{quote_segment(run_key)}/redrive", {"reason": "r"})
+    authorization = request.get_header("Authorization")
+    assert authorization is not None and authorization.startswith("AWS4-HMAC-SHA256 ")
+    assert "Credential=AKIDEXAMPLE/" in authorization
+    assert "/eu-west-1/execute-api/aws4_request" in authorization
+    signed = authorization.split("SignedHeaders=")[1].split(",")[0].split(";")
+    assert {"host", "x-amz-date", "x-amz-security-token"} <= set(signed)
+    assert request.get_header("X-amz-security-token") == "session-token"
+    assert request.get_header("X-amz-date")
+    assert request.full_url.endswith("/prod/v1/runs/j_7hq2m4x9c0d1e5fr%402026-11-02T09%3A00%3A00Z/redrive")
+    assert json.loads(request.data or b"") == {"reason": "r"}  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_sigv4_region_flag_and_api_key_are_signed_too() -> None:
+    client = ApiClient("https://api.example.com", sigv4=True, region="ap-south-1", api_key="usage-plan-key")
+    request = client.build_request("GET", "/v1/jobs", query={"state": "ACTIVE", "cursor": None})
+    authorization = request.get_header("Authorization") or ""
+    assert "/ap-south-1/execute-api/aws4_request" in authorization
+    assert "x-api-key" in authorization.split("SignedHeaders=")[1]
+    assert request.full_url == "https://api.example.com/v1/jobs?state=ACTIVE"
+
+
+def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    client = ApiClient("https://abc.execute-api.us-east-1.amazonaws.com/prod", sigv4=True)
+    with pytest.raises(SigningUnavailable, match="credentials"):
+        client.build_request("GET", "/v1/jobs")
+    assert main(["--endpoint", client.endpoint, "--sigv4", "jobs", "list"]) == 2
+
+
+# --- the HTTP exchange, against a stub API ---
+
+
+class StubApi:
+    """Answers from a table of (method, path) → (status, body, headers); records requests."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], tuple[int, Any, dict[str, str]]] = {}
+        self.requests: list[dict[str, Any]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                stub.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": json.loads(body) if body else None,
+                    }
+                )
+                status, payload, headers = stub.routes.get(
+                    (self.command, self.path.split("?")[0]), (404, {"code": "not_found", "message": "no"}, {})
+                )
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_PATCH = do_DELETE = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+
+@pytest.fixture
+def stub() -> Iterator[StubApi]:
+    api = StubApi()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+JOB = {
+    "jobId": "j_abc",
+    "name": "nightly",
+    "type": "report.build",
+    "cron": "0 9 * * *",
+    "timeZone": "Europe/London",
+    "state": "ACTIVE",
+    "version": 3,
+    "nextRunAt": "2026-11-03T09:00:00Z",
+}
+
+
+def test_create_sends_json_and_the_key(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    stub.routes[("POST", "/v1/jobs")] = (201, JOB, {"ETag": '"1"'})
+    argv = ["--endpoint", stub.url, "jobs", "create", "--name", "nightly", "--type", "report.build"]
+    code = main([*argv, "--cron", "0 9 * * *", "--idempotency-key", "k-1", "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == JOB
+    sent = stub.requests[-1]
+    assert sent["body"] == {"name": "nightly", "type": "report.build", "cron": "0 9 * * *"}
+    assert sent["headers"]["x-api-key"] == "jobsched-dev-key"  # loopback: the dev key
+    assert sent["headers"]["idempotency-key"] == "k-1"
+    assert sent["headers"]["content-type"] == "application/json"
+
+
+def test_api_error_exits_1_with_the_fields_on_stderr(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problem = {
+        "code": "invalid_request",
+        "message": "cron: '0 25 * * *' is not a valid cron expression",
+        "errors": [{"field": "cron", "rule": "'0 25 * * *' is not a valid cron expression"}],
+    }
+    stub.routes[("POST", "/v1/jobs")] = (400, problem, {})
+    code = main(
+        ["--endpoint", stub.url, "jobs", "create", "--name", "n", "--type", "t", "--cron", "0 25 * * *"]
+    )
+    assert code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "error: 400 invalid_request: cron: '0 25 * * *' is not a valid cron expression",
+        "  cron: '0 25 * * *' is not a valid cron expression",
+    ]
+
+
+def test_update_without_if_match_uses_the_current_version(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.routes[("GET", "/v1/jobs/j_abc")] = (200, JOB, {})
+    stub.routes[("PATCH", "/v1/jobs/j_abc")] = (200, {**JOB, "name": "renamed", "version": 4}, {})
+    assert main(["--endpoint", stub.url, "jobs", "update", "j_abc", "--set", "name=renamed"]) == 0
+    captured = capsys.readouterr()
+    assert "using the current version 3" in captured.err
+    assert "renamed" in captured.out
+    patch = stub.requests[-1]
+    assert patch["method"] == "PATCH" and patch["body"] == {"name": "renamed"}
+    assert patch["headers"]["if-match"] == '"3"'
+    assert patch["headers"]["content-type"] == "application/merge-patch+json"
+
+
+def test_update_with_if_match_sends_it_without_a_read(stub: StubApi) -> None:
+    stub.routes[("PATCH", "/v1/jobs/j_abc")] = (200, JOB, {})
+    assert (
+        main(["--endpoint", stub.url, "jobs", "update", "j_abc", "--if-match", "7", "--set", "endAt=null"])
+        == 0
+    )
+    assert [r["method"] for r in stub.requests] == ["PATCH"]
+    assert stub.requests[0]["headers"]["if-match"] == '"7"' and stub.requests[0]["body"] == {"endAt": None}
+
+
+def test_list_follows_cursors_with_all(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    pages = iter(
+        [
+            {"items": [JOB], "nextCursor": "c1"},
+            {"items": [{**JOB, "jobId": "j_def", "cron": None, "every": 900}], "nextCursor": None},
+        ]
+    )
+
+    class Paged(dict[tuple[str, str], Any]):
+        def get(self, key: Any, default: Any = None) -> Any:
+            return (200, next(pages), {}) if key == ("GET", "/v1/jobs") else default
+
+    stub.routes = Paged()
+    assert main(["--endpoint", stub.url, "jobs", "list", "--all", "--state", "active"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOB", "ID", "NAME", "TYPE", "SCHEDULE", "STATE", "NEXT", "RUN"]
+    assert "cron 0 9 * * * (Europe/London)" in lines[1] and "every 15m" in lines[2]
+    assert [r["path"] for r in stub.requests] == ["/v1/jobs?state=ACTIVE", "/v1/jobs?state=ACTIVE&cursor=c1"]
+
+
+def test_one_page_mentions_the_next_cursor(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    stub.routes[("GET", "/v1/jobs")] = (200, {"items": [JOB], "nextCursor": "abc"}, {})
+    assert main(["--endpoint", stub.url, "jobs", "list", "--limit", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "(more: --all, or --cursor abc)"
+    assert stub.requests[-1]["path"] == "/v1/jobs?limit=1"
+
+
+def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    run_key = "j_abc@2026-11-02T09:00:00Z"
+    run = {
+        "runKey": run_key,
+        "state": "SUCCEEDED",
+        "attempt": 1,
+        "attempts": [],
+        "transitions": [
+            {"at": "2026-11-02T08:59:00Z", "actor": "sweeper", "from": None, "to": "PENDING", "fence": 0,
+             "attempt": 0},
+            {"at": "2026-11-02T09:00:01Z", "actor": "worker:w", "from": "LEASED", "to": "SUCCEEDED",
+             "fence": 1, "attempt": 1},
+        ],
+    }  # fmt: skip
+    stub.routes[("GET", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z")] = (200, run, {})
+    assert main(["--endpoint", stub.url, "runs", "get", run_key]) == 0
+    out = capsys.readouterr().out
+    fields, table = out.split("\n\ntransitions:\n")
+    assert fields.splitlines()[0] == f"runKey   {run_key}"
+    assert table.splitlines() == [
+        "AT                    ACTOR     FROM    TO         FENCE  ATTEMPT  ERROR  DETAIL",
+        "2026-11-02T08:59:00Z  sweeper   -       PENDING        0        0  -      -",
+        "2026-11-02T09:00:01Z  worker:w  LEASED  SUCCEEDED      1        1  -      -",
+    ]
+
+
+def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    stub.routes[("POST", "/v1/jobs/j_abc/pause")] = (200, {**JOB, "state": "PAUSED", "version": 4}, {})
+    stub.routes[("DELETE", "/v1/jobs/j_abc")] = (200, {**JOB, "state": "CANCELLED", "version": 5}, {})
+    key = "j_abc@2026-11-02T09:00:00Z"
+    stub.routes[("POST", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z/redrive")] = (
+        200,
+        {"runKey": key, "state": "PENDING", "redrives": 1},
+        {},
+    )
+    assert main(["--endpoint", stub.url, "jobs", "pause", "j_abc", "--if-match", "3"]) == 0
+    assert main(["--endpoint", stub.url, "jobs", "cancel", "j_abc"]) == 0
+    assert main(["--endpoint", stub.url, "dlq", "redrive", key, "--reason", "fixed"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "j_abc  PAUSED  version 4",
+        "j_abc  CANCELLED  version 5",
+        f"redriven {key}  PENDING  redrives 1",
+    ]
+    assert stub.requests[0]["headers"]["if-match"] == '"3"'
+    assert "if-match" not in stub.requests[1]["headers"]
+    assert stub.requests[2]["body"] == {"reason": "fixed"}
+
+
+def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--endpoint", "http://127.0.0.1:1", "jobs", "list"]) == 1
+    assert capsys.readouterr().err.startswith("error: cannot reach http://127.0.0.1:1")
+
+
+# --- tail ---
+
+
+class FakeRuns:
+    """The slice of ApiClient the follower uses, over runs the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def add(self, key: str, scheduled: str, *moves: tuple[str, str | None, str, int, str | None]) -> None:
+        self.runs[key] = {"runKey": key, "jobId": "j_a", "scheduledFor": scheduled, "transitions": []}
+        self.move(key, *moves)
+
+    def move(self, key: str, *moves: tuple[str, str | None, str, int, str | None]) -> None:
+        run = self.runs[key]
+        for at, source, target, attempt, error in moves:
+            run["transitions"].append(
+                {
+                    "at": at,
+                    "from": source,
+                    "to": target,
+                    "attempt": attempt,
+                    "errorClass": error,
+                    "actor": "x",
+                }
+            )
+            run.update(state=target, attempt=attempt, updatedAt=at)
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return {"jobId": job_id, "name": "nightly"}
+
+    def list_runs(self, job_id: str, **kw: Any) -> dict[str, Any]:
+        items = sorted(self.runs.values(), key=lambda r: r["scheduledFor"], reverse=True)
+        return {
+            "items": [{k: v for k, v in r.items() if k != "transitions"} for r in items],
+            "nextCursor": None,
+        }
+
+    def get_run(self, key: str) -> dict[str, Any]:
+        return json.loads(json.dumps(self.runs[key]))
+
+
+def test_follower_reports_only_transitions_after_it_started() -> None:
+    fake = FakeRuns()
+    now = datetime(2026, 11, 2, 9, 0, 10, tzinfo=UTC)
+    fake.add("j_a@09:00:00", "2026-11-02T09:00:00Z", ("2026-11-02T08:59:00Z", None, "PENDING", 0, None),
+             ("2026-11-02T08:59:01Z", "PENDING", "QUEUED", 0, None))  # fmt: skip
+    fake.add("j_a@09:00:30", "2026-11-02T09:00:30Z", ("2026-11-02T08:59:30Z", None, "PENDING", 0, None))
+    follower = RunFollower(fake, ["j_a"], lookback=300, now=lambda: now)  # type: ignore[arg-type]
+    assert follower.poll() == []  # the baseline
+
+    fake.move("j_a@09:00:00", ("2026-11-02T09:00:11Z", "QUEUED", "LEASED", 1, None),
+              ("2026-11-02T09:00:12Z", "LEASED", "RETRY_WAIT", 1, "Timeout"))  # fmt: skip
+    events = follower.poll()
+    assert [(e["from"], e["to"], e["attempt"], e["errorClass"]) for e in events] == [
+        ("QUEUED", "LEASED", 1, None),
+        ("LEASED", "RETRY_WAIT", 1, "Timeout"),
+    ]
+    assert events[0]["jobName"] == "nightly"
+    assert follower.poll() == []  # nothing new
+
+    # The run scheduled ahead stays quiet until due, then shows its whole story.
+    now = datetime(2026, 11, 2, 9, 0, 31, tzinfo=UTC)
+    fake.move("j_a@09:00:30", ("2026-11-02T09:00:31Z", "PENDING", "LEASED", 1, None))
+    events = follower.poll()
+    assert [(e["runKey"], e["from"], e["to"]) for e in events] == [
+        ("j_a@09:00:30", None, "PENDING"),
+        ("j_a@09:00:30", "PENDING", "LEASED"),
+    ]
+
+
+def test_follower_keeps_polling_open_runs_older_than_the_lookback() -> None:
+    fake = FakeRuns()
+    now = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)
+    fake.add("j_a@08:59:00", "2026-11-02T08:59:00Z", ("2026-11-02T08:59:00Z", None, "PENDING", 0, None))
+    follower = RunFollower(fake, ["j_a"], lookback=120, now=lambda: now)  # type: ignore[arg-type]
+    follower.poll()
+    now = datetime(2026, 11, 2, 9, 5, 0, tzinfo=UTC)  # the run is now older than the lookback
+    fake.move("j_a@08:59:00", ("2026-11-02T09:04:59Z", "PENDING", "DEAD", 0, "Undeliverable"))
+    assert [e["to"] for e in follower.poll()] == ["DEAD"]
+    assert follower.tracked == {}
+
+
+def test_tail_line() -> None:
+    event = {
+        "at": "2026-11-02T09:00:12Z",
+        "jobName": "nightly",
+        "runKey": "j_a@2026-11-02T09:00:00Z",
+        "from": "LEASED",
+        "to": "RETRY_WAIT",
+        "attempt": 1,
+        "errorClass": "Timeout",
+    }
+    assert tail_line(event) == (
+        "09:00:12  nightly                   j_a@2026-11-02T09:00:00Z      LEASED → RETRY_WAIT  "
+        "attempt 1  Timeout"
+    )
+    created = tail_line({**event, "from": None, "to": "PENDING", "attempt": 0, "errorClass": None})
+    assert created.endswith("         - → PENDING     attempt 0")
