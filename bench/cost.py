@@ -1,0 +1,592 @@
+"""Cost per run: every AWS request per stage, the billed units it costs, and dollars per
+million successful runs at list prices (bench/prices.json).
+
+Scenarios, each in a fresh in-process moto account with a simulated clock:
+- idle: no jobs; what the minute ticks cost (the fixed part, subtracted from the others);
+- recurring, dense: jobs every 60 s, ten due in each busy second (what batching sees at
+  scale); the headline figure;
+- recurring, sparse: one run due per second (batches of one);
+- one-time: `runAt` jobs created through the API (with an idempotency key), one run each.
+
+Lambda time is modelled, not taken from moto: our code's measured time (outside AWS
+calls), scaled to the function's CPU share, plus an assumed in-region latency per AWS call."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import handlers, units
+from .calls import Call
+from .harness import FUNCTION_OF, Harness
+
+PRICES_FILE = Path(__file__).with_name("prices.json")
+
+# Assumed in-region latency of one call from Lambda (ms): what replaces moto's time.
+LATENCY_MS: dict[str, float] = {
+    "dynamodb:GetItem": 4,
+    "dynamodb:PutItem": 6,
+    "dynamodb:UpdateItem": 6,
+    "dynamodb:DeleteItem": 6,
+    "dynamodb:Query": 6,
+    "dynamodb:TransactWriteItems": 15,
+    "dynamodb:BatchWriteItem": 12,
+    "sqs:*": 12,
+    "*": 10,
+}
+FULL_VCPU_MB = 1769  # Lambda gives one full vCPU at 1,769 MB; less memory, proportionally less CPU
+PLATFORM_LOG_BYTES = 350  # START, END and REPORT lines Lambda writes per invocation
+XRAY_SAMPLED = 0.05  # default sampling rule beyond the first request each second
+ESM_IDLE_RECEIVES_PER_MINUTE = 3 * 5 * 3  # 3 queues x ~5 pollers x one 20 s long poll each
+RUN_ITEM_OVERHEAD = 100  # bytes DynamoDB adds per stored item
+MINUTES_PER_MONTH = 43_800
+
+STAGES = ("api", "sweep", "outbox", "worker", "worker-esm", "reconcile")
+STAGE_LABELS = {
+    "api": "API",
+    "sweep": "sweep",
+    "outbox": "outbox",
+    "worker": "worker",
+    "worker-esm": "worker: SQS poller (receive, delete)",
+    "reconcile": "reconcile",
+}
+
+
+def load_prices(path: Path = PRICES_FILE) -> dict[str, float]:
+    data = json.loads(path.read_text())
+    return {name: float(entry["usd"]) for name, entry in data["prices"].items()}
+
+
+def function_memory() -> dict[str, int]:
+    from infra.names import FUNCTIONS
+
+    return {f.name: f.memory_mb for f in FUNCTIONS}
+
+
+def latency(call: Call) -> float:
+    key = f"{call.service}:{call.operation}"
+    ms = LATENCY_MS.get(key, LATENCY_MS.get(f"{call.service}:*", LATENCY_MS["*"]))
+    return ms / 1000
+
+
+# --- labels: which transition a write is ---
+
+
+def _s(item: dict[str, Any] | None, name: str) -> str | None:
+    value = (item or {}).get(name)
+    return value.get("S") if isinstance(value, dict) else None
+
+
+def label(write: dict[str, Any]) -> str:
+    table, old, new = write["table"], write["old"], write["new"]
+    if table == "jobsched-runs":
+        before, after = _s(old, "state"), _s(new, "state")
+        if before is None:
+            return f"run: insert {after}"
+        return f"run: {before}→{after}" if before != after else f"run: rewrite {after}"
+    if table == "jobsched-definitions":
+        key = _s(new or old, "job_id") or ""
+        if key.startswith("stats#"):
+            return "job: stats counter (ADD)"
+        if key.startswith("guard#"):
+            return "job: idempotency guard"
+        return "job: create" if old is None else "job: advance / save"
+    if table == "jobsched-idempotency":
+        return "idempotency record: in progress" if old is None else "idempotency record: completed"
+    return table
+
+
+# --- one scenario ---
+
+
+@dataclass
+class Measured:
+    name: str
+    runs: int
+    calls: list[Call]
+    invocations: dict[str, list[Any]]
+    log_bytes: dict[str, int]
+    minutes: float
+    final_run_bytes: list[int]
+
+
+def _measure(name: str, h: Harness, runs: int, minutes: float) -> Measured:
+    calls = [c for c in h.recorder.calls if c.stage != "setup"]
+    final = []
+    for call in calls:
+        for write in call.writes:
+            if write["table"] == "jobsched-runs" and _s(write["new"], "state") == "SUCCEEDED":
+                final.append(units.item_size(write["new"]))
+    return Measured(name, runs, calls, h.invocations_by_stage(), h.stage_bytes(), minutes, final)
+
+
+def idle(minutes: int = 2, shards: int = 16) -> Measured:
+    with Harness(shards=shards) as h:
+        start = h.clock.t
+        h.run_until(start + minutes * 60)
+        return _measure("idle", h, 0, minutes)
+
+
+def recurring(jobs: int, per_second: int, minutes: int, shards: int = 16) -> Measured:
+    """`jobs` jobs every 60 s, `per_second` of them due in each busy second; `minutes` of
+    sweeps, then a drain with only the reconciler ticking, so every run made is finished."""
+    handlers.take()
+    with Harness(shards=shards) as h:
+        start = h.clock.t
+        with h.quiet():
+            # Beyond the horizon, so the sweeper (not the API) materialises every run.
+            for i in range(jobs):
+                h.api(
+                    "POST",
+                    "/v1/jobs",
+                    {
+                        "name": f"r{i}",
+                        "type": handlers.JOB_TYPE,
+                        "every": 60,
+                        "startAt": h.iso(130 + i // per_second),
+                    },
+                    tenant=f"tenant-{i % 5}",
+                )
+        h.invocations.clear()
+        h.sink.bytes.clear()
+        h.run_until(start + minutes * 60 + 1)
+        h.run_until(h.clock.t + 180, sweep=False)
+        runs = len(handlers.take())
+        name = f"recurring, {per_second} due per busy second"
+        return _measure(name, h, runs, minutes + 3)
+
+
+def one_time(jobs: int, per_second: int = 10, shards: int = 16) -> Measured:
+    handlers.take()
+    with Harness(shards=shards) as h:
+        start = h.clock.t
+        for i in range(jobs):
+            h.api(
+                "POST",
+                "/v1/jobs",
+                {
+                    "name": f"o{i}",
+                    "type": handlers.JOB_TYPE,
+                    "runAt": h.iso(30 + i // per_second),
+                    "idempotencyKey": f"bench-{i}",
+                },
+                tenant=f"tenant-{i % 5}",
+            )
+        h.run_until(start + 60 + jobs // per_second + 120, sweep=True)
+        runs = len(handlers.take())
+        return _measure("one-time via API", h, runs, (h.clock.t - start) / 60)
+
+
+# --- from measurements to units and dollars ---
+
+
+def _stage_totals(m: Measured, memory: dict[str, int]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {
+            "requests": Counter(),
+            "ddb_requests": 0,
+            "ddb_write_requests": 0,
+            "wcu": 0.0,
+            "gsi_wcu": Counter(),
+            "rcu": 0.0,
+            "sqs_requests": 0,
+            "stream_requests": 0,
+            "invocations": 0,
+            "gb_seconds": 0.0,
+            "gb_seconds_moto": 0.0,
+            "log_bytes": 0,
+        }
+    )
+    for call in m.calls:
+        entry = out[call.stage]
+        entry["requests"][f"{call.service}:{call.operation}"] += 1
+        if call.service == "dynamodb":
+            entry["ddb_requests"] += 1
+            if call.writes:
+                entry["ddb_write_requests"] += 1
+        elif call.service == "sqs":
+            entry["sqs_requests"] += call.requests
+        elif call.service == "dynamodbstreams":
+            entry["stream_requests"] += 1
+        entry["wcu"] += call.wcu
+        entry["rcu"] += call.rcu
+        for write in call.writes:
+            for index, u in write["gsi"].items():
+                entry["gsi_wcu"][index] += u
+    for stage_name, invocations in m.invocations.items():
+        mem = memory[FUNCTION_OF[stage_name]]
+        cpu_scale = max(1.0, FULL_VCPU_MB / mem)
+        entry = out[stage_name]
+        for inv in invocations:
+            ours = max(0.0, inv.wall - inv.aws_wall)
+            modeled = ours * cpu_scale + sum(latency(c) for c in inv.calls)
+            entry["invocations"] += 1
+            entry["gb_seconds"] += math.ceil(modeled * 1000) / 1000 * mem / 1024
+            entry["gb_seconds_moto"] += math.ceil(inv.wall * 1000) / 1000 * mem / 1024
+    for stage_name, count in m.log_bytes.items():
+        out[stage_name]["log_bytes"] += count
+    for stage_name in list(out):
+        out[stage_name]["log_bytes"] += PLATFORM_LOG_BYTES * out[stage_name]["invocations"]
+    return out
+
+
+_NUMERIC = (
+    "ddb_requests",
+    "ddb_write_requests",
+    "wcu",
+    "rcu",
+    "sqs_requests",
+    "stream_requests",
+    "invocations",
+    "gb_seconds",
+    "gb_seconds_moto",
+    "log_bytes",
+)
+
+
+def _minus(a: dict[str, Any], b: dict[str, Any] | None, times: float) -> dict[str, Any]:
+    """a - times * b, field by field, floored at zero (the fixed part of a tick)."""
+    if b is None or times == 0:
+        return a
+    out = dict(a)
+    for key in _NUMERIC:
+        out[key] = max(0.0, a[key] - b[key] * times)
+    out["gsi_wcu"] = Counter(
+        {k: max(0.0, v - b["gsi_wcu"].get(k, 0) * times) for k, v in a["gsi_wcu"].items()}
+    )
+    return out
+
+
+def _per(entry: dict[str, Any], runs: int) -> dict[str, Any]:
+    out = {key: entry[key] / runs for key in _NUMERIC}
+    out["gsi_wcu"] = {k: v / runs for k, v in sorted(entry["gsi_wcu"].items())}
+    out["gsi_wcu_total"] = sum(out["gsi_wcu"].values())
+    out["requests"] = {k: round(v / runs, 3) for k, v in sorted(entry["requests"].items())}
+    return out
+
+
+def dollars(entry: dict[str, Any], prices: dict[str, float], stage_name: str) -> dict[str, float]:
+    wru = entry["wcu"] + entry["gsi_wcu_total"]
+    out = {
+        "dynamodb_write": wru * prices["dynamodb_write_request_unit"],
+        "dynamodb_read": entry["rcu"] * prices["dynamodb_read_request_unit"],
+        "sqs": entry["sqs_requests"] * prices["sqs_standard_request"],
+        "lambda_requests": entry["invocations"] * prices["lambda_request"],
+        "lambda_duration": entry["gb_seconds"] * prices["lambda_gb_second_arm64"],
+        "logs": entry["log_bytes"] / 1e9 * prices["cloudwatch_logs_ingest_gb"],
+        "xray": entry["invocations"] * XRAY_SAMPLED * prices["xray_trace_recorded"],
+        "api_gateway": entry["invocations"] * prices["api_gateway_rest_request"]
+        if stage_name == "api"
+        else 0.0,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def analyse(
+    m: Measured,
+    baseline: dict[str, dict[str, Any]] | None,
+    prices: dict[str, float],
+    memory: dict[str, int],
+    retention_days: int,
+) -> dict[str, Any]:
+    totals = _stage_totals(m, memory)
+    stages: dict[str, Any] = {}
+    for stage_name in STAGES:
+        if stage_name not in totals:
+            continue
+        entry = totals[stage_name]
+        if stage_name in ("sweep", "reconcile") and baseline and stage_name in baseline:
+            entry = _minus(entry, baseline[stage_name], entry["invocations"])
+        per_run = _per(entry, m.runs)
+        per_run["usd"] = dollars(per_run, prices, stage_name)
+        stages[stage_name] = per_run
+    item = sum(m.final_run_bytes) / len(m.final_run_bytes) if m.final_run_bytes else 0.0
+    months = retention_days / 30.4
+    storage = (
+        (item + RUN_ITEM_OVERHEAD)
+        / 1e9
+        * months
+        * (prices["dynamodb_storage_gb_month"] + prices["dynamodb_pitr_gb_month"])
+    )
+    total = sum(s["usd"]["total"] for s in stages.values()) + storage
+    sums = {
+        key: sum(s[key] for s in stages.values())
+        for key in (
+            "wcu",
+            "gsi_wcu_total",
+            "rcu",
+            "sqs_requests",
+            "invocations",
+            "ddb_requests",
+            "ddb_write_requests",
+            "gb_seconds",
+            "log_bytes",
+        )
+    }
+    return {
+        "scenario": m.name,
+        "runs": m.runs,
+        "stages": stages,
+        "per_run": {
+            **sums,
+            "write_units": sums["wcu"] + sums["gsi_wcu_total"],
+            "run_item_bytes": item,
+            "usd_storage": storage,
+            "usd": total,
+        },
+        "usd_per_million": total * 1e6,
+        "transitions": transitions(m.calls, m.runs),
+    }
+
+
+def transitions(calls: list[Call], runs: int) -> list[dict[str, Any]]:
+    """Where every write unit goes: per kind of write, per run."""
+    rows: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        for write in call.writes:
+            name = label(write)
+            row = rows.setdefault(
+                name, {"write": name, "stage": call.stage, "count": 0, "table_wcu": 0.0, "gsi_wcu": Counter()}
+            )
+            row["count"] += 1
+            row["table_wcu"] += write["units"]
+            for index, u in write["gsi"].items():
+                row["gsi_wcu"][index] += u
+    out = []
+    for row in rows.values():
+        gsi = {k: v / runs for k, v in sorted(row["gsi_wcu"].items())}
+        out.append(
+            {
+                "write": row["write"],
+                "stage": row["stage"],
+                "per_run": row["count"] / runs,
+                "table_wcu": row["table_wcu"] / runs,
+                "gsi_wcu": gsi,
+                "total_wcu": row["table_wcu"] / runs + sum(gsi.values()),
+            }
+        )
+    return sorted(out, key=lambda r: -r["total_wcu"])
+
+
+def fixed_costs(
+    baseline: dict[str, dict[str, Any]], idle_minutes: float, prices: dict[str, float]
+) -> dict[str, Any]:
+    """What the deployment costs per month with no runs at all."""
+    per_month = {}
+    for stage_name, entry in baseline.items():
+        if stage_name not in ("sweep", "reconcile"):
+            continue
+        per_min = _per(entry, 1)
+        per_min = {k: (v / idle_minutes if isinstance(v, float | int) else v) for k, v in per_min.items()}
+        per_min["gsi_wcu_total"] = 0.0
+        usd = dollars(per_min, prices, stage_name)
+        per_month[stage_name] = {k: v * MINUTES_PER_MONTH for k, v in usd.items()}
+    pollers = ESM_IDLE_RECEIVES_PER_MINUTE * MINUTES_PER_MONTH * prices["sqs_standard_request"]
+    per_month["sqs pollers (empty long polls)"] = {"sqs": pollers, "total": pollers}
+    return {"usd_per_month": per_month, "total_usd_per_month": sum(v["total"] for v in per_month.values())}
+
+
+# --- what-ifs: the same writes under a changed design ---
+
+Transform = Callable[[str, dict[str, Any]], dict[str, Any] | None]
+
+
+def _strip(item: dict[str, Any] | None, *names: str) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {k: v for k, v in item.items() if k not in names}
+
+
+def _slim(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's doc without nulls, without what the item already holds as attributes, and
+    without a copy of default policies."""
+    if item is None or "doc" not in item:
+        return item
+    from jobsched.domain.models import Policies
+
+    doc = json.loads(item["doc"]["S"])
+    for name in ("run_key", "job_id", "tenant", "state", "rev", "fence", "priority", "due_at"):
+        doc.pop(name, None)
+    if doc.get("policies") == json.loads(Policies().model_dump_json()):
+        doc.pop("policies")
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return {**item, "doc": {"S": json.dumps(clean(doc), separators=(",", ":"))}}
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    name: str
+    change: str  # what the owner of functions/ would change
+    drop: Callable[[str, dict[str, Any]], bool] | None = None  # writes that no longer happen
+    image: Callable[[dict[str, Any] | None], dict[str, Any] | None] | None = None  # item as it would be
+    keep_deadline: bool = False  # open index keyed once at insert, removed at the end
+    projections: dict[str, dict[str, tuple[str, tuple[str, ...]]]] | None = None
+    advance_every: int = 1  # job advances once per this many occurrences
+
+
+WHAT_IFS = (
+    WhatIf(
+        "keys-only GSIs",
+        "project KEYS_ONLY on Runs `open`/`claimable` and Definitions `by_tenant` (readers fetch the item)",
+        projections={
+            "jobsched-runs": {"open": ("KEYS_ONLY", ()), "claimable": ("KEYS_ONLY", ())},
+            "jobsched-definitions": {"by_tenant": ("KEYS_ONLY", ())},
+        },
+    ),
+    WhatIf(
+        "skip QUEUED write",
+        "outbox sends and does not write back; PENDING's repair deadline becomes due_at + queue dwell",
+        drop=lambda name, w: name == "run: PENDING→QUEUED",
+    ),
+    WhatIf(
+        "stable open-index key",
+        "set deadline_at once (insert) and leave it; the reconciler re-checks state and pushes it lazily",
+        keep_deadline=True,
+    ),
+    WhatIf(
+        "claimable only when external",
+        "index claim_key only for runs routed to external workers (a registered handler never is)",
+        image=lambda item: _strip(item, "claim_key"),
+    ),
+    WhatIf(
+        "no idempotency record",
+        "drop the Powertools record: the lease and fence already exclude concurrent attempts;"
+        " the result goes in the completion write",
+        drop=lambda name, w: name.startswith("idempotency record"),
+    ),
+    WhatIf(
+        "slim run item",
+        "store the doc without nulls, duplicated attributes and default policies (< 1 KB)",
+        image=_slim,
+    ),
+    WhatIf(
+        "no per-run stats counter",
+        "count succeeded runs from metrics (or one ADD per job per batch) instead of an ADD per run",
+        drop=lambda name, w: name == "job: stats counter (ADD)",
+    ),
+    WhatIf(
+        "no leased-by-tenant index",
+        "enforce tenant concurrency with the fair queues' MessageGroupId"
+        " (or per-mapping MaximumConcurrency) instead",
+        image=lambda item: (
+            _strip(item, "leased_tenant", "lease_expires_at") if item and "sk" in item else item
+        ),
+    ),
+    WhatIf(
+        "advance a job once per 5 occurrences",
+        "sweeper materialises a chunk of occurrences (e.g. horizon 6 min, picked when < 2 min remain)",
+        advance_every=5,
+    ),
+)
+
+
+def _cost_under(writes: list[tuple[str, str, dict[str, Any]]], changes: list[WhatIf], runs: int) -> float:
+    shapes = dict(units.SHAPES)
+    for change in changes:
+        if change.projections:
+            from jobsched.store.schema import ALL_TABLES
+
+            for spec in ALL_TABLES:
+                if spec.default_name in change.projections:
+                    merged = {
+                        **{i.name: (i.projection, i.include) for i in shapes[spec.default_name].indexes},
+                        **change.projections[spec.default_name],
+                    }
+                    shapes[spec.default_name] = units.TableShape.of(spec, merged)
+    total = 0.0
+    for name, stage_name, write in writes:
+        if any(c.drop and c.drop(name, write) for c in changes):
+            continue
+        old, new = write["old"], write["new"]
+        for change in changes:
+            if change.image:
+                old, new = change.image(old), change.image(new)
+        if (
+            any(c.keep_deadline for c in changes)
+            and old
+            and new
+            and "deadline_at" in old
+            and "deadline_at" in new
+        ):
+            new = {**new, "deadline_at": old["deadline_at"]}
+        cost = units.write_cost(shapes[write["table"]], old, new, transactional=write["tx"]).total
+        if name == "job: advance / save" and stage_name == "sweep":
+            cost /= max(c.advance_every for c in changes) if changes else 1
+        total += cost
+    return total / runs
+
+
+def what_ifs(m: Measured) -> list[dict[str, Any]]:
+    """Write units per run, each change alone and then cumulatively, biggest saving first."""
+    writes = [(label(w), c.stage, w) for c in m.calls if c.stage in STAGES for w in c.writes]
+    base = _cost_under(writes, [], m.runs)
+    alone = sorted(((base - _cost_under(writes, [w], m.runs), w) for w in WHAT_IFS), key=lambda x: -x[0])
+    rows, applied = [], []
+    for saving, change in alone:
+        applied.append(change)
+        rows.append(
+            {
+                "change": change.name,
+                "how": change.change,
+                "saves_alone": saving,
+                "write_units_after": _cost_under(writes, applied, m.runs),
+            }
+        )
+    return [{"change": "as measured", "how": "", "saves_alone": 0.0, "write_units_after": base}, *rows]
+
+
+def run(
+    dense: tuple[int, int] = (100, 4),
+    sparse: tuple[int, int] = (20, 3),
+    one_time_jobs: int = 100,
+    idle_minutes: int = 2,
+    shards: int = 16,
+) -> dict[str, Any]:
+    """`dense`/`sparse`: (jobs, minutes of sweeps) for the two recurring scenarios."""
+    import warnings
+
+    from jobsched.settings import Settings
+
+    warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools")
+    prices = load_prices()
+    memory = function_memory()
+    retention = Settings().retention_days
+    base_m = idle(idle_minutes, shards)
+    base_totals = _stage_totals(base_m, memory)
+    baseline = {k: _per(v, max(1, v["invocations"])) for k, v in base_totals.items()}
+    for v in baseline.values():
+        v["gsi_wcu"] = Counter(v["gsi_wcu"])
+    scenarios = [
+        recurring(dense[0], 10, dense[1]),
+        recurring(sparse[0], 1, sparse[1]),
+        one_time(one_time_jobs),
+    ]
+    results = [analyse(m, baseline, prices, memory, retention) for m in scenarios]
+    results[0]["what_ifs"] = what_ifs(scenarios[0])
+    return {
+        "scenarios": results,
+        "fixed": fixed_costs(base_totals, idle_minutes, prices),
+        "eventbridge_scheduler_usd_per_million": prices["eventbridge_scheduler_invocation"] * 1e6,
+        "assumptions": {
+            "latency_ms": LATENCY_MS,
+            "lambda_cpu": f"our code's measured time x {FULL_VCPU_MB}/memory MB (CPU share), not below 1x",
+            "platform_log_bytes_per_invocation": PLATFORM_LOG_BYTES,
+            "xray_sampled_fraction": XRAY_SAMPLED,
+            "retention_days": retention,
+            "esm_idle_receives_per_minute": ESM_IDLE_RECEIVES_PER_MINUTE,
+            "memory_mb": memory,
+        },
+    }

@@ -1,0 +1,123 @@
+"""Each benchmark runs end to end at a tiny size and produces the keys the report reads.
+
+No performance figure is asserted here: `make bench` reports them (bench/report.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # `bench` lives at the repository root, beside functions/
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    # The benchmarks configure the process like a Lambda or local mode would.
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    from jobsched import aws, settings, wiring
+
+    wiring.override(None)
+    aws.client.cache_clear()
+    settings.settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def cost_result() -> dict:
+    from bench import cost
+
+    return cost.run(dense=(10, 1), sparse=(2, 1), one_time_jobs=3, idle_minutes=1, shards=2)
+
+
+def test_units_follow_the_published_rules() -> None:
+    from bench import units
+
+    item = {"pk": {"S": "abc"}, "n": {"N": "123.45"}, "m": {"M": {"a": {"BOOL": True}}}}
+    assert units.item_size(item) == (2 + 3) + (1 + 4) + (1 + 3 + 1 + 1 + 1)
+    assert units.write_units(1024) == 1 and units.write_units(1025) == 2
+    assert units.read_units(5000, consistent=False) == 1.0
+    assert units.sqs_requests(64 * 1024 + 1) == 2
+
+
+@pytest.mark.e2e
+def test_lag_smoke() -> None:
+    from bench import lag
+
+    result = lag.run(bursts=(2,), stream_runs=0, lead=3.0)
+    scenario = result["scenarios"]["burst_2"]
+    assert scenario["lag"]["n"] == 2
+    assert set(scenario["share_of_lag"]) == {"not_visible", "moto", "ours", "idle"}
+    assert "worker" in result["aws_calls"]
+
+
+@pytest.mark.integration
+def test_cost_smoke(cost_result: dict) -> None:
+    dense = cost_result["scenarios"][0]
+    assert dense["runs"] > 0
+    assert {"sweep", "outbox", "worker"} <= set(dense["stages"])
+    assert {"write_units", "sqs_requests", "usd"} <= set(dense["per_run"])
+    assert dense["transitions"] and dense["what_ifs"]
+    assert cost_result["fixed"]["total_usd_per_month"] >= 0
+
+
+@pytest.mark.integration
+def test_amplification_smoke() -> None:
+    from bench import amplification
+
+    row = amplification.measure(60, due=6, shards=4)
+    assert row["due"] == 6 and "amplification" in row and row["queries"] >= 4
+
+
+@pytest.mark.integration
+def test_hotpath_smoke() -> None:
+    from bench import hotpath
+
+    result = hotpath.run(rounds=1, jobs=3, minutes=1)
+    assert set(result["stages"]) == {"sweep", "outbox", "worker"}
+    assert all("us_per_run_median" in s for s in result["stages"].values())
+
+
+@pytest.mark.integration
+def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
+    from bench import capacity, report
+
+    result = capacity.run(cost_result, None)
+    assert {r["shards"] for r in result["rows"]} == {16, 64, 256}
+    assert all(r["binding"] in r["limits_runs_per_minute"] for r in result["rows"])
+    results = {
+        "environment": {
+            "cpus": 2,
+            "python": "3",
+            "load_before": (0.0, 0.0, 0.0),
+            "load_after": (0.0, 0.0, 0.0),
+            "mode": "smoke",
+            "seconds": 0.0,
+            "finished_at": "now",
+        },
+        "cost": cost_result,
+        "capacity": result,
+    }
+    assert "## 2. Cost per run" in report.markdown(results, None)
+    assert "## Performance" in report.readme_section(results)
+    assert report.terminal(results)
+
+
+def test_mirrored_stack_settings_match_infra() -> None:
+    """bench.harness mirrors infra's event source settings instead of importing infra.config."""
+    from bench import harness
+    from infra.config import Config
+    from infra.event_sources import OUTBOX_BATCH_SIZE
+
+    config = Config()
+    assert config.worker_batch_size == harness.WORKER_BATCH_SIZE
+    assert config.worker_concurrency == harness.WORKER_CONCURRENCY
+    assert config.shards_per_sweep == harness.SHARDS_PER_SWEEP
+    assert harness.OUTBOX_BATCH_SIZE == OUTBOX_BATCH_SIZE
