@@ -64,7 +64,7 @@ class Transition(Model):
 
     at: Instant
     actor: str  # sweeper | outbox | worker:<id> | reconciler | api:<tenant> | lease:<owner>
-    source: RunState | None  # None for the creation of the run
+    source: RunState | None = None  # None for the creation of the run
     target: RunState
     fence: int
     attempt: int

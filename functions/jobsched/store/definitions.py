@@ -73,7 +73,7 @@ class DefinitionStore:
             "created_at": format_instant(job.created_at),
             "updated_at": format_instant(job.updated_at),
             "runs_created": job.runs_created,
-            "spec": job.spec.model_dump_json(),
+            "spec": job.spec.model_dump_json(exclude_none=True),
         }
         if job.next_run_at is not None:
             values["next_run_at"] = format_instant(job.next_run_at)

@@ -78,7 +78,7 @@ class RunStore:
             "fence": run.fence,
             "priority": run.priority.value,
             "due_at": format_instant(run.due_at),
-            "doc": run.model_dump_json(),
+            "doc": run.model_dump_json(exclude_none=True),  # nulls cost write units on every transition
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
@@ -170,7 +170,7 @@ class RunStore:
                             ":until": format_instant(until),
                             ":doc": run.model_copy(
                                 update={"lease_expires_at": until, "rev": run.rev + 1}
-                            ).model_dump_json(),
+                            ).model_dump_json(exclude_none=True),
                         }
                     ),
                     ReturnValues="UPDATED_NEW",
