@@ -36,3 +36,47 @@ demo: run
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
+
+# --- infrastructure (CDK): see docs/deploy.md ---
+# The CDK CLI is pinned in package.json and installed into ./node_modules.
+CDK := node_modules/.bin/cdk
+CDK_OUT ?= cdk.out
+# cdk.json runs `python -m infra.app`: the venv's python must come first on PATH.
+INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
+
+.PHONY: infra-tools layer synth nag lint-infra
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+infra-tools: node_modules/.installed
+
+layer: $(STAMP)
+	$(BIN)/python -m infra.layer
+
+synth: $(STAMP) node_modules/.installed
+	$(INFRA_ENV) $(CDK) synth --quiet --output $(CDK_OUT)
+
+nag: $(STAMP)
+	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/nag --skip-bundling
+
+lint-infra: $(STAMP)
+	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/lint --skip-bundling --no-checks
+	$(BIN)/cfn-lint --ignore-checks W3005 -- $(CDK_OUT)/lint/*.template.json
+
+# --- benchmarks: figures are reported, never asserted (see bench/report.md) ---
+.PHONY: bench
+BENCH_ARGS ?=
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# --- fault injection: the real pipeline on moto under a simulated clock (functions/jobsched/chaos) ---
+# Prints one line of figures; exits non-zero when any must-be-0 figure is not 0.
+.PHONY: chaos
+SEED ?= 1
+RUNS ?= 1000
+
+chaos: $(STAMP)
+	$(BIN)/python -m jobsched.chaos --seed $(SEED) --runs $(RUNS)

@@ -1,0 +1,139 @@
+"""REST API in front of the `api` function: IAM auth on every method, request validation,
+access logs, throttling, and one explicit resource/method per route so IAM policies can
+grant routes by method ARN. Ships an example managed policy per caller role."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from .config import Config
+from .functions import log_retention
+from .names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES, Route, policy_id
+
+# Gateway-side rejections in the same JSON shape the function uses for its errors.
+_ERROR_TEMPLATE = '{"code": "$context.error.responseType", "message": $context.error.messageString}'
+_VALIDATION_TEMPLATE = (
+    '{"code": "invalid_request", "message": "$util.escapeJavaScript($context.error.validationErrorString)"}'
+)
+
+_CREATE_SCHEMA = apigw.JsonSchema(
+    schema=apigw.JsonSchemaVersion.DRAFT4,
+    type=apigw.JsonSchemaType.OBJECT,
+    required=["name", "type"],
+    properties={
+        "name": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, min_length=1),
+        "type": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, min_length=1),
+    },
+)
+_OBJECT_SCHEMA = apigw.JsonSchema(schema=apigw.JsonSchemaVersion.DRAFT4, type=apigw.JsonSchemaType.OBJECT)
+
+
+class Api(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, handler: lambda_.IFunction
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=log_retention(config.log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.rest_api = apigw.RestApi(
+            self,
+            "RestApi",
+            description="jobsched: durable multi-tenant job scheduler",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            # API Gateway needs an account-level role to write execution and access logs. It is
+            # kept on destroy: the account setting would otherwise point at a deleted role.
+            cloud_watch_role=True,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
+            deploy_options=apigw.StageOptions(
+                stage_name=API_STAGE,
+                throttling_rate_limit=config.api_rate_limit,
+                throttling_burst_limit=config.api_burst_limit,
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,  # request bodies may carry customer payloads
+                metrics_enabled=True,
+                tracing_enabled=True,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+            ),
+            default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
+        )
+        self.rest_api.node.default_child.override_logical_id(REST_API_LOGICAL_ID)  # type: ignore[union-attr]
+        self.rest_api.node.try_remove_child("Endpoint")  # the stack's ApiUrl output replaces it
+        for name, response_type in (
+            ("Default4xx", apigw.ResponseType.DEFAULT_4_XX),
+            ("Default5xx", apigw.ResponseType.DEFAULT_5_XX),
+        ):
+            self.rest_api.add_gateway_response(
+                name, type=response_type, templates={"application/json": _ERROR_TEMPLATE}
+            )
+        for name, response_type in (
+            ("BadRequestBody", apigw.ResponseType.BAD_REQUEST_BODY),
+            ("BadRequestParameters", apigw.ResponseType.BAD_REQUEST_PARAMETERS),
+        ):
+            self.rest_api.add_gateway_response(
+                name, type=response_type, templates={"application/json": _VALIDATION_TEMPLATE}
+            )
+
+        validator = self.rest_api.add_request_validator(
+            "Validator", validate_request_body=True, validate_request_parameters=True
+        )
+        models = {
+            ("POST", "/v1/jobs"): self.rest_api.add_model("CreateJob", schema=_CREATE_SCHEMA),
+            ("PATCH", "/v1/jobs/{id}"): self.rest_api.add_model("PatchJob", schema=_OBJECT_SCHEMA),
+        }
+        # One permission for the whole API rather than one per method: the function's resource
+        # policy would otherwise outgrow its 20 KB limit.
+        integration = apigw.LambdaIntegration(handler, proxy=True, scope_permission_to_method=False)
+        self.methods: dict[tuple[str, str], apigw.Method] = {}
+        for route in ROUTES:
+            resource = self.rest_api.root.resource_for_path(route.path)
+            params = {f"method.request.path.{p[1:-1]}": True for p in route.path.split("/") if p[:1] == "{"}
+            model = models.get((route.method, route.path))
+            self.methods[(route.method, route.path)] = resource.add_method(
+                route.method,
+                integration,
+                authorization_type=apigw.AuthorizationType.IAM,
+                request_validator=validator,
+                request_parameters=params or None,
+                request_models={"application/json": model} if model else None,
+            )
+
+        self.policies: dict[str, iam.ManagedPolicy] = {}
+        for role in API_ROLES:
+            routes = [r for r in ROUTES if r.role == role]
+            self.policies[role] = iam.ManagedPolicy(
+                self,
+                policy_id(role),
+                description=f"jobsched API: {role} ({', '.join(f'{r.method} {r.path}' for r in routes)})",
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["execute-api:Invoke"], resources=[self.method_arn(r) for r in routes]
+                    )
+                ],
+            )
+
+    def method_arn(self, route: Route) -> str:
+        return self.rest_api.arn_for_execute_api(route.method, route.arn_path, API_STAGE)
+
+    @property
+    def url(self) -> str:
+        return self.rest_api.url

@@ -1,0 +1,169 @@
+"""Deploy-time settings, read from CDK context (cdk.json, or `-c key=value` on the CLI)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from constructs import Node
+
+from .names import QUEUE_KEYS
+
+# Where customer targets may live unless `targetArns` says otherwise: resources of this
+# account and region whose names start with `jobsched-target-`, and the default event bus.
+# The prefix keeps jobs from aiming at the scheduler's own queues and functions.
+TARGET_PREFIX = "jobsched-target-"
+DEFAULT_TARGET_ARNS = (
+    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + TARGET_PREFIX + "*",
+    "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:" + TARGET_PREFIX + "*",
+    "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default",
+    "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:" + TARGET_PREFIX + "*",
+)
+TARGET_SERVICES = ("lambda", "sqs", "events", "states")
+_ARN = re.compile(
+    r"^arn:(?:\$\{AWS::Partition\}|aws[\w-]*):(lambda|sqs|events|states):"
+    r"(?:\$\{AWS::Region\}|[\w*-]*):(?:\$\{AWS::AccountId\}|\d{12}|\*|):.+$"
+)
+
+
+def target_service(arn: str) -> str | None:
+    """lambda | sqs | events | states for a target ARN (placeholders allowed), else None."""
+    match = _ARN.match(arn)
+    return match.group(1) if match else None
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    shard_count: int = 16
+    shards_per_sweep: int = 4  # shards one sweeper invocation handles (one rule target each group)
+    retention_days: int = 30
+    horizon_seconds: int = 120
+    tenant_concurrency: int = 50
+    max_jobs_per_tenant: int = 10_000
+    tenant_requests_per_second: int = 50
+    lease_seconds: int = 60
+    fair_queues: bool = True
+    alarm_email: str | None = None
+    target_arns: tuple[str, ...] = DEFAULT_TARGET_ARNS
+    http_allow_destinations: tuple[str, ...] = ()
+    handler_modules: tuple[str, ...] = ()  # modules in the asset that register Python job handlers
+    # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
+    # takes the concurrency low needs.
+    worker_concurrency: dict[str, int] = field(default_factory=lambda: {"high": 20, "default": 10, "low": 4})
+    worker_batch_size: dict[str, int] = field(default_factory=lambda: {"high": 5, "default": 10, "low": 10})
+    worker_batch_window_seconds: dict[str, int] = field(
+        default_factory=lambda: {"high": 0, "default": 1, "low": 5}
+    )
+    api_rate_limit: int = 100
+    api_burst_limit: int = 200
+    queue_age_alarm_seconds: dict[str, int] = field(
+        default_factory=lambda: {"high": 1200, "default": 1800, "low": 3600}
+    )
+    repair_alarm_threshold: int = 5
+    iterator_age_alarm_seconds: int = 120
+    log_retention_days: int = 30
+    retain_data: bool = True
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.shard_count <= 256, "shardCount must be 1..256")
+        _check(1 <= self.shards_per_sweep <= self.shard_count, "shardsPerSweep must be 1..shardCount")
+        _check(1 <= self.retention_days <= 3650, "retentionDays must be 1..3650")
+        # The sweeper ticks every 60 s; a shorter horizon would materialise runs late.
+        _check(60 <= self.horizon_seconds <= 3600, "horizonSeconds must be 60..3600")
+        _check(self.tenant_concurrency >= 0, "tenantConcurrency must be >= 0 (0 = no limit)")
+        _check(self.max_jobs_per_tenant >= 0, "maxJobsPerTenant must be >= 0 (0 = no quota)")
+        _check(self.tenant_requests_per_second >= 0, "tenantRequestsPerSecond must be >= 0 (0 = no limit)")
+        _check(10 <= self.lease_seconds <= 900, "leaseSeconds must be 10..900")
+        for queue in QUEUE_KEYS:
+            for name, table, low, high in (
+                ("workerConcurrency", self.worker_concurrency, 2, 1000),  # Lambda's MaximumConcurrency range
+                ("workerBatchSize", self.worker_batch_size, 1, 10),
+                ("workerBatchWindowSeconds", self.worker_batch_window_seconds, 0, 300),
+            ):
+                _check(queue in table, f"{name} needs a value for '{queue}'")
+                _check(low <= table[queue] <= high, f"{name}.{queue} must be {low}..{high}")
+        for arn in self.target_arns:
+            _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
+        _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
+
+    def targets_for(self, service: str) -> list[str]:
+        return [arn for arn in self.target_arns if target_service(arn) == service]
+
+    @classmethod
+    def from_context(cls, node: Node) -> Config:
+        values: dict[str, Any] = {}
+        for name, kind in _FIELDS.items():
+            raw = node.try_get_context(name)
+            if raw is None or raw == "":
+                continue
+            value = _coerce(name, raw, kind)
+            if kind == "map":  # a partial map only overrides the keys it names
+                factory = cls.__dataclass_fields__[_snake(name)].default_factory
+                value = {**factory(), **value}  # type: ignore[misc]
+            values[_snake(name)] = value
+        return cls(**values)
+
+
+_FIELDS: dict[str, str] = {
+    "shardCount": "int",
+    "shardsPerSweep": "int",
+    "retentionDays": "int",
+    "horizonSeconds": "int",
+    "tenantConcurrency": "int",
+    "maxJobsPerTenant": "int",
+    "tenantRequestsPerSecond": "int",
+    "leaseSeconds": "int",
+    "fairQueues": "bool",
+    "alarmEmail": "str",
+    "targetArns": "list",
+    "httpAllowDestinations": "list",
+    "handlerModules": "list",
+    "workerConcurrency": "map",
+    "workerBatchSize": "map",
+    "workerBatchWindowSeconds": "map",
+    "apiRateLimit": "int",
+    "apiBurstLimit": "int",
+    "queueAgeAlarmSeconds": "map",
+    "repairAlarmThreshold": "int",
+    "iteratorAgeAlarmSeconds": "int",
+    "logRetentionDays": "int",
+    "retainData": "bool",
+}
+CONTEXT_KEYS = tuple(_FIELDS)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def _coerce(name: str, raw: Any, kind: str) -> Any:
+    # `-c key=value` on the CLI always arrives as a string.
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "bool":
+            return raw if isinstance(raw, bool) else str(raw).strip().lower() in ("1", "true", "yes")
+        if kind == "str":
+            return str(raw)
+        if kind == "list":
+            if isinstance(raw, str):
+                raw = json.loads(raw) if raw.strip().startswith("[") else raw.split(",")
+            return tuple(str(x).strip() for x in raw if str(x).strip())
+        if kind == "map":
+            if isinstance(raw, str):
+                raw = json.loads(raw)
+            return {str(k): int(v) for k, v in dict(raw).items()}
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"context '{name}': cannot read {raw!r} as {kind}: {exc}") from None
+    raise AssertionError(kind)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)

@@ -1,0 +1,89 @@
+"""Runs stream → outbox, and the priority queues → worker.
+
+Declared with the L1 mapping so every setting is explicit and the role holds exactly the
+polling permissions listed in infra.permissions (the L2 sources add their own grants)."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+from jobsched.handlers.outbox import FILTER_PATTERNS
+from jobsched.store.schema import RUNS
+
+from .config import Config
+from .functions import Functions
+from .names import OUTBOX, QUEUE_KEYS, WORKER
+from .queues import Queues
+from .storage import Storage
+
+REPORT_FAILURES = ["ReportBatchItemFailures"]
+
+# The outbox publishes a whole batch with SendMessageBatch calls of ten.
+OUTBOX_BATCH_SIZE = 100
+OUTBOX_RETRIES = 5  # then the batch goes to the failure queue; the reconciler republishes its runs
+OUTBOX_MAX_RECORD_AGE = 3600
+
+
+class EventSources(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        storage: Storage,
+        queues: Queues,
+        functions: Functions,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        outbox = functions.functions[OUTBOX]
+        stream_arn = storage.table(RUNS).table_stream_arn
+        assert stream_arn is not None
+        self.outbox_mapping = lambda_.CfnEventSourceMapping(
+            self,
+            "RunsStreamToOutbox",
+            function_name=outbox.function_name,
+            event_source_arn=stream_arn,
+            starting_position="TRIM_HORIZON",  # a run written before the mapping is ready is still published
+            batch_size=OUTBOX_BATCH_SIZE,
+            maximum_batching_window_in_seconds=0,  # runs may be due within seconds
+            bisect_batch_on_function_error=True,
+            maximum_retry_attempts=OUTBOX_RETRIES,
+            maximum_record_age_in_seconds=OUTBOX_MAX_RECORD_AGE,
+            function_response_types=REPORT_FAILURES,
+            filter_criteria=lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
+                filters=[
+                    lambda_.CfnEventSourceMapping.FilterProperty(pattern=json.dumps(p, sort_keys=True))
+                    for p in FILTER_PATTERNS
+                ]
+            ),
+            destination_config=lambda_.CfnEventSourceMapping.DestinationConfigProperty(
+                on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(
+                    destination=queues.outbox_failures.queue_arn
+                )
+            ),
+        )
+        # The mapping is validated against the role when it is created.
+        self.outbox_mapping.node.add_dependency(functions.roles[OUTBOX])
+
+        worker = functions.functions[WORKER]
+        self.worker_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
+        for key in QUEUE_KEYS:
+            mapping = lambda_.CfnEventSourceMapping(
+                self,
+                f"{key.capitalize()}QueueToWorker",
+                function_name=worker.function_name,
+                event_source_arn=queues.queues[key].queue_arn,
+                batch_size=config.worker_batch_size[key],
+                maximum_batching_window_in_seconds=config.worker_batch_window_seconds[key],
+                function_response_types=REPORT_FAILURES,
+                # Each queue has its own ceiling: a flood of high priority cannot take the
+                # concurrency low priority needs, so low is never starved.
+                scaling_config=lambda_.CfnEventSourceMapping.ScalingConfigProperty(
+                    maximum_concurrency=config.worker_concurrency[key]
+                ),
+            )
+            mapping.node.add_dependency(functions.roles[WORKER])
+            self.worker_mappings[key] = mapping

@@ -1,0 +1,175 @@
+"""The five functions: one code asset (functions/), one layer, one role each with exactly the
+actions in infra.permissions, and the environment jobsched.settings reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from aws_cdk import Duration, Fn, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+from jobsched.store.schema import ALL_TABLES, QUEUES
+
+from . import permissions
+from .config import Config
+from .layer_asset import layer_code
+from .names import CODE_EXCLUDES, FUNCTIONS, FUNCTIONS_DIR, PYTHON_VERSION, SERVICE, FunctionSpec, function_id
+from .queues import Queues
+from .storage import Storage
+
+RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + PYTHON_VERSION.replace(".", "_"))
+ARCHITECTURE = lambda_.Architecture.ARM_64
+
+
+_RETENTION = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    731: logs.RetentionDays.TWO_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def log_retention(days: int) -> logs.RetentionDays:
+    """The smallest retention CloudWatch offers that keeps logs at least `days`."""
+    return next((r for d, r in sorted(_RETENTION.items()) if d >= days), logs.RetentionDays.TEN_YEARS)
+
+
+def environment(config: Config, storage: Storage, queues: Queues) -> dict[str, str]:
+    """Every variable jobsched.settings.Settings.from_env reads (local-mode ones excepted)."""
+    env = {
+        "SHARD_COUNT": str(config.shard_count),
+        "HORIZON_SECONDS": str(config.horizon_seconds),
+        "RETENTION_DAYS": str(config.retention_days),
+        "FAIR_QUEUES": "true" if config.fair_queues else "false",
+        "TENANT_CONCURRENCY": str(config.tenant_concurrency),
+        "MAX_JOBS_PER_TENANT": str(config.max_jobs_per_tenant),
+        "TENANT_REQUESTS_PER_SECOND": str(config.tenant_requests_per_second),
+        "LEASE_SECONDS": str(config.lease_seconds),
+        "HTTP_ALLOW_DESTINATIONS": ",".join(config.http_allow_destinations),
+        "HANDLER_MODULES": ",".join(config.handler_modules),
+        "POWERTOOLS_SERVICE_NAME": SERVICE,
+        "POWERTOOLS_METRICS_NAMESPACE": SERVICE,
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "POWERTOOLS_METRICS_DISABLED": "false",  # local mode turns them off; Lambda keeps them
+    }
+    for spec in ALL_TABLES:
+        env[spec.env_var] = storage.table(spec).table_name
+    for queue in QUEUES:
+        env[queue.env_var] = queues.queues[queue.key].queue_url
+        env[queue.dlq_env_var] = queues.dlqs[queue.key].queue_url
+    return env
+
+
+class Functions(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        storage: Storage,
+        queues: Queues,
+        layer_code_factory: Callable[[], lambda_.Code] = layer_code,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._config = config
+        self._storage = storage
+        self._queues = queues
+        self.layer = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            code=layer_code_factory(),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="jobsched third-party dependencies (layers/requirements.txt)",
+        )
+        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(CODE_EXCLUDES))
+        env = environment(config, storage, queues)
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        for spec in FUNCTIONS:
+            self._function(spec, code, env)
+
+    def _function(self, spec: FunctionSpec, code: lambda_.Code, env: dict[str, str]) -> None:
+        base = function_id(spec.name)
+        log_group = logs.LogGroup(
+            self,
+            base + "Logs",
+            retention=log_retention(self._config.log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        # No managed policies: every action the role holds is listed in infra.permissions.
+        role = iam.Role(
+            self,
+            base + "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),  # type: ignore[arg-type]
+            description=f"jobsched {spec.name}",
+        )
+        function = lambda_.Function(
+            self,
+            base,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=spec.handler,
+            code=code,
+            layers=[self.layer],
+            memory_size=spec.memory_mb,
+            timeout=Duration.seconds(spec.timeout_seconds),
+            environment=env,
+            role=role,  # type: ignore[arg-type]
+            log_group=log_group,  # type: ignore[arg-type]
+            tracing=lambda_.Tracing.ACTIVE,
+            description=spec.description,
+        )
+        self.functions[spec.name] = function
+        self.roles[spec.name] = role
+        self.log_groups[spec.name] = log_group
+
+    def grant_all(self, extra_targets: dict[str, Sequence[str]] | None = None) -> None:
+        """Attach the statements of infra.permissions to each role (after every resource exists)."""
+        for name, role in self.roles.items():
+            for grant in permissions.grants(name):
+                resources = [
+                    arn for res in grant.resources for arn in self._arns(name, res, extra_targets or {})
+                ]
+                if not resources:
+                    continue  # e.g. no target ARNs allowed for a service
+                role.add_to_principal_policy(
+                    iam.PolicyStatement(actions=list(grant.actions), resources=resources)
+                )
+
+    def _arns(self, function: str, res: permissions.Res, extra: dict[str, Sequence[str]]) -> list[str]:
+        tables = self._storage.tables
+        if res.kind == "table":
+            return [tables[res.name].table_arn]
+        if res.kind == "index":
+            return [f"{tables[res.name].table_arn}/index/{res.index}"]
+        if res.kind == "stream":
+            arn = tables[res.name].table_stream_arn
+            assert arn is not None, f"{res.name} has no stream"
+            return [arn]
+        if res.kind == "queue":
+            return [self._queues.queues[res.name].queue_arn]
+        if res.kind == "dlq":
+            return [self._queues.dlqs[res.name].queue_arn]
+        if res.kind == "outbox_failures":
+            return [self._queues.outbox_failures.queue_arn]
+        if res.kind == "log_group":
+            return [self.log_groups[function].log_group_arn]
+        if res.kind == "targets":
+            configured = [Fn.sub(a) if "${" in a else a for a in self._config.targets_for(res.name)]
+            return configured + list(extra.get(res.name, ()))
+        if res.kind == "any":
+            return ["*"]
+        raise ValueError(f"unknown resource kind {res.kind}")

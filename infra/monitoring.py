@@ -1,0 +1,235 @@
+"""Alarms (every DLQ's depth, oldest message per queue, stream iterator age, handler errors and
+throttles, reconciler repairs) to one SNS topic, and a dashboard of lag, throughput, retries
+and dead letters."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+from jobsched.services.reconciler import KINDS as REPAIR_KINDS
+
+from .config import Config
+from .functions import Functions
+from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE
+from .queues import Queues
+
+FIVE_MINUTES = Duration.minutes(5)
+ONE_MINUTE = Duration.minutes(1)
+
+
+def app_metric(
+    name: str, statistic: str = "Sum", period: Duration = ONE_MINUTE, **dimensions: str
+) -> cw.Metric:
+    """A Powertools (EMF) metric of the scheduler, with the service dimension Metrics adds."""
+    return cw.Metric(
+        namespace=SERVICE,
+        metric_name=name,
+        dimensions_map={"service": SERVICE, **dimensions},
+        statistic=statistic,
+        period=period,
+    )
+
+
+def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
+    """The worker's timings, emitted per priority (and only per priority)."""
+    return [
+        cw.Metric(
+            namespace=SERVICE,
+            metric_name=name,
+            dimensions_map={"priority": key},
+            statistic=statistic,
+            period=ONE_MINUTE,
+            label=f"{name} {key}",
+        )
+        for key in QUEUE_KEYS
+    ]
+
+
+class Monitoring(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, queues: Queues, functions: Functions
+    ) -> None:
+        super().__init__(scope, construct_id)
+        # A customer-managed key: CloudWatch cannot publish to a topic under the AWS-managed SNS key.
+        self.key = kms.Key(
+            self,
+            "TopicKey",
+            enable_key_rotation=True,
+            description="jobsched alarm topic",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],  # type: ignore[list-item]
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, * is this key
+            )
+        )
+        self.topic = sns.Topic(
+            self, "Alarms", display_name="jobsched alarms", master_key=self.key, enforce_ssl=True
+        )
+        if config.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+        self._action = cw_actions.SnsAction(self.topic)
+        self.alarms: list[cw.Alarm] = []
+
+        for name, queue in queues.all_dead_letter_queues().items():
+            self._alarm(
+                f"{name}-depth",
+                queue.metric_approximate_number_of_messages_visible(period=ONE_MINUTE, statistic="Maximum"),
+                threshold=1,
+                description=f"{name}: runs or stream batches were given up on; inspect and redrive",
+            )
+        for key in QUEUE_KEYS:
+            # Thresholds sit above the 900 s SQS delay the outbox may put on a message.
+            self._alarm(
+                f"{key}-oldest-message",
+                queues.queues[key].metric_approximate_age_of_oldest_message(
+                    period=ONE_MINUTE, statistic="Maximum"
+                ),
+                threshold=config.queue_age_alarm_seconds.get(key, 3600),
+                periods=3,
+                description=f"{key} queue: messages wait longer than expected; workers lag or fail",
+            )
+        self._alarm(
+            "outbox-iterator-age",
+            functions.functions[OUTBOX].metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE),
+            threshold=config.iterator_age_alarm_seconds * 1000,
+            periods=3,
+            description="the outbox lags behind the Runs stream: runs are published late",
+        )
+        for spec in FUNCTIONS:
+            function = functions.functions[spec.name]
+            self._alarm(
+                f"{spec.name}-errors",
+                function.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
+                threshold=1,
+                description=f"{spec.name}: invocations failed",
+            )
+            self._alarm(
+                f"{spec.name}-throttles",
+                function.metric_throttles(period=FIVE_MINUTES, statistic="Sum"),
+                threshold=1,
+                description=f"{spec.name}: invocations were throttled",
+            )
+        repairs = self.repairs_metric()
+        self._alarm(
+            "reconciler-repairs",
+            repairs,
+            threshold=config.repair_alarm_threshold,
+            description="the reconciler keeps repairing runs: publishes or leases are being lost",
+        )
+        self.dashboard = self._dashboard(queues, functions, repairs)
+
+    @staticmethod
+    def repairs_metric() -> cw.MathExpression:
+        parts = {
+            f"r{i}": app_metric("RepairsMade", period=FIVE_MINUTES, kind=kind)
+            for i, kind in enumerate(REPAIR_KINDS)
+        }
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({k}, 0)" for k in parts),
+            using_metrics=parts,  # type: ignore[arg-type]
+            label="runs repaired",
+            period=FIVE_MINUTES,
+        )
+
+    def _alarm(
+        self, name: str, metric: cw.IMetric, *, threshold: float, description: str, periods: int = 1
+    ) -> cw.Alarm:
+        alarm = cw.Alarm(
+            self,
+            name,
+            alarm_name=f"{Stack.of(self).stack_name}-{name}",  # readable in e-mails and the console
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=periods,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"jobsched {description}",
+        )
+        alarm.add_alarm_action(self._action)
+        alarm.add_ok_action(self._action)
+        self.alarms.append(alarm)
+        return alarm
+
+    def _dashboard(self, queues: Queues, functions: Functions, repairs: cw.IMetric) -> cw.Dashboard:
+        dashboard = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
+        fn = functions.functions
+        dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Lag (s)",
+                left=[
+                    *priority_metrics("StartLag", "p99"),
+                    *priority_metrics("QueueDwell", "p99"),
+                    app_metric("SchedulePublishLag", "p99"),
+                ],
+                right=[
+                    fn[OUTBOX].metric(
+                        "IteratorAge",
+                        statistic="Maximum",
+                        period=ONE_MINUTE,
+                        label="outbox iterator age (ms)",
+                    )
+                ],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Oldest message (s)",
+                left=[
+                    q.metric_approximate_age_of_oldest_message(period=ONE_MINUTE, label=key)
+                    for key, q in queues.queues.items()
+                ],
+                width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Throughput (runs per minute)",
+                left=[
+                    app_metric("RunsMaterialised"),
+                    app_metric("RunsPublished"),
+                    app_metric("RunsSucceeded"),
+                ],
+                right=[f.metric_invocations(period=ONE_MINUTE, label=name) for name, f in fn.items()],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Retries and repairs",
+                left=[
+                    app_metric("RetriesScheduled"),
+                    app_metric("LeasesExpired"),
+                    app_metric("StaleFencesRejected"),
+                    app_metric("PublishFailed"),
+                    repairs,
+                ],
+                width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Dead letters",
+                left=[
+                    q.metric_approximate_number_of_messages_visible(period=ONE_MINUTE, label=name)
+                    for name, q in queues.all_dead_letter_queues().items()
+                ],
+                right=[app_metric("RunsDeadLettered")],
+                width=12,
+            ),
+            cw.GraphWidget(
+                title="Errors and throttles",
+                left=[f.metric_errors(period=ONE_MINUTE, label=name) for name, f in fn.items()],
+                right=[f.metric_throttles(period=ONE_MINUTE, label=name) for name, f in fn.items()],
+                width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            cw.GraphWidget(title="Run duration (s)", left=priority_metrics("RunDuration", "p90"), width=24)
+        )
+        return dashboard

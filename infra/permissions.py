@@ -1,0 +1,281 @@
+"""What each function may call, and why: the one table both the roles and the IAM tests use.
+
+`CODE` lists the AWS calls the function code makes (each with the code that makes it); the
+tests check every call a handler makes on moto is granted here, and every action here is
+one the named code actually calls. `PLATFORM` lists what Lambda itself does with the role
+(logs, traces, event source polling), which no code in the asset calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobsched.store.schema import (
+    CLAIM_INDEX,
+    DEAD_INDEX,
+    DEFINITIONS,
+    DUE_INDEX,
+    IDEMPOTENCY,
+    LEASED_INDEX,
+    OPEN_INDEX,
+    RUNS,
+    TENANT_INDEX,
+    TableSpec,
+)
+
+from .names import API, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
+
+
+@dataclass(frozen=True)
+class Res:
+    """A resource named by role, resolved to an ARN by the stack."""
+
+    kind: str  # table | index | stream | queue | dlq | outbox_failures | targets | log_group | any
+    name: str = ""  # table spec logical id, queue key, or target service
+    index: str = ""
+
+
+def table(spec: TableSpec) -> Res:
+    return Res("table", spec.logical_id)
+
+
+def index(spec: TableSpec, name: str) -> Res:
+    assert name in {i.name for i in spec.indexes}, f"{spec.logical_id} has no index {name}"
+    return Res("index", spec.logical_id, name)
+
+
+def queues(*keys: str) -> tuple[Res, ...]:
+    return tuple(Res("queue", k) for k in keys)
+
+
+def dlqs(*keys: str) -> tuple[Res, ...]:
+    return tuple(Res("dlq", k) for k in keys)
+
+
+def targets(service: str) -> Res:
+    return Res("targets", service)
+
+
+ANY = Res("any")
+LOG_GROUP = Res("log_group")  # the function's own log group
+STREAM_RUNS = Res("stream", RUNS.logical_id)
+OUTBOX_FAILURES = Res("outbox_failures")
+
+
+@dataclass(frozen=True)
+class Grant:
+    actions: tuple[str, ...]
+    resources: tuple[Res, ...]
+    why: str
+    via: tuple[str, ...] = ()  # "module:Qualname" of the code that makes the call
+
+
+DEFS = table(DEFINITIONS)
+RUNS_T = table(RUNS)
+_DEF_STORE = "jobsched.store.definitions:DefinitionStore"
+_RUN_STORE = "jobsched.store.runs:RunStore"
+_QUEUES = "jobsched.store.queues:RunQueues"
+_IDEMPOTENCY = "aws_lambda_powertools.utilities.idempotency.persistence.dynamodb:DynamoDBPersistenceLayer"
+
+_COMPLETER = "jobsched.services.completion:Completer"
+_DEAD_COPY = Grant(
+    ("sqs:SendMessage",),
+    dlqs(*QUEUE_KEYS),
+    "a copy of every run that dies, on its priority's DLQ, so the dead-letter alarm fires",
+    (f"{_QUEUES}.dead_letter", f"{_COMPLETER}.after_dead"),
+)
+
+CODE: dict[str, tuple[Grant, ...]] = {
+    API: (
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            (DEFS,),
+            "read, create (with its idempotency guard in one transaction) and change jobs; "
+            "job counters; materialising at write time advances the job",
+            (
+                f"{_DEF_STORE}.get",
+                f"{_DEF_STORE}.get_guard",
+                f"{_DEF_STORE}.get_stats",
+                f"{_DEF_STORE}.create",
+                f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}.add_stats",
+            ),
+        ),
+        Grant(
+            ("dynamodb:Query",),
+            (index(DEFINITIONS, TENANT_INDEX),),
+            "list a tenant's jobs",
+            (f"{_DEF_STORE}.list_for_tenant",),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"),
+            (RUNS_T,),
+            "runs of a job, one run, trigger, backfill, redrive and cancel (conditional writes), "
+            "and the external workers' lease protocol (claim, heartbeat, complete under the fence)",
+            (
+                f"{_RUN_STORE}.get",
+                f"{_RUN_STORE}.list_for_job",
+                f"{_RUN_STORE}.insert",
+                f"{_RUN_STORE}.replace",
+                f"{_RUN_STORE}.extend_lease",
+            ),
+        ),
+        Grant(
+            ("dynamodb:Query",),
+            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX)),
+            "a tenant's dead letters; due target-less runs an external worker may lease",
+            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable"),
+        ),
+        _DEAD_COPY,
+    ),
+    SWEEPER: (
+        Grant(
+            ("dynamodb:Query",),
+            (index(DEFINITIONS, DUE_INDEX),),
+            "jobs of a shard due within the horizon",
+            (f"{_DEF_STORE}.due_jobs",),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            (DEFS,),
+            "advance the job (rev-conditioned), re-read it after a lost race, count skipped occurrences",
+            (f"{_DEF_STORE}.save", f"{_DEF_STORE}.get", f"{_DEF_STORE}.add_stats"),
+        ),
+        Grant(
+            ("dynamodb:PutItem",),
+            (RUNS_T,),
+            "write each run with attribute_not_exists",
+            (f"{_RUN_STORE}.insert",),
+        ),
+    ),
+    OUTBOX: (
+        Grant(
+            ("dynamodb:PutItem",),
+            (RUNS_T,),
+            "mark the published run QUEUED (rev-conditioned)",
+            (f"{_RUN_STORE}.replace",),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            queues(*QUEUE_KEYS),
+            "SendMessageBatch of due runs to their priority queue",
+            (f"{_QUEUES}.publish",),
+        ),
+    ),
+    RECONCILER: (
+        Grant(
+            ("dynamodb:Query",),
+            (index(RUNS, OPEN_INDEX),),
+            "open runs past their repair deadline",
+            (f"{_RUN_STORE}.overdue",),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem"),
+            (RUNS_T,),
+            "re-touch, requeue or expire a run (rev-conditioned); read the run a buffered one waits on",
+            (f"{_RUN_STORE}.replace", f"{_RUN_STORE}.get"),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            (DEFS,),
+            "after a run dies with its lease: the job's counter, and pause-on-failure",
+            (f"{_DEF_STORE}.add_stats", f"{_DEF_STORE}.get", f"{_DEF_STORE}.save"),
+        ),
+        _DEAD_COPY,
+    ),
+    WORKER: (
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            (RUNS_T,),
+            "claim with a fence, heartbeat, complete under the fence",
+            (f"{_RUN_STORE}.get", f"{_RUN_STORE}.replace", f"{_RUN_STORE}.extend_lease"),
+        ),
+        Grant(
+            ("dynamodb:Query",),
+            (index(RUNS, LEASED_INDEX),),
+            "count a tenant's live leases against its concurrency limit",
+            (f"{_RUN_STORE}.live_leases",),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            (DEFS,),
+            "check the job before the effect, pause it on failure, count outcomes",
+            (f"{_DEF_STORE}.get", f"{_DEF_STORE}.save", f"{_DEF_STORE}.add_stats"),
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+            (table(IDEMPOTENCY),),
+            "Powertools idempotency records keyed by the run key",
+            (_IDEMPOTENCY,),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            queues(*QUEUE_KEYS),
+            "defer a run that is not due yet, buffered, or over its tenant's limit",
+            (f"{_QUEUES}.publish",),
+        ),
+        _DEAD_COPY,
+        Grant(
+            ("lambda:InvokeFunction",),
+            (targets("lambda"),),
+            "Lambda targets (context targetArns)",
+            ("jobsched.targets.aws_targets:invoke_lambda",),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            (targets("sqs"),),
+            "SQS targets (context targetArns)",
+            ("jobsched.targets.aws_targets:send_sqs",),
+        ),
+        Grant(
+            ("events:PutEvents",),
+            (targets("events"),),
+            "EventBridge targets (context targetArns)",
+            ("jobsched.targets.aws_targets:put_event",),
+        ),
+        Grant(
+            ("states:StartExecution",),
+            (targets("states"),),
+            "Step Functions targets (context targetArns, plus the example state machine)",
+            ("jobsched.targets.aws_targets:start_execution",),
+        ),
+    ),
+}
+
+_LOGS = Grant(("logs:CreateLogStream", "logs:PutLogEvents"), (LOG_GROUP,), "the function's own log group")
+# X-Ray has no resource-level permissions.
+_TRACES = Grant(("xray:PutTraceSegments", "xray:PutTelemetryRecords"), (ANY,), "active tracing")
+
+PLATFORM: dict[str, tuple[Grant, ...]] = {
+    API: (_LOGS, _TRACES),
+    SWEEPER: (_LOGS, _TRACES),
+    RECONCILER: (_LOGS, _TRACES),
+    OUTBOX: (
+        _LOGS,
+        _TRACES,
+        Grant(
+            ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"),
+            (STREAM_RUNS,),
+            "the event source mapping reads the Runs stream",
+        ),
+        # ListStreams takes no resource ARN.
+        Grant(("dynamodb:ListStreams",), (ANY,), "the event source mapping finds the stream"),
+        Grant(
+            ("sqs:SendMessage",),
+            (OUTBOX_FAILURES,),
+            "the mapping's on-failure destination for batches it gives up on",
+        ),
+    ),
+    WORKER: (
+        _LOGS,
+        _TRACES,
+        Grant(
+            ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"),
+            queues(*QUEUE_KEYS),
+            "the event source mappings poll the priority queues",
+        ),
+    ),
+}
+
+
+def grants(function: str) -> tuple[Grant, ...]:
+    return CODE[function] + PLATFORM[function]

@@ -1,0 +1,53 @@
+"""One queue per priority (jobsched.store.schema.QUEUES), each with its DLQ and redrive policy,
+plus the queue that receives stream batches the outbox mapping gives up on."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+from jobsched.store.schema import QUEUES, QueueSpec
+
+from .names import OUTBOX_FAILURE_QUEUE_ID, dlq_logical_id, queue_logical_id
+
+RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
+
+
+def _queue(scope: Construct, construct_id: str, logical_id: str, **props: object) -> sqs.Queue:
+    queue = sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        # Messages are pointers to runs; the reconciler republishes from the Runs table.
+        removal_policy=RemovalPolicy.DESTROY,
+        **props,  # type: ignore[arg-type]
+    )
+    queue.node.default_child.override_logical_id(logical_id)  # type: ignore[union-attr]
+    return queue
+
+
+class Queues(Construct):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.specs: dict[str, QueueSpec] = {q.key: q for q in QUEUES}
+        self.queues: dict[str, sqs.Queue] = {}
+        self.dlqs: dict[str, sqs.Queue] = {}
+        for spec in QUEUES:
+            dlq = _queue(self, spec.key + "-dlq", dlq_logical_id(spec.key), retention_period=RETENTION)
+            self.dlqs[spec.key] = dlq
+            self.queues[spec.key] = _queue(
+                self,
+                spec.key,
+                queue_logical_id(spec.key),
+                retention_period=RETENTION,
+                visibility_timeout=Duration.seconds(spec.visibility_timeout),
+                dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=spec.max_receive_count),
+            )
+        self.outbox_failures = _queue(
+            self, "outbox-failures", OUTBOX_FAILURE_QUEUE_ID, retention_period=RETENTION
+        )
+
+    def all_dead_letter_queues(self) -> dict[str, sqs.Queue]:
+        """Every queue whose depth means something was given up on."""
+        return {**{f"{k}-dlq": q for k, q in self.dlqs.items()}, "outbox-failures": self.outbox_failures}

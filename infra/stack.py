@@ -1,0 +1,158 @@
+"""The jobsched stack: storage, queues, functions, event sources, schedules, API, monitoring
+and examples, each a construct; cdk-nag exceptions are written down here with their reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from . import nag
+from .api import Api
+from .config import Config
+from .event_sources import EventSources
+from .examples import Examples
+from .functions import Functions
+from .layer_asset import layer_code
+from .monitoring import Monitoring
+from .names import (
+    API,
+    API_ROLES,
+    API_STAGE,
+    FUNCTIONS,
+    OUTPUT_ALARM_TOPIC,
+    OUTPUT_API_ID,
+    OUTPUT_API_URL,
+    OUTPUT_CREATE_SCHEDULE_SM,
+    OUTPUT_DASHBOARD,
+    OUTPUT_RUN_TARGET_SM,
+    PYTHON_VERSION,
+    REST_API_LOGICAL_ID,
+    ROUTES,
+    output_policy,
+)
+from .queues import Queues
+from .schedules import Schedules
+from .storage import Storage
+
+
+class JobschedStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        layer_code_factory: Callable[[], lambda_.Code] = layer_code,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        self.config = config
+        self.storage = Storage(self, "Storage", retain=config.retain_data)
+        self.queues = Queues(self, "Queues")
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            storage=self.storage,
+            queues=self.queues,
+            layer_code_factory=layer_code_factory,
+        )
+        self.event_sources = EventSources(
+            self,
+            "EventSources",
+            config=config,
+            storage=self.storage,
+            queues=self.queues,
+            functions=self.functions,
+        )
+        self.schedules = Schedules(self, "Schedules", config=config, functions=self.functions)
+        self.api = Api(self, "Api", config=config, handler=self.functions.functions[API])
+        self.monitoring = Monitoring(
+            self, "Monitoring", config=config, queues=self.queues, functions=self.functions
+        )
+        self.examples = Examples(self, "Examples", api=self.api)
+        # The example target machine is always startable, whatever targetArns allows.
+        self.functions.grant_all({"states": [self.examples.run_target.state_machine_arn]})
+        self._outputs()
+        self._acknowledgements()
+
+    def _outputs(self) -> None:
+        CfnOutput(self, OUTPUT_API_URL, value=self.api.url, description="base URL (append v1/jobs)")
+        CfnOutput(self, OUTPUT_API_ID, value=self.api.rest_api.rest_api_id)
+        CfnOutput(self, OUTPUT_ALARM_TOPIC, value=self.monitoring.topic.topic_arn)
+        CfnOutput(self, OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, OUTPUT_CREATE_SCHEDULE_SM, value=self.examples.create_schedule.state_machine_arn)
+        CfnOutput(self, OUTPUT_RUN_TARGET_SM, value=self.examples.run_target.state_machine_arn)
+        for role in API_ROLES:
+            CfnOutput(self, output_policy(role), value=self.api.policies[role].managed_policy_arn)
+
+    def _acknowledgements(self) -> None:
+        ack = nag.acknowledge
+        for spec in FUNCTIONS:
+            ack(
+                self.functions.functions[spec.name],
+                "AwsSolutions-L1",
+                f"Pinned to Python {PYTHON_VERSION}: the layer is built for it and the code is tested "
+                "on it; moving to a newer runtime is a deliberate change of names.PYTHON_VERSION.",
+            )
+            ack(
+                self.functions.roles[spec.name],
+                "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray PutTraceSegments/PutTelemetryRecords (and, for the outbox, DynamoDB "
+                "ListStreams) support no resource-level permissions.",
+            )
+        worker_role = self.functions.roles["worker"]
+        for arn in self.config.target_arns:
+            if "*" in arn:
+                ack(
+                    worker_role,
+                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                    "Customer targets are named by jobs at run time; the allowed set is the "
+                    "targetArns context (a name prefix by default), see docs/deploy.md.",
+                )
+        api = self.api
+        ack(
+            api.rest_api,
+            "AwsSolutions-APIG3",
+            "Every method requires SigV4 (IAM) and the stage is throttled; attach an account WAF "
+            "web ACL to the stage where your organisation mandates one.",
+        )
+        ack(
+            api.rest_api,
+            "AwsSolutions-COG4",
+            "Callers authenticate with IAM (SigV4), which identifies the tenant; a Cognito user "
+            "pool authorizer would be a second, weaker identity.",
+        )
+        ack(
+            api.rest_api,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonAPIGatewayPushToCloudWatchLogs]",
+            "The account-level role API Gateway uses to write execution and access logs; AWS "
+            "maintains this policy for exactly that purpose.",
+        )
+        for role in API_ROLES:
+            for route in ROUTES:
+                if route.role == role and "*" in route.arn_path:
+                    ack(
+                        api.policies[role],
+                        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+                        f"<AWS::AccountId>:<{REST_API_LOGICAL_ID}>/{API_STAGE}/{route.method}"
+                        f"{route.arn_path}]",
+                        "API Gateway method ARNs name path parameters with *; the method and the "
+                        "rest of the path are fixed, so the policy grants exactly this route.",
+                    )
+        ack(
+            self.queues.outbox_failures,
+            "AwsSolutions-SQS3",
+            "This queue is itself a dead letter: the on-failure destination of the stream "
+            "mapping; its depth is alarmed like every DLQ.",
+        )
+        for machine in (self.examples.run_target, self.examples.create_schedule):
+            ack(
+                machine.role,
+                "AwsSolutions-IAM5[Resource::*]",
+                "Step Functions log delivery and X-Ray actions support no resource-level permissions.",
+            )

@@ -1,0 +1,452 @@
+"""Every handler driven through its real entry point on moto, recording which AWS calls each
+function makes: the evidence the IAM test holds the roles against.
+
+Calls are attributed to the function whose handler is running (worker threads included);
+calls the harness makes itself to set up or inspect state are attributed to "harness"."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+import boto3
+from botocore.awsrequest import AWSResponse
+from botocore.response import StreamingBody
+from jobsched.domain.errors import PermanentError
+from jobsched.domain.instants import ManualClock, format_instant
+from jobsched.domain.runs import RunState, advance
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, RUNS
+
+from infra.names import API, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
+from tests.conftest import T0, ApiClient, create_queues
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+TARGET_QUEUE = "jobsched-target-inbox"
+TARGET_FUNCTION = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:jobsched-target-report"
+TARGET_MACHINE = "jobsched-target-flow"
+SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions")
+HARNESS = "harness"
+SHARDS = 4
+
+
+@dataclass
+class Call:
+    function: str
+    service: str
+    operation: str
+    params: dict[str, Any]
+
+
+@dataclass
+class Recorder:
+    current: str = HARNESS
+    calls: list[Call] = field(default_factory=list)
+    routes: set[tuple[str, str]] = field(default_factory=set)  # (method, route path) the API served
+    # (namespace, metric, dimension names) of every EMF record the handlers printed
+    metrics: set[tuple[str, str, tuple[str, ...]]] = field(default_factory=set)
+
+    def read_metrics(self, output: str) -> None:
+        for line in output.splitlines():
+            if not line.startswith('{"_aws"'):
+                continue
+            record = json.loads(line)
+            for directive in record["_aws"]["CloudWatchMetrics"]:
+                dimensions = tuple(sorted(d for group in directive["Dimensions"] for d in group))
+                for metric in directive["Metrics"]:
+                    self.metrics.add((directive["Namespace"], metric["Name"], dimensions))
+
+    @contextmanager
+    def acting_as(self, function: str) -> Iterator[None]:
+        previous, self.current = self.current, function
+        try:
+            yield
+        finally:
+            self.current = previous
+
+    def before_parameter_build(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        service = model.service_model.service_name
+        self.calls.append(Call(self.current, service, model.name, copy.deepcopy(params)))
+
+    def by_function(self, function: str) -> list[Call]:
+        return [c for c in self.calls if c.function == function]
+
+
+def _lambda_stub(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    """moto cannot run a Lambda function without Docker: answer Invoke as a function would."""
+    body = b'{"ok": true}'
+    parsed = {
+        "StatusCode": 200,
+        "Payload": StreamingBody(io.BytesIO(body), len(body)),
+        "ResponseMetadata": {"HTTPStatusCode": 200},
+    }
+    return AWSResponse("https://lambda.invalid", 200, {}, None), parsed  # type: ignore[arg-type]
+
+
+def _context(name: str) -> Any:
+    from jobsched.local.lambda_context import InvocationContext
+
+    return InvocationContext(function_name=f"jobsched-{name}", timeout_seconds=300)
+
+
+class Flows:
+    def __init__(self, recorder: Recorder) -> None:
+        from jobsched import aws as aws_clients
+        from jobsched import wiring
+        from jobsched.settings import Settings
+        from jobsched.targets import registry
+
+        self.recorder = recorder
+        self.clock = ManualClock(T0)
+        self.ddb = boto3.client("dynamodb")  # harness clients: not recorded
+        self.sqs = boto3.client("sqs")
+        self.streams = boto3.client("dynamodbstreams")
+        for spec in ALL_TABLES:
+            self.ddb.create_table(**spec.create_table_request())
+        urls = create_queues(self.sqs)
+        self.queue_urls: dict[str, str] = urls["urls"]
+        self.target_queue_url = self.sqs.create_queue(QueueName=TARGET_QUEUE)["QueueUrl"]
+        self.target_machine_arn = boto3.client("stepfunctions").create_state_machine(
+            name=TARGET_MACHINE,
+            definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/jobsched-target-flow",
+        )["stateMachineArn"]
+
+        aws_clients.client.cache_clear()
+        for service in SERVICES:
+            client = aws_clients.client(service)  # the cached clients every function uses
+            client.meta.events.register("before-parameter-build", recorder.before_parameter_build)
+        aws_clients.client("lambda").meta.events.register("before-call.lambda.Invoke", _lambda_stub)
+
+        self._registered = ["iamflow.ok", "iamflow.slow", "iamflow.fail"]
+        registry.add("iamflow.ok", lambda payload, invocation: {"done": invocation.run_key})
+        registry.add("iamflow.slow", self._slow)
+        registry.add("iamflow.fail", self._fail)
+        # A short lease, so the heartbeat runs while the slow handler works.
+        settings = Settings(
+            shard_count=SHARDS, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"], lease_seconds=3
+        )
+        self.container = wiring.Container(settings, self.clock)
+        wiring.override(self.container)
+        self.api = ApiClient("tenant-a")
+        self._stream_seen = 0
+        self.jobs: dict[str, str] = {}
+
+    def close(self) -> None:
+        from jobsched import aws as aws_clients
+        from jobsched import wiring
+        from jobsched.targets import registry
+
+        for name in self._registered:
+            registry._handlers.pop(name, None)
+        wiring.override(None)
+        aws_clients.client.cache_clear()
+
+    def _slow(self, payload: Any, invocation: Any) -> str:
+        """Works until the worker's heartbeat has extended the lease at least once."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any(
+            c.function == WORKER
+            and c.operation == "UpdateItem"
+            and c.params.get("TableName") == RUNS.default_name
+            for c in list(self.recorder.calls)
+        ):
+            time.sleep(0.05)
+        return "late"
+
+    @staticmethod
+    def _fail(payload: Any, invocation: Any) -> None:
+        raise PermanentError("rejected", error_class="Rejected")
+
+    # --- the API ---
+
+    def call(self, method: str, path: str, route: str, body: Any = None, **kw: Any) -> Any:
+        with self.recorder.acting_as(API):
+            response = self.api.request(method, path, body, **kw)
+        self.recorder.routes.add((method, route))
+        assert response.status < 500, (method, path, response)
+        return response
+
+    def create(self, name: str, body: dict[str, Any], **kw: Any) -> str:
+        response = self.call("POST", "/v1/jobs", "/v1/jobs", {"name": name, **body}, **kw)
+        assert response.status == 201, response
+        self.jobs[name] = response.body["jobId"]
+        return str(response.body["jobId"])
+
+    def api_setup(self) -> None:
+        soon = format_instant(T0 + timedelta(seconds=10))
+        every_minute = {"cron": "* * * * *"}
+        self.create("ok", {"type": "iamflow.ok", **every_minute}, headers={"idempotency-key": "flow-ok"})
+        self.create(
+            "fail",
+            {
+                "type": "iamflow.fail",
+                **every_minute,
+                "maxAttempts": 1,
+                "pauseOnFailure": True,
+                "priority": "high",
+            },
+        )
+        self.create("slow", {"type": "iamflow.slow", "runAt": soon})
+        self.create("external", {"type": "iamflow.external", "runAt": soon})
+        self.create("chain", {"type": "iamflow.ok", **every_minute, "overlap": "skip"})
+        self.create("paused", {"type": "iamflow.ok", "every": 60})
+        targets = {
+            "sqs": {"kind": "sqs", "queueUrl": self.target_queue_url},
+            "lambda": {"kind": "lambda", "functionArn": TARGET_FUNCTION},
+            "eventbridge": {"kind": "eventbridge"},
+            "stepfunctions": {"kind": "stepfunctions", "stateMachineArn": self.target_machine_arn},
+        }
+        priorities = {"sqs": "high", "lambda": "low"}  # every priority queue sees traffic
+        for kind, target in targets.items():
+            body = {"type": "iamflow.target", "runAt": soon, "target": target}
+            self.create(kind, {**body, "priority": priorities.get(kind, "default")})
+        ok = self.jobs["ok"]
+        self.call("GET", "/v1/jobs", "/v1/jobs")
+        etag = self.call("GET", f"/v1/jobs/{ok}", "/v1/jobs/{id}").headers["ETag"]
+        self.call(
+            "PATCH", f"/v1/jobs/{ok}", "/v1/jobs/{id}", {"payload": {"n": 1}}, headers={"if-match": etag}
+        )
+        self.call("POST", f"/v1/jobs/{self.jobs['paused']}/pause", "/v1/jobs/{id}/pause")
+        self.call("GET", "/openapi.json", "/openapi.json")
+        self.call("GET", "/docs", "/docs")
+
+    def api_later(self) -> None:
+        """Ten minutes on: resume (with missed occurrences), runs, leases, redrive, cancel."""
+        paused = self.jobs["paused"]
+        assert self.call("POST", f"/v1/jobs/{paused}/resume", "/v1/jobs/{id}/resume").status == 200
+        assert self.call("DELETE", f"/v1/jobs/{paused}", "/v1/jobs/{id}").status == 200
+        ok, chain = self.jobs["ok"], self.jobs["chain"]
+        self.call("GET", f"/v1/jobs/{ok}/runs", "/v1/jobs/{id}/runs")
+        self.call("GET", f"/v1/jobs/{ok}/summary", "/v1/jobs/{id}/summary")
+        assert self.call("POST", f"/v1/jobs/{ok}/trigger", "/v1/jobs/{id}/trigger").status == 201
+        window = {
+            "start": format_instant(T0 + timedelta(minutes=3)),
+            "end": format_instant(T0 + timedelta(minutes=6)),
+        }
+        backfill = self.call("POST", f"/v1/jobs/{chain}/backfill", "/v1/jobs/{id}/backfill", window)
+        assert backfill.status == 201, backfill
+
+        claim = {"types": ["iamflow.external"], "workerId": "ext-1", "leaseSeconds": 60}
+        (lease,) = self.call("POST", "/v1/leases", "/v1/leases", claim).body["leases"]
+        key, fence = lease["runKey"], lease["fence"]
+        beat = self.call(
+            "POST", f"/v1/leases/{key}/heartbeat", "/v1/leases/{runKey}/heartbeat", {"fence": fence}
+        )
+        assert beat.status == 200, beat
+        failure = {
+            "fence": fence,
+            "outcome": "failed",
+            "error": {"class": "Bad", "message": "no", "retryable": False},
+        }
+        done = self.call("POST", f"/v1/leases/{key}/complete", "/v1/leases/{runKey}/complete", failure)
+        assert done.body["state"] == "DEAD", done
+        self.call("GET", "/v1/dead-letters", "/v1/dead-letters")
+        self.call("GET", f"/v1/runs/{key}", "/v1/runs/{runKey}")
+        assert self.call("POST", f"/v1/runs/{key}/redrive", "/v1/runs/{runKey}/redrive", {}).status == 200
+        assert self.call("POST", f"/v1/runs/{key}/cancel", "/v1/runs/{runKey}/cancel").status == 200
+
+    # --- the glue Lambda would provide ---
+
+    def stream_records(self) -> list[dict[str, Any]]:
+        """New Runs stream records since the last call, in the shape Lambda delivers them."""
+        arn = self.ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+        records: list[dict[str, Any]] = []
+        for shard in self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+            iterator = self.streams.get_shard_iterator(
+                StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+            while iterator:
+                response = self.streams.get_records(ShardIterator=iterator, Limit=1000)
+                records.extend(response["Records"])
+                if not response["Records"]:
+                    break
+                iterator = response.get("NextShardIterator")
+        fresh = records[self._stream_seen :]
+        self._stream_seen = len(records)
+        shaped = []
+        for record in fresh:
+            record = json.loads(json.dumps(record, default=str))
+            record.update(eventVersion="1.1", eventSourceARN=arn)
+            record["dynamodb"]["ApproximateCreationDateTime"] = int(self.clock.now().timestamp())
+            shaped.append(record)
+        return shaped
+
+    def run_outbox(self) -> None:
+        from jobsched.handlers import outbox
+
+        records = self.stream_records()
+        for start in range(0, len(records), 100):
+            with self.recorder.acting_as(OUTBOX):
+                result = outbox.handler({"Records": records[start : start + 100]}, _context(OUTBOX))
+            assert result == {"batchItemFailures": []}, result
+
+    def sqs_record(self, key: str, body: str, message_id: str | None = None) -> dict[str, Any]:
+        url = self.queue_urls[key]
+        return {
+            "messageId": message_id or str(uuid.uuid4()),
+            "receiptHandle": "flow",
+            "body": body,
+            "attributes": {
+                "ApproximateReceiveCount": "1",
+                "SentTimestamp": str(int(self.clock.now().timestamp() * 1000)),
+            },
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{url.rsplit('/', 1)[-1]}",
+            "awsRegion": REGION,
+        }
+
+    def run_worker(self) -> int:
+        from jobsched.handlers import worker
+
+        delivered = 0
+        for key, url in self.queue_urls.items():
+            while True:
+                messages = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+                event = {"Records": [self.sqs_record(key, m["Body"], m["MessageId"]) for m in messages]}
+                with self.recorder.acting_as(WORKER):
+                    result = worker.handler(event, _context(WORKER))
+                assert result == {"batchItemFailures": []}, result
+                delivered += len(messages)
+        return delivered
+
+    def deliver_early(self) -> None:
+        """A message for a run that is not due yet: the worker defers it with a fresh message."""
+        from jobsched.handlers import worker
+        from jobsched.store.queues import RunMessage
+
+        runs = self.container.runs.list_for_job(self.jobs["ok"], limit=100, cursor=None).items
+        soon = self.clock.now() + timedelta(seconds=5)
+        early = [r for r in runs if r.state in (RunState.PENDING, RunState.QUEUED) and r.due_at > soon]
+        assert early, "the sweep horizon leaves a run in the future"
+        record = self.sqs_record(early[0].priority.value, RunMessage.of(early[0]).to_json())
+        with self.recorder.acting_as(WORKER):
+            assert worker.handler({"Records": [record]}, _context(WORKER)) == {"batchItemFailures": []}
+
+    def run_sweeper(self) -> None:
+        from jobsched.handlers import sweeper
+
+        with self.recorder.acting_as(SWEEPER):
+            sweeper.handler({"shards": list(range(SHARDS))}, _context(SWEEPER))
+
+    def sweep_losing_a_race(self) -> None:
+        """A client edit lands between the sweeper's read and its write: it re-reads and retries."""
+        from jobsched.handlers import sweeper
+
+        self.clock.advance(60)
+        raced: list[str] = []
+
+        def edit_first(params: dict[str, Any], model: Any, **_: Any) -> None:
+            if model.name == "PutItem" and params.get("TableName") == DEFINITIONS.default_name and not raced:
+                job_id = params["Item"]["job_id"]["S"]
+                raced.append(job_id)
+                self.ddb.update_item(
+                    TableName=DEFINITIONS.default_name,
+                    Key={"job_id": {"S": job_id}},
+                    UpdateExpression="SET rev = rev + :one",
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                )
+
+        from jobsched import aws as aws_clients
+
+        events = aws_clients.client("dynamodb").meta.events
+        events.register("before-parameter-build.dynamodb.PutItem", edit_first)
+        try:
+            with self.recorder.acting_as(SWEEPER):
+                for shard in range(SHARDS):
+                    sweeper.handler({"shard": shard}, _context(SWEEPER))
+        finally:
+            events.unregister("before-parameter-build.dynamodb.PutItem", edit_first)
+        assert raced, "some job was due, so the sweeper wrote one"
+
+    def crash_holding_a_lease(self) -> None:
+        """A worker claims a run and dies: the reconciler must expire the lease."""
+        job_id = self.create(
+            "crash", {"type": "iamflow.ok", "cron": "* * * * *", "maxAttempts": 1, "pauseOnFailure": True}
+        )
+        runs = self.container.runs.list_for_job(job_id, limit=10, cursor=None).items
+        run = min(runs, key=lambda r: r.scheduled_for)
+        now = self.clock.now()
+        leased = advance(
+            run,
+            RunState.LEASED,
+            now=now,
+            actor="worker:crashed",
+            fence=run.fence + 1,
+            attempt=run.attempt + 1,
+            lease_owner="crashed",
+            lease_expires_at=now + timedelta(seconds=30),
+            first_attempt_at=now,
+        )
+        self.container.runs.replace(leased)
+
+    def run_reconciler(self) -> None:
+        from jobsched.handlers import reconciler
+
+        for shard in range(SHARDS):
+            with self.recorder.acting_as(RECONCILER):
+                reconciler.handler({"shard": shard}, _context(RECONCILER))
+
+    # --- the whole story ---
+
+    def run(self) -> None:
+        self.api_setup()
+        self.clock.advance(600)
+        self.api_later()
+        self.run_sweeper()
+        self.sweep_losing_a_race()
+        self.run_outbox()
+        assert self.run_worker() >= 6  # the targets, the slow and the failing run at least
+        self.deliver_early()
+        self.run_outbox()
+        self.crash_holding_a_lease()
+        self.clock.advance(3600)
+        self.run_reconciler()
+
+
+def record_all_flows() -> Recorder:
+    from jobsched import settings
+    from jobsched.handlers import worker
+    from moto import mock_aws
+
+    recorder = Recorder()
+    printed = io.StringIO()
+    # As in Lambda: real AWS endpoints (here moto), metrics on, whatever ran before in this process.
+    lambda_like = {k: v for k, v in os.environ.items() if k != "JOBSCHED_AWS_ENDPOINT_URL"}
+    lambda_like["POWERTOOLS_METRICS_DISABLED"] = "false"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, lambda_like, clear=True))
+        if hasattr(worker, "METRICS_DISABLED"):  # read once at import
+            stack.enter_context(mock.patch.object(worker, "METRICS_DISABLED", False))
+        stack.callback(settings.settings.cache_clear)
+        settings.settings.cache_clear()
+        stack.enter_context(mock_aws())
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        stack.enter_context(contextlib.redirect_stdout(printed))
+        flows = Flows(recorder)
+        try:
+            flows.run()
+        finally:
+            flows.close()
+    recorder.read_metrics(printed.getvalue())
+    assert recorder.routes == {(r.method, r.path) for r in ROUTES}, "the flows call every route"
+    return recorder

@@ -1,0 +1,151 @@
+"""REST API: every route the handler serves is declared (and nothing else), IAM auth on every
+method, request validation, access logs, throttling, and the example role policies."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infra.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
+from tests.infrastructure.conftest import render
+
+ARN_PREFIX = (
+    f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<{REST_API_LOGICAL_ID}>/{API_STAGE}"
+)
+
+
+def declared_routes(synth) -> dict[tuple[str, str], dict]:
+    """(method, path) → method properties, with paths rebuilt from the resource tree."""
+    resources = synth.of_type("AWS::ApiGateway::Resource")
+
+    def path_of(ref: dict) -> str:
+        if "Fn::GetAtt" in ref:  # the root resource
+            return ""
+        props = resources[ref["Ref"]]["Properties"]
+        return path_of(props["ParentId"]) + "/" + props["PathPart"]
+
+    return {
+        (m["Properties"]["HttpMethod"], path_of(m["Properties"]["ResourceId"])): m["Properties"]
+        for m in synth.of_type("AWS::ApiGateway::Method").values()
+    }
+
+
+def test_declared_routes_are_exactly_the_route_table(synth):
+    assert set(declared_routes(synth)) == {(r.method, r.path) for r in ROUTES}
+
+
+def test_the_handler_serves_exactly_the_declared_routes():
+    from jobsched.handlers.api import app
+
+    served = {
+        (route.method, re.sub(r"<(\w+)>", "{}", route.path))
+        for route in app._static_routes + app._dynamic_routes  # the resolver's route table
+    }
+    declared = {(r.method, re.sub(r"\{\w+\}", "{}", r.path)) for r in ROUTES}
+    assert served == declared
+
+
+def test_every_method_requires_iam_and_validates_its_request(synth):
+    validators = synth.of_type("AWS::ApiGateway::RequestValidator")
+    (validator,) = validators.values()
+    assert validator["Properties"]["ValidateRequestBody"] is True
+    assert validator["Properties"]["ValidateRequestParameters"] is True
+    for (method, path), props in declared_routes(synth).items():
+        assert props["AuthorizationType"] == "AWS_IAM", (method, path)
+        assert props["RequestValidatorId"] == {"Ref": next(iter(validators))}
+        params = {f"method.request.path.{p[1:-1]}": True for p in path.split("/") if p.startswith("{")}
+        assert props.get("RequestParameters", {}) == params, (method, path)
+        integration = props["Integration"]
+        assert integration["Type"] == "AWS_PROXY" and integration["IntegrationHttpMethod"] == "POST"
+        assert render(integration["Uri"]).endswith(
+            "<ApiFunction.Arn>/invocations".replace("ApiFunction", api_function(synth))
+        )
+
+
+def api_function(synth) -> str:
+    (logical_id,) = [
+        k
+        for k, v in synth.of_type("AWS::Lambda::Function").items()
+        if v["Properties"]["Handler"] == "jobsched.handlers.api.handler"
+    ]
+    return logical_id
+
+
+def test_create_requires_name_and_type_before_the_function_is_called(synth):
+    props = declared_routes(synth)[("POST", "/v1/jobs")]
+    model = synth.props(props["RequestModels"]["application/json"]["Ref"])
+    assert model["Schema"]["required"] == ["name", "type"]
+    from jobsched.handlers.api_models import JobBody
+
+    required = {f.alias for f in JobBody.model_fields.values() if f.is_required()}
+    assert required == {"name", "type"}  # the gateway asks no more than the function does
+
+
+def test_stage_logs_access_traces_and_throttles(synth, config):
+    (stage,) = synth.of_type("AWS::ApiGateway::Stage").values()
+    props = stage["Properties"]
+    assert props["StageName"] == API_STAGE
+    assert props["TracingEnabled"] is True
+    access = props["AccessLogSetting"]
+    assert synth.resources[access["DestinationArn"]["Fn::GetAtt"][0]]["Type"] == "AWS::Logs::LogGroup"
+    for field in (
+        "$context.identity.caller",
+        "$context.identity.user",
+        "$context.status",
+        "$context.requestId",
+    ):
+        assert field in access["Format"]
+    (settings,) = props["MethodSettings"]
+    assert settings["HttpMethod"] == "*" and settings["ResourcePath"] == "/*"
+    assert settings["ThrottlingRateLimit"] == config.api_rate_limit
+    assert settings["ThrottlingBurstLimit"] == config.api_burst_limit
+    assert settings["LoggingLevel"] == "ERROR" and settings["DataTraceEnabled"] is False
+    assert settings["MetricsEnabled"] is True
+    assert synth.of_type("AWS::ApiGateway::Account"), "API Gateway needs its CloudWatch role to log"
+
+
+def test_gateway_errors_are_json(synth):
+    kinds = {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in synth.of_type("AWS::ApiGateway::GatewayResponse").values()
+    }
+    assert {"DEFAULT_4XX", "DEFAULT_5XX", "BAD_REQUEST_BODY", "BAD_REQUEST_PARAMETERS"} <= set(kinds)
+    assert all("application/json" in p["ResponseTemplates"] for p in kinds.values())
+
+
+def test_one_invoke_permission_covers_the_whole_api(synth):
+    function = api_function(synth)
+    permissions = [
+        p["Properties"]
+        for p in synth.of_type("AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function, "Arn"]}
+    ]
+    (permission,) = permissions
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert render(permission["SourceArn"]).endswith("/*/*/*")
+
+
+def policy_resources(synth, role: str) -> list[str]:
+    props = synth.props(synth.logical_id(synth.stack.api.policies[role]))
+    assert props["Description"].startswith(f"jobsched API: {role}")
+    (statement,) = props["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Action"] == "execute-api:Invoke"
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    return [render(r) for r in resources]
+
+
+@pytest.mark.parametrize("role", API_ROLES)
+def test_each_role_policy_grants_exactly_its_routes(synth, role):
+    expected = sorted(f"{ARN_PREFIX}/{r.method}{r.arn_path}" for r in ROUTES if r.role == role)
+    assert sorted(policy_resources(synth, role)) == expected
+
+
+def test_every_route_belongs_to_one_role_and_reading_never_writes(synth):
+    assert sorted(r.role for r in ROUTES if r.role not in API_ROLES) == []
+    grants = {role: policy_resources(synth, role) for role in API_ROLES}
+    for route in ROUTES:
+        arn = f"{ARN_PREFIX}/{route.method}{route.arn_path}"
+        assert [role for role, arns in grants.items() if arn in arns] == [route.role]
+    assert all("/GET/" in arn for arn in grants["reader"])
+    assert not any("/GET/" in arn for role, arns in grants.items() if role != "reader" for arn in arns)

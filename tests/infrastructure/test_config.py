@@ -1,0 +1,63 @@
+"""Context: values from cdk.json or `-c key=value` are parsed and checked before anything is built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.app import CDK_JSON
+from infra.config import CONTEXT_KEYS, Config, ConfigError, target_service
+
+
+class Node:
+    def __init__(self, **context):
+        self.context = context
+
+    def try_get_context(self, key):
+        return self.context.get(key)
+
+
+def test_cdk_json_sets_only_known_keys_and_is_valid():
+    context = json.loads(CDK_JSON.read_text())["context"]
+    assert set(context) <= set(CONTEXT_KEYS)
+    config = Config.from_context(Node(**context))  # type: ignore[arg-type]
+    assert config.shard_count == context["shardCount"]
+
+
+def test_cli_strings_are_coerced():
+    config = Config.from_context(
+        Node(  # type: ignore[arg-type]
+            shardCount="32",
+            fairQueues="false",
+            targetArns="arn:aws:sqs:eu-west-1:123456789012:a,arn:aws:lambda:eu-west-1:123456789012:function:b",
+            workerConcurrency='{"low": 8}',
+            alarmEmail="ops@example.com",
+        )
+    )
+    assert config.shard_count == 32 and config.fair_queues is False
+    assert config.targets_for("sqs") == ["arn:aws:sqs:eu-west-1:123456789012:a"]
+    assert config.targets_for("lambda") == ["arn:aws:lambda:eu-west-1:123456789012:function:b"]
+    assert config.worker_concurrency == {"high": 20, "default": 10, "low": 8}  # a partial map merges
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"horizonSeconds": "30"}, "horizonSeconds"),
+        ({"shardCount": "0"}, "shardCount"),
+        ({"shardsPerSweep": "99"}, "shardsPerSweep"),
+        ({"workerConcurrency": '{"low": 1}'}, "workerConcurrency.low"),
+        ({"workerBatchSize": '{"high": 11}'}, "workerBatchSize.high"),
+        ({"targetArns": "arn:aws:s3:::bucket"}, "targetArns"),
+        ({"alarmEmail": "nobody"}, "alarmEmail"),
+        ({"shardCount": "many"}, "shardCount"),
+    ],
+)
+def test_bad_values_are_refused_by_name(context, message):
+    with pytest.raises(ConfigError, match=message):
+        Config.from_context(Node(**context))  # type: ignore[arg-type]
+
+
+def test_default_targets_cover_every_target_service():
+    assert {target_service(a) for a in Config().target_arns} == {"lambda", "sqs", "events", "states"}

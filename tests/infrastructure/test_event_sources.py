@@ -1,0 +1,94 @@
+"""Event source mappings: the Runs stream → outbox with the handler's own filter patterns, and
+one mapping per priority queue → worker, each with its own concurrency ceiling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jobsched.handlers.outbox import FILTER_PATTERNS, matches_filter
+from jobsched.store.schema import RUNS
+
+from infra.names import OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, queue_logical_id, table_logical_id
+
+
+def mappings(synth) -> dict[str, dict]:
+    return {k: v["Properties"] for k, v in synth.of_type("AWS::Lambda::EventSourceMapping").items()}
+
+
+def handler_of(synth, props: dict) -> str:
+    return synth.props(props["FunctionName"]["Ref"])["Handler"]
+
+
+def outbox_mapping(synth) -> dict:
+    (props,) = [
+        p
+        for p in mappings(synth).values()
+        if p["EventSourceArn"] == {"Fn::GetAtt": [table_logical_id(RUNS), "StreamArn"]}
+    ]
+    return props
+
+
+def test_stream_feeds_the_outbox_with_the_handlers_filter_patterns(synth):
+    props = outbox_mapping(synth)
+    assert handler_of(synth, props) == "jobsched.handlers.outbox.handler"
+    deployed = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
+    assert deployed == FILTER_PATTERNS
+
+
+def test_the_deployed_filter_lets_through_what_the_handler_expects(synth):
+    (pattern,) = [json.loads(f["Pattern"]) for f in outbox_mapping(synth)["FilterCriteria"]["Filters"]]
+    pending = {
+        "eventName": "INSERT",
+        "dynamodb": {"NewImage": {"sk": {"S": "R#x"}, "state": {"S": "PENDING"}}},
+    }
+    queued = {"eventName": "MODIFY", "dynamodb": {"NewImage": {"sk": {"S": "R#x"}, "state": {"S": "QUEUED"}}}}
+    assert pattern["dynamodb"]["NewImage"]["state"]["S"] == ["PENDING", "RETRY_WAIT"]
+    assert matches_filter(pending) and not matches_filter(queued)
+
+
+def test_outbox_mapping_batches_bisects_retries_and_keeps_what_it_gives_up_on(synth):
+    props = outbox_mapping(synth)
+    assert props["StartingPosition"] == "TRIM_HORIZON"
+    assert props["BatchSize"] == 100
+    assert props["BisectBatchOnFunctionError"] is True
+    assert props["MaximumRetryAttempts"] == 5
+    assert props["MaximumRecordAgeInSeconds"] == 3600
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["DestinationConfig"] == {
+        "OnFailure": {"Destination": {"Fn::GetAtt": [OUTBOX_FAILURE_QUEUE_ID, "Arn"]}}
+    }
+
+
+@pytest.mark.parametrize("key", QUEUE_KEYS)
+def test_each_queue_feeds_the_worker_with_its_own_ceiling(synth, config, key):
+    (props,) = [
+        p
+        for p in mappings(synth).values()
+        if p["EventSourceArn"] == {"Fn::GetAtt": [queue_logical_id(key), "Arn"]}
+    ]
+    assert handler_of(synth, props) == "jobsched.handlers.worker.handler"
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BatchSize"] == config.worker_batch_size[key]
+    assert props["MaximumBatchingWindowInSeconds"] == config.worker_batch_window_seconds[key]
+    assert props["ScalingConfig"] == {"MaximumConcurrency": config.worker_concurrency[key]}
+
+
+def test_low_priority_is_never_starved(synth, config):
+    # Every queue has its own mapping and ceiling (so high cannot use low's pollers), and
+    # low's ceiling is above Lambda's minimum of 2.
+    worker_mappings = [p for p in mappings(synth).values() if "ScalingConfig" in p]
+    assert len(worker_mappings) == len(QUEUE_KEYS)
+    assert all(p["ScalingConfig"]["MaximumConcurrency"] >= 2 for p in worker_mappings)
+
+
+def test_mappings_are_created_after_their_roles_can_poll(synth):
+    for logical_id, resource in synth.of_type("AWS::Lambda::EventSourceMapping").items():
+        function = synth.props(resource["Properties"]["FunctionName"]["Ref"])
+        role = function["Role"]["Fn::GetAtt"][0]
+        policies = [
+            k
+            for k, v in synth.of_type("AWS::IAM::Policy").items()
+            if {"Ref": role} in v["Properties"]["Roles"]
+        ]
+        assert set(policies) <= set(resource.get("DependsOn", [])), logical_id

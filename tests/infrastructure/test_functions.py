@@ -1,0 +1,180 @@
+"""Functions: one code asset (local mode and the CLI left out) whose handler strings import,
+the layer built for the same runtime and architecture, and every environment variable the code
+reads, pointing at the right resources."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jobsched.settings import Settings
+from jobsched.store.schema import ALL_TABLES, QUEUES
+
+from infra.names import (
+    FUNCTIONS,
+    LOCAL_ONLY_MODULES,
+    PYTHON_VERSION,
+    dlq_logical_id,
+    queue_logical_id,
+    table_logical_id,
+)
+
+# Read only in local mode, where the functions talk to a moto server.
+LOCAL_ONLY = {"JOBSCHED_AWS_ENDPOINT_URL"}
+
+
+def functions_by_handler(synth) -> dict[str, str]:
+    return {
+        props["Properties"]["Handler"]: logical_id
+        for logical_id, props in synth.of_type("AWS::Lambda::Function").items()
+    }
+
+
+def test_one_function_per_handler(synth):
+    assert set(functions_by_handler(synth)) == {f.handler for f in FUNCTIONS}
+
+
+@pytest.mark.parametrize("spec", FUNCTIONS, ids=[f.name for f in FUNCTIONS])
+def test_runtime_architecture_layer_tracing_and_limits(synth, spec):
+    logical_id = functions_by_handler(synth)[spec.handler]
+    props = synth.props(logical_id)
+    assert props["Runtime"] == f"python{PYTHON_VERSION}"
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    assert props["MemorySize"] == spec.memory_mb
+    assert props["Timeout"] == spec.timeout_seconds
+    (layer,) = props["Layers"]
+    layer_props = synth.props(layer["Ref"])
+    assert layer_props["CompatibleRuntimes"] == [props["Runtime"]]
+    assert layer_props["CompatibleArchitectures"] == props["Architectures"]
+    # Its own log group with a retention, and a role with no managed policies.
+    group = synth.resources[props["LoggingConfig"]["LogGroup"]["Ref"]]
+    assert group["Type"] == "AWS::Logs::LogGroup" and group["Properties"]["RetentionInDays"] > 0
+    assert "ManagedPolicyArns" not in synth.props(props["Role"]["Fn::GetAtt"][0])
+
+
+def test_functions_do_not_share_roles_or_log_groups(synth):
+    functions = synth.of_type("AWS::Lambda::Function").values()
+    roles = {f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions}
+    groups = {f["Properties"]["LoggingConfig"]["LogGroup"]["Ref"] for f in functions}
+    assert len(roles) == len(groups) == len(FUNCTIONS)
+
+
+def test_every_function_shares_one_code_asset(synth):
+    keys = {p["Properties"]["Code"]["S3Key"] for p in synth.of_type("AWS::Lambda::Function").values()}
+    assert len(keys) == 1
+
+
+def test_code_asset_leaves_out_local_mode_and_the_cli(synth):
+    asset = synth.asset_dir(next(iter(synth.of_type("AWS::Lambda::Function"))))
+    files = {p.relative_to(asset).as_posix() for p in asset.rglob("*") if p.is_file()}
+    assert "jobsched/handlers/api.py" in files and "jobsched/store/schema.py" in files
+    local = [m.replace(".", "/") for m in LOCAL_ONLY_MODULES]
+    assert not [f for f in files if any(f == m + ".py" or f.startswith(m + "/") for m in local)]
+    assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or ".egg-info" in f]
+
+
+def test_every_handler_string_imports_from_the_asset(synth):
+    """Imports each handler in a fresh interpreter that sees the asset, not the source tree."""
+    asset = synth.asset_dir(next(iter(synth.of_type("AWS::Lambda::Function"))))
+    handlers = sorted(functions_by_handler(synth))
+    script = (
+        "import importlib, sys\n"
+        "sys.path[:] = [p for p in sys.path if not p.rstrip('/').endswith('/functions')]\n"
+        f"asset = {str(asset)!r}\n"
+        f"for handler in {handlers!r}:\n"
+        "    module_name, name = handler.rsplit('.', 1)\n"
+        "    module = importlib.import_module(module_name)\n"
+        "    assert module.__file__.startswith(asset), (handler, module.__file__)\n"
+        "    assert callable(getattr(module, name)), handler\n"
+        f"leaked = [m for m in sys.modules if m.startswith({LOCAL_ONLY_MODULES!r})]\n"
+        "assert not leaked, leaked\n"
+        f"print('ok', {len(handlers)})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(asset), "POWERTOOLS_TRACE_DISABLED": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=asset, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"ok {len(handlers)}"
+
+
+class _Reads(dict):
+    """An environment that records every name the code looks up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.names.add(key)
+        return default
+
+    def __getitem__(self, key):
+        self.names.add(key)
+        raise KeyError(key)
+
+    def __contains__(self, key):  # type: ignore[override]
+        self.names.add(key)
+        return False
+
+
+def variables_the_code_reads(asset: Path) -> set[str]:
+    reads = _Reads()
+    Settings.from_env(reads)
+    names = set(reads.names)
+    # Anything else in the asset that reads the environment by a literal name.
+    for path in asset.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = ast.unparse(node.func)
+                if func in ("os.getenv", "os.environ.get", "environ.get", "getenv"):
+                    names.add(str(node.args[0].value))
+            elif (
+                isinstance(node, ast.Subscript)
+                and ast.unparse(node.value) in ("os.environ", "environ")
+                and isinstance(node.slice, ast.Constant)
+            ):
+                names.add(str(node.slice.value))
+    return names - LOCAL_ONLY
+
+
+def test_every_variable_the_code_reads_is_set_on_every_function(synth):
+    asset = synth.asset_dir(next(iter(synth.of_type("AWS::Lambda::Function"))))
+    needed = variables_the_code_reads(asset)
+    assert {"SHARD_COUNT", "HORIZON_SECONDS", "RETENTION_DAYS"} <= needed  # the recorder works
+    for logical_id, function in synth.of_type("AWS::Lambda::Function").items():
+        env = function["Properties"]["Environment"]["Variables"]
+        assert not needed - set(env), (logical_id, sorted(needed - set(env)))
+        assert not LOCAL_ONLY & set(env), logical_id
+
+
+def test_variables_point_at_the_right_resources(synth, config):
+    for function in synth.of_type("AWS::Lambda::Function").values():
+        env = function["Properties"]["Environment"]["Variables"]
+        for spec in ALL_TABLES:
+            assert env[spec.env_var] == {"Ref": table_logical_id(spec)}
+        for queue in QUEUES:
+            assert env[queue.env_var] == {"Ref": queue_logical_id(queue.key)}
+            assert env[queue.dlq_env_var] == {"Ref": dlq_logical_id(queue.key)}
+        expected = {
+            "SHARD_COUNT": str(config.shard_count),
+            "HORIZON_SECONDS": str(config.horizon_seconds),
+            "RETENTION_DAYS": str(config.retention_days),
+            "TENANT_CONCURRENCY": str(config.tenant_concurrency),
+            "MAX_JOBS_PER_TENANT": str(config.max_jobs_per_tenant),
+            "TENANT_REQUESTS_PER_SECOND": str(config.tenant_requests_per_second),
+            "LEASE_SECONDS": str(config.lease_seconds),
+            "FAIR_QUEUES": "true" if config.fair_queues else "false",
+            "POWERTOOLS_SERVICE_NAME": "jobsched",
+            "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
+        }
+        assert {k: env[k] for k in expected} == expected
+        # The deployed values parse the way the code parses them.
+        parsed = Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)})
+        assert parsed.shard_count == config.shard_count
+        assert parsed.horizon_seconds == config.horizon_seconds

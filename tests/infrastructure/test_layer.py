@@ -1,0 +1,47 @@
+"""The layer: the runtime dependencies of pyproject.toml, pinned to what the tests run, built by
+pip for the Lambda platform through CDK's local bundling (no Docker on this machine)."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import version
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from infra.names import LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION, ROOT
+from tests.infrastructure.conftest import synthesize
+
+
+def requirements() -> dict[str, Requirement]:
+    lines = [line.split("#")[0].strip() for line in LAYER_REQUIREMENTS.read_text().splitlines()]
+    parsed = [Requirement(line) for line in lines if line]
+    return {canonicalize_name(r.name): r for r in parsed}
+
+
+def test_layer_pins_every_runtime_dependency_at_the_tested_version():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    pinned = requirements()
+    assert set(pinned) == set(declared)
+    for name, requirement in pinned.items():
+        (spec,) = requirement.specifier
+        assert spec.operator == "==", f"{name}: pin an exact version"
+        assert declared[name].specifier.contains(spec.version), f"{name} {spec.version} breaks pyproject"
+        assert requirement.extras == declared[name].extras, name
+        assert version(name) == spec.version, (
+            f"{name}: the tests run {version(name)}, the layer ships {spec.version}"
+        )
+
+
+def test_layer_is_built_without_docker_for_the_lambda_platform(tmp_path):
+    built = synthesize(tmp_path, {"aws:cdk:bundling-stacks": ["**"]}, checks=False)
+    (layer,) = built.of_type("AWS::Lambda::LayerVersion").values()
+    key = layer["Properties"]["Content"]["S3Key"].removesuffix(".zip")
+    site = tmp_path / f"asset.{key}" / "python"
+    tag = f"cpython-{PYTHON_VERSION.replace('.', '')}-aarch64-linux-gnu"
+    assert list(site.glob(f"pydantic_core/_pydantic_core.{tag}.so")), sorted(p.name for p in site.iterdir())
+    for package in ("aws_lambda_powertools", "aws_xray_sdk", "pydantic", "croniter", "boto3", "botocore"):
+        assert (site / package / "__init__.py").exists(), package
+    assert not list(site.rglob("__pycache__")) and not (site / "bin").exists()
+    assert PIP_PLATFORM.endswith("aarch64") and layer["Properties"]["CompatibleArchitectures"] == ["arm64"]

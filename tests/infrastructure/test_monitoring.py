@@ -1,0 +1,149 @@
+"""Alarms on every dead letter queue, the age of every queue, the stream, every function and the
+reconciler's repairs, all to one encrypted SNS topic; and the dashboard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jobsched.services.reconciler import KINDS
+
+from infra.names import FUNCTIONS, OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, dlq_logical_id, queue_logical_id
+from tests.infrastructure.conftest import synthesize
+
+
+def alarms(synth) -> list[dict]:
+    return [a["Properties"] for a in synth.of_type("AWS::CloudWatch::Alarm").values()]
+
+
+def topic(synth) -> str:
+    (logical_id,) = synth.of_type("AWS::SNS::Topic")
+    return logical_id
+
+
+def simple_alarms(synth, metric: str) -> dict[str, dict]:
+    """Alarms on one metric, by the logical id of the resource in their first dimension."""
+    found = {}
+    for alarm in alarms(synth):
+        if alarm.get("MetricName") == metric:
+            value = alarm["Dimensions"][0]["Value"]
+            ref = value.get("Ref") or value.get("Fn::GetAtt", [None])[0]
+            found[ref] = alarm
+    return found
+
+
+def test_every_dead_letter_queue_has_a_depth_alarm(synth):
+    depth = simple_alarms(synth, "ApproximateNumberOfMessagesVisible")
+    # Dimension values reference queue names (GetAtt QueueName).
+    dead = {dlq_logical_id(k) for k in QUEUE_KEYS} | {OUTBOX_FAILURE_QUEUE_ID}
+    assert set(depth) == dead
+    for alarm in depth.values():
+        assert alarm["Threshold"] == 1
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def test_every_queue_has_an_oldest_message_alarm_above_the_sqs_delay(synth, config):
+    age = simple_alarms(synth, "ApproximateAgeOfOldestMessage")
+    assert set(age) == {queue_logical_id(k) for k in QUEUE_KEYS}
+    for key in QUEUE_KEYS:
+        assert age[queue_logical_id(key)]["Threshold"] == config.queue_age_alarm_seconds[key] > 900
+
+
+def test_stream_iterator_age_is_alarmed(synth, config):
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "IteratorAge"]
+    function = alarm["Dimensions"][0]["Value"]["Ref"]
+    assert synth.props(function)["Handler"] == "jobsched.handlers.outbox.handler"
+    assert alarm["Threshold"] == config.iterator_age_alarm_seconds * 1000
+
+
+@pytest.mark.parametrize("metric", ["Errors", "Throttles"])
+def test_every_function_has_error_and_throttle_alarms(synth, metric):
+    alarmed = simple_alarms(synth, metric)
+    handlers = {synth.props(ref)["Handler"] for ref in alarmed}
+    assert handlers == {f.handler for f in FUNCTIONS}
+
+
+def test_reconciler_repairs_of_every_kind_are_alarmed(synth, config):
+    (alarm,) = [a for a in alarms(synth) if "Metrics" in a]
+    metrics = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+    assert {m["MetricName"] for m in metrics} == {"RepairsMade"}
+    assert all(m["Namespace"] == "jobsched" for m in metrics)
+    kinds = {d["Value"] for m in metrics for d in m["Dimensions"] if d["Name"] == "kind"}
+    assert kinds == set(KINDS)  # the dimension values the reconciler emits
+    assert alarm["Threshold"] == config.repair_alarm_threshold
+
+
+def test_every_alarm_notifies_the_topic_and_missing_data_is_fine(synth):
+    for alarm in alarms(synth):
+        assert alarm["AlarmActions"] == [{"Ref": topic(synth)}]
+        assert alarm["OKActions"] == [{"Ref": topic(synth)}]
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_topic_is_encrypted_with_a_key_cloudwatch_may_use(synth):
+    props = synth.props(topic(synth))
+    key = props["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key_props = synth.props(key)
+    assert key_props["EnableKeyRotation"] is True
+    principals = [s["Principal"] for s in key_props["KeyPolicy"]["Statement"]]
+    assert {"Service": "cloudwatch.amazonaws.com"} in principals
+    assert not synth.of_type("AWS::SNS::Subscription")  # no alarmEmail in cdk.json
+
+
+def test_alarm_email_subscribes_to_the_topic(tmp_path):
+    other = synthesize(tmp_path, {"alarmEmail": "ops@example.com"}, checks=False)
+    (subscription,) = [s["Properties"] for s in other.of_type("AWS::SNS::Subscription").values()]
+    assert subscription["Protocol"] == "email" and subscription["Endpoint"] == "ops@example.com"
+
+
+def test_dashboard_shows_lag_throughput_retries_and_dead_letters(synth):
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for title in ("Lag", "Throughput", "Retries", "Dead letters"):
+        assert title in body
+    for metric in ("StartLag", "IteratorAge", "RunsPublished", "RetriesScheduled", "RepairsMade"):
+        assert metric in body
+
+
+def template_metrics(synth) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(namespace, metric, dimension names) of every metric an alarm or the dashboard reads."""
+    from tests.infrastructure.conftest import render
+
+    found = []
+    for alarm in alarms(synth):
+        stats = [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        if "MetricName" in alarm:
+            stats.append(alarm)
+        for metric in stats:
+            names = tuple(sorted(d["Name"] for d in metric.get("Dimensions", [])))
+            found.append((metric["Namespace"], metric["MetricName"], names))
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(render(dashboard["Properties"]["DashboardBody"]))
+    for widget in body["widgets"]:
+        for entry in widget.get("properties", {}).get("metrics", []):
+            fields = [f for f in entry if isinstance(f, str)]
+            if len(fields) >= 2:
+                namespace, name, *pairs = fields
+                found.append((namespace, name, tuple(sorted(pairs[0::2]))))
+    return found
+
+
+def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded):
+    """A metric read with other dimensions than it is emitted with shows nothing, silently."""
+    from pathlib import Path
+
+    import jobsched
+
+    emitted: dict[str, set[tuple[str, ...]]] = {}
+    for namespace, name, dimensions in recorded.metrics:
+        assert namespace == "jobsched"
+        emitted.setdefault(name, set()).add(dimensions)
+    source = "\n".join(p.read_text() for p in Path(jobsched.__file__).parent.rglob("*.py"))
+    read = [m for m in template_metrics(synth) if m[0] == "jobsched"]
+    assert len(read) > 10
+    for _, name, dimensions in read:
+        if name in emitted:
+            assert dimensions in emitted[name], (name, dimensions, emitted[name])
+        else:  # not reached by the flows: emitted through the service metrics (service dimension)
+            assert f'"{name}"' in source, name
+            assert dimensions == ("service",), (name, dimensions)
