@@ -37,7 +37,7 @@ demo: run
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
 
-# --- infrastructure (CDK): see docs/deploy.md ---
+# --- infrastructure (CDK): see the README, Deploy to AWS ---
 # The CDK CLI is pinned in package.json and installed into ./node_modules.
 CDK := node_modules/.bin/cdk
 CDK_OUT ?= cdk.out

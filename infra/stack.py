@@ -111,7 +111,7 @@ class JobschedStack(Stack):
                     worker_role,
                     f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
                     "Customer targets are named by jobs at run time; the allowed set is the "
-                    "targetArns context (a name prefix by default), see docs/deploy.md.",
+                    "targetArns context (a name prefix by default), see the README, Deploy to AWS.",
                 )
         api = self.api
         ack(

@@ -1,4 +1,4 @@
-"""docs/deploy.md covers bootstrap, deploy, outputs, SigV4 calls from the CLI and from Step
+"""The README's deploy section covers bootstrap, deploy, outputs, SigV4 calls from the CLI and from Step
 Functions, alarm subscriptions and teardown, and names every output and context key."""
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ import pytest
 from infra.config import CONTEXT_KEYS
 from infra.names import ROOT
 
-DOC = ROOT / "docs" / "deploy.md"
+README = ROOT / "README.md"
 
 
 @pytest.fixture(scope="module")
 def doc() -> str:
-    return DOC.read_text()
+    text = README.read_text()
+    match = re.search(r"^## Deploy to AWS\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, "the README has no '## Deploy to AWS' section"
+    return match.group(1)
 
 
 @pytest.mark.parametrize(
@@ -32,8 +35,8 @@ def doc() -> str:
     ],
 )
 def test_sections(doc, section, must_mention):
-    match = re.search(rf"^## {re.escape(section)}\n(.*?)(?=^## |\Z)", doc, re.M | re.S)
-    assert match, f"no '## {section}' section"
+    match = re.search(rf"^### {re.escape(section)}\n(.*?)(?=^### |\Z)", doc, re.M | re.S)
+    assert match, f"no '### {section}' section"
     for text in must_mention:
         assert text in match.group(1), (section, text)
 
@@ -51,7 +54,7 @@ def as_regex(pattern: str) -> str:
 
 
 def test_every_alarm_is_explained(doc, synth):
-    (table,) = re.findall(r"^## Alarms\n(.*?)(?=^## )", doc, re.M | re.S)
+    (table,) = re.findall(r"^### Alarms\n(.*?)(?=^### |\Z)", doc, re.M | re.S)
     patterns = [as_regex(p) for p in re.findall(r"^\| `([^`]+)`", table, re.M)]
     patterns += [as_regex(p) for p in re.findall(r"^\| `[^`]+`, `([^`]+)`", table, re.M)]
     for alarm in synth.of_type("AWS::CloudWatch::Alarm").values():
