@@ -5,6 +5,8 @@ authenticated caller in the request context, never from the request."""
 
 from __future__ import annotations
 
+import base64
+import json
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -220,6 +222,15 @@ def request_invalid(exc: RequestValidationError) -> Response:
     return json_response(400, body)
 
 
+@app.exception_handler(Exception)
+def unexpected(exc: Exception) -> Response:
+    # A bug, not bad input: logged with its stack, answered in the API's shape.
+    logger.exception("unhandled error")
+    return json_response(
+        500, {"code": "internal_error", "message": "an unexpected error; it has been logged"}
+    )
+
+
 @app.not_found
 def route_not_found(exc: NotFoundError) -> Response:
     return json_response(404, {"code": "not_found", "message": f"no route for {app.current_event.path}"})
@@ -229,7 +240,45 @@ def route_not_found(exc: NotFoundError) -> Response:
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _accept_merge_patch(event)
+    refused = _refuse_unreadable_body(event)
+    if refused is not None:
+        return refused
     return app.resolve(event, context)
+
+
+def _refuse_unreadable_body(event: dict[str, Any]) -> dict[str, Any] | None:
+    """Bodies are JSON in UTF-8; anything else is the client's error, answered before the
+    resolver (which would fail on it) in the API's own error shape."""
+    body = event.get("body")
+    if not body:
+        return None
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    media_type = str(headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        return _error_event(415, "content-type", f"must be application/json, not {media_type or 'empty'}")
+    if event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(body, validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return _error_event(400, "body", "must be JSON encoded as UTF-8")
+    return None
+
+
+def _error_event(status: int, field: str, rule: str) -> dict[str, Any]:
+    body = {
+        "code": "invalid_request",
+        "message": f"{field}: {rule}",
+        "errors": [{"field": field, "rule": rule}],
+    }
+    if status == 415:
+        body["code"] = "unsupported_media_type"
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {},
+        "body": json.dumps(body, separators=(",", ":")),
+        "isBase64Encoded": False,
+    }
 
 
 def _accept_merge_patch(event: dict[str, Any]) -> None:

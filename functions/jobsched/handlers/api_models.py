@@ -295,6 +295,10 @@ class ErrorItem(ApiModel):
 
 
 class ErrorBody(ApiModel):
+    """Errors may carry details beside code and message (e.g. currentVersion, state)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
     code: str
     message: str
     errors: list[ErrorItem] | None = None

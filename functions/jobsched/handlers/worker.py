@@ -17,8 +17,11 @@ from ..store.queues import RunMessage
 from ..wiring import container
 
 processor = BatchProcessor(event_type=EventType.SQS)
-# single_metric does not honour this switch the way the shared Metrics object does.
-METRICS_DISABLED = os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() in ("1", "true")
+
+
+def metrics_disabled() -> bool:
+    # single_metric does not honour this switch the way the shared Metrics object does.
+    return os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() in ("1", "true")
 
 
 def delivery_of(record: SQSRecord, queue: str) -> Delivery:
@@ -52,7 +55,7 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
     if result.start_lag is not None and delivery.sent_at is not None:
         timings["QueueDwell"] = max(0.0, (services.clock.now() - delivery.sent_at).total_seconds())
     for name, seconds in timings.items():
-        if seconds is not None and not METRICS_DISABLED:
+        if seconds is not None and not metrics_disabled():
             # Per priority, so a starved low queue shows up on its own.
             with single_metric(
                 name=name, unit=MetricUnit.Seconds, value=seconds, namespace=NAMESPACE

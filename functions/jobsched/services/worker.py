@@ -154,6 +154,15 @@ class Worker:
                 self._metric("TenantThrottled", 1, "Count")
                 return self._defer(run, delivery, 5, "tenant_limit")
 
+        if run.state is RunState.LEASED and _attempts_spent(run, now):
+            # Its worker died holding the last attempt the policy allows (or past its max age):
+            # another claim would be one attempt too many.
+            self._metric("LeasesExpired", 1, "Count")
+            return self._ended(
+                self._completer.dead(
+                    run, "LeaseExpired", "the lease of its last allowed attempt expired", actor=self.actor
+                )
+            )
         leased = self._claim(run, now)
         if leased is None:
             self._metric("DuplicatesSuppressed", 1, "Count")
@@ -353,6 +362,16 @@ class _Heartbeat:
                     return
             except Exception:
                 logger.exception("heartbeat failed", extra={"run_key": self._lease.run.run_key})
+
+
+def _attempts_spent(run: Run, now: datetime) -> bool:
+    retry = run.policies.retry
+    too_old = (
+        retry.max_age_seconds is not None
+        and run.first_attempt_at is not None
+        and now - run.first_attempt_at >= timedelta(seconds=retry.max_age_seconds)
+    )
+    return run.attempt >= retry.max_attempts or too_old
 
 
 def _json_safe(value: Any) -> Any:

@@ -187,7 +187,8 @@ class DefinitionStore:
         return int(from_item(response.get("Item") or {}).get("live", 0))
 
     def count_request(self, tenant: str, window_start: datetime, limit: int) -> bool:
-        """Count one API request in the tenant's fixed one-minute window; False past the limit."""
+        """Count one API request in the tenant's fixed window starting at `window_start` (the
+        caller picks its length by how it truncates the time); False past the limit."""
         key = f"{RATE_PREFIX}{tenant}#{format_instant(window_start)}"
         with translated_errors():
             try:

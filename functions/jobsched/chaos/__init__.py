@@ -1,0 +1,39 @@
+"""Fault-injection harness: the real pipeline, in one process, under a simulated clock.
+
+Test tooling that lives beside the code so `make chaos` can run it; no handler imports it.
+
+What runs. moto (`mock_aws`) holds the three tables, the Runs stream and the priority
+queues with their DLQs. The real services do the work: JobService (the API's use cases)
+creates, pauses, resumes and cancels jobs; two Sweepers materialise runs; the Runs
+stream, read with the dynamodbstreams client and converted by
+`local.glue.lambda_stream_record`, is filtered with `handlers.outbox.matches_filter` and
+handed to the Outbox; Workers claim, execute Python handlers under Powertools idempotency
+and complete under the fence; the Reconciler repairs every minute.
+
+Time. One ManualClock is the true time, advanced one second per loop; nothing sleeps.
+Each component reads it through its own fixed offset of up to ±3 s (clock skew).
+moto's SQS keeps DelaySeconds, visibility timeouts and retention in wall-clock time, so
+the harness points SQS's clock at the ManualClock (`faults.sqs_on_clock`) instead of
+bypassing the queue: the outbox's delay is the timing wheel, a crashed worker's message
+really comes back after the queue's visibility timeout, receive counts grow and SQS
+itself redrives to the DLQ. Duplicates and delays are injected on real messages.
+
+One simulated second: API actions → a sweep (sometimes two sweepers interleaved) →
+stream records to the outbox → every visible message to a worker → the reconciler
+(every `reconcile_every` seconds).
+
+Faults, drawn from the printed seed: worker crash before the effect (at the job check
+after the claim) and after it (at the completing write); publish failures; lost stream
+batches; immediate and late duplicate deliveries; a worker frozen between its effect and
+its completion, thawed minutes later to complete with its old fence; two sweepers at once;
+throttling (ProvisionedThroughputExceededException / ThrottlingException) on random
+DynamoDB and SQS calls of every component; pauses, resumes, cancels and redrives through
+the services. After the window the faults stop and the loop runs until no run is open.
+
+The verdict (`checker`) is one line of figures; the must-be-0 ones fail the run.
+"""
+
+from .checker import MUST_BE_ZERO, Figures, Violation
+from .harness import ChaosConfig, FaultRates, Report, run_chaos
+
+__all__ = ["MUST_BE_ZERO", "ChaosConfig", "FaultRates", "Figures", "Report", "Violation", "run_chaos"]

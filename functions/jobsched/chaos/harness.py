@@ -1,0 +1,810 @@
+"""The simulated world: moto tables, stream and queues, the real services, and the loop that
+moves them one simulated second at a time while faults are injected. See the package
+docstring for the design."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import json
+import logging
+import os
+import random
+import sys
+import threading
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
+
+from ..domain.errors import ExecutionError, JobschedError
+from ..domain.instants import ManualClock
+from ..domain.models import Job, JobState
+from ..domain.runs import Run, RunState
+from ..services.completion import Completer
+from ..services.jobs import JobService
+from ..services.materialize import Materializer
+from ..services.outbox import Outbox, priority_router
+from ..services.reconciler import KINDS, Reconciler
+from ..services.runs import RunService
+from ..services.sweeper import Sweeper
+from ..services.worker import Outcome, Result, Worker
+from ..store.definitions import DefinitionStore
+from ..store.queues import RunQueues
+from ..store.runs import RunStore
+from ..store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from .checker import Ack, Evidence, Figures, StreamAudit, TrackedJob, check
+from .faults import (
+    FINISHING,
+    ChaosDefinitionStore,
+    ChaosRunStore,
+    FlakyClient,
+    Freeze,
+    SimulatedCrash,
+    SkewedClock,
+    Throttle,
+    sqs_on_clock,
+)
+from .ledger import JOB_TYPES, Ledger, Sequencer, chaos_registry
+from .scenario import Plan, plan
+
+REGION = "us-east-1"
+HORIZON = timedelta(seconds=120)  # the deployed sweep horizon (Settings.horizon_seconds)
+DDB_THROTTLED = "ProvisionedThroughputExceededException"
+SQS_THROTTLED = "ThrottlingException"
+BROKEN_VARIANTS = ("no-idempotency", "ignore-fence")
+
+
+@dataclass(frozen=True)
+class FaultRates:
+    crash_before_effect: float = 0.03  # per delivery
+    crash_after_effect: float = 0.03  # per delivery
+    freeze_worker: float = 0.01  # per delivery: held past its lease, resumes later
+    max_frozen: int = 25
+    publish_failure: float = 0.04  # per SendMessageBatch of the outbox
+    lost_stream_batch: float = 0.03  # per second: the outbox never sees that second's records
+    duplicate_delivery: float = 0.04  # per delivery: handed to a second worker at once
+    late_duplicate: float = 0.03  # per delivery: a copy arrives up to two minutes later
+    interleaved_sweep: float = 0.05  # per sweep: a second sweeper runs inside the first
+    ddb_throttle: float = 0.004  # per DynamoDB call of any component
+    sqs_throttle: float = 0.004  # per SQS call of any component
+    control: float = 0.012  # per second: a pause, resume or cancel through the API
+    redrive: float = 0.01  # per second: an audited redrive of a dead run
+
+    @classmethod
+    def none(cls) -> FaultRates:
+        return cls(**{f.name: 0 for f in dataclasses.fields(cls)})
+
+
+NO_FAULTS = FaultRates.none()
+
+
+@dataclass
+class ChaosConfig:
+    seed: int
+    runs: int = 1000
+    window_seconds: int | None = None  # default: 900 s, or 420 s below 400 runs
+    settle_limit_seconds: int = 2700
+    shard_count: int = 4
+    workers: int = 3
+    reconcile_every: int = 60
+    sweep_every: int = 10  # the deployed rule sweeps every 60 s with a 120 s horizon
+    faults: FaultRates = field(default_factory=FaultRates)
+    broken: str | None = None  # a deliberately broken worker, to prove the checker can fail
+    # The worker's per-tenant lease count is a GSI query that moto answers by reading the whole
+    # Runs table: per delivery, that makes a long run quadratic. Off unless asked for.
+    tenant_concurrency: int = 0
+    verbose: bool = False
+
+    def window(self) -> int:
+        if self.window_seconds is not None:
+            return self.window_seconds
+        return 900 if self.runs >= 400 else 420
+
+
+@dataclass
+class Report:
+    figures: Figures
+    faults: Counter[str]
+    outcomes: Counter[str]
+    unexpected: list[str]
+    simulated_seconds: int
+    settled: bool
+    explanations: dict[str, list[str]] = field(default_factory=dict)  # violating run key -> story
+
+    @property
+    def failed(self) -> bool:
+        return self.figures.failed() or not self.settled
+
+
+@dataclass
+class Frozen:
+    thread: threading.Thread
+    freeze: Freeze
+    done: threading.Event
+    box: dict[str, Any]
+    since: datetime
+    thaw_after: int
+
+
+class NoIdempotencyWorker(Worker):
+    """Broken on purpose: runs the effect without the idempotency record."""
+
+    def _effect(self, run: Run, invocation: Any, budget: float) -> Any:
+        return self._runner.run(run.target, invocation)
+
+
+class FenceBlindRunStore(ChaosRunStore):
+    """Broken on purpose: a lease holder's final write lands whatever the current fence."""
+
+    def replace(self, run: Run, *, expected_fence: int | None = None) -> Run:
+        if expected_fence is None or run.state not in FINISHING:
+            return super().replace(run, expected_fence=expected_fence)
+        freeze = self.freeze
+        if freeze is not None and freeze.run_key == run.run_key:
+            self.freeze = None
+            freeze.fence = expected_fence
+            freeze.reached.set()
+            freeze.thaw.wait()
+        current = self.get(run.job_id, run.scheduled_for)
+        if current is None:
+            return super().replace(run, expected_fence=expected_fence)
+        blind = run.model_copy(update={"rev": current.rev, "history": [*current.history, run.history[-1]]})
+        return RunStore.replace(self, blind)
+
+
+class World:
+    def __init__(self, config: ChaosConfig, clock: ManualClock, out: Callable[[str], None]) -> None:
+        import boto3
+
+        self.config = config
+        self.out = out
+        master = random.Random(config.seed)
+        self.rng = random.Random(master.random())  # fault decisions
+        self.control_rng = random.Random(master.random())
+        handler_rng = random.Random(master.random())
+        self.plan: Plan = plan(random.Random(master.random()), config.runs, config.window())
+        self.rates = config.faults
+        self.clock = clock  # true time; moto's SQS reads it too
+        clock.set(self.plan.start)
+        self.sequencer = Sequencer()
+        self.ledger = Ledger(self.sequencer, self.clock.now)
+        self.registry = chaos_registry(self.ledger, handler_rng)
+        self.metrics: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.unexpected: list[str] = []
+        self.repairs = 0
+        self.audit = StreamAudit()
+        self.tracked: dict[str, TrackedJob] = {}
+        self.redrives: dict[str, list[int]] = {}
+        self.frozen: list[Frozen] = []
+        self.frozen_count = 0
+        self.injecting = True
+
+        self.ddb: Any = boto3.client("dynamodb", region_name=REGION)
+        self.sqs: Any = boto3.client("sqs", region_name=REGION)
+        self.streams: Any = boto3.client("dynamodbstreams", region_name=REGION)
+        for spec in ALL_TABLES:
+            self.ddb.create_table(**spec.create_table_request())
+        self.urls, self.dlq_urls = _create_queues(self.sqs)
+        stream_arn = self.ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+        self.stream_arn = stream_arn
+        shard = self.streams.describe_stream(StreamArn=stream_arn)["StreamDescription"]["Shards"][0]
+        self.iterator: str = self.streams.get_shard_iterator(
+            StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        self.stream_backlog: list[tuple[int, dict[str, Any]]] = []  # (tries, record) awaiting the outbox
+        self.peek = MotoPeek(REGION)
+
+        self.ddb_throttle = Throttle(self.rng, self.rates.ddb_throttle)
+        self.sqs_throttle = Throttle(self.rng, self.rates.sqs_throttle)
+        self.publish_throttle = Throttle(
+            self.rng, self.rates.sqs_throttle, {"send_message_batch": self.rates.publish_failure}
+        )
+        self.throttles = [self.ddb_throttle, self.sqs_throttle, self.publish_throttle]
+
+        shards = config.shard_count
+        api_clock = self._skewed()
+        api_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
+        api_runs = RunStore(self._ddb(), RUNS.default_name, shards)
+        api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
+        self.jobs = JobService(api_defs, api_clock, materialize=api_materializer.materialize)
+        api_queues = self._queues(self.sqs_throttle)
+        api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self._metric)
+        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
+
+        self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
+        for _ in range(2):
+            skewed = self._skewed()
+            defs = ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
+            runs = RunStore(self._ddb(), RUNS.default_name, shards)
+            materializer = Materializer(defs, runs, skewed, horizon=HORIZON)
+            self.sweepers.append((Sweeper(defs, materializer, skewed), defs, materializer))
+        self.sweepers[0][1].before_save = self._sweeper_race
+
+        self.outbox = Outbox(
+            RunStore(self._ddb(), RUNS.default_name, shards),
+            self._queues(self.publish_throttle),
+            self._skewed(),
+            priority_router(lambda job_type: self.registry.get(job_type) is not None),
+        )
+        reconciler_clock = self._skewed()
+        reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards)
+        completer = Completer(
+            DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
+            reconciler_runs,
+            self._queues(self.sqs_throttle),
+            reconciler_clock,
+            self._metric,
+        )
+        self.reconciler = Reconciler(
+            reconciler_runs, reconciler_clock, shard_count=shards, on_dead=completer.after_dead
+        )
+        self.workers = [self._worker(f"w{i}", broken=config.broken) for i in range(config.workers)]
+        self.final_jobs: dict[str, Job] = {}
+
+    # --- construction helpers ---
+
+    def _skewed(self) -> SkewedClock:
+        return SkewedClock(self.clock, self.rng.randint(-3, 3))
+
+    def _ddb(self) -> FlakyClient:
+        return FlakyClient(self.ddb, self.ddb_throttle, DDB_THROTTLED)
+
+    def _queues(self, throttle: Throttle) -> RunQueues:
+        return RunQueues(FlakyClient(self.sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
+
+    def _metric(self, name: str, value: float, unit: str) -> None:
+        if unit == "Count":
+            self.metrics[name] += int(value)
+
+    def _worker(self, name: str, *, broken: str | None = None) -> Worker:
+        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+        from ..targets import TargetRunner
+
+        shards = self.config.shard_count
+        store_type = FenceBlindRunStore if broken == "ignore-fence" else ChaosRunStore
+        worker_type = NoIdempotencyWorker if broken == "no-idempotency" else Worker
+        # One persistence layer per worker: a shared one keeps the first worker's config.
+        persistence = DynamoDBPersistenceLayer(table_name=IDEMPOTENCY.default_name, boto3_client=self.ddb)
+        return worker_type(
+            ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
+            store_type(self._ddb(), RUNS.default_name, shards),
+            self._queues(self.sqs_throttle),
+            TargetRunner(lambda service: None, registry=self.registry),
+            self._skewed(),
+            persistence,
+            worker_id=name,
+            lease_seconds=60,
+            tenant_concurrency=self.config.tenant_concurrency,
+            metrics=self._metric,
+        )
+
+    # --- the loop ---
+
+    def run(self) -> Report:
+        config = self.config
+        window = self.plan.window_seconds
+        creations = sorted(self.plan.jobs, key=lambda j: j.create_at)
+        second = 0
+        settled = False
+        self.out(
+            f"chaos: seed={config.seed} start={self.plan.start:%Y-%m-%dT%H:%M:%SZ}"
+            f" dst_zone={self.plan.transition_zone} window={window}s jobs={len(self.plan.jobs)}"
+            f" planned_occurrences={sum(j.expected for j in self.plan.jobs)}"
+            + (f" broken={config.broken}" if config.broken else "")
+        )
+        while True:
+            if second == window:
+                self._stop_injecting()
+            if second >= window and second % 15 == 0 and not self.audit.open_runs() and not self.frozen:
+                settled = True
+                break
+            if second >= window + config.settle_limit_seconds:
+                break
+            while creations and creations[0].create_at <= second:
+                self._create(creations.pop(0))
+            if self.injecting:
+                self._control()
+            self._thaw_due()
+            if second % config.sweep_every == 0:
+                self._sweep()
+            self._stream()
+            self._deliver()
+            if second % config.reconcile_every == 0:
+                self._reconcile()
+            _drain_metrics()
+            second += 1
+            self.clock.advance(1)
+            if config.verbose and second % 300 == 0:
+                self.out(f"  t+{second}s open={len(self.audit.open_runs())} outcomes={dict(self.outcomes)}")
+        self._stream()
+        figures, explanations = self._check()
+        return Report(figures, self.faults, self.outcomes, self.unexpected, second, settled, explanations)
+
+    def _stop_injecting(self) -> None:
+        self.injecting = False
+        self.rates = NO_FAULTS
+        for throttle in self.throttles:
+            throttle.enabled = False
+        for frozen in list(self.frozen):
+            self._thaw(frozen)
+
+    # --- API: creation and lifecycle changes ---
+
+    def _create(self, planned: Any) -> None:
+        for _ in range(20):  # a client retries a 503 until the job is accepted
+            try:
+                job = self.jobs.create(planned.tenant, planned.spec).job
+            except JobschedError:
+                continue
+            self.tracked[job.job_id] = TrackedJob(job.job_id, job.tenant)
+            return
+        raise RuntimeError("the API kept failing to create a job")
+
+    def _control(self) -> None:
+        rng = self.control_rng
+        if self.tracked and rng.random() < self.rates.control:
+            tracked = self.tracked[rng.choice(sorted(self.tracked))]
+            paused = bool(tracked.acks) and tracked.acks[-1].kind == "pause"
+            cancelled = any(a.kind == "cancel" for a in tracked.acks)
+            if not cancelled:
+                if paused:
+                    kind = "resume" if rng.random() < 0.7 else "cancel"
+                else:
+                    kind = "pause" if rng.random() < 0.8 else "cancel"
+                self._lifecycle(tracked, kind)
+        if rng.random() < self.rates.redrive:
+            dead = sorted(k for k, r in self.audit.latest.items() if r.state is RunState.DEAD)
+            if dead:
+                run = self.audit.latest[rng.choice(dead)]
+                try:
+                    self.run_service.redrive(run.tenant, run.run_key, "api:chaos", "chaos redrive")
+                except JobschedError:
+                    return
+                self.redrives.setdefault(run.run_key, []).append(self.sequencer.next())
+                self.faults["redrive"] += 1
+
+    def _lifecycle(self, tracked: TrackedJob, kind: str) -> None:
+        action = {"pause": self.jobs.pause, "resume": self.jobs.resume, "cancel": self.jobs.cancel}[kind]
+        try:
+            job = action(tracked.tenant, tracked.job_id)
+        except JobschedError:
+            return  # 409 for a completed job, or 503: not acknowledged
+        if kind == "pause" and job.state is not JobState.PAUSED:
+            return
+        tracked.acks.append(Ack(kind, self.sequencer.next(), self.clock.now()))
+        self.faults[kind] += 1
+
+    # --- sweeper ---
+
+    def _sweep(self) -> None:
+        first, second = self.sweepers
+        if self.rng.random() < self.rates.interleaved_sweep:
+            # Two sweepers at once: A reads its due jobs, B sweeps everything, A materialises
+            # the jobs as it read them (stale revs, runs already there).
+            self.faults["interleaved_sweep"] += 1
+            _, defs, materializer = first
+            until = self.clock.now() + HORIZON
+            stale: list[Job] = []
+            for shard in range(self.config.shard_count):
+                try:
+                    stale += defs.due_jobs(shard, until, limit=100)[0]
+                except JobschedError:
+                    continue
+            self._guarded(second[0].sweep)
+            for job in stale:
+                self._guarded(functools.partial(materializer.materialize, job))
+            return
+        self._guarded(self.rng.choice(self.sweepers)[0].sweep)
+
+    def _sweeper_race(self, job: Job) -> None:
+        """Just before sweeper A advances a job, sweeper B materialises the same job."""
+        if not self.injecting or self.rng.random() >= self.rates.interleaved_sweep:
+            return
+        self.faults["sweeper_race"] += 1
+        _, defs, materializer = self.sweepers[1]
+        try:
+            current = defs.get(job.job_id)
+            if current is not None:
+                materializer.materialize(current)
+        except JobschedError:
+            pass
+
+    def _guarded(self, step: Callable[[], Any]) -> None:
+        try:
+            step()
+        except JobschedError:
+            pass  # throttled after retries: the next tick tries again
+        except Exception:
+            self._unexpected("sweeper")
+
+    # --- stream → outbox ---
+
+    def _stream(self) -> None:
+        from ..handlers.outbox import matches_filter, runs_of
+        from ..local.glue import lambda_stream_record
+
+        fresh: list[dict[str, Any]] = []
+        while self.peek.stream_has_records():
+            response = self.streams.get_records(ShardIterator=self.iterator, Limit=1000)
+            self.iterator = response.get("NextShardIterator") or self.iterator
+            records = response.get("Records", [])
+            for raw in records:
+                record = lambda_stream_record(raw, self.stream_arn, REGION)
+                self.audit.observe(record)
+                if matches_filter(record):
+                    fresh.append(record)
+            if len(records) < 1000:
+                break
+            self.peek.forget_stream()
+        if fresh and self.rng.random() < self.rates.lost_stream_batch:
+            self.faults["lost_stream_batch"] += 1
+            self.faults["lost_stream_records"] += len(fresh)
+            fresh = []
+        batch = self.stream_backlog + [(0, r) for r in fresh]
+        self.stream_backlog = []
+        if not batch:
+            return
+        runs, _ = runs_of([record for _, record in batch])
+        try:
+            failed = set(self.outbox.publish([runs[s] for s in sorted(runs)]))
+        except Exception:
+            self._unexpected("outbox")
+            failed = {run.run_key for run in runs.values()}
+        if failed:
+            self.faults["publish_failed_runs"] += len(failed)
+        for tries, record in batch:
+            sequence = str(record["dynamodb"]["SequenceNumber"])
+            run = runs.get(sequence)
+            # Lambda retries a failed record; after a few tries it gives up and the reconciler repairs.
+            if run is not None and run.run_key in failed and tries < 2:
+                self.stream_backlog.append((tries + 1, record))
+
+    # --- SQS → worker ---
+
+    def _deliver(self) -> None:
+        for spec in QUEUES:
+            url = self.urls[spec.key]
+            for _ in range(100):
+                if not self.peek.queue_has_visible(spec.default_name):
+                    break
+                messages = self.sqs.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+                ).get("Messages", [])
+                if not messages:
+                    break
+                for message in messages:
+                    self._handle(spec.key, url, message)
+
+    def _handle(self, queue: str, url: str, message: dict[str, Any]) -> None:
+        from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+        from ..handlers.worker import delivery_of
+
+        record = {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message.get("Attributes", {}),
+            "messageAttributes": {},
+            "md5OfBody": message.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": url,
+            "awsRegion": REGION,
+        }
+        delivery = delivery_of(SQSRecord(record), queue)
+        rates = self.rates
+        roll = self.rng.random()
+        if roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
+            self._freeze(delivery, url, message)
+            return
+        worker = self.rng.choice(self.workers)
+        runs = worker._runs
+        defs = worker._definitions
+        assert isinstance(runs, ChaosRunStore) and isinstance(defs, ChaosDefinitionStore)
+        roll -= rates.freeze_worker
+        if roll < rates.crash_before_effect:
+            defs.crash_reading = delivery.job_id
+        elif roll < rates.crash_before_effect + rates.crash_after_effect:
+            runs.crash_finishing = delivery.run_key
+        try:
+            completed = self._process(worker, delivery)
+        finally:
+            defs.crash_reading = None
+            runs.crash_finishing = None
+        if completed:
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        if self.rng.random() < rates.duplicate_delivery:
+            self.faults["duplicate_delivery"] += 1
+            self._process(self.rng.choice(self.workers), delivery)
+        if self.rng.random() < rates.late_duplicate:
+            self.faults["late_duplicate"] += 1
+            self.sqs.send_message(
+                QueueUrl=url, MessageBody=message["Body"], DelaySeconds=self.rng.randint(1, 120)
+            )
+
+    def _process(self, worker: Worker, delivery: Any) -> bool:
+        """One Lambda invocation for one record; False when the record would be retried."""
+        try:
+            result: Result = worker.process(delivery)
+        except SimulatedCrash as exc:
+            self.faults["crash_before_effect" if "before" in str(exc) else "crash_after_effect"] += 1
+            return False
+        except (JobschedError, ExecutionError) as exc:
+            self.outcomes[f"error:{type(exc).__name__}"] += 1
+            return False
+        except Exception:
+            self._unexpected("worker")
+            return False
+        self.outcomes[result.outcome.value] += 1
+        return True
+
+    def _freeze(self, delivery: Any, url: str, message: dict[str, Any]) -> None:
+        """A worker that stops (GC pause, lost CPU) between its effect and its completion."""
+        self.frozen_count += 1
+        worker = self._worker(f"frozen{self.frozen_count}", broken=self.config.broken)
+        runs = worker._runs
+        assert isinstance(runs, ChaosRunStore)
+        freeze = Freeze(delivery.run_key)
+        runs.freeze = freeze
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def invoke() -> None:
+            try:
+                box["completed"] = self._process(worker, delivery)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=invoke, name=f"frozen-{self.frozen_count}", daemon=True)
+        thread.start()
+        while not (freeze.reached.wait(0.005) or done.is_set()):
+            pass
+        if freeze.reached.is_set():
+            self.faults["frozen_worker"] += 1
+            thaw_after = self.rng.randint(100, 400)
+            self.frozen.append(Frozen(thread, freeze, done, box, self.clock.now(), thaw_after))
+            return
+        thread.join()
+        runs.freeze = None
+        if box.get("completed"):
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+    def _thaw_due(self) -> None:
+        now = self.clock.now()
+        for frozen in list(self.frozen):
+            if now - frozen.since >= timedelta(seconds=frozen.thaw_after):
+                self._thaw(frozen)
+
+    def _thaw(self, frozen: Frozen) -> None:
+        self.frozen.remove(frozen)
+        frozen.freeze.thaw.set()
+        frozen.thread.join(timeout=60)
+        if frozen.thread.is_alive():
+            raise RuntimeError(f"a thawed worker did not finish ({frozen.freeze.run_key})")
+        # Its message was redelivered long ago; the stale receipt handle is not deleted.
+
+    # --- reconciler ---
+
+    def _reconcile(self) -> None:
+        try:
+            report = self.reconciler.reconcile_all()
+        except JobschedError:
+            return
+        except Exception:
+            self._unexpected("reconciler")
+            return
+        self.repairs += sum(report.count(kind) for kind in KINDS)
+
+    def _unexpected(self, where: str) -> None:
+        text = f"{where} at {self.clock.now():%H:%M:%S}: {traceback.format_exc(limit=6)}"
+        self.outcomes[f"unexpected:{where}"] += 1
+        if len(self.unexpected) < 20:
+            self.unexpected.append(text)
+
+    # --- the verdict ---
+
+    def _check(self) -> tuple[Figures, dict[str, list[str]]]:
+        runs: list[Run] = []
+        for page in self.ddb.get_paginator("scan").paginate(
+            TableName=RUNS.default_name,
+            FilterExpression="begins_with(sk, :r)",
+            ExpressionAttributeValues={":r": {"S": "R#"}},
+        ):
+            runs += [RunStore.from_item(item) for item in page.get("Items", [])]
+        defs = DefinitionStore(self.ddb, DEFINITIONS.default_name, self.config.shard_count)
+        stored = {job_id: job for job_id in self.tracked if (job := defs.get(job_id)) is not None}
+        figures = check(
+            Evidence(
+                seed=self.config.seed,
+                window_end=self.plan.end,
+                end=self.clock.now(),
+                jobs=self.tracked,
+                stored_jobs=stored,
+                runs=runs,
+                ledger=self.ledger,
+                audit=self.audit,
+                redrives=self.redrives,
+                duplicates_suppressed=self.metrics["DuplicatesSuppressed"],
+                stale_fences_rejected=self.metrics["StaleFencesRejected"],
+                repairs=self.repairs,
+            )
+        )
+        by_key = {run.run_key: run for run in runs}
+        explanations: dict[str, list[str]] = {}
+        for violation in figures.violations:
+            key = violation.run_key
+            if key in explanations or len(explanations) >= 8:
+                continue
+            explanations[key] = self._story(by_key.get(key), key)
+        return figures, explanations
+
+    def _story(self, run: Run | None, run_key: str) -> list[str]:
+        """The run's transitions and handler calls, for a failure report."""
+        lines: list[str] = []
+        if run is not None:
+            policy = run.policies
+            lines.append(
+                f"type={run.job_type} maxAttempts={policy.retry.max_attempts}"
+                f" delivery={policy.delivery.value} overlap={policy.overlap.value} state={run.state.value}"
+            )
+            for entry in run.history:
+                lines.append(
+                    f"{entry.at:%H:%M:%S} {entry.actor:<14} {entry.source.value if entry.source else '-':>10}"
+                    f" -> {entry.target.value:<10} fence={entry.fence} attempt={entry.attempt}"
+                    f" {entry.error_class or ''} {entry.reason or ''}".rstrip()
+                )
+        for call in self.ledger.calls.get(run_key, []):
+            lines.append(
+                f"{call.at:%H:%M:%S} handler call seq={call.seq} attempt={call.attempt} acted={call.acted}"
+            )
+        job_id = run_key.partition("@")[0]
+        for ack in self.tracked[job_id].acks if job_id in self.tracked else []:
+            lines.append(f"{ack.at:%H:%M:%S} job {ack.kind} acknowledged seq={ack.seq}")
+        return lines
+
+
+class MotoPeek:
+    """Looks inside moto (not the system under test) to skip calls that would come back empty:
+    a receive while no message is visible, a stream read while no record was added. Without
+    the internals it says "maybe" and the harness simply makes the call."""
+
+    def __init__(self, region: str) -> None:
+        self._region = region
+        self._stream_seen = -1
+
+    def _sqs(self) -> Any:
+        try:
+            from moto.core import DEFAULT_ACCOUNT_ID
+            from moto.sqs.models import sqs_backends
+
+            return sqs_backends[DEFAULT_ACCOUNT_ID][self._region]
+        except Exception:
+            return None
+
+    def queue_has_visible(self, name: str) -> bool:
+        backend = self._sqs()
+        try:
+            messages = backend.queues[name]._messages
+            return any(m.visible and not m.delayed for m in messages)
+        except Exception:
+            return True
+
+    def forget_stream(self) -> None:
+        self._stream_seen = -1
+
+    def stream_has_records(self) -> bool:
+        try:
+            from moto.core import DEFAULT_ACCOUNT_ID
+            from moto.dynamodb.models import dynamodb_backends
+
+            table: Any = dynamodb_backends[DEFAULT_ACCOUNT_ID][self._region].get_table(RUNS.default_name)
+            count = len(table.stream_shard.items)
+        except Exception:
+            return True
+        if count == self._stream_seen:
+            return False
+        self._stream_seen = count
+        return True
+
+
+def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:
+    urls: dict[str, str] = {}
+    dlq_urls: dict[str, str] = {}
+    for queue in QUEUES:
+        dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
+        )
+        urls[queue.key] = sqs.create_queue(
+            QueueName=queue.default_name,
+            Attributes={"VisibilityTimeout": str(queue.visibility_timeout), "RedrivePolicy": redrive},
+        )["QueueUrl"]
+        dlq_urls[queue.key] = dlq_url
+    return urls, dlq_urls
+
+
+def _drain_metrics() -> None:
+    # Services also emit through the shared Powertools Metrics object; nobody flushes it here.
+    from ..observability import metrics
+
+    metrics.clear_metrics()
+
+
+ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    # In-process moto streams need this with botocore 1.44 (see FIELD-NOTES).
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_TRACE_DISABLED": "1",
+    "POWERTOOLS_LOG_LEVEL": "CRITICAL",
+}
+
+
+@contextlib.contextmanager
+def simulated_aws(clock: ManualClock) -> Iterator[None]:
+    """moto in-process with fake credentials; SQS time follows `clock`."""
+    from moto import mock_aws
+    from moto.moto_api._internal import mock_random
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ, ENVIRONMENT))
+        stack.enter_context(mock_aws())
+        stack.enter_context(sqs_on_clock(clock))
+        mock_random.seed(0)
+        yield
+
+
+def run_chaos(config: ChaosConfig, out: Callable[[str], None] | None = None) -> Report:
+    """Run one seeded chaos simulation and judge it."""
+    stdout = sys.stdout
+    emit = out or (lambda line: print(line, file=stdout, flush=True))
+    if config.broken is not None and config.broken not in BROKEN_VARIANTS:
+        raise ValueError(f"broken must be one of {BROKEN_VARIANTS}")
+    quiet = logging.getLogger("jobsched")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    ids = random.Random(f"job-ids-{config.seed}")
+    alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+    def job_id() -> str:
+        # Job ids from the seed, so a seed replays the same run keys and shard layout.
+        return "j_" + "".join(ids.choice(alphabet) for _ in range(16))
+
+    clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC))
+    try:
+        with (
+            simulated_aws(clock),
+            mock.patch("jobsched.services.jobs.new_job_id", job_id),
+            warnings.catch_warnings(),
+            # The services print EMF metrics to stdout; the figures are the output here.
+            contextlib.redirect_stdout(io.StringIO()) as swallowed,
+        ):
+            # No Lambda context: in-progress idempotency records carry no expiry here.
+            warnings.filterwarnings("ignore", message="Couldn't determine the remaining time left")
+            world = World(config, clock, emit)
+            try:
+                return world.run()
+            finally:
+                swallowed.truncate(0)
+    finally:
+        quiet.setLevel(level)
+
+
+__all__ = ["JOB_TYPES", "ChaosConfig", "FaultRates", "Outcome", "Report", "run_chaos"]

@@ -1,0 +1,141 @@
+"""The job mix of one chaos run, drawn from the seed: schedules, zones, policies, tenants.
+
+Every simulated window opens ten minutes before a DST transition in one of the zones, so
+cron jobs bound to the local hours around it cross a gap or a repeated hour mid-run."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..domain.cron import zone
+from ..domain.models import (
+    Delivery,
+    DstFold,
+    DstGap,
+    DstPolicy,
+    JobSpec,
+    Misfire,
+    Overlap,
+    Policies,
+    Priority,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+)
+from ..domain.schedule import fires_between
+from .ledger import BAD, DOWN, FLAKY, OK
+
+ZONES = ("Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC")
+TENANTS = ("acme", "globex", "initech", "umbrella")
+
+# (window start, zone whose clocks change ten minutes later)
+TRANSITIONS = (
+    (datetime(2026, 10, 25, 0, 50, tzinfo=UTC), "Europe/London"),  # 02:00 BST -> 01:00 GMT
+    (datetime(2026, 11, 1, 5, 50, tzinfo=UTC), "America/New_York"),  # 02:00 EDT -> 01:00 EST
+    (datetime(2026, 10, 3, 15, 20, tzinfo=UTC), "Australia/Lord_Howe"),  # 02:00 -> 02:30 (gap)
+    (datetime(2026, 4, 4, 14, 50, tzinfo=UTC), "Australia/Lord_Howe"),  # 02:00 -> 01:30 (fold)
+    (datetime(2026, 3, 29, 0, 50, tzinfo=UTC), "Europe/London"),  # 01:00 GMT -> 02:00 BST (gap)
+    (datetime(2026, 3, 8, 6, 50, tzinfo=UTC), "America/New_York"),  # 02:00 EST -> 03:00 EDT (gap)
+)
+
+SECOND_CRONS = ("*/10 * * * * *", "*/15 * * * * *", "*/20 * * * * *", "5,35 * * * * *", "*/30 * * * * *")
+MINUTE_CRONS = ("* * * * *", "*/2 * * * *", "*/3 * * * *")
+TYPE_WEIGHTS = ((OK, 45), (FLAKY, 35), (DOWN, 10), (BAD, 10))
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    tenant: str
+    spec: JobSpec
+    create_at: int  # simulated second at which the API creates it
+    expected: int  # occurrences in the window (for sizing only)
+
+
+@dataclass(frozen=True)
+class Plan:
+    start: datetime
+    transition_zone: str
+    window_seconds: int
+    jobs: list[PlannedJob]
+
+    @property
+    def end(self) -> datetime:
+        return self.start + timedelta(seconds=self.window_seconds)
+
+
+def plan(rng: random.Random, target_runs: int, window_seconds: int) -> Plan:
+    start, dst_zone = rng.choice(TRANSITIONS)
+    end = start + timedelta(seconds=window_seconds)
+    jobs: list[PlannedJob] = []
+    total = 0
+    # More than asked: pauses and cancels take some occurrences away.
+    while total < target_runs * 1.35:
+        create_at = rng.randint(0, max(1, window_seconds // 6))
+        created = start + timedelta(seconds=create_at)
+        spec = _spec(rng, len(jobs), created, end, dst_zone)
+        schedule = spec.schedule
+        if schedule.kind is ScheduleKind.RATE:
+            schedule = schedule.model_copy(update={"anchor": created})
+        count = len(fires_between(schedule, created - timedelta(seconds=1), end, 10_000))
+        if count == 0:
+            continue
+        jobs.append(PlannedJob(rng.choice(TENANTS), spec, create_at, count))
+        total += count
+    return Plan(start, dst_zone, window_seconds, jobs)
+
+
+def _spec(rng: random.Random, index: int, created: datetime, end: datetime, dst_zone: str) -> JobSpec:
+    kind = rng.choices(["once", "rate", "cron"], weights=[15, 35, 50])[0]
+    schedule: Schedule
+    if kind == "once":
+        span = max(10, int((end - created).total_seconds()) - 30)
+        at = created + timedelta(seconds=rng.randint(5, span))
+        schedule = Schedule(kind=ScheduleKind.ONCE, at=at)
+    elif kind == "rate":
+        schedule = Schedule(
+            kind=ScheduleKind.RATE, every_seconds=rng.choice([7, 10, 15, 30, 45, 60, 90]), end_at=end
+        )
+    else:
+        zone_name = rng.choice([*ZONES, dst_zone, dst_zone])
+        schedule = Schedule(
+            kind=ScheduleKind.CRON,
+            cron=_cron(rng, zone_name, created, end),
+            time_zone=zone_name,
+            end_at=end,
+            dst=DstPolicy(gap=rng.choice(list(DstGap)), fold=rng.choice(list(DstFold))),
+        )
+    job_type = rng.choices([t for t, _ in TYPE_WEIGHTS], weights=[w for _, w in TYPE_WEIGHTS])[0]
+    policies = Policies(
+        misfire=rng.choice(list(Misfire)),
+        catch_up_window_seconds=rng.choice([60, 600, 3600]),
+        overlap=rng.choices(list(Overlap), weights=[70, 15, 15])[0],
+        retry=RetryPolicy(
+            max_attempts=rng.randint(1, 5),
+            base_seconds=1.0,
+            cap_seconds=float(rng.choice([4, 10, 20])),
+        ),
+        delivery=Delivery.AT_MOST_ONCE if rng.random() < 0.15 else Delivery.AT_LEAST_ONCE,
+        jitter_seconds=0 if rng.random() < 0.7 else rng.randint(1, 10),
+    )
+    return JobSpec(
+        name=f"chaos-{index}",
+        type=job_type,
+        schedule=schedule,
+        priority=rng.choice(list(Priority)),
+        policies=policies,
+        payload={"n": index},
+    )
+
+
+def _cron(rng: random.Random, zone_name: str, created: datetime, end: datetime) -> str:
+    if rng.random() < 0.5:
+        return rng.choice(SECOND_CRONS + MINUTE_CRONS)
+    # Bound to the local hours the window crosses, so a DST change lands inside the schedule.
+    tz = zone(zone_name)
+    hours = sorted({(created + timedelta(minutes=m)).astimezone(tz).hour for m in range(0, 40, 5)})
+    hour_field = ",".join(str(h) for h in hours)
+    if rng.random() < 0.5:
+        return f"{rng.choice(['*/15', '*/20', '0,30'])} * {hour_field} * * *"
+    return f"{rng.choice(['*', '*/2'])} {hour_field} * * *"

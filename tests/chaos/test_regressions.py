@@ -1,0 +1,75 @@
+"""Failure windows the chaos harness found, replayed deterministically on moto.
+
+Each is a strict xfail while the bug stands: fixing the code makes it pass, and the marker
+must then go."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import boto3
+import pytest
+from jobsched.domain.runs import RunState
+from jobsched.services.worker import Delivery, Worker
+from jobsched.targets import HandlerRegistry, TargetRunner
+
+pytestmark = pytest.mark.integration
+
+NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+
+
+@pytest.fixture
+def calls():
+    return Counter()
+
+
+def make_worker(container, calls, name):
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+    registry = HandlerRegistry()
+
+    @registry.register("ok")
+    def ok(payload, invocation):
+        calls[invocation.run_key] += 1
+        return "done"
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id=name,
+        lease_seconds=60,
+    )
+
+
+def test_an_expired_lease_is_not_reclaimed_beyond_max_attempts(api, container, clock, calls, monkeypatch):
+    job = api.post("/v1/jobs", {"name": "n", "type": "ok", "runAt": NOW, "maxAttempts": 1})
+    job_id = job.body["jobId"]
+    key = f"{job_id}@{NOW}"
+    delivery = Delivery(key, job_id, NOW, "default")
+
+    # Attempt 1 of 1: the worker claims, then dies before the effect (its message stays).
+    first = make_worker(container, calls, "w1")
+    real_get = container.definitions.get
+    monkeypatch.setattr(container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError()))
+    with pytest.raises(ConnectionError):
+        first.process(delivery)
+    monkeypatch.setattr(container.definitions, "get", real_get)
+    assert container.runs.get_by_key(key).attempt == 1
+
+    # The lease expires; before the reconciler's next pass (lease + 30 s grace) a duplicate or
+    # redelivered message reaches another worker.
+    clock.advance(61)
+    make_worker(container, calls, "w2").process(delivery)
+
+    run = container.runs.get_by_key(key)
+    claims = [t.attempt for t in run.history if t.target is RunState.LEASED]
+    assert max(claims) <= 1, f"claimed for attempts {claims} with maxAttempts 1"
+    assert calls[key] == 0
+    assert run.state is RunState.DEAD

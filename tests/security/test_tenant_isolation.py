@@ -1,0 +1,157 @@
+"""Invariant 8: a tenant can neither see nor change another tenant's jobs or runs.
+
+Tenant A owns a dead run (driven there by a real worker), a leased run, and an active job.
+Tenant B calls every route against them: each answers 404 (never 403, which would confirm the
+resource exists), lists come back without A's items, and afterwards A's state is unchanged."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.domain.errors import PermanentError
+from jobsched.services.worker import Delivery, Outcome, Worker
+from jobsched.targets import HandlerRegistry, TargetRunner
+
+pytestmark = pytest.mark.integration
+
+NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+WINDOW = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
+
+
+@pytest.fixture
+def worker(container):
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+    registry = HandlerRegistry()
+
+    @registry.register("bad")
+    def bad(payload, invocation):
+        raise PermanentError("payload rejected", error_class="HTTP400")
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id="w1",
+    )
+
+
+@pytest.fixture
+def owned(api, worker):
+    """Tenant A's resources: an active cron job whose first run is DEAD, and a leased run."""
+    job = api.post("/v1/jobs", {"name": "a", "type": "bad", "cron": "0 * * * *"})
+    assert job.status == 201, job
+    job_id = job.body["jobId"]
+    dead_key = f"{job_id}@{NOW}"
+    outcome = worker.process(Delivery(dead_key, job_id, NOW, "default")).outcome
+    assert outcome is Outcome.DEAD
+
+    ext = api.post("/v1/jobs", {"name": "e", "type": "ext", "runAt": NOW})
+    assert ext.status == 201, ext
+    lease_key = f"{ext.body['jobId']}@{NOW}"
+    leases = api.post("/v1/leases", {"types": ["ext"], "workerId": "a-worker"}).body["leases"]
+    assert [lease["runKey"] for lease in leases] == [lease_key]
+    return {
+        "job_id": job_id,
+        "version": job.body["version"],
+        "dead_key": dead_key,
+        "lease_key": lease_key,
+        "fence": leases[0]["fence"],
+    }
+
+
+def attempts(owned):
+    """(route template, call) for every route that names a resource. The templates must cover
+    the OpenAPI document (checked below), so a new route cannot skip this test."""
+    job, dead, lease = owned["job_id"], quote(owned["dead_key"], safe=""), quote(owned["lease_key"], safe="")
+    if_match = {"if-match": f'"{owned["version"]}"'}
+    fence = owned["fence"]
+    return [
+        ("GET /v1/jobs/{job_id}", lambda b: b.get(f"/v1/jobs/{job}")),
+        ("PATCH /v1/jobs/{job_id}", lambda b: b.patch(f"/v1/jobs/{job}", {"name": "x"}, headers=if_match)),
+        ("DELETE /v1/jobs/{job_id}", lambda b: b.delete(f"/v1/jobs/{job}")),
+        ("POST /v1/jobs/{job_id}/pause", lambda b: b.post(f"/v1/jobs/{job}/pause")),
+        ("POST /v1/jobs/{job_id}/resume", lambda b: b.post(f"/v1/jobs/{job}/resume")),
+        ("GET /v1/jobs/{job_id}/runs", lambda b: b.get(f"/v1/jobs/{job}/runs")),
+        ("GET /v1/jobs/{job_id}/summary", lambda b: b.get(f"/v1/jobs/{job}/summary")),
+        ("POST /v1/jobs/{job_id}/trigger", lambda b: b.post(f"/v1/jobs/{job}/trigger")),
+        ("POST /v1/jobs/{job_id}/backfill", lambda b: b.post(f"/v1/jobs/{job}/backfill", WINDOW)),
+        ("GET /v1/runs/{run_key}", lambda b: b.get(f"/v1/runs/{dead}")),
+        ("POST /v1/runs/{run_key}/redrive", lambda b: b.post(f"/v1/runs/{dead}/redrive", {"reason": "x"})),
+        ("POST /v1/runs/{run_key}/cancel", lambda b: b.post(f"/v1/runs/{lease}/cancel")),
+        (
+            "POST /v1/leases/{run_key}/heartbeat",
+            lambda b: b.post(f"/v1/leases/{lease}/heartbeat", {"fence": fence}),
+        ),
+        (
+            "POST /v1/leases/{run_key}/complete",
+            lambda b: b.post(f"/v1/leases/{lease}/complete", {"fence": fence, "outcome": "succeeded"}),
+        ),
+    ]
+
+
+def test_every_route_naming_another_tenants_resource_is_404(api, other_api, owned):
+    for route, call in attempts(owned):
+        response = call(other_api)
+        assert response.status == 404, f"{route}: {response}"
+        # Nothing beyond "not found": no state, fence or version of the resource leaks.
+        assert set(response.body) == {"code", "message"} and response.body["code"] == "not_found", route
+
+    job = api.get(f"/v1/jobs/{owned['job_id']}")
+    assert job.body["state"] == "ACTIVE" and job.body["version"] == owned["version"]
+    assert job.body["name"] == "a"
+    dead = api.get(f"/v1/runs/{quote(owned['dead_key'], safe='')}").body
+    assert dead["state"] == "DEAD" and dead["redrives"] == 0
+    leased = api.get(f"/v1/runs/{quote(owned['lease_key'], safe='')}").body
+    assert leased["state"] == "LEASED" and leased["fence"] == owned["fence"]
+    runs = api.get(f"/v1/jobs/{owned['job_id']}/runs").body["items"]
+    assert [r["scheduledFor"] for r in runs] == [NOW]  # no trigger, no backfill landed
+
+
+def test_lists_never_show_another_tenants_items(api, other_api, owned):
+    assert other_api.get("/v1/jobs").body == {"items": [], "nextCursor": None}
+    assert other_api.get("/v1/jobs", query="state=ACTIVE").body["items"] == []
+    assert other_api.get("/v1/dead-letters").body == {"items": [], "nextCursor": None}
+    assert [r["runKey"] for r in api.get("/v1/dead-letters").body["items"]] == [owned["dead_key"]]
+
+
+def test_claiming_never_hands_out_another_tenants_runs(api, other_api, owned):
+    other = api.post("/v1/jobs", {"name": "e2", "type": "ext", "runAt": NOW})
+    assert other.status == 201
+    claimed = other_api.post("/v1/leases", {"types": ["ext", "bad"], "workerId": "b", "max": 10})
+    assert claimed.status == 200 and claimed.body["leases"] == []
+
+
+def test_cursors_do_not_cross_tenants(api, other_api, owned):
+    api.post("/v1/jobs", {"name": "b", "type": "ext", "runAt": NOW})
+    cursor = api.get("/v1/jobs", query="limit=1").body["nextCursor"]
+    assert cursor
+    response = other_api.get("/v1/jobs", query=f"limit=1&cursor={cursor}")
+    assert response.status == 400 and response.body["errors"][0]["field"] == "cursor"
+    runs_cursor = api.get(f"/v1/jobs/{owned['job_id']}/runs", query="limit=1")
+    assert runs_cursor.status == 200
+
+
+def test_idempotency_keys_are_per_tenant(api, other_api):
+    body = {"name": "same", "type": "ext", "runAt": NOW, "idempotencyKey": "k-1"}
+    first = api.post("/v1/jobs", body)
+    second = other_api.post("/v1/jobs", body)
+    assert first.status == second.status == 201
+    assert first.body["jobId"] != second.body["jobId"]
+    assert other_api.get(f"/v1/jobs/{first.body['jobId']}").status == 404
+
+
+def test_the_isolation_table_covers_every_route_with_a_resource(api, owned):
+    """Every documented route with a path parameter is exercised above."""
+    paths = api.get("/openapi.json").body["paths"]
+    documented = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops if "{" in path}
+    covered = {route for route, _ in attempts(owned)}
+    assert documented == covered
