@@ -483,3 +483,24 @@ def test_handler_reports_only_unexpected_failures(container, clock, registry, mo
     response = worker_handler.handler(event, InvocationContext(function_name="jobsched-worker"))
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-broken"}]}
     assert stored(container, good).state is RunState.SUCCEEDED
+
+
+def test_heartbeat_keeps_the_message_invisible(container, clock, worker):
+    from jobsched.services.worker import _Lease
+
+    _, run = one_run(container, clock)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    container.queues.publish("default", [(run, 0)])
+    (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"]
+    leased = worker._claim(container.runs.get_by_key(run.run_key), clock.now())
+    d = Delivery(
+        run.run_key,
+        run.job_id,
+        delivery(run).scheduled_for,
+        "default",
+        receipt_handle=message["ReceiptHandle"],
+    )
+    assert worker.heartbeat(_Lease(leased), d)
+    time.sleep(1.2)  # past the 1 s visibility it was received with
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []

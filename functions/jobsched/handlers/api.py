@@ -116,6 +116,13 @@ app.use(middlewares=[rate_limit])
 
 # --- routes ---
 
+
+def _ok(description: str, model: Any) -> OpenAPIResponse:
+    return {"description": description, "content": {"application/json": {"model": model}}}
+
+
+JOB_RESPONSES: dict[int, OpenAPIResponse] = {200: _ok("OK", JobView), **ERRORS}
+
 IfMatch = Annotated[str | None, Header(alias="if-match", description="the job version (ETag)")]
 
 
@@ -123,6 +130,7 @@ IfMatch = Annotated[str | None, Header(alias="if-match", description="the job ve
     "/v1/jobs",
     responses={
         201: {"description": "created", "content": {"application/json": {"model": JobView}}},
+        200: _ok("replayed: the job this idempotency key created", JobView),
         **ERRORS,
     },
 )
@@ -136,7 +144,7 @@ def create_job(
     return job_response(result.job, 201 if result.created else 200)
 
 
-@app.get("/v1/jobs", responses=ERRORS)
+@app.get("/v1/jobs", responses={200: _ok("OK", JobList), **ERRORS})
 def list_jobs(
     state: Annotated[JobState | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
@@ -146,12 +154,12 @@ def list_jobs(
     return json_response(200, {"items": [view(j) for j in page.items], "nextCursor": page.cursor})
 
 
-@app.get("/v1/jobs/<job_id>", responses=ERRORS)
+@app.get("/v1/jobs/<job_id>", responses=JOB_RESPONSES)
 def get_job(job_id: Annotated[str, JOB_ID]) -> Response[JobView]:
     return job_response(container().jobs.get(tenant_of_request(), job_id), with_next=True)
 
 
-@app.patch("/v1/jobs/<job_id>", responses=ERRORS)
+@app.patch("/v1/jobs/<job_id>", responses=JOB_RESPONSES)
 def update_job(
     job_id: Annotated[str, JOB_ID], patch: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
 ) -> Response[JobView]:
@@ -169,19 +177,19 @@ def update_job(
     return job_response(job, with_next=True)
 
 
-@app.delete("/v1/jobs/<job_id>", responses=ERRORS)
+@app.delete("/v1/jobs/<job_id>", responses=JOB_RESPONSES)
 def cancel_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
     version = parse_if_match(if_match, required=False)
     return job_response(container().jobs.cancel(tenant_of_request(), job_id, version))
 
 
-@app.post("/v1/jobs/<job_id>/pause", responses=ERRORS)
+@app.post("/v1/jobs/<job_id>/pause", responses=JOB_RESPONSES)
 def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
     version = parse_if_match(if_match, required=False)
     return job_response(container().jobs.pause(tenant_of_request(), job_id, version))
 
 
-@app.post("/v1/jobs/<job_id>/resume", responses=ERRORS)
+@app.post("/v1/jobs/<job_id>/resume", responses=JOB_RESPONSES)
 def resume_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
     version = parse_if_match(if_match, required=False)
     return job_response(container().jobs.resume(tenant_of_request(), job_id, version), with_next=True)

@@ -34,6 +34,7 @@ def delivery_of(record: SQSRecord, queue: str) -> Delivery:
         queue=queue,
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
         sent_at=parse_sent_at(attributes.get("SentTimestamp")),
+        receipt_handle=record.receipt_handle,
     )
 
 

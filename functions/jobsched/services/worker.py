@@ -62,6 +62,7 @@ class Delivery:
     queue: str
     receive_count: int = 1
     sent_at: datetime | None = None
+    receipt_handle: str | None = None  # lets the heartbeat keep the message invisible
 
 
 @dataclass
@@ -200,7 +201,7 @@ class Worker:
                 self._metric("StaleFencesRejected", 1, "Count")
                 return Result(Outcome.STALE, leased)
 
-        result = self._execute(lease)
+        result = self._execute(lease, delivery)
         result.start_lag = start_lag
         return result
 
@@ -262,7 +263,7 @@ class Worker:
         logger.debug("deferred", extra={"run_key": run.run_key, "why": why})
         return Result(Outcome.DEFERRED, run, error_class=why)
 
-    def _execute(self, lease: _Lease) -> Result:
+    def _execute(self, lease: _Lease, delivery: Delivery) -> Result:
         run = lease.run
         budget = max(1.0, min(float(run.policies.timeout_seconds), self.remaining_seconds() - 5))
         invocation = Invocation(
@@ -275,7 +276,7 @@ class Worker:
             payload=run.payload,
             timeout_seconds=budget,
         )
-        heartbeat = _Heartbeat(self, lease)
+        heartbeat = _Heartbeat(self, lease, delivery)
         started = self._clock.now()
         heartbeat.start()
         try:
@@ -324,8 +325,9 @@ class Worker:
         finally:
             pool.shutdown(wait=False)
 
-    def heartbeat(self, lease: _Lease) -> bool:
-        """Extend the lease while the effect runs. False once the fence is no longer ours."""
+    def heartbeat(self, lease: _Lease, delivery: Delivery | None = None) -> bool:
+        """Extend the lease, and the message's visibility, while the effect runs. False once
+        the fence is no longer ours."""
         run = lease.run
         until = self._clock.now() + timedelta(seconds=self.lease_seconds)
         try:
@@ -334,13 +336,21 @@ class Worker:
             lease.lost = True
             return False
         lease.update(run.model_copy(update={"rev": rev, "lease_expires_at": until}))
+        if delivery is not None and delivery.receipt_handle:
+            try:
+                # Twice the lease: SQS must not redeliver while the lease is being renewed.
+                url = self._queues.url(delivery.queue)
+                self._queues.release(url, delivery.receipt_handle, 2 * self.lease_seconds)
+            except Exception:
+                logger.warning("could not extend message visibility", extra={"run_key": run.run_key})
         return True
 
 
 class _Heartbeat:
     """Renews the lease every third of its length until stopped."""
 
-    def __init__(self, worker: Worker, lease: _Lease) -> None:
+    def __init__(self, worker: Worker, lease: _Lease, delivery: Delivery | None = None) -> None:
+        self._delivery = delivery
         self._worker = worker
         self._lease = lease
         self._stop = threading.Event()
@@ -358,7 +368,7 @@ class _Heartbeat:
         interval = max(1.0, self._worker.lease_seconds / 3)
         while not self._stop.wait(interval):
             try:
-                if not self._worker.heartbeat(self._lease):
+                if not self._worker.heartbeat(self._lease, self._delivery):
                     return
             except Exception:
                 logger.exception("heartbeat failed", extra={"run_key": self._lease.run.run_key})
