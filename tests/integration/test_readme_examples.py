@@ -63,7 +63,10 @@ def commands(block: str) -> list[str]:
 
 
 def parse(text: str) -> Example | None:
-    """The request a curl command makes, or None for a command that is not curl."""
+    """The request a curl command makes, or None for a command that is not curl or that
+    targets a deployed stack rather than `$JOBSCHED_URL` (the deploy section's examples)."""
+    if "curl" in text and _BASE not in text:
+        return None
     marker = _EXPECTED.search(text)
     expected = int(marker.group(1)) if marker else None
     command = text[: marker.start()].rstrip() if marker else text
