@@ -1,7 +1,5 @@
-"""Failure windows the chaos harness found, replayed deterministically on moto.
-
-Each is a strict xfail while the bug stands: fixing the code makes it pass, and the marker
-must then go."""
+"""Failure windows the chaos harness found, replayed deterministically on moto so each fix
+stays in place."""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ class Ack:
 def _holder_violations(
     history: list[Transition], holder: tuple[int, str] | None, last_fence: int
 ) -> list[str]:
-    """Every write made by a lease holder must carry the fence (and name) of the latest claim."""
+    """Every write a worker makes from LEASED must carry the fence of the latest claim. Another
+    worker may end an expired lease under that fence (as the reconciler does), never succeed it."""
     problems: list[str] = []
     for entry in history:
         if entry.fence < last_fence:
@@ -61,13 +62,15 @@ def _holder_violations(
         if entry.target is RunState.LEASED:
             holder = (entry.fence, entry.actor)
             continue
-        by_holder = entry.source is RunState.LEASED and entry.actor.startswith(HOLDERS)
-        if by_holder and holder != (entry.fence, entry.actor):
-            problems.append(
-                f"{entry.actor} wrote {entry.target.value} with fence {entry.fence}"
-                f" while {holder[1] if holder else 'nobody'} held fence {holder[0] if holder else '-'}"
-            )
-        if entry.target is not RunState.LEASED and entry.source is RunState.LEASED:
+        if entry.source is RunState.LEASED and entry.actor.startswith(HOLDERS):
+            if holder is None or entry.fence != holder[0]:
+                problems.append(
+                    f"{entry.actor} wrote {entry.target.value} with fence {entry.fence}"
+                    f" while {holder[1] if holder else 'nobody'} held fence {holder[0] if holder else '-'}"
+                )
+            elif entry.actor != holder[1] and entry.target is RunState.SUCCEEDED:
+                problems.append(f"{entry.actor} completed a run leased to {holder[1]} (fence {entry.fence})")
+        if entry.source is RunState.LEASED:
             holder = None
     return problems
 

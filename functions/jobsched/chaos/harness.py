@@ -34,7 +34,7 @@ from ..services.outbox import Outbox, priority_router
 from ..services.reconciler import KINDS, Reconciler
 from ..services.runs import RunService
 from ..services.sweeper import Sweeper
-from ..services.worker import Outcome, Result, Worker
+from ..services.worker import Result, Worker
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunStore
@@ -51,7 +51,7 @@ from .faults import (
     Throttle,
     sqs_on_clock,
 )
-from .ledger import JOB_TYPES, Ledger, Sequencer, chaos_registry
+from .ledger import Ledger, Sequencer, chaos_registry
 from .scenario import Plan, plan
 
 REGION = "us-east-1"
@@ -169,7 +169,7 @@ class World:
         self.rng = random.Random(master.random())  # fault decisions
         self.control_rng = random.Random(master.random())
         handler_rng = random.Random(master.random())
-        self.plan: Plan = plan(random.Random(master.random()), config.runs, config.window())
+        self.plan: Plan = plan(random.Random(master.random()), config.runs, config.window(), config.seed)
         self.rates = config.faults
         self.clock = clock  # true time; moto's SQS reads it too
         clock.set(self.plan.start)
@@ -807,4 +807,4 @@ def run_chaos(config: ChaosConfig, out: Callable[[str], None] | None = None) -> 
         quiet.setLevel(level)
 
 
-__all__ = ["JOB_TYPES", "ChaosConfig", "FaultRates", "Outcome", "Report", "run_chaos"]
+__all__ = ["BROKEN_VARIANTS", "ChaosConfig", "FaultRates", "Report", "run_chaos"]

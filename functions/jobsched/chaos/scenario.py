@@ -1,7 +1,8 @@
 """The job mix of one chaos run, drawn from the seed: schedules, zones, policies, tenants.
 
-Every simulated window opens ten minutes before a DST transition in one of the zones, so
-cron jobs bound to the local hours around it cross a gap or a repeated hour mid-run."""
+Every simulated window opens ten minutes before a DST transition in one of the zones (the
+seed picks which, in turn), so cron jobs bound to the local hours around it cross a gap or a
+repeated hour mid-run."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ class Plan:
         return self.start + timedelta(seconds=self.window_seconds)
 
 
-def plan(rng: random.Random, target_runs: int, window_seconds: int) -> Plan:
-    start, dst_zone = rng.choice(TRANSITIONS)
+def plan(rng: random.Random, target_runs: int, window_seconds: int, transition: int) -> Plan:
+    start, dst_zone = TRANSITIONS[transition % len(TRANSITIONS)]
     end = start + timedelta(seconds=window_seconds)
     jobs: list[PlannedJob] = []
     total = 0
