@@ -1,5 +1,5 @@
 """Resource limits a tenant cannot exceed: each refusal is a 4xx naming the field, and nothing
-is written. Quotas that do not exist yet are recorded as strict xfails."""
+is written. Per-tenant quotas (live jobs, request rate) answer 429 naming the limit."""
 
 from __future__ import annotations
 
