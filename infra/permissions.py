@@ -213,6 +213,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "defer a run that is not due yet, buffered, or over its tenant's limit",
             (f"{_QUEUES}.publish",),
         ),
+        Grant(
+            ("sqs:ChangeMessageVisibility",),
+            queues(*QUEUE_KEYS),
+            "the heartbeat keeps the message invisible while the lease is renewed",
+            (f"{_QUEUES}.release",),
+        ),
         _DEAD_COPY,
         Grant(
             ("lambda:InvokeFunction",),

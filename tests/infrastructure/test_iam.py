@@ -35,6 +35,7 @@ OPERATIONS = {
     "dynamodb:DeleteItem": ("delete_item", "transact_write_items"),
     "dynamodb:Query": ("query",),
     "sqs:SendMessage": ("send_message", "send_message_batch"),
+    "sqs:ChangeMessageVisibility": ("change_message_visibility",),
     "lambda:InvokeFunction": ("invoke",),
     "events:PutEvents": ("put_events",),
     "states:StartExecution": ("start_execution",),
@@ -131,6 +132,8 @@ def requests(call: Call) -> list[tuple[str, str]]:
         return [(f"dynamodb:{call.operation}", resource)]
     if call.service == "sqs" and call.operation in ("SendMessage", "SendMessageBatch"):
         return [("sqs:SendMessage", _queue(params["QueueUrl"]))]
+    if call.service == "sqs" and call.operation == "ChangeMessageVisibility":
+        return [("sqs:ChangeMessageVisibility", _queue(params["QueueUrl"]))]
     if call.service == "lambda" and call.operation == "Invoke":
         qualifier = f":{params['Qualifier']}" if params.get("Qualifier") else ""
         return [("lambda:InvokeFunction", params["FunctionName"] + qualifier)]
