@@ -119,8 +119,9 @@ class Harness:
         import boto3
         from jobsched import aws, settings, wiring
         from jobsched.local.glue import QueueSource, StreamSource
+        from jobsched.local.moto_backend import create_queues
         from jobsched.settings import Settings
-        from jobsched.store.schema import ALL_TABLES, QUEUES, RUNS
+        from jobsched.store.schema import ALL_TABLES, RUNS
         from moto import mock_aws
 
         stack = self._stack
@@ -138,24 +139,7 @@ class Harness:
             description = ddb.create_table(**spec.create_table_request())["TableDescription"]
             if spec is RUNS:
                 stream_arn = description["LatestStreamArn"]
-        urls, dlqs, arns = {}, {}, {}
-        for queue in QUEUES:
-            dlq = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
-            dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
-                "QueueArn"
-            ]
-            redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
-            url = sqs.create_queue(
-                QueueName=queue.default_name,
-                Attributes={
-                    "VisibilityTimeout": str(queue.visibility_timeout),
-                    "RedrivePolicy": json.dumps(redrive),
-                },
-            )["QueueUrl"]
-            urls[queue.key], dlqs[queue.key] = url, dlq
-            arns[queue.key] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-                "Attributes"
-            ]["QueueArn"]
+        urls, dlqs, arns = create_queues(sqs)
         self.settings = Settings(
             shard_count=self.shards,
             queue_urls=urls,

@@ -57,22 +57,9 @@ def aws() -> Iterator[dict[str, dict[str, str]]]:
 
 def create_queues(sqs) -> dict[str, dict[str, str]]:
     """Every queue of the schema with its DLQ and redrive policy; returns {"urls", "dlq_urls"}."""
-    from jobsched.store.schema import QUEUES
+    from jobsched.local.moto_backend import create_queues as create
 
-    urls, dlq_urls = {}, {}
-    for queue in QUEUES:
-        dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        redrive = json.dumps(
-            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
-        )
-        urls[queue.key] = sqs.create_queue(
-            QueueName=queue.default_name,
-            Attributes={"VisibilityTimeout": str(queue.visibility_timeout), "RedrivePolicy": redrive},
-        )["QueueUrl"]
-        dlq_urls[queue.key] = dlq_url
+    urls, dlq_urls, _ = create(sqs)
     return {"urls": urls, "dlq_urls": dlq_urls}
 
 

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import functools
 import io
-import json
 import logging
 import os
 import random
@@ -718,21 +717,9 @@ class MotoPeek:
 
 
 def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:
-    urls: dict[str, str] = {}
-    dlq_urls: dict[str, str] = {}
-    for queue in QUEUES:
-        dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        redrive = json.dumps(
-            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(queue.max_receive_count)}
-        )
-        urls[queue.key] = sqs.create_queue(
-            QueueName=queue.default_name,
-            Attributes={"VisibilityTimeout": str(queue.visibility_timeout), "RedrivePolicy": redrive},
-        )["QueueUrl"]
-        dlq_urls[queue.key] = dlq_url
+    from ..local.moto_backend import create_queues
+
+    urls, dlq_urls, _ = create_queues(sqs)
     return urls, dlq_urls
 
 

@@ -61,9 +61,22 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
             )
         if spec.stream:
             streams[spec.logical_id] = description["LatestStreamArn"]
-    queue_urls: dict[str, str] = {}
+    queue_urls, dlq_urls, queue_arns = create_queues(sqs)
+    return {
+        "tables": tables,
+        "streams": streams,
+        "queue_urls": queue_urls,
+        "dlq_urls": dlq_urls,
+        "queue_arns": queue_arns,
+    }
+
+
+def create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Every queue of the schema with its DLQ and redrive policy: (URLs, DLQ URLs, ARNs) by key.
+    Local mode, the tests, the chaos harness and the benchmarks all build queues with this."""
+    urls: dict[str, str] = {}
     dlq_urls: dict[str, str] = {}
-    queue_arns: dict[str, str] = {}
+    arns: dict[str, str] = {}
     for queue in QUEUES:
         dlq_url = sqs.create_queue(QueueName=queue.dlq_name)["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
@@ -77,15 +90,8 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
                 "RedrivePolicy": json.dumps(redrive),
             },
         )["QueueUrl"]
-        queue_urls[queue.key] = url
-        dlq_urls[queue.key] = dlq_url
-        queue_arns[queue.key] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
-    return {
-        "tables": tables,
-        "streams": streams,
-        "queue_urls": queue_urls,
-        "dlq_urls": dlq_urls,
-        "queue_arns": queue_arns,
-    }
+        urls[queue.key], dlq_urls[queue.key] = url, dlq_url
+        arns[queue.key] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+    return urls, dlq_urls, arns
