@@ -221,6 +221,12 @@ class Recorder:
         if op == "GetItem":
             item = (response or {}).get("Item")
             call.rcu = units.read_units(units.item_size(item), consistent=bool(params.get("ConsistentRead")))
+        elif op == "BatchGetItem":
+            # Each item is rounded up to its own read unit.
+            for table, found in ((response or {}).get("Responses") or {}).items():
+                consistent = bool(params["RequestItems"][table].get("ConsistentRead"))
+                call.rcu += sum(units.read_units(units.item_size(i), consistent=consistent) for i in found)
+                call.extra["items"] = call.extra.get("items", 0) + len(found)
         elif op == "Query":
             body = response or {}
             consistent = bool(params.get("ConsistentRead")) and "IndexName" not in params

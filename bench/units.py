@@ -105,7 +105,7 @@ class TableShape:
         indexes = []
         for index in spec.indexes:
             keys = tuple(k.name for k in (index.partition, index.sort) if k)
-            projection, include = projections.get(index.name, (index.projection, ()))
+            projection, include = projections.get(index.name, (index.projection, index.include))
             indexes.append(IndexShape(index.name, keys, projection, include))
         keys = tuple(k.name for k in (spec.partition, spec.sort) if k)
         return cls(spec.default_name, keys, tuple(indexes))

@@ -74,6 +74,7 @@ RUNS_T = table(RUNS)
 _DEF_STORE = "jobsched.store.definitions:DefinitionStore"
 _RUN_STORE = "jobsched.store.runs:RunStore"
 _QUEUES = "jobsched.store.queues:RunQueues"
+_BATCH_GET = "jobsched.store.dynamo:batch_get"
 _IDEMPOTENCY = "aws_lambda_powertools.utilities.idempotency.persistence.dynamodb:DynamoDBPersistenceLayer"
 
 _COMPLETER = "jobsched.services.completion:Completer"
@@ -105,6 +106,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (index(DEFINITIONS, TENANT_INDEX),),
             "list a tenant's jobs",
             (f"{_DEF_STORE}.list_for_tenant",),
+        ),
+        Grant(
+            ("dynamodb:BatchGetItem",),
+            (DEFS, RUNS_T),
+            "read the jobs and runs found in the keys-only tenant and claimable indexes",
+            (f"{_DEF_STORE}.list_for_tenant", f"{_RUN_STORE}.claimable", _BATCH_GET),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"),
@@ -167,6 +174,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (index(RUNS, OPEN_INDEX),),
             "open runs past their repair deadline",
             (f"{_RUN_STORE}.overdue",),
+        ),
+        Grant(
+            ("dynamodb:BatchGetItem",),
+            (RUNS_T,),
+            "read the runs found in the keys-only open index",
+            (f"{_RUN_STORE}.overdue", _BATCH_GET),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem"),

@@ -10,7 +10,11 @@ from jobsched.store.schema import ALL_TABLES, Key, TableSpec
 from .names import table_logical_id
 
 _TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
-_PROJECTIONS = {"ALL": dynamodb.ProjectionType.ALL, "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY}
+_PROJECTIONS = {
+    "ALL": dynamodb.ProjectionType.ALL,
+    "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
+    "INCLUDE": dynamodb.ProjectionType.INCLUDE,
+}
 _STREAMS = {"NEW_AND_OLD_IMAGES": dynamodb.StreamViewType.NEW_AND_OLD_IMAGES}
 
 
@@ -50,6 +54,7 @@ class Storage(Construct):
                 partition_key=_attribute(index.partition),  # type: ignore[arg-type]
                 sort_key=_attribute(index.sort),
                 projection_type=_PROJECTIONS[index.projection],
+                non_key_attributes=list(index.include) if index.projection == "INCLUDE" else None,
             )
         # A fixed logical id: renaming a construct must never replace a table.
         table.node.default_child.override_logical_id(table_logical_id(spec))  # type: ignore[union-attr]

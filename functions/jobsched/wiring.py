@@ -6,12 +6,14 @@ Each service is a cached property so a handler builds only what it uses."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
 from .aws import client
 from .domain.instants import Clock, SystemClock
+from .domain.runs import Run
 from .observability import emit
 from .services.completion import Completer
 from .services.jobs import JobService
@@ -49,7 +51,14 @@ class Container:
             self.settings.runs_table,
             self.settings.shard_count,
             retention=timedelta(days=self.settings.retention_days),
+            is_external=self.is_external,
         )
+
+    @cached_property
+    def is_external(self) -> Callable[[Run], bool]:
+        """Target-less runs of a type no registered handler runs: external workers lease them."""
+        route = default_router()
+        return lambda run: route(run) == EXTERNAL
 
     @cached_property
     def queues(self) -> RunQueues:
@@ -112,13 +121,12 @@ class Container:
 
     @cached_property
     def reconciler(self) -> Reconciler:
-        route = default_router()
         return Reconciler(
             self.runs,
             self.clock,
             shard_count=self.settings.shard_count,
             on_dead=self.completer.after_dead,
-            is_external=lambda run: route(run) == EXTERNAL,
+            is_external=self.is_external,
         )
 
     @cached_property

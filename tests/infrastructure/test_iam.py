@@ -34,6 +34,7 @@ OPERATIONS = {
     "dynamodb:UpdateItem": ("update_item", "transact_write_items"),
     "dynamodb:DeleteItem": ("delete_item", "transact_write_items"),
     "dynamodb:Query": ("query",),
+    "dynamodb:BatchGetItem": ("batch_get_item",),
     "sqs:SendMessage": ("send_message", "send_message_batch"),
     "sqs:ChangeMessageVisibility": ("change_message_visibility",),
     "lambda:InvokeFunction": ("invoke",),
@@ -126,6 +127,8 @@ def requests(call: Call) -> list[tuple[str, str]]:
                 "ConditionCheck": "ConditionCheckItem",
             }
             return [(f"dynamodb:{kinds[k]}", _table(body["TableName"])) for k, body in items]
+        if call.operation == "BatchGetItem":
+            return [("dynamodb:BatchGetItem", _table(name)) for name in params["RequestItems"]]
         resource = _table(params["TableName"])
         if params.get("IndexName"):
             resource += f"/index/{params['IndexName']}"

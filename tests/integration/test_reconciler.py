@@ -273,7 +273,8 @@ def test_expired_lease_after_an_at_most_once_effect_started_is_not_retried(conta
 def test_live_lease_is_left_alone(container, clock):
     run = insert(container, leased(lease_for=600))
     clock.set(T0 + timedelta(seconds=300))
-    assert container.reconciler.reconcile_all().examined == 0
+    report = container.reconciler.reconcile_all()
+    assert report.repaired == [] and report.stale == 0
     assert stored(container, run) == run
 
 
@@ -289,6 +290,9 @@ def test_lease_extended_after_the_read_is_left_alone(container, clock):
     after = stored(container, run)
     assert after.state is RunState.LEASED
     assert reconciler_entries(after) == []
+    # Its index entry still says "look at T0 + 60 s": looked at again, it moves, nothing else.
+    report = container.reconciler.reconcile_all()
+    assert (report.examined, report.moved, report.repaired) == (1, 1, [])
     assert container.reconciler.reconcile_all().examined == 0
 
 
@@ -518,7 +522,9 @@ def test_pending_run_never_published_reaches_the_queue_after_repair(container, c
     url = aws["urls"]["default"]
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
 
-    clock.set(T0 + timedelta(seconds=60))
+    clock.set(T0 + timedelta(seconds=89))  # due at +30: a lost publish shows 60 s after that
+    assert container.reconciler.reconcile_all().repaired == []
+    clock.set(T0 + timedelta(seconds=90))
     assert container.reconciler.reconcile_all().repaired == [run.run_key]
 
     (retouch,) = stream_records_since(1)
@@ -567,3 +573,62 @@ def test_queued_run_for_external_workers_waits_until_its_max_age(container, cloc
     reconciler.reconcile_all()
     after = stored(container, external)
     assert after.state is RunState.DEAD and after.last_error_class == "Unclaimed"
+
+
+# --- the open index's check time ---
+
+
+def test_the_usual_path_leaves_the_open_index_entry_where_insert_put_it(container, clock):
+    run = insert(container, make_run(job_id="j_chk1", due_in=120))
+    entry = raw_item(run)["deadline_at"]
+    assert entry["S"] == format_instant(run.due_at + timedelta(seconds=60))
+
+    clock.set(T0 + timedelta(seconds=1))
+    queued = container.runs.replace(advance(run, RunState.QUEUED, now=clock.now(), actor="outbox"))
+    assert raw_item(run)["deadline_at"] == entry
+    clock.set(run.due_at)
+    container.runs.replace(
+        advance(
+            queued,
+            RunState.LEASED,
+            now=clock.now(),
+            actor="worker:w",
+            fence=1,
+            attempt=1,
+            lease_owner="worker:w",
+            lease_expires_at=clock.now() + timedelta(seconds=300),
+        )
+    )
+    assert raw_item(run)["deadline_at"] == entry
+
+
+def test_a_run_still_leased_at_its_check_time_has_its_entry_moved_once_and_can_still_complete(
+    container, clock
+):
+    run = insert(container, leased(job_id="j_chk2", lease_for=600))
+    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=60))
+
+    clock.set(T0 + timedelta(seconds=61))
+    report = container.reconciler.reconcile_all()
+    assert (report.examined, report.moved, report.repaired) == (1, 1, [])
+    after = raw_item(run)
+    assert after["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=630))
+    assert stored(container, run) == run  # bookkeeping only: rev and history unchanged
+
+    clock.set(T0 + timedelta(seconds=120))
+    assert container.reconciler.reconcile_all().examined == 0  # not read again every tick
+
+    # The lease holder's completion, conditioned on the rev it read, still goes through.
+    done = container.runs.replace(
+        advance(run, RunState.SUCCEEDED, now=clock.now(), actor="worker:w"), expected_fence=run.fence
+    )
+    assert done.state is RunState.SUCCEEDED
+    assert "deadline_at" not in raw_item(run)
+
+
+def test_moving_the_entry_of_a_run_that_changed_meanwhile_does_nothing(container, clock):
+    run = insert(container, leased(job_id="j_chk3", lease_for=600))
+    clock.set(T0 + timedelta(seconds=10))
+    container.runs.extend_lease(run, T0 + timedelta(seconds=900))
+    assert container.runs.move_check(run, T0 + timedelta(seconds=630)) is False
+    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=60))

@@ -1,7 +1,7 @@
 """When the reconciler must look at an open run if nothing else has moved it on.
 
-The deadline is stored on every open run (the sparse `open` index), so the reconciler
-reads only runs that are overdue, never the whole table."""
+A check time no later than the deadline is stored on every open run (the sparse `open`
+index), so the reconciler reads only runs that may be overdue, never the whole table."""
 
 from __future__ import annotations
 
@@ -29,10 +29,29 @@ def repair_deadline(run: Run, timings: RepairTimings) -> datetime | None:
         if run.due_at - run.updated_at > SQS_MAX_DELAY:
             # Too far out for an SQS delay: the outbox leaves it; the reconciler re-touches it later.
             return run.due_at - SQS_MAX_DELAY
-        return run.updated_at + timings.publish_grace
+        # Published at once with an SQS delay, so a lost publish shows when the run is due and
+        # nothing has claimed it. (Not earlier: that would make every run made ahead of its
+        # time an index entry to move when it is queued.)
+        return max(run.due_at, run.updated_at) + timings.publish_grace
     if state is RunState.QUEUED:
         return max(run.due_at, run.updated_at) + timings.queue_dwell
     if state is RunState.LEASED:
         assert run.lease_expires_at is not None
         return run.lease_expires_at + timings.lease_grace
     return None
+
+
+def check_at(run: Run, timings: RepairTimings) -> datetime | None:
+    """When the reconciler looks at the run: its key in the open index.
+
+    Never later than the repair deadline, and the same through the usual PENDING → QUEUED →
+    LEASED path (due time plus the publish grace), so those writes do not move the index
+    entry. A run still open then (a long execution, a backlog) is looked at, found not yet
+    overdue, and its entry moved once to the real deadline."""
+    deadline = repair_deadline(run, timings)
+    if deadline is None:
+        return None
+    settle = max(run.due_at, run.created_at) + timings.publish_grace
+    if settle <= run.updated_at:  # a retry, redrive or re-claim after it: no usual path left
+        return deadline
+    return min(settle, deadline)

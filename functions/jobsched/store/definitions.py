@@ -13,7 +13,15 @@ from botocore.exceptions import ClientError
 from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState
-from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
+from .dynamo import (
+    batch_get,
+    decode_cursor,
+    encode_cursor,
+    error_code,
+    from_item,
+    to_item,
+    translated_errors,
+)
 from .schema import DEFINITIONS, DUE_INDEX, TENANT_INDEX
 
 GUARD_PREFIX = "guard#"
@@ -328,7 +336,11 @@ class DefinitionStore:
                 request["ExclusiveStartKey"] = start
             with translated_errors():
                 response = self._db.query(**request)
-            items.extend(self.job_from_item(i) for i in response.get("Items", []))
+            # The index carries keys and state only: read the jobs the page found.
+            keys = [{"job_id": e["job_id"]} for e in response.get("Items", [])]
+            found = batch_get(self._db, self._table, keys) if keys else []
+            jobs = (self.job_from_item(i) for i in found)
+            items.extend(j for j in jobs if state is None or j.state is state)  # as it is now
             start = response.get("LastEvaluatedKey")
             if not start or len(items) >= limit:
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -56,6 +57,41 @@ def translated_errors() -> Iterator[None]:
         raise
     except BotoCoreError as exc:
         raise StorageUnavailable(f"the store could not be reached: {exc}") from exc
+
+
+BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
+
+
+def batch_get(
+    client: Any, table: str, keys: list[dict[str, Any]], *, consistent: bool = True, attempts: int = 5
+) -> list[dict[str, Any]]:
+    """The items at `keys`, in the order given; keys with no item are left out.
+
+    Readers of keys-only indexes fetch what they found here. Unprocessed keys (throttling)
+    are retried with backoff; what is still unprocessed after that is a 503 to the caller."""
+    unique = list({_key_id(k): k for k in keys}.values())  # BatchGetItem rejects repeated keys
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(unique), BATCH_GET_LIMIT):
+        pending: list[dict[str, Any]] = unique[start : start + BATCH_GET_LIMIT]
+        for attempt in range(attempts):
+            with translated_errors():
+                response = client.batch_get_item(
+                    RequestItems={table: {"Keys": pending, "ConsistentRead": consistent}}
+                )
+            names = list(pending[0])
+            for item in response.get("Responses", {}).get(table, []):
+                found[_key_id({n: item[n] for n in names})] = item
+            pending = response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+            if not pending:
+                break
+            time.sleep(min(1.0, 0.05 * 2**attempt))
+        else:
+            raise StorageUnavailable("the store is throttling reads; retry with backoff")
+    return [found[kid] for kid in (_key_id(k) for k in keys) if kid in found]
+
+
+def _key_id(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True)
 
 
 def encode_cursor(last_key: dict[str, Any], scope: str) -> str:

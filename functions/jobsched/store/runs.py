@@ -6,21 +6,59 @@ a lease holder only while its fence is current."""
 
 from __future__ import annotations
 
+import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import format_instant, parse_instant
-from ..domain.repair import RepairTimings, repair_deadline
+from ..domain.repair import RepairTimings, check_at
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, split_run_key
-from .dynamo import decode_cursor, encode_cursor, error_code, from_item, to_item, translated_errors
+from .dynamo import (
+    batch_get,
+    decode_cursor,
+    encode_cursor,
+    error_code,
+    from_item,
+    to_item,
+    translated_errors,
+)
 from .schema import CLAIM_INDEX, DEAD_INDEX, LEASED_INDEX, OPEN_INDEX
 
 RUN_PREFIX = "R#"
+
+
+# Run fields stored as item attributes (keys, conditions, indexes) and so not again in `doc`.
+_ATTRIBUTES = ("job_id", "tenant", "state", "rev", "fence", "priority", "due_at", "blocked_by")
+_IN_KEY = {"run_key", "scheduled_for"}  # <job_id>@<scheduled_for>, the sort key R#<scheduled_for>
+
+
+def run_doc(run: Run) -> str:
+    """The rest of the run as compact JSON.
+
+    Every transition rewrites the whole item, so each byte is paid for four or more times:
+    nulls, defaults and what the attributes already say are left out, keeping a typical
+    run under the 1 KB write unit. Field defaults are therefore part of the stored format:
+    changing one changes how earlier runs read back."""
+    doc = run.model_dump(
+        mode="json", exclude_none=True, exclude_defaults=True, exclude={*_ATTRIBUTES, *_IN_KEY}
+    )
+    for entry in doc.get("history", ())[1:]:
+        entry.pop("source", None)  # the history is a chain: each entry starts where the last ended
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+
+def _read_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    history = doc.get("history") or []
+    for before, entry in pairwise(history):
+        entry.setdefault("source", before["target"])
+    return doc
 
 
 class RunChanged(ConcurrentUpdate):
@@ -55,8 +93,12 @@ class RunStore:
         *,
         retention: timedelta = timedelta(days=30),
         timings: RepairTimings | None = None,
+        is_external: Callable[[Run], bool] | None = None,
     ) -> None:
         self._db = client
+        # Which target-less runs wait for external workers (no handler here runs their type):
+        # only those enter the claimable index. Without a router, every target-less run does.
+        self._is_external = is_external or (lambda run: True)
         self._table = table_name
         self.shard_count = shard_count
         self.retention = retention
@@ -71,22 +113,26 @@ class RunStore:
         values: dict[str, Any] = {
             "job_id": run.job_id,
             "sk": run_sk(run.scheduled_for),
-            "run_key": run.run_key,
             "tenant": run.tenant,
             "state": run.state.value,
             "rev": run.rev,
             "fence": run.fence,
             "priority": run.priority.value,
             "due_at": format_instant(run.due_at),
-            "doc": run.model_dump_json(exclude_none=True),  # nulls cost write units on every transition
+            "doc": run_doc(run),
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
-        deadline = repair_deadline(run, self.timings)
-        if deadline is not None:
+        check = check_at(run, self.timings)
+        if check is not None:
             values["open_shard"] = self.open_shard_of(run.job_id)
-            values["deadline_at"] = format_instant(deadline)
-        if run.target is None and run.state in CLAIMABLE_STATES and not run.blocked_by:
+            values["deadline_at"] = format_instant(check)
+        if (
+            run.target is None
+            and run.state in CLAIMABLE_STATES
+            and not run.blocked_by
+            and self._is_external(run)
+        ):
             values["claim_key"] = claim_key(run.tenant, run.job_type)
         if run.state is RunState.LEASED and run.lease_expires_at is not None:
             values["leased_tenant"] = run.tenant
@@ -100,7 +146,11 @@ class RunStore:
 
     @staticmethod
     def from_item(item: dict[str, Any]) -> Run:
-        return Run.model_validate_json(from_item({"doc": item["doc"]})["doc"])
+        doc = _read_doc(json.loads(from_item({"doc": item["doc"]})["doc"]))
+        doc.update(from_item({name: item[name] for name in _ATTRIBUTES if name in item}))
+        doc["scheduled_for"] = from_item({"sk": item["sk"]})["sk"].removeprefix(RUN_PREFIX)
+        doc["run_key"] = f"{doc['job_id']}@{doc['scheduled_for']}"
+        return Run.model_validate(doc)
 
     def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:
         return to_item({"job_id": job_id, "sk": run_sk(scheduled_for)})
@@ -154,10 +204,9 @@ class RunStore:
                 response = self._db.update_item(
                     TableName=self._table,
                     Key=self._key(run.job_id, run.scheduled_for),
-                    UpdateExpression=(
-                        "SET rev = rev + :one, deadline_at = :deadline,"
-                        " lease_expires_at = :until, #doc = :doc"
-                    ),
+                    # The open-index entry stays: a later lease only makes the run's repair
+                    # deadline later, and the reconciler moves the entry when it gets there.
+                    UpdateExpression="SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
                     ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
                     ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
                     ExpressionAttributeValues=to_item(
@@ -166,11 +215,8 @@ class RunStore:
                             ":fence": run.fence,
                             ":rev": run.rev,
                             ":leased": RunState.LEASED.value,
-                            ":deadline": format_instant(until + self.timings.lease_grace),
                             ":until": format_instant(until),
-                            ":doc": run.model_copy(
-                                update={"lease_expires_at": until, "rev": run.rev + 1}
-                            ).model_dump_json(exclude_none=True),
+                            ":doc": run_doc(run.model_copy(update={"lease_expires_at": until})),
                         }
                     ),
                     ReturnValues="UPDATED_NEW",
@@ -184,6 +230,26 @@ class RunStore:
                     ) from exc
                 raise
         return int(from_item(response["Attributes"])["rev"])
+
+    def move_check(self, run: Run, to: datetime) -> bool:
+        """Move a run's open-index entry (checked early, not overdue) to `to`, if the run is as read.
+
+        Leaves rev alone: this is bookkeeping, and the lease holder's next write must not fail
+        because of it. False when the run changed meanwhile (its writer set the entry anew)."""
+        with translated_errors():
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=self._key(run.job_id, run.scheduled_for),
+                    UpdateExpression="SET deadline_at = :to",
+                    ConditionExpression="rev = :rev AND attribute_exists(deadline_at)",
+                    ExpressionAttributeValues=to_item({":to": format_instant(to), ":rev": run.rev}),
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+        return True
 
     # --- reads ---
 
@@ -240,7 +306,14 @@ class RunStore:
             request["ExclusiveStartKey"] = cursor
         with translated_errors():
             response = self._db.query(**request)
-        return [self.from_item(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+        # The index holds keys only: read the runs themselves (consistently, so a run repaired
+        # or finished since the index entry was written is seen as it is now).
+        items = self._read_entries(response.get("Items", []))
+        return [self.from_item(i) for i in items], response.get("LastEvaluatedKey")
+
+    def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
+        return batch_get(self._db, self._table, keys) if keys else []
 
     def claimable(self, tenant: str, job_type: str, now: datetime, *, limit: int) -> list[Run]:
         """Target-less runs of one tenant and type that are due: what an external worker may lease."""
@@ -254,7 +327,9 @@ class RunStore:
                 ),
                 Limit=limit,
             )
-        return [self.from_item(i) for i in response.get("Items", [])]
+        # Keys-only index: read the runs, and keep those still waiting to be claimed.
+        items = self._read_entries(response.get("Items", []))
+        return [self.from_item(i) for i in items if "claim_key" in i]
 
     def live_leases(self, tenant: str, now: datetime, *, up_to: int) -> int:
         """How many runs of the tenant hold a live lease, counted up to `up_to` (enough for a limit)."""

@@ -22,7 +22,10 @@ class Index:
     name: str
     partition: Key
     sort: Key | None = None
-    projection: Literal["ALL", "KEYS_ONLY"] = "ALL"
+    # ALL copies the whole item into the index, so every write of the item is written again
+    # there; KEYS_ONLY/INCLUDE indexes are written only when their keys or included attributes change.
+    projection: Literal["ALL", "KEYS_ONLY", "INCLUDE"] = "ALL"
+    include: tuple[str, ...] = ()  # non-key attributes projected by INCLUDE
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,20 @@ class TableSpec:
                 {
                     "IndexName": index.name,
                     "KeySchema": _key_schema(index.partition, index.sort),
-                    "Projection": {"ProjectionType": index.projection},
+                    "Projection": _projection(index),
                 }
                 for index in self.indexes
             ]
         if self.stream:
             request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": self.stream}
         return request
+
+
+def _projection(index: Index) -> dict[str, Any]:
+    projection: dict[str, Any] = {"ProjectionType": index.projection}
+    if index.projection == "INCLUDE":
+        projection["NonKeyAttributes"] = list(index.include)
+    return projection
 
 
 def _key_schema(partition: Key, sort: Key | None) -> list[dict[str, str]]:
@@ -89,7 +99,9 @@ DEFINITIONS = TableSpec(
     indexes=(
         # Sparse: due_shard is present only while the job is ACTIVE with a next occurrence.
         Index(DUE_INDEX, Key("due_shard", "N"), Key("next_run_at", "S")),
-        Index(TENANT_INDEX, Key("tenant", "S"), Key("created_at", "S")),
+        # Listing filters on state and then reads the jobs themselves: a job advanced by the
+        # sweeper every occurrence changes neither, so the index is not rewritten with it.
+        Index(TENANT_INDEX, Key("tenant", "S"), Key("created_at", "S"), "INCLUDE", ("state",)),
     ),
     ttl_attribute="expires_at",  # guard items only
 )
@@ -107,15 +119,16 @@ RUNS = TableSpec(
     sort=Key("sk", "S"),
     indexes=(
         # Sparse: open_shard is present only while the run is open; deadline_at is when
-        # the reconciler must look at it if nothing else has moved it on.
-        Index(OPEN_INDEX, Key("open_shard", "N"), Key("deadline_at", "S")),
+        # the reconciler must look at it if nothing else has moved it on. Keys only: the
+        # reconciler reads the runs it finds, so transitions do not rewrite the index.
+        Index(OPEN_INDEX, Key("open_shard", "N"), Key("deadline_at", "S"), "KEYS_ONLY"),
         # Sparse: dead_tenant is present only while the run is DEAD.
         Index(DEAD_INDEX, Key("dead_tenant", "S"), Key("dead_at", "S")),
         # Sparse: claim_key = "<tenant>#<type>" is present while a run without a target waits
-        # to be claimed; external workers lease from it through the API.
-        Index(CLAIM_INDEX, Key("claim_key", "S"), Key("due_at", "S")),
+        # to be claimed; external workers lease from it through the API (reading the runs).
+        Index(CLAIM_INDEX, Key("claim_key", "S"), Key("due_at", "S"), "KEYS_ONLY"),
         # Sparse: leased_tenant is present only while LEASED; counts a tenant's live leases.
-        Index(LEASED_INDEX, Key("leased_tenant", "S"), Key("lease_expires_at", "S"), projection="KEYS_ONLY"),
+        Index(LEASED_INDEX, Key("leased_tenant", "S"), Key("lease_expires_at", "S"), "KEYS_ONLY"),
     ),
     stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",

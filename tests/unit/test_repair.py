@@ -1,0 +1,118 @@
+"""Repair deadlines and the open index's check time: never later than the deadline, and
+unchanged along a run's usual path so those writes leave the index alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+from jobsched.domain.models import HttpTarget
+from jobsched.domain.repair import RepairTimings, check_at, repair_deadline
+from jobsched.domain.runs import OPEN_STATES, Run, RunState, advance, created
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+TIMINGS = RepairTimings()
+TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
+
+
+def pending(*, due_in: float, made: datetime = T0) -> Run:
+    due = made + timedelta(seconds=due_in)
+    return created(
+        Run(
+            run_key=f"j_r@{due.isoformat()}",
+            job_id="j_r",
+            tenant="t",
+            job_type="report.build",
+            scheduled_for=due,
+            due_at=due,
+            state=RunState.PENDING,
+            definition_version=1,
+            target=TARGET,
+            created_at=made,
+            updated_at=made,
+        ),
+        actor="sweeper",
+    )
+
+
+def usual_path(run: Run, *, queued_after: float, leased_after: float, lease_seconds: int) -> list[Run]:
+    queued = advance(
+        run, RunState.QUEUED, now=run.created_at + timedelta(seconds=queued_after), actor="outbox"
+    )
+    claim = max(run.due_at, queued.updated_at) + timedelta(seconds=leased_after)
+    leased = advance(
+        queued,
+        RunState.LEASED,
+        now=claim,
+        actor="worker:w",
+        fence=1,
+        attempt=1,
+        lease_owner="worker:w",
+        lease_expires_at=claim + timedelta(seconds=lease_seconds),
+    )
+    return [run, queued, leased]
+
+
+def test_a_run_made_ahead_keeps_one_check_time_from_insert_to_lease():
+    run = pending(due_in=120)
+    path = usual_path(run, queued_after=0.2, leased_after=0.3, lease_seconds=300)
+    checks = {check_at(r, TIMINGS) for r in path}
+    assert checks == {run.due_at + TIMINGS.publish_grace}
+
+
+def test_a_run_due_now_keeps_one_check_time_too():
+    run = pending(due_in=0)
+    path = usual_path(run, queued_after=0.5, leased_after=0.1, lease_seconds=300)
+    assert {check_at(r, TIMINGS) for r in path} == {T0 + TIMINGS.publish_grace}
+
+
+def test_a_short_lease_brings_the_check_forward_to_its_deadline():
+    run = pending(due_in=10)
+    leased = usual_path(run, queued_after=0, leased_after=0, lease_seconds=5)[-1]
+    assert (
+        check_at(leased, TIMINGS)
+        == repair_deadline(leased, TIMINGS)
+        == leased.lease_expires_at + TIMINGS.lease_grace
+    )
+    assert check_at(leased, TIMINGS) < check_at(run, TIMINGS)
+
+
+def test_an_unpublished_run_is_overdue_once_due_plus_the_grace():
+    run = pending(due_in=120)
+    assert repair_deadline(run, TIMINGS) == run.due_at + TIMINGS.publish_grace
+    assert repair_deadline(pending(due_in=0), TIMINGS) == T0 + TIMINGS.publish_grace
+
+
+def test_a_run_too_far_out_for_an_sqs_delay_is_checked_when_it_comes_within_reach():
+    run = pending(due_in=7200)
+    assert check_at(run, TIMINGS) == repair_deadline(run, TIMINGS) == run.due_at - timedelta(seconds=900)
+
+
+def test_closed_runs_have_no_check_time():
+    run = pending(due_in=0)
+    done = advance(run, RunState.CANCELLED, now=T0, actor="api:t")
+    assert check_at(done, TIMINGS) is None and repair_deadline(done, TIMINGS) is None
+
+
+@given(
+    due_in=st.floats(min_value=-3600, max_value=5000),
+    queued_after=st.floats(min_value=0, max_value=400),
+    leased_after=st.floats(min_value=0, max_value=2000),
+    lease_seconds=st.integers(min_value=1, max_value=3600),
+    touched_after=st.floats(min_value=0, max_value=4000),
+)
+def test_the_check_time_is_never_after_the_repair_deadline(
+    due_in, queued_after, leased_after, lease_seconds, touched_after
+):
+    run = pending(due_in=due_in)
+    path = usual_path(run, queued_after=queued_after, leased_after=leased_after, lease_seconds=lease_seconds)
+    # ...and the same states written again later (a retouch, a deferral, a heartbeat's write).
+    path += [
+        r.model_copy(update={"updated_at": r.updated_at + timedelta(seconds=touched_after)}) for r in path
+    ]
+    for r in path:
+        assert r.state in OPEN_STATES
+        check, deadline = check_at(r, TIMINGS), repair_deadline(r, TIMINGS)
+        assert check is not None and deadline is not None
+        assert check <= deadline
