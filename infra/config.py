@@ -44,6 +44,7 @@ class Config:
     shards_per_sweep: int = 4  # shards one sweeper invocation handles (one rule target each group)
     retention_days: int = 30
     horizon_seconds: int = 120
+    sweep_ahead_seconds: int = 300
     tenant_concurrency: int = 50
     max_jobs_per_tenant: int = 10_000
     tenant_requests_per_second: int = 50
@@ -76,6 +77,10 @@ class Config:
         _check(1 <= self.retention_days <= 3650, "retentionDays must be 1..3650")
         # The sweeper ticks every 60 s; a shorter horizon would materialise runs late.
         _check(60 <= self.horizon_seconds <= 3600, "horizonSeconds must be 60..3600")
+        _check(
+            self.horizon_seconds <= self.sweep_ahead_seconds <= 3600,
+            "sweepAheadSeconds must be horizonSeconds..3600",
+        )
         _check(self.tenant_concurrency >= 0, "tenantConcurrency must be >= 0 (0 = no limit)")
         _check(self.max_jobs_per_tenant >= 0, "maxJobsPerTenant must be >= 0 (0 = no quota)")
         _check(self.tenant_requests_per_second >= 0, "tenantRequestsPerSecond must be >= 0 (0 = no limit)")
@@ -115,6 +120,7 @@ _FIELDS: dict[str, str] = {
     "shardsPerSweep": "int",
     "retentionDays": "int",
     "horizonSeconds": "int",
+    "sweepAheadSeconds": "int",
     "tenantConcurrency": "int",
     "maxJobsPerTenant": "int",
     "tenantRequestsPerSecond": "int",

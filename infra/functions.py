@@ -49,6 +49,7 @@ def environment(config: Config, storage: Storage, queues: Queues) -> dict[str, s
     env = {
         "SHARD_COUNT": str(config.shard_count),
         "HORIZON_SECONDS": str(config.horizon_seconds),
+        "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds),
         "RETENTION_DAYS": str(config.retention_days),
         "FAIR_QUEUES": "true" if config.fair_queues else "false",
         "TENANT_CONCURRENCY": str(config.tenant_concurrency),

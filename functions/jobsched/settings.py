@@ -18,6 +18,7 @@ class Settings:
     idempotency_table: str = IDEMPOTENCY.default_name
     shard_count: int = 16
     horizon_seconds: int = 120
+    sweep_ahead_seconds: int | None = None  # None: the horizon
     retention_days: int = 30
     max_jobs_per_tenant: int = 10_000  # ACTIVE or PAUSED jobs; 0 turns the quota off
     tenant_requests_per_second: int = 50  # API requests; 0 turns the limit off
@@ -39,6 +40,7 @@ class Settings:
             idempotency_table=env.get(IDEMPOTENCY.env_var, IDEMPOTENCY.default_name),
             shard_count=int(env.get("SHARD_COUNT", "16")),
             horizon_seconds=int(env.get("HORIZON_SECONDS", "120")),
+            sweep_ahead_seconds=int(env.get("SWEEP_AHEAD_SECONDS", "300")),
             retention_days=int(env.get("RETENTION_DAYS", "30")),
             max_jobs_per_tenant=int(env.get("MAX_JOBS_PER_TENANT", "10000")),
             tenant_requests_per_second=int(env.get("TENANT_REQUESTS_PER_SECOND", "50")),

@@ -79,7 +79,11 @@ class Container:
     @cached_property
     def materializer(self) -> Materializer:
         return Materializer(
-            self.definitions, self.runs, self.clock, horizon=timedelta(seconds=self.settings.horizon_seconds)
+            self.definitions,
+            self.runs,
+            self.clock,
+            horizon=timedelta(seconds=self.settings.horizon_seconds),
+            ahead=timedelta(seconds=self.settings.sweep_ahead_seconds or self.settings.horizon_seconds),
         )
 
     @cached_property

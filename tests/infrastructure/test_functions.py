@@ -164,6 +164,7 @@ def test_variables_point_at_the_right_resources(synth, config):
         expected = {
             "SHARD_COUNT": str(config.shard_count),
             "HORIZON_SECONDS": str(config.horizon_seconds),
+            "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds),
             "RETENTION_DAYS": str(config.retention_days),
             "TENANT_CONCURRENCY": str(config.tenant_concurrency),
             "MAX_JOBS_PER_TENANT": str(config.max_jobs_per_tenant),
@@ -178,3 +179,4 @@ def test_variables_point_at_the_right_resources(synth, config):
         parsed = Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)})
         assert parsed.shard_count == config.shard_count
         assert parsed.horizon_seconds == config.horizon_seconds
+        assert parsed.sweep_ahead_seconds == config.sweep_ahead_seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -280,3 +281,35 @@ def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monk
     assert report.conflicts == len(written) and report.runs_created == 0
     assert all_runs(container, job.job_id) == written
     assert container.jobs.get("tenant-a", job.job_id).runs_created == len(written)
+
+
+def test_sweeping_ahead_advances_a_minutely_job_once_for_several_runs(aws, clock):
+    from jobsched import wiring
+    from jobsched.settings import Settings
+
+    settings = Settings(shard_count=4, queue_urls=aws["urls"], sweep_ahead_seconds=300)
+    container = wiring.Container(settings, clock)
+    wiring.override(container)
+    try:
+        job = new_job(container, cron="0 * * * * *", timeZone="UTC", startAt="2026-11-02T08:10:00Z")
+        # The API makes runs only up to the horizon: none yet for a job starting in 10 minutes.
+        assert all_runs(container, job.job_id) == []
+        saves = []
+        save = container.definitions.save
+        container.definitions.save = lambda j, **kw: saves.append(j.next_run_at) or save(j, **kw)
+
+        made = []
+        for minute in range(8, 20):  # one sweep a minute from 08:08 to 08:19
+            clock.set(T0 + timedelta(minutes=minute))
+            made.append(container.sweeper.sweep().runs_created)
+
+        runs = all_runs(container, job.job_id)
+        assert [r.scheduled_for for r in runs] == [
+            datetime(2026, 11, 2, 8, m, tzinfo=UTC) for m in range(10, 22)
+        ]  # every minute, each once, up to 300 s past the last sweep that picked the job up (08:16)
+        # Picked up at 08:08, 08:12 and 08:16 (next run within the 120 s horizon): three
+        # advances for twelve runs, where sweeping to the horizon only advances once per run.
+        assert made == [4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0] and len(saves) == 3
+        assert all(r.previous_run_key == p.run_key for p, r in itertools.pairwise(runs))
+    finally:
+        wiring.override(None)

@@ -23,6 +23,7 @@ class LocalConfig:
     region: str = "us-east-1"
     shard_count: int = 4
     horizon_seconds: int = 120  # how far ahead the sweeper makes runs
+    sweep_ahead_seconds: int | None = None  # how far ahead a sweep makes a due job's runs (None: horizon)
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
     reconcile_seconds: float = 60.0
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)

@@ -144,6 +144,7 @@ class LocalRuntime:
             "JOBSCHED_AWS_ENDPOINT_URL": self.moto.url,
             "SHARD_COUNT": str(config.shard_count),
             "HORIZON_SECONDS": str(config.horizon_seconds),
+            "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds or config.horizon_seconds),
             "LEASE_SECONDS": str(config.lease_seconds),
             "TENANT_CONCURRENCY": str(config.tenant_concurrency),
             "HANDLER_MODULES": ",".join(config.handler_modules),

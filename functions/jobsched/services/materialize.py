@@ -55,6 +55,7 @@ class Materializer:
         clock: Clock,
         *,
         horizon: timedelta,
+        ahead: timedelta | None = None,
         misfire_grace: timedelta = timedelta(seconds=60),
         max_runs_per_pass: int = 500,
         max_scan: int = 100_000,
@@ -63,11 +64,15 @@ class Materializer:
         self._runs = runs
         self._clock = clock
         self.horizon = horizon
+        # How far ahead a sweep makes a due job's runs: past the horizon, so a job firing
+        # every minute is advanced (a Definitions write and a `due` index move) once for
+        # several runs instead of once per run. The API makes runs only up to the horizon.
+        self.ahead = max(horizon, ahead or horizon)
         self.misfire_grace = misfire_grace
         self.max_runs_per_pass = max_runs_per_pass
         self.max_scan = max_scan
 
-    def materialize(self, job: Job, *, actor: str = ACTOR) -> Materialized:
+    def materialize(self, job: Job, *, actor: str = ACTOR, ahead: timedelta | None = None) -> Materialized:
         """Materialise what is due; on a lost race re-read the job and go again (inserts are
         idempotent, so a second pass finds this pass's runs and only advances the job)."""
         total = Materialized(job)
@@ -76,7 +81,7 @@ class Materializer:
         for _ in range(3):
             if current is None or not current.is_due_indexed:
                 break
-            outcome = self._pass(current, self._clock.now(), actor)
+            outcome = self._pass(current, self._clock.now(), actor, ahead or self.horizon)
             mine.update(r.run_key for r in outcome.created + outcome.skipped)
             total.created += outcome.created
             total.skipped += outcome.skipped
@@ -94,11 +99,11 @@ class Materializer:
             )
         return total
 
-    def _pass(self, job: Job, now: datetime, actor: str) -> Materialized:
+    def _pass(self, job: Job, now: datetime, actor: str, ahead: timedelta) -> Materialized:
         assert job.next_run_at is not None
         if job.next_run_at > now + self.horizon:
             return Materialized(job, advanced=True)
-        plan = self.plan(job, now)
+        plan = self.plan(job, now, ahead)
         result = Materialized(job)
         previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
         written: list[tuple[Run, bool]] = []
@@ -147,7 +152,7 @@ class Materializer:
             pass  # another sweeper or a client edit got there first: re-read and go again
         return result
 
-    def plan(self, job: Job, now: datetime) -> _Plan:
+    def plan(self, job: Job, now: datetime, ahead: timedelta | None = None) -> _Plan:
         """Decide, without writing, what each due occurrence becomes."""
         schedule = job.spec.schedule
         policies = job.spec.policies
@@ -175,8 +180,8 @@ class Materializer:
                 plan.runs.extend(missed)
             cursor = next_fire(schedule, max(missed[-1], late_edge - ONE_SECOND))
 
-        # Zone 3: on time, up to the horizon.
-        horizon_end = now + self.horizon
+        # Zone 3: on time, up to the horizon (or further ahead, for a sweep).
+        horizon_end = now + (ahead or self.horizon)
         if cursor is not None and cursor <= horizon_end:
             plan.runs.extend([cursor, *fires_between(schedule, cursor, horizon_end, self.max_runs_per_pass)])
 

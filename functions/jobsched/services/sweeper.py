@@ -59,7 +59,7 @@ class Sweeper:
             for job in jobs:
                 report.jobs_read += 1
                 try:
-                    outcome = self._materializer.materialize(job)
+                    outcome = self._materializer.materialize(job, ahead=self._materializer.ahead)
                 except Exception:
                     # One bad job must not hold up its shard; it stays due and is retried next tick.
                     logger.exception("materialisation failed", extra={"job_id": job.job_id})
