@@ -56,6 +56,12 @@ class SimClock:
     def now(self) -> datetime:
         return datetime.fromtimestamp(int(self.t), tz=UTC)
 
+    def precise(self) -> datetime:
+        return datetime.fromtimestamp(self.t, tz=UTC)
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
     def advance(self, seconds: float) -> None:
         self.t += seconds
 

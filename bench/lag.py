@@ -3,8 +3,8 @@
 
 Each scenario's lag is split per run into what was spent, between the due instant and the
 handler's start:
-- `not_visible`: the message was not yet visible (the SQS delay is whole seconds and the
-  outbox computes it from a whole-second clock; or the publish itself came late);
+- `not_visible`: the message was not yet visible (SQS delays are whole seconds: a message
+  becomes visible up to 0.75 s after its run is due; or the publish itself came late);
 - `moto`: the worker pipeline (event source polls, the worker's own calls) waiting on AWS
   calls, i.e. on moto;
 - `ours`: the worker executing our code outside AWS calls;

@@ -504,3 +504,18 @@ def test_heartbeat_keeps_the_message_invisible(container, clock, worker):
     assert worker.heartbeat(_Lease(leased), d)
     time.sleep(1.2)  # past the 1 s visibility it was received with
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+
+
+def test_a_delivery_a_moment_early_waits_for_the_due_instant_and_then_runs(container, clock, worker, ledger):
+    # SQS delays are whole seconds, so a message may be visible a fraction early; a clock
+    # a little behind does the same. The worker waits (on the injected clock) rather than
+    # starting before the run is due, or paying for a deferral.
+    _, run = one_run(container, clock, runAt="2026-11-02T08:00:02Z")
+    assert (run.due_at - clock.now()).total_seconds() == 2
+    result = worker.process(delivery(run))
+    assert result.outcome is Outcome.SUCCEEDED
+    assert clock.now() >= run.due_at
+    leased = next(h for h in stored(container, run).history if h.target is RunState.LEASED)
+    assert leased.at == run.due_at  # started at its due instant, not before
+    assert result.start_lag == 0.0
+    assert ledger.effects[run.run_key] == 1

@@ -38,6 +38,12 @@ class SkewedClock:
     def now(self) -> datetime:
         return self._base.now() + self.offset
 
+    def precise(self) -> datetime:
+        return self.now()
+
+    def sleep(self, seconds: float) -> None:
+        """Waits are not simulated: one component must not move everyone's time."""
+
 
 @contextlib.contextmanager
 def sqs_on_clock(clock: ManualClock) -> Iterator[None]:

@@ -5,6 +5,7 @@ stored strings equals time order and run keys are byte-for-byte stable."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Protocol
 
@@ -48,12 +49,26 @@ Instant = Annotated[datetime, AfterValidator(to_utc), PlainSerializer(format_ins
 class Clock(Protocol):
     """Time is always injected: services take a Clock, tests pass a controllable one."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """Whole seconds: what is recorded (history, leases, schedules)."""
+        ...
+
+    def precise(self) -> datetime:
+        """Sub-second: for SQS delays and for waiting out the last fraction before a due instant."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC).replace(microsecond=0)
+
+    def precise(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class ManualClock:
@@ -64,6 +79,12 @@ class ManualClock:
 
     def now(self) -> datetime:
         return self._now
+
+    def precise(self) -> datetime:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
 
     def set(self, value: datetime) -> None:
         self._now = to_utc(value)

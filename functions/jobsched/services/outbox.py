@@ -83,11 +83,11 @@ class Outbox:
                 # External workers lease from the claimable index; QUEUED says "available".
                 (outcome.published if self._mark_queued(run, now) else outcome.stale).append(run.run_key)
                 continue
-            delay = math.ceil((run.due_at - now).total_seconds())
+            delay = sqs_delay(run.due_at, self._clock.precise())
             if delay > SQS_MAX_DELAY.total_seconds():
                 outcome.skipped_far_future.append(run.run_key)
                 continue
-            by_queue.setdefault(self._route(run), []).append((run, max(0, delay)))
+            by_queue.setdefault(self._route(run), []).append((run, delay))
 
         for queue, entries in by_queue.items():
             try:
@@ -127,6 +127,17 @@ class Outbox:
                 "run sent but not marked QUEUED", extra={"run_key": run.run_key, "error": str(exc)}
             )
         return True
+
+
+# SQS delays are whole seconds. Rounding up makes a message visible up to 1 s after its run
+# is due; allowing it to be visible this much early instead (the worker waits that out, so
+# nothing starts early) caps the lateness at 1 s minus this.
+EARLY_VISIBILITY = 0.25
+
+
+def sqs_delay(due: datetime, now: datetime) -> int:
+    """Whole seconds for SQS to hold a run's message sent at `now` (sub-second) for `due`."""
+    return max(0, math.ceil((due - now).total_seconds() - EARLY_VISIBILITY))
 
 
 def _latest_publishable(runs: list[Run]) -> list[Run]:

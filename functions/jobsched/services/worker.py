@@ -36,7 +36,7 @@ from ..store.runs import RunChanged, RunStore
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
-CLOCK_SKEW = timedelta(seconds=2)  # a message may arrive this much before its run is due
+CLOCK_SKEW = timedelta(seconds=2)  # a message this early is waited out; earlier, it is deferred
 MAX_RESULT_BYTES = 4096
 DEFER_TOUCH = timedelta(minutes=5)
 
@@ -164,11 +164,19 @@ class Worker:
                     run, "LeaseExpired", "the lease of its last allowed attempt expired", actor=self.actor
                 )
             )
+        if run.state in CLAIMABLE_STATES:
+            # A message may be visible a fraction of a second early (SQS delays are whole
+            # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
+            # run never starts before its due instant.
+            early = (run.due_at - self._clock.precise()).total_seconds()
+            if early > 0:
+                self._clock.sleep(early)
+                now = self._clock.now()
+        start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
         leased = self._claim(run, now)
         if leased is None:
             self._metric("DuplicatesSuppressed", 1, "Count")
             return Result(Outcome.DUPLICATE, run)
-        start_lag = max(0.0, (now - run.due_at).total_seconds())
         logger.append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
         if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE and run.effect_started_at is not None:
