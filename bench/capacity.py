@@ -11,6 +11,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from .harness import SHARDS_PER_SWEEP, WORKER_CONCURRENCY
+
 LIMITS: dict[str, dict[str, Any]] = {
     "partition_wcu_per_s": {
         "value": 1000,
@@ -60,7 +62,7 @@ LIMITS: dict[str, dict[str, Any]] = {
 TARGET_RUNS_PER_MINUTE = 100_000
 BURST_FACTOR = 10
 P99_DISPATCH_GOAL_S = 5.0
-STACK_WORKER_CONCURRENCY = 34  # infra/config.py: high 20 + default 10 + low 4
+STACK_WORKER_CONCURRENCY = sum(WORKER_CONCURRENCY.values())  # the stack's default ceilings
 
 
 def _v(name: str) -> float:
@@ -111,7 +113,7 @@ def inputs_from(
 
 
 def model(
-    inp: dict[str, Any], shards: int, worker_concurrency: int, *, shards_per_sweep: int = 4
+    inp: dict[str, Any], shards: int, worker_concurrency: int, *, shards_per_sweep: int = SHARDS_PER_SWEEP
 ) -> dict[str, Any]:
     """Sustained runs/minute each limit allows, the binding one, and the burst drain."""
     w = inp["write_units_per_run"]

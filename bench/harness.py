@@ -29,9 +29,9 @@ REGION = "us-east-1"
 # Mirror of infra/config.py and infra/event_sources.py defaults (checked by the smoke test;
 # importing infra.config would start the jsii runtime).
 WORKER_BATCH_SIZE = {"high": 5, "default": 10, "low": 10}
-WORKER_CONCURRENCY = {"high": 20, "default": 10, "low": 4}
+WORKER_CONCURRENCY = {"high": 50, "default": 100, "low": 25}
 OUTBOX_BATCH_SIZE = 100
-SHARDS_PER_SWEEP = 4
+SHARDS_PER_SWEEP = 1
 
 # Stage -> the Lambda function that runs it.
 FUNCTION_OF = {
@@ -151,6 +151,9 @@ class Harness:
             queue_urls=urls,
             dlq_urls=dlqs,
             handler_modules=("bench.handlers",),
+            # As deployed (infra/config.py defaults).
+            horizon_seconds=120,
+            sweep_ahead_seconds=300,
         )
         self.container = wiring.Container(self.settings, self.clock)
         wiring.override(self.container)

@@ -38,7 +38,7 @@ def test_cli_strings_are_coerced():
     assert config.shard_count == 32 and config.fair_queues is False
     assert config.targets_for("sqs") == ["arn:aws:sqs:eu-west-1:123456789012:a"]
     assert config.targets_for("lambda") == ["arn:aws:lambda:eu-west-1:123456789012:function:b"]
-    assert config.worker_concurrency == {"high": 20, "default": 10, "low": 8}  # a partial map merges
+    assert config.worker_concurrency == {"high": 50, "default": 100, "low": 8}  # a partial map merges
 
 
 @pytest.mark.parametrize(
