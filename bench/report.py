@@ -174,8 +174,8 @@ def _lag_md(lag: dict[str, Any], picture: str | None) -> list[str]:
     out += [
         "",
         "How to read the split (shares of the summed lag): *not yet visible* is time the SQS message was still "
-        "delayed — the outbox computes `DelaySeconds = ceil(due - now)` from a whole-second clock, so a "
-        "message becomes visible up to 1 s after the due instant (uniform, mean 0.5 s); *moto* is the worker's "
+        "delayed — SQS delays are whole seconds, so the outbox picks the one that makes the message visible "
+        "between 0.25 s before (the worker waits that out) and 0.75 s after the due instant; *moto* is the worker's "
         "event source and the worker waiting on AWS calls (moto serves every call on one thread: the burst "
         "drains one run at a time at moto's speed); *our code* is the worker executing outside AWS calls; "
         "*idle* is poll intervals and thread switches. In AWS the queue is drained by up to the mapping's "
@@ -257,16 +257,24 @@ def _cost_md(cost: dict[str, Any]) -> list[str]:
         )
     out += [
         "",
-        f"The run item is {_f(dense['per_run']['run_item_bytes'], 0)} bytes when it finishes (its `doc` holds a full copy "
-        "of the run with nulls, default policies and the history), so each of its writes costs 2 units and "
-        "the `open` and `claimable` GSIs, projecting ALL, cost as much again per index on every transition.",
+        f"The run item is {_f(dense['per_run']['run_item_bytes'], 0)} bytes when it finishes (its history "
+        "included), so each of its writes is one unit; the keys-only `open` index is written when the run "
+        "enters it and when it leaves.",
         "",
     ]
+    if dense.get("changes_made"):
+        out += [
+            "Changes made since the first measurement (35 write units and $25.45 per million runs then):",
+            "",
+            *[f"- {c}" for c in dense["changes_made"]],
+            "",
+        ]
     if "what_ifs" in dense:
         out += [
-            "### Design changes, re-computed on the same writes",
+            "### Changes not made, re-computed on the same writes",
             "",
-            "Each change applied to the recorded item images and writes (same DynamoDB rules), biggest saving first, cumulative:",
+            "Each applied to the recorded item images and writes (same DynamoDB rules), biggest saving first,"
+            " cumulative. Each gives something up, named with it:",
             "",
             "| Change | How | saves alone | write units per run after |",
             "|---|---|---|---|",
