@@ -11,7 +11,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from .harness import SHARDS_PER_SWEEP, WORKER_CONCURRENCY
+from .harness import OUTBOX_PARALLELIZATION, SHARDS_PER_SWEEP, WORKER_CONCURRENCY
 
 LIMITS: dict[str, dict[str, Any]] = {
     "partition_wcu_per_s": {
@@ -45,9 +45,9 @@ LIMITS: dict[str, dict[str, Any]] = {
         "source": "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html",
     },
     "stream_batches_per_shard": {
-        "value": 1,
+        "value": OUTBOX_PARALLELIZATION,
         "source": "https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html"
-        " (ParallelizationFactor 1, as deployed)",
+        " (ParallelizationFactor, as deployed)",
     },
     "sweeper_budget_seconds": {
         "value": 50,

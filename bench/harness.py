@@ -31,6 +31,9 @@ REGION = "us-east-1"
 WORKER_BATCH_SIZE = {"high": 5, "default": 10, "low": 10}
 WORKER_CONCURRENCY = {"high": 50, "default": 100, "low": 25}
 OUTBOX_BATCH_SIZE = 100
+OUTBOX_PARALLELIZATION = 4
+HORIZON_SECONDS = 120
+SWEEP_AHEAD_SECONDS = 300
 SHARDS_PER_SWEEP = 1
 
 # Stage -> the Lambda function that runs it.
@@ -151,9 +154,8 @@ class Harness:
             queue_urls=urls,
             dlq_urls=dlqs,
             handler_modules=("bench.handlers",),
-            # As deployed (infra/config.py defaults).
-            horizon_seconds=120,
-            sweep_ahead_seconds=300,
+            horizon_seconds=HORIZON_SECONDS,
+            sweep_ahead_seconds=SWEEP_AHEAD_SECONDS,
         )
         self.container = wiring.Container(self.settings, self.clock)
         wiring.override(self.container)

@@ -59,7 +59,9 @@ class Config:
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
-    worker_concurrency: dict[str, int] = field(default_factory=lambda: {"high": 50, "default": 100, "low": 25})
+    worker_concurrency: dict[str, int] = field(
+        default_factory=lambda: {"high": 50, "default": 100, "low": 25}
+    )
     worker_batch_size: dict[str, int] = field(default_factory=lambda: {"high": 5, "default": 10, "low": 10})
     worker_batch_window_seconds: dict[str, int] = field(
         default_factory=lambda: {"high": 0, "default": 1, "low": 5}

@@ -22,6 +22,7 @@ REPORT_FAILURES = ["ReportBatchItemFailures"]
 
 # The outbox publishes a whole batch with SendMessageBatch calls of ten.
 OUTBOX_BATCH_SIZE = 100
+OUTBOX_PARALLELIZATION = 4
 OUTBOX_RETRIES = 5  # then the batch goes to the failure queue; the reconciler republishes its runs
 OUTBOX_MAX_RECORD_AGE = 3600
 
@@ -49,6 +50,9 @@ class EventSources(Construct):
             starting_position="TRIM_HORIZON",  # a run written before the mapping is ready is still published
             batch_size=OUTBOX_BATCH_SIZE,
             maximum_batching_window_in_seconds=0,  # runs may be due within seconds
+            # Batches per stream shard at once (records of one item stay in order): one batch
+            # at a time publishes fewer runs per second than one hot partition can write.
+            parallelization_factor=OUTBOX_PARALLELIZATION,
             bisect_batch_on_function_error=True,
             maximum_retry_attempts=OUTBOX_RETRIES,
             maximum_record_age_in_seconds=OUTBOX_MAX_RECORD_AGE,

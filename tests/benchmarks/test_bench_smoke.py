@@ -114,10 +114,13 @@ def test_mirrored_stack_settings_match_infra() -> None:
     """bench.harness mirrors infra's event source settings instead of importing infra.config."""
     from bench import harness
     from infra.config import Config
-    from infra.event_sources import OUTBOX_BATCH_SIZE
+    from infra.event_sources import OUTBOX_BATCH_SIZE, OUTBOX_PARALLELIZATION
 
     config = Config()
     assert config.worker_batch_size == harness.WORKER_BATCH_SIZE
     assert config.worker_concurrency == harness.WORKER_CONCURRENCY
     assert config.shards_per_sweep == harness.SHARDS_PER_SWEEP
     assert harness.OUTBOX_BATCH_SIZE == OUTBOX_BATCH_SIZE
+    assert harness.OUTBOX_PARALLELIZATION == OUTBOX_PARALLELIZATION
+    assert config.horizon_seconds == harness.HORIZON_SECONDS
+    assert config.sweep_ahead_seconds == harness.SWEEP_AHEAD_SECONDS

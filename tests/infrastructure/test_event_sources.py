@@ -51,6 +51,7 @@ def test_outbox_mapping_batches_bisects_retries_and_keeps_what_it_gives_up_on(sy
     props = outbox_mapping(synth)
     assert props["StartingPosition"] == "TRIM_HORIZON"
     assert props["BatchSize"] == 100
+    assert props["ParallelizationFactor"] == 4
     assert props["BisectBatchOnFunctionError"] is True
     assert props["MaximumRetryAttempts"] == 5
     assert props["MaximumRecordAgeInSeconds"] == 3600
