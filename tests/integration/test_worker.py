@@ -3,7 +3,9 @@ a Python handler performs, so "one effect per run" is checked, not assumed."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -447,6 +449,23 @@ def test_heartbeat_extends_the_lease_and_stops_when_the_fence_moves(container, c
     assert not worker.heartbeat(lease) and lease.lost
 
 
+def sqs_record(run, message_id, queue="default"):
+    """The SQS record Lambda hands the worker for `run`'s message."""
+    from jobsched.store.queues import RunMessage
+
+    return {
+        "messageId": message_id,
+        "receiptHandle": "rh",
+        "body": RunMessage.of(run).to_json(),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(int(T0.timestamp() * 1000))},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:jobsched-{queue}",
+        "awsRegion": "us-east-1",
+    }
+
+
 def test_handler_reports_only_unexpected_failures(container, clock, registry, monkeypatch):
     from jobsched.handlers import worker as worker_handler
     from jobsched.local.lambda_context import InvocationContext
@@ -462,24 +481,8 @@ def test_handler_reports_only_unexpected_failures(container, clock, registry, mo
         return real_get(job_id, scheduled_for)
 
     monkeypatch.setattr(container.runs, "get", flaky_get)
-    arn = "arn:aws:sqs:us-east-1:123456789012:jobsched-default"
 
-    def record(run, message_id):
-        from jobsched.store.queues import RunMessage
-
-        return {
-            "messageId": message_id,
-            "receiptHandle": "rh",
-            "body": RunMessage.of(run).to_json(),
-            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(int(T0.timestamp() * 1000))},
-            "messageAttributes": {},
-            "md5OfBody": "",
-            "eventSource": "aws:sqs",
-            "eventSourceARN": arn,
-            "awsRegion": "us-east-1",
-        }
-
-    event = {"Records": [record(good, "m-good"), record(broken, "m-broken")]}
+    event = {"Records": [sqs_record(good, "m-good"), sqs_record(broken, "m-broken")]}
     response = worker_handler.handler(event, InvocationContext(function_name="jobsched-worker"))
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-broken"}]}
     assert stored(container, good).state is RunState.SUCCEEDED
@@ -519,3 +522,46 @@ def test_a_delivery_a_moment_early_waits_for_the_due_instant_and_then_runs(conta
     assert leased.at == run.due_at  # started at its due instant, not before
     assert result.start_lag == 0.0
     assert ledger.effects[run.run_key] == 1
+
+
+def test_handler_logs_one_line_and_one_metrics_document_per_batch(
+    container, clock, registry, monkeypatch, capfd
+):
+    """Successful runs are in their history; the batch gets one INFO line and one EMF
+    document per priority with every run's timings, and only failures get lines of their own."""
+    from jobsched.handlers import worker as worker_handler
+    from jobsched.local.lambda_context import InvocationContext
+    from jobsched.observability import logger
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    std = logging.getLogger(logger.name)
+    previous = std.level
+    logger.setLevel("INFO")
+    log_lines = io.StringIO()
+    streams = [(h, h.setStream(log_lines)) for h in std.handlers if isinstance(h, logging.StreamHandler)]
+    container.__dict__["worker"] = make_worker(container, registry)
+    runs = [one_run(container, clock, name=f"ok{i}")[1] for i in range(3)]
+    _, failing = one_run(container, clock, job_type="down", name="down", maxAttempts=3)
+    capfd.readouterr()
+    try:
+        event = {"Records": [sqs_record(r, f"m{i}") for i, r in enumerate([*runs, failing])]}
+        response = worker_handler.handler(event, InvocationContext(function_name="jobsched-worker"))
+    finally:
+        logger.setLevel(previous)
+        for handler, stream in streams:
+            handler.setStream(stream)
+    assert response == {"batchItemFailures": []}
+
+    output = log_lines.getvalue() + capfd.readouterr().out
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    logged = [line for line in lines if "message" in line]
+    assert [(line["message"], line.get("outcome")) for line in logged] == [
+        ("run processed", "retry_scheduled"),
+        ("batch processed", None),
+    ]
+    batch = logged[-1]
+    assert batch["outcomes"] == {"succeeded": 3, "retry_scheduled": 1} and batch["records"] == 4
+    assert "run_key" not in batch  # not the last record's keys
+    documents = [line for line in lines if "_aws" in line and line.get("priority") == "default"]
+    assert len(documents) == 1
+    assert len(documents[0]["StartLag"]) == len(documents[0]["QueueDwell"]) == 4
