@@ -11,7 +11,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from .harness import OUTBOX_PARALLELIZATION, SHARDS_PER_SWEEP, WORKER_CONCURRENCY
+from .harness import OUTBOX_PARALLELIZATION, SHARD_COUNT, SHARDS_PER_SWEEP, WORKER_CONCURRENCY
 
 LIMITS: dict[str, dict[str, Any]] = {
     "partition_wcu_per_s": {
@@ -207,7 +207,8 @@ def run(cost: dict[str, Any], hotpath: dict[str, Any] | None) -> dict[str, Any]:
     from .cost import LATENCY_MS, function_memory
 
     inp = inputs_from(cost, hotpath, LATENCY_MS, function_memory())
-    rows = [model(inp, shards, conc) for conc in (STACK_WORKER_CONCURRENCY, 1000) for shards in (16, 64, 256)]
+    shard_counts = sorted({16, 64, 256, SHARD_COUNT})  # the three and the stack's default
+    rows = [model(inp, shards, conc) for conc in (STACK_WORKER_CONCURRENCY, 1000) for shards in shard_counts]
     return {
         "inputs": inp,
         "target_runs_per_minute": TARGET_RUNS_PER_MINUTE,

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import handlers, units
 from .calls import Call
-from .harness import FUNCTION_OF, Harness
+from .harness import FUNCTION_OF, SHARD_COUNT, Harness
 
 PRICES_FILE = Path(__file__).with_name("prices.json")
 
@@ -125,14 +125,14 @@ def _measure(name: str, h: Harness, runs: int, minutes: float) -> Measured:
     return Measured(name, runs, calls, h.invocations_by_stage(), h.stage_bytes(), minutes, final)
 
 
-def idle(minutes: int = 2, shards: int = 16) -> Measured:
+def idle(minutes: int = 2, shards: int = SHARD_COUNT) -> Measured:
     with Harness(shards=shards) as h:
         start = h.clock.t
         h.run_until(start + minutes * 60)
         return _measure("idle", h, 0, minutes)
 
 
-def recurring(jobs: int, per_second: int, minutes: int, shards: int = 16) -> Measured:
+def recurring(jobs: int, per_second: int, minutes: int, shards: int = SHARD_COUNT) -> Measured:
     """`jobs` jobs every 60 s, `per_second` of them due in each busy second; `minutes` of
     sweeps, then a drain with only the reconciler ticking, so every run made is finished."""
     handlers.take()
@@ -163,7 +163,7 @@ def recurring(jobs: int, per_second: int, minutes: int, shards: int = 16) -> Mea
         return _measure(name, h, runs, minutes + (ahead + 60) / 60)
 
 
-def one_time(jobs: int, per_second: int = 10, shards: int = 16) -> Measured:
+def one_time(jobs: int, per_second: int = 10, shards: int = SHARD_COUNT) -> Measured:
     handlers.take()
     with Harness(shards=shards) as h:
         start = h.clock.t
@@ -490,7 +490,7 @@ def run(
     sparse: tuple[int, int] = (20, 3),
     one_time_jobs: int = 100,
     idle_minutes: int = 2,
-    shards: int = 16,
+    shards: int = SHARD_COUNT,
 ) -> dict[str, Any]:
     """`dense`/`sparse`: (jobs, minutes of sweeps) for the two recurring scenarios."""
     import warnings

@@ -33,6 +33,7 @@ WORKER_CONCURRENCY = {"high": 50, "default": 100, "low": 25}
 OUTBOX_BATCH_SIZE = 100
 OUTBOX_PARALLELIZATION = 4
 HORIZON_SECONDS = 120
+SHARD_COUNT = 32
 SWEEP_AHEAD_SECONDS = 300
 SHARDS_PER_SWEEP = 1
 
@@ -96,9 +97,9 @@ class Invocation:
 
 
 class Harness:
-    """`with Harness(shards=16) as h:` — everything in-process, nothing on the network."""
+    """`with Harness() as h:` — everything in-process, nothing on the network."""
 
-    def __init__(self, *, shards: int = 16, images: bool = True, start: datetime = T0) -> None:
+    def __init__(self, *, shards: int = SHARD_COUNT, images: bool = True, start: datetime = T0) -> None:
         self.shards = shards
         self.clock = SimClock(start)
         self._want_images = images

@@ -90,7 +90,7 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
     from bench import capacity, report
 
     result = capacity.run(cost_result, None)
-    assert {r["shards"] for r in result["rows"]} == {16, 64, 256}
+    assert {r["shards"] for r in result["rows"]} == {16, 32, 64, 256}  # the three and the default
     assert all(r["binding"] in r["limits_runs_per_minute"] for r in result["rows"])
     results = {
         "environment": {
@@ -123,4 +123,5 @@ def test_mirrored_stack_settings_match_infra() -> None:
     assert harness.OUTBOX_BATCH_SIZE == OUTBOX_BATCH_SIZE
     assert harness.OUTBOX_PARALLELIZATION == OUTBOX_PARALLELIZATION
     assert config.horizon_seconds == harness.HORIZON_SECONDS
+    assert config.shard_count == harness.SHARD_COUNT
     assert config.sweep_ahead_seconds == harness.SWEEP_AHEAD_SECONDS
