@@ -44,6 +44,9 @@ PLATFORM_LOG_BYTES = 350  # START, END and REPORT lines Lambda writes per invoca
 XRAY_SAMPLED = 0.05  # default sampling rule beyond the first request each second
 ESM_IDLE_RECEIVES_PER_MINUTE = 3 * 5 * 3  # 3 queues x ~5 pollers x one 20 s long poll each
 RUN_ITEM_OVERHEAD = 100  # bytes DynamoDB adds per stored item
+# `billingMode: provisioned` (infra/config.py): capacity auto-scaled to this utilisation, so
+# each used unit pays for 1/0.7 units provisioned.
+PROVISIONED_UTILIZATION = 0.70
 MINUTES_PER_MONTH = 43_800
 
 STAGES = ("api", "sweep", "outbox", "worker", "worker-esm", "reconcile")
@@ -331,9 +334,16 @@ def analyse(
             "log_bytes",
         )
     }
+    # The same units on provisioned capacity: a unit-hour serves 3,600 units at full use.
+    on_demand_ddb = sum(s["usd"]["dynamodb_write"] + s["usd"]["dynamodb_read"] for s in stages.values())
+    provisioned_ddb = (
+        (sums["wcu"] + sums["gsi_wcu_total"]) * prices["dynamodb_provisioned_wcu_hour"]
+        + sums["rcu"] * prices["dynamodb_provisioned_rcu_hour"]
+    ) / (3600 * PROVISIONED_UTILIZATION)
     return {
         "scenario": m.name,
         "runs": m.runs,
+        "usd_per_million_provisioned": (total - on_demand_ddb + provisioned_ddb) * 1e6,
         "stages": stages,
         "per_run": {
             **sums,
@@ -525,6 +535,7 @@ def run(
             "xray_sampled_fraction": XRAY_SAMPLED,
             "retention_days": retention,
             "esm_idle_receives_per_minute": ESM_IDLE_RECEIVES_PER_MINUTE,
+            "provisioned_utilization": PROVISIONED_UTILIZATION,
             "memory_mb": memory,
         },
     }

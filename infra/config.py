@@ -77,6 +77,19 @@ class Config:
     iterator_age_alarm_seconds: int = 120
     log_retention_days: int = 30
     retain_data: bool = True
+    # on-demand: pay per request, absorbs a top-of-hour burst at once. provisioned: capacity
+    # auto-scaled to a target utilisation, ~2.5x cheaper per write at a steady load, but a
+    # burst beyond it is throttled (and retried) until scaling catches up, minutes later.
+    billing_mode: str = "on-demand"
+    provisioned_capacity: dict[str, int] = field(
+        default_factory=lambda: {
+            "minRead": 5,
+            "maxRead": 4000,
+            "minWrite": 5,
+            "maxWrite": 4000,
+            "targetUtilization": 70,
+        }
+    )
 
     def __post_init__(self) -> None:
         _check(1 <= self.shard_count <= 256, "shardCount must be 1..256")
@@ -103,6 +116,18 @@ class Config:
         for arn in self.target_arns:
             _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
         _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
+        _check(self.billing_mode in BILLING_MODES, f"billingMode must be one of {', '.join(BILLING_MODES)}")
+        capacity = self.provisioned_capacity
+        for kind in ("Read", "Write"):
+            low, high = capacity.get(f"min{kind}", 0), capacity.get(f"max{kind}", 0)
+            _check(
+                1 <= low <= high <= 40_000,
+                f"provisionedCapacity: need 1 <= min{kind} <= max{kind} <= 40000",
+            )
+        _check(
+            20 <= capacity.get("targetUtilization", 0) <= 90,
+            "provisionedCapacity.targetUtilization must be 20..90 (percent)",
+        )
 
     def targets_for(self, service: str) -> list[str]:
         return [arn for arn in self.target_arns if target_service(arn) == service]
@@ -147,7 +172,10 @@ _FIELDS: dict[str, str] = {
     "iteratorAgeAlarmSeconds": "int",
     "logRetentionDays": "int",
     "retainData": "bool",
+    "billingMode": "str",
+    "provisionedCapacity": "map",
 }
+BILLING_MODES = ("on-demand", "provisioned")
 CONTEXT_KEYS = tuple(_FIELDS)
 
 

@@ -50,7 +50,12 @@ class JobschedStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         self.config = config
-        self.storage = Storage(self, "Storage", retain=config.retain_data)
+        self.storage = Storage(
+            self,
+            "Storage",
+            retain=config.retain_data,
+            provisioned=config.provisioned_capacity if config.billing_mode == "provisioned" else None,
+        )
         self.queues = Queues(self, "Queues")
         self.functions = Functions(
             self,

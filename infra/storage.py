@@ -15,6 +15,7 @@ _PROJECTIONS = {
     "KEYS_ONLY": dynamodb.ProjectionType.KEYS_ONLY,
     "INCLUDE": dynamodb.ProjectionType.INCLUDE,
 }
+_BILLING = {False: dynamodb.BillingMode.PAY_PER_REQUEST, True: dynamodb.BillingMode.PROVISIONED}
 _STREAMS = {"NEW_AND_OLD_IMAGES": dynamodb.StreamViewType.NEW_AND_OLD_IMAGES}
 
 
@@ -23,8 +24,18 @@ def _attribute(key: Key | None) -> dynamodb.Attribute | None:
 
 
 class Storage(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        retain: bool,
+        provisioned: dict[str, int] | None = None,
+    ) -> None:
+        """`provisioned`: auto-scaled capacity (min/max read and write, target utilisation)
+        for every table and index; None is on-demand."""
         super().__init__(scope, construct_id)
+        self._provisioned = provisioned
         self.tables: dict[str, dynamodb.Table] = {}
         for spec in ALL_TABLES:
             self.tables[spec.logical_id] = self._table(spec, retain)
@@ -38,7 +49,9 @@ class Storage(Construct):
             spec.logical_id,
             partition_key=_attribute(spec.partition),
             sort_key=_attribute(spec.sort),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            billing_mode=_BILLING[bool(self._provisioned)],
+            read_capacity=self._provisioned["minRead"] if self._provisioned else None,
+            write_capacity=self._provisioned["minWrite"] if self._provisioned else None,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
@@ -55,7 +68,31 @@ class Storage(Construct):
                 sort_key=_attribute(index.sort),
                 projection_type=_PROJECTIONS[index.projection],
                 non_key_attributes=list(index.include) if index.projection == "INCLUDE" else None,
+                read_capacity=self._provisioned["minRead"] if self._provisioned else None,
+                write_capacity=self._provisioned["minWrite"] if self._provisioned else None,
             )
+        if self._provisioned:
+            self._autoscale(table, spec)
         # A fixed logical id: renaming a construct must never replace a table.
         table.node.default_child.override_logical_id(table_logical_id(spec))  # type: ignore[union-attr]
         return table
+
+    def _autoscale(self, table: dynamodb.Table, spec: TableSpec) -> None:
+        """Target tracking on utilisation, for the table and each of its indexes (each is
+        throttled on its own capacity)."""
+        assert self._provisioned is not None
+        capacity = self._provisioned
+        target = capacity["targetUtilization"]
+        table.auto_scale_read_capacity(
+            min_capacity=capacity["minRead"], max_capacity=capacity["maxRead"]
+        ).scale_on_utilization(target_utilization_percent=target)
+        table.auto_scale_write_capacity(
+            min_capacity=capacity["minWrite"], max_capacity=capacity["maxWrite"]
+        ).scale_on_utilization(target_utilization_percent=target)
+        for index in spec.indexes:
+            table.auto_scale_global_secondary_index_read_capacity(
+                index.name, min_capacity=capacity["minRead"], max_capacity=capacity["maxRead"]
+            ).scale_on_utilization(target_utilization_percent=target)
+            table.auto_scale_global_secondary_index_write_capacity(
+                index.name, min_capacity=capacity["minWrite"], max_capacity=capacity["maxWrite"]
+            ).scale_on_utilization(target_utilization_percent=target)

@@ -52,6 +52,10 @@ def test_cli_strings_are_coerced():
         ({"targetArns": "arn:aws:s3:::bucket"}, "targetArns"),
         ({"alarmEmail": "nobody"}, "alarmEmail"),
         ({"shardCount": "many"}, "shardCount"),
+        ({"sweepAheadSeconds": "60"}, "sweepAheadSeconds"),
+        ({"billingMode": "reserved"}, "billingMode"),
+        ({"provisionedCapacity": '{"minWrite": 500, "maxWrite": 100}'}, "minWrite <= maxWrite"),
+        ({"provisionedCapacity": '{"targetUtilization": 99}'}, "targetUtilization"),
     ],
 )
 def test_bad_values_are_refused_by_name(context, message):

@@ -3,6 +3,8 @@ the moto tests also create tables from); on-demand, PITR, encrypted, retained.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from jobsched.store.schema import ALL_TABLES, RUNS, TableSpec
 
@@ -30,7 +32,7 @@ def test_keys_and_indexes_equal_the_schema(synth, name):
     assert sorted(props["AttributeDefinitions"], key=str) == sorted(expected["AttributeDefinitions"], key=str)
 
     def indexes(items):
-        return {i["IndexName"]: (i["KeySchema"], i["Projection"]["ProjectionType"]) for i in items}
+        return {i["IndexName"]: (i["KeySchema"], i["Projection"]) for i in items}
 
     assert indexes(props.get("GlobalSecondaryIndexes", [])) == indexes(
         expected.get("GlobalSecondaryIndexes", [])
@@ -68,3 +70,43 @@ def test_on_demand_pitr_encrypted_retained(synth, name):
     assert resource["DeletionPolicy"] == "Retain"
     assert resource["UpdateReplacePolicy"] == "Retain"
     assert "TableName" not in props  # CloudFormation names them, so stacks never collide
+
+
+def test_provisioned_billing_autoscales_every_table_and_index(tmp_path):
+    from tests.infrastructure.conftest import synthesize
+
+    other = synthesize(tmp_path, {"billingMode": "provisioned"})
+    assert other.error is None, other.error  # cdk-nag has nothing to say either
+    capacity = other.stack.config.provisioned_capacity
+    floor = {"ReadCapacityUnits": capacity["minRead"], "WriteCapacityUnits": capacity["minWrite"]}
+    expected_targets = set()
+    for spec in ALL_TABLES:
+        props = other.resources[table_logical_id(spec)]["Properties"]
+        assert props.get("BillingMode", "PROVISIONED") == "PROVISIONED"
+        assert props["ProvisionedThroughput"] == floor
+        for index in props.get("GlobalSecondaryIndexes", []):
+            assert index["ProvisionedThroughput"] == floor
+        for dimension in ("ReadCapacityUnits", "WriteCapacityUnits"):
+            expected_targets.add((table_logical_id(spec), None, dimension))
+            for index in spec.indexes:
+                expected_targets.add((table_logical_id(spec), index.name, dimension))
+
+    targets = other.of_type("AWS::ApplicationAutoScaling::ScalableTarget")
+    found = set()
+    for target in targets.values():
+        props = target["Properties"]
+        resource = json.dumps(props["ResourceId"])
+        table_id = next(t for t in (table_logical_id(s) for s in ALL_TABLES) if t in resource)
+        index = next((i.name for s in ALL_TABLES for i in s.indexes if f"/index/{i.name}" in resource), None)
+        kind = "table" if index is None else "index"
+        assert props["ScalableDimension"].startswith(f"dynamodb:{kind}:")
+        found.add((table_id, index, props["ScalableDimension"].rsplit(":", 1)[-1]))
+        unit = "Read" if props["ScalableDimension"].endswith("ReadCapacityUnits") else "Write"
+        bounds = (capacity[f"min{unit}"], capacity[f"max{unit}"])
+        assert (props["MinCapacity"], props["MaxCapacity"]) == bounds
+    assert found == expected_targets
+    policies = other.of_type("AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    assert len(policies) == len(targets)
+    assert {p["Properties"]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] for p in policies} == {
+        capacity["targetUtilization"]
+    }
