@@ -16,10 +16,11 @@ from jobsched.services.reconciler import KINDS as REPAIR_KINDS
 
 from .config import Config
 from .functions import Functions
-from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE
+from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE, SWEEPER
 from .queues import Queues
 
 FIVE_MINUTES = Duration.minutes(5)
+SWEEP_BUDGET_SHARE = 0.8  # of the sweeper timeout
 ONE_MINUTE = Duration.minutes(1)
 
 
@@ -118,6 +119,15 @@ class Monitoring(Construct):
                 threshold=1,
                 description=f"{spec.name}: invocations were throttled",
             )
+        # The capacity model's first limit at the default shard count: a sweep has its
+        # function's timeout for every shard it handles; near it, runs are made late.
+        sweeper = next(spec for spec in FUNCTIONS if spec.name == SWEEPER)
+        self._alarm(
+            "sweeper-duration",
+            functions.functions[SWEEPER].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
+            threshold=SWEEP_BUDGET_SHARE * sweeper.timeout_seconds * 1000,
+            description="sweeps come close to their time limit: raise shardCount or lower shardsPerSweep",
+        )
         repairs = self.repairs_metric()
         self._alarm(
             "reconciler-repairs",

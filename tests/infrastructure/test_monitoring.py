@@ -147,3 +147,15 @@ def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded
         else:  # not reached by the flows: emitted through the service metrics (service dimension)
             assert f'"{name}"' in source, name
             assert dimensions == ("service",), (name, dimensions)
+
+
+def test_sweeps_near_their_time_limit_are_alarmed(synth):
+    from infra.names import SWEEPER
+
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "Duration"]
+    function = alarm["Dimensions"][0]["Value"]["Ref"]
+    assert synth.props(function)["Handler"] == "jobsched.handlers.sweeper.handler"
+    timeout = next(spec.timeout_seconds for spec in FUNCTIONS if spec.name == SWEEPER)
+    assert synth.props(function)["Timeout"] == timeout
+    assert alarm["Statistic"] == "Maximum"
+    assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
