@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import urllib.request
 from typing import Any
 
 import boto3
@@ -37,6 +38,11 @@ class MotoServer:
 
     def start(self) -> None:
         self._thread.start()
+        # moto keeps its data in the process, not in the server: a second server in the same
+        # process (tests, benchmarks) would find the first one's tables. Start empty.
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
 
     def stop(self) -> None:
         self._server.shutdown()
