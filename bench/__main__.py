@@ -33,7 +33,6 @@ def run(
     only: tuple[str, ...] = ALL,
     *,
     quick: bool = False,
-    full: bool = False,
     out: Path = HERE,
     log: Any = print,
 ) -> dict[str, Any]:
@@ -48,7 +47,7 @@ def run(
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "load_before": os.getloadavg(),
-            "mode": "quick (smoke sizes)" if quick else ("full" if full else "default"),
+            "mode": "quick (smoke sizes)" if quick else "default",
         },
         "seconds": {},
     }
@@ -70,16 +69,11 @@ def run(
     else:
         timed("lag", lambda: lag.run(bursts=(50, 200), stream_runs=60))
         timed("cost", lambda: cost.run())
-    sizes = (200,) if quick else ((1_000, 10_000, 50_000) if full else (1_000, 10_000))
+    sizes = (200,) if quick else (1_000, 10_000, 50_000)
     due = 20 if quick else 500
 
     def amp() -> dict[str, Any]:
-        result = amplification.run(sizes, due)
-        if not quick and not full:
-            result["skipped"] = (
-                "50,000 active jobs (~2 more minutes of moto writes; `make bench BENCH_ARGS=--full`)"
-            )
-        return result
+        return amplification.run(sizes, due)
 
     timed("amplification", amp)
     timed(
@@ -107,7 +101,6 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smoke sizes: seconds, figures meaningless")
-    parser.add_argument("--full", action="store_true", help="also the 50,000-job amplification run")
     parser.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
     parser.add_argument("--out", type=Path, default=HERE, help="where results.json, report.md and lag.png go")
     args = parser.parse_args(argv)
@@ -115,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(only) - set(ALL)
     if unknown:
         parser.error(f"unknown benchmarks: {sorted(unknown)}")
-    results = run(
-        only, quick=args.quick, full=args.full, out=args.out, log=lambda m: print(m, file=sys.stderr)
-    )
+    results = run(only, quick=args.quick, out=args.out, log=lambda m: print(m, file=sys.stderr))
     from .report import terminal
 
     print(terminal(results))
