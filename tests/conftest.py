@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,6 +29,22 @@ os.environ.update(
 )
 
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
+
+
+def claimed(run: Any, *, at: datetime, lease_for: float, owner: str = "w") -> Any:
+    """`run` as a worker's claim writes it: the next fence and attempt, a lease for `lease_for` s."""
+    from jobsched.domain.runs import RunState, advance
+
+    return advance(
+        run,
+        RunState.LEASED,
+        now=at,
+        actor=f"worker:{owner}",
+        fence=run.fence + 1,
+        attempt=run.attempt + 1,
+        lease_owner=owner,
+        lease_expires_at=at + timedelta(seconds=lease_for),
+    )
 
 
 @pytest.fixture

@@ -11,11 +11,13 @@ import pytest
 from botocore.exceptions import ClientError
 from jobsched.domain.instants import epoch_seconds, format_instant
 from jobsched.domain.models import HttpTarget, Priority
-from jobsched.domain.runs import Run, RunState, advance, created
+from jobsched.domain.runs import Run, RunState, created
 from jobsched.observability import metrics
 from jobsched.services.outbox import Outbox, default_router, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
+
+from tests.conftest import claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
 
@@ -305,17 +307,7 @@ def test_run_claimed_before_outbox_marks_it_queued(container, clock, sqs):
     run = insert(container, make_run(clock))
 
     def worker_claims_first() -> None:
-        claimed = advance(
-            run,
-            RunState.LEASED,
-            now=clock.now(),
-            actor="worker:w1",
-            fence=run.fence + 1,
-            attempt=1,
-            lease_owner="w1",
-            lease_expires_at=clock.now() + timedelta(seconds=60),
-        )
-        container.runs.replace(claimed)
+        container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"))
 
     sqs.before_send = worker_claims_first
 

@@ -17,7 +17,7 @@ from jobsched.services.reconciler import Reconciler
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import RUNS
 
-from tests.conftest import T0
+from tests.conftest import T0, claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
 
@@ -68,20 +68,6 @@ def leased(*, job_id: str = "j_lease1", attempt: int = 1, lease_for: int = 60, *
         lease_expires_at=T0 + timedelta(seconds=lease_for),
         first_attempt_at=T0,
         **fields,
-    )
-
-
-def claim(run: Run, *, at: datetime, lease_for: int, owner: str = "w") -> Run:
-    """The run as a worker's first claim writes it."""
-    return advance(
-        run,
-        RunState.LEASED,
-        now=at,
-        actor=f"worker:{owner}",
-        fence=1,
-        attempt=1,
-        lease_owner=owner,
-        lease_expires_at=at + timedelta(seconds=lease_for),
     )
 
 
@@ -374,8 +360,7 @@ def test_repair_after_another_writer_moved_the_run_is_skipped(container, clock):
     run = insert(container, make_run(state=RunState.QUEUED))
     clock.set(T0 + timedelta(minutes=20))
     (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
-    claimed = claim(run, at=clock.now(), lease_for=60, owner="w1")
-    container.runs.replace(claimed)
+    container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"))
 
     assert container.reconciler.repair(read) is None
     assert stored(container, run).state is RunState.LEASED
@@ -592,7 +577,7 @@ def test_the_usual_path_leaves_the_open_index_entry_where_insert_put_it(containe
     queued = container.runs.replace(advance(run, RunState.QUEUED, now=clock.now(), actor="outbox"))
     assert raw_item(run)["deadline_at"] == entry
     clock.set(run.due_at)
-    container.runs.replace(claim(queued, at=clock.now(), lease_for=300))
+    container.runs.replace(claimed(queued, at=clock.now(), lease_for=300))
     assert raw_item(run)["deadline_at"] == entry
 
 

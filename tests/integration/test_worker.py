@@ -18,7 +18,7 @@ from jobsched.domain.runs import RunState
 from jobsched.services.worker import Delivery, Outcome, Worker
 from jobsched.targets import HandlerRegistry, TargetRunner
 
-from tests.conftest import T0
+from tests.conftest import T0, claimed
 
 
 class Ledger:
@@ -345,7 +345,6 @@ def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, wor
 
 
 def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(container, clock, worker, ledger):
-    from jobsched.domain.runs import advance
     from jobsched.handlers.api_models import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
@@ -353,16 +352,7 @@ def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(contai
     first, second, third = sorted(
         container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
     )
-    running = advance(
-        first,
-        RunState.LEASED,
-        now=clock.now(),
-        actor="test",
-        fence=1,
-        attempt=1,
-        lease_owner="x",
-        lease_expires_at=clock.now() + timedelta(minutes=10),
-    )
+    running = claimed(first, at=clock.now(), lease_for=600, owner="x")
     container.runs.replace(running)
     clock.set(third.due_at)
     # second is buffered behind the running first; third finds second still waiting: dropped.
@@ -377,18 +367,7 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     _, busy = one_run(container, clock, name="a")
     _, waiting = one_run(container, clock, name="b")
     # Hold a live lease for the tenant.
-    from jobsched.domain.runs import advance
-
-    held = advance(
-        busy,
-        RunState.LEASED,
-        now=clock.now(),
-        actor="test",
-        fence=1,
-        attempt=1,
-        lease_owner="x",
-        lease_expires_at=clock.now() + timedelta(seconds=60),
-    )
+    held = claimed(busy, at=clock.now(), lease_for=60, owner="x")
     container.runs.replace(held)
     result = limited.process(delivery(waiting))
     assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"

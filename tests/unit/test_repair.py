@@ -11,6 +11,8 @@ from jobsched.domain.models import HttpTarget
 from jobsched.domain.repair import RepairTimings, check_at, repair_deadline
 from jobsched.domain.runs import OPEN_STATES, Run, RunState, advance, created
 
+from tests.conftest import claimed
+
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TIMINGS = RepairTimings()
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
@@ -41,17 +43,7 @@ def usual_path(run: Run, *, queued_after: float, leased_after: float, lease_seco
         run, RunState.QUEUED, now=run.created_at + timedelta(seconds=queued_after), actor="outbox"
     )
     claim = max(run.due_at, queued.updated_at) + timedelta(seconds=leased_after)
-    leased = advance(
-        queued,
-        RunState.LEASED,
-        now=claim,
-        actor="worker:w",
-        fence=1,
-        attempt=1,
-        lease_owner="worker:w",
-        lease_expires_at=claim + timedelta(seconds=lease_seconds),
-    )
-    return [run, queued, leased]
+    return [run, queued, claimed(queued, at=claim, lease_for=lease_seconds)]
 
 
 def test_a_run_made_ahead_keeps_one_check_time_from_insert_to_lease():
