@@ -31,6 +31,29 @@ os.environ.update(
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 
 
+def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any) -> Any:
+    """A worker on the container's stores and queues, running `registry`'s Python handlers,
+    with Powertools idempotency on the moto table (as the stack wires it)."""
+    import boto3
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from jobsched.services.worker import Worker
+    from jobsched.targets import TargetRunner
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id=name,
+        **{"lease_seconds": 60, **options},
+    )
+
+
 def claimed(run: Any, *, at: datetime, lease_for: float, owner: str = "w") -> Any:
     """`run` as a worker's claim writes it: the next fence and attempt, a lease for `lease_for` s."""
     from jobsched.domain.runs import RunState, advance

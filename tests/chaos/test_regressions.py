@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import boto3
 import pytest
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Worker
-from jobsched.targets import HandlerRegistry, TargetRunner
+from jobsched.services.worker import Delivery
+from jobsched.targets import HandlerRegistry
+
+from tests.conftest import make_worker
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +22,7 @@ def calls():
     return Counter()
 
 
-def make_worker(container, calls, name):
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
+def counting_worker(container, calls, name):
     registry = HandlerRegistry()
 
     @registry.register("ok")
@@ -31,19 +30,7 @@ def make_worker(container, calls, name):
         calls[invocation.run_key] += 1
         return "done"
 
-    persistence = DynamoDBPersistenceLayer(
-        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
-    )
-    return Worker(
-        container.definitions,
-        container.runs,
-        container.queues,
-        TargetRunner(boto3.client, registry=registry),
-        container.clock,
-        persistence,
-        worker_id=name,
-        lease_seconds=60,
-    )
+    return make_worker(container, registry, name)
 
 
 def test_an_expired_lease_is_not_reclaimed_beyond_max_attempts(api, container, clock, calls, monkeypatch):
@@ -53,7 +40,7 @@ def test_an_expired_lease_is_not_reclaimed_beyond_max_attempts(api, container, c
     delivery = Delivery(key, job_id, NOW, "default")
 
     # Attempt 1 of 1: the worker claims, then dies before the effect (its message stays).
-    first = make_worker(container, calls, "w1")
+    first = counting_worker(container, calls, "w1")
     real_get = container.definitions.get
     monkeypatch.setattr(container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError()))
     with pytest.raises(ConnectionError):
@@ -64,7 +51,7 @@ def test_an_expired_lease_is_not_reclaimed_beyond_max_attempts(api, container, c
     # The lease expires; before the reconciler's next pass (lease + 30 s grace) a duplicate or
     # redelivered message reaches another worker.
     clock.advance(61)
-    make_worker(container, calls, "w2").process(delivery)
+    counting_worker(container, calls, "w2").process(delivery)
 
     run = container.runs.get_by_key(key)
     claims = [t.attempt for t in run.history if t.target is RunState.LEASED]

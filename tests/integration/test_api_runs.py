@@ -7,13 +7,12 @@ from collections import Counter
 from datetime import timedelta
 from urllib.parse import quote
 
-import boto3
 import pytest
 from jobsched.domain.errors import PermanentError, RetryableError
-from jobsched.services.worker import Delivery, Outcome, Worker
-from jobsched.targets import HandlerRegistry, TargetRunner
+from jobsched.services.worker import Delivery, Outcome
+from jobsched.targets import HandlerRegistry
 
-from tests.conftest import T0
+from tests.conftest import T0, make_worker
 
 NOW = "2026-11-02T08:00:00Z"  # T0
 FAILED = {"fence": 1, "outcome": "failed"}
@@ -83,21 +82,7 @@ def worker(container, calls):
             raise PermanentError("payload rejected", error_class="HTTP400")
         return "fixed"
 
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-    persistence = DynamoDBPersistenceLayer(
-        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
-    )
-    return Worker(
-        container.definitions,
-        container.runs,
-        container.queues,
-        TargetRunner(boto3.client, registry=registry),
-        container.clock,
-        persistence,
-        worker_id="w1",
-        lease_seconds=60,
-    )
+    return make_worker(container, registry)
 
 
 def deliver(worker, key):

@@ -15,10 +15,10 @@ import boto3
 import pytest
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Outcome, Worker
-from jobsched.targets import HandlerRegistry, TargetRunner
+from jobsched.services.worker import Delivery, Outcome
+from jobsched.targets import HandlerRegistry
 
-from tests.conftest import T0, claimed
+from tests.conftest import T0, claimed, make_worker
 
 
 class Ledger:
@@ -65,25 +65,6 @@ def registry(ledger):
         return "late"
 
     return reg
-
-
-def make_worker(container, registry, name="w1", **kw):
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-    persistence = DynamoDBPersistenceLayer(
-        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
-    )
-    options = {"lease_seconds": 60, **kw}
-    return Worker(
-        container.definitions,
-        container.runs,
-        container.queues,
-        TargetRunner(boto3.client, registry=registry),
-        container.clock,
-        persistence,
-        worker_id=name,
-        **options,
-    )
 
 
 @pytest.fixture

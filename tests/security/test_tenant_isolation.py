@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-import boto3
 import pytest
 from jobsched.domain.errors import PermanentError
-from jobsched.services.worker import Delivery, Outcome, Worker
-from jobsched.targets import HandlerRegistry, TargetRunner
+from jobsched.services.worker import Delivery, Outcome
+from jobsched.targets import HandlerRegistry
+
+from tests.conftest import make_worker
 
 pytestmark = pytest.mark.integration
 
@@ -22,26 +23,13 @@ WINDOW = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
 
 @pytest.fixture
 def worker(container):
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
     registry = HandlerRegistry()
 
     @registry.register("bad")
     def bad(payload, invocation):
         raise PermanentError("payload rejected", error_class="HTTP400")
 
-    persistence = DynamoDBPersistenceLayer(
-        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
-    )
-    return Worker(
-        container.definitions,
-        container.runs,
-        container.queues,
-        TargetRunner(boto3.client, registry=registry),
-        container.clock,
-        persistence,
-        worker_id="w1",
-    )
+    return make_worker(container, registry)
 
 
 @pytest.fixture
