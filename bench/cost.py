@@ -141,29 +141,14 @@ def recurring(jobs: int, per_second: int, minutes: int, shards: int = SHARD_COUN
     handlers.take()
     with Harness(shards=shards) as h:
         start = h.clock.t
-        with h.quiet():
-            # Beyond the horizon, so the sweeper (not the API) materialises every run.
-            for i in range(jobs):
-                h.api(
-                    "POST",
-                    "/v1/jobs",
-                    {
-                        "name": f"r{i}",
-                        "type": handlers.JOB_TYPE,
-                        "every": 60,
-                        "startAt": h.iso(130 + i // per_second),
-                    },
-                    tenant=f"tenant-{i % 5}",
-                )
+        h.add_minutely_jobs(jobs, per_second, prefix="r", tenants=5)
         h.invocations.clear()
         h.sink.bytes.clear()
         h.run_until(start + minutes * 60 + 1)
-        # Drain past the furthest run a sweep made, so every run made is run.
-        ahead = h.settings.sweep_ahead_seconds or h.settings.horizon_seconds
-        h.run_until(h.clock.t + ahead + 60, sweep=False)
+        drained = h.drain()
         runs = len(handlers.take())
         name = f"recurring, {per_second} due per busy second"
-        return _measure(name, h, runs, minutes + (ahead + 60) / 60)
+        return _measure(name, h, runs, minutes + drained / 60)
 
 
 def one_time(jobs: int, per_second: int = 10, shards: int = SHARD_COUNT) -> Measured:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .calls import Call, Recorder, current_stage, stage
+from .handlers import JOB_TYPE
 from .lag import thread_stage
 
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
@@ -381,3 +382,27 @@ class Harness:
 
     def iso(self, offset: float) -> str:
         return (self.clock.now() + timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def add_minutely_jobs(self, count: int, per_second: int, *, prefix: str, tenants: int = 1) -> None:
+        """`count` jobs every 60 s, `per_second` of them due in each busy second, starting
+        beyond the horizon so the sweeper (not the API) materialises every run."""
+        with self.quiet():
+            for i in range(count):
+                self.api(
+                    "POST",
+                    "/v1/jobs",
+                    {
+                        "name": f"{prefix}{i}",
+                        "type": JOB_TYPE,
+                        "every": 60,
+                        "startAt": self.iso(HORIZON_SECONDS + 10 + i // per_second),
+                    },
+                    tenant=f"tenant-{i % tenants}",
+                )
+
+    def drain(self) -> float:
+        """Run on without sweeping past the furthest run a sweep made, so every run made is
+        run; returns the seconds simulated."""
+        seconds = float((self.settings.sweep_ahead_seconds or self.settings.horizon_seconds) + 60)
+        self.run_until(self.clock.t + seconds, sweep=False)
+        return seconds

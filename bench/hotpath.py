@@ -22,21 +22,10 @@ def _round(jobs: int, per_second: int, minutes: int) -> dict[str, Any]:
     handlers.take()
     with Harness(images=False) as h:
         start = h.clock.t
-        with h.quiet():
-            for i in range(jobs):
-                h.api(
-                    "POST",
-                    "/v1/jobs",
-                    {
-                        "name": f"h{i}",
-                        "type": handlers.JOB_TYPE,
-                        "every": 60,
-                        "startAt": h.iso(130 + i // per_second),
-                    },
-                )
+        h.add_minutely_jobs(jobs, per_second, prefix="h")
         h.invocations.clear()
         h.run_until(start + minutes * 60 + 1)
-        h.run_until(h.clock.t + 180, sweep=False)
+        h.drain()
         runs = len(handlers.take())
         out: dict[str, Any] = {"runs": runs}
         for stage_name, invocations in h.invocations_by_stage().items():
