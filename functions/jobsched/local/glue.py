@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .apigw import rest_event
+from .background import BackgroundServer
 from .lambda_context import InvocationContext
 
 log = logging.getLogger("jobsched.local")
@@ -74,7 +75,7 @@ class Loop:
 # --- API Gateway ---
 
 
-class HttpFront:
+class HttpFront(BackgroundServer):
     """HTTP → API Gateway REST proxy event → `api` handler → HTTP response.
 
     Local auth: the `x-api-key` header maps to a tenant, which reaches the handler where an
@@ -96,22 +97,9 @@ class HttpFront:
 
         self._invoke = invoke
         self._tenant_for = tenant_for
-        self._server = ThreadingHTTPServer((host, port), RequestHandler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="api-front", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        name = host.decode() if isinstance(host, bytes) else host
-        return f"http://{name}:{port}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        server = ThreadingHTTPServer((host, port), RequestHandler)
+        server.daemon_threads = True
+        super().__init__(server, "api-front")
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)

@@ -7,47 +7,36 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import urllib.request
 from typing import Any
 
 import boto3
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import make_server
 
 from ..store.schema import ALL_TABLES, QUEUES
+from .background import BackgroundServer
 
 
-class MotoServer:
+class MotoServer(BackgroundServer):
     def __init__(self, host: str, port: int) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
-        self._server: BaseWSGIServer = make_server(
+        server = make_server(
             host,
             port,
             DomainDispatcherApplication(create_backend_app),
             threaded=False,
             request_handler=MotoRequestHandler,
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        name = host.decode() if isinstance(host, bytes) else host
-        return f"http://{name}:{port}"
+        super().__init__(server, "moto")
 
     def start(self) -> None:
-        self._thread.start()
+        super().start()
         # moto keeps its data in the process, not in the server: a second server in the same
         # process (tests, benchmarks) would find the first one's tables. Start empty.
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 def provision(endpoint_url: str, region: str) -> dict[str, Any]:
