@@ -57,8 +57,8 @@ def metrics_disabled() -> bool:
     return os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() in ("1", "true")
 
 
-def delivery_of(record: SQSRecord, queue: str) -> Delivery:
-    message = RunMessage.from_json(record.body)
+def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None) -> Delivery:
+    message = message or RunMessage.from_json(record.body)
     attributes = record.raw_event.get("attributes") or {}
     return Delivery(
         run_key=message.run_key,
@@ -74,8 +74,8 @@ def delivery_of(record: SQSRecord, queue: str) -> Delivery:
 def record_handler(record: SQSRecord) -> dict[str, Any]:
     services = container()
     queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
-    delivery = delivery_of(record, queue)
     message = RunMessage.from_json(record.body)
+    delivery = delivery_of(record, queue, message)
     logger.append_keys(
         run_key=delivery.run_key,
         job_id=delivery.job_id,

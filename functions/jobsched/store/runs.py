@@ -146,9 +146,10 @@ class RunStore:
 
     @staticmethod
     def from_item(item: dict[str, Any]) -> Run:
-        doc = _read_doc(json.loads(from_item({"doc": item["doc"]})["doc"]))
-        doc.update(from_item({name: item[name] for name in _ATTRIBUTES if name in item}))
-        doc["scheduled_for"] = from_item({"sk": item["sk"]})["sk"].removeprefix(RUN_PREFIX)
+        data = from_item(item)
+        doc = _read_doc(json.loads(data["doc"]))
+        doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
+        doc["scheduled_for"] = data["sk"].removeprefix(RUN_PREFIX)
         doc["run_key"] = f"{doc['job_id']}@{doc['scheduled_for']}"
         return Run.model_validate(doc)
 
