@@ -56,7 +56,8 @@ def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any)
 
 def claimed(run: Any, *, at: datetime, lease_for: float, owner: str = "w") -> Any:
     """`run` as a worker's claim writes it: the next fence and attempt, a lease for `lease_for` s."""
-    from jobsched.domain.runs import RunState, advance
+    from jobsched.domain.lifecycle import advance
+    from jobsched.domain.runs import RunState
 
     return advance(
         run,

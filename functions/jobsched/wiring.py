@@ -18,6 +18,7 @@ from .observability import emit
 from .services.completion import Completer
 from .services.jobs import JobService
 from .services.materialize import Materializer
+from .services.missed import MissedRuns
 from .services.outbox import EXTERNAL, Outbox, default_router
 from .services.reconciler import Reconciler
 from .services.runs import RunService
@@ -74,7 +75,12 @@ class Container:
             materialize=self.materializer.materialize,
             max_jobs_per_tenant=self.settings.max_jobs_per_tenant,
             requests_per_second=self.settings.tenant_requests_per_second,
+            on_resume=self.missed_runs.on_resume,
         )
+
+    @cached_property
+    def missed_runs(self) -> MissedRuns:
+        return MissedRuns(self.definitions, self.runs, self.completer, self.clock)
 
     @cached_property
     def materializer(self) -> Materializer:
@@ -111,6 +117,7 @@ class Container:
             tenant_concurrency=self.settings.tenant_concurrency,
             idempotency_ttl=timedelta(days=1),
             metrics=emit,
+            completer=self.completer,
         )
 
     # --- services added by later capabilities go below, one cached property each ---
@@ -129,13 +136,20 @@ class Container:
             self.runs,
             self.clock,
             shard_count=self.settings.shard_count,
-            on_dead=self.completer.after_dead,
+            on_dead=self.completer.after,
             is_external=self.is_external,
+            settle_held=self.missed_runs.settle_held,
         )
 
     @cached_property
     def run_service(self) -> RunService:
-        return RunService(self.definitions, self.runs, self.completer, self.clock)
+        return RunService(
+            self.definitions,
+            self.runs,
+            self.completer,
+            self.clock,
+            tenant_concurrency=self.settings.tenant_concurrency,
+        )
 
 
 _container: Container | None = None

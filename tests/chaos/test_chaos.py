@@ -89,8 +89,9 @@ def test_pause_window_decides_what_counts():
 
 
 def test_stream_audit_flags_a_history_rewrite():
+    from jobsched.domain.lifecycle import advance
     from jobsched.domain.models import Job, JobSpec, Schedule, ScheduleKind
-    from jobsched.domain.runs import advance, make_run
+    from jobsched.domain.runs import make_run
     from jobsched.store.runs import RunStore
 
     spec = JobSpec(name="n", type="t", schedule=Schedule(kind=ScheduleKind.ONCE, at=T0))

@@ -26,7 +26,8 @@ from botocore.awsrequest import AWSResponse
 from botocore.response import StreamingBody
 from jobsched.domain.errors import PermanentError
 from jobsched.domain.instants import ManualClock, format_instant
-from jobsched.domain.runs import RunState, advance
+from jobsched.domain.lifecycle import advance
+from jobsched.domain.runs import RunState
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, RUNS
 
 from infra.names import API, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
@@ -396,7 +397,7 @@ class Flows:
             lease_expires_at=now + timedelta(seconds=30),
             first_attempt_at=now,
         )
-        self.container.runs.replace(leased)
+        self.container.runs.replace(leased, was=run.state)
 
     def run_reconciler(self) -> None:
         from jobsched.handlers import reconciler

@@ -3,6 +3,7 @@ letters, redrive, cancel, and the external-worker lease protocol, with their fai
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import timedelta
 from urllib.parse import quote
@@ -204,20 +205,34 @@ def test_trigger_creates_a_manual_run_now(api, clock):
     response = api.post(f"/v1/jobs/{job_id}/trigger")
     assert response.status == 201, response
     run = response.body
-    assert run["runKey"] == key_of(job_id, "2026-11-02T08:01:30Z")
+    # A key of its own: the second it was asked for, then ~m and 10 random characters.
+    assert re.fullmatch(re.escape(key_of(job_id, "2026-11-02T08:01:30Z")) + r"~m[0-9a-z]{10}", run["runKey"])
     assert run["trigger"] == "manual" and run["state"] == "PENDING"
     assert run["scheduledFor"] == run["dueAt"] == "2026-11-02T08:01:30Z"
     assert run_of(api, run["runKey"])["transitions"][0]["actor"] == "api:tenant-a"
 
 
-def test_trigger_twice_in_one_second_is_409_then_works_a_second_later(api, clock):
+def test_triggers_in_one_second_each_get_their_own_run(api, clock):
     job_id = hourly(api)
     clock.advance(5)
-    assert api.post(f"/v1/jobs/{job_id}/trigger").status == 201
-    again = api.post(f"/v1/jobs/{job_id}/trigger")
-    assert again.status == 409 and "retry in a second" in again.body["message"]
+    keys = {api.post(f"/v1/jobs/{job_id}/trigger").body["runKey"] for _ in range(3)}
+    assert len(keys) == 3
+    for key in keys:
+        assert run_of(api, key)["trigger"] == "manual"
+
+
+def test_trigger_on_a_second_the_schedule_fires_is_not_refused(api, clock):
+    """Every trigger of a per-second job used to collide with the scheduled run of its second."""
+    job_id = api.post(
+        "/v1/jobs", {"name": "every second", "type": "t", "cron": "* * * * * *", "timeZone": "UTC"}
+    ).body["jobId"]
+    assert run_of(api, key_of(job_id, "2026-11-02T08:00:01Z"))["state"] == "PENDING"
     clock.advance(1)
-    assert api.post(f"/v1/jobs/{job_id}/trigger").status == 201
+    response = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert response.status == 201, response
+    assert response.body["runKey"].startswith(key_of(job_id, "2026-11-02T08:00:01Z") + "~m")
+    # The scheduled run of that second is still there, untouched.
+    assert run_of(api, key_of(job_id, "2026-11-02T08:00:01Z"))["trigger"] == "schedule"
 
 
 def test_trigger_of_paused_job_is_409_naming_the_state(api):
@@ -519,7 +534,9 @@ def test_claim_cancels_runs_of_a_paused_job(api):
     api.post(f"/v1/jobs/{job_id}/pause")
     assert claim(api) == []
     run = run_of(api, key_of(job_id))
-    assert run["state"] == "CANCELLED" and run["reason"] == "job paused before the effect"
+    # Held, its attempt given back, for resume to decide under missedRuns.
+    assert (run["state"], run["blockedBy"], run["attempt"]) == ("PENDING", "job-paused", 0)
+    assert claim(api) == []
 
 
 def test_heartbeat_extends_the_lease(api, clock):
@@ -619,11 +636,11 @@ def test_at_most_once_run_is_not_handed_out_again_after_a_failed_attempt(api, cl
     key = key_of(create(api, delivery="at-most-once"))
     claim(api)
     failed = api.post(f"/v1/leases/{key}/complete", {**FAILED, "error": {"class": "Oops", "message": "m"}})
-    assert failed.status == 200 and failed.body["state"] == "RETRY_WAIT"
+    # The effect may have started: at-most-once never tries it again, so no retry wait at all.
+    assert failed.status == 200 and failed.body["state"] == "DEAD"
+    assert failed.body["lastErrorClass"] == "Oops" and "at-most-once" in failed.body["lastErrorMessage"]
     clock.set(T0 + timedelta(minutes=10))
     assert claim(api) == []
-    run = run_of(api, key)
-    assert run["state"] == "DEAD" and run["lastErrorClass"] == "AtMostOnce"
 
 
 BAD_CLAIMS = [

@@ -9,8 +9,9 @@ from typing import Any
 import boto3
 import pytest
 from jobsched.domain.instants import format_instant
+from jobsched.domain.lifecycle import advance
 from jobsched.domain.models import Delivery, HttpTarget, Policies, RetryPolicy
-from jobsched.domain.runs import Run, RunState, advance, created
+from jobsched.domain.runs import Run, RunState, created
 from jobsched.handlers.outbox import matches_filter
 from jobsched.observability import metrics
 from jobsched.services.reconciler import Reconciler
@@ -303,7 +304,7 @@ def test_blocked_run_is_unblocked_once_its_blocker_finished(container, clock):
     blocker = insert(container, make_run(job_id="j_blk", at=T0 - timedelta(minutes=1), state=RunState.QUEUED))
     waiting = insert(container, make_run(job_id="j_blk", due_in=0, blocked_by=blocker.run_key))
     finished = advance(blocker, RunState.CANCELLED, now=T0, actor="api:tenant-a", reason="cancelled")
-    container.runs.replace(finished)
+    container.runs.replace(finished, was=blocker.state)
 
     clock.set(T0 + timedelta(minutes=5))
     report = container.reconciler.reconcile_all()
@@ -360,7 +361,7 @@ def test_repair_after_another_writer_moved_the_run_is_skipped(container, clock):
     run = insert(container, make_run(state=RunState.QUEUED))
     clock.set(T0 + timedelta(minutes=20))
     (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
-    container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"))
+    container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"), was=run.state)
 
     assert container.reconciler.repair(read) is None
     assert stored(container, run).state is RunState.LEASED
@@ -574,10 +575,12 @@ def test_the_usual_path_leaves_the_open_index_entry_where_insert_put_it(containe
     assert entry["S"] == format_instant(run.due_at + timedelta(seconds=60))
 
     clock.set(T0 + timedelta(seconds=1))
-    queued = container.runs.replace(advance(run, RunState.QUEUED, now=clock.now(), actor="outbox"))
+    queued = container.runs.replace(
+        advance(run, RunState.QUEUED, now=clock.now(), actor="outbox"), was=run.state
+    )
     assert raw_item(run)["deadline_at"] == entry
     clock.set(run.due_at)
-    container.runs.replace(claimed(queued, at=clock.now(), lease_for=300))
+    container.runs.replace(claimed(queued, at=clock.now(), lease_for=300), was=queued.state)
     assert raw_item(run)["deadline_at"] == entry
 
 
@@ -599,7 +602,9 @@ def test_a_run_still_leased_at_its_check_time_has_its_entry_moved_once_and_can_s
 
     # The lease holder's completion, conditioned on the rev it read, still goes through.
     done = container.runs.replace(
-        advance(run, RunState.SUCCEEDED, now=clock.now(), actor="worker:w"), expected_fence=run.fence
+        advance(run, RunState.SUCCEEDED, now=clock.now(), actor="worker:w"),
+        was=run.state,
+        expected_fence=run.fence,
     )
     assert done.state is RunState.SUCCEEDED
     assert "deadline_at" not in raw_item(run)

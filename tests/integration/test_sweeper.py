@@ -87,11 +87,14 @@ def test_two_sweepers_at_once_create_each_run_once(container, clock):
 @pytest.mark.parametrize(
     ("policy", "window", "expected"),
     [
-        # Hourly from 08:00; paused right after creation, resumed at 10:00:30.
-        ("skip", 4000, [("09:00:00", "SKIPPED", "misfire"), ("10:00:00", "PENDING", None)]),
-        ("run-once", 4000, [("09:00:00", "PENDING", None), ("10:00:00", "PENDING", None)]),
+        # Hourly from 08:00; paused right after creation, resumed at 10:00:30. Everything that
+        # fell while paused is missed, however late (10:00 is only 30 s late): `skip` runs none,
+        # `run-once` only the latest inside the window, `catch-up` each inside the window.
+        ("skip", 4000, [("09:00:00", "SKIPPED", "misfire")]),
+        ("run-once", 4000, [("09:00:00", "SKIPPED", "misfire"), ("10:00:00", "PENDING", None)]),
         ("run-once", 1800, [("09:00:00", "SKIPPED", "expired"), ("10:00:00", "PENDING", None)]),
         ("catch-up", 1800, [("09:00:00", "SKIPPED", "expired"), ("10:00:00", "PENDING", None)]),
+        ("catch-up", 7300, [("09:00:00", "PENDING", None), ("10:00:00", "PENDING", None)]),
     ],
 )
 def test_misfire_after_pause(container, clock, policy, window, expected):
@@ -107,8 +110,18 @@ def test_misfire_after_pause(container, clock, policy, window, expected):
     clock.set(datetime(2026, 11, 2, 10, 0, 30, tzinfo=UTC))
     container.jobs.resume("tenant-a", job.job_id)  # the API materialises at once
     got = fmt(all_runs(container, job.job_id))
-    assert got[0] == ("08:00:00", "PENDING", None)  # made at creation, before the pause
+    # Made at creation, due the instant the job was paused: missed too. Under catch-up with a
+    # window that still holds it, it runs; otherwise it is SKIPPED (`paused`).
+    first = ("08:00:00", "PENDING", None) if window == 7300 else ("08:00:00", "SKIPPED", "paused")
+    assert got[0] == first
     assert got[1:] == expected
+    resumed = container.definitions.get(job.job_id)
+    assert resumed.next_run_at == datetime(2026, 11, 2, 11, 0, tzinfo=UTC)  # never in the past
+    missed = len([r for r in got if r[1] == "SKIPPED"])
+    skipped_count = sum(
+        r.skipped_count or 1 for r in all_runs(container, job.job_id) if r.state.value == "SKIPPED"
+    )
+    assert container.definitions.get_stats(job.job_id)["missed"] == skipped_count >= missed
 
 
 def test_catch_up_runs_every_missed_occurrence_inside_the_window(container, clock):

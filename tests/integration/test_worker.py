@@ -144,19 +144,19 @@ def test_crash_between_effect_and_completion_does_not_repeat_the_effect(
     container, clock, worker, ledger, monkeypatch
 ):
     _, run = one_run(container, clock)
-    real_replace = container.runs.replace
+    real_commit = container.runs.commit
 
-    def crash_on_success(new, **kw):
-        if new.state is RunState.SUCCEEDED:
+    def crash_on_success(read, change, **kw):
+        if change(read).state is RunState.SUCCEEDED:
             raise ConnectionError("worker died after the effect")
-        return real_replace(new, **kw)
+        return real_commit(read, change, **kw)
 
-    monkeypatch.setattr(container.runs, "replace", crash_on_success)
+    monkeypatch.setattr(container.runs, "commit", crash_on_success)
     with pytest.raises(ConnectionError):
         worker.process(delivery(run))
     assert ledger.effects[run.run_key] == 1
     assert stored(container, run).state is RunState.LEASED
-    monkeypatch.setattr(container.runs, "replace", real_replace)
+    monkeypatch.setattr(container.runs, "commit", real_commit)
 
     # SQS redelivers while the lease is live: nothing happens.
     assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
@@ -280,9 +280,25 @@ def test_pause_acknowledged_while_queued_stops_the_effect(container, clock, work
     stored_job = container.definitions.get(job.job_id)
     container.definitions.save(stored_job.model_copy(update={"state": JobState.PAUSED}))
     result = worker.process(delivery(run))
-    assert result.outcome is Outcome.CANCELLED
+    # Held for resume to decide (missedRuns), with the attempt it had begun given back.
+    assert result.outcome is Outcome.HELD
     assert ledger.effects[run.run_key] == 0
-    assert stored(container, run).reason == "job paused before the effect"
+    held = stored(container, run)
+    assert (held.state, held.blocked_by, held.attempt, held.fence) == (RunState.PENDING, "job-paused", 0, 1)
+    assert held.history[-1].reason == "job paused"
+    # A held run is neither published nor claimable: a stray delivery does nothing.
+    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+
+
+def test_pause_of_a_cancelled_job_cancels_its_queued_run(container, clock, worker, ledger):
+    job, run = one_run(container, clock)
+    from jobsched.domain.models import JobState
+
+    stored_job = container.definitions.get(job.job_id)
+    container.definitions.save(stored_job.model_copy(update={"state": JobState.CANCELLED}))
+    assert worker.process(delivery(run)).outcome is Outcome.CANCELLED
+    assert ledger.effects[run.run_key] == 0
+    assert stored(container, run).reason == "job cancelled before the effect"
 
 
 def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledger):
@@ -295,7 +311,7 @@ def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledge
     container.jobs.pause("tenant-a", job.job_id)
     for run in runs:
         clock.set(max(clock.now(), run.due_at))
-        assert worker.process(delivery(run)).outcome is Outcome.CANCELLED
+        assert worker.process(delivery(run)).outcome is Outcome.HELD
     assert sum(ledger.effects.values()) == 0
 
 
@@ -334,7 +350,7 @@ def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(contai
         container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
     )
     running = claimed(first, at=clock.now(), lease_for=600, owner="x")
-    container.runs.replace(running)
+    container.runs.replace(running, was=first.state)
     clock.set(third.due_at)
     # second is buffered behind the running first; third finds second still waiting: dropped.
     buffered = worker.process(delivery(second))
@@ -349,7 +365,7 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     _, waiting = one_run(container, clock, name="b")
     # Hold a live lease for the tenant.
     held = claimed(busy, at=clock.now(), lease_for=60, owner="x")
-    container.runs.replace(held)
+    container.runs.replace(held, was=busy.state)
     result = limited.process(delivery(waiting))
     assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"
     assert stored(container, waiting).state is RunState.PENDING
@@ -362,17 +378,17 @@ def test_at_most_once_never_repeats_an_effect_that_may_have_started(
     container, clock, worker, ledger, monkeypatch
 ):
     _, run = one_run(container, clock, delivery="at-most-once")
-    real_replace = container.runs.replace
+    real_commit = container.runs.commit
 
-    def crash_on_success(new, **kw):
-        if new.state is RunState.SUCCEEDED:
+    def crash_on_success(read, change, **kw):
+        if change(read).state is RunState.SUCCEEDED:
             raise ConnectionError("died after the effect")
-        return real_replace(new, **kw)
+        return real_commit(read, change, **kw)
 
-    monkeypatch.setattr(container.runs, "replace", crash_on_success)
+    monkeypatch.setattr(container.runs, "commit", crash_on_success)
     with pytest.raises(ConnectionError):
         worker.process(delivery(run))
-    monkeypatch.setattr(container.runs, "replace", real_replace)
+    monkeypatch.setattr(container.runs, "commit", real_commit)
     assert stored(container, run).effect_started_at is not None
     clock.advance(61)
     assert worker.process(delivery(run)).outcome is Outcome.DEAD

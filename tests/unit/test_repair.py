@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
+from jobsched.domain.lifecycle import advance
 from jobsched.domain.models import HttpTarget
 from jobsched.domain.repair import RepairTimings, check_at, repair_deadline
-from jobsched.domain.runs import OPEN_STATES, Run, RunState, advance, created
+from jobsched.domain.runs import OPEN_STATES, Run, RunState, created
 
 from tests.conftest import claimed
 

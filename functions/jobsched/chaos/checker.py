@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..domain.models import Delivery, Job, JobState, ScheduleKind
-from ..domain.runs import OPEN_STATES, TERMINAL_STATES, Run, RunState, Transition
+from ..domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
 from ..domain.schedule import fires_between
 from ..store.runs import RunStore
 from .ledger import PERMANENT, Call, Ledger
@@ -224,7 +224,7 @@ def check(evidence: Evidence) -> Figures:
         for problem in _holder_violations(run.history, None, 0):
             flag(Violation("stale_fence_writes", run.run_key, problem))
         _check_attempts(run, figures)
-        _check_bounded(run, evidence.end, figures)
+        _check_bounded(run, evidence.end, figures, evidence.stored_jobs.get(run.job_id))
     for violation in evidence.audit.violations:
         flag(violation)
 
@@ -351,9 +351,13 @@ def _check_attempts(run: Run, figures: Figures) -> None:
             return
 
 
-def _check_bounded(run: Run, end: datetime, figures: Figures) -> None:
-    """Invariant 3: terminal, or waiting for a retry that is due within its policy's cap."""
+def _check_bounded(run: Run, end: datetime, figures: Figures, job: Job | None) -> None:
+    """Invariant 3: terminal, or waiting for a retry that is due within its policy's cap, or
+    held while its job is still paused (resume decides it; once resumed or cancelled it must
+    have been decided)."""
     if run.state in TERMINAL_STATES:
+        return
+    if run.blocked_by == PAUSED_HOLD and job is not None and job.state is JobState.PAUSED:
         return
     cap = timedelta(seconds=run.policies.retry.cap_seconds) + timedelta(seconds=60)
     if run.state is RunState.RETRY_WAIT and run.due_at <= end + cap:

@@ -126,18 +126,18 @@ class ChaosRunStore(RunStore):
         self.crash_finishing: str | None = None  # run key: die before ending the attempt
         self.freeze: Freeze | None = None
 
-    def replace(self, run: Run, *, expected_fence: int | None = None) -> Run:
-        finishing = expected_fence is not None and run.state in FINISHING
-        if finishing and self.crash_finishing == run.run_key:
+    def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
+        finishing = holder and new.state in FINISHING
+        if finishing and self.crash_finishing == new.run_key:
             self.crash_finishing = None
-            raise SimulatedCrash(f"worker died after the effect of {run.run_key}")
+            raise SimulatedCrash(f"worker died after the effect of {new.run_key}")
         freeze = self.freeze
-        if finishing and freeze is not None and freeze.run_key == run.run_key:
+        if finishing and freeze is not None and freeze.run_key == new.run_key:
             self.freeze = None
-            freeze.fence = expected_fence
+            freeze.fence = read.fence
             freeze.reached.set()
             freeze.thaw.wait()
-        return super().replace(run, expected_fence=expected_fence)
+        return super()._put(new, read, holder=holder)
 
 
 class ChaosDefinitionStore(DefinitionStore):

@@ -29,6 +29,7 @@ from ..domain.runs import Run, RunState
 from ..services.completion import Completer
 from ..services.jobs import JobService
 from ..services.materialize import Materializer
+from ..services.missed import MissedRuns
 from ..services.outbox import Outbox, priority_router
 from ..services.reconciler import KINDS, Reconciler
 from ..services.runs import RunService
@@ -142,20 +143,20 @@ class NoIdempotencyWorker(Worker):
 class FenceBlindRunStore(ChaosRunStore):
     """Broken on purpose: a lease holder's final write lands whatever the current fence."""
 
-    def replace(self, run: Run, *, expected_fence: int | None = None) -> Run:
-        if expected_fence is None or run.state not in FINISHING:
-            return super().replace(run, expected_fence=expected_fence)
+    def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
+        if not holder or new.state not in FINISHING:
+            return super()._put(new, read, holder=holder)
         freeze = self.freeze
-        if freeze is not None and freeze.run_key == run.run_key:
+        if freeze is not None and freeze.run_key == new.run_key:
             self.freeze = None
-            freeze.fence = expected_fence
+            freeze.fence = read.fence
             freeze.reached.set()
             freeze.thaw.wait()
-        current = self.get(run.job_id, run.scheduled_for)
+        current = self.get_by_key(new.run_key)
         if current is None:
-            return super().replace(run, expected_fence=expected_fence)
-        blind = run.model_copy(update={"rev": current.rev, "history": [*current.history, run.history[-1]]})
-        return RunStore.replace(self, blind)
+            return super()._put(new, read, holder=holder)
+        blind = new.model_copy(update={"history": [*current.history, new.history[-1]]})
+        return RunStore._put(self, blind, current, holder=False)
 
 
 class World:
@@ -214,9 +215,12 @@ class World:
         api_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         api_runs = RunStore(self._ddb(), RUNS.default_name, shards)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
-        self.jobs = JobService(api_defs, api_clock, materialize=api_materializer.materialize)
         api_queues = self._queues(self.sqs_throttle)
         api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self._metric)
+        api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
+        self.jobs = JobService(
+            api_defs, api_clock, materialize=api_materializer.materialize, on_resume=api_missed.on_resume
+        )
         self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
 
         self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
@@ -236,15 +240,16 @@ class World:
         )
         reconciler_clock = self._skewed()
         reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards)
+        reconciler_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         completer = Completer(
-            DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
-            reconciler_runs,
-            self._queues(self.sqs_throttle),
-            reconciler_clock,
-            self._metric,
+            reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self._metric
         )
         self.reconciler = Reconciler(
-            reconciler_runs, reconciler_clock, shard_count=shards, on_dead=completer.after_dead
+            reconciler_runs,
+            reconciler_clock,
+            shard_count=shards,
+            on_dead=completer.after,
+            settle_held=MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock).settle_held,
         )
         self.workers = [self._worker(f"w{i}", broken=config.broken) for i in range(config.workers)]
         self.final_jobs: dict[str, Job] = {}
@@ -336,6 +341,15 @@ class World:
             throttle.enabled = False
         for frozen in list(self.frozen):
             self._thaw(frozen)
+        # Users resume what they paused: runs held while paused are decided (missedRuns) and
+        # must then settle like any other.
+        for tracked in self.tracked.values():
+            if tracked.acks and tracked.acks[-1].kind == "pause":
+                for _ in range(5):
+                    before = len(tracked.acks)
+                    self._lifecycle(tracked, "resume")
+                    if len(tracked.acks) > before:
+                        break
 
     # --- API: creation and lifecycle changes ---
 

@@ -259,6 +259,10 @@ class Job(Model):
     runs_created: int = 0
     last_scheduled_for: Instant | None = None  # last occurrence processed (run or skipped)
     last_run_at: Instant | None = None  # last occurrence that became a run (overlap chain)
+    paused_at: Instant | None = None  # while PAUSED: occurrences from here on are missed
+    # After a resume: every occurrence before this instant fell while paused and is missed,
+    # however late (the 60 s lateness rule is for downtime only); cleared once swept past.
+    missed_until: Instant | None = None
 
     @property
     def is_due_indexed(self) -> bool:
@@ -266,8 +270,13 @@ class Job(Model):
         return self.state is JobState.ACTIVE and self.next_run_at is not None
 
 
-def run_key(job_id: str, scheduled_for: datetime) -> str:
-    """The unique key of a run: `<job_id>@<scheduled_for RFC 3339 UTC>`."""
+MANUAL_SEPARATOR = "~"
+
+
+def run_key(job_id: str, scheduled_for: datetime, suffix: str | None = None) -> str:
+    """The unique key of a run: `<job_id>@<scheduled_for RFC 3339 UTC>`, and for a manual run
+    `~<suffix>` after it (manual runs have a key space of their own)."""
     from .instants import format_instant
 
-    return f"{job_id}@{format_instant(scheduled_for)}"
+    key = f"{job_id}@{format_instant(scheduled_for)}"
+    return f"{key}{MANUAL_SEPARATOR}{suffix}" if suffix else key

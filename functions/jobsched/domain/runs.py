@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
-from .instants import Instant
+from .instants import Instant, parse_instant
 from .jitter import start_jitter_seconds
-from .models import Job, Model, Policies, Priority, Target, run_key
+from .models import MANUAL_SEPARATOR, Job, Model, Policies, Priority, Target, run_key
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+_SUFFIX = re.compile(r"m[0-9a-z]{10}")
 
 
 class RunState(StrEnum):
@@ -38,10 +43,20 @@ ALLOWED: dict[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset(
         {RunState.LEASED, RunState.PENDING, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
     ),
+    # LEASED → PENDING: held, before any effect, because the job was found paused.
     RunState.LEASED: frozenset(
-        {RunState.LEASED, RunState.SUCCEEDED, RunState.RETRY_WAIT, RunState.DEAD, RunState.CANCELLED}
+        {
+            RunState.LEASED,
+            RunState.PENDING,
+            RunState.SUCCEEDED,
+            RunState.RETRY_WAIT,
+            RunState.DEAD,
+            RunState.CANCELLED,
+        }
     ),
-    RunState.RETRY_WAIT: frozenset({RunState.QUEUED, RunState.LEASED, RunState.CANCELLED, RunState.DEAD}),
+    RunState.RETRY_WAIT: frozenset(
+        {RunState.QUEUED, RunState.LEASED, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
+    ),
     RunState.DEAD: frozenset({RunState.PENDING}),  # audited redrive
     RunState.SUCCEEDED: frozenset(),
     RunState.SKIPPED: frozenset(),
@@ -51,6 +66,11 @@ ALLOWED: dict[RunState, frozenset[RunState]] = {
 
 def can_move(source: RunState, target: RunState) -> bool:
     return target in ALLOWED[source]
+
+
+# `blocked_by` of a run held because its job is paused: not a run key (no "@"), so nothing
+# mistakes it for a predecessor. Resume decides each held run under `missedRuns`.
+PAUSED_HOLD = "job-paused"
 
 
 class Trigger(StrEnum):
@@ -108,6 +128,7 @@ class Run(Model):
     updated_at: Instant
     finished_at: Instant | None = None
     history: list[Transition] = Field(default_factory=list)
+    history_dropped: int = 0  # entries left out of `history` to keep the run in its byte budget
 
     @property
     def is_open(self) -> bool:
@@ -122,56 +143,23 @@ class Run(Model):
 
 
 def split_run_key(run_key: str) -> tuple[str, str]:
-    """`j_x@2026-11-02T09:00:00Z` → (`j_x`, `2026-11-02T09:00:00Z`); ValueError when malformed."""
-    job_id, sep, instant = run_key.partition("@")
-    if not sep or not job_id or not instant:
+    """`j_x@2026-11-02T09:00:00Z` → (`j_x`, `2026-11-02T09:00:00Z`); a manual run's key keeps
+    its suffix in the second part (`2026-11-02T09:00:00Z~m3k9q2`). ValueError when malformed."""
+    job_id, sep, slot = run_key.partition("@")
+    if not sep or not job_id or not slot:
         raise ValueError("must look like <jobId>@<RFC 3339 instant>")
-    return job_id, instant
+    return job_id, slot
 
 
-def advance(
-    run: Run,
-    target: RunState,
-    *,
-    now: datetime,
-    actor: str,
-    error_class: str | None = None,
-    error_message: str | None = None,
-    reason: str | None = None,
-    **changes: Any,
-) -> Run:
-    """The one way a run changes state: checks the state machine and records the transition."""
-    if not can_move(run.state, target):
-        raise ValueError(f"run {run.run_key}: {run.state.value} → {target.value} is not a transition")
-    fence = changes.get("fence", run.fence)
-    attempt = changes.get("attempt", run.attempt)
-    entry = Transition(
-        at=now,
-        actor=actor,
-        source=run.state,
-        target=target,
-        fence=fence,
-        attempt=attempt,
-        error_class=error_class,
-        error_message=error_message[:1000] if error_message else None,
-        reason=reason,
-    )
-    updates: dict[str, Any] = {
-        **changes,
-        "state": target,
-        "updated_at": now,
-        "history": [*run.history, entry],
-    }
-    if error_class is not None:
-        updates["last_error_class"] = error_class
-        updates["last_error_message"] = entry.error_message
-    if reason is not None and target in TERMINAL_STATES:
-        updates["reason"] = reason  # the run's own `reason` says why it ended; history keeps the rest
-    if target in TERMINAL_STATES:
-        updates.setdefault("finished_at", now)
-        updates["lease_owner"] = None
-        updates["lease_expires_at"] = None
-    return run.model_copy(update=updates)
+def parse_run_key(run_key: str) -> tuple[str, datetime, str | None]:
+    """(job id, scheduled instant, manual suffix or None); ValueError when malformed.
+
+    Any RFC 3339 spelling of the instant is accepted; `run_key(*parse_run_key(k))` is canonical."""
+    job_id, slot = split_run_key(run_key)
+    instant, _, suffix = slot.partition(MANUAL_SEPARATOR)
+    if _ and not _SUFFIX.fullmatch(suffix):
+        raise ValueError("a manual run key ends in ~m and 10 lowercase letters or digits")
+    return job_id, parse_instant(instant), suffix or None
 
 
 def created(run: Run, *, actor: str, reason: str | None = None) -> Run:
@@ -197,8 +185,13 @@ def make_run(
 ) -> Run:
     """A new run of `job` at `scheduled_for`, snapshotting the definition it was made from.
 
-    Start jitter is derived from the run key, so a repeated sweep computes the same due time."""
-    key = run_key(job.job_id, scheduled_for)
+    Start jitter is derived from the run key, so a repeated sweep computes the same due time.
+    A manual run gets a key of its own (`<jobId>@<instant>~m<10 random>`): it never collides
+    with the scheduled occurrence of the same second, nor with another manual run."""
+    suffix = (
+        "m" + "".join(secrets.choice(_ALPHABET) for _ in range(10)) if trigger is Trigger.MANUAL else None
+    )
+    key = run_key(job.job_id, scheduled_for, suffix)
     spec = job.spec
     jitter = start_jitter_seconds(key, spec.policies.jitter_seconds) if trigger is Trigger.SCHEDULE else 0
     run = Run(

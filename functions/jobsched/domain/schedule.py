@@ -51,6 +51,62 @@ def fires_between(schedule: Schedule, after: datetime, until: datetime, limit: i
     return found
 
 
+def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: datetime) -> datetime | None:
+    """The last occurrence t with not_before <= t < before, or None.
+
+    Costs about the occurrences in the last window searched, never all of [not_before, before):
+    rates are computed, others are searched backwards in windows that double in length."""
+    before, not_before = to_utc(before), to_utc(not_before)
+    if before <= not_before:
+        return None
+    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None:
+        assert schedule.anchor is not None and schedule.every_seconds is not None
+        step = timedelta(seconds=schedule.every_seconds)
+        anchor = to_utc(schedule.anchor)
+        if schedule.start_at is not None:
+            not_before = max(not_before, to_utc(schedule.start_at))
+        if before <= anchor:
+            return None
+        latest = anchor + ((before - _ONE_SECOND - anchor) // step) * step
+        return latest if latest >= not_before else None
+    width = _ONE_SECOND
+    while True:
+        start = max(not_before, before - width)
+        found = fires_between(schedule, start - _ONE_SECOND, before - _ONE_SECOND, limit=_SEARCH_LIMIT)
+        if found and len(found) < _SEARCH_LIMIT:
+            return found[-1]
+        if found:  # too many in this window: the latest is in its last part
+            width = max(_ONE_SECOND, (before - found[-1]) * 2)
+            continue
+        if start <= not_before:
+            return None
+        width *= 2
+
+
+_SEARCH_LIMIT = 4096
+
+
+def count_fires(schedule: Schedule, first: datetime, last: datetime, *, limit: int) -> int:
+    """How many occurrences t with first <= t <= last, counted up to `limit` (then `limit`).
+    Rates are counted in O(1)."""
+    first, last = to_utc(first), to_utc(last)
+    if last < first:
+        return 0
+    if schedule.kind is ScheduleKind.RATE:
+        assert schedule.anchor is not None and schedule.every_seconds is not None
+        lo = max(first, to_utc(schedule.start_at)) if schedule.start_at else first
+        hi = min(last, to_utc(schedule.end_at)) if schedule.end_at else last
+        anchor = to_utc(schedule.anchor)
+        step = timedelta(seconds=schedule.every_seconds)
+        lo = max(lo, anchor)
+        if hi < lo:
+            return 0
+        first_k = -((anchor - lo) // step)  # ceil((lo - anchor) / step)
+        last_k = (hi - anchor) // step
+        return min(limit, max(0, last_k - first_k + 1))
+    return len(fires_between(schedule, first - _ONE_SECOND, last, limit))
+
+
 def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     """The next `count` occurrences strictly after `after`."""
     if count <= 0:

@@ -1,24 +1,39 @@
-"""How a leased run ends: succeeded, retry wait, dead, or cancelled — always conditioned on
-the holder's fence. Shared by the Lambda worker and the external-worker lease API."""
+"""Writes a run's transitions and what follows them: the one place the Lambda worker, the
+external-worker lease API and the reconciler end, cancel, skip or kill a run.
+
+Each method takes the run as read, applies one pure transition from `domain.lifecycle`, and
+commits it with the store's state (and, for a lease holder, fence) condition. What follows a
+terminal state is done here once for every writer: the job's counters, a dead run's DLQ copy
+and pause-on-failure, and the release of a run chained behind the one that ended."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
+from ..domain import lifecycle
 from ..domain.errors import ExecutionError
 from ..domain.instants import Clock
-from ..domain.jitter import retry_delay_seconds
-from ..domain.models import JobState
-from ..domain.runs import TERMINAL_STATES, Run, RunState, advance
+from ..domain.models import Job, JobState
+from ..domain.runs import TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
 
 Metric = Callable[[str, float, str], None]
+
+# The job counter and the metric each terminal state adds to (SKIPPED: by its reason).
+_COUNTERS = {
+    RunState.SUCCEEDED: ("succeeded", "RunsSucceeded"),
+    RunState.DEAD: ("dead", "RunsDeadLettered"),
+    RunState.CANCELLED: ("cancelled", "RunsCancelled"),
+}
+_SKIP_COUNTERS = {
+    "overlap": ("overlap_skipped", "RunsSkippedOverlap"),
+    "paused": ("missed", "RunsSkippedPaused"),
+}
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,7 @@ class Ending:
     state: RunState | None
     run: Run | None
     error_class: str | None = None
+    current: Run | None = None  # the run as stored, when the write was refused
 
 
 class Completer:
@@ -45,126 +61,134 @@ class Completer:
         self._clock = clock
         self._metric: Metric = metric or (lambda name, value, unit: None)
 
+    # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
+
     def succeed(self, run: Run, output: Any, *, actor: str) -> Ending:
-        done = advance(run, RunState.SUCCEEDED, now=self._clock.now(), actor=actor, result=output)
-        saved = self._write(done, run, actor)
-        if saved is None:
-            return Ending(None, None)
-        self._definitions.add_stats(run.job_id, succeeded=1)
-        self._metric("RunsSucceeded", 1, "Count")
-        return Ending(RunState.SUCCEEDED, saved)
+        now = self._clock.now()
+        return self.write(run, lambda r: lifecycle.succeed(r, now=now, actor=actor, result=output), actor)
 
     def fail(self, run: Run, error: ExecutionError, *, actor: str) -> Ending:
-        """Retry under the policy (bounded by attempts and age), else dead-letter."""
+        """Retry under the policy (attempts, age, at-most-once), else dead-letter."""
         now = self._clock.now()
-        retry = run.policies.retry
-        if error.retryable and run.attempt < retry.max_attempts:
-            delay = retry_delay_seconds(run.run_key, run.attempt - 1, retry.base_seconds, retry.cap_seconds)
-            next_at = now + timedelta(seconds=max(1, round(delay)))
-            started = run.first_attempt_at or now
-            if retry.max_age_seconds is None or next_at - started <= timedelta(seconds=retry.max_age_seconds):
-                waiting = advance(
-                    run,
-                    RunState.RETRY_WAIT,
-                    now=now,
-                    actor=actor,
-                    error_class=error.error_class,
-                    error_message=error.message,
-                    due_at=next_at,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                )
-                saved = self._write(waiting, run, actor)
-                if saved is None:
-                    return Ending(None, None, error.error_class)
-                self._metric("RetriesScheduled", 1, "Count")
-                return Ending(RunState.RETRY_WAIT, saved, error.error_class)
-        message = f"retries exhausted: {error.message}" if error.retryable else error.message
-        return self.dead(run, error.error_class, message, actor=actor)
-
-    def dead(self, run: Run, error_class: str, message: str, *, actor: str) -> Ending:
-        dead = advance(
+        return self.write(
             run,
-            RunState.DEAD,
-            now=self._clock.now(),
-            actor=actor,
-            error_class=error_class,
-            error_message=message,
+            lambda r: lifecycle.fail(
+                r,
+                now=now,
+                actor=actor,
+                error_class=error.error_class,
+                message=error.message,
+                retryable=error.retryable,
+            ),
+            actor,
+            error.error_class,
         )
-        saved = self._write(dead, run, actor)
-        if saved is None:
-            return Ending(None, None, error_class)
-        self.after_dead(saved)
-        return Ending(RunState.DEAD, saved, error_class)
 
-    def after_dead(self, run: Run) -> None:
-        """What follows any run's death, whoever wrote it: a DLQ copy (so the depth alarm fires),
-        the job's counter, and pause-on-failure."""
-        reason = f"{run.last_error_class}: {run.last_error_message}"
-        try:
-            self._queues.dead_letter(run.priority.value, run, reason)
-        except Exception:
-            logger.exception("dead run not copied to the DLQ", extra={"run_key": run.run_key})
-        self._definitions.add_stats(run.job_id, dead=1)
-        self._metric("RunsDeadLettered", 1, "Count")
-        if run.policies.pause_on_failure:
-            self._pause_job(run)
+    def dead(self, run: Run, refusal: lifecycle.Refusal, *, actor: str) -> Ending:
+        now = self._clock.now()
+        return self.write(run, lambda r: lifecycle.refused(r, refusal, now=now, actor=actor), actor)
 
     def cancel(self, run: Run, reason: str, *, actor: str) -> Ending:
-        cancelled = advance(run, RunState.CANCELLED, now=self._clock.now(), actor=actor, reason=reason)
-        saved = self._write(cancelled, run, actor)
-        if saved is None:
-            return Ending(None, None)
-        self._definitions.add_stats(run.job_id, cancelled=1)
-        self._metric("RunsCancelled", 1, "Count")
-        return Ending(RunState.CANCELLED, saved)
+        now = self._clock.now()
+        return self.write(run, lambda r: lifecycle.cancel(r, now=now, actor=actor, reason=reason), actor)
 
-    def _write(self, new: Run, held: Run, actor: str) -> Run | None:
-        """Apply a change made by the lease holder; None (and a metric) when the fence is stale."""
+    def skip(self, run: Run, reason: str, *, actor: str) -> Ending:
+        now = self._clock.now()
+        return self.write(run, lambda r: lifecycle.skip(r, now=now, actor=actor, reason=reason), actor)
+
+    def write(
+        self, run: Run, change: Callable[[Run], Run], actor: str, error_class: str | None = None
+    ) -> Ending:
+        """Commit `change` as the lease holder (fence and state conditions) when `run` is
+        LEASED, as anyone else otherwise; then do what follows. A refused write is counted."""
         try:
-            saved = self._runs.replace(new, expected_fence=held.fence)
-            if saved.state in TERMINAL_STATES and saved.blocks:
-                self.release_successor(saved)
-            return saved
+            saved = self._runs.commit(run, change, holder=run.state is RunState.LEASED)
         except RunChanged as exc:
             current = exc.current
             logger.warning(
-                "change rejected: fence superseded",
+                "change rejected: the run moved on",
                 extra={
-                    "run_key": held.run_key,
+                    "run_key": run.run_key,
                     "actor": actor,
-                    "fence": held.fence,
+                    "fence": run.fence,
                     "current_fence": current.fence if current else None,
                     "current_state": current.state.value if current else None,
                 },
             )
             self._metric("StaleFencesRejected", 1, "Count")
-            return None
+            return Ending(None, None, error_class, current)
+        self.after(saved)
+        return Ending(
+            saved.state, saved, saved.last_error_class if saved.state is RunState.DEAD else error_class
+        )
+
+    def before_effect(self, leased: Run, job: Job | None, *, actor: str) -> Ending | None:
+        """The check between a claim and the effect, read after the claim: None to go on; a
+        cancelled or missing job cancels the run; a paused job holds it for resume to decide."""
+        if job is None or job.state is JobState.CANCELLED:
+            state = "missing" if job is None else "cancelled"
+            return self.cancel(leased, f"job {state} before the effect", actor=actor)
+        if job.state is JobState.PAUSED:
+            now = self._clock.now()
+            return self.write(leased, lambda r: lifecycle.hold(r, now=now, actor=actor), actor)
+        return None
+
+    # --- what follows a transition, whoever wrote it ---
+
+    def after(self, run: Run) -> None:
+        if run.state not in TERMINAL_STATES:
+            if run.state is RunState.RETRY_WAIT:
+                self._metric("RetriesScheduled", 1, "Count")
+            return
+        counted = (
+            _SKIP_COUNTERS.get(run.reason or "")
+            if run.state is RunState.SKIPPED
+            else _COUNTERS.get(run.state)
+        )
+        if counted is not None:
+            counter, metric = counted
+            self._definitions.add_stats(run.job_id, **{counter: 1})
+            self._metric(metric, 1, "Count")
+        if run.state is RunState.DEAD:
+            self.after_dead(run)
+        if run.blocks:
+            self.release_successor(run)
+
+    def after_dead(self, run: Run) -> None:
+        """A dead run's DLQ copy (so the depth alarm fires) and pause-on-failure."""
+        reason = f"{run.last_error_class}: {run.last_error_message}"
+        try:
+            self._queues.dead_letter(run.priority.value, run, reason)
+        except Exception:
+            logger.exception("dead run not copied to the DLQ", extra={"run_key": run.run_key})
+        if run.policies.pause_on_failure:
+            self._pause_job(run)
 
     def release_successor(self, run: Run) -> None:
         """Let the run chained behind this one be published (best effort: the reconciler
         releases it later if this fails)."""
         assert run.blocks is not None
-        for _ in range(3):
-            successor = self._runs.get_by_key(run.blocks)
-            if successor is None or successor.blocked_by != run.run_key:
-                return
-            released = successor.model_copy(update={"blocked_by": None, "updated_at": self._clock.now()})
-            try:
-                self._runs.replace(released)
-                return
-            except RunChanged:
-                continue
-            except Exception:
-                logger.exception("could not release the chained run", extra={"run_key": run.blocks})
-                return
+        successor = self._runs.get_by_key(run.blocks)
+        if successor is None or successor.blocked_by != run.run_key or not successor.is_open:
+            return
+        now = self._clock.now()
+        try:
+            self._runs.commit(
+                successor,
+                lambda r: lifecycle.touch(r, now=now, actor="release", reason="unblocked", blocked_by=None),
+            )
+        except RunChanged:
+            pass  # moved meanwhile (cancelled, or released by the reconciler)
+        except Exception:
+            logger.exception("could not release the chained run", extra={"run_key": run.blocks})
 
     def _pause_job(self, run: Run) -> None:
         job = self._definitions.get(run.job_id)
         if job is None or job.state is not JobState.ACTIVE:
             return
+        now = self._clock.now()
         paused = job.model_copy(
-            update={"state": JobState.PAUSED, "version": job.version + 1, "updated_at": self._clock.now()}
+            update={"state": JobState.PAUSED, "version": job.version + 1, "updated_at": now, "paused_at": now}
         )
         try:
             self._definitions.save(paused)

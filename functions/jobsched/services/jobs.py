@@ -48,6 +48,7 @@ class JobService:
         materialize: Callable[[Job], object] | None = None,
         max_jobs_per_tenant: int = 0,
         requests_per_second: int = 0,
+        on_resume: Callable[[Job, Job], None] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -55,6 +56,7 @@ class JobService:
         self._materialize = materialize
         self.max_jobs_per_tenant = max_jobs_per_tenant
         self.requests_per_second = requests_per_second
+        self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""
@@ -166,20 +168,39 @@ class JobService:
                 return job
             if job.state is not JobState.ACTIVE:
                 raise Conflict(f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused")
-            return _bump(job, now, state=JobState.PAUSED)
+            return _bump(job, now, state=JobState.PAUSED, paused_at=now, missed_until=None)
 
         return self._change(tenant, job_id, if_match, change)
 
     def resume(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
-        # next_run_at is kept: the sweeper applies the misfire policy to what was missed while paused.
+        """Every occurrence that fell while paused is missed: `missed_until` tells the sweeper
+        (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness), and
+        the runs already made for them are decided now (see services/missed.py)."""
+        before: dict[str, Job] = {}
+
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.ACTIVE:
                 return job
             if job.state is not JobState.PAUSED:
                 raise Conflict(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
-            return _bump(job, now, state=JobState.ACTIVE)
+            before["job"] = job
+            return _bump(job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now)
 
-        return self._change(tenant, job_id, if_match, change)
+        resumed = self._change(tenant, job_id, if_match, change, settle=self._settle_resume(before))
+        return resumed
+
+    def _settle_resume(self, before: dict[str, Job]) -> Callable[[Job], None]:
+        def settle(saved: Job) -> None:
+            paused = before.get("job")
+            if self._on_resume is None or paused is None:
+                return
+            try:
+                self._on_resume(paused, saved)
+            except Exception:
+                # The reconciler decides held runs the resume did not get to (settle_held).
+                logger.exception("deciding missed runs on resume failed", extra={"job_id": saved.job_id})
+
+        return settle
 
     def cancel(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
         def change(job: Job, now: datetime) -> Job:
@@ -192,7 +213,12 @@ class JobService:
         return self._change(tenant, job_id, if_match, change)
 
     def _change(
-        self, tenant: str, job_id: str, if_match: int | None, change: Callable[[Job, datetime], Job]
+        self,
+        tenant: str,
+        job_id: str,
+        if_match: int | None,
+        change: Callable[[Job, datetime], Job],
+        settle: Callable[[Job], None] | None = None,
     ) -> Job:
         """Read, check If-Match, apply, write conditioned on rev; re-read when the sweeper got in between."""
         for _ in range(_WRITE_ATTEMPTS):
@@ -208,6 +234,8 @@ class JobService:
                 saved = self._store.save(changed, previous_state=job.state)
             except ConcurrentUpdate:
                 continue
+            if settle is not None:
+                settle(saved)
             if saved.next_run_at != job.next_run_at or saved.state is not job.state:
                 self._materialize_soon(saved)
             return saved

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
-from ..domain.models import Job, JobState, Misfire, Schedule, run_key
+from ..domain.models import Job, JobState, Misfire, run_key
 from ..domain.runs import Run, RunState, make_run
-from ..domain.schedule import fires_between, next_fire
+from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunStore
@@ -45,6 +45,7 @@ class _Plan:
     # (first, last, count, reason): one SKIPPED record stands for the whole range.
     skips: list[tuple[datetime, datetime, int, str]] = field(default_factory=list)
     next_at: datetime | None = None
+    backlog: bool = False  # catch-up continues in the next pass
 
 
 class Materializer:
@@ -143,6 +144,13 @@ class Materializer:
                     [*processed, *([job.last_scheduled_for] if job.last_scheduled_for else [])]
                 ),
                 "last_run_at": plan.runs[-1] if plan.runs else job.last_run_at,
+                "missed_until": (
+                    job.missed_until
+                    if job.missed_until is not None
+                    and plan.next_at is not None
+                    and plan.next_at < job.missed_until
+                    else None
+                ),
             }
         )
         try:
@@ -159,30 +167,46 @@ class Materializer:
         plan = _Plan()
         cursor = job.next_run_at
         late_edge = now - self.misfire_grace
+        if job.missed_until is not None:
+            # Everything before the resume fell while the job was paused: missed however late.
+            late_edge = max(late_edge, job.missed_until)
         window_edge = now - timedelta(seconds=policies.catch_up_window_seconds)
         skip_all_missed = policies.misfire is Misfire.SKIP
         expired_edge = late_edge if skip_all_missed else min(window_edge, late_edge)
 
-        # Zone 1: beyond any catch-up (or simply missed, under `skip`).
+        # Zone 1: beyond any catch-up (or simply missed, under `skip`). Found and counted
+        # without walking every occurrence: a rate is counted, a cron searched backwards.
         if cursor is not None and cursor < expired_edge:
-            first, last, count = self._span(schedule, cursor, expired_edge - ONE_SECOND)
-            plan.skips.append((first, last, count, "misfire" if skip_all_missed else "expired"))
-            cursor = next_fire(schedule, expired_edge - ONE_SECOND)
+            last = latest_fire_before(schedule, expired_edge, not_before=cursor) or cursor
+            count = count_fires(schedule, cursor, last, limit=self.max_scan)
+            plan.skips.append((cursor, last, count, "misfire" if skip_all_missed else "expired"))
+            cursor = next_fire(schedule, last)
 
         # Zone 2: missed, but inside the catch-up window.
         if cursor is not None and cursor < late_edge:
-            missed = [cursor, *fires_between(schedule, cursor, late_edge - ONE_SECOND, self.max_scan)]
             if policies.misfire is Misfire.RUN_ONCE:
-                if len(missed) > 1:
-                    plan.skips.append((missed[0], missed[-2], len(missed) - 1, "misfire"))
-                plan.runs.append(missed[-1])
+                latest = latest_fire_before(schedule, late_edge, not_before=cursor) or cursor
+                if latest > cursor:
+                    before = latest_fire_before(schedule, latest, not_before=cursor) or cursor
+                    count = count_fires(schedule, cursor, before, limit=self.max_scan)
+                    plan.skips.append((cursor, before, count, "misfire"))
+                plan.runs.append(latest)
+                cursor = next_fire(schedule, latest)
             else:
+                # Catch-up: only as many as this pass writes; the next pass goes on from there.
+                missed = [
+                    cursor,
+                    *fires_between(schedule, cursor, late_edge - ONE_SECOND, self.max_runs_per_pass - 1),
+                ]
                 plan.runs.extend(missed)
-            cursor = next_fire(schedule, max(missed[-1], late_edge - ONE_SECOND))
+                cursor = next_fire(schedule, missed[-1])
+                if cursor is not None and cursor < late_edge:
+                    plan.next_at = cursor  # more to catch up: no on-time runs before those
+                    plan.backlog = True
 
         # Zone 3: on time, up to the horizon (or further ahead, for a sweep).
         horizon_end = now + (ahead or self.horizon)
-        if cursor is not None and cursor <= horizon_end:
+        if cursor is not None and cursor <= horizon_end and not plan.backlog:
             plan.runs.extend([cursor, *fires_between(schedule, cursor, horizon_end, self.max_runs_per_pass)])
 
         limit = schedule.max_runs
@@ -197,10 +221,3 @@ class Materializer:
         else:
             plan.next_at = next_fire(schedule, last_handled)
         return plan
-
-    def _span(self, schedule: Schedule, first: datetime, until: datetime) -> tuple[datetime, datetime, int]:
-        """First, last and count of occurrences in [first, until]; the count stops at max_scan."""
-        rest = fires_between(schedule, first, until, self.max_scan)
-        if len(rest) >= self.max_scan:
-            return first, until, len(rest) + 1  # a lower bound; the range still covers them all
-        return first, rest[-1] if rest else first, len(rest) + 1

@@ -18,8 +18,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from ..domain.errors import JobschedError
 from ..domain.instants import Clock
+from ..domain.lifecycle import queued
 from ..domain.repair import SQS_MAX_DELAY
-from ..domain.runs import Run, RunState, advance
+from ..domain.runs import Run, RunState
 from ..observability import logger, metrics
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
@@ -117,7 +118,7 @@ class Outbox:
     def _mark_queued(self, run: Run, now: datetime) -> bool:
         """False when the run moved on meanwhile (e.g. a worker claimed it first): nothing to do."""
         try:
-            self._runs.replace(advance(run, RunState.QUEUED, now=now, actor="outbox"))
+            self._runs.commit(run, lambda r: queued(r, now=now, actor="outbox"))
         except RunChanged:
             return False
         except JobschedError as exc:

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from ..domain.instants import Clock, format_instant
-from ..domain.models import Delivery
+from ..domain import lifecycle
+from ..domain.instants import Clock
 from ..domain.repair import repair_deadline
-from ..domain.runs import TERMINAL_STATES, Run, RunState, Transition, advance
+from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import NAMESPACE, SERVICE, logger, metrics
 from ..store.runs import RunChanged, RunStore
 
 ACTOR = "reconciler"
-LEASE_EXPIRED = "LeaseExpired"
 
 # Repair kinds (the `kind` dimension of RepairsMade).
 REPUBLISH = "republish"
@@ -45,16 +44,19 @@ class RepairReport:
     deferred: int = 0  # still blocked by an open run: only its deadline moved
     stale: int = 0  # moved on since the index read; left alone
     moved: int = 0  # open but not overdue yet: its index entry moved to its deadline
+    failed: int = 0  # a repair raised: logged, counted (RepairsFailed), the shard went on
     repaired: list[str] = field(default_factory=list)
+    failed_keys: list[str] = field(default_factory=list)
 
     def count(self, kind: str) -> int:
         return int(getattr(self, kind))
 
     def add(self, other: RepairReport) -> None:
         self.shards += other.shards
-        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved"):
+        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved", "failed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.repaired += other.repaired
+        self.failed_keys += other.failed_keys
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,7 +67,9 @@ class RepairReport:
             "deferred": self.deferred,
             "stale": self.stale,
             "moved": self.moved,
+            "failed": self.failed,
             "repaired": list(self.repaired),
+            "failedKeys": list(self.failed_keys),
         }
 
 
@@ -80,13 +84,16 @@ class Reconciler:
         max_per_shard: int = 2000,
         on_dead: Callable[[Run], None] | None = None,
         is_external: Callable[[Run], bool] | None = None,
+        settle_held: Callable[[Run], Run | None] | None = None,
     ) -> None:
         self._runs = runs
         self._clock = clock
         self.shard_count = shard_count
         self.batch_limit = batch_limit
         self.max_per_shard = max_per_shard  # bounds one invocation; the rest waits for the next tick
-        self._on_dead = on_dead  # e.g. a DLQ copy so the dead-letter alarm fires
+        self._on_dead = on_dead  # what follows a death: job counters, DLQ copy, pause-on-failure
+        # Decides a run held for a paused job once the job is no longer paused (None: still held).
+        self._settle_held = settle_held
         # Runs for external workers wait in the claimable index, not on a queue: waiting long
         # is not a lost message, and only the retry policy's max age ends the wait.
         self._is_external = is_external or (lambda run: False)
@@ -106,7 +113,14 @@ class Reconciler:
             page, cursor = self._runs.overdue(shard, now, limit=limit, cursor=cursor)
             for run in page:
                 report.examined += 1
-                self._apply(run, now, report)
+                try:
+                    self._apply(run, now, report)
+                except Exception:
+                    # One run must never stop the repairs of the others in its shard (another
+                    # tenant's, often): record it, count it (RepairsFailed alarms) and go on.
+                    logger.exception("repair failed", extra={"run_key": run.run_key, "tenant": run.tenant})
+                    report.failed += 1
+                    report.failed_keys.append(run.run_key)
             if cursor is None:
                 break
         _emit(report)
@@ -150,53 +164,66 @@ class Reconciler:
 
     def _repair(self, run: Run, now: datetime) -> tuple[str | None, Run | None]:
         """The kind of repair made (None: none applies) and the run as written."""
+        commit = self._runs.commit
         if run.state in (RunState.PENDING, RunState.RETRY_WAIT):
             if run.blocked_by:
                 return self._check_blocker(run, now)
             # A new write of the same state makes the stream emit a record the outbox acts on.
-            return REPUBLISH, self._runs.replace(_retouched(run, now, reason="republish"))
+            return REPUBLISH, commit(
+                run, lambda r: lifecycle.touch(r, now=now, actor=ACTOR, reason="republish")
+            )
         if run.state is RunState.QUEUED and self._is_external(run):
-            max_age = run.policies.retry.max_age_seconds
-            if max_age is not None and now - run.created_at > timedelta(seconds=max_age):
-                dead = advance(
-                    run,
-                    RunState.DEAD,
-                    now=now,
-                    actor=ACTOR,
-                    error_class="Unclaimed",
-                    error_message=f"no external worker claimed it within {max_age} s",
+            # Waiting in the claimable index is not a lost message: only the age rule ends it
+            # (counted from when it became due, or from its redrive: a redrive starts a new age).
+            refusal = lifecycle.attempt_refusal(run, now)
+            if refusal is not None:
+                unclaimed = lifecycle.Refusal(
+                    "Unclaimed", f"no external worker claimed it: {refusal.message}"
                 )
-                return LEASE_EXPIRED_KIND, self._runs.replace(dead)
-            return DEFERRED, self._runs.replace(run.model_copy(update={"updated_at": now}))
+                return LEASE_EXPIRED_KIND, commit(
+                    run, lambda r: lifecycle.refused(r, unclaimed, now=now, actor=ACTOR)
+                )
+            return DEFERRED, self._runs.replace(
+                lifecycle.release(run, now=now, actor=ACTOR, reason="waiting")
+            )
         if run.state is RunState.QUEUED:
             if _requeues_since_claim(run) >= MAX_REQUEUES:
                 # Published again and again, never claimed: something is wrong with the run
                 # itself (its message keeps failing before the claim). Dead, so people look.
-                dead = advance(
-                    run,
-                    RunState.DEAD,
-                    now=now,
-                    actor=ACTOR,
-                    error_class="Undeliverable",
-                    error_message=f"requeued {MAX_REQUEUES} times without ever being claimed",
+                undeliverable = lifecycle.Refusal(
+                    "Undeliverable", f"requeued {MAX_REQUEUES} times without ever being claimed"
                 )
-                return LEASE_EXPIRED_KIND, self._runs.replace(dead)
+                return LEASE_EXPIRED_KIND, commit(
+                    run, lambda r: lifecycle.refused(r, undeliverable, now=now, actor=ACTOR)
+                )
             # The message was lost or dead-lettered before any claim: publish it again.
-            requeued = advance(run, RunState.PENDING, now=now, actor=ACTOR, reason="requeue")
-            return REQUEUE, self._runs.replace(requeued)
+            return REQUEUE, commit(run, lambda r: lifecycle.requeue(r, now=now, actor=ACTOR))
         if run.state is RunState.LEASED:
-            # Overdue means the lease expired (plus grace) as read; a heartbeat since then bumped
-            # the rev, so this write fails and the run is skipped.
-            return LEASE_EXPIRED_KIND, self._runs.replace(_lease_expired(run, now), expected_fence=run.fence)
+            # Overdue means the lease expired (plus grace) as read. Not a holder write: a
+            # heartbeat since the read bumped the rev, so this write fails and the run is skipped.
+            return LEASE_EXPIRED_KIND, commit(run, lambda r: lifecycle.lease_expired(r, now=now, actor=ACTOR))
         return None, None
 
     def _check_blocker(self, run: Run, now: datetime) -> tuple[str, Run]:
         assert run.blocked_by is not None
+        if run.blocked_by == PAUSED_HOLD:
+            return self._check_hold(run, now)
         blocker = self._runs.get_by_key(run.blocked_by)
         if blocker is None or blocker.state in TERMINAL_STATES:
-            return UNBLOCKED, self._runs.replace(_retouched(run, now, reason="unblocked", blocked_by=None))
+            return UNBLOCKED, self._runs.commit(
+                run, lambda r: lifecycle.touch(r, now=now, actor=ACTOR, reason="unblocked", blocked_by=None)
+            )
         # Still waiting: move its deadline so it does not crowd the overdue list every minute.
-        return DEFERRED, self._runs.replace(run.model_copy(update={"updated_at": now}))
+        return DEFERRED, self._runs.replace(lifecycle.release(run, now=now, actor=ACTOR, reason="blocked"))
+
+    def _check_hold(self, run: Run, now: datetime) -> tuple[str, Run]:
+        """A run held while its job was paused: still paused, look again later; otherwise the
+        resume (or cancel) that should have decided it did not get to it: decide it now."""
+        if self._settle_held is not None:
+            decided = self._settle_held(run)
+            if decided is not None:
+                return UNBLOCKED, decided
+        return DEFERRED, self._runs.replace(lifecycle.release(run, now=now, actor=ACTOR, reason="held"))
 
     def _dead(self, run: Run) -> None:
         if self._on_dead is None:
@@ -219,47 +246,6 @@ def _requeues_since_claim(run: Run) -> int:
     return count
 
 
-def _retouched(run: Run, now: datetime, *, reason: str, **changes: Any) -> Run:
-    """Record a same-state transition (the state machine has no PENDING → PENDING edge)."""
-    entry = Transition(
-        at=now,
-        actor=ACTOR,
-        source=run.state,
-        target=run.state,
-        fence=run.fence,
-        attempt=run.attempt,
-        reason=reason,
-    )
-    return run.model_copy(update={**changes, "updated_at": now, "history": [*run.history, entry]})
-
-
-def _lease_expired(run: Run, now: datetime) -> Run:
-    """The worker died holding the lease and its message is gone: retry if the policy allows, else DEAD."""
-    retry = run.policies.retry
-    expired_at = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
-    message = f"lease held by {run.lease_owner or 'unknown'} expired at {expired_at}"
-    too_old = (
-        retry.max_age_seconds is not None
-        and run.first_attempt_at is not None
-        and now - run.first_attempt_at >= timedelta(seconds=retry.max_age_seconds)
-    )
-    # At-most-once: once the effect may have started it must never start again.
-    effect_may_have_run = run.policies.delivery is Delivery.AT_MOST_ONCE and run.effect_started_at is not None
-    if run.attempt < retry.max_attempts and not too_old and not effect_may_have_run:
-        return advance(
-            run,
-            RunState.RETRY_WAIT,
-            now=now,
-            actor=ACTOR,
-            error_class=LEASE_EXPIRED,
-            error_message=message,
-            due_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-        )
-    return advance(run, RunState.DEAD, now=now, actor=ACTOR, error_class=LEASE_EXPIRED, error_message=message)
-
-
 def _emit(report: RepairReport) -> None:
     for kind in KINDS:
         made = report.count(kind)
@@ -272,3 +258,5 @@ def _emit(report: RepairReport) -> None:
                 default_dimensions={"service": SERVICE},
             ) as metric:
                 metric.add_dimension(name="kind", value=kind)
+    if report.failed:
+        metrics.add_metric("RepairsFailed", MetricUnit.Count, report.failed)

@@ -6,11 +6,11 @@ reconciler either wins cleanly or makes this call fail with 409; nothing is over
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from ..domain import lifecycle
 from ..domain.errors import (
     Conflict,
     ExecutionError,
@@ -21,18 +21,9 @@ from ..domain.errors import (
     StaleFence,
     ValidationFailed,
 )
-from ..domain.instants import Clock, format_instant, parse_instant
+from ..domain.instants import Clock, format_instant
 from ..domain.models import Delivery, Job, JobState, Overlap
-from ..domain.runs import (
-    CLAIMABLE_STATES,
-    OPEN_STATES,
-    Run,
-    RunState,
-    Trigger,
-    advance,
-    make_run,
-    split_run_key,
-)
+from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_between
 from ..observability import logger
 from ..store.definitions import DefinitionStore
@@ -42,7 +33,6 @@ from .completion import Completer, Ending
 _ONE_SECOND = timedelta(seconds=1)
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
-MAX_RESULT_BYTES = 4096  # as for the Lambda worker: results live in the run item
 
 Outcome = Literal["succeeded", "failed"]
 
@@ -69,12 +59,14 @@ class RunService:
         clock: Clock,
         *,
         max_backfill: int = 1000,
+        tenant_concurrency: int = 0,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
         self._completer = completer
         self._clock = clock
         self.max_backfill = max_backfill
+        self.tenant_concurrency = tenant_concurrency  # live leases per tenant, 0 = no limit
 
     # --- reads ---
 
@@ -89,13 +81,8 @@ class RunService:
         return self._runs.list_for_job(job_id, limit=limit, cursor=cursor)
 
     def get_run(self, tenant: str, run_key: str) -> Run:
-        try:
-            job_id, instant = split_run_key(run_key)
-            scheduled_for = parse_instant(instant)
-        except ValueError:
-            raise NotFound(f"run {run_key} not found") from None
         # Read by the parsed instant so any RFC 3339 spelling of it finds the run.
-        run = self._runs.get(job_id, scheduled_for)
+        run = self._runs.get_by_key(run_key)
         if run is None or run.tenant != tenant:
             raise NotFound(f"run {run_key} not found")
         return run
@@ -113,17 +100,15 @@ class RunService:
     # --- new runs ---
 
     def trigger(self, tenant: str, job_id: str, actor: str) -> Run:
-        """A manual run now. Its key is the second it was asked for, so two triggers in one
-        second (or a trigger on a scheduled second) collide and the second one is refused."""
+        """A manual run now, with a key of its own (`<jobId>@<now>~m<random>`): it never
+        collides with the schedule's run of the same second, nor with another trigger."""
         job = self._active_job(tenant, job_id, "triggered")
         now = self._clock.now()
-        run = make_run(job, now, now=now, actor=actor, trigger=Trigger.MANUAL)
-        if not self._runs.insert(run):
-            raise Conflict(
-                f"job {job_id} already has a run at {format_instant(now)}; retry in a second",
-                runKey=run.run_key,
-            )
-        return run
+        for _ in range(_WRITE_ATTEMPTS):
+            run = make_run(job, now, now=now, actor=actor, trigger=Trigger.MANUAL)
+            if self._runs.insert(run):
+                return run
+        raise Conflict(f"job {job_id}: could not find an unused manual run key; retry")
 
     def backfill(
         self, tenant: str, job_id: str, start: datetime, end: datetime, actor: str
@@ -186,22 +171,8 @@ class RunService:
                 state=run.state.value,
             )
         now = self._clock.now()
-        reopened = advance(
-            run,
-            RunState.PENDING,
-            now=now,
-            actor=actor,
-            reason=f"redrive: {reason}" if reason else "redrive",
-            attempt=0,
-            redrives=run.redrives + 1,
-            due_at=now,
-            first_attempt_at=None,
-            effect_started_at=None,
-            finished_at=None,
-            lease_owner=None,
-            lease_expires_at=None,
-        )
-        return self._runs.replace(reopened)  # RunChanged is a 409 (concurrent_update)
+        # A concurrent change is a 409 (concurrent_update).
+        return self._runs.commit(run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason))
 
     def cancel_run(self, tenant: str, run_key: str, actor: str) -> Run:
         """Cancel an open run. A LEASED run's holder then fails its fenced completion."""
@@ -212,17 +183,10 @@ class RunService:
                     f"run {run.run_key} is {run.state.value}; only an open run can be cancelled",
                     state=run.state.value,
                 )
-            cancelled = advance(
-                run, RunState.CANCELLED, now=self._clock.now(), actor=actor, reason="cancelled by caller"
-            )
-            try:
-                saved = self._runs.replace(cancelled)
-            except RunChanged:
-                continue  # a heartbeat or the outbox wrote meanwhile: look again
-            self._definitions.add_stats(run.job_id, cancelled=1)
-            if saved.blocks:
-                self._completer.release_successor(saved)
-            return saved
+            ending = self._completer.cancel(run, "cancelled by caller", actor=actor)
+            if ending.run is not None:
+                return ending.run
+            # A heartbeat or the outbox wrote meanwhile: look again.
         raise Conflict(f"run {run_key} is changing concurrently; retry")
 
     # --- the lease protocol for external workers ---
@@ -230,8 +194,14 @@ class RunService:
     def claim(
         self, tenant: str, types: list[str], max_runs: int, lease_seconds: int, worker: str
     ) -> list[Run]:
-        """Lease up to `max_runs` due, target-less runs of the tenant's given types."""
+        """Lease up to `max_runs` due, target-less runs of the tenant's given types, within
+        the tenant's live-lease limit (TENANT_CONCURRENCY), shared with the Lambda worker."""
         now = self._clock.now()
+        if self.tenant_concurrency > 0:
+            live = self._runs.live_leases(tenant, now, up_to=self.tenant_concurrency)
+            max_runs = min(max_runs, self.tenant_concurrency - live)
+            if max_runs <= 0:
+                return []
         actor = lease_actor(worker)
         jobs: dict[str, Job | None] = {}
         leased: list[Run] = []
@@ -243,70 +213,58 @@ class RunService:
             for run in self._runs.claimable(tenant, job_type, now, limit=wanted * 2):
                 if len(leased) >= max_runs:
                     break
-                if run.tenant != tenant or run.target is not None or run.state not in CLAIMABLE_STATES:
+                if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
                     continue  # the index is eventually consistent; the run item is the truth
-                claimed = self._claim(run, now, lease_seconds, worker, actor)
-                if claimed is None:
-                    continue
-                usable = self._usable(claimed, run.effect_started_at is not None, jobs, actor)
+                usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
                 if usable is not None:
                     leased.append(usable)
         return leased
 
-    def _claim(self, run: Run, now: datetime, lease_seconds: int, worker: str, actor: str) -> Run | None:
-        at_most_once = run.policies.delivery is Delivery.AT_MOST_ONCE
-        claimed = advance(
-            run,
-            RunState.LEASED,
-            now=now,
-            actor=actor,
-            fence=run.fence + 1,
-            attempt=run.attempt + 1,
-            lease_owner=worker,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            first_attempt_at=run.first_attempt_at or now,
-            # At-most-once: the effect may start as soon as the lease is handed out.
-            effect_started_at=now if at_most_once else run.effect_started_at,
-        )
-        try:
-            return self._runs.replace(claimed)
-        except RunChanged:
-            return None
-
-    def _usable(
-        self, leased: Run, started_before: bool, jobs: dict[str, Job | None], actor: str
+    def _lease_one(
+        self,
+        run: Run,
+        now: datetime,
+        lease_seconds: int,
+        worker: str,
+        actor: str,
+        jobs: dict[str, Job | None],
     ) -> Run | None:
-        """The run if its lease may be handed out; otherwise it is ended under our fence."""
-        if leased.policies.delivery is Delivery.AT_MOST_ONCE and started_before:
-            # An earlier attempt may have acted; at-most-once forbids trying again.
-            self._completer.dead(
-                leased, "AtMostOnce", "an earlier attempt started the effect and did not finish", actor=actor
+        """Claim one run and check its job, as the Lambda worker does; None if it is not handed out."""
+        refusal = lifecycle.attempt_refusal(run, now)
+        if refusal is not None:
+            self._completer.dead(run, refusal, actor=actor)
+            return None
+        try:
+            leased = self._runs.commit(
+                run,
+                lambda r: lifecycle.claim(r, now=now, owner=worker, actor=actor, lease_seconds=lease_seconds),
             )
+        except (RunChanged, lifecycle.TransitionRefused):
             return None
         # Read after the claim, as the Lambda worker does: a pause acknowledged before this read
         # stops the run, one acknowledged after it cannot stop an effect already handed out.
         if leased.job_id not in jobs:
             jobs[leased.job_id] = self._definitions.get(leased.job_id)
-        job = jobs[leased.job_id]
-        if job is None or job.state in (JobState.PAUSED, JobState.CANCELLED):
-            state = "missing" if job is None else job.state.value.lower()
-            self._completer.cancel(leased, f"job {state} before the effect", actor=actor)
+        if self._completer.before_effect(leased, jobs[leased.job_id], actor=actor) is not None:
             return None
+        if leased.policies.delivery is Delivery.AT_MOST_ONCE:
+            # At-most-once: the effect may start as soon as the lease is handed out.
+            try:
+                leased = self._runs.commit(
+                    leased, lambda r: lifecycle.effect_started(r, now=now), holder=True
+                )
+            except RunChanged:
+                return None
         return leased
 
     def heartbeat(self, tenant: str, run_key: str, fence: int, lease_seconds: int) -> Run:
         """Extend the lease while `fence` is current."""
-        for _ in range(_WRITE_ATTEMPTS):
-            run = self._held(tenant, run_key, fence)
-            until = self._clock.now() + timedelta(seconds=lease_seconds)
-            try:
-                rev = self._runs.extend_lease(run, until)
-            except RunChanged as exc:
-                if _still_held(exc.current, fence):
-                    continue  # only the rev moved (e.g. a concurrent heartbeat): try again
-                raise _stale(run_key, fence, exc.current) from None
-            return run.model_copy(update={"rev": rev, "lease_expires_at": until})
-        raise Conflict(f"run {run_key} is changing concurrently; retry")
+        run = self._held(tenant, run_key, fence)
+        until = self._clock.now() + timedelta(seconds=lease_seconds)
+        try:
+            return self._runs.extend_lease(run, until)
+        except RunChanged as exc:
+            raise _stale(run_key, fence, exc.current) from None
 
     def complete(
         self,
@@ -319,12 +277,14 @@ class RunService:
         error_message: str | None = None,
         retryable: bool = True,
     ) -> Run:
-        """End the attempt under `fence`: succeeded, or failed (retry under the policy or dead)."""
+        """End the attempt under `fence`: succeeded, or failed (retry under the policy or dead).
+        Refused (409 stale_fence) only when the fence is not current or the run is no longer
+        LEASED; a concurrent heartbeat of the same lease does not refuse it."""
         run = self._held(tenant, run_key, fence)
         actor = lease_actor(run.lease_owner or "unknown")
         ending: Ending
         if outcome == "succeeded":
-            ending = self._completer.succeed(run, bounded(result), actor=actor)
+            ending = self._completer.succeed(run, result, actor=actor)
         else:
             message = error_message or "the worker reported a failure"
             kind = error_class or "WorkerError"
@@ -335,7 +295,7 @@ class RunService:
             )
             ending = self._completer.fail(run, error, actor=actor)
         if ending.state is None or ending.run is None:
-            raise _stale(run_key, fence, self._runs.get(run.job_id, run.scheduled_for))
+            raise _stale(run_key, fence, ending.current)
         return ending.run
 
     def _held(self, tenant: str, run_key: str, fence: int) -> Run:
@@ -360,11 +320,3 @@ def _stale(run_key: str, fence: int, current: Run | None) -> StaleFence:
         currentFence=current.fence if current else None,
         state=current.state.value if current else None,
     )
-
-
-def bounded(result: Any) -> Any:
-    """Results are stored on the run: JSON, and bounded (a preview beyond the limit)."""
-    text = json.dumps(result, default=str, separators=(",", ":"))
-    if len(text.encode()) > MAX_RESULT_BYTES:
-        return {"truncated": True, "preview": text[:1000]}
-    return json.loads(text)

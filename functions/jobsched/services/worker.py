@@ -10,7 +10,6 @@ replays the saved result instead of acting twice); no effect after an acknowledg
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,11 +23,12 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 
+from ..domain import lifecycle
 from ..domain.errors import AmbiguousError, ExecutionError, RetryableError
 from ..domain.instants import Clock, from_epoch
 from ..domain.models import Delivery as DeliveryMode
-from ..domain.models import JobState, Overlap
-from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState, advance
+from ..domain.models import Overlap
+from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
@@ -37,7 +37,6 @@ from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
 CLOCK_SKEW = timedelta(seconds=2)  # a message this early is waited out; earlier, it is deferred
-MAX_RESULT_BYTES = 4096
 DEFER_TOUCH = timedelta(minutes=5)
 
 
@@ -50,6 +49,7 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"  # not due yet, buffered behind a running run, or tenant at its limit
     DUPLICATE = "duplicate"  # finished or leased by a live worker: nothing to do
     STALE = "stale"  # our fence was superseded before we could complete
+    HELD = "held"  # its job was paused: held for resume to decide (missedRuns)
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ class Worker:
         tenant_concurrency: int = 0,
         idempotency_ttl: timedelta = timedelta(days=1),
         metrics: Callable[[str, float, str], None] | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -121,7 +122,7 @@ class Worker:
             event_key_jmespath="runKey", expires_after_seconds=int(idempotency_ttl.total_seconds())
         )
         self._metric = metrics or (lambda name, value, unit: None)
-        self._completer = Completer(definitions, runs, queues, clock, self._metric)
+        self._completer = completer or Completer(definitions, runs, queues, clock, self._metric)
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
 
     def bind(self, context: Any) -> None:
@@ -137,9 +138,10 @@ class Worker:
     # --- the pipeline for one delivery ---
 
     def process(self, delivery: Delivery) -> Result:
-        run = self._runs.get(delivery.job_id, delivery.scheduled_for)
+        run = self._runs.get_by_key(delivery.run_key)
         now = self._clock.now()
-        if run is None or run.state in TERMINAL_STATES or run.lease_live(now):
+        if run is None or not lifecycle.claimable(run, now):
+            # Finished, leased by a live worker, held or chained: nothing for this message to do.
             self._metric("DuplicatesSuppressed", 1, "Count")
             return Result(Outcome.DUPLICATE, run)
         if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
@@ -155,15 +157,18 @@ class Worker:
                 self._metric("TenantThrottled", 1, "Count")
                 return self._defer(run, delivery, 5, "tenant_limit")
 
-        if run.state is RunState.LEASED and _attempts_spent(run, now):
-            # Its worker died holding the last attempt the policy allows (or past its max age):
-            # another claim would be one attempt too many.
-            self._metric("LeasesExpired", 1, "Count")
-            return self._ended(
-                self._completer.dead(
-                    run, "LeaseExpired", "the lease of its last allowed attempt expired", actor=self.actor
+        refusal = lifecycle.attempt_refusal(run, now)
+        if refusal is not None:
+            # No further attempt may start (its worker died holding the last one, it is too old,
+            # or at-most-once and an earlier attempt may have acted): dead, not claimed.
+            if run.state is RunState.LEASED:
+                self._metric("LeasesExpired", 1, "Count")
+                return self._ended(
+                    self._completer.write(
+                        run, lambda r: lifecycle.lease_expired(r, now=now, actor=self.actor), self.actor
+                    )
                 )
-            )
+            return self._ended(self._completer.dead(run, refusal, actor=self.actor))
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
@@ -179,31 +184,17 @@ class Worker:
             return Result(Outcome.DUPLICATE, run)
         logger.append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
-        if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE and run.effect_started_at is not None:
-            # A previous attempt may have acted; at-most-once forbids trying again.
-            return self._ended(
-                self._completer.dead(
-                    leased,
-                    "AtMostOnce",
-                    "an earlier attempt started the effect and did not finish",
-                    actor=self.actor,
-                )
-            )
-
+        # Read after the claim: a pause or cancel acknowledged before this read stops the run.
         job = self._definitions.get(run.job_id)
-        if job is None or job.state in (JobState.PAUSED, JobState.CANCELLED):
-            state = "missing" if job is None else job.state.value.lower()
-            return self._ended(
-                self._completer.cancel(leased, f"job {state} before the effect", actor=self.actor)
-            )
+        stopped = self._completer.before_effect(leased, job, actor=self.actor)
+        if stopped is not None:
+            return self._ended(stopped)
 
         lease = _Lease(leased)
         if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE:
             try:
                 lease.update(
-                    self._runs.replace(
-                        leased.model_copy(update={"effect_started_at": now}), expected_fence=leased.fence
-                    )
+                    self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
                 )
             except RunChanged:
                 self._metric("StaleFencesRejected", 1, "Count")
@@ -216,25 +207,16 @@ class Worker:
     # --- steps ---
 
     def _claim(self, run: Run, now: datetime) -> Run | None:
-        expired = run.state is RunState.LEASED
-        claimed = advance(
-            run,
-            RunState.LEASED,
-            now=now,
-            actor=self.actor,
-            fence=run.fence + 1,
-            attempt=run.attempt + 1,
-            lease_owner=self.worker_id,
-            lease_expires_at=now + timedelta(seconds=self.lease_seconds),
-            first_attempt_at=run.first_attempt_at or now,
-            error_class="LeaseExpired" if expired else None,
-            reason="previous lease expired" if expired else None,
-        )
-        if expired:
+        if run.state is RunState.LEASED:
             self._metric("LeasesExpired", 1, "Count")
         try:
-            return self._runs.replace(claimed)
-        except RunChanged:
+            return self._runs.commit(
+                run,
+                lambda r: lifecycle.claim(
+                    r, now=now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
+                ),
+            )
+        except (RunChanged, lifecycle.TransitionRefused):
             return None
 
     def _overlap(self, run: Run, now: datetime, delivery: Delivery) -> Result | None:
@@ -248,14 +230,10 @@ class Worker:
         if policy is Overlap.BUFFER_ONE and running:
             # This run is the one buffered: look again shortly.
             return self._defer(run, delivery, 5, "buffered")
-        skipped = advance(run, RunState.SKIPPED, now=now, actor=self.actor, reason="overlap")
-        try:
-            saved = self._runs.replace(skipped)
-        except RunChanged:
+        ending = self._completer.skip(run, "overlap", actor=self.actor)
+        if ending.run is None:
             return Result(Outcome.DUPLICATE, run)
-        self._definitions.add_stats(run.job_id, overlap_skipped=1)
-        self._metric("RunsSkippedOverlap", 1, "Count")
-        return Result(Outcome.SKIPPED, saved)
+        return Result(Outcome.SKIPPED, ending.run)
 
     def _defer(self, run: Run, delivery: Delivery, seconds: float, why: str) -> Result:
         """Come back later with a fresh message (acking this one keeps receive counts low)."""
@@ -266,8 +244,8 @@ class Worker:
         if run.state is RunState.QUEUED and now - run.updated_at > DEFER_TOUCH:
             # Long waits (buffered, tenant limit) would otherwise look like a lost message to
             # the reconciler; touching the run moves its repair deadline on.
-            with contextlib.suppress(RunChanged):
-                self._runs.replace(run.model_copy(update={"updated_at": now}))
+            with contextlib.suppress(RunChanged, lifecycle.TransitionRefused):
+                self._runs.replace(lifecycle.release(run, now=now, actor=self.actor, reason=why))
         logger.debug("deferred", extra={"run_key": run.run_key, "why": why})
         return Result(Outcome.DEFERRED, run, error_class=why)
 
@@ -305,6 +283,8 @@ class Worker:
             RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
             RunState.DEAD: Outcome.DEAD,
             RunState.CANCELLED: Outcome.CANCELLED,
+            RunState.PENDING: Outcome.HELD,
+            RunState.SKIPPED: Outcome.SKIPPED,
         }
         outcome = outcomes[ending.state] if ending.state is not None else Outcome.STALE
         return Result(outcome, ending.run, error_class=ending.error_class)
@@ -339,11 +319,10 @@ class Worker:
         run = lease.run
         until = self._clock.now() + timedelta(seconds=self.lease_seconds)
         try:
-            rev = self._runs.extend_lease(run, until)
+            lease.update(self._runs.extend_lease(run, until))
         except RunChanged:
             lease.lost = True
             return False
-        lease.update(run.model_copy(update={"rev": rev, "lease_expires_at": until}))
         if delivery is not None and delivery.receipt_handle:
             try:
                 # Twice the lease: SQS must not redeliver while the lease is being renewed.
@@ -382,22 +361,9 @@ class _Heartbeat:
                 logger.exception("heartbeat failed", extra={"run_key": self._lease.run.run_key})
 
 
-def _attempts_spent(run: Run, now: datetime) -> bool:
-    retry = run.policies.retry
-    too_old = (
-        retry.max_age_seconds is not None
-        and run.first_attempt_at is not None
-        and now - run.first_attempt_at >= timedelta(seconds=retry.max_age_seconds)
-    )
-    return run.attempt >= retry.max_attempts or too_old
-
-
 def _json_safe(value: Any) -> Any:
     """Results are stored on the run and in the idempotency record: JSON, and bounded."""
-    text = json.dumps(value, default=str, separators=(",", ":"))
-    if len(text.encode()) > MAX_RESULT_BYTES:
-        return {"truncated": True, "preview": text[:1000]}
-    return json.loads(text)
+    return lifecycle.bounded_result(value)
 
 
 def parse_sent_at(epoch_ms: str | None) -> datetime | None:

@@ -89,6 +89,10 @@ class DefinitionStore:
             values["last_scheduled_for"] = format_instant(job.last_scheduled_for)
         if job.last_run_at is not None:
             values["last_run_at"] = format_instant(job.last_run_at)
+        for name in ("paused_at", "missed_until"):
+            instant = getattr(job, name)
+            if instant is not None:
+                values[name] = format_instant(instant)
         if job.is_due_indexed:
             values["due_shard"] = self.shard_of(job.job_id)
         return to_item(values)
@@ -111,6 +115,8 @@ class DefinitionStore:
                 parse_instant(data["last_scheduled_for"]) if data.get("last_scheduled_for") else None
             ),
             last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
+            paused_at=parse_instant(data["paused_at"]) if data.get("paused_at") else None,
+            missed_until=parse_instant(data["missed_until"]) if data.get("missed_until") else None,
         )
 
     # --- writes ---

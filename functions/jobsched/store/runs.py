@@ -1,8 +1,11 @@
-"""The Runs table: one item per run (SK `R#<scheduled_for>`), its history inside the item.
+"""The Runs table: one item per run (SK `R#<scheduled_for>`, a manual run's `R#<instant>~m…`),
+its history inside the item.
 
 Every write is conditional: a new run only if its key is unused (the final duplicate
-defence), a change only if nobody wrote the run since it was read (`rev`), and a change by
-a lease holder only while its fence is current."""
+defence); a change only if the run is still in the state the transition starts from and
+nobody wrote it since it was read (`rev`); a change by a lease holder only while its fence is
+current — and that one alone is re-applied to the stored run when only `rev` moved (a
+heartbeat or bookkeeping), so a holder is refused only for a wrong fence or state."""
 
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..domain.errors import ConcurrentUpdate
-from ..domain.instants import format_instant, parse_instant
+from ..domain.instants import format_instant
+from ..domain.lifecycle import heartbeat
 from ..domain.repair import RepairTimings, check_at
-from ..domain.runs import CLAIMABLE_STATES, Run, RunState, split_run_key
+from ..domain.runs import CLAIMABLE_STATES, Run, RunState, parse_run_key, split_run_key
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -84,6 +88,15 @@ def run_sk(scheduled_for: datetime | str) -> str:
     return RUN_PREFIX + instant
 
 
+def key_sk(run_key: str) -> str:
+    """The sort key of a run key (a manual run's suffix included)."""
+    return RUN_PREFIX + split_run_key(run_key)[1]
+
+
+# A lease holder's write that lost only to a `rev` bump is re-applied this often.
+HOLDER_RETRIES = 5
+
+
 class RunStore:
     def __init__(
         self,
@@ -112,7 +125,7 @@ class RunStore:
     def to_item(self, run: Run) -> dict[str, Any]:
         values: dict[str, Any] = {
             "job_id": run.job_id,
-            "sk": run_sk(run.scheduled_for),
+            "sk": key_sk(run.run_key),
             "tenant": run.tenant,
             "state": run.state.value,
             "rev": run.rev,
@@ -149,12 +162,16 @@ class RunStore:
         data = from_item(item)
         doc = _read_doc(json.loads(data["doc"]))
         doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
-        doc["scheduled_for"] = data["sk"].removeprefix(RUN_PREFIX)
-        doc["run_key"] = f"{doc['job_id']}@{doc['scheduled_for']}"
+        slot = data["sk"].removeprefix(RUN_PREFIX)
+        doc["scheduled_for"] = slot.partition("~")[0]
+        doc["run_key"] = f"{doc['job_id']}@{slot}"
         return Run.model_validate(doc)
 
     def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:
         return to_item({"job_id": job_id, "sk": run_sk(scheduled_for)})
+
+    def _run_key(self, run: Run) -> dict[str, Any]:
+        return to_item({"job_id": run.job_id, "sk": key_sk(run.run_key)})
 
     # --- writes ---
 
@@ -173,20 +190,56 @@ class RunStore:
                 raise
         return True
 
-    def replace(self, run: Run, *, expected_fence: int | None = None) -> Run:
-        """Write `run` (computed from a read at run.rev) if the stored rev, and fence, still match."""
-        saved = run.model_copy(update={"rev": run.rev + 1})
-        condition = "rev = :rev"
-        values: dict[str, Any] = {":rev": run.rev}
-        if expected_fence is not None:
+    def commit(self, read: Run, change: Callable[[Run], Run], *, holder: bool = False) -> Run:
+        """Write `change(read)` if the stored run is still in `read`'s state at `read`'s rev.
+
+        `holder=True` is a lease holder's write: it also requires `read`'s fence, and when only
+        the rev moved (a heartbeat, an at-most-once mark) the change is re-applied to the run as
+        stored. Raises RunChanged (with the stored run) when the state or fence is not what the
+        transition starts from, or, for anyone else, when the run was written since `read`."""
+        for _ in range(HOLDER_RETRIES):
+            try:
+                return self._put(change(read), read, holder=holder)
+            except RunChanged as exc:
+                current = exc.current
+                if not (
+                    holder
+                    and current is not None
+                    and current.state is read.state
+                    and current.fence == read.fence
+                    and current.rev != read.rev
+                ):
+                    raise
+                read = current
+        raise RunChanged(f"run {read.run_key} keeps changing; try again", read)
+
+    def replace(self, run: Run, *, was: RunState | None = None, expected_fence: int | None = None) -> Run:
+        """Write `run`, computed from a read at run.rev in state `was` (default: run.state), if
+        neither moved since (and, with `expected_fence`, under that fence).
+
+        For bookkeeping that keeps the state; the services' transitions go through `commit`."""
+        read = run.model_copy(
+            update={
+                "state": was or run.state,
+                "fence": run.fence if expected_fence is None else expected_fence,
+            }
+        )
+        return self._put(run, read, holder=expected_fence is not None)
+
+    def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
+        saved = new.model_copy(update={"rev": read.rev + 1})
+        condition = "rev = :rev AND #state = :from"
+        values: dict[str, Any] = {":rev": read.rev, ":from": read.state.value}
+        if holder:
             condition += " AND fence = :fence"
-            values[":fence"] = expected_fence
+            values[":fence"] = read.fence
         with translated_errors():
             try:
                 self._db.put_item(
                     TableName=self._table,
                     Item=self.to_item(saved),
                     ConditionExpression=condition,
+                    ExpressionAttributeNames={"#state": "state"},
                     ExpressionAttributeValues=to_item(values),
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
@@ -194,43 +247,49 @@ class RunStore:
                 if error_code(exc) == "ConditionalCheckFailedException":
                     old: Any = exc.response.get("Item")
                     current = self.from_item(old) if old else None
-                    raise RunChanged(f"run {run.run_key} changed concurrently", current) from exc
+                    raise RunChanged(f"run {read.run_key} changed concurrently", current) from exc
                 raise
         return saved
 
-    def extend_lease(self, run: Run, until: datetime) -> int:
-        """Heartbeat: push the lease out while the fence is still ours. Returns the new rev."""
-        with translated_errors():
-            try:
-                response = self._db.update_item(
-                    TableName=self._table,
-                    Key=self._key(run.job_id, run.scheduled_for),
-                    # The open-index entry stays: a later lease only makes the run's repair
-                    # deadline later, and the reconciler moves the entry when it gets there.
-                    UpdateExpression="SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
-                    ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
-                    ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
-                    ExpressionAttributeValues=to_item(
-                        {
-                            ":one": 1,
-                            ":fence": run.fence,
-                            ":rev": run.rev,
-                            ":leased": RunState.LEASED.value,
-                            ":until": format_instant(until),
-                            ":doc": run_doc(run.model_copy(update={"lease_expires_at": until})),
-                        }
-                    ),
-                    ReturnValues="UPDATED_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
+    def extend_lease(self, run: Run, until: datetime) -> Run:
+        """Heartbeat: push the lease out while the fence is still ours; the run as written.
+
+        Like any holder write, it is re-applied to the stored run when only the rev moved."""
+        read = run
+        for _ in range(HOLDER_RETRIES):
+            extended = heartbeat(read, until=until)
+            with translated_errors():
+                try:
+                    self._db.update_item(
+                        TableName=self._table,
+                        Key=self._run_key(read),
+                        # The open-index entry stays: a later lease only makes the run's repair
+                        # deadline later, and the reconciler moves the entry when it gets there.
+                        UpdateExpression="SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
+                        ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
+                        ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
+                        ExpressionAttributeValues=to_item(
+                            {
+                                ":one": 1,
+                                ":fence": read.fence,
+                                ":rev": read.rev,
+                                ":leased": RunState.LEASED.value,
+                                ":until": format_instant(until),
+                                ":doc": run_doc(extended),
+                            }
+                        ),
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                    return extended.model_copy(update={"rev": read.rev + 1})
+                except ClientError as exc:
+                    if error_code(exc) != "ConditionalCheckFailedException":
+                        raise
                     old_item: Any = exc.response.get("Item")
-                    raise RunChanged(
-                        f"run {run.run_key} lease lost", self.from_item(old_item) if old_item else None
-                    ) from exc
-                raise
-        return int(from_item(response["Attributes"])["rev"])
+                    current = self.from_item(old_item) if old_item else None
+            if current is None or current.state is not RunState.LEASED or current.fence != run.fence:
+                raise RunChanged(f"run {run.run_key} lease lost", current)
+            read = current
+        raise RunChanged(f"run {run.run_key} keeps changing; try again", read)
 
     def move_check(self, run: Run, to: datetime) -> bool:
         """Move a run's open-index entry (checked early, not overdue) to `to`, if the run is as read.
@@ -241,7 +300,7 @@ class RunStore:
             try:
                 self._db.update_item(
                     TableName=self._table,
-                    Key=self._key(run.job_id, run.scheduled_for),
+                    Key=self._run_key(run),
                     UpdateExpression="SET deadline_at = :to",
                     ConditionExpression="rev = :rev AND attribute_exists(deadline_at)",
                     ExpressionAttributeValues=to_item({":to": format_instant(to), ":rev": run.rev}),
@@ -263,12 +322,13 @@ class RunStore:
         return self.from_item(item) if item else None
 
     def get_by_key(self, run_key: str) -> Run | None:
+        """The run at any RFC 3339 spelling of its key; None for no run or a malformed key."""
         try:
-            job_id, instant = split_run_key(run_key)
-            scheduled_for = parse_instant(instant)
+            job_id, scheduled_for, suffix = parse_run_key(run_key)
         except ValueError:
             return None
-        return self.get(job_id, scheduled_for)
+        slot = format_instant(scheduled_for) + (f"~{suffix}" if suffix else "")
+        return self.get(job_id, slot)
 
     def list_for_job(self, job_id: str, *, limit: int, cursor: str | None) -> RunPage:
         """A job's runs, newest scheduled first."""
@@ -288,6 +348,21 @@ class RunStore:
             [self.from_item(i) for i in response.get("Items", [])],
             encode_cursor(last, job_id) if last else None,
         )
+
+    def scheduled_between(self, job_id: str, start: datetime, end: datetime, *, limit: int) -> list[Run]:
+        """A job's runs with start <= scheduled_for < end (manual runs included), oldest first."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            # "R#<end>" sorts before every key of the instant `end` itself ("R#<end>~m…" too).
+            "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            "ExpressionAttributeValues": to_item(
+                {":j": job_id, ":a": run_sk(start), ":b": run_sk(end - timedelta(seconds=1)) + "~~"}
+            ),
+            "Limit": limit,
+        }
+        with translated_errors():
+            response = self._db.query(**request)
+        return [self.from_item(i) for i in response.get("Items", [])]
 
     def latest_for_job(self, job_id: str, count: int) -> list[Run]:
         return self.list_for_job(job_id, limit=count, cursor=None).items

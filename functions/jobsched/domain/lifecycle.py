@@ -1,0 +1,370 @@
+"""Every change a run can go through, as pure functions: run in, run out.
+
+Services read a run, call one of these, and hand both to the store, which writes the new run
+only if the stored one is still in the state (and, for a lease holder, under the fence) the
+transition started from. Nothing else writes a run, so the rules below are the whole of them:
+
+- `attempt_refusal` is the one answer to "may another attempt start?" (attempts, max age,
+  at-most-once); the worker, the lease API, the completion and the reconciler all ask it.
+- Every transition appends one history entry (`advance`), and every run that leaves here fits
+  its byte budget (`fit`): error text, results and history are bounded in bytes, so no run can
+  grow towards DynamoDB's 400 KB item limit however often it is retried or redriven.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .instants import format_instant
+from .jitter import retry_delay_seconds
+from .models import Delivery
+from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, can_move
+
+# --- the byte budget of a run (see `fit`) ---
+MAX_ERROR_CLASS_BYTES = 128
+MAX_ERROR_MESSAGE_BYTES = 1024
+MAX_REASON_BYTES = 512
+MAX_RESULT_BYTES = 4096
+RESULT_PREVIEW_BYTES = 1024
+# History kept in the run: its creation and the latest entries; the rest is counted.
+MAX_HISTORY = 50
+# The run's stored document (payload ≤ 64 KiB, target, history, result) stays under this;
+# DynamoDB's item limit is 400 KB. Past it, history is cut down to its first and last entries.
+MAX_RUN_BYTES = 200_000
+
+
+class TransitionRefused(ValueError):
+    """The run is not in a state this transition starts from."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why no further attempt may start: recorded as the run's error when it goes DEAD."""
+
+    error_class: str
+    message: str
+
+
+# --- bounding ---
+
+
+def clip_bytes(text: str | None, limit: int) -> str | None:
+    """`text` cut to at most `limit` bytes of UTF-8 (never inside a character), marked when cut."""
+    if text is None:
+        return None
+    encoded = text.encode("utf-8", "replace")  # a lone surrogate becomes "?": storable, printable
+    if len(encoded) <= limit:
+        return encoded.decode("utf-8")
+    marker = "…"
+    cut = encoded[: limit - len(marker.encode())].decode("utf-8", "ignore")
+    return cut + marker
+
+
+def bounded_result(value: Any) -> Any:
+    """A result as stored on the run: JSON, at most MAX_RESULT_BYTES, else a marked preview."""
+    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode("utf-8", "replace")) > MAX_RESULT_BYTES:
+        return {"truncated": True, "preview": clip_bytes(text, RESULT_PREVIEW_BYTES)}
+    return json.loads(text)
+
+
+def doc_bytes(run: Run) -> int:
+    return len(run.model_dump_json(exclude_none=True).encode())
+
+
+def fit(run: Run) -> Run:
+    """The run within its byte budget: history capped at MAX_HISTORY entries (creation kept,
+    the oldest of the rest dropped and counted in `history_dropped`), and cut further to its
+    creation and latest entry if the whole run would still pass MAX_RUN_BYTES."""
+    history = run.history
+    dropped = run.history_dropped
+    if len(history) > MAX_HISTORY:
+        cut = len(history) - MAX_HISTORY
+        history = [history[0], *history[1 + cut :]]
+        dropped += cut
+        run = run.model_copy(update={"history": history, "history_dropped": dropped})
+    if len(history) > 2 and doc_bytes(run) > MAX_RUN_BYTES:
+        dropped += len(history) - 2
+        run = run.model_copy(update={"history": [history[0], history[-1]], "history_dropped": dropped})
+    if doc_bytes(run) > MAX_RUN_BYTES and run.result is not None:
+        run = run.model_copy(update={"result": bounded_result(run.result)})
+    return run
+
+
+# --- the state machine ---
+
+
+def advance(
+    run: Run,
+    target: RunState,
+    *,
+    now: datetime,
+    actor: str,
+    error_class: str | None = None,
+    error_message: str | None = None,
+    reason: str | None = None,
+    **changes: Any,
+) -> Run:
+    """Move `run` to `target`, recording who, why and under which fence; refuses a move the
+    state machine does not have. Same-state moves (a touch) are recorded the same way."""
+    if target is not run.state and not can_move(run.state, target):
+        raise TransitionRefused(f"run {run.run_key}: {run.state.value} → {target.value} is not a transition")
+    error_class = clip_bytes(error_class, MAX_ERROR_CLASS_BYTES)
+    error_message = clip_bytes(error_message, MAX_ERROR_MESSAGE_BYTES)
+    reason = clip_bytes(reason, MAX_REASON_BYTES)
+    entry = Transition(
+        at=now,
+        actor=clip_bytes(actor, MAX_REASON_BYTES) or "unknown",
+        source=run.state,
+        target=target,
+        fence=changes.get("fence", run.fence),
+        attempt=changes.get("attempt", run.attempt),
+        error_class=error_class,
+        error_message=error_message,
+        reason=reason,
+    )
+    updates: dict[str, Any] = {
+        **changes,
+        "state": target,
+        "updated_at": now,
+        "history": [*run.history, entry],
+    }
+    if error_class is not None:
+        updates["last_error_class"] = error_class
+        updates["last_error_message"] = error_message
+    if reason is not None and target in TERMINAL_STATES:
+        updates["reason"] = reason  # the run's own `reason` says why it ended; history keeps the rest
+    if target in TERMINAL_STATES:
+        updates.setdefault("finished_at", now)
+        updates["lease_owner"] = None
+        updates["lease_expires_at"] = None
+    if "result" in updates:
+        updates["result"] = bounded_result(updates["result"])
+    return fit(run.model_copy(update=updates))
+
+
+# --- may another attempt start? ---
+
+
+def series_started_at(run: Run) -> datetime:
+    """Where a run's age counts from: its first claim in the current attempt series, else when
+    it became available — due, or created if later (a backfill of a past occurrence). A redrive
+    clears the first claim and is due at once, so a redriven run starts a new age."""
+    return run.first_attempt_at or max(run.due_at, run.created_at)
+
+
+def attempt_refusal(run: Run, at: datetime) -> Refusal | None:
+    """None when another attempt of `run` may start at `at`; otherwise why not.
+
+    The one rule for the worker, the lease API, the completion and the reconciler:
+    - at-most-once: once an attempt may have started the effect, none may start again;
+    - attempts: at most `retry.maxAttempts` in the series;
+    - age: none starts more than `retry.maxAgeSeconds` after the series began."""
+    retry = run.policies.retry
+    if run.policies.delivery is Delivery.AT_MOST_ONCE and run.effect_started_at is not None:
+        return Refusal("AtMostOnce", "an earlier attempt started the effect and did not finish")
+    if run.attempt >= retry.max_attempts:
+        return Refusal("RetriesExhausted", f"all {retry.max_attempts} attempts were used")
+    if retry.max_age_seconds is not None and at - series_started_at(run) >= timedelta(
+        seconds=retry.max_age_seconds
+    ):
+        return Refusal("MaxAge", f"no attempt may start {retry.max_age_seconds} s after the first")
+    return None
+
+
+def claimable(run: Run, now: datetime) -> bool:
+    """Whether a worker may take the run now: waiting for a worker, or its lease has expired."""
+    if run.blocked_by:
+        return False
+    if run.state in CLAIMABLE_STATES:
+        return True
+    return run.state is RunState.LEASED and not run.lease_live(now)
+
+
+# --- transitions ---
+
+
+def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float) -> Run:
+    """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds."""
+    if not claimable(run, now):
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value} and cannot be claimed now")
+    expired = run.state is RunState.LEASED
+    return advance(
+        run,
+        RunState.LEASED,
+        now=now,
+        actor=actor,
+        fence=run.fence + 1,
+        attempt=run.attempt + 1,
+        lease_owner=owner,
+        lease_expires_at=now + timedelta(seconds=lease_seconds),
+        first_attempt_at=run.first_attempt_at or now,
+        error_class="LeaseExpired" if expired else None,
+        reason="previous lease expired" if expired else None,
+    )
+
+
+def effect_started(run: Run, *, now: datetime) -> Run:
+    """At-most-once: mark the run before its effect (no transition: the lease holder's own note)."""
+    _require(run, RunState.LEASED)
+    return run.model_copy(update={"effect_started_at": now, "updated_at": now})
+
+
+def heartbeat(run: Run, *, until: datetime) -> Run:
+    """The lease holder extends its lease (no history entry: the lease is not a state change)."""
+    _require(run, RunState.LEASED)
+    return run.model_copy(update={"lease_expires_at": until})
+
+
+def succeed(run: Run, *, now: datetime, actor: str, result: Any) -> Run:
+    _require(run, RunState.LEASED)
+    return advance(run, RunState.SUCCEEDED, now=now, actor=actor, result=result)
+
+
+def fail(run: Run, *, now: datetime, actor: str, error_class: str, message: str, retryable: bool) -> Run:
+    """The attempt failed: RETRY_WAIT with full-jitter backoff while `attempt_refusal` allows
+    the next attempt at its due time; DEAD otherwise (and at once for a permanent error)."""
+    _require(run, RunState.LEASED)
+    if retryable:
+        retry = run.policies.retry
+        delay = retry_delay_seconds(
+            run.run_key, max(0, run.attempt - 1), retry.base_seconds, retry.cap_seconds
+        )
+        next_at = now + timedelta(seconds=max(1, round(delay)))
+        refusal = attempt_refusal(run, next_at)
+        if refusal is None:
+            return advance(
+                run,
+                RunState.RETRY_WAIT,
+                now=now,
+                actor=actor,
+                error_class=error_class,
+                error_message=message,
+                due_at=next_at,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        message = (
+            f"retries exhausted: {message}"
+            if refusal.error_class != "AtMostOnce"
+            else (f"{message}; not retried: {refusal.message} (at-most-once)")
+        )
+    return dead(run, now=now, actor=actor, error_class=error_class, message=message)
+
+
+def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
+    """The holder died (its lease is past): RETRY_WAIT due now if another attempt may start, else DEAD."""
+    _require(run, RunState.LEASED)
+    if run.lease_live(now):
+        raise TransitionRefused(f"run {run.run_key}: the lease is still live")
+    until = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
+    message = f"lease held by {run.lease_owner or 'unknown'} expired at {until}"
+    refusal = attempt_refusal(run, now)
+    if refusal is None:
+        return advance(
+            run,
+            RunState.RETRY_WAIT,
+            now=now,
+            actor=actor,
+            error_class="LeaseExpired",
+            error_message=message,
+            due_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    # At-most-once names itself: the effect may have run, which is why it is never tried again.
+    error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"
+    return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")
+
+
+def dead(run: Run, *, now: datetime, actor: str, error_class: str, message: str) -> Run:
+    return advance(run, RunState.DEAD, now=now, actor=actor, error_class=error_class, error_message=message)
+
+
+def refused(run: Run, refusal: Refusal, *, now: datetime, actor: str) -> Run:
+    """DEAD because `attempt_refusal` said no further attempt may start."""
+    return dead(run, now=now, actor=actor, error_class=refusal.error_class, message=refusal.message)
+
+
+def cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
+    if not run.is_open:
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can be cancelled")
+    return advance(run, RunState.CANCELLED, now=now, actor=actor, reason=reason)
+
+
+def skip(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
+    """Never executed: overlap, or missed while its job was paused."""
+    return advance(run, RunState.SKIPPED, now=now, actor=actor, reason=reason)
+
+
+def queued(run: Run, *, now: datetime, actor: str) -> Run:
+    """On its queue (or, for external workers, available to lease)."""
+    return advance(run, RunState.QUEUED, now=now, actor=actor)
+
+
+def hold(run: Run, *, now: datetime, actor: str) -> Run:
+    """Its job was found paused before the effect: back to PENDING, held (`blocked_by`
+    PAUSED_HOLD: not published, not claimable) until resume decides it under `missedRuns`.
+    The attempt it had just begun is given back: no effect was started."""
+    _require(run, RunState.LEASED)
+    return advance(
+        run,
+        RunState.PENDING,
+        now=now,
+        actor=actor,
+        reason="job paused",
+        blocked_by=PAUSED_HOLD,
+        attempt=max(0, run.attempt - 1),
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+
+
+def requeue(run: Run, *, now: datetime, actor: str) -> Run:
+    """QUEUED but its message is gone: back to PENDING so the outbox publishes it again."""
+    _require(run, RunState.QUEUED)
+    return advance(run, RunState.PENDING, now=now, actor=actor, reason="requeue")
+
+
+def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
+    """Reopen a DEAD run under the same key with a new attempt series and a new age."""
+    _require(run, RunState.DEAD)
+    return advance(
+        run,
+        RunState.PENDING,
+        now=now,
+        actor=actor,
+        reason=f"redrive: {reason}" if reason else "redrive",
+        attempt=0,
+        redrives=run.redrives + 1,
+        due_at=now,
+        first_attempt_at=None,
+        effect_started_at=None,
+        finished_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+
+
+def touch(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
+    """A recorded write that keeps the state: makes the stream show the run again (republish),
+    releases a chained run (`blocked_by=None`), or moves its repair deadline on."""
+    if not run.is_open:
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can be touched")
+    return advance(run, run.state, now=now, actor=actor, reason=reason, **changes)
+
+
+def release(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
+    """An unrecorded write that keeps the state (a chain release, a deferral's repair-deadline
+    move): bookkeeping that a history entry per occurrence would only bloat."""
+    if not run.is_open:
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can change")
+    return run.model_copy(update={**changes, "updated_at": now})
+
+
+def _require(run: Run, state: RunState) -> None:
+    if run.state is not state:
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}, not {state.value}")
