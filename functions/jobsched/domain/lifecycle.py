@@ -141,6 +141,7 @@ def advance(
         updates.setdefault("finished_at", now)
         updates["lease_owner"] = None
         updates["lease_expires_at"] = None
+        updates["blocked_by"] = None  # nothing to wait for once it has ended
     if "result" in updates:
         updates["result"] = bounded_result(updates["result"])
     return fit(run.model_copy(update=updates))

@@ -206,6 +206,8 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
     ):
         merged.pop("target")  # another kind of target replaces the old one whole
     merged = _merge(merged, patch)
+    if "payload" in patch:
+        merged["payload"] = patch["payload"]  # replaced whole, as documented: null sets null
     try:
         body = JobBody.model_validate(merged)
     except ValidationError as exc:

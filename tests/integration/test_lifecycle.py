@@ -1,0 +1,256 @@
+"""The run lifecycle as users and hostile tenants drive it, through the public API on moto:
+each test here failed before the lifecycle moved into the domain (see the README's *Runs*,
+*Policies* and *External workers* sections for what they promise)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.domain.lifecycle import MAX_HISTORY
+from jobsched.domain.runs import RunState
+from jobsched.services.worker import Delivery, Outcome
+
+from tests.conftest import T0, make_worker
+
+pytestmark = pytest.mark.integration
+
+NOW = "2026-11-02T08:00:00Z"
+
+
+def create(api, **fields):
+    body = {"name": "n", "type": "ext", "runAt": NOW, **fields}
+    response = api.post("/v1/jobs", {k: v for k, v in body.items() if v is not None})
+    assert response.status == 201, response
+    return response.body
+
+
+def claim(api, types=("ext",), **fields):
+    response = api.post("/v1/leases", {"types": list(types), "workerId": "ext-1", **fields})
+    assert response.status == 200, response
+    return response.body["leases"]
+
+
+def run_of(api, key):
+    response = api.get(f"/v1/runs/{quote(key, safe='')}")
+    assert response.status == 200, response
+    return response.body
+
+
+def runs_of(container, job_id):
+    runs, cursor = [], None
+    while True:
+        page = container.runs.list_for_job(job_id, limit=100, cursor=cursor)
+        runs += page.items
+        if not (cursor := page.cursor):
+            return sorted(runs, key=lambda r: r.scheduled_for)
+
+
+# --- PATCH replaces payload whole ---
+
+
+def test_patch_replaces_the_payload_whole(api):
+    job = create(api, runAt="2026-11-02T09:00:00Z", payload={"keep": {"nested": 1}, "drop": 2})
+    response = api.patch(f"/v1/jobs/{job['jobId']}", {"payload": {"keep": {}}}, headers={"If-Match": "1"})
+    assert response.status == 200, response
+    assert response.body["payload"] == {"keep": {}}  # no key of the old payload survives
+    cleared = api.patch(f"/v1/jobs/{job['jobId']}", {"payload": None}, headers={"If-Match": "2"})
+    assert cleared.status == 200 and cleared.body["payload"] is None
+
+
+# --- a completion is not lost to its own heartbeat ---
+
+
+def test_completion_racing_a_heartbeat_of_the_same_lease_succeeds(api, container, monkeypatch):
+    key = f"{create(api)['jobId']}@{NOW}"
+    (lease,) = claim(api, leaseSeconds=60)
+    runs = container.runs
+    real_put = runs._put
+    raced = []
+
+    def heartbeat_lands_first(new, read, *, holder):
+        if not raced and new.state is RunState.SUCCEEDED:
+            raced.append(True)
+            runs.extend_lease(read, read.lease_expires_at + timedelta(seconds=60))  # rev moves
+        return real_put(new, read, holder=holder)
+
+    monkeypatch.setattr(runs, "_put", heartbeat_lands_first)
+    done = api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert raced and done.status == 200, done
+    assert done.body["state"] == "SUCCEEDED"
+
+
+def test_completion_with_a_superseded_fence_is_still_refused(api, container, clock):
+    key = f"{create(api)['jobId']}@{NOW}"
+    claim(api, leaseSeconds=30)
+    clock.advance(61)
+    container.reconciler.reconcile_all()  # the lease expired: back to RETRY_WAIT
+    (second,) = claim(api, leaseSeconds=30)
+    assert second["fence"] == 2
+    stale = api.post(f"/v1/leases/{key}/complete", {"fence": 1, "outcome": "succeeded"})
+    assert stale.status == 409 and stale.body["code"] == "stale_fence"
+
+
+# --- a redrive starts a new age ---
+
+
+def test_redriven_external_run_is_not_killed_for_its_old_age(api, container, clock):
+    job = create(api, retry={"maxAgeSeconds": 3600})
+    key = f"{job['jobId']}@{NOW}"
+    claim(api)
+    failed = {"fence": 1, "outcome": "failed", "error": {"class": "Bad", "message": "no", "retryable": False}}
+    assert api.post(f"/v1/leases/{key}/complete", failed).body["state"] == "DEAD"
+    clock.advance(2 * 3600)  # older than maxAgeSeconds when it is redriven
+    assert api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {"reason": "fixed"}).status == 200
+    container.outbox.publish([container.runs.get_by_key(key)])  # external: QUEUED, waiting
+    clock.advance(20 * 60)  # past the queue dwell: the reconciler looks at it
+    container.reconciler.reconcile_all()
+    assert run_of(api, key)["state"] == "QUEUED"
+    assert [lease["runKey"] for lease in claim(api)] == [key]
+
+
+# --- the lease API counts the tenant's live leases ---
+
+
+def test_lease_api_hands_out_no_more_than_the_tenant_concurrency(api, container):
+    container.run_service.tenant_concurrency = 5
+    for i in range(12):
+        create(api, name=f"n{i}", runAt=f"2026-11-02T07:59:{i:02d}Z")
+    assert len(claim(api, max=10)) == 5
+    assert claim(api, max=10) == []
+    # The Lambda worker's limit and this one count the same leases.
+    assert container.runs.live_leases("tenant-a", container.clock.now(), up_to=50) == 5
+
+
+# --- a run never outgrows its byte budget ---
+
+
+def _raw_size(container, job_id, key):
+    item = boto3.client("dynamodb").get_item(
+        TableName=container.settings.runs_table,
+        Key={"job_id": {"S": job_id}, "sk": {"S": "R#" + key.split("@", 1)[1]}},
+    )["Item"]
+    return len(json.dumps(item).encode())
+
+
+def test_a_tenant_growing_one_run_with_long_errors_stays_under_the_item_limit(api, container, clock):
+    job = create(api, maxAttempts=100, retry={"baseSeconds": 1, "capSeconds": 1, "maxAgeSeconds": 86400})
+    key = f"{job['jobId']}@{NOW}"
+    huge = "\U0001f600" * 4000  # the longest message the API takes: 16 KB of UTF-8
+    for attempt in range(1, 61):
+        (lease,) = claim(api)
+        response = api.post(
+            f"/v1/leases/{key}/complete",
+            {"fence": lease["fence"], "outcome": "failed", "error": {"class": "E" * 128, "message": huge}},
+        )
+        assert response.status == 200, (attempt, response)
+        clock.advance(2)
+    run = container.runs.get_by_key(key)
+    assert run.state is RunState.RETRY_WAIT and run.attempt == 60
+    assert len(run.history) <= MAX_HISTORY and run.history_dropped > 0
+    assert len(run.last_error_message.encode()) <= 1024
+    assert _raw_size(container, job["jobId"], key) < 100_000
+    # Its own cancel still works, and so do the reconciler's reads of its shard.
+    assert api.post(f"/v1/runs/{quote(key, safe='')}/cancel").status == 200
+    assert run_of(api, key)["state"] == "CANCELLED"
+
+
+def test_one_failing_repair_does_not_stop_another_tenants_in_the_same_shard(container, clock, monkeypatch):
+    from jobsched.handlers.api_models import JobBody
+
+    def job(tenant):
+        spec = JobBody.model_validate({"name": "n", "type": "ext", "runAt": NOW}).to_spec()
+        return container.jobs.create(tenant, spec).job
+
+    keys = {}
+    shard_of = container.runs.open_shard_of
+    a = job("tenant-a")
+    (leased,) = container.run_service.claim("tenant-a", ["ext"], 1, 30, "w")
+    keys["tenant-a"] = leased.run_key
+    b = job("tenant-b")
+    while shard_of(b.job_id) != shard_of(a.job_id):  # the same shard: the same repair list
+        b = job("tenant-b")
+    for leased in container.run_service.claim("tenant-b", ["ext"], 10, 30, "w"):
+        if leased.job_id == b.job_id:
+            keys["tenant-b"] = leased.run_key
+    clock.advance(120)  # both leases long expired
+    real_commit = container.runs.commit
+
+    def poisoned(read, change, **kw):
+        if read.run_key == keys["tenant-a"]:
+            raise RuntimeError("ValidationException: Item size has exceeded the maximum allowed size")
+        return real_commit(read, change, **kw)
+
+    monkeypatch.setattr(container.runs, "commit", poisoned)
+    report = container.reconciler.reconcile_all()
+    assert report.failed == 1 and report.failed_keys == [keys["tenant-a"]]
+    assert container.runs.get_by_key(keys["tenant-b"]).state is RunState.RETRY_WAIT
+    assert container.runs.get_by_key(keys["tenant-a"]).state is RunState.LEASED
+
+
+# --- pause, resume and missedRuns ---
+
+
+def _deliver(worker, run):
+    return worker.process(Delivery(run.run_key, run.job_id, "", "default"))
+
+
+def test_resumed_two_second_job_runs_only_the_latest_missed_occurrence(api, container, clock):
+    """Paused longer than the horizon: every run made ahead and every occurrence since is
+    missed; `run-once` runs exactly the latest one and the next ones start on time."""
+    from jobsched.targets import HandlerRegistry
+
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda invocation: {"ok": True})
+    worker = make_worker(container, registry)
+    job = create(api, type="tick", runAt=None, every=2)
+    job_id = job["jobId"]
+    made_ahead = runs_of(container, job_id)
+    assert len(made_ahead) > 50  # the API made the horizon's runs at creation
+
+    clock.advance(10)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    # Runs that reach a worker while paused are held, not run and not cancelled.
+    for run in made_ahead[5:10]:
+        clock.set(max(clock.now(), run.due_at))
+        assert _deliver(worker, run).outcome is Outcome.HELD
+
+    clock.set(T0 + timedelta(seconds=301))
+    resumed = api.post(f"/v1/jobs/{job_id}/resume")
+    assert resumed.status == 200
+    runs = runs_of(container, job_id)
+    paused_from, resumed_at = T0 + timedelta(seconds=10), T0 + timedelta(seconds=301)
+    missed = [r for r in runs if paused_from <= r.scheduled_for < resumed_at]
+    to_run = [r for r in missed if r.state is not RunState.SKIPPED]
+    assert [r.scheduled_for for r in to_run] == [T0 + timedelta(seconds=300)]  # the latest one
+    assert all(r.reason in ("paused", "misfire") for r in missed if r.state is RunState.SKIPPED)
+    assert not [r for r in runs if r.blocked_by == "job-paused"]
+    skipped = sum(r.skipped_count or 1 for r in missed if r.state is RunState.SKIPPED)
+    assert skipped == len(range(10, 301, 2)) - 1  # every occurrence not run is accounted for
+    assert container.definitions.get_stats(job_id)["missed"] == skipped
+
+    stored_job = container.definitions.get(job_id)
+    assert stored_job.next_run_at >= clock.now()
+    upcoming = [r for r in runs if r.scheduled_for >= resumed_at]
+    assert upcoming and upcoming[0].scheduled_for == T0 + timedelta(seconds=302)  # on time
+
+
+@pytest.mark.parametrize(("policy", "expected_runs"), [("skip", 0), ("catch-up", 5)])
+def test_short_pause_decides_runs_made_ahead_under_the_policy(api, container, clock, policy, expected_runs):
+    job = create(api, type="tick", runAt=None, every=2, missedRuns=policy)
+    job_id = job["jobId"]
+    clock.advance(10)
+    api.post(f"/v1/jobs/{job_id}/pause")
+    clock.advance(10)  # 10 s paused: all its occurrences were made ahead by the API
+    api.post(f"/v1/jobs/{job_id}/resume")
+    missed = [
+        r
+        for r in runs_of(container, job_id)
+        if T0 + timedelta(seconds=10) <= r.scheduled_for < T0 + timedelta(seconds=20)
+    ]
+    assert len(missed) == 5
+    assert len([r for r in missed if r.state is not RunState.SKIPPED]) == expected_runs
+    assert container.definitions.get_stats(job_id)["missed"] == 5 - expected_runs
