@@ -151,6 +151,7 @@ def test_a_tenant_growing_one_run_with_long_errors_stays_under_the_item_limit(ap
     run = container.runs.get_by_key(key)
     assert run.state is RunState.RETRY_WAIT and run.attempt == 60
     assert len(run.history) <= MAX_HISTORY and run.history_dropped > 0
+    assert run_of(api, key)["historyDropped"] == run.history_dropped
     assert len(run.last_error_message.encode()) <= 1024
     assert _raw_size(container, job["jobId"], key) < 100_000
     # Its own cancel still works, and so do the reconciler's reads of its shard.
@@ -254,3 +255,27 @@ def test_short_pause_decides_runs_made_ahead_under_the_policy(api, container, cl
     assert len(missed) == 5
     assert len([r for r in missed if r.state is not RunState.SKIPPED]) == expected_runs
     assert container.definitions.get_stats(job_id)["missed"] == 5 - expected_runs
+
+
+# --- sweeps: O(runs written), on-time work before backlogs ---
+
+
+def test_catch_up_backlog_costs_what_a_pass_writes_and_waits_behind_on_time_jobs(api, container, clock):
+    """A per-second catch-up job paused for two days: a pass writes at most its budget and
+    walks no further; past the time budget the backlog waits and on-time jobs still run."""
+    backlog = create(api, type="tick", runAt=None, every=1, missedRuns="catch-up", catchUpWindow=31 * 86400)
+    api.post(f"/v1/jobs/{backlog['jobId']}/pause")
+    clock.advance(2 * 86400)
+    api.post(f"/v1/jobs/{backlog['jobId']}/resume")
+    on_time = create(api, name="on time", type="tick", runAt=None, every=60)
+    clock.advance(150)  # the on-time job's next run is inside the horizon now
+    sweeper = container.sweeper
+    sweeper.time_budget_seconds = 0  # spent at once: only on-time work is done this tick
+    report = sweeper.sweep()
+    assert backlog["jobId"] in report.deferred and report.runs_created >= 1
+    assert on_time["jobId"] not in report.deferred
+    sweeper.time_budget_seconds = 30
+    before = len(runs_of(container, backlog["jobId"]))
+    sweeper.sweep()
+    written = len(runs_of(container, backlog["jobId"])) - before
+    assert 0 < written <= container.materializer.max_runs_per_pass

@@ -127,6 +127,7 @@ class TransitionView(ApiModel):
 class RunDetailView(RunView):
     attempts: list[AttemptView]
     transitions: list[TransitionView]
+    history_dropped: int = 0  # transitions left out to keep the run in its byte budget
 
 
 class RunList(ApiModel):
@@ -259,6 +260,7 @@ def run_detail(run: Run) -> dict[str, Any]:
         **run_summary(run),
         "attempts": attempts_of(run.history),
         "transitions": [transition_view(t) for t in run.history],
+        "historyDropped": run.history_dropped,
     }
 
 

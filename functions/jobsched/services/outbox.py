@@ -121,9 +121,10 @@ class Outbox:
             self._runs.commit(run, lambda r: queued(r, now=now, actor="outbox"))
         except RunChanged:
             return False
-        except JobschedError as exc:
+        except Exception as exc:
             # The message is on the queue and a worker may claim a PENDING run, so this is not a
-            # lost publish; the reconciler re-touches the run if it stays PENDING.
+            # lost publish; the reconciler re-touches the run if it stays PENDING. Whatever the
+            # error, it is this run's alone: the rest of the batch is marked as usual.
             logger.warning(
                 "run sent but not marked QUEUED", extra={"run_key": run.run_key, "error": str(exc)}
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ class SweepReport:
     conflicts: int = 0
     jobs_completed: int = 0
     failures: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # backlog left for the next tick (time budget)
 
     def add(self, other: SweepReport) -> None:
         self.shards += other.shards
@@ -29,6 +31,7 @@ class SweepReport:
         self.conflicts += other.conflicts
         self.jobs_completed += other.jobs_completed
         self.failures += other.failures
+        self.deferred += other.deferred
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -43,20 +46,33 @@ class Sweeper:
         *,
         page_size: int = 100,
         max_jobs_per_shard: int = 10_000,
+        time_budget_seconds: float = 30.0,
     ) -> None:
         self._definitions = definitions
         self._materializer = materializer
         self._clock = clock
         self.page_size = page_size
         self.max_jobs_per_shard = max_jobs_per_shard
+        # Past this, a shard's backlog work waits for the next tick (the sweeper's timeout is 50 s).
+        self.time_budget_seconds = time_budget_seconds
 
     def sweep_shard(self, shard: int) -> SweepReport:
+        began = time.monotonic()
         report = SweepReport(shards=[shard])
         until = self._clock.now() + self._materializer.horizon
         start: dict[str, Any] | None = None
+        late = self._clock.now() - self._materializer.misfire_grace
         while report.jobs_read < self.max_jobs_per_shard:
             jobs, start = self._definitions.due_jobs(shard, until, limit=self.page_size, start=start)
+            # On-time work first: a job with a backlog (due before the grace, e.g. a catch-up
+            # after a long pause) sorts first in the index but waits behind the page's on-time
+            # jobs, and past the time budget it waits for the next tick instead.
+            jobs.sort(key=lambda job: job.next_run_at is not None and job.next_run_at < late)
             for job in jobs:
+                backlog = job.next_run_at is not None and job.next_run_at < late
+                if backlog and time.monotonic() - began > self.time_budget_seconds:
+                    report.deferred.append(job.job_id)
+                    continue
                 report.jobs_read += 1
                 try:
                     outcome = self._materializer.materialize(job, ahead=self._materializer.ahead)
