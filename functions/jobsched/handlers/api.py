@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -23,9 +24,9 @@ from ..domain.errors import JobschedError, PreconditionRequired, Unauthenticated
 from ..domain.models import Job, JobState
 from ..observability import logger, tracer
 from ..wiring import container
-from .api_models import ErrorBody, JobBody, JobList, JobView, job_view, merge_patch, problems_of
+from .api_models import ErrorBody, JobBody, JobList, JobView, decode_json, job_view, merge_patch, problems_of
 
-app = APIGatewayRestResolver(enable_validation=True)
+app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=decode_json)
 TITLE, VERSION, DESCRIPTION = "jobsched", "1", "Durable multi-tenant job scheduler"
 app.configure_openapi(title=TITLE, version=VERSION, description=DESCRIPTION)
 app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCRIPTION)
@@ -64,15 +65,18 @@ def principal_tenant(arn: str) -> str:
     return f"{account}/{name}"
 
 
+_IF_MATCH = re.compile(r'\s*(?:([0-9]{1,18})|(?:W/)?"([0-9]{1,18})")\s*', re.ASCII)
+
+
 def parse_if_match(value: str | None, *, required: bool) -> int | None:
     if value is None:
         if required:
             raise PreconditionRequired("If-Match: required; send the job's current version (its ETag)")
         return None
-    text = value.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
-        raise ValidationFailed("If-Match", 'must be the job version, e.g. "3"')
-    return int(text)
+    match = _IF_MATCH.fullmatch(value)
+    if match is None:
+        raise ValidationFailed("If-Match", 'must be the job version, e.g. "3" (at most 18 digits)')
+    return int(match.group(1) or match.group(2))
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -123,7 +127,7 @@ def _ok(description: str, model: Any) -> OpenAPIResponse:
 
 JOB_RESPONSES: dict[int, OpenAPIResponse] = {200: _ok("OK", JobView), **ERRORS}
 
-IfMatch = Annotated[str | None, Header(alias="if-match", description="the job version (ETag)")]
+IfMatch = Annotated[str | None, Header(alias="if-match", max_length=64, description="the job version (ETag)")]
 
 
 @app.post(
