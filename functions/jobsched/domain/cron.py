@@ -23,6 +23,41 @@ def shown(text: str, limit: int = 64) -> str:
     return f"'{quoted}{'...' if len(text) > limit else ''}'"
 
 
+def day_or(expression: str) -> bool:
+    """Vixie cron's either-or rule for a (normalised) expression, as croniter's `day_or`.
+
+    When day-of-month and day-of-week are both restricted a day matches either; when
+    either field starts with `*` (`*`, `*/8`, `*,5`; and `?`, which croniter reads as `*`)
+    a day must match both, which makes the starred field no restriction unless it has a
+    step. Vixie and cronie decide by that first character, not by what the field
+    expands to: `*/8` in day-of-month with `SUN-WED` fires on the 1st, 9th, 17th and 25th
+    when they fall on Sunday to Wednesday, while `1-31/8` with `SUN-WED` fires on both."""
+    fields = expression.split()
+    if len(fields) < 5:
+        return True  # an alias: no day fields to combine
+    day_of_month, day_of_week = fields[-3], fields[-1]
+    return not (day_of_month.startswith(("*", "?")) or day_of_week.startswith(("*", "?")))
+
+
+_ONE_VALUE_RANGE = re.compile(r"(\w+)-(\w+)(?:/\d+)?")
+
+
+def croniter_form(expression: str) -> str:
+    """The expression as croniter must be given it to mean what cron means.
+
+    croniter reads a range of one value (`5-5`, `MON-MON`, `3-3,5`) as `*`, and `5-5/2` as
+    `*/2`; in cron each is that one value. Such ranges are passed on as the value itself."""
+    fields = expression.split(" ")
+    for index, text in enumerate(fields):
+        parts = text.split(",")
+        for position, part in enumerate(parts):
+            match = _ONE_VALUE_RANGE.fullmatch(part)
+            if match and match.group(1).lower() == match.group(2).lower():
+                parts[position] = match.group(1)
+        fields[index] = ",".join(parts)
+    return " ".join(fields)
+
+
 def check_cron_expression(expression: str) -> str:
     """Return the normalised expression or raise ValueError naming the rule broken."""
     if not all(" " <= ch <= "~" or ch in "\t\n\r" for ch in expression):
@@ -43,7 +78,7 @@ def check_cron_expression(expression: str) -> str:
         # would stop being stable, so they are refused.
         if _RANDOM_OR_HASHED.search(token):
             raise ValueError(f"{shown(token)}: random (R) and hashed (H) values are not supported")
-    if not croniter.is_valid(normalised, second_at_beginning=len(fields) == 6):
+    if not croniter.is_valid(croniter_form(normalised), second_at_beginning=len(fields) == 6):
         raise ValueError(f"{shown(normalised, 256)} is not a valid cron expression")
     return normalised
 
