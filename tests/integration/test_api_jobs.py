@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -128,6 +129,157 @@ def test_bad_input_is_400_naming_the_field(api, change, field):
     fields = [e["field"] for e in response.body["errors"]]
     assert field in fields, response
     assert all(e["rule"] for e in response.body["errors"])
+
+
+# --- JSON types are strict: nothing is coerced, each refusal names the field and the rule ---
+
+RATE = {"cron": None, "timeZone": None, "every": 60}
+DURATION_RULE = "ISO 8601 duration"
+HTTP_TARGET = {"kind": "http", "url": "https://example.com/hook"}
+NOT_COERCED = [
+    ({**RATE, "every": True}, "every", DURATION_RULE),
+    ({**RATE, "every": "30"}, "every", DURATION_RULE),
+    ({**RATE, "every": "banana"}, "every", DURATION_RULE),
+    ({**RATE, "every": "P1M"}, "every", DURATION_RULE),  # a month has no fixed length
+    ({**RATE, "every": "-PT1M"}, "every", DURATION_RULE),
+    ({**RATE, "every": [60]}, "every", DURATION_RULE),
+    ({"catchUpWindow": False}, "catchUpWindow", DURATION_RULE),
+    ({"catchUpWindow": "3600"}, "catchUpWindow", DURATION_RULE),
+    ({"maxAttempts": "3"}, "maxAttempts", "integer"),
+    ({"maxAttempts": 3.0}, "maxAttempts", "integer"),
+    ({"maxAttempts": True}, "maxAttempts", "integer"),
+    ({"maxRuns": "2"}, "maxRuns", "integer"),
+    ({"jitterSeconds": True}, "jitterSeconds", "integer"),
+    ({"timeoutSeconds": "60"}, "timeoutSeconds", "integer"),
+    ({"pauseOnFailure": "false"}, "pauseOnFailure", "boolean"),
+    ({"pauseOnFailure": 0}, "pauseOnFailure", "boolean"),
+    ({"retry": {"baseSeconds": "2"}}, "retry.baseSeconds", "number"),
+    ({"retry": {"capSeconds": True}}, "retry.capSeconds", "number"),
+    ({"retry": {"maxAgeSeconds": 60.0}}, "retry.maxAgeSeconds", "integer"),
+    ({"target": {**HTTP_TARGET, "timeoutSeconds": "5"}}, "target.http.timeoutSeconds", "number"),
+    ({"target": {**HTTP_TARGET, "timeoutSeconds": True}}, "target.http.timeoutSeconds", "number"),
+    ({"cron": None, "timeZone": None, "runAt": 1793606400}, "runAt", "RFC 3339"),
+    ({"startAt": 1793606400}, "startAt", "RFC 3339"),
+    ({"endAt": "2027-01-01"}, "endAt", "RFC 3339"),
+    ({"name": 7}, "name", "string"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "rule"),
+    NOT_COERCED,
+    ids=[f"{f}={c.get(f.split('.')[0])!r}" for c, f, _ in NOT_COERCED],
+)
+def test_json_types_are_not_coerced(api, change, field, rule):
+    body = {k: v for k, v in {**CRON_JOB, **change}.items() if v is not None}
+    response = api.post("/v1/jobs", body)
+    assert response.status == 400, response
+    errors = {e["field"]: e["rule"] for e in response.body["errors"]}
+    assert field in errors and rule in errors[field], response
+    assert api.get("/v1/jobs").body["items"] == []
+
+
+@pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity", "1e400"])
+@pytest.mark.parametrize("field", ["retry.capSeconds", "payload", "maxRuns"])
+def test_nan_and_infinity_are_refused_not_stored_as_null(api, raw, field):
+    body = {"name": "n", "type": "ext", "every": 60, "retry": {"baseSeconds": 1}}
+    text = json.dumps({**body, "retry": {**body["retry"], "capSeconds": 5}, "payload": 1, "maxRuns": 1})
+    top, _, leaf = field.partition(".")
+    old = f'"{leaf or top}": {5 if leaf else 1}'
+    assert old in text
+    response = api.request("POST", "/v1/jobs", raw_body=text.replace(old, f'"{leaf or top}": {raw}'))
+    assert response.status == 400, response
+    assert [e["field"] for e in response.body["errors"]] == [field]
+
+
+@pytest.mark.parametrize("every", ["PT15M", 900, 900.0, "PT900S", "P0DT0H15M", "PT14M60.0S"])
+def test_durations_take_their_two_documented_forms(api, every):
+    assert create(api, cron=None, timeZone=None, every=every)["every"] == 900
+
+
+@pytest.mark.parametrize(("every", "seconds"), [("P1W", 604800), ("P1DT2H", 93600), ("PT1H", 3600)])
+def test_iso_durations_in_weeks_days_hours(api, every, seconds):
+    assert create(api, cron=None, timeZone=None, every=every)["every"] == seconds
+
+
+@pytest.mark.parametrize("zone", ["right/UTC", "posix/Europe/London", "posixrules", "localtime", "Factory"])
+def test_only_iana_zone_names_are_accepted(api, zone):
+    response = api.post("/v1/jobs", {**CRON_JOB, "timeZone": zone})
+    assert response.status == 400, response
+    assert response.body["errors"][0]["field"] == "timeZone"
+    assert "IANA" in response.body["errors"][0]["rule"]
+
+
+@pytest.mark.parametrize(
+    "zone", ["Europe/London", "America/Argentina/Buenos_Aires", "UTC", "Etc/GMT+5", "US/Eastern"]
+)
+def test_iana_zone_names_and_links_are_accepted(api, zone):
+    assert create(api, timeZone=zone)["timeZone"] == zone
+
+
+GOOD_TARGETS = [
+    {"kind": "lambda", "functionArn": "remind"},
+    {"kind": "lambda", "functionArn": "remind:live"},
+    {"kind": "lambda", "functionArn": "123456789012:function:remind"},
+    {"kind": "lambda", "functionArn": "arn:aws:lambda:eu-west-1:123456789012:function:remind"},
+    {"kind": "lambda", "functionArn": "arn:aws:lambda:eu-west-1:123456789012:function:remind:7"},
+    {"kind": "lambda", "functionArn": "arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:f"},
+    {"kind": "lambda", "functionArn": "remind", "qualifier": "$LATEST"},
+    {"kind": "sqs", "queueUrl": "https://sqs.eu-west-1.amazonaws.com/123456789012/inventory"},
+    {"kind": "sqs", "queueUrl": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo"},
+    {"kind": "sqs", "queueUrl": "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q"},
+    {"kind": "stepfunctions", "stateMachineArn": "arn:aws:states:eu-west-1:123456789012:stateMachine:m"},
+    {"kind": "stepfunctions", "stateMachineArn": "arn:aws:states:eu-west-1:123456789012:stateMachine:m:prod"},
+    {"kind": "eventbridge"},
+    {"kind": "eventbridge", "eventBusName": "orders"},
+    {"kind": "eventbridge", "eventBusName": "aws.partner/acme.com/1234/events"},
+    {"kind": "eventbridge", "eventBusName": "arn:aws:events:eu-west-1:123456789012:event-bus/orders"},
+]
+BAD_TARGETS = [
+    ({"kind": "lambda", "functionArn": "not an arn!"}, "target.lambda.functionArn"),
+    (
+        {"kind": "lambda", "functionArn": "arn:aws:lambda:eu-west-1:123456789012:function:"},
+        "target.lambda.functionArn",
+    ),
+    (
+        {"kind": "lambda", "functionArn": "arn:aws:sqs:eu-west-1:123456789012:function:f"},
+        "target.lambda.functionArn",
+    ),
+    ({"kind": "lambda", "functionArn": "f", "qualifier": "a b"}, "target.lambda.qualifier"),
+    ({"kind": "sqs", "queueUrl": "https://example.com/123456789012/q"}, "target.sqs.queueUrl"),
+    ({"kind": "sqs", "queueUrl": "sqs.eu-west-1.amazonaws.com/123456789012/q"}, "target.sqs.queueUrl"),
+    ({"kind": "sqs", "queueUrl": "https://sqs.eu-west-1.amazonaws.com/123456789012/"}, "target.sqs.queueUrl"),
+    (
+        {"kind": "stepfunctions", "stateMachineArn": "arn:aws:lambda:eu-west-1:123456789012:function:f"},
+        "target.stepfunctions.stateMachineArn",
+    ),
+    ({"kind": "stepfunctions", "stateMachineArn": "m"}, "target.stepfunctions.stateMachineArn"),
+    ({"kind": "eventbridge", "eventBusName": "a bus"}, "target.eventbridge.eventBusName"),
+    (
+        {"kind": "eventbridge", "eventBusName": "arn:aws:sqs:eu-west-1:123456789012:event-bus/b"},
+        "target.eventbridge.eventBusName",
+    ),
+]
+
+
+@pytest.mark.parametrize("target", GOOD_TARGETS, ids=lambda t: str(list(t.values())[-1]))
+def test_target_shapes_aws_accepts_are_accepted(api, target):
+    assert create(api, target=target)["target"]["kind"] == target["kind"]
+
+
+@pytest.mark.parametrize(("target", "field"), BAD_TARGETS, ids=lambda v: str(v)[-40:])
+def test_target_of_the_wrong_shape_is_refused_when_written(api, target, field):
+    response = api.post("/v1/jobs", {**CRON_JOB, "target": target})
+    assert response.status == 400, response
+    assert [e["field"] for e in response.body["errors"]] == [field]
+
+
+def test_a_patch_checks_the_target_too(api):
+    job = create(api, target={"kind": "lambda", "functionArn": "remind"})
+    response = api.patch(
+        f"/v1/jobs/{job['jobId']}", {"target": {"functionArn": "no such thing!"}}, headers={"If-Match": "1"}
+    )
+    assert response.status == 400 and response.body["errors"][0]["field"] == "target.lambda.functionArn"
 
 
 @pytest.mark.parametrize("raw", ["{not json", "[]", '"a string"', ""])

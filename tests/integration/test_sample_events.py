@@ -59,4 +59,4 @@ def test_sample_events_act_as_one_iam_tenant(container):
     listed = invoke(json.loads(load("api-list-jobs.json")))
     assert [job["jobId"] for job in json.loads(listed["body"])["items"]] == [job_id]
     stored = container.definitions.get(job_id)
-    assert stored is not None and stored.tenant == "123456789012/tenant-acme"
+    assert stored is not None and stored.tenant == "123456789012/role/tenant-acme"

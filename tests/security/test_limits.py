@@ -117,6 +117,27 @@ BOUNDED = [
         ),
         "target.http.headers",
     ),
+    (
+        job(target={"kind": "http", "url": "https://example.com/", "headers": {"a": "v" * 4097}}),
+        "target.http.headers",
+    ),
+    (
+        job(target={"kind": "http", "url": "https://example.com/", "headers": {"h" * 129: "v"}}),
+        "target.http.headers",
+    ),
+    (job(runAt=None, cron="0 * * * " + "1," * 511 + "1"), "cron"),
+    (job(runAt=None, cron="0 * * * *", timeZone="Europe/" + "x" * 58), "timeZone"),
+    (job(target={"kind": "eventbridge", "source": "s" * 257}), "target.eventbridge.source"),
+    (
+        job(
+            target={
+                "kind": "sqs",
+                "queueUrl": "https://sqs.eu-west-1.amazonaws.com/123456789012/q",
+                "messageGroupId": "g" * 129,
+            }
+        ),
+        "target.sqs.messageGroupId",
+    ),
 ]
 
 
@@ -137,6 +158,9 @@ LEASE_BOUNDS = [
     ({"types": [f"t{i}" for i in range(11)], "workerId": "w"}, "types"),
     ({"types": ["ext"], "workerId": "w", "leaseSeconds": 901}, "leaseSeconds"),
     ({"types": ["ext"], "workerId": "w" * 129}, "workerId"),
+    ({"types": ["ext"], "workerId": "w", "max": "2"}, "max"),
+    ({"types": ["ext"], "workerId": "w", "leaseSeconds": 60.0}, "leaseSeconds"),
+    ({"types": ["ext"], "workerId": "w", "leaseSeconds": True}, "leaseSeconds"),
 ]
 
 
@@ -196,3 +220,54 @@ def test_request_rate_is_limited_per_tenant(limited, clock):
     assert tenant_b.get("/v1/jobs").status == 200  # another tenant is not slowed down
     clock.advance(1)
     assert tenant_a.get("/v1/jobs").status == 200  # the next second starts afresh
+
+
+# --- the job's byte budget ---
+
+
+def test_a_job_over_its_byte_budget_is_400_naming_the_body(api):
+    from jobsched.domain.models import MAX_SPEC_BYTES
+
+    headers = {f"h{i}": "v" * 4096 for i in range(32)}  # each within its cap; 131 KB in all
+    response = api.post(
+        "/v1/jobs", job(target={"kind": "http", "url": "https://example.com/", "headers": headers})
+    )
+    assert field_errors(response) == {"body"}
+    assert str(MAX_SPEC_BYTES) in response.body["message"]
+    assert listed_jobs(api) == []
+
+
+def test_a_job_within_its_byte_budget_is_accepted(api):
+    headers = {f"h{i}": "v" * 1000 for i in range(32)}
+    target = {"kind": "http", "url": "https://example.com/", "headers": headers}
+    assert api.post("/v1/jobs", job(target=target, payload="x" * 60_000)).status == 201
+
+
+def test_a_store_refusal_of_a_cursors_key_is_400_naming_the_cursor():
+    from botocore.exceptions import ClientError
+    from jobsched.domain.errors import ValidationFailed
+    from jobsched.store.dynamo import translated_errors
+
+    error = {"Code": "ValidationException", "Message": "The provided starting key is invalid"}
+    with pytest.raises(ValidationFailed) as raised, translated_errors():
+        raise ClientError({"Error": error}, "Query")
+    assert raised.value.field == "cursor"
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("heartbeat", {"fence": "1"}, "fence"),
+        ("heartbeat", {"fence": 10**19}, "fence"),
+        ("complete", {"fence": 1.0, "outcome": "succeeded"}, "fence"),
+        (
+            "complete",
+            {"fence": 1, "outcome": "failed", "error": {"class": "E", "message": "m", "retryable": 1}},
+            "error",
+        ),
+    ],
+)
+def test_lease_bodies_take_strict_json_types(api, route, body, field):
+    job_id = api.post("/v1/jobs", job()).body["jobId"]
+    response = api.post(f"/v1/leases/{job_id}@{NOW}/{route}", body)
+    assert any(f.startswith(field) for f in field_errors(response)), response

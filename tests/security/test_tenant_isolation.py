@@ -143,3 +143,103 @@ def test_the_isolation_table_covers_every_route_with_a_resource(api, owned):
     documented = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops if "{" in path}
     covered = {route for route, _ in attempts(owned)}
     assert documented == covered
+
+
+# --- tenant ids from IAM principals: kind and path included, so none collide ---
+
+PRINCIPALS = [
+    ("arn:aws:iam::123456789012:user/ci", "123456789012/user/ci"),
+    ("arn:aws:iam::123456789012:user/deploy/ci", "123456789012/user/deploy/ci"),
+    ("arn:aws:iam::123456789012:user/a/b/c/ci", "123456789012/user/a/b/c/ci"),
+    ("arn:aws:sts::123456789012:assumed-role/ci/s1", "123456789012/role/ci"),
+    ("arn:aws:sts::123456789012:assumed-role/ci/another-session", "123456789012/role/ci"),
+    ("arn:aws:sts::123456789012:federated-user/ci", "123456789012/federated-user/ci"),
+    ("arn:aws:iam::123456789012:root", "123456789012/root"),
+    ("arn:aws:iam::210987654321:user/ci", "210987654321/user/ci"),
+    ("arn:aws-cn:sts::123456789012:assumed-role/ci/s1", "123456789012/role/ci"),
+    ("arn:aws-us-gov:iam::123456789012:user/ci@example.com", "123456789012/user/ci@example.com"),
+]
+
+
+@pytest.mark.parametrize(("arn", "tenant"), PRINCIPALS)
+def test_every_iam_principal_shape_has_its_own_tenant(arn, tenant):
+    from jobsched.handlers.api import principal_tenant
+
+    assert principal_tenant(arn) == tenant
+
+
+def test_principals_that_once_shared_a_tenant_no_longer_do():
+    from jobsched.handlers.api import principal_tenant
+
+    once_the_same = [
+        "arn:aws:iam::123456789012:user/ci",
+        "arn:aws:iam::123456789012:user/deploy/ci",
+        "arn:aws:sts::123456789012:assumed-role/ci/s1",
+        "arn:aws:sts::123456789012:federated-user/ci",
+    ]
+    assert len({principal_tenant(arn) for arn in once_the_same}) == len(once_the_same)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::123456789012:role/ci",  # a role itself never signs a request
+        "arn:aws:sts::123456789012:assumed-role/ci",  # no session
+        "arn:aws:iam::12345:user/ci",
+        "arn:aws:iam::123456789012:group/ci",
+        "not an arn",
+        "arn:aws:iam::123456789012:user/",
+    ],
+)
+def test_a_principal_of_no_known_shape_is_401(container, arn):
+    response = iam_request(arn, "GET", "/v1/jobs")
+    assert response["statusCode"] == 401, response
+
+
+def iam_request(arn: str, method: str, path: str, body: dict | None = None) -> dict:
+    """An API Gateway IAM-auth request: no authorizer, the caller's ARN in the identity."""
+    import json
+
+    from jobsched.handlers import api
+    from jobsched.local.apigw import rest_event
+    from jobsched.local.lambda_context import InvocationContext
+
+    event = rest_event(
+        method, path, body=json.dumps(body) if body else None, headers={"content-type": "application/json"}
+    )
+    event["requestContext"]["identity"]["userArn"] = arn
+    return api.handler(event, InvocationContext(function_name="jobsched-api"))
+
+
+def test_iam_principals_with_the_same_name_see_only_their_own_jobs(container):
+    import json
+
+    user = "arn:aws:iam::123456789012:user/ci"
+    role = "arn:aws:sts::123456789012:assumed-role/ci/s1"
+    created = iam_request(user, "POST", "/v1/jobs", {"name": "u", "type": "ext", "cron": "0 * * * *"})
+    assert created["statusCode"] == 201, created
+    job_id = json.loads(created["body"])["jobId"]
+    assert json.loads(iam_request(role, "GET", "/v1/jobs")["body"])["items"] == []
+    assert iam_request(role, "GET", f"/v1/jobs/{job_id}")["statusCode"] == 404
+    # Another session of the same role is the same tenant.
+    mine = iam_request(role, "POST", "/v1/jobs", {"name": "r", "type": "ext", "cron": "0 * * * *"})
+    other_session = "arn:aws:sts::123456789012:assumed-role/ci/s2"
+    listed = json.loads(iam_request(other_session, "GET", "/v1/jobs")["body"])["items"]
+    assert [j["jobId"] for j in listed] == [json.loads(mine["body"])["jobId"]]
+
+
+@pytest.mark.parametrize("tenant", ["tenant-a", "acme/prod", "123456789012", "1234567890123/x"])
+def test_an_authorizers_tenant_id_is_kept_as_it_is(container, tenant):
+    from tests.conftest import ApiClient
+
+    client = ApiClient(tenant)
+    job_id = client.post("/v1/jobs", {"name": "n", "type": "ext", "cron": "0 * * * *"}).body["jobId"]
+    assert container.definitions.get(job_id).tenant == tenant
+
+
+@pytest.mark.parametrize("tenant", ["123456789012/role/ci", "123456789012/root", "a\nb", "t" * 257])
+def test_an_authorizers_tenant_id_never_takes_the_form_of_an_iam_one(container, tenant):
+    from tests.conftest import ApiClient
+
+    response = ApiClient(tenant).get("/v1/jobs")
+    assert response.status == 401, response

@@ -20,7 +20,7 @@ import pytest
 from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobsched.domain.cron import check_cron_expression, has_seconds_field
+from jobsched.domain.cron import check_cron_expression, croniter_form, day_or, has_seconds_field
 from jobsched.domain.models import DstFold, DstGap, DstPolicy, Schedule
 from jobsched.domain.schedule import fires_between, next_fire, upcoming
 
@@ -374,6 +374,9 @@ CRONS = [
     "0 30 1 * * *",
     "*/20 59 1,2 * * *",
     "30 0 2 * * *",
+    "30 1 */8 * SUN-WED",  # both day fields, one starred: a day must match both
+    "30 1 1,15 * SUN",  # both restricted: a day matches either
+    "0 30 2 */2 * 0",
 ]
 RANGE_START = int(datetime(2010, 1, 1, tzinfo=UTC).timestamp())
 RANGE_END = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp())
@@ -446,8 +449,9 @@ normalised = functools.cache(check_cron_expression)
 
 
 def matches(expr: str, w: datetime) -> bool:
-    expr = normalised(expr)
-    return croniter(expr, w - ONE_SECOND, second_at_beginning=has_seconds_field(expr)).get_next(datetime) == w
+    expr = croniter_form(normalised(expr))
+    walker = croniter(expr, w - ONE_SECOND, second_at_beginning=has_seconds_field(expr), day_or=day_or(expr))
+    return walker.get_next(datetime) == w
 
 
 def is_transition(t: datetime, tz: ZoneInfo) -> bool:
@@ -485,8 +489,10 @@ def test_property_cron_occurrences(case: tuple[Schedule, datetime]) -> None:
             assert s.dst.gap is DstGap.SHIFT and is_transition(t, tz), (t, w)
 
     # Completeness: every existing wall-clock match in the window ran exactly once, in order.
-    expr = normalised(s.cron)
-    walker = croniter(expr, walls[0] - ONE_SECOND, second_at_beginning=has_seconds_field(expr))
+    expr = croniter_form(normalised(s.cron))
+    walker = croniter(
+        expr, walls[0] - ONE_SECOND, second_at_beginning=has_seconds_field(expr), day_or=day_or(expr)
+    )
     expected: list[datetime] = []
     while (m := walker.get_next(datetime)) <= walls[-1]:
         if exists(m, tz):

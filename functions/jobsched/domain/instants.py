@@ -5,20 +5,33 @@ stored strings equals time order and run keys are byte-for-byte stable."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import AfterValidator, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 
 INSTANT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# The instants a client may send: wide enough for any schedule, narrow enough that every
+# offset, window and horizon added to or taken from one stays inside datetime's range.
+MIN_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_INSTANT = datetime(9998, 12, 31, 23, 59, 59, tzinfo=UTC)
+INSTANT_RULE = "must be an RFC 3339 instant such as 2026-11-02T09:00:00Z"
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
 
 
 def to_utc(value: datetime) -> datetime:
     """Normalise an aware datetime to UTC, dropping sub-second precision."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("must be an RFC 3339 instant with a UTC offset (e.g. 2026-11-02T09:00:00Z)")
-    return value.astimezone(UTC).replace(microsecond=0)
+    try:
+        return value.astimezone(UTC).replace(microsecond=0)
+    except OverflowError:
+        # 0001-01-01T00:30:00+01:00 or 9999-12-31T23:30:00-01:00: no such instant in UTC.
+        raise ValueError("is outside the range of representable instants") from None
 
 
 def format_instant(value: datetime) -> str:
@@ -34,6 +47,34 @@ def parse_instant(text: str) -> datetime:
     return to_utc(parsed)
 
 
+def parse_client_instant(value: Any) -> datetime:
+    """An instant as a client sends it: an RFC 3339 string (never a number) from 1970 to 9998."""
+    if not isinstance(value, str):
+        raise ValueError(f"{INSTANT_RULE} (a string, not a {_json_type(value)})")
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ValueError(INSTANT_RULE)
+    wall, fraction, offset = match.groups()
+    text = f"{wall.replace(' ', 'T').replace('t', 'T')}.{(fraction or '0')[:6]:0<6}{offset.upper()}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{INSTANT_RULE}; this one names no real date or time") from None
+    span = f"must lie between {format_instant(MIN_INSTANT)} and {format_instant(MAX_INSTANT)}"
+    try:
+        instant = to_utc(parsed)
+    except ValueError:
+        raise ValueError(span) from None
+    if not MIN_INSTANT <= instant <= MAX_INSTANT:
+        raise ValueError(span)
+    return instant
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
+    return names.get(type(value), "null" if value is None else type(value).__name__)
+
+
 def epoch_seconds(value: datetime) -> int:
     return int(to_utc(value).timestamp())
 
@@ -44,6 +85,10 @@ def from_epoch(seconds: float) -> datetime:
 
 # Pydantic field type for every instant in the models.
 Instant = Annotated[datetime, AfterValidator(to_utc), PlainSerializer(format_instant, return_type=str)]
+# What the API accepts from a client: an RFC 3339 string only, within MIN_INSTANT..MAX_INSTANT.
+ClientInstant = Annotated[
+    datetime, BeforeValidator(parse_client_instant), PlainSerializer(format_instant, return_type=str)
+]
 
 
 class Clock(Protocol):

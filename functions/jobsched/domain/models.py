@@ -12,14 +12,25 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .cron import check_cron_expression, zone
+from .cron import check_cron_expression, check_time_zone_name, zone
 from .instants import Instant
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_SPEC_BYTES = 100 * 1024  # the whole job as stored (compact JSON): payload, target, schedule...
+MAX_HEADER_NAME_CHARS = 128
+MAX_HEADER_VALUE_CHARS = 4096
 JOB_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+
+# Validation context of a write (create, patch). Rules added after jobs were first stored
+# hold for every write but not when a stored job is read back, so older jobs stay readable.
+WRITE: dict[str, Any] = {"write": True}
+
+
+def writing(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and info.context.get("write") is True
 
 
 class Model(BaseModel):
@@ -98,7 +109,7 @@ class Schedule(Model):
     dst: DstPolicy = DstPolicy()
 
     @model_validator(mode="after")
-    def _consistent(self) -> Schedule:
+    def _consistent(self, info: ValidationInfo) -> Schedule:
         kind = self.kind
         if kind is ScheduleKind.ONCE:
             if self.at is None:
@@ -116,6 +127,8 @@ class Schedule(Model):
                 raise ValueError(f"cron: {exc}") from None
             object.__setattr__(self, "cron", normalised)  # frozen model: store the canonical form
             try:
+                if writing(info):
+                    check_time_zone_name(self.time_zone)
                 zone(self.time_zone)
             except ValueError as exc:
                 raise ValueError(f"timeZone: {exc}") from None
@@ -158,10 +171,51 @@ class Policies(Model):
 # --- Targets: what a run does. Each passes the run key as its idempotency key. ---
 
 
+_REGION = r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}"
+_PARTITION = r"arn:aws(?:-[a-z]+)*"
+_LAMBDA_NAME = r"[A-Za-z0-9_-]{1,64}(?::(?:\$LATEST|[A-Za-z0-9_-]{1,128}))?"
+# What Lambda's Invoke takes: a name, a partial ARN or a full ARN, each with an optional qualifier.
+LAMBDA_FUNCTION = re.compile(
+    rf"(?:{_PARTITION}:lambda:{_REGION}:\d{{12}}:function:|\d{{12}}:function:)?{_LAMBDA_NAME}", re.ASCII
+)
+LAMBDA_QUALIFIER = re.compile(r"\$LATEST|[A-Za-z0-9_-]{1,128}", re.ASCII)
+SQS_QUEUE_URL = re.compile(
+    r"https://(?:[a-z0-9-]+\.)+amazonaws\.com(?:\.cn)?/\d{12}/(?=.{1,80}$)[A-Za-z0-9_-]+(?:\.fifo)?",
+    re.ASCII,
+)
+STATE_MACHINE_ARN = re.compile(
+    rf"{_PARTITION}:states:{_REGION}:\d{{12}}:stateMachine:[A-Za-z0-9_.+=@-]{{1,80}}(?::[A-Za-z0-9_-]{{1,80}})?",
+    re.ASCII,
+)
+EVENT_BUS = re.compile(
+    rf"(?:{_PARTITION}:events:{_REGION}:\d{{12}}:event-bus/)?[/.\-_A-Za-z0-9]{{1,256}}", re.ASCII
+)
+
+
+def _shaped(value: str | None, pattern: re.Pattern[str], rule: str, info: ValidationInfo) -> str | None:
+    if value is not None and writing(info) and not pattern.fullmatch(value):
+        raise ValueError(rule)
+    return value
+
+
 class LambdaTarget(Model):
     kind: Literal["lambda"]
     function_arn: str = Field(min_length=1, max_length=256)
     qualifier: str | None = Field(default=None, max_length=128)
+
+    @field_validator("function_arn")
+    @classmethod
+    def _function(cls, value: str, info: ValidationInfo) -> str:
+        rule = (
+            "must name a Lambda function: my-function, 123456789012:function:my-function or "
+            "arn:aws:lambda:eu-west-1:123456789012:function:my-function, each optionally with :qualifier"
+        )
+        return _shaped(value, LAMBDA_FUNCTION, rule, info) or value
+
+    @field_validator("qualifier")
+    @classmethod
+    def _qualifier(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _shaped(value, LAMBDA_QUALIFIER, "must be $LATEST, a version or an alias name", info)
 
 
 class HttpTarget(Model):
@@ -169,7 +223,7 @@ class HttpTarget(Model):
     url: str = Field(max_length=2048)
     method: Literal["POST", "PUT", "PATCH", "GET", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict, max_length=32)
-    timeout_seconds: float = Field(default=10.0, gt=0, le=900)
+    timeout_seconds: Annotated[float, Strict()] = Field(default=10.0, gt=0, le=900, allow_inf_nan=False)
 
     @field_validator("url")
     @classmethod
@@ -183,9 +237,15 @@ class HttpTarget(Model):
 
     @field_validator("headers")
     @classmethod
-    def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
+    def _no_reserved_headers(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         reserved = {"idempotency-key", "host", "content-length", "content-type", "user-agent"}
         for name, header_value in value.items():
+            if writing(info) and len(name) > MAX_HEADER_NAME_CHARS:
+                raise ValueError(f"a header name has at most {MAX_HEADER_NAME_CHARS} characters")
+            if writing(info) and len(header_value) > MAX_HEADER_VALUE_CHARS:
+                raise ValueError(
+                    f"header '{name}' has {len(header_value)} characters; at most {MAX_HEADER_VALUE_CHARS}"
+                )
             lowered = name.lower()
             if lowered in reserved or lowered.startswith("x-jobsched-"):
                 raise ValueError(f"header '{name}' is set by the scheduler")
@@ -201,6 +261,12 @@ class SqsTarget(Model):
     queue_url: str = Field(min_length=1, max_length=1024)
     message_group_id: str | None = Field(default=None, max_length=128)
 
+    @field_validator("queue_url")
+    @classmethod
+    def _queue(cls, value: str, info: ValidationInfo) -> str:
+        rule = "must be an SQS queue URL: https://sqs.<region>.amazonaws.com/<account>/<queue name>"
+        return _shaped(value, SQS_QUEUE_URL, rule, info) or value
+
 
 class EventBridgeTarget(Model):
     kind: Literal["eventbridge"]
@@ -208,10 +274,28 @@ class EventBridgeTarget(Model):
     source: str = Field(default="jobsched", min_length=1, max_length=256)
     detail_type: str = Field(default="jobsched.run", min_length=1, max_length=128)
 
+    @field_validator("event_bus_name")
+    @classmethod
+    def _bus(cls, value: str, info: ValidationInfo) -> str:
+        rule = (
+            "must be an event bus name (letters, digits, . - _ /; at most 256) "
+            "or arn:aws:events:<region>:<account>:event-bus/<name>"
+        )
+        return _shaped(value, EVENT_BUS, rule, info) or value
+
 
 class StepFunctionsTarget(Model):
     kind: Literal["stepfunctions"]
     state_machine_arn: str = Field(min_length=1, max_length=256)
+
+    @field_validator("state_machine_arn")
+    @classmethod
+    def _machine(cls, value: str, info: ValidationInfo) -> str:
+        rule = (
+            "must be arn:aws:states:<region>:<account>:stateMachine:<name>, "
+            "optionally with :<version or alias>"
+        )
+        return _shaped(value, STATE_MACHINE_ARN, rule, info) or value
 
 
 Target = Annotated[
@@ -242,6 +326,16 @@ class JobSpec(Model):
         if size > MAX_PAYLOAD_BYTES:
             raise ValueError(f"must serialise to at most {MAX_PAYLOAD_BYTES} bytes of JSON; got {size}")
         return value
+
+    @model_validator(mode="after")
+    def _fits_the_budget(self, info: ValidationInfo) -> JobSpec:
+        if writing(info):
+            size = len(self.model_dump_json(exclude_none=True).encode())
+            if size > MAX_SPEC_BYTES:
+                raise ValueError(
+                    f"body: the job takes {size} bytes as stored (compact JSON); at most {MAX_SPEC_BYTES}"
+                )
+        return self
 
 
 class Job(Model):

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from .cron import check_cron_expression, has_seconds_field, zone
+from .cron import check_cron_expression, croniter_form, day_or, has_seconds_field, zone
 from .instants import to_utc
 from .models import DstFold, DstGap, DstPolicy, Schedule, ScheduleKind
 
@@ -167,10 +167,11 @@ def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetim
         # earlier can still map (fold=last) to instants after it.
         slack = max(_offset(wall, tz, 0) - _offset(wall, tz, 1), _ZERO)
     walker = croniter(
-        expression,
+        croniter_form(expression),
         wall - slack - _ONE_SECOND,
         second_at_beginning=has_seconds_field(expression),
         max_years_between_matches=_HORIZON_YEARS,
+        day_or=day_or(expression),
     )
 
     last = after

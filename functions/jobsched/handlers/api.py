@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from http import HTTPStatus
 from typing import Annotated, Any
 
@@ -23,9 +24,9 @@ from ..domain.errors import JobschedError, PreconditionRequired, Unauthenticated
 from ..domain.models import Job, JobState
 from ..observability import logger, tracer
 from ..wiring import container
-from .api_models import ErrorBody, JobBody, JobList, JobView, job_view, merge_patch, problems_of
+from .api_models import ErrorBody, JobBody, JobList, JobView, decode_json, job_view, merge_patch, problems_of
 
-app = APIGatewayRestResolver(enable_validation=True)
+app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=decode_json)
 TITLE, VERSION, DESCRIPTION = "jobsched", "1", "Durable multi-tenant job scheduler"
 app.configure_openapi(title=TITLE, version=VERSION, description=DESCRIPTION)
 app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCRIPTION)
@@ -46,22 +47,62 @@ def tenant_of_request() -> str:
     authorizer = context.authorizer.raw_event if context.authorizer else {}
     tenant = authorizer.get("tenantId")
     if tenant:
-        return str(tenant)
+        return authorizer_tenant(tenant)
     arn = context.identity.user_arn
     if arn:
         return principal_tenant(arn)
     raise Unauthenticated("the request carries no authenticated caller")
 
 
+# Tenant ids made from IAM principals are `<account>/<kind>/...` or `<account>/root`; an
+# authorizer's tenantId may be anything else, and never starts with 12 digits and a slash,
+# so the two cannot collide.
+_IAM_TENANT = re.compile(r"[0-9]{12}/")
+_PRINCIPAL = re.compile(
+    r"arn:aws[a-z-]*:(?:"
+    r"iam::(?P<user_account>[0-9]{12}):user/(?P<user>[\w+=,.@/-]{1,576})"
+    r"|sts::(?P<role_account>[0-9]{12}):assumed-role/(?P<role>[\w+=,.@-]{1,64})/[\w+=,.@-]{2,64}"
+    r"|sts::(?P<fed_account>[0-9]{12}):federated-user/(?P<fed>[\w+=,.@-]{2,64})"
+    r"|iam::(?P<root_account>[0-9]{12}):root"
+    r")",
+    re.ASCII,
+)
+
+
 def principal_tenant(arn: str) -> str:
-    """`arn:aws:sts::123:assumed-role/Role/session` → `123/Role`; `arn:aws:iam::123:user/u` → `123/u`."""
-    parts = arn.split(":", 5)
-    if len(parts) < 6:
-        return arn
-    account, resource = parts[4], parts[5]
-    segments = resource.split("/")
-    name = segments[1] if segments[0] == "assumed-role" and len(segments) > 1 else segments[-1]
-    return f"{account}/{name}"
+    """The tenant of an IAM principal, kind and path included, so no two principals share one:
+
+    `arn:aws:iam::123:user/deploy/ci` → `123/user/deploy/ci`; `arn:aws:sts::123:assumed-role/ci/s1`
+    → `123/role/ci` (every session of a role is the role); `arn:aws:sts::123:federated-user/ci`
+    → `123/federated-user/ci`; `arn:aws:iam::123:root` → `123/root`."""
+    match = _PRINCIPAL.fullmatch(arn)
+    if match is None:
+        raise Unauthenticated(
+            "the caller's IAM principal is not a user, role session, federated user or root"
+        )
+    found = {k: v for k, v in match.groupdict().items() if v is not None}
+    if "user" in found:
+        return f"{found['user_account']}/user/{found['user']}"
+    if "role" in found:
+        return f"{found['role_account']}/role/{found['role']}"
+    if "fed" in found:
+        return f"{found['fed_account']}/federated-user/{found['fed']}"
+    return f"{found['root_account']}/root"
+
+
+def authorizer_tenant(tenant: Any) -> str:
+    """An authorizer's tenantId, as it is, unless it could be mistaken for an IAM principal's."""
+    text = str(tenant)
+    if _IAM_TENANT.match(text) or len(text) > 256 or not text.isprintable():
+        logger.warning("authorizer tenantId refused", extra={"tenant_id": ascii(text[:64])})
+        raise Unauthenticated(
+            "the authorizer's tenantId must be 1-256 printable characters and not start with "
+            "12 digits and '/' (the form of tenant ids made from IAM principals)"
+        )
+    return text
+
+
+_IF_MATCH = re.compile(r'\s*(?:([0-9]{1,18})|(?:W/)?"([0-9]{1,18})")\s*', re.ASCII)
 
 
 def parse_if_match(value: str | None, *, required: bool) -> int | None:
@@ -69,10 +110,10 @@ def parse_if_match(value: str | None, *, required: bool) -> int | None:
         if required:
             raise PreconditionRequired("If-Match: required; send the job's current version (its ETag)")
         return None
-    text = value.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
-        raise ValidationFailed("If-Match", 'must be the job version, e.g. "3"')
-    return int(text)
+    match = _IF_MATCH.fullmatch(value)
+    if match is None:
+        raise ValidationFailed("If-Match", 'must be the job version, e.g. "3" (at most 18 digits)')
+    return int(match.group(1) or match.group(2))
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -123,7 +164,7 @@ def _ok(description: str, model: Any) -> OpenAPIResponse:
 
 JOB_RESPONSES: dict[int, OpenAPIResponse] = {200: _ok("OK", JobView), **ERRORS}
 
-IfMatch = Annotated[str | None, Header(alias="if-match", description="the job version (ETag)")]
+IfMatch = Annotated[str | None, Header(alias="if-match", max_length=64, description="the job version (ETag)")]
 
 
 @app.post(

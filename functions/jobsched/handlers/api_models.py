@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from ..domain.errors import FieldProblem, ValidationFailed
-from ..domain.instants import Instant
+from ..domain.instants import ClientInstant
 from ..domain.models import (
+    WRITE,
     Delivery,
     DstPolicy,
     Job,
@@ -29,43 +32,207 @@ from ..domain.models import (
     Target,
 )
 
+# --- request bodies are JSON, decoded strictly ---
+
+MAX_JSON_DEPTH = 32  # arrays and objects nested in one body
+MAX_NUMBER_CHARS = 64  # characters of one JSON number
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PATH_SHOWN = 8  # segments of a field path named in an error
+
+
+class _Refused:
+    """What the decoder leaves where a value breaks a rule, so the walk can name its field."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+
+
+def _number(text: str, kind: type[int] | type[float]) -> Any:
+    if len(text) > MAX_NUMBER_CHARS:
+        return _Refused(f"is a number of {len(text)} characters; at most {MAX_NUMBER_CHARS}")
+    value = kind(text)
+    if isinstance(value, float) and not math.isfinite(value):
+        return _Refused("is a number beyond the range of a 64-bit float")
+    return value
+
+
+def _constant(text: str) -> Any:
+    return _Refused(f"{text} is not JSON; numbers are finite")
+
+
+def decode_json(text: str | bytes) -> Any:
+    """The body's JSON, or a 400 naming the field: no NaN or Infinity, no number longer than
+    MAX_NUMBER_CHARS, no nesting deeper than MAX_JSON_DEPTH, no lone UTF-16 surrogate in a
+    string (it is not Unicode text and cannot be stored or echoed)."""
+    try:
+        data = json.loads(
+            text,
+            parse_int=lambda t: _number(t, int),
+            parse_float=lambda t: _number(t, float),
+            parse_constant=_constant,
+        )
+    except RecursionError:
+        raise _invalid_body(
+            _too_deep_at(text), f"nests deeper than {MAX_JSON_DEPTH} arrays or objects"
+        ) from None
+    problem = _first_problem(data)
+    if problem is not None:
+        raise _invalid_body(*problem)
+    return data
+
+
+def _first_problem(data: Any) -> tuple[tuple[str | int, ...], str] | None:
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _Refused):
+            return path, value.rule
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return path, "contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not Unicode text"
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if len(path) >= MAX_JSON_DEPTH:
+            return path, f"nests deeper than {MAX_JSON_DEPTH} arrays or objects"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    return path, "has a member name with a lone UTF-16 surrogate, which is not Unicode text"
+                stack.append((item, (*path, key)))
+        else:
+            stack.extend((item, (*path, index)) for index, item in enumerate(value))
+    return None
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},:]')
+
+
+def _too_deep_at(text: str | bytes) -> tuple[str | int, ...]:
+    """Where a body too deep for the parser first nests too deep (a scan of its brackets)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    frames: list[list[Any]] = []  # [bracket, member name or index]
+    last_string = ""
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            last_string = token
+        elif token in "[{":
+            if len(frames) >= MAX_JSON_DEPTH:
+                break
+            frames.append([token, 0 if token == "[" else ""])
+        elif token in "]}":
+            if frames:
+                frames.pop()
+        elif frames and token == ",":
+            if frames[-1][0] == "[":
+                frames[-1][1] += 1
+        elif frames and token == ":":
+            try:
+                frames[-1][1] = str(json.loads(last_string))
+            except ValueError:
+                frames[-1][1] = last_string.strip('"')
+    return tuple(frame[1] for frame in frames)
+
+
+def _invalid_body(path: tuple[str | int, ...], rule: str) -> RequestValidationError:
+    if path and isinstance(path[0], int):
+        path = ()  # the body itself is an array: it is the body that is wrong
+    shown = tuple(p[:64] if isinstance(p, str) else p for p in path[:_PATH_SHOWN])
+    return RequestValidationError([{"type": "json_refused", "loc": ("body", *shown), "msg": rule}])
+
+
+# --- strict field types: JSON types are never coerced (no "3" for 3, no true for 1) ---
+
+StrictInt = Annotated[int, Strict()]
+StrictBool = Annotated[bool, Strict()]
+Seconds = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+MAX_DURATION_SECONDS = 10**10  # far beyond any bound a duration field has; keeps timedelta in range
+DURATION_RULE = (
+    "must be an ISO 8601 duration in weeks, days, hours, minutes and seconds (PT15M, P1DT12H) "
+    "or a number of seconds"
+)
+_ISO_DURATION = re.compile(
+    r"P(?:(\d{1,9})W)?(?:(\d{1,9})D)?(?:T(?:(\d{1,9})H)?(?:(\d{1,9})M)?(?:(\d{1,9})(?:[.,](\d{1,9}))?S)?)?",
+    re.ASCII,
+)
+
+
+def parse_duration(value: Any) -> timedelta:
+    """The two documented forms of a duration, and nothing else."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(DURATION_RULE)
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or abs(value) > MAX_DURATION_SECONDS:
+            raise ValueError(f"must be at most {MAX_DURATION_SECONDS} seconds")
+        return timedelta(seconds=value)
+    match = _ISO_DURATION.fullmatch(value) if len(value) <= 64 else None
+    if match is None or value.endswith(("P", "T")):
+        raise ValueError(DURATION_RULE)
+    weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups()[:5])
+    whole = (((weeks * 7 + days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if whole > MAX_DURATION_SECONDS:
+        raise ValueError(f"must be at most {MAX_DURATION_SECONDS} seconds")
+    fraction = match.group(6) or ""
+    return timedelta(seconds=whole, microseconds=int(fraction[:6].ljust(6, "0")))
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "format": "duration", "maxLength": 64},
+                {"type": "number"},
+            ]
+        }
+    ),
+]
+
+
+MAX_CRON_CHARS = 1024
+
 
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 class RetryBody(ApiModel):
-    base_seconds: float | None = None
-    cap_seconds: float | None = None
-    max_age_seconds: int | None = None
+    base_seconds: Seconds | None = None
+    cap_seconds: Seconds | None = None
+    max_age_seconds: StrictInt | None = None
 
 
 class JobBody(ApiModel):
     """A job as the client writes it (POST body; a PATCH is merged into this shape)."""
 
-    name: str
-    type: str
+    name: str = Field(min_length=1, max_length=256)
+    type: str = Field(max_length=128)
     target: Target | None = None
     payload: Any = None
-    run_at: Instant | None = None
-    cron: str | None = None
-    time_zone: str | None = None
-    every: timedelta | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
-    start_at: Instant | None = None
-    end_at: Instant | None = None
-    max_runs: int | None = None
+    run_at: ClientInstant | None = None
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    start_at: ClientInstant | None = None
+    end_at: ClientInstant | None = None
+    max_runs: StrictInt | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
     priority: Priority = Priority.DEFAULT
     missed_runs: Misfire | None = None
-    catch_up_window: timedelta | None = Field(default=None, description="ISO 8601 duration or seconds")
+    catch_up_window: Duration | None = Field(default=None, description="ISO 8601 duration or seconds")
     overlap: Overlap | None = None
     dst: DstPolicy | None = None
-    max_attempts: int | None = None
+    max_attempts: StrictInt | None = None
     retry: RetryBody | None = None
     delivery: Delivery | None = None
-    jitter_seconds: int | None = None
-    timeout_seconds: int | None = None
-    pause_on_failure: bool | None = None
+    jitter_seconds: StrictInt | None = None
+    timeout_seconds: StrictInt | None = None
+    pause_on_failure: StrictBool | None = None
 
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
@@ -114,16 +281,18 @@ class JobBody(ApiModel):
         if retry:
             policies["retry"] = retry
         try:
+            # Validated afresh (the target too) under the rules of a write.
             return JobSpec.model_validate(
                 {
                     "name": self.name,
                     "type": self.type,
-                    "target": self.target,
+                    "target": self.target.model_dump() if self.target else None,
                     "payload": self.payload,
                     "schedule": schedule,
                     "priority": self.priority,
                     "policies": policies,
-                }
+                },
+                context=WRITE,
             )
         except ValidationError as exc:
             raise validation_failed(exc, domain=True) from None

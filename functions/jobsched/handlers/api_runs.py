@@ -15,12 +15,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import Field, model_validator
 
-from ..domain.instants import Instant, format_instant
+from ..domain.instants import ClientInstant, format_instant
 from ..domain.models import JOB_TYPE_PATTERN
 from ..domain.runs import Run, RunState, Transition
 from ..wiring import container
 from .api import ERRORS, JOB_ID, json_response, tenant_of_request
-from .api_models import ApiModel
+from .api_models import ApiModel, StrictBool, StrictInt
 
 router = Router()
 
@@ -34,8 +34,8 @@ JobType = Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]
 
 
 class BackfillBody(ApiModel):
-    start: Instant
-    end: Instant
+    start: ClientInstant
+    end: ClientInstant
 
 
 class RedriveBody(ApiModel):
@@ -44,24 +44,27 @@ class RedriveBody(ApiModel):
 
 class ClaimBody(ApiModel):
     types: list[JobType] = Field(min_length=1, max_length=10)
-    max_runs: int = Field(default=1, ge=1, le=10, alias="max")
-    lease_seconds: int = Field(default=60, ge=10, le=900)
+    max_runs: StrictInt = Field(default=1, ge=1, le=10, alias="max")
+    lease_seconds: StrictInt = Field(default=60, ge=10, le=900)
     worker_id: str = Field(min_length=1, max_length=128)
 
 
+MAX_FENCE = 10**18  # far beyond any lease count; keeps the number exact in DynamoDB
+
+
 class HeartbeatBody(ApiModel):
-    fence: int = Field(ge=0)
-    lease_seconds: int = Field(default=60, ge=10, le=900)
+    fence: StrictInt = Field(ge=0, le=MAX_FENCE)
+    lease_seconds: StrictInt = Field(default=60, ge=10, le=900)
 
 
 class ReportedError(ApiModel):
     error_class: str = Field(alias="class", min_length=1, max_length=128)
     message: str = Field(max_length=4000)
-    retryable: bool = True
+    retryable: StrictBool = True
 
 
 class CompleteBody(ApiModel):
-    fence: int = Field(ge=0)
+    fence: StrictInt = Field(ge=0, le=MAX_FENCE)
     outcome: Literal["succeeded", "failed"]
     result: Any = None
     error: ReportedError | None = None

@@ -54,9 +54,17 @@ def translated_errors() -> Iterator[None]:
     except ClientError as exc:
         if error_code(exc) in THROTTLING_CODES:
             raise StorageUnavailable("the store is throttling; retry with backoff") from exc
+        if error_code(exc) == "ValidationException" and _names_start_key(exc):
+            # A well-formed cursor whose key lies outside the listing (its bounds or schema).
+            raise ValidationFailed("cursor", "is not a cursor returned by this listing") from None
         raise
     except BotoCoreError as exc:
         raise StorageUnavailable(f"the store could not be reached: {exc}") from exc
+
+
+def _names_start_key(exc: ClientError) -> bool:
+    message = str(exc.response.get("Error", {}).get("Message", "")).lower()
+    return "starting key" in message or "exclusive start key" in message or "exclusivestartkey" in message
 
 
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem request
@@ -99,8 +107,14 @@ def encode_cursor(last_key: dict[str, Any], scope: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+# The key attribute that holds a listing's scope: its partition key (the tenant of the tenant
+# and dead-letter indexes, the job of a job's runs). A cursor must name the same partition.
+_SCOPE_ATTRIBUTES = ("tenant", "dead_tenant", "job_id")
+
+
 def decode_cursor(cursor: str, scope: str, key_names: set[str]) -> dict[str, Any]:
     """Decode a cursor minted by encode_cursor for the same scope (tenant, job...), or 400."""
+    scope_attribute = next(a for a in _SCOPE_ATTRIBUTES if a in key_names)
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
@@ -109,7 +123,10 @@ def decode_cursor(cursor: str, scope: str, key_names: set[str]) -> dict[str, Any
             data.get("s") == scope
             and isinstance(key, dict)
             and set(key) == key_names
-            and all(isinstance(v, str | int) for v in key.values())
+            and key[scope_attribute] == scope
+            # Every key attribute a listing pages on is a string (S): a forged number or
+            # object would reach DynamoDB as a key of the wrong type.
+            and all(isinstance(v, str) and 0 < len(v) <= 1024 for v in key.values())
         )
     except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
         valid = False
