@@ -4,7 +4,7 @@ and dead letters."""
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
@@ -65,15 +65,43 @@ class Monitoring(Construct):
             description="jobsched alarm topic",
             removal_policy=RemovalPolicy.DESTROY,
         )
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        # SNS encrypts what CloudWatch publishes with this key, on CloudWatch's behalf. Left
+        # without a condition, as AWS documents it: the key serves this topic only, and the
+        # topic policy below decides whose alarms may publish.
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],  # type: ignore[list-item]
+                sid="CloudWatchAlarmsUseTheKey",
+                principals=[cloudwatch],  # type: ignore[list-item]
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, * is this key
             )
         )
         self.topic = sns.Topic(
             self, "Alarms", display_name="jobsched alarms", master_key=self.key, enforce_ssl=True
+        )
+        # enforce_ssl gives the topic a policy of its own, which replaces SNS's default one: with
+        # only the TLS deny in it no alarm could publish ("not authorized to perform SNS:Publish"
+        # in the alarm history, and no e-mail). Alarms of this account and region may.
+        stack = Stack.of(self)
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[cloudwatch],  # type: ignore[list-item]
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
         )
         if config.alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))

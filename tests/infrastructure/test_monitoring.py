@@ -80,13 +80,47 @@ def test_every_alarm_notifies_the_topic_and_missing_data_is_fine(synth):
         assert alarm["TreatMissingData"] == "notBreaching"
 
 
-def test_topic_is_encrypted_with_a_key_cloudwatch_may_use(synth):
-    props = synth.props(topic(synth))
-    key = props["KmsMasterKeyId"]["Fn::GetAtt"][0]
+def allows(statement: dict, principal: str, action: str) -> bool:
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    return (
+        statement["Effect"] == "Allow"
+        and statement.get("Principal") == {"Service": principal}
+        and any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions)
+    )
+
+
+def test_alarms_may_publish_to_the_topic_and_use_its_key(synth):
+    """The whole chain an alarm notification takes in AWS: alarm → topic policy → key policy.
+    A topic policy (enforce_ssl makes one) replaces SNS's default, so without an explicit
+    Allow CloudWatch is refused and no e-mail is ever sent."""
+    from tests.infrastructure.conftest import render
+
+    topics = {a["AlarmActions"][0]["Ref"] for a in alarms(synth)}
+    assert topics == {topic(synth)}
+    (policy,) = [
+        p["Properties"]
+        for p in synth.of_type("AWS::SNS::TopicPolicy").values()
+        if {"Ref": topic(synth)} in p["Properties"]["Topics"]
+    ]
+    (publish,) = [
+        s
+        for s in policy["PolicyDocument"]["Statement"]
+        if allows(s, "cloudwatch.amazonaws.com", "sns:Publish")
+    ]
+    assert publish["Resource"] == {"Ref": topic(synth)}
+    conditions = publish["Condition"]
+    assert conditions["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+    source = render(conditions["ArnLike"]["aws:SourceArn"])
+    assert source == "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:*"
+    # Still TLS only.
+    assert any(s["Effect"] == "Deny" for s in policy["PolicyDocument"]["Statement"])
+
+    key = synth.props(topic(synth))["KmsMasterKeyId"]["Fn::GetAtt"][0]
     key_props = synth.props(key)
     assert key_props["EnableKeyRotation"] is True
-    principals = [s["Principal"] for s in key_props["KeyPolicy"]["Statement"]]
-    assert {"Service": "cloudwatch.amazonaws.com"} in principals
+    statements = key_props["KeyPolicy"]["Statement"]
+    for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+        assert any(allows(s, "cloudwatch.amazonaws.com", action) for s in statements), action
     assert not synth.of_type("AWS::SNS::Subscription")  # no alarmEmail in cdk.json
 
 
