@@ -15,8 +15,8 @@ from constructs import Construct
 from jobsched.services.reconciler import KINDS as REPAIR_KINDS
 
 from .config import Config
-from .functions import Functions
-from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE, SWEEPER
+from .functions import SCHEDULED, Functions
+from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE, SWEEPER, WORKER
 from .queues import Queues
 
 FIVE_MINUTES = Duration.minutes(5)
@@ -147,6 +147,24 @@ class Monitoring(Construct):
                 threshold=1,
                 description=f"{spec.name}: invocations were throttled",
             )
+        # A tick Lambda gave up on (throttled past its 60 s event age, or failed: no retries).
+        for name in SCHEDULED:
+            self._alarm(
+                f"{name}-ticks-dropped",
+                functions.functions[name].metric("AsyncEventsDropped", statistic="Sum", period=FIVE_MINUTES),
+                threshold=1,
+                description=f"{name}: scheduled ticks were dropped; shards went unprocessed for a minute",
+            )
+        # The worker's RecursiveLoop is Allow; should Lambda still cut a worker -> queue ->
+        # worker chain, deferred runs are being lost until the reconciler repairs them.
+        self._alarm(
+            "worker-recursion-dropped",
+            functions.functions[WORKER].metric(
+                "RecursiveInvocationsDropped", statistic="Sum", period=FIVE_MINUTES
+            ),
+            threshold=1,
+            description="worker: Lambda stopped a worker -> queue -> worker chain as a recursive loop",
+        )
         # The capacity model's first limit at the default shard count: a sweep has its
         # function's timeout for every shard it handles; near it, runs are made late.
         sweeper = next(spec for spec in FUNCTIONS if spec.name == SWEEPER)

@@ -17,15 +17,15 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from .config import Config
-from .functions import Functions
+from .functions import TICK_MAX_EVENT_AGE, Functions
 from .names import RECONCILER, SWEEPER
 
 MAX_TARGETS_PER_RULE = 5  # EventBridge limit
 EVERY_MINUTE = events.Schedule.rate(Duration.minutes(1))
 MAX_RULE_NAME = 64  # EventBridge limit
-# A missed tick is harmless: the next one finds the same work (no watermark).
+# Delivery to Lambda (not the function's own failures: see functions.SCHEDULED). A missed
+# tick is harmless: the next one finds the same work (no watermark).
 TICK_RETRY_ATTEMPTS = 2
-TICK_MAX_EVENT_AGE = Duration.seconds(60)
 
 
 def shard_groups(shard_count: int, per_group: int) -> list[list[int]]:

@@ -101,6 +101,14 @@ def _start_cfn_lint_early(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
+def largest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The stack at the largest shard count the config allows (most rules, most reservations)."""
+    return synthesize(
+        tmp_path_factory.mktemp("largest"), {"shardCount": 256, "shardsPerSweep": 1}, checks=False
+    )
+
+
+@pytest.fixture(scope="session")
 def config(synth: Synth) -> Any:
     return synth.stack.config
 

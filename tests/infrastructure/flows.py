@@ -129,6 +129,19 @@ class Flows:
             client = aws_clients.client(service)  # the cached clients every function uses
             client.meta.events.register("before-parameter-build", recorder.before_parameter_build)
         aws_clients.client("lambda").meta.events.register("before-call.lambda.Invoke", _lambda_stub)
+        # The targets' clients (one per service and timeout) are made as runs need them.
+        aws_clients._effect_client.cache_clear()
+        make_effect_client = aws_clients.effect_client
+
+        def recorded_effect_client(service: str, timeout_seconds: float) -> Any:
+            client = make_effect_client(service, timeout_seconds)
+            events = client.meta.events
+            events.register("before-parameter-build", recorder.before_parameter_build, unique_id="flows")
+            events.register("before-call.lambda.Invoke", _lambda_stub, unique_id="flows-invoke")
+            return client
+
+        self._effect_patch = mock.patch.object(aws_clients, "effect_client", recorded_effect_client)
+        self._effect_patch.start()
 
         self._registered = ["iamflow.ok", "iamflow.slow", "iamflow.fail"]
         registry.add("iamflow.ok", lambda payload, invocation: {"done": invocation.run_key})
@@ -152,7 +165,9 @@ class Flows:
         for name in self._registered:
             registry._handlers.pop(name, None)
         wiring.override(None)
+        self._effect_patch.stop()
         aws_clients.client.cache_clear()
+        aws_clients._effect_client.cache_clear()
 
     def _slow(self, payload: Any, invocation: Any) -> str:
         """Works until the worker's heartbeat has extended the lease at least once."""

@@ -69,6 +69,8 @@ def test_cli_strings_are_coerced():
         ({"billingMode": "reserved"}, "billingMode"),
         ({"provisionedCapacity": '{"minWrite": 500, "maxWrite": 100}'}, "minWrite <= maxWrite"),
         ({"provisionedCapacity": '{"targetUtilization": 99}'}, "targetUtilization"),
+        ({"accountConcurrency": "500", "shardCount": "256"}, "accountConcurrency 500 cannot hold"),
+        ({"accountConcurrency": "-1"}, "accountConcurrency"),
     ],
 )
 def test_bad_values_are_refused_by_name(context, message):

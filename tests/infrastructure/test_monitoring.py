@@ -193,3 +193,16 @@ def test_sweeps_near_their_time_limit_are_alarmed(synth):
     assert synth.props(function)["Timeout"] == timeout
     assert alarm["Statistic"] == "Maximum"
     assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
+
+
+def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
+    dropped = simple_alarms(synth, "AsyncEventsDropped")
+    assert {synth.props(ref)["Handler"] for ref in dropped} == {
+        "jobsched.handlers.sweeper.handler",
+        "jobsched.handlers.reconciler.handler",
+    }
+    (recursion,) = simple_alarms(synth, "RecursiveInvocationsDropped").items()
+    assert synth.props(recursion[0])["Handler"] == "jobsched.handlers.worker.handler"
+    for alarm in [*dropped.values(), recursion[1]]:
+        assert alarm["Namespace"] == "AWS/Lambda"
+        assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"

@@ -7,11 +7,10 @@ import json
 from collections import Counter
 from fnmatch import fnmatchcase
 
-import pytest
 from jobsched.handlers.reconciler import shard_of
 from jobsched.handlers.sweeper import shards_of
 
-from tests.infrastructure.conftest import render, synthesize
+from tests.infrastructure.conftest import render
 
 # The longest partition and region names, for estimates of policy size.
 PARTITION = "aws-us-gov"
@@ -110,14 +109,6 @@ def policy_statement_bytes(props: dict) -> int:
         },
     }
     return len(json.dumps(statement, separators=(",", ":")))
-
-
-@pytest.fixture(scope="module")
-def largest(tmp_path_factory):
-    """The stack at the most rules the config allows: 256 shards, one per sweep."""
-    return synthesize(
-        tmp_path_factory.mktemp("largest"), {"shardCount": 256, "shardsPerSweep": 1}, checks=False
-    )
 
 
 def test_function_policies_stay_small_at_the_largest_shard_count(largest):
