@@ -38,12 +38,14 @@ def app_metric(
 
 
 def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
-    """The worker's timings, emitted per priority (and only per priority)."""
+    """The worker's timings, emitted per priority. Powertools adds the service dimension
+    whenever POWERTOOLS_SERVICE_NAME is set, as it is on every function: a metric read
+    without it would be another metric, and its widget would stay empty."""
     return [
         cw.Metric(
             namespace=SERVICE,
             metric_name=name,
-            dimensions_map={"priority": key},
+            dimensions_map={"priority": key, "service": SERVICE},
             statistic=statistic,
             period=ONE_MINUTE,
             label=f"{name} {key}",

@@ -113,12 +113,25 @@ def config(synth: Synth) -> Any:
     return synth.stack.config
 
 
+def function_environment(synth: Synth) -> dict[str, str]:
+    """The plain-valued variables the template sets on the functions (the same on each)."""
+    found = []
+    for function in synth.of_type("AWS::Lambda::Function").values():
+        variables = function["Properties"]["Environment"]["Variables"]
+        found.append({k: v for k, v in variables.items() if isinstance(v, str)})
+    assert all(env == found[0] for env in found), "functions differ in their environment"
+    return found[0]
+
+
 @pytest.fixture(scope="session")
-def recorded() -> Any:
-    """The AWS calls and metrics of every handler, driven through their flows on moto."""
+def recorded(synth: Synth) -> Any:
+    """The AWS calls and metrics of every handler, driven through their flows on moto, with
+    the environment the template gives the functions (not the test process's)."""
     from tests.infrastructure.flows import record_all_flows
 
-    return record_all_flows()
+    env = function_environment(synth)
+    assert env["POWERTOOLS_SERVICE_NAME"]
+    return record_all_flows(env)
 
 
 def render(value: Any) -> str:

@@ -437,7 +437,10 @@ class Flows:
         self.run_reconciler()
 
 
-def record_all_flows() -> Recorder:
+def record_all_flows(function_env: dict[str, str] | None = None) -> Recorder:
+    """`function_env`: the variables the template sets on the functions that are plain values
+    (Powertools' among them, which decide the metrics' dimensions); resource names are not
+    taken, the flows make their own tables and queues."""
     from jobsched import settings
     from jobsched.handlers import worker
     from moto import mock_aws
@@ -446,6 +449,7 @@ def record_all_flows() -> Recorder:
     printed = io.StringIO()
     # As in Lambda: real AWS endpoints (here moto), metrics on, whatever ran before in this process.
     lambda_like = {k: v for k, v in os.environ.items() if k != "JOBSCHED_AWS_ENDPOINT_URL"}
+    lambda_like.update(function_env or {})
     lambda_like["POWERTOOLS_METRICS_DISABLED"] = "false"
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.dict(os.environ, lambda_like, clear=True))
