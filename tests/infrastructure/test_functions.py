@@ -29,6 +29,8 @@ from infra.names import (
 
 # Read only in local mode, where the functions talk to a moto server.
 LOCAL_ONLY = {"JOBSCHED_AWS_ENDPOINT_URL"}
+# Set by the Lambda runtime itself.
+RUNTIME_PROVIDED = {"AWS_LAMBDA_FUNCTION_NAME"}
 
 
 def functions_by_handler(synth) -> dict[str, str]:
@@ -144,7 +146,7 @@ def variables_the_code_reads(asset: Path) -> set[str]:
                 and isinstance(node.slice, ast.Constant)
             ):
                 names.add(str(node.slice.value))
-    return names - LOCAL_ONLY
+    return names - LOCAL_ONLY - RUNTIME_PROVIDED
 
 
 def test_every_variable_the_code_reads_is_set_on_every_function(synth):
@@ -235,3 +237,43 @@ def test_no_reservations_when_the_account_cannot_spare_them(tmp_path):
     other = synthesize(tmp_path, {"accountConcurrency": 0}, checks=False)
     for function in other.of_type("AWS::Lambda::Function").values():
         assert "ReservedConcurrentExecutions" not in function["Properties"]
+
+
+def import_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`import jobsched.settings` in a fresh interpreter with exactly `env` (plus PATH)."""
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    return subprocess.run(
+        [sys.executable, "-c", "import jobsched.settings as s; print(s.settings().runs_table)"],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(functions), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_in_lambda_a_missing_variable_fails_the_import_and_is_named(synth):
+    from jobsched.settings import REQUIRED_IN_LAMBDA
+
+    function = next(iter(synth.of_type("AWS::Lambda::Function").values()))
+    template_env = {
+        k: v if isinstance(v, str) else f"from-template-{k.lower()}"
+        for k, v in function["Properties"]["Environment"]["Variables"].items()
+    }
+    assert set(REQUIRED_IN_LAMBDA) <= set(template_env)  # the stack sets every one of them
+    lambda_env = {"AWS_LAMBDA_FUNCTION_NAME": "jobsched-worker"}
+
+    ok = import_settings({**template_env, **lambda_env})
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.strip() == "from-template-runs_table"
+
+    missing = {k: v for k, v in template_env.items() if k != "RUNS_TABLE"}
+    failed = import_settings({**missing, **lambda_env})
+    assert failed.returncode != 0
+    assert "MissingSettings" in failed.stderr and "RUNS_TABLE" in failed.stderr
+    assert "SHARD_COUNT" not in failed.stderr.splitlines()[-1]  # only what is missing
+
+
+def test_outside_lambda_missing_variables_fall_back_to_local_names():
+    result = import_settings({})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "jobsched-runs"
