@@ -86,6 +86,10 @@ class Config:
     # have far less). The sweeper and the reconciler reserve what one tick needs out of it;
     # 0 reserves nothing (for an account whose quota cannot spare it).
     account_concurrency: int = 1000
+    # API Gateway writes execution and access logs through ONE role per account and region
+    # (AWS::ApiGateway::Account). Creating it here would silently replace whatever role the
+    # account already uses for every other API; off unless asked for.
+    api_gateway_account_role: bool = False
     # on-demand: pay per request, absorbs a top-of-hour burst at once. provisioned: capacity
     # auto-scaled to a target utilisation, ~2.5x cheaper per write at a steady load, but a
     # burst beyond it is throttled (and retried) until scaling catches up, minutes later.
@@ -208,6 +212,7 @@ _FIELDS: dict[str, str] = {
     "logRetentionDays": "int",
     "retainData": "bool",
     "accountConcurrency": "int",
+    "apiGatewayAccountRole": "bool",
     "billingMode": "str",
     "provisionedCapacity": "map",
 }

@@ -109,6 +109,14 @@ def largest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 
 @pytest.fixture(scope="session")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The stack with the opt-ins and non-default settings the tests compare against (cdk-nag on)."""
+    return synthesize(
+        tmp_path_factory.mktemp("variant"), {"logRetentionDays": 7, "apiGatewayAccountRole": True}
+    )
+
+
+@pytest.fixture(scope="session")
 def config(synth: Synth) -> Any:
     return synth.stack.config
 

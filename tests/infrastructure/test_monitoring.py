@@ -64,7 +64,7 @@ def test_every_function_has_error_and_throttle_alarms(synth, metric):
 
 
 def test_reconciler_repairs_of_every_kind_are_alarmed(synth, config):
-    (alarm,) = [a for a in alarms(synth) if "Metrics" in a]
+    (alarm,) = [a for a in alarms(synth) if a["AlarmName"].endswith("-reconciler-repairs")]
     metrics = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
     assert {m["MetricName"] for m in metrics} == {"RepairsMade"}
     assert all(m["Namespace"] == "jobsched" for m in metrics)
@@ -183,16 +183,59 @@ def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded
             assert dimensions == ("service",), (name, dimensions)
 
 
-def test_sweeps_near_their_time_limit_are_alarmed(synth):
-    from infra.names import SWEEPER
+def test_sweeps_and_reconcile_passes_near_their_time_limit_are_alarmed(synth):
+    durations = simple_alarms(synth, "Duration")
+    handlers = {synth.props(ref)["Handler"]: alarm for ref, alarm in durations.items()}
+    assert set(handlers) == {"jobsched.handlers.sweeper.handler", "jobsched.handlers.reconciler.handler"}
+    for function, alarm in durations.items():
+        timeout = synth.props(function)["Timeout"]  # read from the template, not the spec
+        assert alarm["Statistic"] == "Maximum"
+        assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
 
-    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "Duration"]
-    function = alarm["Dimensions"][0]["Value"]["Ref"]
-    assert synth.props(function)["Handler"] == "jobsched.handlers.sweeper.handler"
-    timeout = next(spec.timeout_seconds for spec in FUNCTIONS if spec.name == SWEEPER)
-    assert synth.props(function)["Timeout"] == timeout
-    assert alarm["Statistic"] == "Maximum"
-    assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
+
+def test_api_server_errors_and_latency_are_alarmed(synth):
+    from infra.names import API_STAGE
+
+    api_alarms = {a["MetricName"]: a for a in alarms(synth) if a.get("Namespace") == "AWS/ApiGateway"}
+    assert set(api_alarms) == {"5XXError", "Latency"}
+    for alarm in api_alarms.values():
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+        (stage,) = synth.of_type("AWS::ApiGateway::Stage")
+        assert dimensions["Stage"] == {"Ref": stage}
+        assert synth.props(stage)["StageName"] == API_STAGE
+        assert set(dimensions) == {"ApiName", "Stage"}  # stage-wide: every route counts
+    assert api_alarms["5XXError"]["Statistic"] == "Sum"
+    assert api_alarms["Latency"]["ExtendedStatistic"] == "p99"
+    # Under the 29 s integration limit, above a cold start.
+    assert 2000 <= api_alarms["Latency"]["Threshold"] < 29_000
+
+
+def test_every_table_and_index_is_watched_for_throttling(synth):
+    from jobsched.store.schema import ALL_TABLES
+
+    from infra.names import table_logical_id
+
+    watched: dict[str, set[tuple[str, str | None]]] = {}
+    for alarm in alarms(synth):
+        stats = [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        for metric in stats:
+            if metric["Namespace"] != "AWS/DynamoDB":
+                continue
+            dimensions = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            assert metric["MetricName"] in ("ReadThrottleEvents", "WriteThrottleEvents")
+            table = dimensions["TableName"]["Ref"]
+            watched.setdefault(table, set()).add(
+                (metric["MetricName"], dimensions.get("GlobalSecondaryIndexName"))
+            )
+    expected = {
+        table_logical_id(spec): {
+            (f"{kind}ThrottleEvents", index)
+            for kind in ("Read", "Write")
+            for index in (None, *(i.name for i in spec.indexes))
+        }
+        for spec in ALL_TABLES
+    }
+    assert watched == expected
 
 
 def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
