@@ -49,10 +49,12 @@ class Api(Construct):
             "RestApi",
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            # API Gateway needs an account-level role to write execution and access logs. It is
-            # kept on destroy: the account setting would otherwise point at a deleted role.
-            cloud_watch_role=True,
-            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN,
+            # API Gateway needs an account-level role (one per account and region) to write
+            # the stage's execution and access logs. Only with apiGatewayAccountRole: the
+            # AWS::ApiGateway::Account resource replaces the account's current role for every
+            # API. Kept on destroy: the account setting would otherwise point at a deleted role.
+            cloud_watch_role=config.api_gateway_account_role,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if config.api_gateway_account_role else None,
             deploy_options=apigw.StageOptions(
                 stage_name=API_STAGE,
                 throttling_rate_limit=config.api_rate_limit,

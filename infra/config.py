@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from constructs import Node
 
-from .names import QUEUE_KEYS
+from .names import QUEUE_KEYS, RECONCILER, SWEEPER
+
+# Lambda keeps this much of the account's concurrency unreserved; a deploy that would leave
+# less fails.
+UNRESERVED_MINIMUM = 100
 
 # Where customer targets may live unless `targetArns` says otherwise: resources of this
 # account and region whose names start with `jobsched-target-`, and the default event bus.
@@ -77,6 +82,14 @@ class Config:
     iterator_age_alarm_seconds: int = 120
     log_retention_days: int = 30
     retain_data: bool = True
+    # The account's Lambda concurrency quota in the region (1000 by default; new accounts may
+    # have far less). The sweeper and the reconciler reserve what one tick needs out of it;
+    # 0 reserves nothing (for an account whose quota cannot spare it).
+    account_concurrency: int = 1000
+    # API Gateway writes execution and access logs through ONE role per account and region
+    # (AWS::ApiGateway::Account). Creating it here would silently replace whatever role the
+    # account already uses for every other API; off unless asked for.
+    api_gateway_account_role: bool = False
     # on-demand: pay per request, absorbs a top-of-hour burst at once. provisioned: capacity
     # auto-scaled to a target utilisation, ~2.5x cheaper per write at a steady load, but a
     # burst beyond it is throttled (and retried) until scaling catches up, minutes later.
@@ -117,6 +130,17 @@ class Config:
             _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
         _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
         _check(self.billing_mode in BILLING_MODES, f"billingMode must be one of {', '.join(BILLING_MODES)}")
+        _check(self.account_concurrency >= 0, "accountConcurrency must be >= 0 (0 = reserve nothing)")
+        if self.account_concurrency:
+            reserved = sum(self.reserved_concurrency().values())
+            ceilings = sum(self.worker_concurrency[q] for q in QUEUE_KEYS)
+            _check(
+                reserved + ceilings + UNRESERVED_MINIMUM <= self.account_concurrency,
+                f"accountConcurrency {self.account_concurrency} cannot hold the sweeper's and "
+                f"reconciler's reservations ({reserved}), the worker ceilings ({ceilings}) and "
+                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved: raise the quota (and this "
+                "value), lower shardCount or workerConcurrency, or set accountConcurrency to 0",
+            )
         capacity = self.provisioned_capacity
         for kind in ("Read", "Write"):
             low, high = capacity.get(f"min{kind}", 0), capacity.get(f"max{kind}", 0)
@@ -128,6 +152,21 @@ class Config:
             20 <= capacity.get("targetUtilization", 0) <= 90,
             "provisionedCapacity.targetUtilization must be 20..90 (percent)",
         )
+
+    def ticks_per_minute(self) -> dict[str, int]:
+        """Invocations each scheduled function gets at once, every minute."""
+        return {
+            SWEEPER: math.ceil(self.shard_count / self.shards_per_sweep),
+            RECONCILER: self.shard_count,
+        }
+
+    def reserved_concurrency(self) -> dict[str, int]:
+        """Reserved concurrency of the scheduled functions: one tick's invocations and a quarter
+        more (at least 2), so a burst of workers or API calls cannot throttle a sweep, and a
+        sweep running late does not throttle the next tick."""
+        if not self.account_concurrency:
+            return {}
+        return {name: n + max(2, math.ceil(n / 4)) for name, n in self.ticks_per_minute().items()}
 
     def targets_for(self, service: str) -> list[str]:
         return [arn for arn in self.target_arns if target_service(arn) == service]
@@ -172,6 +211,8 @@ _FIELDS: dict[str, str] = {
     "iteratorAgeAlarmSeconds": "int",
     "logRetentionDays": "int",
     "retainData": "bool",
+    "accountConcurrency": "int",
+    "apiGatewayAccountRole": "bool",
     "billingMode": "str",
     "provisionedCapacity": "map",
 }

@@ -10,18 +10,19 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from .api import Api
+from .functions import log_retention
 from .names import API_STAGE
 
 
-def _logging(scope: Construct, name: str) -> sfn.LogOptions:
+def _logging(scope: Construct, name: str, retention_days: int) -> sfn.LogOptions:
     group = logs.LogGroup(
-        scope, name, retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        scope, name, retention=log_retention(retention_days), removal_policy=RemovalPolicy.DESTROY
     )
     return sfn.LogOptions(destination=group, level=sfn.LogLevel.ALL, include_execution_data=False)
 
 
 class Examples(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, api: Api) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, api: Api, log_retention_days: int) -> None:
         super().__init__(scope, construct_id)
 
         # Started by a run: the input is the run envelope (runKey, jobId, scheduledFor, payload...).
@@ -43,7 +44,7 @@ class Examples(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             timeout=Duration.minutes(5),
             tracing_enabled=True,
-            logs=_logging(self, "RunTargetLogs"),
+            logs=_logging(self, "RunTargetLogs", log_retention_days),
         )
 
         # Creates a one-time job whose run starts the machine above. Step Functions signs the
@@ -82,5 +83,5 @@ class Examples(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             timeout=Duration.minutes(5),
             tracing_enabled=True,
-            logs=_logging(self, "CreateScheduleLogs"),
+            logs=_logging(self, "CreateScheduleLogs", log_retention_days),
         )

@@ -15,12 +15,30 @@ from jobsched.store.schema import ALL_TABLES, QUEUES
 from . import permissions
 from .config import Config
 from .layer_asset import layer_code
-from .names import CODE_EXCLUDES, FUNCTIONS, FUNCTIONS_DIR, PYTHON_VERSION, SERVICE, FunctionSpec, function_id
+from .names import (
+    CODE_EXCLUDES,
+    FUNCTIONS,
+    FUNCTIONS_DIR,
+    PYTHON_VERSION,
+    RECONCILER,
+    SERVICE,
+    SWEEPER,
+    WORKER,
+    FunctionSpec,
+    function_id,
+)
 from .queues import Queues
 from .storage import Storage
 
 RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + PYTHON_VERSION.replace(".", "_"))
 ARCHITECTURE = lambda_.Architecture.ARM_64
+
+# Invoked asynchronously by the every-minute rules. A failed or throttled tick is not worth
+# retrying: the next tick, a minute later, finds the same work (sweeps keep no watermark).
+# Lambda's defaults would retry a failure twice and keep a throttled event for 6 hours.
+SCHEDULED = (SWEEPER, RECONCILER)
+TICK_ASYNC_RETRIES = 0
+TICK_MAX_EVENT_AGE = Duration.seconds(60)
 
 
 _RETENTION = {
@@ -132,7 +150,17 @@ class Functions(Construct):
             log_group=log_group,  # type: ignore[arg-type]
             tracing=lambda_.Tracing.ACTIVE,
             description=spec.description,
+            reserved_concurrent_executions=self._config.reserved_concurrency().get(spec.name),
+            # The worker defers a run by sending it to the queue it is triggered by; Lambda
+            # would see worker -> SQS -> worker as a recursive loop and stop it after about
+            # 16 hops (a run waiting out a tenant limit or an early delivery hops that often).
+            # The chain is bounded: each hop is a run's deliberate delay.
+            recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.name == WORKER else None,
         )
+        if spec.name in SCHEDULED:
+            function.configure_async_invoke(
+                retry_attempts=TICK_ASYNC_RETRIES, max_event_age=TICK_MAX_EVENT_AGE
+            )
         self.functions[spec.name] = function
         self.roles[spec.name] = role
         self.log_groups[spec.name] = log_group

@@ -2,11 +2,21 @@
 
 pip downloads manylinux wheels for the runtime's Python and architecture, so the build
 runs on any host. `python -m infra.layer` builds into layers/build/ for inspection; the
-stack builds it through CDK's local bundling (infra.layer_asset)."""
+stack builds it through CDK's local bundling (infra.layer_asset).
+
+Bytecode: a layer is mounted read-only at /opt, so Python cannot write the .pyc files it
+would otherwise cache, and without shipped bytecode every cold start compiles everything it
+imports (pydantic, Powertools, botocore) again. Bytecode is specific to the interpreter's
+minor version (3.11's .pyc are ignored by 3.13), so the layer is compiled by an interpreter
+of the runtime's version, found on this machine (see `runtime_python`); with none, the layer
+is built without bytecode and the build says so. The .pyc use unchecked hashes: the layer
+never changes, so Python never needs to stat the sources to validate them."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +27,53 @@ from .names import LAYER_BUILD_DIR, LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VER
 
 class LayerBuildError(RuntimeError):
     pass
+
+
+PYTHON_ENV = "JOBSCHED_LAYER_PYTHON"  # an interpreter of the runtime's version, if not found
+
+
+def _version_of(python: str) -> str | None:
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def runtime_python(python_version: str = PYTHON_VERSION) -> str | None:
+    """An interpreter of `python_version` to compile the layer with: $JOBSCHED_LAYER_PYTHON,
+    this one, `python3.13` on PATH, or a pyenv installation; None if there is none."""
+    candidates = [
+        os.environ.get(PYTHON_ENV),
+        sys.executable,
+        shutil.which(f"python{python_version}"),
+        *sorted(
+            glob.glob(os.path.expanduser(f"~/.pyenv/versions/{python_version}.*/bin/python{python_version}"))
+        ),
+    ]
+    for candidate in candidates:
+        if candidate and _version_of(candidate) == python_version:
+            return candidate
+    if os.environ.get(PYTHON_ENV):
+        raise LayerBuildError(f"{PYTHON_ENV}={os.environ[PYTHON_ENV]} is not Python {python_version}")
+    return None
+
+
+def compile_bytecode(target: Path, python: str) -> None:
+    result = subprocess.run(
+        [python, "-m", "compileall", "-q", "-j", "2", "--invalidation-mode", "unchecked-hash", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise LayerBuildError(f"compileall failed:\n{(result.stdout + result.stderr)[-4000:]}")
 
 
 def _pip(*args: str) -> None:
@@ -72,6 +129,15 @@ def build_layer(
     )
     for junk in [target / "bin", *target.rglob("__pycache__")]:
         shutil.rmtree(junk, ignore_errors=True)
+    python = runtime_python(python_version)
+    if python is None:
+        print(
+            f"layer: no Python {python_version} interpreter here (set {PYTHON_ENV}); "
+            "built without bytecode, so cold starts compile the dependencies",
+            file=sys.stderr,
+        )
+    else:
+        compile_bytecode(target, python)
     return target
 
 
@@ -79,7 +145,11 @@ def main() -> None:
     shutil.rmtree(LAYER_BUILD_DIR / "python", ignore_errors=True)
     target = build_layer(LAYER_BUILD_DIR)
     size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
-    print(f"layer for Python {PYTHON_VERSION} on {PIP_PLATFORM}: {target} ({size / 1e6:.1f} MB)")
+    compiled = "with" if any(target.rglob("*.pyc")) else "without"
+    print(
+        f"layer for Python {PYTHON_VERSION} on {PIP_PLATFORM}, {compiled} bytecode: "
+        f"{target} ({size / 1e6:.1f} MB)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,26 +1,40 @@
 """Alarms (every DLQ's depth, oldest message per queue, stream iterator age, handler errors and
-throttles, reconciler repairs) to one SNS topic, and a dashboard of lag, throughput, retries
-and dead letters."""
+throttles, dropped ticks and recursion, sweep and reconcile duration, reconciler repairs, API
+5xx and latency, DynamoDB throttling) to one SNS topic, and a dashboard of lag, throughput,
+retries and dead letters."""
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 from jobsched.services.reconciler import KINDS as REPAIR_KINDS
+from jobsched.store.schema import ALL_TABLES, TableSpec
 
+from .api import Api
 from .config import Config
-from .functions import Functions
-from .names import FUNCTIONS, OUTBOX, QUEUE_KEYS, SERVICE, SWEEPER
+from .functions import SCHEDULED, Functions
+from .names import FUNCTIONS, FUNCTIONS_BY_NAME, OUTBOX, QUEUE_KEYS, RECONCILER, SERVICE, SWEEPER, WORKER
 from .queues import Queues
+from .storage import Storage
 
 FIVE_MINUTES = Duration.minutes(5)
-SWEEP_BUDGET_SHARE = 0.8  # of the sweeper timeout
+SWEEP_BUDGET_SHARE = 0.8  # of the sweeper's (and the reconciler's) timeout
+# One 5xx is already an `api-errors` alarm when the function failed; this one also counts
+# the gateway's own (integration timeouts), and a handful in 5 minutes is worth a look.
+API_5XX_THRESHOLD = 5
+# p99 over 5 minutes, 3 periods in a row: requests are a few DynamoDB calls (tens of ms),
+# a cold start ~1-2 s; 5 s for 15 minutes is not a cold start.
+API_LATENCY_P99_MS = 5000
+# Throttled requests are retried by the SDK (standard mode, 5 attempts); a few in 5 minutes
+# at a burst are absorbed, 10 or more mean callers are slowed or failing.
+TABLE_THROTTLE_THRESHOLD = 10
 ONE_MINUTE = Duration.minutes(1)
 
 
@@ -38,12 +52,14 @@ def app_metric(
 
 
 def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
-    """The worker's timings, emitted per priority (and only per priority)."""
+    """The worker's timings, emitted per priority. Powertools adds the service dimension
+    whenever POWERTOOLS_SERVICE_NAME is set, as it is on every function: a metric read
+    without it would be another metric, and its widget would stay empty."""
     return [
         cw.Metric(
             namespace=SERVICE,
             metric_name=name,
-            dimensions_map={"priority": key},
+            dimensions_map={"priority": key, "service": SERVICE},
             statistic=statistic,
             period=ONE_MINUTE,
             label=f"{name} {key}",
@@ -54,7 +70,15 @@ def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
 
 class Monitoring(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: Config, queues: Queues, functions: Functions
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        queues: Queues,
+        functions: Functions,
+        storage: Storage,
+        api: Api,
     ) -> None:
         super().__init__(scope, construct_id)
         # A customer-managed key: CloudWatch cannot publish to a topic under the AWS-managed SNS key.
@@ -65,15 +89,43 @@ class Monitoring(Construct):
             description="jobsched alarm topic",
             removal_policy=RemovalPolicy.DESTROY,
         )
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        # SNS encrypts what CloudWatch publishes with this key, on CloudWatch's behalf. Left
+        # without a condition, as AWS documents it: the key serves this topic only, and the
+        # topic policy below decides whose alarms may publish.
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],  # type: ignore[list-item]
+                sid="CloudWatchAlarmsUseTheKey",
+                principals=[cloudwatch],  # type: ignore[list-item]
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, * is this key
             )
         )
         self.topic = sns.Topic(
             self, "Alarms", display_name="jobsched alarms", master_key=self.key, enforce_ssl=True
+        )
+        # enforce_ssl gives the topic a policy of its own, which replaces SNS's default one: with
+        # only the TLS deny in it no alarm could publish ("not authorized to perform SNS:Publish"
+        # in the alarm history, and no e-mail). Alarms of this account and region may.
+        stack = Stack.of(self)
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[cloudwatch],  # type: ignore[list-item]
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
         )
         if config.alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
@@ -119,15 +171,62 @@ class Monitoring(Construct):
                 threshold=1,
                 description=f"{spec.name}: invocations were throttled",
             )
+        # A tick Lambda gave up on (throttled past its 60 s event age, or failed: no retries).
+        for name in SCHEDULED:
+            self._alarm(
+                f"{name}-ticks-dropped",
+                functions.functions[name].metric("AsyncEventsDropped", statistic="Sum", period=FIVE_MINUTES),
+                threshold=1,
+                description=f"{name}: scheduled ticks were dropped; shards went unprocessed for a minute",
+            )
+        # The worker's RecursiveLoop is Allow; should Lambda still cut a worker -> queue ->
+        # worker chain, deferred runs are being lost until the reconciler repairs them.
+        self._alarm(
+            "worker-recursion-dropped",
+            functions.functions[WORKER].metric(
+                "RecursiveInvocationsDropped", statistic="Sum", period=FIVE_MINUTES
+            ),
+            threshold=1,
+            description="worker: Lambda stopped a worker -> queue -> worker chain as a recursive loop",
+        )
         # The capacity model's first limit at the default shard count: a sweep has its
         # function's timeout for every shard it handles; near it, runs are made late.
-        sweeper = next(spec for spec in FUNCTIONS if spec.name == SWEEPER)
+        sweeper = FUNCTIONS_BY_NAME[SWEEPER]
         self._alarm(
             "sweeper-duration",
             functions.functions[SWEEPER].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
             threshold=SWEEP_BUDGET_SHARE * sweeper.timeout_seconds * 1000,
             description="sweeps come close to their time limit: raise shardCount or lower shardsPerSweep",
         )
+        # A reconcile pass cut off by its timeout leaves the rest of its shard unrepaired.
+        reconciler = FUNCTIONS_BY_NAME[RECONCILER]
+        self._alarm(
+            "reconciler-duration",
+            functions.functions[RECONCILER].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
+            threshold=SWEEP_BUDGET_SHARE * reconciler.timeout_seconds * 1000,
+            description="reconcile passes come close to their time limit: raise shardCount",
+        )
+        stage = api.rest_api.deployment_stage
+        self._alarm(
+            "api-5xx",
+            stage.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
+            threshold=API_5XX_THRESHOLD,
+            description="the API answers with server errors (function failures, timeouts)",
+        )
+        self._alarm(
+            "api-latency",
+            stage.metric_latency(period=FIVE_MINUTES, statistic="p99"),
+            threshold=API_LATENCY_P99_MS,
+            periods=3,
+            description="the API is slow (p99): function duration, DynamoDB throttling",
+        )
+        for spec in ALL_TABLES:
+            self._alarm(
+                f"{spec.default_name.removeprefix('jobsched-')}-table-throttles",
+                self.throttle_metric(storage.table(spec), spec),
+                threshold=TABLE_THROTTLE_THRESHOLD,
+                description=f"{spec.logical_id} table: requests are throttled (capacity, hot partition)",
+            )
         repairs = self.repairs_metric()
         self._alarm(
             "reconciler-repairs",
@@ -136,6 +235,30 @@ class Monitoring(Construct):
             description="the reconciler keeps repairing runs: publishes or leases are being lost",
         )
         self.dashboard = self._dashboard(queues, functions, repairs)
+
+    @staticmethod
+    def throttle_metric(table: dynamodb.Table, spec: TableSpec) -> cw.MathExpression:
+        """Read and write throttle events of the table and of each of its indexes (an index is
+        throttled on its own capacity and reports under its own dimension)."""
+        parts: dict[str, cw.IMetric] = {}
+        for kind in ("Read", "Write"):
+            parts[f"t{kind.lower()}"] = table.metric(
+                f"{kind}ThrottleEvents", period=FIVE_MINUTES, statistic="Sum"
+            )
+            for i, index in enumerate(spec.indexes):
+                parts[f"i{i}{kind.lower()}"] = cw.Metric(
+                    namespace="AWS/DynamoDB",
+                    metric_name=f"{kind}ThrottleEvents",
+                    dimensions_map={"TableName": table.table_name, "GlobalSecondaryIndexName": index.name},
+                    period=FIVE_MINUTES,
+                    statistic="Sum",
+                )
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({k}, 0)" for k in parts),
+            using_metrics=parts,
+            label=f"{spec.logical_id} throttle events",
+            period=FIVE_MINUTES,
+        )
 
     @staticmethod
     def repairs_metric() -> cw.MathExpression:

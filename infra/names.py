@@ -66,7 +66,7 @@ FUNCTIONS = (
     ),
     FunctionSpec(OUTBOX, "jobsched.handlers.outbox.handler", 512, 60, "jobsched outbox: Runs stream to SQS"),
     FunctionSpec(RECONCILER, "jobsched.handlers.reconciler.handler", 512, 50, "jobsched reconciler"),
-    # Must stay below the queues' visibility timeout (QueueSpec.visibility_timeout).
+    # The queues' visibility timeout is six times this (infra.queues.WORKER_QUEUE_VISIBILITY).
     FunctionSpec(WORKER, "jobsched.handlers.worker.handler", 1024, 300, "jobsched worker: executes runs"),
 )
 FUNCTIONS_BY_NAME = {f.name: f for f in FUNCTIONS}

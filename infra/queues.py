@@ -8,9 +8,22 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jobsched.store.schema import QUEUES, QueueSpec
 
-from .names import OUTBOX_FAILURE_QUEUE_ID, dlq_logical_id, queue_logical_id
+from .names import FUNCTIONS_BY_NAME, OUTBOX_FAILURE_QUEUE_ID, WORKER, dlq_logical_id, queue_logical_id
 
 RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
+# AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
+# times the function's timeout, so a batch the poller received but could not hand over (the
+# function throttled) is retried by Lambda before SQS makes it visible again. 6 x 300 s =
+# 1800 s. While a run executes the worker's heartbeat sets the message's visibility to
+# twice the lease (120 s) and renews it, so a crashed worker's run is still picked up
+# within minutes; a record the worker reports as failed waits out the full 1800 s.
+VISIBILITY_PER_FUNCTION_TIMEOUT = 6
+WORKER_QUEUE_VISIBILITY = VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[WORKER].timeout_seconds
+
+
+def visibility_timeout(spec: QueueSpec) -> int:
+    """The schema's value (what local mode uses), raised to AWS's rule for Lambda event sources."""
+    return max(spec.visibility_timeout, WORKER_QUEUE_VISIBILITY)
 
 
 def _queue(scope: Construct, construct_id: str, logical_id: str, **props: object) -> sqs.Queue:
@@ -41,7 +54,10 @@ class Queues(Construct):
                 spec.key,
                 queue_logical_id(spec.key),
                 retention_period=RETENTION,
-                visibility_timeout=Duration.seconds(spec.visibility_timeout),
+                visibility_timeout=Duration.seconds(visibility_timeout(spec)),
+                # 5 receives (AWS's minimum for a Lambda event source): a message the worker
+                # keeps failing on reaches the DLQ after about 5 x 1800 s; runs the worker
+                # defers are sent as new messages, so deferrals never count here.
                 dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=spec.max_receive_count),
             )
         self.outbox_failures = _queue(

@@ -76,9 +76,15 @@ class JobschedStack(Stack):
         self.schedules = Schedules(self, "Schedules", config=config, functions=self.functions)
         self.api = Api(self, "Api", config=config, handler=self.functions.functions[API])
         self.monitoring = Monitoring(
-            self, "Monitoring", config=config, queues=self.queues, functions=self.functions
+            self,
+            "Monitoring",
+            config=config,
+            queues=self.queues,
+            functions=self.functions,
+            storage=self.storage,
+            api=self.api,
         )
-        self.examples = Examples(self, "Examples", api=self.api)
+        self.examples = Examples(self, "Examples", api=self.api, log_retention_days=config.log_retention_days)
         # The example target machine is always startable, whatever targetArns allows.
         self.functions.grant_all({"states": [self.examples.run_target.state_machine_arn]})
         self._outputs()

@@ -1,19 +1,108 @@
-"""boto3 clients, built once per process with the retry mode the scheduler relies on."""
+"""boto3 clients, built once per process with the retry mode the scheduler relies on.
+
+Two kinds:
+
+- `client(service)`: the scheduler's own calls (DynamoDB, SQS). Standard retries, timeouts
+  included: every one of these calls is conditional or idempotent, so a repeat is harmless.
+- `effect_client(service, timeout_seconds)`: a run's call to its target (Lambda Invoke, SQS
+  SendMessage, PutEvents, StartExecution). A retried read timeout would run a slow target
+  again (a 12 s function behind a 10 s read timeout ran six times per attempt), so
+  the read timeout covers the run's budget and only failures that prove the request was
+  not carried out are retried here: a refused connection, a connect timeout, throttling.
+  Anything ambiguous goes back to the run's retry policy as an AmbiguousError.
+"""
 
 from __future__ import annotations
 
-from functools import cache
+import math
+import random
+from functools import cache, lru_cache
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 
 from .settings import settings
 
 # Standard mode retries throttling with backoff; what still fails surfaces as a domain error.
 _CONFIG = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=3, read_timeout=10)
 
+EFFECT_CONNECT_TIMEOUT = 3
+EFFECT_MAX_ATTEMPTS = 3  # of a request that provably did not run (see _retry_if_not_run)
+EFFECT_BACKOFF_BASE = 0.1  # seconds; full jitter, doubling per attempt
+MAX_EFFECT_TIMEOUT = 900  # Lambda's longest synchronous invocation
+EFFECT_CLIENT_CACHE = 64  # clients kept per process (all services, all timeout buckets)
+
+# Error codes that mean "refused before it was run" (the request is safe to send again).
+_NOT_RUN_CODES = frozenset(
+    {
+        "TooManyRequestsException",  # Lambda: concurrency or rate throttle, never invoked
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "RequestLimitExceeded",
+        "EC2ThrottledException",
+    }
+)
+
 
 @cache
 def client(service: str) -> Any:
     return boto3.client(service, config=_CONFIG, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
+
+
+def timeout_bucket(seconds: float) -> int:
+    """The read timeout for an effect with `seconds` of budget: rounded up (the target gets at
+    least its budget; the worker's own wait ends the attempt on time) to whole seconds up to
+    10 s and to 5 s steps beyond, so a handful of clients serves every job's timeout."""
+    seconds = max(1.0, min(float(seconds), MAX_EFFECT_TIMEOUT))
+    if seconds <= 10:
+        return math.ceil(seconds)
+    return min(MAX_EFFECT_TIMEOUT, 5 * math.ceil(seconds / 5))
+
+
+def effect_client(service: str, timeout_seconds: float) -> Any:
+    """A client for a run's target call whose read timeout covers `timeout_seconds`."""
+    return _effect_client(service, timeout_bucket(timeout_seconds), settings().endpoint_url)
+
+
+@lru_cache(maxsize=EFFECT_CLIENT_CACHE)
+def _effect_client(service: str, read_timeout: int, endpoint_url: str | None) -> Any:
+    config = Config(
+        # botocore's own retries off (standard mode retries read timeouts); ours below.
+        retries={"mode": "standard", "total_max_attempts": 1},
+        connect_timeout=EFFECT_CONNECT_TIMEOUT,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,  # a long synchronous invoke keeps its connection alive
+    )
+    made = boto3.client(service, config=config, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+    made.meta.events.register(
+        f"needs-retry.{made.meta.service_model.service_id.hyphenize()}", _retry_if_not_run
+    )
+    return made
+
+
+def _retry_if_not_run(
+    attempts: int, response: Any = None, caught_exception: Exception | None = None, **_: Any
+) -> float | None:
+    """botocore's needs-retry hook: seconds to wait before sending again, or None not to.
+
+    Sent again only when the request cannot have been carried out: the connection was never
+    made, or the service answered with a throttle. A read timeout, a dropped connection or a
+    5xx may follow a completed effect, so they are never retried here."""
+    if attempts >= EFFECT_MAX_ATTEMPTS:
+        return None
+    if caught_exception is not None:
+        not_run = isinstance(caught_exception, EndpointConnectionError | ConnectTimeoutError)
+    elif response is not None:
+        http, parsed = response
+        code = str((parsed or {}).get("Error", {}).get("Code") or "")
+        not_run = code in _NOT_RUN_CODES or (http.status_code == 429 and bool(code))
+    else:
+        not_run = False
+    if not not_run:
+        return None
+    return random.uniform(0, EFFECT_BACKOFF_BASE * 2 ** (attempts - 1))

@@ -1,6 +1,11 @@
 """Runtime settings, read from the environment once at cold start.
 
-Only handlers and wiring read this; the domain and services receive plain values."""
+Only handlers and wiring read this; the domain and services receive plain values.
+
+Outside Lambda (tests, local mode) a missing variable falls back to the local default. In
+Lambda a missing variable is a broken deployment, never a reason to talk to a table named
+`jobsched-runs` in someone else's stack: importing this module there fails at once and
+names every variable that is missing."""
 
 from __future__ import annotations
 
@@ -9,6 +14,39 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+
+IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
+
+# What the stack sets on every function (infra.functions.environment) and the code cannot do
+# without. HTTP_ALLOW_DESTINATIONS and HANDLER_MODULES may legitimately be empty or absent.
+REQUIRED_IN_LAMBDA = (
+    DEFINITIONS.env_var,
+    RUNS.env_var,
+    IDEMPOTENCY.env_var,
+    *(q.env_var for q in QUEUES),
+    *(q.dlq_env_var for q in QUEUES),
+    "SHARD_COUNT",
+    "HORIZON_SECONDS",
+    "SWEEP_AHEAD_SECONDS",
+    "RETENTION_DAYS",
+    "MAX_JOBS_PER_TENANT",
+    "TENANT_REQUESTS_PER_SECOND",
+    "FAIR_QUEUES",
+    "TENANT_CONCURRENCY",
+    "LEASE_SECONDS",
+)
+
+
+class MissingSettings(RuntimeError):
+    """Running in Lambda without variables the stack always sets."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        super().__init__(
+            "jobsched: environment variable(s) not set in this Lambda function: "
+            + ", ".join(names)
+            + " (the stack sets them; redeploy it rather than relying on local defaults)"
+        )
 
 
 @dataclass(frozen=True)
@@ -34,6 +72,10 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ) if env is None else env
+        if env.get(IN_LAMBDA):
+            missing = [name for name in REQUIRED_IN_LAMBDA if not env.get(name)]
+            if missing:
+                raise MissingSettings(missing)
         return cls(
             definitions_table=env.get(DEFINITIONS.env_var, DEFINITIONS.default_name),
             runs_table=env.get(RUNS.env_var, RUNS.default_name),
@@ -62,3 +104,7 @@ def _csv(text: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1)
 def settings() -> Settings:
     return Settings.from_env()
+
+
+if os.environ.get(IN_LAMBDA):
+    settings()  # at import, so a misconfigured function fails its cold start, not a request

@@ -101,16 +101,45 @@ def _start_cfn_lint_early(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
+def largest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The stack at the largest shard count the config allows (most rules, most reservations)."""
+    return synthesize(
+        tmp_path_factory.mktemp("largest"), {"shardCount": 256, "shardsPerSweep": 1}, checks=False
+    )
+
+
+@pytest.fixture(scope="session")
+def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The stack with the opt-ins and non-default settings the tests compare against (cdk-nag on)."""
+    return synthesize(
+        tmp_path_factory.mktemp("variant"), {"logRetentionDays": 7, "apiGatewayAccountRole": True}
+    )
+
+
+@pytest.fixture(scope="session")
 def config(synth: Synth) -> Any:
     return synth.stack.config
 
 
+def function_environment(synth: Synth) -> dict[str, str]:
+    """The plain-valued variables the template sets on the functions (the same on each)."""
+    found = []
+    for function in synth.of_type("AWS::Lambda::Function").values():
+        variables = function["Properties"]["Environment"]["Variables"]
+        found.append({k: v for k, v in variables.items() if isinstance(v, str)})
+    assert all(env == found[0] for env in found), "functions differ in their environment"
+    return found[0]
+
+
 @pytest.fixture(scope="session")
-def recorded() -> Any:
-    """The AWS calls and metrics of every handler, driven through their flows on moto."""
+def recorded(synth: Synth) -> Any:
+    """The AWS calls and metrics of every handler, driven through their flows on moto, with
+    the environment the template gives the functions (not the test process's)."""
     from tests.infrastructure.flows import record_all_flows
 
-    return record_all_flows()
+    env = function_environment(synth)
+    assert env["POWERTOOLS_SERVICE_NAME"]
+    return record_all_flows(env)
 
 
 def render(value: Any) -> str:

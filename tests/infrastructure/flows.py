@@ -130,6 +130,19 @@ class Flows:
             client = aws_clients.client(service)  # the cached clients every function uses
             client.meta.events.register("before-parameter-build", recorder.before_parameter_build)
         aws_clients.client("lambda").meta.events.register("before-call.lambda.Invoke", _lambda_stub)
+        # The targets' clients (one per service and timeout) are made as runs need them.
+        aws_clients._effect_client.cache_clear()
+        make_effect_client = aws_clients.effect_client
+
+        def recorded_effect_client(service: str, timeout_seconds: float) -> Any:
+            client = make_effect_client(service, timeout_seconds)
+            events = client.meta.events
+            events.register("before-parameter-build", recorder.before_parameter_build, unique_id="flows")
+            events.register("before-call.lambda.Invoke", _lambda_stub, unique_id="flows-invoke")
+            return client
+
+        self._effect_patch = mock.patch.object(aws_clients, "effect_client", recorded_effect_client)
+        self._effect_patch.start()
 
         self._registered = ["iamflow.ok", "iamflow.slow", "iamflow.fail"]
         registry.add("iamflow.ok", lambda payload, invocation: {"done": invocation.run_key})
@@ -153,7 +166,9 @@ class Flows:
         for name in self._registered:
             registry._handlers.pop(name, None)
         wiring.override(None)
+        self._effect_patch.stop()
         aws_clients.client.cache_clear()
+        aws_clients._effect_client.cache_clear()
 
     def _slow(self, payload: Any, invocation: Any) -> str:
         """Works until the worker's heartbeat has extended the lease at least once."""
@@ -423,7 +438,10 @@ class Flows:
         self.run_reconciler()
 
 
-def record_all_flows() -> Recorder:
+def record_all_flows(function_env: dict[str, str] | None = None) -> Recorder:
+    """`function_env`: the variables the template sets on the functions that are plain values
+    (Powertools' among them, which decide the metrics' dimensions); resource names are not
+    taken, the flows make their own tables and queues."""
     from jobsched import settings
     from jobsched.handlers import worker
     from moto import mock_aws
@@ -432,6 +450,7 @@ def record_all_flows() -> Recorder:
     printed = io.StringIO()
     # As in Lambda: real AWS endpoints (here moto), metrics on, whatever ran before in this process.
     lambda_like = {k: v for k, v in os.environ.items() if k != "JOBSCHED_AWS_ENDPOINT_URL"}
+    lambda_like.update(function_env or {})
     lambda_like["POWERTOOLS_METRICS_DISABLED"] = "false"
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.dict(os.environ, lambda_like, clear=True))

@@ -88,7 +88,9 @@ def test_stage_logs_access_traces_and_throttles(synth, config):
     assert props["StageName"] == API_STAGE
     assert props["TracingEnabled"] is True
     access = props["AccessLogSetting"]
-    assert synth.resources[access["DestinationArn"]["Fn::GetAtt"][0]]["Type"] == "AWS::Logs::LogGroup"
+    # The log group's ARN without the trailing :* (feature flag logGroupDestinationArnWithoutWildcard).
+    destination = render(access["DestinationArn"])
+    assert destination.endswith(":log-group:<" + synth.logical_id(synth.stack.api.access_logs) + ">")
     for field in (
         "$context.identity.caller",
         "$context.identity.user",
@@ -102,7 +104,19 @@ def test_stage_logs_access_traces_and_throttles(synth, config):
     assert settings["ThrottlingBurstLimit"] == config.api_burst_limit
     assert settings["LoggingLevel"] == "ERROR" and settings["DataTraceEnabled"] is False
     assert settings["MetricsEnabled"] is True
-    assert synth.of_type("AWS::ApiGateway::Account"), "API Gateway needs its CloudWatch role to log"
+
+
+def test_the_account_wide_logging_role_is_left_alone_unless_asked_for(synth, variant):
+    """AWS::ApiGateway::Account sets the one CloudWatch role of every API in the account and
+    region: creating it by default would replace the role other APIs rely on."""
+    assert not synth.of_type("AWS::ApiGateway::Account")
+    assert variant.error is None, variant.error  # cdk-nag is satisfied either way
+    (account,) = variant.of_type("AWS::ApiGateway::Account").values()
+    role = variant.resources[account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]]
+    assert role["DeletionPolicy"] == "Retain"  # the account setting keeps pointing at it
+    (stage,) = variant.of_type("AWS::ApiGateway::Stage").values()
+    dependencies = set(stage.get("DependsOn", []))
+    assert any(variant.resources[d]["Type"] == "AWS::ApiGateway::Account" for d in dependencies)
 
 
 def test_gateway_errors_are_json(synth):

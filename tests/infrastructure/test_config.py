@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,20 @@ class Node:
         return self.context.get(key)
 
 
+def recommended_feature_flags() -> dict:
+    """The flags `cdk init` would write for the installed aws-cdk-lib (shipped in its jsii bundle)."""
+    import aws_cdk
+
+    (bundle,) = (Path(aws_cdk.__file__).parent / "_jsii").glob("aws-cdk-lib@*.jsii.tgz")
+    with tarfile.open(bundle) as archive:
+        member = archive.extractfile("package/recommended-feature-flags.json")
+        assert member is not None
+        return dict(json.load(member))
+
+
 def test_cdk_json_sets_only_known_keys_and_is_valid():
     context = json.loads(CDK_JSON.read_text())["context"]
-    assert set(context) <= set(CONTEXT_KEYS)
+    assert {k for k in context if not k.startswith("@aws-cdk")} <= set(CONTEXT_KEYS)
     config = Config.from_context(Node(**context))  # type: ignore[arg-type]
     assert config.shard_count == context["shardCount"]
 
@@ -56,6 +69,8 @@ def test_cli_strings_are_coerced():
         ({"billingMode": "reserved"}, "billingMode"),
         ({"provisionedCapacity": '{"minWrite": 500, "maxWrite": 100}'}, "minWrite <= maxWrite"),
         ({"provisionedCapacity": '{"targetUtilization": 99}'}, "targetUtilization"),
+        ({"accountConcurrency": "500", "shardCount": "256"}, "accountConcurrency 500 cannot hold"),
+        ({"accountConcurrency": "-1"}, "accountConcurrency"),
     ],
 )
 def test_bad_values_are_refused_by_name(context, message):
@@ -65,3 +80,12 @@ def test_bad_values_are_refused_by_name(context, message):
 
 def test_default_targets_cover_every_target_service():
     assert {target_service(a) for a in Config().target_arns} == {"lambda", "sqs", "events", "states"}
+
+
+def test_cdk_json_pins_the_recommended_feature_flags_of_the_installed_cdk():
+    """Without them a synth takes each flag's legacy default, and an upgrade of aws-cdk-lib can
+    change the template silently; pinned, a new flag is a visible change to cdk.json."""
+    context = json.loads(CDK_JSON.read_text())["context"]
+    flags = recommended_feature_flags()
+    assert len(flags) > 50
+    assert {k: context.get(k) for k in flags} == flags

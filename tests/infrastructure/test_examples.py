@@ -83,6 +83,29 @@ def test_machines_log_and_trace(synth):
         assert props["LoggingConfiguration"]["Level"] == "ALL"
 
 
+def machine_log_retention(synth) -> set[int]:
+    found = set()
+    for machine in (synth.stack.examples.create_schedule, synth.stack.examples.run_target):
+        props = synth.props(synth.logical_id(machine))
+        (destination,) = props["LoggingConfiguration"]["Destinations"]
+        group = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+        found.add(synth.props(group)["RetentionInDays"])
+    return found
+
+
+def test_machine_logs_are_kept_as_long_as_every_other_log(synth, variant):
+    for stack in (synth, variant):
+        days = stack.stack.config.log_retention_days
+        functions = {
+            stack.resources[f["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]]["Properties"][
+                "RetentionInDays"
+            ]
+            for f in stack.of_type("AWS::Lambda::Function").values()
+        }
+        assert machine_log_retention(stack) == functions == {days}
+    assert variant.stack.config.log_retention_days == 7
+
+
 def test_outputs_name_what_docs_deploy_uses(synth):
     from infra import names
 

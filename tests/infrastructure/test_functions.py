@@ -14,10 +14,14 @@ import pytest
 from jobsched.settings import Settings
 from jobsched.store.schema import ALL_TABLES, QUEUES
 
+from infra.config import UNRESERVED_MINIMUM
 from infra.names import (
     FUNCTIONS,
     LOCAL_ONLY_MODULES,
     PYTHON_VERSION,
+    RECONCILER,
+    SWEEPER,
+    WORKER,
     dlq_logical_id,
     queue_logical_id,
     table_logical_id,
@@ -25,6 +29,8 @@ from infra.names import (
 
 # Read only in local mode, where the functions talk to a moto server.
 LOCAL_ONLY = {"JOBSCHED_AWS_ENDPOINT_URL"}
+# Set by the Lambda runtime itself.
+RUNTIME_PROVIDED = {"AWS_LAMBDA_FUNCTION_NAME"}
 
 
 def functions_by_handler(synth) -> dict[str, str]:
@@ -140,7 +146,7 @@ def variables_the_code_reads(asset: Path) -> set[str]:
                 and isinstance(node.slice, ast.Constant)
             ):
                 names.add(str(node.slice.value))
-    return names - LOCAL_ONLY
+    return names - LOCAL_ONLY - RUNTIME_PROVIDED
 
 
 def test_every_variable_the_code_reads_is_set_on_every_function(synth):
@@ -180,3 +186,94 @@ def test_variables_point_at_the_right_resources(synth, config):
         assert parsed.shard_count == config.shard_count
         assert parsed.horizon_seconds == config.horizon_seconds
         assert parsed.sweep_ahead_seconds == config.sweep_ahead_seconds
+
+
+def function_of(synth, name: str) -> str:
+    spec = next(f for f in FUNCTIONS if f.name == name)
+    return functions_by_handler(synth)[spec.handler]
+
+
+def test_the_worker_may_feed_its_own_queues(synth):
+    """Deferring a run sends it to the queue the worker is triggered by; with Lambda's default
+    (Terminate) such a chain is stopped after about 16 hops."""
+    for spec in FUNCTIONS:
+        loop = synth.props(function_of(synth, spec.name)).get("RecursiveLoop", "Terminate")
+        assert loop == ("Allow" if spec.name == WORKER else "Terminate"), spec.name
+
+
+def test_scheduled_functions_neither_retry_nor_keep_old_ticks(synth):
+    configs = {
+        c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
+        for c in synth.of_type("AWS::Lambda::EventInvokeConfig").values()
+    }
+    assert set(configs) == {function_of(synth, SWEEPER), function_of(synth, RECONCILER)}
+    for props in configs.values():
+        assert props["MaximumRetryAttempts"] == 0
+        assert 60 <= props["MaximumEventAgeInSeconds"] <= 120  # the next tick carries the same work
+        assert props["Qualifier"] == "$LATEST"
+
+
+@pytest.mark.parametrize("which", ["synth", "largest"])
+def test_scheduled_functions_reserve_a_tick_and_the_total_fits_the_account(request, which):
+    synth = request.getfixturevalue(which)
+    config = synth.stack.config
+    ticks = config.ticks_per_minute()
+    reserved = {}
+    for spec in FUNCTIONS:
+        value = synth.props(function_of(synth, spec.name)).get("ReservedConcurrentExecutions")
+        if spec.name in (SWEEPER, RECONCILER):
+            assert ticks[spec.name] < value <= 2 * ticks[spec.name], spec.name
+            reserved[spec.name] = value
+        else:
+            assert value is None, spec.name  # ceilings (worker mappings, API throttling) instead
+    assert ticks[RECONCILER] == config.shard_count
+    ceilings = sum(config.worker_concurrency.values())
+    assert sum(reserved.values()) + ceilings + UNRESERVED_MINIMUM <= config.account_concurrency == 1000
+
+
+def test_no_reservations_when_the_account_cannot_spare_them(tmp_path):
+    from tests.infrastructure.conftest import synthesize
+
+    other = synthesize(tmp_path, {"accountConcurrency": 0}, checks=False)
+    for function in other.of_type("AWS::Lambda::Function").values():
+        assert "ReservedConcurrentExecutions" not in function["Properties"]
+
+
+def import_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`import jobsched.settings` in a fresh interpreter with exactly `env` (plus PATH)."""
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    return subprocess.run(
+        [sys.executable, "-c", "import jobsched.settings as s; print(s.settings().runs_table)"],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(functions), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_in_lambda_a_missing_variable_fails_the_import_and_is_named(synth):
+    from jobsched.settings import REQUIRED_IN_LAMBDA
+
+    function = next(iter(synth.of_type("AWS::Lambda::Function").values()))
+    template_env = {
+        k: v if isinstance(v, str) else f"from-template-{k.lower()}"
+        for k, v in function["Properties"]["Environment"]["Variables"].items()
+    }
+    assert set(REQUIRED_IN_LAMBDA) <= set(template_env)  # the stack sets every one of them
+    lambda_env = {"AWS_LAMBDA_FUNCTION_NAME": "jobsched-worker"}
+
+    ok = import_settings({**template_env, **lambda_env})
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.strip() == "from-template-runs_table"
+
+    missing = {k: v for k, v in template_env.items() if k != "RUNS_TABLE"}
+    failed = import_settings({**missing, **lambda_env})
+    assert failed.returncode != 0
+    assert "MissingSettings" in failed.stderr and "RUNS_TABLE" in failed.stderr
+    assert "SHARD_COUNT" not in failed.stderr.splitlines()[-1]  # only what is missing
+
+
+def test_outside_lambda_missing_variables_fall_back_to_local_names():
+    result = import_settings({})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "jobsched-runs"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from importlib.metadata import version
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -43,5 +44,30 @@ def test_layer_is_built_without_docker_for_the_lambda_platform(tmp_path):
     assert list(site.glob(f"pydantic_core/_pydantic_core.{tag}.so")), sorted(p.name for p in site.iterdir())
     for package in ("aws_lambda_powertools", "aws_xray_sdk", "pydantic", "croniter", "boto3", "botocore"):
         assert (site / package / "__init__.py").exists(), package
-    assert not list(site.rglob("__pycache__")) and not (site / "bin").exists()
+    assert not (site / "bin").exists()
     assert PIP_PLATFORM.endswith("aarch64") and layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+    assert_compiled_for_the_runtime(site)
+
+
+MAGIC_313 = b"\xf3\r\r\n"  # importlib.util.MAGIC_NUMBER of CPython 3.13
+
+
+def assert_compiled_for_the_runtime(site):
+    """/opt is read-only in Lambda: bytecode the runtime can use must ship in the layer."""
+    from infra.layer import runtime_python
+
+    if runtime_python(PYTHON_VERSION) is None:
+        pytest.skip(f"no Python {PYTHON_VERSION} on this machine to compile the layer with")
+    assert PYTHON_VERSION == "3.13", "update MAGIC_313 with the runtime"
+    tag = "cpython-" + PYTHON_VERSION.replace(".", "")
+    sources = list(site.rglob("*.py"))
+    assert len(sources) > 100
+    missing = [p for p in sources if not (p.parent / "__pycache__" / f"{p.stem}.{tag}.pyc").exists()]
+    assert not missing, missing[:5]
+    caches = list(site.rglob("*.pyc"))
+    assert {p.name.split(".")[-2] for p in caches} == {tag}  # nothing for the host's Python
+    for pyc in caches[:50]:
+        header = pyc.read_bytes()[:8]
+        assert header[:4] == MAGIC_313, pyc
+        # Hash-based, unchecked (PEP 552): used as is, no stat of the source on import.
+        assert int.from_bytes(header[4:8], "little") == 0b01, pyc

@@ -64,7 +64,7 @@ def test_every_function_has_error_and_throttle_alarms(synth, metric):
 
 
 def test_reconciler_repairs_of_every_kind_are_alarmed(synth, config):
-    (alarm,) = [a for a in alarms(synth) if "Metrics" in a]
+    (alarm,) = [a for a in alarms(synth) if a["AlarmName"].endswith("-reconciler-repairs")]
     metrics = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
     assert {m["MetricName"] for m in metrics} == {"RepairsMade"}
     assert all(m["Namespace"] == "jobsched" for m in metrics)
@@ -80,13 +80,47 @@ def test_every_alarm_notifies_the_topic_and_missing_data_is_fine(synth):
         assert alarm["TreatMissingData"] == "notBreaching"
 
 
-def test_topic_is_encrypted_with_a_key_cloudwatch_may_use(synth):
-    props = synth.props(topic(synth))
-    key = props["KmsMasterKeyId"]["Fn::GetAtt"][0]
+def allows(statement: dict, principal: str, action: str) -> bool:
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    return (
+        statement["Effect"] == "Allow"
+        and statement.get("Principal") == {"Service": principal}
+        and any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions)
+    )
+
+
+def test_alarms_may_publish_to_the_topic_and_use_its_key(synth):
+    """The whole chain an alarm notification takes in AWS: alarm → topic policy → key policy.
+    A topic policy (enforce_ssl makes one) replaces SNS's default, so without an explicit
+    Allow CloudWatch is refused and no e-mail is ever sent."""
+    from tests.infrastructure.conftest import render
+
+    topics = {a["AlarmActions"][0]["Ref"] for a in alarms(synth)}
+    assert topics == {topic(synth)}
+    (policy,) = [
+        p["Properties"]
+        for p in synth.of_type("AWS::SNS::TopicPolicy").values()
+        if {"Ref": topic(synth)} in p["Properties"]["Topics"]
+    ]
+    (publish,) = [
+        s
+        for s in policy["PolicyDocument"]["Statement"]
+        if allows(s, "cloudwatch.amazonaws.com", "sns:Publish")
+    ]
+    assert publish["Resource"] == {"Ref": topic(synth)}
+    conditions = publish["Condition"]
+    assert conditions["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+    source = render(conditions["ArnLike"]["aws:SourceArn"])
+    assert source == "arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:*"
+    # Still TLS only.
+    assert any(s["Effect"] == "Deny" for s in policy["PolicyDocument"]["Statement"])
+
+    key = synth.props(topic(synth))["KmsMasterKeyId"]["Fn::GetAtt"][0]
     key_props = synth.props(key)
     assert key_props["EnableKeyRotation"] is True
-    principals = [s["Principal"] for s in key_props["KeyPolicy"]["Statement"]]
-    assert {"Service": "cloudwatch.amazonaws.com"} in principals
+    statements = key_props["KeyPolicy"]["Statement"]
+    for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+        assert any(allows(s, "cloudwatch.amazonaws.com", action) for s in statements), action
     assert not synth.of_type("AWS::SNS::Subscription")  # no alarmEmail in cdk.json
 
 
@@ -149,13 +183,69 @@ def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded
             assert dimensions == ("service",), (name, dimensions)
 
 
-def test_sweeps_near_their_time_limit_are_alarmed(synth):
-    from infra.names import SWEEPER
+def test_sweeps_and_reconcile_passes_near_their_time_limit_are_alarmed(synth):
+    durations = simple_alarms(synth, "Duration")
+    handlers = {synth.props(ref)["Handler"]: alarm for ref, alarm in durations.items()}
+    assert set(handlers) == {"jobsched.handlers.sweeper.handler", "jobsched.handlers.reconciler.handler"}
+    for function, alarm in durations.items():
+        timeout = synth.props(function)["Timeout"]  # read from the template, not the spec
+        assert alarm["Statistic"] == "Maximum"
+        assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
 
-    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "Duration"]
-    function = alarm["Dimensions"][0]["Value"]["Ref"]
-    assert synth.props(function)["Handler"] == "jobsched.handlers.sweeper.handler"
-    timeout = next(spec.timeout_seconds for spec in FUNCTIONS if spec.name == SWEEPER)
-    assert synth.props(function)["Timeout"] == timeout
-    assert alarm["Statistic"] == "Maximum"
-    assert 0.5 * timeout * 1000 <= alarm["Threshold"] < timeout * 1000
+
+def test_api_server_errors_and_latency_are_alarmed(synth):
+    from infra.names import API_STAGE
+
+    api_alarms = {a["MetricName"]: a for a in alarms(synth) if a.get("Namespace") == "AWS/ApiGateway"}
+    assert set(api_alarms) == {"5XXError", "Latency"}
+    for alarm in api_alarms.values():
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+        (stage,) = synth.of_type("AWS::ApiGateway::Stage")
+        assert dimensions["Stage"] == {"Ref": stage}
+        assert synth.props(stage)["StageName"] == API_STAGE
+        assert set(dimensions) == {"ApiName", "Stage"}  # stage-wide: every route counts
+    assert api_alarms["5XXError"]["Statistic"] == "Sum"
+    assert api_alarms["Latency"]["ExtendedStatistic"] == "p99"
+    # Under the 29 s integration limit, above a cold start.
+    assert 2000 <= api_alarms["Latency"]["Threshold"] < 29_000
+
+
+def test_every_table_and_index_is_watched_for_throttling(synth):
+    from jobsched.store.schema import ALL_TABLES
+
+    from infra.names import table_logical_id
+
+    watched: dict[str, set[tuple[str, str | None]]] = {}
+    for alarm in alarms(synth):
+        stats = [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        for metric in stats:
+            if metric["Namespace"] != "AWS/DynamoDB":
+                continue
+            dimensions = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+            assert metric["MetricName"] in ("ReadThrottleEvents", "WriteThrottleEvents")
+            table = dimensions["TableName"]["Ref"]
+            watched.setdefault(table, set()).add(
+                (metric["MetricName"], dimensions.get("GlobalSecondaryIndexName"))
+            )
+    expected = {
+        table_logical_id(spec): {
+            (f"{kind}ThrottleEvents", index)
+            for kind in ("Read", "Write")
+            for index in (None, *(i.name for i in spec.indexes))
+        }
+        for spec in ALL_TABLES
+    }
+    assert watched == expected
+
+
+def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
+    dropped = simple_alarms(synth, "AsyncEventsDropped")
+    assert {synth.props(ref)["Handler"] for ref in dropped} == {
+        "jobsched.handlers.sweeper.handler",
+        "jobsched.handlers.reconciler.handler",
+    }
+    (recursion,) = simple_alarms(synth, "RecursiveInvocationsDropped").items()
+    assert synth.props(recursion[0])["Handler"] == "jobsched.handlers.worker.handler"
+    for alarm in [*dropped.values(), recursion[1]]:
+        assert alarm["Namespace"] == "AWS/Lambda"
+        assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from fnmatch import fnmatchcase
 
 from jobsched.handlers.reconciler import shard_of
 from jobsched.handlers.sweeper import shards_of
+
+from tests.infrastructure.conftest import render
+
+# The longest partition and region names, for estimates of policy size.
+PARTITION = "aws-us-gov"
+REGION = "ap-southeast-2"
+ACCOUNT = "123456789012"
 
 
 def targets_of(synth, handler: str) -> list[tuple[str, dict]]:
@@ -51,13 +59,66 @@ def test_a_missed_tick_is_not_retried_for_long(synth):
             assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 60
 
 
-def test_each_rule_may_invoke_its_function(synth):
-    permissions = synth.of_type("AWS::Lambda::Permission").values()
-    allowed = {
-        (p["Properties"]["SourceArn"]["Fn::GetAtt"][0], p["Properties"]["FunctionName"]["Fn::GetAtt"][0])
-        for p in permissions
-        if p["Properties"]["Principal"] == "events.amazonaws.com"
-    }
+def rule_arn(synth, logical_id: str) -> str:
+    name = synth.props(logical_id)["Name"]
+    return f"arn:{PARTITION}:events:{REGION}:{ACCOUNT}:rule/{name}"
+
+
+def concrete(value) -> str:
+    """A template value as it would read in the longest partition and region."""
+    text = render(value)
+    for ref, literal in (("AWS::Partition", PARTITION), ("AWS::Region", REGION), ("AWS::AccountId", ACCOUNT)):
+        text = text.replace(f"<{ref}>", literal)
+    return text
+
+
+def event_permissions(synth) -> dict[str, list[dict]]:
+    """EventBridge's AWS::Lambda::Permission resources, by the function they are on."""
+    found: dict[str, list[dict]] = {}
+    for permission in synth.of_type("AWS::Lambda::Permission").values():
+        props = permission["Properties"]
+        if props["Principal"] == "events.amazonaws.com":
+            found.setdefault(props["FunctionName"]["Fn::GetAtt"][0], []).append(props)
+    return found
+
+
+def test_each_rule_may_invoke_its_function_and_no_other(synth):
+    permissions = event_permissions(synth)
     for logical_id, rule in synth.of_type("AWS::Events::Rule").items():
+        arn = rule_arn(synth, logical_id)
         for target in rule["Properties"]["Targets"]:
-            assert (logical_id, target["Arn"]["Fn::GetAtt"][0]) in allowed
+            function = target["Arn"]["Fn::GetAtt"][0]
+            for other, granted in permissions.items():
+                matches = any(fnmatchcase(arn, concrete(p["SourceArn"])) for p in granted)
+                assert matches == (other == function), (arn, other)
+    for granted in permissions.values():
+        assert all(p["SourceAccount"] == {"Ref": "AWS::AccountId"} for p in granted)
+
+
+def policy_statement_bytes(props: dict) -> int:
+    """About what one permission adds to the function's resource policy (longest names assumed)."""
+    statement = {
+        "Sid": "x" * 100,
+        "Effect": "Allow",
+        "Principal": {"Service": props["Principal"]},
+        "Action": props["Action"],
+        "Resource": f"arn:{PARTITION}:lambda:{REGION}:{ACCOUNT}:function:" + "f" * 64,
+        "Condition": {
+            "StringEquals": {"AWS:SourceAccount": ACCOUNT},
+            "ArnLike": {"AWS:SourceArn": concrete(props["SourceArn"])},
+        },
+    }
+    return len(json.dumps(statement, separators=(",", ":")))
+
+
+def test_function_policies_stay_small_at_the_largest_shard_count(largest):
+    assert len(largest.of_type("AWS::Events::Rule")) == 2 * 256 // 5 + 2  # 52 per function
+    for function in largest.of_type("AWS::Lambda::Function"):
+        granted = [
+            p["Properties"]
+            for p in largest.of_type("AWS::Lambda::Permission").values()
+            if p["Properties"]["FunctionName"]["Fn::GetAtt"][0] == function
+        ]
+        assert len(granted) <= 2, function
+        assert sum(policy_statement_bytes(p) for p in granted) < 20_000 // 4, function
+    test_each_rule_may_invoke_its_function_and_no_other(largest)

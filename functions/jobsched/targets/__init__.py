@@ -8,7 +8,7 @@ from .aws_targets import (
     execution_name,
     sqs_deduplication_id,
 )
-from .dispatch import ClientFactory, TargetRunner
+from .dispatch import ClientFactory, EffectClientFactory, TargetRunner
 from .http import HttpTargetClient
 from .invocation import Invocation
 from .registry import Handler, HandlerRegistry, registry
@@ -18,6 +18,7 @@ __all__ = [
     "ClientFactory",
     "Destination",
     "DestinationPolicy",
+    "EffectClientFactory",
     "Handler",
     "HandlerRegistry",
     "HttpTargetClient",

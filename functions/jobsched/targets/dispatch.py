@@ -21,20 +21,36 @@ from .registry import HandlerRegistry
 from .registry import registry as default_registry
 
 ClientFactory = Callable[[str], Any]  # service name -> boto3 client
+# (service name, seconds the call may take) -> boto3 client whose read timeout covers them
+EffectClientFactory = Callable[[str, float], Any]
 
 
 class TargetRunner:
+    """`clients` is the process's client factory. With the default (jobsched.aws.client) the
+    target calls go through jobsched.aws.effect_client instead: read timeout from the run's
+    budget, no SDK retry of anything that may have run. Any other factory (tests, the chaos
+    harness) is used as it is, unless `effect_clients` is given."""
+
     def __init__(
         self,
         clients: ClientFactory | None = None,
         registry: HandlerRegistry | None = None,
         http: HttpTargetClient | None = None,
+        *,
+        effect_clients: EffectClientFactory | None = None,
     ) -> None:
-        if clients is None:
-            from ..aws import client
+        from .. import aws
 
-            clients = client
+        if clients is None:
+            clients = aws.client
+        if effect_clients is None:
+            if clients is aws.client:
+                effect_clients = aws.effect_client
+            else:
+                factory = clients
+                effect_clients = lambda service, _timeout: factory(service)  # noqa: E731
         self._clients: ClientFactory = clients
+        self._effect_clients: EffectClientFactory = effect_clients
         self._registry = registry if registry is not None else default_registry
         self._http = http if http is not None else HttpTargetClient()
 
@@ -58,12 +74,13 @@ class TargetRunner:
             return handler(invocation.payload, invocation)
         if isinstance(target, HttpTarget):
             return self._http.send(target, invocation)
+        timeout = invocation.timeout_seconds
         if isinstance(target, LambdaTarget):
-            return invoke_lambda(self._clients("lambda"), target, invocation)
+            return invoke_lambda(self._effect_clients("lambda", timeout), target, invocation)
         if isinstance(target, SqsTarget):
-            return send_sqs(self._clients("sqs"), target, invocation)
+            return send_sqs(self._effect_clients("sqs", timeout), target, invocation)
         if isinstance(target, EventBridgeTarget):
-            return put_event(self._clients("events"), target, invocation)
+            return put_event(self._effect_clients("events", timeout), target, invocation)
         if isinstance(target, StepFunctionsTarget):
-            return start_execution(self._clients("stepfunctions"), target, invocation)
+            return start_execution(self._effect_clients("stepfunctions", timeout), target, invocation)
         raise PermanentError(f"unsupported target {type(target).__name__}", error_class="UnsupportedTarget")
