@@ -122,15 +122,16 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_RUN_STORE}.get",
                 f"{_RUN_STORE}.list_for_job",
                 f"{_RUN_STORE}.insert",
-                f"{_RUN_STORE}.replace",
+                f"{_RUN_STORE}._put",
                 f"{_RUN_STORE}.extend_lease",
             ),
         ),
         Grant(
             ("dynamodb:Query",),
-            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX)),
-            "a tenant's dead letters; due target-less runs an external worker may lease",
-            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable"),
+            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX), index(RUNS, LEASED_INDEX)),
+            "a tenant's dead letters; due target-less runs an external worker may lease, within "
+            "the tenant's live-lease limit",
+            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable", f"{_RUN_STORE}.live_leases"),
         ),
         _DEAD_COPY,
     ),
@@ -159,7 +160,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:PutItem",),
             (RUNS_T,),
             "mark the published run QUEUED (rev-conditioned)",
-            (f"{_RUN_STORE}.replace",),
+            (f"{_RUN_STORE}._put",),
         ),
         Grant(
             ("sqs:SendMessage",),
@@ -185,7 +186,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem"),
             (RUNS_T,),
             "re-touch, requeue or expire a run (rev-conditioned); read the run a buffered one waits on",
-            (f"{_RUN_STORE}.replace", f"{_RUN_STORE}.get"),
+            (f"{_RUN_STORE}._put", f"{_RUN_STORE}.get"),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
@@ -200,7 +201,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (RUNS_T,),
             "claim with a fence, heartbeat, complete under the fence",
-            (f"{_RUN_STORE}.get", f"{_RUN_STORE}.replace", f"{_RUN_STORE}.extend_lease"),
+            (f"{_RUN_STORE}.get", f"{_RUN_STORE}._put", f"{_RUN_STORE}.extend_lease"),
         ),
         Grant(
             ("dynamodb:Query",),

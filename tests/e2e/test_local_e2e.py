@@ -29,11 +29,12 @@ def succeeded(client: ApiClient, job_id: str, at_least: int = 1) -> list[dict[st
 
 def effects_after(client: ApiClient, job_id: str, moment: str) -> tuple[list[str], int]:
     """Invariant 6 from the outside: a run leased strictly after `moment` (the acknowledged
-    pause or cancel, whole seconds) must end CANCELLED, never reach its effect. Returns the
-    violations and how many runs were cancelled that way."""
+    pause or cancel, whole seconds) must be held (paused: back to PENDING for resume to
+    decide) or end CANCELLED, never reach its effect. Returns the violations and how many
+    runs were stopped that way."""
     violations, cancelled = [], 0
     for run in all_runs(client, job_id):
-        if run["state"] in ("PENDING", "QUEUED"):
+        if run["state"] in ("PENDING", "QUEUED") and run.get("blockedBy") != "job-paused":
             continue
         transitions = client.get_run(run["runKey"])["transitions"]
         for index, entry in enumerate(transitions):
@@ -42,7 +43,9 @@ def effects_after(client: ApiClient, job_id: str, moment: str) -> tuple[list[str
             following = transitions[index + 1] if index + 1 < len(transitions) else None
             if following is None:
                 violations.append(f"{run['runKey']}: still LEASED (leased {entry['at']})")
-            elif following["to"] == "CANCELLED":
+            elif following["to"] == "CANCELLED" or (
+                following["to"] == "PENDING" and following.get("reason") == "job paused"
+            ):
                 cancelled += 1
             else:
                 violations.append(f"{run['runKey']}: leased {entry['at']} → {following['to']}")
@@ -149,7 +152,7 @@ def test_pause_and_cancel_stop_new_effects(client_a: ApiClient) -> None:
         paused = client_a.pause(job_id)
         assert paused["state"] == "PAUSED"
         moment = paused["updatedAt"]
-        # Runs already queued keep coming due; each must be cancelled instead of run.
+        # Runs already queued keep coming due; each must be held instead of run.
         wait_for(
             lambda: effects_after(client_a, job_id, moment)[1] >= 1,
             what="a due run to reach the worker after the pause",
