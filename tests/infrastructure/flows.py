@@ -412,7 +412,7 @@ class Flows:
             lease_expires_at=now + timedelta(seconds=30),
             first_attempt_at=now,
         )
-        self.container.runs.replace(leased, was=run.state)
+        self.container.runs.commit(run, lambda _: leased)
 
     def run_reconciler(self) -> None:
         from jobsched.handlers import reconciler

@@ -279,3 +279,37 @@ def test_catch_up_backlog_costs_what_a_pass_writes_and_waits_behind_on_time_jobs
     sweeper.sweep()
     written = len(runs_of(container, backlog["jobId"])) - before
     assert 0 < written <= container.materializer.max_runs_per_pass
+
+
+# --- real DynamoDB: the SDK retries a write the table already applied ---
+
+
+class RetriedAfterApplied:
+    """A DynamoDB client whose armed put_item is sent twice, as botocore does after a read
+    timeout on a write the table had applied: the caller sees the second answer."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.armed = False
+
+    def put_item(self, **request):
+        if self.armed:
+            self.armed = False
+            self._inner.put_item(**request)
+        return self._inner.put_item(**request)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_a_write_retried_after_it_was_applied_is_ours_not_a_lost_race(api, container):
+    key = f"{create(api)['jobId']}@{NOW}"
+    client = RetriedAfterApplied(container.runs._db)
+    container.runs._db = client
+    client.armed = True
+    (lease,) = claim(api)  # the claim's conditional put is applied, then sent again and refused
+    assert (lease["runKey"], lease["fence"]) == (key, 1)
+    client.armed = True
+    done = api.post(f"/v1/leases/{key}/complete", {"fence": 1, "outcome": "succeeded"})
+    assert done.status == 200 and done.body["state"] == "SUCCEEDED"
+    assert [t["to"] for t in run_of(api, key)["transitions"]] == ["PENDING", "LEASED", "SUCCEEDED"]

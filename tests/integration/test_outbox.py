@@ -307,7 +307,7 @@ def test_run_claimed_before_outbox_marks_it_queued(container, clock, sqs):
     run = insert(container, make_run(clock))
 
     def worker_claims_first() -> None:
-        container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"), was=run.state)
+        container.runs.commit(run, lambda r: claimed(r, at=clock.now(), lease_for=60, owner="w1"))
 
     sqs.before_send = worker_claims_first
 

@@ -304,7 +304,7 @@ def test_blocked_run_is_unblocked_once_its_blocker_finished(container, clock):
     blocker = insert(container, make_run(job_id="j_blk", at=T0 - timedelta(minutes=1), state=RunState.QUEUED))
     waiting = insert(container, make_run(job_id="j_blk", due_in=0, blocked_by=blocker.run_key))
     finished = advance(blocker, RunState.CANCELLED, now=T0, actor="api:tenant-a", reason="cancelled")
-    container.runs.replace(finished, was=blocker.state)
+    container.runs.commit(blocker, lambda _: finished)
 
     clock.set(T0 + timedelta(minutes=5))
     report = container.reconciler.reconcile_all()
@@ -361,7 +361,7 @@ def test_repair_after_another_writer_moved_the_run_is_skipped(container, clock):
     run = insert(container, make_run(state=RunState.QUEUED))
     clock.set(T0 + timedelta(minutes=20))
     (read,) = container.runs.overdue(container.runs.open_shard_of(run.job_id), clock.now(), limit=10)[0]
-    container.runs.replace(claimed(run, at=clock.now(), lease_for=60, owner="w1"), was=run.state)
+    container.runs.commit(run, lambda r: claimed(r, at=clock.now(), lease_for=60, owner="w1"))
 
     assert container.reconciler.repair(read) is None
     assert stored(container, run).state is RunState.LEASED
@@ -575,12 +575,12 @@ def test_the_usual_path_leaves_the_open_index_entry_where_insert_put_it(containe
     assert entry["S"] == format_instant(run.due_at + timedelta(seconds=60))
 
     clock.set(T0 + timedelta(seconds=1))
-    queued = container.runs.replace(
-        advance(run, RunState.QUEUED, now=clock.now(), actor="outbox"), was=run.state
+    queued = container.runs.commit(
+        run, lambda r: advance(r, RunState.QUEUED, now=clock.now(), actor="outbox")
     )
     assert raw_item(run)["deadline_at"] == entry
     clock.set(run.due_at)
-    container.runs.replace(claimed(queued, at=clock.now(), lease_for=300), was=queued.state)
+    container.runs.commit(queued, lambda r: claimed(r, at=clock.now(), lease_for=300))
     assert raw_item(run)["deadline_at"] == entry
 
 
@@ -601,10 +601,8 @@ def test_a_run_still_leased_at_its_check_time_has_its_entry_moved_once_and_can_s
     assert container.reconciler.reconcile_all().examined == 0  # not read again every tick
 
     # The lease holder's completion, conditioned on the rev it read, still goes through.
-    done = container.runs.replace(
-        advance(run, RunState.SUCCEEDED, now=clock.now(), actor="worker:w"),
-        was=run.state,
-        expected_fence=run.fence,
+    done = container.runs.commit(
+        run, lambda r: advance(r, RunState.SUCCEEDED, now=clock.now(), actor="worker:w"), holder=True
     )
     assert done.state is RunState.SUCCEEDED
     assert "deadline_at" not in raw_item(run)

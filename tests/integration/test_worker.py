@@ -350,7 +350,7 @@ def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(contai
         container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
     )
     running = claimed(first, at=clock.now(), lease_for=600, owner="x")
-    container.runs.replace(running, was=first.state)
+    container.runs.commit(first, lambda _: running)
     clock.set(third.due_at)
     # second is buffered behind the running first; third finds second still waiting: dropped.
     buffered = worker.process(delivery(second))
@@ -365,7 +365,7 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     _, waiting = one_run(container, clock, name="b")
     # Hold a live lease for the tenant.
     held = claimed(busy, at=clock.now(), lease_for=60, owner="x")
-    container.runs.replace(held, was=busy.state)
+    container.runs.commit(busy, lambda _: held)
     result = limited.process(delivery(waiting))
     assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"
     assert stored(container, waiting).state is RunState.PENDING

@@ -213,18 +213,10 @@ class RunStore:
                 read = current
         raise RunChanged(f"run {read.run_key} keeps changing; try again", read)
 
-    def replace(self, run: Run, *, was: RunState | None = None, expected_fence: int | None = None) -> Run:
-        """Write `run`, computed from a read at run.rev in state `was` (default: run.state), if
-        neither moved since (and, with `expected_fence`, under that fence).
-
-        For bookkeeping that keeps the state; the services' transitions go through `commit`."""
-        read = run.model_copy(
-            update={
-                "state": was or run.state,
-                "fence": run.fence if expected_fence is None else expected_fence,
-            }
-        )
-        return self._put(run, read, holder=expected_fence is not None)
+    def replace(self, run: Run) -> Run:
+        """Write `run`, changed from a read at run.rev without changing its state, if the run
+        is still at that rev: bookkeeping. Transitions go through `commit`."""
+        return self._put(run, run, holder=False)
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
         saved = new.model_copy(update={"rev": read.rev + 1})
@@ -233,23 +225,34 @@ class RunStore:
         if holder:
             condition += " AND fence = :fence"
             values[":fence"] = read.fence
+        item = self.to_item(saved)
         with translated_errors():
             try:
                 self._db.put_item(
                     TableName=self._table,
-                    Item=self.to_item(saved),
+                    Item=item,
                     ConditionExpression=condition,
                     ExpressionAttributeNames={"#state": "state"},
                     ExpressionAttributeValues=to_item(values),
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    old: Any = exc.response.get("Item")
-                    current = self.from_item(old) if old else None
-                    raise RunChanged(f"run {read.run_key} changed concurrently", current) from exc
-                raise
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                if (holder or saved.state is RunState.LEASED) and exc.response.get("Item") == item:
+                    # The SDK retried a request the table had already applied (a timeout after
+                    # the write), and the condition failed against our own write, which stands.
+                    # Only a claim or a lease holder's write identifies its writer (its owner,
+                    # its fence); two other writers may write identical items, and each must
+                    # learn that only one of them did.
+                    return saved
+                raise RunChanged(f"run {read.run_key} changed concurrently", self._stored(exc)) from exc
         return saved
+
+    def _stored(self, refused: ClientError) -> Run | None:
+        """The run as stored, from a refused conditional write (ReturnValuesOnConditionCheckFailure)."""
+        old: Any = refused.response.get("Item")
+        return self.from_item(old) if old else None
 
     def extend_lease(self, run: Run, until: datetime) -> Run:
         """Heartbeat: push the lease out while the fence is still ours; the run as written.
@@ -284,8 +287,7 @@ class RunStore:
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":
                         raise
-                    old_item: Any = exc.response.get("Item")
-                    current = self.from_item(old_item) if old_item else None
+                    current = self._stored(exc)
             if current is None or current.state is not RunState.LEASED or current.fence != run.fence:
                 raise RunChanged(f"run {run.run_key} lease lost", current)
             read = current
@@ -355,6 +357,8 @@ class RunStore:
             "TableName": self._table,
             # "R#<end>" sorts before every key of the instant `end` itself ("R#<end>~m…" too).
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            # Consistent: a run a worker held a moment ago must be seen by the resume deciding it.
+            "ConsistentRead": True,
             "ExpressionAttributeValues": to_item(
                 {":j": job_id, ":a": run_sk(start), ":b": run_sk(end - timedelta(seconds=1)) + "~~"}
             ),
