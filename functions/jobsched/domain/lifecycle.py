@@ -34,6 +34,9 @@ MAX_HISTORY = 50
 # The run's stored document (payload ≤ 64 KiB, target, history, result) stays under this;
 # DynamoDB's item limit is 400 KB. Past it, history is cut down to its first and last entries.
 MAX_RUN_BYTES = 200_000
+# Below this many entries a run cannot reach MAX_RUN_BYTES (the job is at most 100 KiB, an
+# entry at most ~2.5 KB, a result 4 KB), so the usual 4-transition run is never measured.
+_SMALL_HISTORY = 10
 
 
 class TransitionRefused(ValueError):
@@ -86,10 +89,10 @@ def fit(run: Run) -> Run:
         history = [history[0], *history[1 + cut :]]
         dropped += cut
         run = run.model_copy(update={"history": history, "history_dropped": dropped})
-    if len(history) > 2 and doc_bytes(run) > MAX_RUN_BYTES:
+    if len(history) > _SMALL_HISTORY and doc_bytes(run) > MAX_RUN_BYTES:
         dropped += len(history) - 2
         run = run.model_copy(update={"history": [history[0], history[-1]], "history_dropped": dropped})
-    if doc_bytes(run) > MAX_RUN_BYTES and run.result is not None:
+    if len(history) > _SMALL_HISTORY and run.result is not None and doc_bytes(run) > MAX_RUN_BYTES:
         run = run.model_copy(update={"result": bounded_result(run.result)})
     return run
 
@@ -237,16 +240,8 @@ def fail(run: Run, *, now: datetime, actor: str, error_class: str, message: str,
         next_at = now + timedelta(seconds=max(1, round(delay)))
         refusal = attempt_refusal(run, next_at)
         if refusal is None:
-            return advance(
-                run,
-                RunState.RETRY_WAIT,
-                now=now,
-                actor=actor,
-                error_class=error_class,
-                error_message=message,
-                due_at=next_at,
-                lease_owner=None,
-                lease_expires_at=None,
+            return _retry_wait(
+                run, now=now, actor=actor, error_class=error_class, message=message, due=next_at
             )
         message = (
             f"retries exhausted: {message}"
@@ -265,20 +260,24 @@ def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
     message = f"lease held by {run.lease_owner or 'unknown'} expired at {until}"
     refusal = attempt_refusal(run, now)
     if refusal is None:
-        return advance(
-            run,
-            RunState.RETRY_WAIT,
-            now=now,
-            actor=actor,
-            error_class="LeaseExpired",
-            error_message=message,
-            due_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-        )
+        return _retry_wait(run, now=now, actor=actor, error_class="LeaseExpired", message=message, due=now)
     # At-most-once names itself: the effect may have run, which is why it is never tried again.
     error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"
     return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")
+
+
+def _retry_wait(run: Run, *, now: datetime, actor: str, error_class: str, message: str, due: datetime) -> Run:
+    return advance(
+        run,
+        RunState.RETRY_WAIT,
+        now=now,
+        actor=actor,
+        error_class=error_class,
+        error_message=message,
+        due_at=due,
+        lease_owner=None,
+        lease_expires_at=None,
+    )
 
 
 def dead(run: Run, *, now: datetime, actor: str, error_class: str, message: str) -> Run:

@@ -176,31 +176,24 @@ class JobService:
         """Every occurrence that fell while paused is missed: `missed_until` tells the sweeper
         (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness), and
         the runs already made for them are decided now (see services/missed.py)."""
-        before: dict[str, Job] = {}
 
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.ACTIVE:
                 return job
             if job.state is not JobState.PAUSED:
                 raise Conflict(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
-            before["job"] = job
             return _bump(job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now)
 
-        resumed = self._change(tenant, job_id, if_match, change, settle=self._settle_resume(before))
-        return resumed
+        return self._change(tenant, job_id, if_match, change, after=self._decide_missed)
 
-    def _settle_resume(self, before: dict[str, Job]) -> Callable[[Job], None]:
-        def settle(saved: Job) -> None:
-            paused = before.get("job")
-            if self._on_resume is None or paused is None:
-                return
-            try:
-                self._on_resume(paused, saved)
-            except Exception:
-                # The reconciler decides held runs the resume did not get to (settle_held).
-                logger.exception("deciding missed runs on resume failed", extra={"job_id": saved.job_id})
-
-        return settle
+    def _decide_missed(self, paused: Job, resumed: Job) -> None:
+        if self._on_resume is None:
+            return
+        try:
+            self._on_resume(paused, resumed)
+        except Exception:
+            # The reconciler decides held runs the resume did not get to (settle_held).
+            logger.exception("deciding missed runs on resume failed", extra={"job_id": resumed.job_id})
 
     def cancel(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
         def change(job: Job, now: datetime) -> Job:
@@ -218,7 +211,7 @@ class JobService:
         job_id: str,
         if_match: int | None,
         change: Callable[[Job, datetime], Job],
-        settle: Callable[[Job], None] | None = None,
+        after: Callable[[Job, Job], None] | None = None,
     ) -> Job:
         """Read, check If-Match, apply, write conditioned on rev; re-read when the sweeper got in between."""
         for _ in range(_WRITE_ATTEMPTS):
@@ -234,8 +227,8 @@ class JobService:
                 saved = self._store.save(changed, previous_state=job.state)
             except ConcurrentUpdate:
                 continue
-            if settle is not None:
-                settle(saved)
+            if after is not None:
+                after(job, saved)
             if saved.next_run_at != job.next_run_at or saved.state is not job.state:
                 self._materialize_soon(saved)
             return saved

@@ -296,7 +296,8 @@ class Worker:
             data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
         )
         def once(request: dict[str, Any]) -> Any:
-            return _json_safe(self._runner.run(run.target, invocation))
+            # Stored on the run and in the idempotency record: JSON, and bounded.
+            return lifecycle.bounded_result(self._runner.run(run.target, invocation))
 
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
         future = pool.submit(once, request={"runKey": run.run_key})
@@ -359,11 +360,6 @@ class _Heartbeat:
                     return
             except Exception:
                 logger.exception("heartbeat failed", extra={"run_key": self._lease.run.run_key})
-
-
-def _json_safe(value: Any) -> Any:
-    """Results are stored on the run and in the idempotency record: JSON, and bounded."""
-    return lifecycle.bounded_result(value)
 
 
 def parse_sent_at(epoch_ms: str | None) -> datetime | None:
