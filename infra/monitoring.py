@@ -189,22 +189,25 @@ class Monitoring(Construct):
             threshold=1,
             description="worker: Lambda stopped a worker -> queue -> worker chain as a recursive loop",
         )
-        # The capacity model's first limit at the default shard count: a sweep has its
-        # function's timeout for every shard it handles; near it, runs are made late.
-        sweeper = FUNCTIONS_BY_NAME[SWEEPER]
+        # A sweep has its function's timeout for every shard it handles (near it, runs are made
+        # late: the capacity model's first limit); a reconcile pass cut off by its timeout
+        # leaves the rest of its shard unrepaired.
+        for name, label, remedy in (
+            (SWEEPER, "sweeps", "raise shardCount or lower shardsPerSweep"),
+            (RECONCILER, "reconcile passes", "raise shardCount"),
+        ):
+            self._alarm(
+                f"{name}-duration",
+                functions.functions[name].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
+                threshold=SWEEP_BUDGET_SHARE * FUNCTIONS_BY_NAME[name].timeout_seconds * 1000,
+                description=f"{label} come close to their time limit: {remedy}",
+            )
+        # A repair that raised: that run stays unrepaired (the rest of its shard went on).
         self._alarm(
-            "sweeper-duration",
-            functions.functions[SWEEPER].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
-            threshold=SWEEP_BUDGET_SHARE * sweeper.timeout_seconds * 1000,
-            description="sweeps come close to their time limit: raise shardCount or lower shardsPerSweep",
-        )
-        # A reconcile pass cut off by its timeout leaves the rest of its shard unrepaired.
-        reconciler = FUNCTIONS_BY_NAME[RECONCILER]
-        self._alarm(
-            "reconciler-duration",
-            functions.functions[RECONCILER].metric_duration(period=FIVE_MINUTES, statistic="Maximum"),
-            threshold=SWEEP_BUDGET_SHARE * reconciler.timeout_seconds * 1000,
-            description="reconcile passes come close to their time limit: raise shardCount",
+            "repairs-failed",
+            app_metric("RepairsFailed", period=FIVE_MINUTES),
+            threshold=1,
+            description="a run could not be repaired: see the reconciler's 'repair failed' log lines",
         )
         stage = api.rest_api.deployment_stage
         self._alarm(

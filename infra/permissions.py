@@ -82,7 +82,7 @@ _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
     "a copy of every run that dies, on its priority's DLQ, so the dead-letter alarm fires",
-    (f"{_QUEUES}.dead_letter", f"{_COMPLETER}.after_dead"),
+    (f"{_QUEUES}.dead_letter", f"{_COMPLETER}._after_dead"),
 )
 
 CODE: dict[str, tuple[Grant, ...]] = {

@@ -249,3 +249,11 @@ def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
     for alarm in [*dropped.values(), recursion[1]]:
         assert alarm["Namespace"] == "AWS/Lambda"
         assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"
+
+
+def test_a_repair_that_raises_is_alarmed_with_the_dimensions_the_reconciler_emits(synth):
+    (failed,) = [a for a in alarms(synth) if a.get("MetricName") == "RepairsFailed"]
+    assert failed["Namespace"] == "jobsched"
+    assert failed["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert failed["Threshold"] == 1 and failed["Statistic"] == "Sum"
+    assert failed["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"

@@ -150,11 +150,11 @@ class Completer:
             self._definitions.add_stats(run.job_id, **{counter: 1})
             self._metric(metric, 1, "Count")
         if run.state is RunState.DEAD:
-            self.after_dead(run)
+            self._after_dead(run)
         if run.blocks:
             self.release_successor(run)
 
-    def after_dead(self, run: Run) -> None:
+    def _after_dead(self, run: Run) -> None:
         """A dead run's DLQ copy (so the depth alarm fires) and pause-on-failure."""
         reason = f"{run.last_error_class}: {run.last_error_message}"
         try:
