@@ -86,25 +86,169 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
 _SEARCH_LIMIT = 4096
 
 
-def count_fires(schedule: Schedule, first: datetime, last: datetime, *, limit: int) -> int:
-    """How many occurrences t with first <= t <= last, counted up to `limit` (then `limit`).
-    Rates are counted in O(1)."""
+def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """How many occurrences t with first <= t <= last, exactly, without visiting each one.
+
+    Rates are counted in O(1). A cron is counted by calendar arithmetic on wall time
+    (whole matching days, then hours, minutes, seconds at the two ends), which costs about
+    the matching days in the range; only the hours around a DST transition are walked."""
     first, last = to_utc(first), to_utc(last)
+    if schedule.start_at is not None:
+        first = max(first, to_utc(schedule.start_at))
+    if schedule.end_at is not None:
+        last = min(last, to_utc(schedule.end_at))
     if last < first:
         return 0
     if schedule.kind is ScheduleKind.RATE:
         assert schedule.anchor is not None and schedule.every_seconds is not None
-        lo = max(first, to_utc(schedule.start_at)) if schedule.start_at else first
-        hi = min(last, to_utc(schedule.end_at)) if schedule.end_at else last
         anchor = to_utc(schedule.anchor)
         step = timedelta(seconds=schedule.every_seconds)
-        lo = max(lo, anchor)
-        if hi < lo:
+        lo = max(first, anchor)
+        if last < lo:
             return 0
         first_k = -((anchor - lo) // step)  # ceil((lo - anchor) / step)
-        last_k = (hi - anchor) // step
-        return min(limit, max(0, last_k - first_k + 1))
-    return len(fires_between(schedule, first - _ONE_SECOND, last, limit))
+        last_k = (last - anchor) // step
+        return max(0, last_k - first_k + 1)
+    if schedule.kind is ScheduleKind.ONCE:
+        assert schedule.at is not None
+        return int(first <= to_utc(schedule.at) <= last)
+    assert schedule.cron is not None and schedule.time_zone is not None
+    tz = zone(schedule.time_zone)
+    counter = _WallCounter(_normalised(schedule.cron))
+    total = 0
+    cursor = first
+    for window_lo, window_hi in _dst_windows(tz, first, last):
+        if cursor < window_lo:
+            total += counter.count(*_plain_wall(cursor, window_lo - _ONE_SECOND, tz))
+        # Around a transition wall time maps to instants under the job's DST policy: walk it.
+        lo = max(cursor, window_lo)
+        total += len(fires_between(schedule, lo - _ONE_SECOND, window_hi, limit=_WINDOW_LIMIT))
+        cursor = window_hi + _ONE_SECOND
+    if cursor <= last:
+        total += counter.count(*_plain_wall(cursor, last, tz))
+    return total
+
+
+# A DST window is at most a day (Pacific/Apia skipped 2011-12-30) either side of its
+# transition: at most 2 * 86,400 occurrences for a per-second cron.
+_WINDOW_LIMIT = 2 * 86_400 + 1
+# Transitions are found by reading the UTC offset this often; zones never change offset twice
+# within six hours.
+_OFFSET_PROBE = timedelta(hours=6)
+
+
+def _dst_windows(tz: ZoneInfo, first: datetime, last: datetime) -> list[tuple[datetime, datetime]]:
+    """UTC ranges [T - d, T + d] around each offset change T (d = the change), clipped to
+    [first, last] and merged. Outside them wall time is UTC plus one constant offset, and no
+    wall time from a gap or fold maps there."""
+    windows: list[tuple[datetime, datetime]] = []
+    probe = first
+    offset = probe.astimezone(tz).utcoffset()
+    while probe < last:
+        following = min(probe + _OFFSET_PROBE, last)
+        next_offset = following.astimezone(tz).utcoffset()
+        if next_offset != offset:
+            assert offset is not None and next_offset is not None
+            transition = _transition(probe, following, tz)
+            change = abs(next_offset - offset)
+            lo, hi = max(first, transition - change), min(last, transition + change)
+            if windows and lo <= windows[-1][1] + _ONE_SECOND:
+                windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
+            else:
+                windows.append((lo, hi))
+        probe, offset = following, next_offset
+    return windows
+
+
+def _plain_wall(lo: datetime, hi: datetime, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    """The naive wall-clock range of a UTC range that holds no offset change."""
+    offset = lo.astimezone(tz).utcoffset()
+    assert offset is not None
+    return (lo + offset).replace(tzinfo=None), (hi + offset).replace(tzinfo=None)
+
+
+class _WallCounter:
+    """Counts a cron's naive wall-clock matches in a range by calendar units.
+
+    Each level is the expression with the finer fields pinned to 0 (days: `0 0 0 dom mon
+    dow`), so croniter decides which days, hours and minutes match, day-of-month/-week rule
+    included; within a matching unit every combination of the finer fields matches."""
+
+    _UNITS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1))
+
+    def __init__(self, expression: str) -> None:
+        self._day_or = day_or(expression)
+        fields = croniter_form(_ALIASES.get(expression, expression)).split(" ")
+        if len(fields) == 5:
+            fields = ["0", *fields]
+        minute, hour = fields[1:3]
+        rest = fields[3:]
+        self._levels = [
+            " ".join(["0", "0", "0", *rest]),
+            " ".join(["0", "0", hour, *rest]),
+            " ".join(["0", minute, hour, *rest]),
+            " ".join(fields),
+        ]
+        expanded = croniter(self._levels[3], second_at_beginning=True).expanded
+        sizes = {0: 60, 1: 24, 5: 60}  # croniter's order: minute, hour, dom, month, dow, second
+        n = {i: (sizes[i] if expanded[i] == ["*"] else len(expanded[i])) for i in sizes}
+        self._per_unit = (n[1] * n[0] * n[5], n[0] * n[5], n[5])
+
+    def count(self, a: datetime, b: datetime, level: int = 0) -> int:
+        """Matches t with a <= t <= b (naive, whole seconds)."""
+        if a > b:
+            return 0
+        if level == 3:
+            return self._matches(3, a, b + _ONE_SECOND)
+        unit = self._UNITS[level]
+        start_of_a = _floor(a, level)
+        whole_from = start_of_a if start_of_a == a else start_of_a + unit
+        whole_to = _floor(b + _ONE_SECOND, level)
+        if whole_from >= whole_to:
+            return self.count(a, b, level + 1)
+        return (
+            self.count(a, whole_from - _ONE_SECOND, level + 1)
+            + self._matches(level, whole_from, whole_to) * self._per_unit[level]
+            + self.count(whole_to, b, level + 1)
+        )
+
+    def _matches(self, level: int, lo: datetime, hi: datetime) -> int:
+        """Matches of one level's expression in [lo, hi)."""
+        walker = croniter(
+            self._levels[level],
+            lo - _ONE_SECOND,
+            second_at_beginning=True,
+            max_years_between_matches=_HORIZON_YEARS,
+            day_or=self._day_or,
+        )
+        found = 0
+        while True:
+            try:
+                candidate = walker.get_next(datetime)
+            except (CroniterBadDateError, ValueError):
+                return found
+            if candidate >= hi:
+                return found
+            found += 1
+
+
+_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _floor(instant: datetime, level: int) -> datetime:
+    if level == 0:
+        return instant.replace(hour=0, minute=0, second=0)
+    if level == 1:
+        return instant.replace(minute=0, second=0)
+    return instant.replace(second=0)
 
 
 def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:

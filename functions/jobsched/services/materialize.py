@@ -59,7 +59,6 @@ class Materializer:
         ahead: timedelta | None = None,
         misfire_grace: timedelta = timedelta(seconds=60),
         max_runs_per_pass: int = 500,
-        max_scan: int = 100_000,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -71,7 +70,6 @@ class Materializer:
         self.ahead = max(horizon, ahead or horizon)
         self.misfire_grace = misfire_grace
         self.max_runs_per_pass = max_runs_per_pass
-        self.max_scan = max_scan
 
     def materialize(self, job: Job, *, actor: str = ACTOR, ahead: timedelta | None = None) -> Materialized:
         """Materialise what is due; on a lost race re-read the job and go again (inserts are
@@ -178,7 +176,7 @@ class Materializer:
         # without walking every occurrence: a rate is counted, a cron searched backwards.
         if cursor is not None and cursor < expired_edge:
             last = latest_fire_before(schedule, expired_edge, not_before=cursor) or cursor
-            count = count_fires(schedule, cursor, last, limit=self.max_scan)
+            count = count_fires(schedule, cursor, last)
             plan.skips.append((cursor, last, count, "misfire" if skip_all_missed else "expired"))
             cursor = next_fire(schedule, last)
 
@@ -188,7 +186,7 @@ class Materializer:
                 latest = latest_fire_before(schedule, late_edge, not_before=cursor) or cursor
                 if latest > cursor:
                     before = latest_fire_before(schedule, latest, not_before=cursor) or cursor
-                    count = count_fires(schedule, cursor, before, limit=self.max_scan)
+                    count = count_fires(schedule, cursor, before)
                     plan.skips.append((cursor, before, count, "misfire"))
                 plan.runs.append(latest)
                 cursor = next_fire(schedule, latest)
