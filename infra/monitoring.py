@@ -209,6 +209,13 @@ class Monitoring(Construct):
             threshold=1,
             description="a run could not be repaired: see the reconciler's 'repair failed' log lines",
         )
+        # A run item that no longer parses is left out of every listing (and so of repairs).
+        self._alarm(
+            "unreadable-runs",
+            app_metric("UnreadableRuns", period=FIVE_MINUTES),
+            threshold=1,
+            description="a run item could not be read and was left out: see 'unreadable run item' log lines",
+        )
         stage = api.rest_api.deployment_stage
         self._alarm(
             "api-5xx",

@@ -251,8 +251,9 @@ def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
         assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"
 
 
-def test_a_repair_that_raises_is_alarmed_with_the_dimensions_the_reconciler_emits(synth):
-    (failed,) = [a for a in alarms(synth) if a.get("MetricName") == "RepairsFailed"]
+@pytest.mark.parametrize("metric", ["RepairsFailed", "UnreadableRuns"])
+def test_a_run_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, metric):
+    (failed,) = [a for a in alarms(synth) if a.get("MetricName") == metric]
     assert failed["Namespace"] == "jobsched"
     assert failed["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
     assert failed["Threshold"] == 1 and failed["Statistic"] == "Sum"

@@ -12,7 +12,9 @@ import boto3
 import pytest
 from jobsched.domain.lifecycle import MAX_HISTORY
 from jobsched.domain.runs import RunState
+from jobsched.services.sweeper import round_robin
 from jobsched.services.worker import Delivery, Outcome
+from jobsched.store.runs import key_sk
 
 from tests.conftest import T0, make_worker
 
@@ -257,6 +259,33 @@ def test_short_pause_decides_runs_made_ahead_under_the_policy(api, container, cl
     assert container.definitions.get_stats(job_id)["missed"] == 5 - expected_runs
 
 
+def test_an_unreadable_run_item_is_left_out_of_listings_and_counted(api, container, clock, monkeypatch):
+    """A run item that no longer parses breaks neither its job's run list, nor the dead-letter
+    list, nor the reconciler's shard: it is logged, counted and left out."""
+    job = create(api, type="tick", runAt=None, every=60)
+    clock.advance(300)
+    container.sweeper.sweep()
+    runs = runs_of(container, job["jobId"])
+    assert len(runs) >= 3
+    damaged = runs[1]
+    boto3.client("dynamodb").update_item(
+        TableName=container.settings.runs_table,
+        Key={"job_id": {"S": damaged.job_id}, "sk": {"S": key_sk(damaged.run_key)}},
+        UpdateExpression="SET doc = :d",
+        ExpressionAttributeValues={":d": {"S": "{not json"}},
+    )
+    counted = []
+    monkeypatch.setattr("jobsched.store.runs.emit", lambda name, value, unit: counted.append(name))
+    listed = api.get(f"/v1/jobs/{job['jobId']}/runs")
+    assert listed.status == 200, listed
+    keys = {r["runKey"] for r in listed.body["items"]}
+    assert damaged.run_key not in keys and len(keys) == len(runs) - 1
+    assert api.get("/v1/dead-letters").status == 200
+    clock.advance(3600)
+    container.reconciler.reconcile_all()  # the other overdue runs of the shard are still repaired
+    assert counted and set(counted) == {"UnreadableRuns"}
+
+
 # --- sweeps: O(runs written), on-time work before backlogs ---
 
 
@@ -279,6 +308,47 @@ def test_catch_up_backlog_costs_what_a_pass_writes_and_waits_behind_on_time_jobs
     sweeper.sweep()
     written = len(runs_of(container, backlog["jobId"])) - before
     assert 0 < written <= container.materializer.max_runs_per_pass
+
+
+def test_backlogs_take_turns_by_tenant_and_never_delay_on_time_jobs(api, other_api, container, clock):
+    """Tenant A has four per-second catch-up backlogs, tenant B one, and B also an on-time job
+    that the due index lists last. With time for two backlog jobs, B's backlog is one of
+    them (oldest-first would spend it all on A) and B's on-time job is made regardless."""
+    backlogs_a = [
+        create(
+            api, name=f"a{i}", type="tick", runAt=None, every=1, missedRuns="catch-up", catchUpWindow=86400
+        )
+        for i in range(4)
+    ]
+    clock.advance(1)
+    backlog_b = create(
+        other_api, type="tick", runAt=None, every=1, missedRuns="catch-up", catchUpWindow=86400
+    )
+    for job in [*backlogs_a, backlog_b]:
+        api_of = other_api if job is backlog_b else api
+        assert api_of.post(f"/v1/jobs/{job['jobId']}/pause").status == 200
+    clock.advance(3600)
+    for job in [*backlogs_a, backlog_b]:
+        api_of = other_api if job is backlog_b else api
+        assert api_of.post(f"/v1/jobs/{job['jobId']}/resume").status == 200
+    on_time_b = create(other_api, name="on time", type="tick", runAt=None, every=60)
+    clock.advance(150)
+    ticks = iter(range(1_000_000))
+    sweeper = container.sweeper
+    sweeper._timer = lambda: next(ticks)  # each look at the clock costs one second
+    sweeper.time_budget_seconds = 2.5  # time for two backlog jobs
+    sweeper.page_size = 2  # the on-time job is on the last page
+    report = sweeper.sweep()
+    swept = {job["jobId"] for job in [*backlogs_a, backlog_b]} - set(report.deferred)
+    assert backlog_b["jobId"] in swept and len(swept) == 2
+    assert on_time_b["jobId"] not in report.deferred
+    assert runs_of(container, on_time_b["jobId"])  # made in this tick, not after the backlogs
+
+
+def test_round_robin_takes_one_item_per_key_in_turn():
+    items = ["a1", "a2", "a3", "b1", "c1", "c2"]
+    assert list(round_robin(items, key=lambda s: s[0])) == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    assert list(round_robin([], key=str)) == []
 
 
 # --- real DynamoDB: the SDK retries a write the table already applied ---

@@ -276,6 +276,26 @@ def test_a_failing_job_does_not_block_its_shard(container, clock, monkeypatch):
     assert container.sweeper.sweep().runs_created == 1
 
 
+def test_a_shard_whose_index_cannot_be_read_does_not_stop_the_others(container, clock, monkeypatch):
+    jobs = [new_job(container, every=3600, startAt="2026-11-02T08:30:00Z") for _ in range(6)]
+    shard_of = container.definitions.shard_of
+    shards = {shard_of(job.job_id) for job in jobs}
+    assert len(shards) > 1
+    throttled = min(shards)
+    original = container.definitions.due_jobs
+
+    def due_jobs(shard, *args, **kw):
+        if shard == throttled:
+            raise RuntimeError("ProvisionedThroughputExceededException")
+        return original(shard, *args, **kw)
+
+    monkeypatch.setattr(container.definitions, "due_jobs", due_jobs)
+    clock.advance(29 * 60)
+    report = container.sweeper.sweep()
+    assert report.failures == [f"shard:{throttled}"]
+    assert report.runs_created == sum(1 for job in jobs if shard_of(job.job_id) != throttled)
+
+
 def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monkeypatch):
     job = new_job(container, every=30, startAt="2026-11-02T08:10:00Z")
     clock.advance(9 * 60)

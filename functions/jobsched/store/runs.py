@@ -24,6 +24,7 @@ from ..domain.instants import format_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.repair import RepairTimings, check_at
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, parse_run_key, split_run_key
+from ..observability import emit, logger
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -95,6 +96,7 @@ def key_sk(run_key: str) -> str:
 
 # A lease holder's write that lost only to a `rev` bump is re-applied this often.
 HOLDER_RETRIES = 5
+UNREADABLE_METRIC = "UnreadableRuns"
 
 
 class RunStore:
@@ -166,6 +168,26 @@ class RunStore:
         doc["scheduled_for"] = slot.partition("~")[0]
         doc["run_key"] = f"{doc['job_id']}@{slot}"
         return Run.model_validate(doc)
+
+    def _readable(self, items: list[dict[str, Any]]) -> list[Run]:
+        """The runs of a listing; an item that no longer parses (written by a newer version,
+        damaged by hand) is logged with its key, counted and left out, so one item cannot
+        break a page, a reconciler shard or a worker's claim for everyone else."""
+        runs: list[Run] = []
+        for item in items:
+            try:
+                runs.append(self.from_item(item))
+            except Exception as exc:
+                logger.error(
+                    "unreadable run item",
+                    extra={
+                        "job_id": item.get("job_id", {}).get("S"),
+                        "sk": item.get("sk", {}).get("S"),
+                        "error": type(exc).__name__,
+                    },
+                )
+                emit(UNREADABLE_METRIC, 1, "Count")
+        return runs
 
     def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:
         return to_item({"job_id": job_id, "sk": run_sk(scheduled_for)})
@@ -347,7 +369,7 @@ class RunStore:
             response = self._db.query(**request)
         last = response.get("LastEvaluatedKey")
         return RunPage(
-            [self.from_item(i) for i in response.get("Items", [])],
+            self._readable(response.get("Items", [])),
             encode_cursor(last, job_id) if last else None,
         )
 
@@ -366,7 +388,7 @@ class RunStore:
         }
         with translated_errors():
             response = self._db.query(**request)
-        return [self.from_item(i) for i in response.get("Items", [])]
+        return self._readable(response.get("Items", []))
 
     def latest_for_job(self, job_id: str, count: int) -> list[Run]:
         return self.list_for_job(job_id, limit=count, cursor=None).items
@@ -389,7 +411,7 @@ class RunStore:
         # The index holds keys only: read the runs themselves (consistently, so a run repaired
         # or finished since the index entry was written is seen as it is now).
         items = self._read_entries(response.get("Items", []))
-        return [self.from_item(i) for i in items], response.get("LastEvaluatedKey")
+        return self._readable(items), response.get("LastEvaluatedKey")
 
     def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
@@ -409,7 +431,7 @@ class RunStore:
             )
         # Keys-only index: read the runs, and keep those still waiting to be claimed.
         items = self._read_entries(response.get("Items", []))
-        return [self.from_item(i) for i in items if "claim_key" in i]
+        return self._readable([i for i in items if "claim_key" in i])
 
     def live_leases(self, tenant: str, now: datetime, *, up_to: int) -> int:
         """How many runs of the tenant hold a live lease, counted up to `up_to` (enough for a limit)."""
@@ -442,6 +464,6 @@ class RunStore:
             response = self._db.query(**request)
         last = response.get("LastEvaluatedKey")
         return RunPage(
-            [self.from_item(i) for i in response.get("Items", [])],
+            self._readable(response.get("Items", [])),
             encode_cursor(last, tenant) if last else None,
         )
