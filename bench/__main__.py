@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ALL = ("lag", "cost", "amplification", "hotpath", "capacity")
+ALL = ("lag", "cost", "amplification", "backlog", "hotpath", "capacity")
 
 
 def _clean(value: Any) -> Any:
@@ -61,7 +61,7 @@ def run(
         results["seconds"][name] = round(time.perf_counter() - t0, 1)
         log(f"bench: {name} done in {results['seconds'][name]} s")
 
-    from . import amplification, capacity, cost, hotpath, lag
+    from . import amplification, backlog, capacity, cost, hotpath, lag
 
     if quick:
         timed("lag", lambda: lag.run(bursts=(3,), stream_runs=2, lead=3.0))
@@ -76,6 +76,12 @@ def run(
         return amplification.run(sizes, due)
 
     timed("amplification", amp)
+    timed(
+        "backlog",
+        lambda: (
+            backlog.run((0, 2), on_time=10, budget=1.0) if quick else backlog.run((0, 10, 40), on_time=200)
+        ),
+    )
     timed(
         "hotpath",
         lambda: (

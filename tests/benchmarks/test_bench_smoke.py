@@ -77,6 +77,18 @@ def test_amplification_smoke() -> None:
 
 
 @pytest.mark.integration
+def test_backlog_smoke() -> None:
+    from bench import backlog, report
+
+    result = backlog.run((0, 2), on_time=6, budget=30.0)
+    calm, busy = result["rows"]
+    assert calm["backlog_swept"] == 0 and busy["backlog_swept"] == 2
+    assert busy["on_time_swept"] == 6 and busy["backlog_records_written"] > 0
+    assert set(result["plan_cpu_seconds"]) == {"catch-up", "run-once"}
+    assert "## 3b." in "\n".join(report._backlog_md(result))
+
+
+@pytest.mark.integration
 def test_hotpath_smoke() -> None:
     from bench import hotpath
 
