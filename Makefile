@@ -37,6 +37,14 @@ demo: run
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
 
+# --- the end-to-end suite against a deployed stack (README, Deploy to AWS: Prove the deployment) ---
+# JOBSCHED_E2E_ENDPOINT is the stack's ApiUrl; AWS credentials come from the standard chain.
+# Without either it prints why and exits 0: the check is opt-in.
+.PHONY: e2e-aws
+
+e2e-aws: $(STAMP)
+	JOBSCHED_E2E_TARGET=aws $(BIN)/pytest tests/e2e -q -rs --timeout=900
+
 # --- infrastructure (CDK): see the README, Deploy to AWS ---
 # The CDK CLI is pinned in package.json and installed into ./node_modules.
 CDK := node_modules/.bin/cdk

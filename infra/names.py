@@ -152,6 +152,7 @@ def policy_id(role: str) -> str:
 OUTPUT_API_URL = "ApiUrl"
 OUTPUT_API_ID = "ApiId"
 OUTPUT_ALARM_TOPIC = "AlarmTopicArn"
+OUTPUT_DEAD_LETTER_ALARMS = "DeadLetterAlarmNames"
 OUTPUT_DASHBOARD = "DashboardName"
 OUTPUT_CREATE_SCHEDULE_SM = "CreateScheduleStateMachineArn"
 OUTPUT_RUN_TARGET_SM = "RunTargetStateMachineArn"

@@ -4,8 +4,10 @@ and examples, each a construct; cdk-nag exceptions are written down here with th
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
@@ -27,6 +29,7 @@ from .names import (
     OUTPUT_API_URL,
     OUTPUT_CREATE_SCHEDULE_SM,
     OUTPUT_DASHBOARD,
+    OUTPUT_DEAD_LETTER_ALARMS,
     OUTPUT_RUN_TARGET_SM,
     PYTHON_VERSION,
     REST_API_LOGICAL_ID,
@@ -94,6 +97,17 @@ class JobschedStack(Stack):
         CfnOutput(self, OUTPUT_API_URL, value=self.api.url, description="base URL (append v1/jobs)")
         CfnOutput(self, OUTPUT_API_ID, value=self.api.rest_api.rest_api_id)
         CfnOutput(self, OUTPUT_ALARM_TOPIC, value=self.monitoring.topic.topic_arn)
+        # The end-to-end check of the alarm path (make e2e-aws) sets one of these to ALARM.
+        dead_letter_alarms = [
+            cast(cw.Alarm, self.monitoring.node.find_child(f"{name}-depth")).alarm_name
+            for name in self.queues.all_dead_letter_queues()
+        ]
+        CfnOutput(
+            self,
+            OUTPUT_DEAD_LETTER_ALARMS,
+            value=Fn.join(",", dead_letter_alarms),
+            description="the dead-letter queues' depth alarms, comma-separated",
+        )
         CfnOutput(self, OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CREATE_SCHEDULE_SM, value=self.examples.create_schedule.state_machine_arn)
         CfnOutput(self, OUTPUT_RUN_TARGET_SM, value=self.examples.run_target.state_machine_arn)

@@ -12,6 +12,19 @@ from typing import Any
 
 import pytest
 
+# The caller's own AWS settings, for the one suite that may use them: the end-to-end suite
+# against a deployed stack (tests/e2e, JOBSCHED_E2E_TARGET=aws) puts them back.
+CALLER_AWS_ENVIRONMENT = {
+    name: os.environ.get(name)
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+    )
+}
+
 # Before boto3 is imported anywhere: no real credentials, no real endpoints.
 os.environ.update(
     {

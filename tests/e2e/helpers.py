@@ -54,12 +54,11 @@ class CliResult:
     err: str
 
 
-def run_cli(endpoint: str, key: str | None, *args: str, timeout: float = 30) -> CliResult:
-    """The real entry point in its own process (the runtime's threads share this one's stdout)."""
+def run_cli(endpoint: str, auth: list[str], *args: str, timeout: float = 60) -> CliResult:
+    """The real entry point in its own process (local mode's threads share this one's stdout).
+    `auth` is the connection options (`--api-key ...` or `--sigv4 --region ...`), or none."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
-    command = [sys.executable, "-m", "jobsched.cli", "--endpoint", endpoint]
-    if key is not None:
-        command += ["--api-key", key]
+    command = [sys.executable, "-m", "jobsched.cli", "--endpoint", endpoint, *auth]
     done = subprocess.run(
         [*command, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
     )

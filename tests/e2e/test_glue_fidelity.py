@@ -1,6 +1,6 @@
 """The glue hands the handlers what Lambda would: the DynamoDB stream record shape, and the
 SQS event source's partial batch failures and visibility timeout, against the runtime's
-own moto server."""
+own moto server. Local mode only: there is no glue (and no moto) in a deployed stack."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jobsched.store.schema import RUNS
 
 from .helpers import finish, instant, unique, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.local_only]
 
 ATTRIBUTE_TYPES = {"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"}
 

@@ -1,5 +1,6 @@
 """The README's deploy section covers bootstrap, deploy, outputs, SigV4 calls from the CLI and from Step
-Functions, alarm subscriptions and teardown, and names every output and context key."""
+Functions, alarm subscriptions and teardown, ends with proving the deployment (make e2e-aws), and names every
+output and context key."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def doc() -> str:
         ("Calling the API from Step Functions", ["arn:aws:states:::apigateway:invoke", "IAM_ROLE"]),
         ("Alarms", ["aws sns subscribe", "alarmEmail"]),
         ("Tearing down", ["cdk destroy", "retainData"]),
+        (
+            "Prove the deployment",
+            ["make e2e-aws", "JOBSCHED_E2E_ENDPOINT", "handlerModules=jobsched.demo_handlers"],
+        ),
     ],
 )
 def test_sections(doc, section, must_mention):
@@ -65,3 +70,7 @@ def test_every_alarm_is_explained(doc, synth):
 def test_json_examples_parse(doc):
     for block in re.findall(r"```json\n(.*?)```", doc, re.S):
         json.loads("{" + block.strip() + "}" if not block.strip().startswith("{") else block)
+
+
+def test_deploy_section_ends_with_proving_the_deployment(doc):
+    assert re.findall(r"^### (.+)$", doc, re.M)[-1] == "Prove the deployment"

@@ -42,6 +42,23 @@ def test_every_dead_letter_queue_has_a_depth_alarm(synth):
         assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
+def test_outputs_name_the_dead_letter_alarms_and_their_topic(synth):
+    """make e2e-aws finds what to set to ALARM, and where it must arrive, in these outputs."""
+    outputs = synth.template["Outputs"]
+    assert outputs["AlarmTopicArn"]["Value"] == {"Ref": topic(synth)}
+    separator, parts = outputs["DeadLetterAlarmNames"]["Value"]["Fn::Join"]
+    named = {part["Ref"] for part in parts}
+    depth = {
+        logical_id
+        for logical_id, alarm in synth.of_type("AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
+    }
+    assert separator == "," and len(parts) == len(named) == len(QUEUE_KEYS) + 1
+    assert named == depth
+    for logical_id in named:
+        assert synth.props(logical_id)["AlarmActions"] == [{"Ref": topic(synth)}]
+
+
 def test_every_queue_has_an_oldest_message_alarm_above_the_sqs_delay(synth, config):
     age = simple_alarms(synth, "ApproximateAgeOfOldestMessage")
     assert set(age) == {queue_logical_id(k) for k in QUEUE_KEYS}

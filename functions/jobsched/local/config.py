@@ -33,7 +33,7 @@ class LocalConfig:
     queue_batch_size: int = 10
     lease_seconds: int = 60
     tenant_concurrency: int = 50
-    handler_modules: list[str] = field(default_factory=lambda: ["jobsched.local.demo_handlers"])
+    handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
 
     @classmethod

@@ -1,19 +1,24 @@
-"""The whole system in local mode, driven only over HTTP (ApiClient) and through the CLI.
+"""The whole system driven only over HTTP (ApiClient) and through the CLI, against the chosen
+target (local mode, or a deployed stack with `make e2e-aws`): the same tests and assertions,
+only the endpoint and the auth differ.
 
-Waits poll with a deadline; jobs bound their own runs (maxRuns, endAt) and are cancelled at
-the end, because every test shares one runtime and moto slows down with queue depth."""
+Waits are bounded polls (the target's bound, JOBSCHED_E2E_TIMEOUT); jobs bound their own runs
+(maxRuns) or are cancelled at the end, because every test shares one system (and moto slows
+down with queue depth)."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from jobsched.client import ApiClient, ApiError
 
-from .helpers import all_runs, finish, instant, run_cli, runs_in, unique, wait_for
+from .helpers import all_runs, finish, instant, run_cli, runs_in, unique
+from .targets import Target
 
 pytestmark = pytest.mark.e2e
 
@@ -27,18 +32,24 @@ def succeeded(client: ApiClient, job_id: str, at_least: int = 1) -> list[dict[st
     return done if len(done) >= at_least else []
 
 
-def effects_after(client: ApiClient, job_id: str, moment: str) -> tuple[list[str], int]:
+def effects_after(
+    client: ApiClient, job_id: str, moment: str, until: str | None = None
+) -> tuple[list[str], int]:
     """Invariant 6 from the outside: a run leased strictly after `moment` (the acknowledged
-    pause or cancel, whole seconds) must be held (paused: back to PENDING for resume to
-    decide) or end CANCELLED, never reach its effect. Returns the violations and how many
-    runs were stopped that way."""
+    pause or cancel, whole seconds), and before `until` (a resume), must be held (paused:
+    back to PENDING for resume to decide) or end CANCELLED, never reach its effect. Returns
+    the violations and how many runs were stopped that way."""
     violations, cancelled = [], 0
     for run in all_runs(client, job_id):
         if run["state"] in ("PENDING", "QUEUED") and run.get("blockedBy") != "job-paused":
             continue
+        if run["updatedAt"] <= moment:  # every transition of it came before the moment
+            continue
         transitions = client.get_run(run["runKey"])["transitions"]
         for index, entry in enumerate(transitions):
             if entry["to"] != "LEASED" or entry["at"] <= moment:
+                continue
+            if until is not None and entry["at"] >= until:
                 continue
             following = transitions[index + 1] if index + 1 < len(transitions) else None
             if following is None:
@@ -52,14 +63,31 @@ def effects_after(client: ApiClient, job_id: str, moment: str) -> tuple[list[str
     return violations, cancelled
 
 
+def effect_and_runs_to_come(client: ApiClient, job_id: str, after: str = "") -> bool:
+    """A run leased after `after` succeeded, and runs are queued for later: a pause or a
+    cancel now has something to hold. (A deployed stack makes runs beyond the first at the
+    sweeper's minute tick.)"""
+    later = instant(4)
+    runs = all_runs(client, job_id)
+    to_come = any(r["state"] in ("PENDING", "QUEUED") and r["scheduledFor"] >= later for r in runs)
+    if not to_come:
+        return False
+    for run in runs:
+        if run["state"] == "SUCCEEDED" and run["updatedAt"] > after:
+            leased = [t for t in client.get_run(run["runKey"])["transitions"] if t["to"] == "LEASED"]
+            if leased and leased[-1]["at"] > after:
+                return True
+    return False
+
+
 # --- each kind of schedule fires and succeeds ---
 
 
-def test_six_field_cron_fires_every_two_seconds(client_a: ApiClient) -> None:
+def test_six_field_cron_fires_every_two_seconds(target: Target, client_a: ApiClient) -> None:
     job = create(client_a, cron="*/2 * * * * *", timeZone="Europe/London", maxRuns=3)
     try:
         assert job["cron"] == "*/2 * * * * *" and job["timeZone"] == "Europe/London"
-        done = wait_for(lambda: succeeded(client_a, job["jobId"]), what="a cron run to succeed")
+        done = target.wait(lambda: succeeded(client_a, job["jobId"]), what="a cron run to succeed")
         run = done[0]
         assert run["runKey"] == f"{job['jobId']}@{run['scheduledFor']}"
         assert int(run["scheduledFor"][17:19]) % 2 == 0  # on the cron's even seconds
@@ -69,29 +97,27 @@ def test_six_field_cron_fires_every_two_seconds(client_a: ApiClient) -> None:
         finish(client_a, job["jobId"])
 
 
-def test_one_time_job_runs_at_its_instant(client_a: ApiClient) -> None:
+def test_one_time_job_runs_at_its_instant(target: Target, client_a: ApiClient) -> None:
     at = instant(3)
     job = create(client_a, runAt=at)
     assert job["nextRunAt"] == at
-    done = wait_for(lambda: succeeded(client_a, job["jobId"]), what="the one-time run to succeed")
+    done = target.wait(lambda: succeeded(client_a, job["jobId"]), what="the one-time run to succeed")
     assert [r["scheduledFor"] for r in all_runs(client_a, job["jobId"])] == [at]
     run = client_a.get_run(done[0]["runKey"])
     leased = next(t for t in run["transitions"] if t["to"] == "LEASED")
     assert leased["at"] >= at, "ran before its instant"
     assert [a["outcome"] for a in run["attempts"]] == ["succeeded"]
-    final = wait_for(
-        lambda: client_a.get_job(job["jobId"])["state"] == "COMPLETED",
-        what="the one-time job to complete",
-        timeout=10,
+    final = target.wait(
+        lambda: client_a.get_job(job["jobId"])["state"] == "COMPLETED", what="the one-time job to complete"
     )
     assert final
 
 
-def test_rate_job_fires_every_two_seconds(client_a: ApiClient) -> None:
+def test_rate_job_fires_every_two_seconds(target: Target, client_a: ApiClient) -> None:
     job = create(client_a, every="PT2S", maxRuns=3)
     try:
         assert job["every"] == 2
-        done = wait_for(lambda: succeeded(client_a, job["jobId"], 2), what="two rate runs to succeed")
+        done = target.wait(lambda: succeeded(client_a, job["jobId"], 2), what="two rate runs to succeed")
         times = sorted(r["scheduledFor"] for r in done)
         first, second = (int(t[11:13]) * 3600 + int(t[14:16]) * 60 + int(t[17:19]) for t in times[:2])
         assert (second - first) % 86400 == 2
@@ -102,18 +128,30 @@ def test_rate_job_fires_every_two_seconds(client_a: ApiClient) -> None:
 # --- failure: retry, dead letter, redrive ---
 
 
-def test_failing_run_retries_dead_letters_and_redrive_succeeds(client_a: ApiClient) -> None:
-    # Fails its first two calls: both attempts of the first series, then the redriven one works.
+def test_failing_run_retries_dead_letters_and_redrive_succeeds(target: Target, client_a: ApiClient) -> None:
+    # Fails every call until failForSeconds after its time (in any execution environment):
+    # both attempts of the first series; the redrive, once that window is over, works.
+    window = target.fail_seconds
     job = create(
         client_a,
         prefix="flaky",
         type="demo.flaky",
         runAt=instant(0),
-        payload={"failures": 2},
+        payload={"failForSeconds": window},
         maxAttempts=2,
         retry={"baseSeconds": 1, "capSeconds": 1},
     )
-    dead = wait_for(lambda: runs_in(client_a, job["jobId"], "DEAD"), what="the run to dead-letter")[0]
+
+    def dead_letters() -> list[dict[str, Any]]:
+        runs = all_runs(client_a, job["jobId"])
+        if any(r["state"] == "SUCCEEDED" for r in runs):
+            raise AssertionError(
+                f"the run succeeded before it dead-lettered: its second attempt came after the "
+                f"{window}s failure window; raise JOBSCHED_E2E_FAIL_SECONDS ({runs})"
+            )
+        return [r for r in runs if r["state"] == "DEAD"]
+
+    dead = target.wait(dead_letters, what="the run to dead-letter")[0]
     run_key = dead["runKey"]
     assert dead["attempt"] == 2 and dead["lastErrorClass"] == "DemoFlaky"
 
@@ -126,37 +164,46 @@ def test_failing_run_retries_dead_letters_and_redrive_succeeds(client_a: ApiClie
     letters = client_a.dead_letters(all_pages=True)["items"]
     assert run_key in {r["runKey"] for r in letters}
 
+    scheduled = datetime.strptime(dead["scheduledFor"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    recovers_at = scheduled + timedelta(seconds=window)
+    target.wait(
+        lambda: datetime.now(UTC) > recovers_at,
+        what="demo.flaky's failure window to close",
+        timeout=window + 5,
+    )
     redriven = client_a.redrive(run_key, reason="dependency is back")
     assert redriven["runKey"] == run_key and redriven["redrives"] == 1
-    done = wait_for(
+    done = target.wait(
         lambda: client_a.get_run(run_key)["state"] == "SUCCEEDED" and client_a.get_run(run_key),
         what="the redriven run to succeed",
     )
-    assert done["runKey"] == run_key and done["result"] == {"recovered_after": 2}
+    assert done["runKey"] == run_key
+    assert done["result"] == {"failedUntil": recovers_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     assert [r["runKey"] for r in all_runs(client_a, job["jobId"])] == [run_key]  # no new run
     redrive = next(t for t in done["transitions"] if t["from"] == "DEAD")
-    assert "dependency is back" in redrive["reason"] and redrive["actor"] == "api:tenant-a"
+    assert "dependency is back" in redrive["reason"] and redrive["actor"] == f"api:{target.tenant}"
     assert run_key not in {r["runKey"] for r in client_a.dead_letters(all_pages=True)["items"]}
 
 
-# --- pause and cancel: no new effect after the acknowledgement ---
+# --- pause, resume and cancel: no new effect after the acknowledgement ---
 
 
-def test_pause_and_cancel_stop_new_effects(client_a: ApiClient) -> None:
+def test_pause_resume_and_cancel_stop_new_effects(target: Target, client_a: ApiClient) -> None:
     # Unbounded: with maxRuns or a near endAt every run is made at once and the job is
     # COMPLETED (no longer pausable) while its runs are still to come.
     job = create(client_a, prefix="pause", every=2)
     job_id = job["jobId"]
     try:
-        wait_for(lambda: succeeded(client_a, job_id), what="a first effect before the pause")
+        target.wait(
+            lambda: effect_and_runs_to_come(client_a, job_id), what="a first effect and runs queued after it"
+        )
         paused = client_a.pause(job_id)
         assert paused["state"] == "PAUSED"
         moment = paused["updatedAt"]
         # Runs already queued keep coming due; each must be held instead of run.
-        wait_for(
+        target.wait(
             lambda: effects_after(client_a, job_id, moment)[1] >= 1,
             what="a due run to reach the worker after the pause",
-            interval=0.5,
         )
         violations, _ = effects_after(client_a, job_id, moment)
         assert not violations, violations
@@ -164,18 +211,27 @@ def test_pause_and_cancel_stop_new_effects(client_a: ApiClient) -> None:
             leased = [t for t in client_a.get_run(run["runKey"])["transitions"] if t["to"] == "LEASED"]
             assert leased[-1]["at"] <= moment, run
 
+        resumed = client_a.resume(job_id)
+        assert resumed["state"] == "ACTIVE" and resumed["version"] > paused["version"]
+        assert client_a.get_job(job_id)["state"] == "ACTIVE"
+        target.wait(
+            lambda: effect_and_runs_to_come(client_a, job_id, after=resumed["updatedAt"]),
+            what="an effect after the resume, and runs queued after it",
+        )
+        violations, _ = effects_after(client_a, job_id, moment, until=resumed["updatedAt"])
+        assert not violations, violations  # nothing leased while paused reached its effect
+
         cancelled = client_a.cancel_job(job_id)
         assert cancelled["state"] == "CANCELLED" and cancelled.get("nextRunAt") is None
         assert client_a.cancel_job(job_id)["version"] == cancelled["version"]  # idempotent
         with pytest.raises(ApiError) as conflict:
             client_a.resume(job_id)
         assert conflict.value.status == 409 and conflict.value.code == "conflict"
-        wait_for(
+        target.wait(
             lambda: effects_after(client_a, job_id, cancelled["updatedAt"])[1] >= 1,
             what="a due run to be cancelled after the cancel",
-            interval=0.5,
         )
-        violations, _ = effects_after(client_a, job_id, moment)
+        violations, _ = effects_after(client_a, job_id, cancelled["updatedAt"])
         assert not violations, violations
     finally:
         finish(client_a, job_id)
@@ -193,6 +249,7 @@ def raw_status(url: str, headers: dict[str, str]) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
+@pytest.mark.local_only  # local mode's API keys; a deployed stack authenticates with SigV4
 def test_requests_without_a_valid_key_are_401(api_url: str) -> None:
     status, body = raw_status(f"{api_url}/v1/jobs", {})
     assert status == 401 and body["code"] == "unauthenticated"
@@ -202,6 +259,7 @@ def test_requests_without_a_valid_key_are_401(api_url: str) -> None:
     assert status == 200
 
 
+@pytest.mark.local_only  # needs two tenants: local mode's two API keys
 def test_other_tenants_jobs_and_runs_do_not_exist(client_a: ApiClient, client_b: ApiClient) -> None:
     job = create(client_a, prefix="private", cron="0 0 1 1 *")
     job_id = job["jobId"]
@@ -234,11 +292,11 @@ def test_other_tenants_jobs_and_runs_do_not_exist(client_a: ApiClient, client_b:
 # --- the CLI against the running system ---
 
 
-def test_cli_commands_against_the_running_system(api_url: str, client_a: ApiClient) -> None:
+def test_cli_commands_against_the_running_system(target: Target, client_a: ApiClient) -> None:
     name = unique("cli")
 
-    def cli(*args: str, key: str | None = "key-a") -> Any:
-        return run_cli(api_url, key, *args)
+    def cli(*args: str) -> Any:
+        return run_cli(target.endpoint, target.cli_auth(), *args)
 
     created = cli(
         "jobs", "create", "--name", name, "--type", "demo.hello",
@@ -273,7 +331,7 @@ def test_cli_commands_against_the_running_system(api_url: str, client_a: ApiClie
         assert triggered.code == 0, triggered.err
         run_key = triggered.out.split()[1]
         assert run_key.startswith(f"{job_id}@")
-        wait_for(lambda: client_a.get_run(run_key)["state"] == "SUCCEEDED", what="the triggered run")
+        target.wait(lambda: client_a.get_run(run_key)["state"] == "SUCCEEDED", what="the triggered run")
 
         runs = cli("runs", "list", job_id)
         assert runs.code == 0, runs.err
@@ -289,15 +347,12 @@ def test_cli_commands_against_the_running_system(api_url: str, client_a: ApiClie
         assert [line.split()[3] for line in table[1:]][-1] == "SUCCEEDED"
 
         # Connection options work after the command as well as before it.
-        fetched = cli("jobs", "get", job_id, "--api-key", "key-a", "--json", key=None)
+        fetched = run_cli(target.endpoint, [], "jobs", "get", job_id, *target.cli_auth(), "--json")
         assert fetched.code == 0 and json.loads(fetched.out)["jobId"] == job_id
 
         letters = cli("dlq", "list")
         assert letters.code == 0, letters.err
         assert letters.out.splitlines()[0].split()[:3] == ["RUN", "KEY", "ATTEMPT"]
-
-        foreign = cli("jobs", "get", job_id, key="key-b")
-        assert foreign.code == 1 and foreign.err.startswith("error: 404 not_found")
 
         paused = cli("jobs", "pause", job_id)
         assert paused.code == 0 and paused.out.split()[:2] == [job_id, "PAUSED"]
@@ -307,10 +362,20 @@ def test_cli_commands_against_the_running_system(api_url: str, client_a: ApiClie
         finish(client_a, job_id)
 
 
-def test_cli_bad_cron_is_exit_1_naming_the_field(api_url: str) -> None:
+@pytest.mark.local_only  # needs two tenants: local mode's two API keys
+def test_cli_other_tenants_job_is_404(api_url: str, client_a: ApiClient) -> None:
+    job = create(client_a, prefix="cli-private", cron="0 0 1 1 *")
+    try:
+        foreign = run_cli(api_url, ["--api-key", "key-b"], "jobs", "get", job["jobId"])
+        assert foreign.code == 1 and foreign.err.startswith("error: 404 not_found")
+    finally:
+        finish(client_a, job["jobId"])
+
+
+def test_cli_bad_cron_is_exit_1_naming_the_field(target: Target) -> None:
     result = run_cli(
-        api_url,
-        "key-a",
+        target.endpoint,
+        target.cli_auth(),
         "jobs",
         "create",
         "--name",
@@ -327,19 +392,22 @@ def test_cli_bad_cron_is_exit_1_naming_the_field(api_url: str) -> None:
     assert any(line.strip().startswith("cron:") for line in fields)
 
 
-def test_cli_usage_error_is_exit_2(api_url: str) -> None:
-    missing_schedule = run_cli(api_url, "key-a", "jobs", "create", "--name", "x", "--type", "demo.hello")
+def test_cli_usage_error_is_exit_2(target: Target) -> None:
+    auth = target.cli_auth()
+    missing_schedule = run_cli(target.endpoint, auth, "jobs", "create", "--name", "x", "--type", "demo.hello")
     assert missing_schedule.code == 2 and "one of the arguments" in missing_schedule.err
     bad_set = run_cli(
-        api_url, "key-a", "jobs", "create", "--name", "x", "--type", "t", "--every", "5", "--set", "x"
+        target.endpoint, auth, "jobs", "create", "--name", "x", "--type", "t", "--every", "5", "--set", "x"
     )
     assert bad_set.code == 2 and "key=value" in bad_set.err
 
 
-def test_cli_tail_follows_state_changes(api_url: str, client_a: ApiClient) -> None:
+def test_cli_tail_follows_state_changes(target: Target, client_a: ApiClient) -> None:
     job = create(client_a, prefix="tail", every=2, maxRuns=3)
     try:
-        tail = run_cli(api_url, "key-a", "tail", job["jobId"], "--interval", "0.3", "--count", "4")
+        tail = run_cli(
+            target.endpoint, target.cli_auth(), "tail", job["jobId"], "--interval", "0.3", "--count", "4"
+        )
         assert tail.code == 0, tail.err
         lines = tail.out.splitlines()
         assert len(lines) == 4
