@@ -484,7 +484,7 @@ def readme_section(results: dict[str, Any]) -> str:
     out = [
         "## Performance",
         "",
-        f"`{COMMAND}` runs five benchmarks in a few minutes and prints this table; it writes "
+        f"`{COMMAND}` runs six benchmarks in a few minutes and prints this table; it writes "
         "`bench/results.json`, `bench/report.md` (per-stage breakdowns, assumptions, sources) and "
         "`bench/lag.png`. Figures are reported, never asserted; `make test` runs a seconds-long smoke "
         "version of each. Start lag is measured in local mode, whose single-threaded moto server "
