@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constructs import Node
-
 from jobsched.store.schema import QUEUES
 
 from .names import QUEUE_KEYS, RECONCILER, SWEEPER

@@ -42,7 +42,9 @@ def test_the_queue_source_runs_up_to_its_maximum_concurrency_of_invocations(aws)
         thread.start()
 
     invoker = Invoker("worker", handler, concurrent=True)
-    source = QueueSource(sqs, url, arn, invoker, region="us-east-1", batch_size=1, max_concurrency=3, spawn=spawn)
+    source = QueueSource(
+        sqs, url, arn, invoker, region="us-east-1", batch_size=1, max_concurrency=3, spawn=spawn
+    )
 
     assert source.poll() == 3  # three slots, three one-message batches
     for _ in range(3):
@@ -70,4 +72,3 @@ def test_a_concurrent_invoker_lets_invocations_overlap():
     for caller in callers:
         caller.join(SAFETY)
     assert not both.broken and invoker.errors == 0 and invoker.invocations == 2
-

@@ -27,6 +27,7 @@ from ..services.worker import Delivery, Outcome, Worker, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
 
+
 class Redeliver(Exception):
     """The record's message was left in its queue on purpose (a deferral): reported as a batch
     item failure so Lambda does not delete it. Not an error."""
@@ -51,7 +52,6 @@ class ConcurrentBatchProcessor(BatchProcessor):
         return super()._entire_batch_failed() and not any(
             isinstance(exc, Redeliver) for _, exc, _ in self.exceptions
         )
-
 
 
 # Outcomes worth a log line of their own; the rest are counted in the batch's line (each

@@ -338,7 +338,9 @@ class QueueSource:
                 chunk = done[start : start + 10]
                 self._sqs.delete_message_batch(
                     QueueUrl=self._url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                    ],
                 )
             with self._lock:
                 self.delivered += len(messages)

@@ -336,7 +336,9 @@ class Worker:
             return lifecycle.bounded_result(self._runner.run(run.target, invocation))
 
         with self._configure_lock:
-            self._persistence.configure(self._idempotency, function_name=f"{once.__module__}.{once.__qualname__}")
+            self._persistence.configure(
+                self._idempotency, function_name=f"{once.__module__}.{once.__qualname__}"
+            )
         guarded = idempotent_function(
             data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
         )(once)

@@ -181,7 +181,11 @@ class QueueSpec:
 
 QUEUES = tuple(
     QueueSpec(
-        key, f"{key.upper()}_QUEUE_URL", f"{key.upper()}_DLQ_URL", f"jobsched-{key}", max_concurrency=concurrency
+        key,
+        f"{key.upper()}_QUEUE_URL",
+        f"{key.upper()}_DLQ_URL",
+        f"jobsched-{key}",
+        max_concurrency=concurrency,
     )
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
     for key, concurrency in (("high", 50), ("default", 100), ("low", 25))
