@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: venv test lint typecheck unit run demo clean
+.PHONY: venv test lint typecheck unit test313 run demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,24 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-test: lint typecheck
+# The functions run Python 3.13 (infra.names.PYTHON_VERSION); .venv (3.11 or whatever
+# PYTHON is) runs every suite, .venv313 runs the unit and integration suites again on 3.13.
+VENV313 := .venv313
+STAMP313 := $(VENV313)/.installed
+SKIP_PY313 ?=
+
+$(STAMP313): layers/requirements.txt tests/requirements-py313.txt tools/python313.sh
+	sh tools/python313.sh $(VENV313)
+	touch $(STAMP313)
+
+test313: $(if $(SKIP_PY313),,$(STAMP313))
+ifeq ($(SKIP_PY313),)
+	PYTHONPATH=$(CURDIR)/functions:$(CURDIR) $(VENV313)/bin/python -m pytest tests/unit tests/integration -q
+else
+	@echo "SKIP_PY313 set: the unit and integration suites did NOT run on Python 3.13"
+endif
+
+test: lint typecheck test313
 	$(BIN)/pytest -q
 
 run: $(STAMP)
@@ -35,7 +52,7 @@ run: $(STAMP)
 demo: run
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) cdk.out .pytest_cache .mypy_cache .ruff_cache
 
 # --- the end-to-end suite against a deployed stack (README, Deploy to AWS: Prove the deployment) ---
 # JOBSCHED_E2E_ENDPOINT is the stack's ApiUrl; AWS credentials come from the standard chain.

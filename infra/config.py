@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constructs import Node
+from jobsched.store.schema import QUEUES
 
 from .names import QUEUE_KEYS, RECONCILER, SWEEPER
 
@@ -67,7 +68,7 @@ class Config:
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
     worker_concurrency: dict[str, int] = field(
-        default_factory=lambda: {"high": 50, "default": 100, "low": 25}
+        default_factory=lambda: {q.key: q.max_concurrency for q in QUEUES}  # local mode's too
     )
     worker_batch_size: dict[str, int] = field(default_factory=lambda: {"high": 5, "default": 10, "low": 10})
     worker_batch_window_seconds: dict[str, int] = field(

@@ -151,10 +151,11 @@ class Functions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             description=spec.description,
             reserved_concurrent_executions=self._config.reserved_concurrency().get(spec.name),
-            # The worker defers a run by sending it to the queue it is triggered by; Lambda
-            # would see worker -> SQS -> worker as a recursive loop and stop it after about
-            # 16 hops (a run waiting out a tenant limit or an early delivery hops that often).
-            # The chain is bounded: each hop is a run's deliberate delay.
+            # The worker defers a short wait in place (the message stays in its queue), but
+            # every sixth deferral of a run, and any wait over a minute, sends a fresh message
+            # to the queue the worker is triggered by; Lambda would see worker -> SQS -> worker
+            # as a recursive loop and stop it after about 16 hops (a run buffered behind a
+            # long one gets there in ~8 minutes). Each hop is a run's deliberate delay.
             recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.name == WORKER else None,
         )
         if spec.name in SCHEDULED:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobsched.domain.models import MAX_TIMEOUT_SECONDS
+from jobsched.services.worker import WORKER_OVERHEAD_SECONDS
 from jobsched.store.schema import QUEUES, TableSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +68,16 @@ FUNCTIONS = (
     ),
     FunctionSpec(OUTBOX, "jobsched.handlers.outbox.handler", 512, 60, "jobsched outbox: Runs stream to SQS"),
     FunctionSpec(RECONCILER, "jobsched.handlers.reconciler.handler", 512, 50, "jobsched reconciler"),
+    # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
+    # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
     # The queues' visibility timeout is six times this (infra.queues.WORKER_QUEUE_VISIBILITY).
-    FunctionSpec(WORKER, "jobsched.handlers.worker.handler", 1024, 300, "jobsched worker: executes runs"),
+    FunctionSpec(
+        WORKER,
+        "jobsched.handlers.worker.handler",
+        1024,
+        MAX_TIMEOUT_SECONDS + WORKER_OVERHEAD_SECONDS,
+        "jobsched worker: executes runs",
+    ),
 )
 FUNCTIONS_BY_NAME = {f.name: f for f in FUNCTIONS}
 

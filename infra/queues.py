@@ -13,10 +13,11 @@ from .names import FUNCTIONS_BY_NAME, OUTBOX_FAILURE_QUEUE_ID, WORKER, dlq_logic
 RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
 # AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
 # times the function's timeout, so a batch the poller received but could not hand over (the
-# function throttled) is retried by Lambda before SQS makes it visible again. 6 x 300 s =
-# 1800 s. While a run executes the worker's heartbeat sets the message's visibility to
+# function throttled) is retried by Lambda before SQS makes it visible again. 6 x 900 s =
+# 5400 s. While a run executes the worker's heartbeat sets the message's visibility to
 # twice the lease (120 s) and renews it, so a crashed worker's run is still picked up
-# within minutes; a record the worker reports as failed waits out the full 1800 s.
+# within minutes; a record the worker reports as failed waits out the full 5400 s (the
+# reconciler requeues a run whose message dwells over 15 minutes sooner than that).
 VISIBILITY_PER_FUNCTION_TIMEOUT = 6
 WORKER_QUEUE_VISIBILITY = VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[WORKER].timeout_seconds
 
@@ -55,9 +56,11 @@ class Queues(Construct):
                 queue_logical_id(spec.key),
                 retention_period=RETENTION,
                 visibility_timeout=Duration.seconds(visibility_timeout(spec)),
-                # 5 receives (AWS's minimum for a Lambda event source): a message the worker
-                # keeps failing on reaches the DLQ after about 5 x 1800 s; runs the worker
-                # defers are sent as new messages, so deferrals never count here.
+                # 10 receives: the worker defers a run in place (the message stays, invisible
+                # for the wait) only on its first 5 receives and sends a fresh message after,
+                # so the last 5 (AWS's minimum for a Lambda event source) are always failures;
+                # a message the worker keeps failing on reaches the DLQ after at most
+                # 10 x 5400 s = 15 h, well inside the 14-day retention.
                 dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=spec.max_receive_count),
             )
         self.outbox_failures = _queue(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from functools import cache, lru_cache
 from typing import Any
 
@@ -49,9 +50,15 @@ _NOT_RUN_CODES = frozenset(
 )
 
 
+# Clients are thread-safe once built, but building one reads boto3's default session, which
+# is not: the worker's concurrent records would otherwise build their first clients at once.
+_BUILDING = threading.Lock()
+
+
 @cache
 def client(service: str) -> Any:
-    return boto3.client(service, config=_CONFIG, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
+    with _BUILDING:
+        return boto3.client(service, config=_CONFIG, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
 
 
 def timeout_bucket(seconds: float) -> int:
@@ -78,7 +85,8 @@ def _effect_client(service: str, read_timeout: int, endpoint_url: str | None) ->
         read_timeout=read_timeout,
         tcp_keepalive=True,  # a long synchronous invoke keeps its connection alive
     )
-    made = boto3.client(service, config=config, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+    with _BUILDING:
+        made = boto3.client(service, config=config, endpoint_url=endpoint_url)  # type: ignore[call-overload]
     made.meta.events.register(
         f"needs-retry.{made.meta.service_model.service_id.hyphenize()}", _retry_if_not_run
     )

@@ -59,3 +59,26 @@ def test_visibility_is_six_worker_timeouts_and_receives_fit_the_retention(synth)
         assert 5 <= receives <= 10, source  # 5: AWS's minimum for a Lambda event source
         # A message that keeps failing reaches its DLQ long before the queue would drop it.
         assert receives * queue["VisibilityTimeout"] < queue["MessageRetentionPeriod"] / 10
+
+
+def test_every_record_of_a_batch_gets_a_jobs_longest_timeout(synth):
+    """A batch's records run at once, so each has the whole invocation: the worker's timeout
+    must hold the longest timeoutSeconds a job may ask for plus the worker's own overhead,
+    within Lambda's 900 s; its queues' visibility stays six times that."""
+    from jobsched.domain.models import MAX_TIMEOUT_SECONDS
+    from jobsched.services.worker import WORKER_OVERHEAD_SECONDS
+
+    for mapping in synth.of_type("AWS::Lambda::EventSourceMapping").values():
+        props = mapping["Properties"]
+        source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
+        if synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue":
+            continue
+        timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
+        assert MAX_TIMEOUT_SECONDS + WORKER_OVERHEAD_SECONDS <= timeout <= 900
+        assert synth.props(source)["VisibilityTimeout"] >= 6 * timeout
+        # Deferrals in place spend at most deferral_receives; the rest are failures.
+        spec = next(q for q in QUEUES if queue_logical_id(q.key) == source)
+        assert synth.props(source)["RedrivePolicy"]["maxReceiveCount"] == (
+            spec.deferral_receives + spec.failure_receives
+        )
+        assert spec.failure_receives >= 5

@@ -104,6 +104,7 @@ BOUNDED = [
     (job(maxAttempts=101), "maxAttempts"),
     (job(jitterSeconds=3601), "jitterSeconds"),
     (job(timeoutSeconds=43201), "timeoutSeconds"),
+    (job(timeoutSeconds=841), "timeoutSeconds"),  # more than the worker can give a run
     (job(catchUpWindow=31 * 86400 + 1), "catchUpWindow"),
     (job(runAt=None, every=366 * 86400 + 1), "every"),
     (job(target={"kind": "http", "url": "https://example.com/" + "p" * 2048}), "target.http.url"),

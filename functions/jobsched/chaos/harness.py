@@ -559,7 +559,7 @@ class World:
             self._unexpected("worker")
             return False
         self.outcomes[result.outcome.value] += 1
-        return True
+        return not result.redeliver  # a deferral left its message in the queue
 
     def _freeze(self, delivery: Any, url: str, message: dict[str, Any]) -> None:
         """A worker that stops (GC pause, lost CPU) between its effect and its completion."""

@@ -157,6 +157,13 @@ class RetryPolicy(Model):
         return self
 
 
+# The longest effect a job may ask for: what the worker (a Lambda function, at most 900 s)
+# can give every run in full after its own work before and after the effect
+# (jobsched.services.worker.WORKER_OVERHEAD_SECONDS); the stack sizes the worker from both.
+# Jobs written when the limit was 43200 still read; the worker gives them what it can.
+MAX_TIMEOUT_SECONDS = 840
+
+
 class Policies(Model):
     misfire: Misfire = Misfire.RUN_ONCE
     catch_up_window_seconds: int = Field(default=3600, ge=0, le=31 * 86400)
@@ -166,6 +173,13 @@ class Policies(Model):
     jitter_seconds: int = Field(default=0, ge=0, le=3600)
     timeout_seconds: int = Field(default=300, ge=1, le=43200)
     pause_on_failure: bool = False
+
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout_fits_the_worker(cls, value: int, info: ValidationInfo) -> int:
+        if writing(info) and value > MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"must be at most {MAX_TIMEOUT_SECONDS} (the worker's longest effect)")
+        return value
 
 
 # --- Targets: what a run does. Each passes the run key as its idempotency key. ---

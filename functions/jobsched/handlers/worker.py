@@ -1,10 +1,20 @@
-"""`worker` Lambda: SQS (high/default/low) → claim, execute, complete. Partial batch failures
-are reported so only the records that hit an unexpected error are redelivered."""
+"""`worker` Lambda: SQS (high/default/low) → claim, execute, complete. A batch's records run
+at once, each on its own thread with the whole invocation's time as its budget. Partial batch
+failures are reported so only the records that hit an unexpected error, and the ones deferred
+by leaving their message in the queue, are redelivered.
+
+Shared across a batch's threads: boto3 clients (thread-safe; built under a lock in
+jobsched.aws), the container's services (built by `bind` before the records start), the
+Powertools Metrics object (behind jobsched.observability's lock, flushed once by
+`log_metrics`) and the Logger, whose per-record keys are thread-local."""
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -13,11 +23,36 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..observability import NAMESPACE, logger, metrics, tracer
-from ..services.worker import Delivery, Outcome, parse_sent_at
+from ..services.worker import Delivery, Outcome, Worker, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
 
-processor = BatchProcessor(event_type=EventType.SQS)
+
+class Redeliver(Exception):
+    """The record's message was left in its queue on purpose (a deferral): reported as a batch
+    item failure so Lambda does not delete it. Not an error."""
+
+
+class ConcurrentBatchProcessor(BatchProcessor):
+    """Powertools' SQS batch processor with every record of a batch running at once, one thread
+    each: one slow run no longer eats the time of the records after it. Powertools'
+    AsyncBatchProcessor would need every call made async, or threads from asyncio's default
+    executor (a few per vCPU, fewer than a batch)."""
+
+    def process(self) -> list[tuple]:
+        if not self.records:
+            return []
+        with ThreadPoolExecutor(max_workers=len(self.records), thread_name_prefix="record") as pool:
+            # _process_record catches what the handler raises; the success and failure lists it
+            # appends to are only appended to.
+            return list(pool.map(self._process_record, self.records))
+
+    def _entire_batch_failed(self) -> bool:
+        # A batch of deferrals is not a failed invocation (that would count as a function error).
+        return super()._entire_batch_failed() and not any(
+            isinstance(exc, Redeliver) for _, exc, _ in self.exceptions
+        )
+
 
 # Outcomes worth a log line of their own; the rest are counted in the batch's line (each
 # run's history already records who did what, when, under which fence).
@@ -31,25 +66,29 @@ class BatchTimings:
     def __init__(self) -> None:
         self._by_priority: dict[str, EphemeralMetrics] = {}
         self.outcomes: Counter[str] = Counter()
+        self._lock = threading.Lock()  # a batch's records report from their own threads
 
     def add(self, priority: str, name: str, seconds: float) -> None:
         if metrics_disabled():
             return
-        metric = self._by_priority.get(priority)
-        if metric is None:
-            # Per priority (and only per priority), so a starved low queue shows up on its own.
-            metric = self._by_priority[priority] = EphemeralMetrics(namespace=NAMESPACE)
-            metric.add_dimension(name="priority", value=priority)
-        metric.add_metric(name=name, unit=MetricUnit.Seconds, value=seconds)
+        with self._lock:
+            metric = self._by_priority.get(priority)
+            if metric is None:
+                # Per priority (and only per priority), so a starved low queue shows up on its own.
+                metric = self._by_priority[priority] = EphemeralMetrics(namespace=NAMESPACE)
+                metric.add_dimension(name="priority", value=priority)
+            metric.add_metric(name=name, unit=MetricUnit.Seconds, value=seconds)
+
+    def count(self, outcome: str) -> None:
+        with self._lock:
+            self.outcomes[outcome] += 1
 
     def flush(self) -> None:
-        for metric in self._by_priority.values():
-            metric.flush_metrics()
-        self._by_priority.clear()
-        self.outcomes.clear()
-
-
-timings = BatchTimings()
+        with self._lock:
+            for metric in self._by_priority.values():
+                metric.flush_metrics()
+            self._by_priority.clear()
+            self.outcomes.clear()
 
 
 def metrics_disabled() -> bool:
@@ -71,12 +110,14 @@ def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None
     )
 
 
-def record_handler(record: SQSRecord) -> dict[str, Any]:
+def record_handler(record: SQSRecord, *, worker: Worker, timings: BatchTimings) -> dict[str, Any]:
     services = container()
     queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
     message = RunMessage.from_json(record.body)
     delivery = delivery_of(record, queue, message)
-    logger.append_keys(
+    # Thread-local keys: the batch's other records log from their own threads at the same time.
+    logger.thread_safe_clear_keys()
+    logger.thread_safe_append_keys(
         run_key=delivery.run_key,
         job_id=delivery.job_id,
         tenant=message.tenant,
@@ -84,14 +125,14 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
         fence=None,
         attempt=None,
     )
-    result = services.worker.process(delivery)
+    result = worker.process(delivery)
     seconds = {"StartLag": result.start_lag, "RunDuration": result.duration}
     if result.start_lag is not None and delivery.sent_at is not None:
         seconds["QueueDwell"] = max(0.0, (services.clock.now() - delivery.sent_at).total_seconds())
     for name, value in seconds.items():
         if value is not None:
             timings.add(message.priority, name, value)
-    timings.outcomes[result.outcome.value] += 1
+    timings.count(result.outcome.value)
     run = result.run
     log = logger.info if result.outcome in LOGGED_OUTCOMES else logger.debug
     log(
@@ -104,6 +145,8 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
             "error_class": result.error_class,
         },
     )
+    if result.redeliver:
+        raise Redeliver(f"{delivery.run_key} deferred ({result.error_class})")
     return {"runKey": delivery.run_key, "outcome": result.outcome.value}
 
 
@@ -111,12 +154,18 @@ def record_handler(record: SQSRecord) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> Any:
-    container().worker.bind(context)
+    # Per invocation: the processor's record lists, the timings and the worker's identity and
+    # deadline (local mode runs invocations of this function side by side in one process).
+    # Building the worker also builds every service the records' threads share.
+    worker = container().worker.for_invocation(context)
+    timings = BatchTimings()
     try:
         response = process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
+            event=event,
+            record_handler=functools.partial(record_handler, worker=worker, timings=timings),
+            processor=ConcurrentBatchProcessor(event_type=EventType.SQS),
+            context=context,
         )
-        logger.remove_keys(["run_key", "job_id", "tenant", "queue", "fence", "attempt"])
         logger.info(
             "batch processed",
             extra={

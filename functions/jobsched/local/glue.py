@@ -4,6 +4,8 @@ real handler exactly the event Lambda would."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import threading
@@ -23,25 +25,32 @@ Handler = Callable[[dict[str, Any], Any], Any]
 
 
 class Invoker:
-    """Calls a handler like Lambda: a fresh context per invocation, one invocation at a time
-    per function (module-level batch processors and resolvers hold per-invocation state)."""
+    """Calls a handler like Lambda: a fresh context per invocation. One invocation at a time
+    per function unless `concurrent` (module-level batch processors and resolvers hold
+    per-invocation state; the worker's handler keeps its own per invocation, so its event
+    sources may invoke it side by side, as Lambda would in separate environments)."""
 
-    def __init__(self, name: str, handler: Handler, timeout_seconds: float = 60.0) -> None:
+    def __init__(
+        self, name: str, handler: Handler, timeout_seconds: float = 60.0, *, concurrent: bool = False
+    ) -> None:
         self.name = name
         self._handler = handler
         self._timeout = timeout_seconds
-        self._lock = threading.Lock()
+        self._serial = None if concurrent else threading.Lock()
+        self._count = threading.Lock()
         self.invocations = 0
         self.errors = 0
 
     def __call__(self, event: dict[str, Any]) -> Any:
-        with self._lock:
-            self.invocations += 1
+        with self._serial or contextlib.nullcontext():
+            with self._count:
+                self.invocations += 1
             context = InvocationContext(function_name=f"jobsched-{self.name}", timeout_seconds=self._timeout)
             try:
                 return self._handler(event, context)
             except Exception:
-                self.errors += 1
+                with self._count:
+                    self.errors += 1
                 log.exception("%s invocation failed", self.name)
                 raise
 
@@ -255,7 +264,11 @@ class StreamSource:
 
 class QueueSource:
     """Event source mapping for an SQS queue: batches of up to 10, the queue's visibility
-    timeout, ReportBatchItemFailures (only reported records stay), redrive by SQS itself."""
+    timeout, ReportBatchItemFailures (only reported records stay), redrive by SQS itself, and
+    up to `max_concurrency` invocations at once (the mapping's MaximumConcurrency): while
+    invocations run, the next poll receives and invokes further batches, so one slow target
+    holds one invocation, not the queue. With 1, `poll` invokes inline and returns once the
+    batch is settled."""
 
     def __init__(
         self,
@@ -266,6 +279,8 @@ class QueueSource:
         *,
         region: str,
         batch_size: int = 10,
+        max_concurrency: int = 1,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
     ):
         self._sqs = sqs_client
         self._url = queue_url
@@ -273,33 +288,68 @@ class QueueSource:
         self._invoke = invoke
         self._region = region
         self._batch_size = batch_size
+        self._concurrency = max(1, max_concurrency)
+        self._slots = threading.BoundedSemaphore(self._concurrency)
+        self._spawn = spawn or _daemon_thread
+        self._lock = threading.Lock()
         self.delivered = 0
+        self.in_flight = 0
+        self.most_in_flight = 0  # the highest number of invocations seen running at once
 
     def poll(self) -> int:
-        messages = self._sqs.receive_message(
+        """Receive and invoke batches while a slot is free; the number of messages received."""
+        received = 0
+        while self._slots.acquire(blocking=False):
+            messages = self._receive()
+            if not messages:
+                self._slots.release()
+                break
+            received += len(messages)
+            with self._lock:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            if self._concurrency == 1:
+                self._settle(messages)
+                break
+            self._spawn(functools.partial(self._settle, messages))
+        return received
+
+    def _receive(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = self._sqs.receive_message(
             QueueUrl=self._url,
             MaxNumberOfMessages=self._batch_size,
             WaitTimeSeconds=0,  # the moto server is single-threaded: never hold it
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
         ).get("Messages", [])
-        if not messages:
-            return 0
-        records = [self._record(m) for m in messages]
+        return messages
+
+    def _settle(self, messages: list[dict[str, Any]]) -> None:
+        """One invocation: delete what it did not report as failed; frees its slot."""
         try:
-            response = self._invoke({"Records": records})
-            failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures") or []}
+            records = [self._record(m) for m in messages]
+            try:
+                response = self._invoke({"Records": records})
+                failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures") or []}
+            except Exception:
+                return  # the whole batch becomes visible again after its visibility timeout
+            done = [m for m in messages if m["MessageId"] not in failed]
+            for start in range(0, len(done), 10):
+                chunk = done[start : start + 10]
+                self._sqs.delete_message_batch(
+                    QueueUrl=self._url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                    ],
+                )
+            with self._lock:
+                self.delivered += len(messages)
         except Exception:
-            return 0  # the whole batch becomes visible again after its visibility timeout
-        done = [m for m in messages if m["MessageId"] not in failed]
-        for start in range(0, len(done), 10):
-            chunk = done[start : start + 10]
-            self._sqs.delete_message_batch(
-                QueueUrl=self._url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
-            )
-        self.delivered += len(messages)
-        return len(messages)
+            log.exception("settling a batch of %s failed", self._arn)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+            self._slots.release()
 
     def _record(self, message: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -313,6 +363,10 @@ class QueueSource:
             "eventSourceARN": self._arn,
             "awsRegion": self._region,
         }
+
+
+def _daemon_thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="queue-invocation", daemon=True).start()
 
 
 # --- DynamoDB TTL ---

@@ -63,7 +63,8 @@ class LocalRuntime:
             "sweeper": Invoker("sweeper", sweeper.handler, timeout_seconds=300),
             "reconciler": Invoker("reconciler", reconciler.handler, timeout_seconds=300),
             "outbox": Invoker("outbox", outbox.handler, timeout_seconds=60),
-            "worker": Invoker("worker", worker.handler, timeout_seconds=900),
+            # Invoked side by side by the three queue sources, each up to its mapping's ceiling.
+            "worker": Invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
         }
         self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
         self.front.start()
@@ -88,6 +89,7 @@ class LocalRuntime:
                 self.invokers["worker"],
                 region=config.region,
                 batch_size=config.queue_batch_size,
+                max_concurrency=queue.max_concurrency,
             )
             self.sources[f"queue:{queue.key}"] = source
             self._every(f"worker-{queue.key}", config.queue_poll_seconds, source.poll)

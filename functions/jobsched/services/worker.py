@@ -10,6 +10,7 @@ replays the saved result instead of acting twice); no effect after an acknowledg
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,11 +34,21 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
+from ..store.schema import QUEUES
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
+# The worker's own time around a run's effect: claim and reads before it (an early message
+# waits up to CLOCK_SKEW), completion and the idempotency record after it. The worker's
+# function timeout is at least the longest effect a job may ask for plus this, and a batch's
+# records run at once, so every record starts its effect with its full timeoutSeconds.
+WORKER_OVERHEAD_SECONDS = 60
 CLOCK_SKEW = timedelta(seconds=2)  # a message this early is waited out; earlier, it is deferred
 DEFER_TOUCH = timedelta(minutes=5)
+# Deferrals up to this long leave their message in the queue (the tenant-limit and buffer-one
+# waits of 5 s, that repeat); a longer wait (a run not due for minutes) sends a fresh message,
+# so the queue's oldest-message age keeps meaning a message nobody has dealt with.
+DEFER_IN_PLACE = 60
 
 
 class Outcome(StrEnum):
@@ -72,6 +83,9 @@ class Result:
     error_class: str | None = None
     start_lag: float | None = None  # seconds from due to claim
     duration: float | None = None  # seconds the effect took
+    # The message was left in its queue to come back after a deferral: it must not be
+    # acknowledged (the handler reports it as a batch item failure).
+    redeliver: bool = False
 
 
 class _Lease:
@@ -124,12 +138,26 @@ class Worker:
         self._metric = metrics or (lambda name, value, unit: None)
         self._completer = completer or Completer(definitions, runs, queues, clock, self._metric)
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
+        # Receives a message may spend on deferrals before a deferral sends a fresh one.
+        self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
+        # Powertools configures the shared persistence layer on first use, in steps a
+        # concurrent record could see half done (its idempotency key would not be the run key).
+        self._configure_lock = threading.Lock()
 
     def bind(self, context: Any) -> None:
         """Per invocation: who we are, how long we have (also bounds in-progress idempotency records)."""
         self.worker_id = context.aws_request_id
         self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
+        self._idempotency = copy.copy(self._idempotency)
         self._idempotency.register_lambda_context(context)
+
+    def for_invocation(self, context: Any) -> Worker:
+        """This worker bound to one invocation, leaving this one as it was: invocations that
+        share a process (local mode) keep their own identity and deadline. Stores, queues,
+        the persistence layer and its lock are shared."""
+        bound = copy.copy(self)
+        bound.bind(context)
+        return bound
 
     @property
     def actor(self) -> str:
@@ -182,7 +210,7 @@ class Worker:
         if leased is None:
             self._metric("DuplicatesSuppressed", 1, "Count")
             return Result(Outcome.DUPLICATE, run)
-        logger.append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
+        logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
         # Read after the claim: a pause or cancel acknowledged before this read stops the run.
         job = self._definitions.get(run.job_id)
@@ -236,9 +264,20 @@ class Worker:
         return Result(Outcome.SKIPPED, ending.run)
 
     def _defer(self, run: Run, delivery: Delivery, seconds: float, why: str) -> Result:
-        """Come back later with a fresh message (acking this one keeps receive counts low)."""
-        failed = self._queues.publish(delivery.queue, [(run, int(max(1, min(900, seconds))))])
-        if failed:
+        """Come back later. A short wait leaves the message in its queue, invisible for the
+        delay, while it has receives to spare (QueueSpec.deferral_receives): nothing is sent,
+        so no worker -> SQS -> worker chain grows. Otherwise a fresh message is sent (receive
+        count 1) and this one is acknowledged."""
+        delay = int(max(1, min(900, seconds)))
+        redeliver = False
+        spare = self.deferral_receives.get(delivery.queue, 0)
+        if delivery.receipt_handle and delivery.receive_count <= spare and delay <= DEFER_IN_PLACE:
+            try:
+                self._queues.release(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
+                redeliver = True
+            except Exception:
+                logger.warning("could not defer by visibility; sending a new message", extra={"why": why})
+        if not redeliver and self._queues.publish(delivery.queue, [(run, delay)]):
             raise RetryableError(f"could not defer {run.run_key}")
         now = self._clock.now()
         if run.state is RunState.QUEUED and now - run.updated_at > DEFER_TOUCH:
@@ -246,8 +285,8 @@ class Worker:
             # the reconciler; touching the run moves its repair deadline on.
             with contextlib.suppress(RunChanged, lifecycle.TransitionRefused):
                 self._runs.replace(lifecycle.release(run, now=now, actor=self.actor, reason=why))
-        logger.debug("deferred", extra={"run_key": run.run_key, "why": why})
-        return Result(Outcome.DEFERRED, run, error_class=why)
+        logger.debug("deferred", extra={"run_key": run.run_key, "why": why, "resent": not redeliver})
+        return Result(Outcome.DEFERRED, run, error_class=why, redeliver=redeliver)
 
     def _execute(self, lease: _Lease, delivery: Delivery) -> Result:
         run = lease.run
@@ -292,15 +331,19 @@ class Worker:
     def _effect(self, run: Run, invocation: Invocation, budget: float) -> Any:
         """The target call, under idempotency keyed by the run key, bounded by the timeout."""
 
-        @idempotent_function(
-            data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
-        )
         def once(request: dict[str, Any]) -> Any:
             # Stored on the run and in the idempotency record: JSON, and bounded.
             return lifecycle.bounded_result(self._runner.run(run.target, invocation))
 
+        with self._configure_lock:
+            self._persistence.configure(
+                self._idempotency, function_name=f"{once.__module__}.{once.__qualname__}"
+            )
+        guarded = idempotent_function(
+            data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
+        )(once)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
-        future = pool.submit(once, request={"runKey": run.run_key})
+        future = pool.submit(guarded, request={"runKey": run.run_key})
         try:
             return future.result(timeout=budget)
         except FutureTimeout:

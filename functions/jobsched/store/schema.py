@@ -158,7 +158,21 @@ class QueueSpec:
     dlq_env_var: str
     default_name: str
     visibility_timeout: int = 360  # seconds; the worker extends it while a run executes
-    max_receive_count: int = 5  # deliveries before SQS moves a message to the DLQ
+    # Worker invocations this queue's event source mapping runs at once (MaximumConcurrency):
+    # the stack's default for `workerConcurrency`, and what local mode's glue allows.
+    max_concurrency: int = 10
+    # A message's receives are spent two ways. The worker defers a run (not due yet, tenant at
+    # its limit, buffered behind a running run) by leaving its message in the queue for the
+    # delay, which costs a receive; it does so only while the receive count is at most
+    # `deferral_receives`, and past that sends a fresh message instead. So the last
+    # `failure_receives` receives before the DLQ are always failures, never deferrals.
+    deferral_receives: int = 5
+    failure_receives: int = 5  # AWS's minimum maxReceiveCount for a Lambda event source
+
+    @property
+    def max_receive_count(self) -> int:
+        """Deliveries before SQS moves a message to the DLQ."""
+        return self.deferral_receives + self.failure_receives
 
     @property
     def dlq_name(self) -> str:
@@ -166,6 +180,13 @@ class QueueSpec:
 
 
 QUEUES = tuple(
-    QueueSpec(key, f"{key.upper()}_QUEUE_URL", f"{key.upper()}_DLQ_URL", f"jobsched-{key}")
-    for key in ("high", "default", "low")
+    QueueSpec(
+        key,
+        f"{key.upper()}_QUEUE_URL",
+        f"{key.upper()}_DLQ_URL",
+        f"jobsched-{key}",
+        max_concurrency=concurrency,
+    )
+    # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
+    for key, concurrency in (("high", 50), ("default", 100), ("low", 25))
 )

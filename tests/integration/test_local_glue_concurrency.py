@@ -1,0 +1,74 @@
+"""Local mode's SQS event source runs worker invocations side by side, up to the mapping's
+MaximumConcurrency, as Lambda does: one slow target holds one invocation, not the queue."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+from jobsched.local.glue import Invoker, QueueSource
+
+SAFETY = 10  # seconds a wait may take before the test gives up (never reached when it passes)
+
+
+class BlockingHandler:
+    """A handler whose invocations all wait until the test lets them finish."""
+
+    def __init__(self) -> None:
+        self.started = threading.Semaphore(0)
+        self.release = threading.Event()
+        self.bodies: list[str] = []
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        self.bodies.extend(r["body"] for r in event["Records"])
+        self.started.release()
+        assert self.release.wait(SAFETY)
+        return {"batchItemFailures": []}
+
+
+def test_the_queue_source_runs_up_to_its_maximum_concurrency_of_invocations(aws):
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName="scratch")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    for i in range(5):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+    handler = BlockingHandler()
+    threads: list[threading.Thread] = []
+
+    def spawn(work):
+        thread = threading.Thread(target=work, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    invoker = Invoker("worker", handler, concurrent=True)
+    source = QueueSource(
+        sqs, url, arn, invoker, region="us-east-1", batch_size=1, max_concurrency=3, spawn=spawn
+    )
+
+    assert source.poll() == 3  # three slots, three one-message batches
+    for _ in range(3):
+        assert handler.started.acquire(timeout=SAFETY)
+    assert source.in_flight == 3 and len(handler.bodies) == 3  # all three running at once
+    assert source.poll() == 0  # no free slot: the rest wait in the queue
+    handler.release.set()
+    for thread in threads:
+        thread.join(SAFETY)
+    assert source.in_flight == 0
+    assert source.poll() == 2
+    for thread in threads:
+        thread.join(SAFETY)
+    assert sorted(handler.bodies) == [f"m{i}" for i in range(5)]
+    assert source.most_in_flight == 3 and source.delivered == 5
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # every one deleted
+
+
+def test_a_concurrent_invoker_lets_invocations_overlap():
+    both = threading.Barrier(2, timeout=SAFETY)  # broken (and the test failed) if they cannot meet
+    invoker = Invoker("worker", lambda event, context: both.wait(), concurrent=True)
+    callers = [threading.Thread(target=invoker, args=({"Records": []},)) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(SAFETY)
+    assert not both.broken and invoker.errors == 0 and invoker.invocations == 2

@@ -1,0 +1,229 @@
+"""A worker invocation's batch: records run at once, each with its full budget; partial
+failures stay exact; deferrals leave their message in the queue instead of re-sending it,
+and never push it into the DLQ."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+import pytest
+from jobsched.handlers import worker as worker_handler
+from jobsched.local.glue import Invoker, QueueSource
+from jobsched.local.lambda_context import InvocationContext
+from jobsched.services.worker import Outcome
+from jobsched.store.queues import RunMessage
+from jobsched.store.schema import QUEUES
+from jobsched.targets import HandlerRegistry
+
+from tests.conftest import claimed, make_worker
+from tests.integration.test_worker import delivery, one_run, queue_messages, sqs_record, stored
+
+FUNCTION_TIMEOUT = 300
+DEFAULT = next(q for q in QUEUES if q.key == "default")
+
+
+class SteppedContext(InvocationContext):
+    """A Lambda context whose clock moves only when a test says so."""
+
+    elapsed = 0.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.timeout_seconds - self.elapsed) * 1000)
+
+
+def invoke(event: dict[str, Any], context: InvocationContext | None = None) -> Any:
+    context = context or InvocationContext(function_name="jobsched-worker", timeout_seconds=FUNCTION_TIMEOUT)
+    return worker_handler.handler(event, context)
+
+
+def test_one_slow_record_leaves_every_other_record_its_full_budget(container, clock):
+    """Sequentially, the slow record (first in the batch) would use 280 of the invocation's
+    300 s and leave each fast record 15 s of its 60."""
+    context = SteppedContext(function_name="jobsched-worker", timeout_seconds=FUNCTION_TIMEOUT)
+    fast_count = 6
+    budgets: dict[str, float] = {}
+    fast_done = threading.Semaphore(0)
+    registry = HandlerRegistry()
+
+    @registry.register("slow")
+    def slow(payload, invocation):
+        budgets[invocation.run_key] = invocation.timeout_seconds
+        # Takes 280 s of the invocation, after the fast records have had their turn (a
+        # sequential batch never gets them going: the wait gives up and the time passes).
+        for _ in range(fast_count):
+            fast_done.acquire(timeout=5)
+        context.elapsed += 280
+        return "slow"
+
+    @registry.register("fast")
+    def fast(payload, invocation):
+        budgets[invocation.run_key] = invocation.timeout_seconds
+        fast_done.release()
+        return "fast"
+
+    container.__dict__["worker"] = make_worker(container, registry)
+    _, slow_run = one_run(container, clock, job_type="slow", name="slow", timeoutSeconds=290)
+    fast_runs = [
+        one_run(container, clock, job_type="fast", name=f"fast{i}", timeoutSeconds=60)[1]
+        for i in range(fast_count)
+    ]
+    records = [sqs_record(r, f"m{i}") for i, r in enumerate([slow_run, *fast_runs])]
+
+    assert invoke({"Records": records}, context) == {"batchItemFailures": []}
+    assert {budgets[r.run_key] for r in fast_runs} == {60}
+    assert budgets[slow_run.run_key] == 290
+    assert {stored(container, r).state.value for r in [slow_run, *fast_runs]} == {"SUCCEEDED"}
+
+
+def test_partial_failures_name_exactly_the_failed_and_the_deferred_records(container, clock, monkeypatch):
+    registry = HandlerRegistry()
+    registry.register("ok")(lambda payload, invocation: "ok")
+    container.__dict__["worker"] = make_worker(container, registry)
+    good = [one_run(container, clock, name=f"good{i}")[1] for i in range(5)]
+    broken = [one_run(container, clock, name=f"broken{i}")[1] for i in range(2)]
+    _, early = one_run(container, clock, name="early", runAt="2026-11-02T08:00:30Z")
+    real_get = container.runs.get
+    broken_jobs = {r.job_id for r in broken}
+
+    def flaky_get(job_id, scheduled_for):
+        if job_id in broken_jobs:
+            raise ConnectionError("store unreachable")
+        return real_get(job_id, scheduled_for)
+
+    monkeypatch.setattr(container.runs, "get", flaky_get)
+    early_record = received_record(container, early, "m-early")
+    records = [
+        sqs_record(good[0], "g0"),
+        sqs_record(broken[0], "b0"),
+        sqs_record(good[1], "g1"),
+        early_record,
+        sqs_record(good[2], "g2"),
+        sqs_record(broken[1], "b1"),
+        sqs_record(good[3], "g3"),
+        sqs_record(good[4], "g4"),
+    ]
+    response = invoke({"Records": records})
+    failed = sorted(f["itemIdentifier"] for f in response["batchItemFailures"])
+    assert failed == ["b0", "b1", "m-early"]
+    monkeypatch.undo()
+    assert {stored(container, r).state.value for r in good} == {"SUCCEEDED"}
+    assert {stored(container, r).state.value for r in broken} == {"PENDING"}
+
+
+def test_a_batch_of_deferrals_is_not_a_failed_invocation(container, clock):
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    _, early = one_run(container, clock, runAt="2026-11-02T08:00:30Z")
+    response = invoke({"Records": [received_record(container, early, "m-early")]})
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-early"}]}
+
+
+def received_record(container, run, message_id: str) -> dict[str, Any]:
+    """`run`'s message as Lambda would hand it over: really received, with its receipt handle."""
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    sqs.send_message(QueueUrl=url, MessageBody=RunMessage.of(run).to_json())
+    (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+    record = sqs_record(run, message_id)
+    record["receiptHandle"] = message["ReceiptHandle"]
+    record["attributes"] = message["Attributes"]
+    return record
+
+
+def in_flight(container, queue="default") -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=container.queues.urls[queue], AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def buffered_run(container, clock):
+    """A buffer-one job's second run, waiting behind its first, which a live worker holds."""
+    from jobsched.handlers.api_models import JobBody
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    first, second, *_ = sorted(
+        container.runs.list_for_job(job.job_id, limit=10, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
+    clock.set(second.due_at)
+    return second
+
+
+@pytest.mark.parametrize("receives", [1, DEFAULT.deferral_receives])
+def test_a_short_deferral_leaves_the_message_in_the_queue(container, clock, receives):
+    worker = make_worker(container, HandlerRegistry())
+    run = buffered_run(container, clock)
+    record = received_record(container, run, "m")
+    d = delivery(run)
+    d = type(d)(**{**d.__dict__, "receipt_handle": record["receiptHandle"], "receive_count": receives})
+    result = worker.process(d)
+    assert result.outcome is Outcome.DEFERRED and result.error_class == "buffered"
+    assert result.redeliver  # not acknowledged: it comes back after the delay
+    assert queue_messages(container, "default") == 0  # nothing was sent
+    assert in_flight(container) == 1
+
+
+def test_past_its_spare_receives_a_deferral_sends_a_fresh_message(container, clock):
+    worker = make_worker(container, HandlerRegistry())
+    run = buffered_run(container, clock)
+    record = received_record(container, run, "m")
+    d = delivery(run)
+    d = type(d)(
+        **{
+            **d.__dict__,
+            "receipt_handle": record["receiptHandle"],
+            "receive_count": DEFAULT.deferral_receives + 1,
+        }
+    )
+    result = worker.process(d)
+    assert result.outcome is Outcome.DEFERRED and not result.redeliver  # acknowledged
+    assert queue_messages(container, "default") == 1  # the fresh one, receive count 1
+
+
+def test_a_long_wait_sends_a_fresh_message(container, clock):
+    worker = make_worker(container, HandlerRegistry())
+    _, run = one_run(container, clock, runAt="2026-11-02T08:01:30Z")  # 90 s away
+    record = received_record(container, run, "m")
+    d = delivery(run)
+    d = type(d)(**{**d.__dict__, "receipt_handle": record["receiptHandle"]})
+    result = worker.process(d)
+    assert result.error_class == "not_due" and not result.redeliver
+    assert queue_messages(container, "default") == 1
+
+
+def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monkeypatch):
+    """Through local mode's SQS event source (the glue Lambda's poller plays) and the worker
+    handler, on a simulated clock: a buffered run is deferred every 5 s for 10 minutes. Its
+    message never reaches the DLQ, and a fresh message is sent only once per
+    deferral_receives + 1 deferrals."""
+    from jobsched.chaos.faults import sqs_on_clock
+
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    run = buffered_run(container, clock)
+    container.queues.publish("default", [(run, 0)])
+    sent: list[str] = []
+    publish = container.queues.publish
+
+    def counting(queue, items):
+        sent.extend(r.run_key for r, _ in items)
+        return publish(queue, items)
+
+    monkeypatch.setattr(container.queues, "publish", counting)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    invoker = Invoker("worker", worker_handler.handler, timeout_seconds=FUNCTION_TIMEOUT, concurrent=True)
+    source = QueueSource(sqs, url, arn, invoker, region="us-east-1")
+    deliveries = 0
+    with sqs_on_clock(clock):
+        for _ in range(120):
+            deliveries += source.poll()
+            clock.advance(6)
+    assert deliveries >= 90  # deferred every ~6 s
+    assert queue_messages(container, "default", dlq=True) == 0
+    assert stored(container, run).state.value == "PENDING"
+    assert queue_messages(container, "default") + in_flight(container) == 1  # one message for it
+    assert len(sent) <= deliveries // (DEFAULT.deferral_receives + 1) + 1
