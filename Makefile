@@ -32,8 +32,8 @@ VENV313 := .venv313
 STAMP313 := $(VENV313)/.installed
 SKIP_PY313 ?=
 
-$(STAMP313): layers/requirements.txt tests/requirements-py313.txt tools/python313.sh
-	sh tools/python313.sh $(VENV313)
+$(STAMP313): layers/requirements.txt tests/requirements-py313.txt .ci/python313.sh
+	sh .ci/python313.sh $(VENV313)
 	touch $(STAMP313)
 
 test313: $(if $(SKIP_PY313),,$(STAMP313))
