@@ -566,6 +566,25 @@ def cmd_tail(ctx: Context, args: argparse.Namespace) -> int:
         return 0
 
 
+# --- the API's own documentation ---
+
+
+def cmd_docs(ctx: Context, args: argparse.Namespace) -> int:
+    """/docs and /openapi.json need the same authentication as every other route (an API key
+    in local mode, SigV4 on a stack), which a browser cannot add: fetch them here instead."""
+    if ctx.json:
+        print(json.dumps(ctx.client.openapi(), indent=2))
+        return 0
+    path = Path(args.output)
+    path.write_text(ctx.client.docs_page(), encoding="utf-8")
+    print(f"wrote {path} (Swagger UI with the API's OpenAPI document; open it in a browser)")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+    return 0
+
+
 # --- local mode ---
 
 
@@ -693,6 +712,12 @@ def build_parser() -> argparse.ArgumentParser:
     redrive = command(dlq, "redrive", cmd_dlq_redrive, "run a dead run again (same run key)")
     redrive.add_argument("run_key", metavar="RUNKEY")
     redrive.add_argument("--reason", help="recorded on the run's history")
+
+    docs = command(
+        commands, "docs", cmd_docs, "save the API's Swagger UI page (--json: the OpenAPI document)"
+    )
+    docs.add_argument("--output", default="jobsched-api-docs.html", help="where to write the page")
+    docs.add_argument("--open", action="store_true", help="open the saved page in a browser")
 
     tail = command(commands, "tail", cmd_tail, "follow run state changes as they happen")
     tail.add_argument("jobs", nargs="*", metavar="JOB", help="jobs to follow (default: all of yours)")

@@ -311,6 +311,11 @@ class ApiClient:
         document: dict[str, Any] = self._call("GET", "/openapi.json")
         return document
 
+    def docs_page(self) -> str:
+        """The Swagger UI page: one self-contained HTML file (scripts and document inline)."""
+        page = self._call("GET", "/docs", headers={"accept": "text/html"})
+        return page if isinstance(page, str) else json.dumps(page)
+
 
 def _etag(version: int | str) -> str:
     text = str(version).strip()

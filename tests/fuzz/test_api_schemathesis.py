@@ -3,7 +3,10 @@
 The real `api` handler runs in-process behind a small WSGI shim that turns each request into
 the API Gateway REST event Lambda would receive (tenant-a as the authenticated caller), on
 moto. Checks: no server error (5xx), and every response — status code, content type, body —
-conforms to the OpenAPI document the handler itself serves.
+conforms to the OpenAPI document the handler itself serves. Besides what the schema
+generates, half the bodies, query strings and header sets carry one hostile value (the
+shapes of tests/security/test_hostile_inputs.py: deep nesting, huge numbers, NaN, lone
+surrogates, oversized strings, calendar edges, forged cursors), which must be a 4xx too.
 
 The last tests pin what earlier fuzzing found: undocumented success responses and error
 details, and 5xx answers to an undeclared Content-Type or a body that is not UTF-8."""
@@ -144,6 +147,78 @@ def _some_valid_jobs(context: Any, strategy: Any) -> Any:
     if operation is not None and (operation.method, operation.path) == ("post", "/v1/jobs"):
         return st.one_of(_VALID_JOB, strategy)
     return strategy
+
+
+# --- the hostile shapes of tests/security/test_hostile_inputs.py, drawn among generated inputs ---
+
+
+def _nested(depth: int, leaf: Any, wrap: Any) -> Any:
+    for _ in range(depth):
+        leaf = wrap(leaf)
+    return leaf
+
+
+# Body values, as Python values the test client serialises: nesting past 32 levels, numbers
+# past 64 characters, lone surrogates (sent escaped), strings far past every cap, instants at
+# the calendar's edges and an epoch number where an instant belongs. NaN, Infinity and
+# 4,301-digit numbers are no JSON the client will write; test_hostile_inputs sends them raw.
+HOSTILE_VALUES = st.sampled_from(
+    [
+        _nested(40, 1, lambda inner: [inner]),
+        _nested(40, 1, lambda inner: {"a": inner}),
+        10**70,
+        -(10**400),
+        1e308,
+        "\ud800",
+        "ab\udfffcd",
+        {"\ud800": 1},
+        "x" * 420_000,
+        "9999-12-31T23:30:00-01:00",
+        "0001-01-01T00:30:00+01:00",
+        "0001-01-01T00:00:00Z",
+        1793606400,
+    ]
+)
+# Header and query values (HTTP carries text): numbers past Python's 4,300-digit limit,
+# values far past their caps, a forged cursor whose key holds a number.
+HUGE_DIGITS = "1" * 4301
+FORGED_CURSOR = (
+    base64.urlsafe_b64encode(json.dumps({"s": "tenant-a", "k": {"job_id": 5}}).encode()).decode().rstrip("=")
+)
+HOSTILE_TEXT = st.sampled_from(
+    [HUGE_DIGITS, f'"{HUGE_DIGITS}"', "x" * 300_000, "NaN", "1e400", FORGED_CURSOR]
+)
+
+
+def _with_one_hostile_field(value: Any) -> st.SearchStrategy[Any]:
+    if isinstance(value, dict) and value:
+        return st.sampled_from(sorted(value)).flatmap(
+            lambda name: HOSTILE_VALUES.map(lambda hostile: {**value, name: hostile})
+        )
+    return HOSTILE_VALUES
+
+
+@schema.hook("before_generate_body")
+def _hostile_bodies(context: Any, strategy: Any) -> Any:
+    return st.one_of(strategy, strategy.flatmap(_with_one_hostile_field))
+
+
+def _with_one_hostile_text(values: Any) -> st.SearchStrategy[Any]:
+    if isinstance(values, dict) and values:
+        return st.sampled_from(sorted(values)).flatmap(
+            lambda name: HOSTILE_TEXT.map(lambda hostile: {**values, name: hostile})
+        )
+    return st.just(values)
+
+
+@schema.hook("before_generate_query")
+def _hostile_query(context: Any, strategy: Any) -> Any:
+    return st.one_of(strategy, strategy.flatmap(_with_one_hostile_text))
+
+
+@schema.hook("before_generate_headers")
+def _hostile_headers(context: Any, strategy: Any) -> Any:
+    return st.one_of(strategy, strategy.flatmap(_with_one_hostile_text))
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def test_every_function_shares_one_code_asset(synth):
 def test_code_asset_leaves_out_local_mode_and_the_cli(synth):
     asset = synth.asset_dir(next(iter(synth.of_type("AWS::Lambda::Function"))))
     files = {p.relative_to(asset).as_posix() for p in asset.rglob("*") if p.is_file()}
-    assert "jobsched/handlers/api.py" in files and "jobsched/store/schema.py" in files
+    assert "jobsched/handlers/api/app.py" in files and "jobsched/store/schema.py" in files
     local = [m.replace(".", "/") for m in LOCAL_ONLY_MODULES]
     assert not [f for f in files if any(f == m + ".py" or f.startswith(m + "/") for m in local)]
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or ".egg-info" in f]

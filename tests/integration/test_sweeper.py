@@ -13,7 +13,7 @@ from tests.conftest import T0, SerializedClient
 
 
 def new_job(container, **body):
-    from jobsched.handlers.api_models import JobBody
+    from jobsched.handlers.api.requests import JobBody
 
     base = {"name": "j", "type": "report"}
     spec = JobBody.model_validate({**base, **body}).to_spec()

@@ -676,3 +676,17 @@ def test_tail_line() -> None:
     )
     created = tail_line({**event, "from": None, "to": "PENDING", "attempt": 0, "errorClass": None})
     assert created.endswith("         - → PENDING     attempt 0")
+
+
+def test_docs_saves_the_swagger_page_fetched_with_the_callers_credentials(
+    stub: StubApi, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    stub.routes[("GET", "/docs")] = (200, "<html>swagger</html>", {})
+    stub.routes[("GET", "/openapi.json")] = (200, {"openapi": "3.1.0", "paths": {}}, {})
+    page = tmp_path / "docs.html"
+    assert main(["--endpoint", stub.url, "docs", "--output", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == "<html>swagger</html>"
+    assert stub.requests[-1]["headers"]["x-api-key"] == "jobsched-dev-key"
+    assert str(page) in capsys.readouterr().out
+    assert main(["--endpoint", stub.url, "docs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"openapi": "3.1.0", "paths": {}}

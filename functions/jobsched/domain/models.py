@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from .cron import check_cron_expression, check_time_zone_name, zone
 from .instants import Instant
@@ -31,6 +32,17 @@ WRITE: dict[str, Any] = {"write": True}
 
 def writing(info: ValidationInfo) -> bool:
     return isinstance(info.context, dict) and info.context.get("write") is True
+
+
+RULE_ON_FIELD = "rule_on_field"
+
+
+def rule_on(field: str | tuple[str, ...], rule: str) -> PydanticCustomError:
+    """A rule a model-level check found broken, raised on the field it concerns: `field` is
+    that field's path below the model (Python names; `()` for the model as a whole), carried
+    in the error's context so the API names it without reading the message."""
+    loc = (field,) if isinstance(field, str) else field
+    return PydanticCustomError(RULE_ON_FIELD, "{rule}", {"loc": loc, "rule": rule})
 
 
 class Model(BaseModel):
@@ -113,34 +125,34 @@ class Schedule(Model):
         kind = self.kind
         if kind is ScheduleKind.ONCE:
             if self.at is None:
-                raise ValueError("runAt: required for a one-time schedule")
+                raise rule_on("at", "required for a one-time schedule")
             if self.cron or self.every_seconds:
-                raise ValueError("runAt: cannot be combined with cron or every")
+                raise rule_on("at", "cannot be combined with cron or every")
         elif kind is ScheduleKind.CRON:
             if not self.cron:
-                raise ValueError("cron: required for a cron schedule")
+                raise rule_on("cron", "required for a cron schedule")
             if not self.time_zone:
-                raise ValueError("timeZone: required with cron (an IANA name such as Europe/London)")
+                raise rule_on("time_zone", "required with cron (an IANA name such as Europe/London)")
             try:
                 normalised = check_cron_expression(self.cron)
             except ValueError as exc:
-                raise ValueError(f"cron: {exc}") from None
+                raise rule_on("cron", str(exc)) from None
             object.__setattr__(self, "cron", normalised)  # frozen model: store the canonical form
             try:
                 if writing(info):
                     check_time_zone_name(self.time_zone)
                 zone(self.time_zone)
             except ValueError as exc:
-                raise ValueError(f"timeZone: {exc}") from None
+                raise rule_on("time_zone", str(exc)) from None
             if self.at or self.every_seconds:
-                raise ValueError("cron: cannot be combined with runAt or every")
+                raise rule_on("cron", "cannot be combined with runAt or every")
         else:
             if not self.every_seconds:
-                raise ValueError("every: required for a rate schedule")
+                raise rule_on("every_seconds", "required for a rate schedule")
             if self.at or self.cron:
-                raise ValueError("every: cannot be combined with runAt or cron")
+                raise rule_on("every_seconds", "cannot be combined with runAt or cron")
         if self.start_at and self.end_at and self.end_at <= self.start_at:
-            raise ValueError("endAt: must be after startAt")
+            raise rule_on("end_at", "must be after startAt")
         return self
 
 
@@ -153,7 +165,7 @@ class RetryPolicy(Model):
     @model_validator(mode="after")
     def _cap_covers_base(self) -> RetryPolicy:
         if self.cap_seconds < self.base_seconds:
-            raise ValueError("retry.capSeconds: must be at least retry.baseSeconds")
+            raise rule_on("cap_seconds", "must be at least retry.baseSeconds")
         return self
 
 
@@ -346,8 +358,8 @@ class JobSpec(Model):
         if writing(info):
             size = len(self.model_dump_json(exclude_none=True).encode())
             if size > MAX_SPEC_BYTES:
-                raise ValueError(
-                    f"body: the job takes {size} bytes as stored (compact JSON); at most {MAX_SPEC_BYTES}"
+                raise rule_on(
+                    (), f"the job takes {size} bytes as stored (compact JSON); at most {MAX_SPEC_BYTES}"
                 )
         return self
 

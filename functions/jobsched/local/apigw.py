@@ -19,8 +19,11 @@ def rest_event(
     tenant: str | None = None,
     source_ip: str = "127.0.0.1",
     stage: str = "v1",
+    stage_in_path: bool = True,
 ) -> dict[str, Any]:
-    """A REST (v1 payload) proxy event. `tenant` lands where an authorizer puts its context."""
+    """A REST (v1 payload) proxy event. `tenant` lands where an authorizer puts its context.
+    `stage_in_path`: the request context's path starts with the stage, as on the
+    execute-api URL; behind a custom domain (or local mode's front) it does not."""
     headers = dict(headers or {})
     pairs = parse_qsl(query, keep_blank_values=True)
     multi: dict[str, list[str]] = {}
@@ -51,7 +54,7 @@ def rest_event(
             "apiId": "local",
             "resourcePath": path,
             "httpMethod": method.upper(),
-            "path": f"/{stage}{path}",
+            "path": f"/{stage}{path}" if stage_in_path else path,
             "protocol": "HTTP/1.1",
             "stage": stage,
             "requestId": str(uuid.uuid4()),

@@ -111,13 +111,25 @@ class HttpFront(BackgroundServer):
         super().__init__(server, "api-front")
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
-        length = int(request.headers.get("Content-Length") or 0)
+        length, refusal = body_length(request.headers.get_all("Content-Length"))
+        if refusal is not None:
+            # The body is never read: answer, then drop the connection it is still on.
+            request.close_connection = True
+            status, rule = refusal
+            error = {
+                "code": "payload_too_large" if status == 413 else "invalid_request",
+                "message": f"Content-Length: {rule}",
+                "errors": [{"field": "Content-Length", "rule": rule}],
+            }
+            self._reply(request, status, error, {"Connection": "close"})
+            return
         body = request.rfile.read(length) if length else None
         parts = urlsplit(request.path)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        public = parts.path in ("/openapi.json", "/docs") or parts.path.startswith("/docs")
         tenant = self._tenant_for(headers.get("x-api-key"))
-        if tenant is None and not public:
+        # Every path needs the key, /docs and /openapi.json too: as every method of a deployed
+        # stack needs a SigV4 signature.
+        if tenant is None:
             self._reply(
                 request, 401, {"code": "unauthenticated", "message": "x-api-key: missing or unknown"}, {}
             )
@@ -130,6 +142,7 @@ class HttpFront(BackgroundServer):
             query=parts.query,
             tenant=tenant,
             source_ip=request.client_address[0],
+            stage_in_path=False,  # served at the root, as API Gateway behind a custom domain
         )
         try:
             result = self._invoke(event)
@@ -160,11 +173,29 @@ class HttpFront(BackgroundServer):
     def _send(request: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str]) -> None:
         request.send_response(status)
         for name, value in headers.items():
-            if name.lower() not in ("content-length", "connection"):
+            if name.lower() != "content-length" and (name.lower() != "connection" or value == "close"):
                 request.send_header(name, value)
         request.send_header("Content-Length", str(len(payload)))
         request.end_headers()
         request.wfile.write(payload)
+
+
+MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit: 10 MB
+
+
+def body_length(values: list[str] | None) -> tuple[int, tuple[int, str] | None]:
+    """The declared body length, or the status and rule API Gateway answers instead: a 400
+    for a length that is no non-negative number (or two that disagree), a 413 past 10 MB."""
+    if not values:
+        return 0, None
+    if len(set(values)) > 1:
+        return 0, (400, "sent more than once with different values")
+    text = values[0].strip()
+    if not text.isdigit() or not text.isascii():
+        return 0, (400, "must be a non-negative whole number of bytes")
+    if len(text) > 10 or int(text) > MAX_BODY_BYTES:
+        return 0, (413, f"the body may have at most {MAX_BODY_BYTES} bytes (10 MB)")
+    return int(text), None
 
 
 # --- DynamoDB stream → Lambda ---

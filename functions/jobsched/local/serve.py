@@ -49,7 +49,7 @@ def serve(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"jobsched local is running\n  API      {runtime.api_url}  (docs: {runtime.api_url}/docs)")
+    print(f"jobsched local is running\n  API      {runtime.api_url}  (docs: jobsched docs --open)")
     print(f"  API key  {runtime.api_key}   (send it as the x-api-key header)")
     print(f"  AWS      {runtime.moto.url if runtime.moto else ''}  (moto: tables, stream, queues)")
     print("  state is in memory: stopping local mode discards every job and run")

@@ -1,0 +1,291 @@
+"""What clients send: request bodies, checked for JSON types only; the domain models own
+the rules, and their errors come back naming the field the client sent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
+
+from ...domain.errors import FieldProblem, ValidationFailed
+from ...domain.instants import ClientInstant
+from ...domain.models import (
+    JOB_TYPE_PATTERN,
+    WRITE,
+    Delivery,
+    DstPolicy,
+    Job,
+    JobSpec,
+    Misfire,
+    Overlap,
+    Priority,
+    ScheduleKind,
+    Target,
+    rule_on,
+)
+from .base import ApiModel, Seconds, StrictBool, StrictInt
+from .problems import validation_failed
+from .views import JobFieldsView
+
+# --- durations: an ISO 8601 string or a number of seconds, and nothing else ---
+
+MAX_DURATION_SECONDS = 10**10  # far beyond any bound a duration field has; keeps timedelta in range
+DURATION_RULE = (
+    "must be an ISO 8601 duration in weeks, days, hours, minutes and seconds (PT15M, P1DT12H) "
+    "or a number of seconds"
+)
+_ISO_DURATION = re.compile(
+    r"P(?:(\d{1,9})W)?(?:(\d{1,9})D)?(?:T(?:(\d{1,9})H)?(?:(\d{1,9})M)?(?:(\d{1,9})(?:[.,](\d{1,9}))?S)?)?",
+    re.ASCII,
+)
+
+
+def parse_duration(value: Any) -> timedelta:
+    """The two documented forms of a duration, and nothing else."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(DURATION_RULE)
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or abs(value) > MAX_DURATION_SECONDS:
+            raise ValueError(f"must be at most {MAX_DURATION_SECONDS} seconds")
+        return timedelta(seconds=value)
+    match = _ISO_DURATION.fullmatch(value) if len(value) <= 64 else None
+    if match is None or value.endswith(("P", "T")):
+        raise ValueError(DURATION_RULE)
+    weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups()[:5])
+    whole = (((weeks * 7 + days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if whole > MAX_DURATION_SECONDS:
+        raise ValueError(f"must be at most {MAX_DURATION_SECONDS} seconds")
+    fraction = match.group(6) or ""
+    return timedelta(seconds=whole, microseconds=int(fraction[:6].ljust(6, "0")))
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "format": "duration", "maxLength": 64},
+                {"type": "number"},
+            ]
+        }
+    ),
+]
+
+MAX_CRON_CHARS = 1024
+
+
+# --- jobs ---
+
+
+class RetryBody(ApiModel):
+    base_seconds: Seconds | None = None
+    cap_seconds: Seconds | None = None
+    max_age_seconds: StrictInt | None = None
+
+
+class JobBody(ApiModel):
+    """A job as the client writes it (POST body; a PATCH is merged into this shape)."""
+
+    name: str = Field(min_length=1, max_length=256)
+    type: str = Field(max_length=128)
+    target: Target | None = None
+    payload: Any = None
+    run_at: ClientInstant | None = None
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    start_at: ClientInstant | None = None
+    end_at: ClientInstant | None = None
+    max_runs: StrictInt | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+    priority: Priority = Priority.DEFAULT
+    missed_runs: Misfire | None = None
+    catch_up_window: Duration | None = Field(default=None, description="ISO 8601 duration or seconds")
+    overlap: Overlap | None = None
+    dst: DstPolicy | None = None
+    max_attempts: StrictInt | None = None
+    retry: RetryBody | None = None
+    delivery: Delivery | None = None
+    jitter_seconds: StrictInt | None = None
+    timeout_seconds: StrictInt | None = None
+    pause_on_failure: StrictBool | None = None
+
+    def to_spec(self, anchor: datetime | None = None) -> JobSpec:
+        """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
+        candidates = (("runAt", self.run_at), ("cron", self.cron), ("every", self.every))
+        given = [name for name, value in candidates if value is not None]
+        if len(given) != 1:
+            raise ValidationFailed(
+                "schedule", f"exactly one of runAt, cron or every is required; got {len(given) or 'none'}"
+            )
+        problems: list[FieldProblem] = []
+        every = _whole_seconds("every", self.every, problems, minimum=1)
+        window = _whole_seconds("catchUpWindow", self.catch_up_window, problems, minimum=0)
+        if self.time_zone and not self.cron:
+            problems.append(FieldProblem("timeZone", "only applies to a cron schedule"))
+        if problems:
+            raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
+        kind = {"runAt": ScheduleKind.ONCE, "cron": ScheduleKind.CRON, "every": ScheduleKind.RATE}[given[0]]
+        schedule: dict[str, Any] = {
+            "kind": kind,
+            "at": self.run_at,
+            "cron": self.cron,
+            "time_zone": (self.time_zone or "UTC") if self.cron else None,
+            "every_seconds": every,
+            "anchor": anchor if kind is ScheduleKind.RATE else None,
+            "start_at": self.start_at,
+            "end_at": self.end_at,
+            "max_runs": self.max_runs,
+        }
+        if self.dst is not None:
+            schedule["dst"] = self.dst
+        retry: dict[str, Any] = {}
+        if self.max_attempts is not None:
+            retry["max_attempts"] = self.max_attempts
+        if self.retry is not None:
+            retry.update(self.retry.model_dump(exclude_none=True))
+        policies: dict[str, Any] = {
+            "misfire": self.missed_runs,
+            "catch_up_window_seconds": window,
+            "overlap": self.overlap,
+            "delivery": self.delivery,
+            "jitter_seconds": self.jitter_seconds,
+            "timeout_seconds": self.timeout_seconds,
+            "pause_on_failure": self.pause_on_failure,
+        }
+        policies = {k: v for k, v in policies.items() if v is not None}
+        if retry:
+            policies["retry"] = retry
+        try:
+            # Validated afresh (the target too) under the rules of a write.
+            return JobSpec.model_validate(
+                {
+                    "name": self.name,
+                    "type": self.type,
+                    "target": self.target.model_dump() if self.target else None,
+                    "payload": self.payload,
+                    "schedule": schedule,
+                    "priority": self.priority,
+                    "policies": policies,
+                },
+                context=WRITE,
+            )
+        except ValidationError as exc:
+            raise validation_failed(exc, domain=True) from None
+
+    def body_hash(self) -> str:
+        """Fingerprint of the request for idempotent create (the key itself excluded)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude={"idempotency_key"}, exclude_none=True)
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _whole_seconds(
+    field: str, value: timedelta | None, problems: list[FieldProblem], minimum: int
+) -> int | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds()
+    if seconds != int(seconds) or seconds < minimum:
+        problems.append(FieldProblem(field, f"must be a whole number of seconds >= {minimum}"))
+        return None
+    return int(seconds)
+
+
+_SCHEDULE_FIELDS = ("runAt", "cron", "timeZone", "every")
+
+
+def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
+    """Apply an RFC 7396 merge patch to the job's body. Returns the body and whether the
+    rate anchor must be reset (a new `every` or `startAt`)."""
+    if "idempotencyKey" in patch:
+        raise ValidationFailed("idempotencyKey", "only applies to create")
+    merged = JobFieldsView.from_job(job).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if any(name in patch for name in ("runAt", "cron", "every")):
+        # A new schedule replaces the old one, but a new cron keeps the zone it had.
+        keep_zone = "cron" in patch and "timeZone" in merged
+        for name in _SCHEDULE_FIELDS:
+            if not (name == "timeZone" and keep_zone):
+                merged.pop(name, None)
+    current_target = merged.get("target")
+    new_target = patch.get("target")
+    if (
+        isinstance(new_target, dict)
+        and isinstance(current_target, dict)
+        and new_target.get("kind", current_target.get("kind")) != current_target.get("kind")
+    ):
+        merged.pop("target")  # another kind of target replaces the old one whole
+    merged = _merge(merged, patch)
+    if "payload" in patch:
+        merged["payload"] = patch["payload"]  # replaced whole, as documented: null sets null
+    try:
+        body = JobBody.model_validate(merged)
+    except ValidationError as exc:
+        raise validation_failed(exc) from None
+    return body, "every" in patch or "startAt" in patch
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """RFC 7396: objects merge recursively, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(base) if isinstance(base, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = _merge(result.get(name), value)
+    return result
+
+
+# --- runs and leases ---
+
+JobType = Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]
+
+
+class BackfillBody(ApiModel):
+    start: ClientInstant
+    end: ClientInstant
+
+
+class RedriveBody(ApiModel):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class ClaimBody(ApiModel):
+    types: list[JobType] = Field(min_length=1, max_length=10)
+    max_runs: StrictInt = Field(default=1, ge=1, le=10, alias="max")
+    lease_seconds: StrictInt = Field(default=60, ge=10, le=900)
+    worker_id: str = Field(min_length=1, max_length=128)
+
+
+MAX_FENCE = 10**18  # far beyond any lease count; keeps the number exact in DynamoDB
+
+
+class HeartbeatBody(ApiModel):
+    fence: StrictInt = Field(ge=0, le=MAX_FENCE)
+    lease_seconds: StrictInt = Field(default=60, ge=10, le=900)
+
+
+class ReportedError(ApiModel):
+    error_class: str = Field(alias="class", min_length=1, max_length=128)
+    message: str = Field(max_length=4000)
+    retryable: StrictBool = True
+
+
+class CompleteBody(ApiModel):
+    fence: StrictInt = Field(ge=0, le=MAX_FENCE)
+    outcome: Literal["succeeded", "failed"]
+    result: Any = None
+    error: ReportedError | None = None
+
+    @model_validator(mode="after")
+    def _error_only_on_failure(self) -> CompleteBody:
+        if self.error is not None and self.outcome == "succeeded":
+            raise rule_on("error", "only applies when outcome is failed")
+        return self

@@ -1,0 +1,340 @@
+"""What the API answers: view models made from domain objects, serialised by alias.
+
+Each view is built by one constructor from the domain object it shows, and revalidated when
+the resolver serialises it (`revalidate_instances`), so a response that breaks its own
+schema is caught as a server error, never sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ...domain.instants import Instant
+from ...domain.models import Delivery, DstPolicy, Job, JobState, Misfire, Overlap, Priority, Target
+from ...domain.runs import Run, RunState, Transition, Trigger
+from .base import ApiModel
+
+
+class View(ApiModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", revalidate_instances="always"
+    )
+
+
+# --- jobs ---
+
+
+class RetryView(View):
+    base_seconds: float
+    cap_seconds: float
+    max_age_seconds: int | None = None
+
+
+class JobFieldsView(View):
+    """A job in the shape a client writes it: the base a PATCH is merged into."""
+
+    name: str
+    type: str
+    target: Target | None = None
+    payload: Any = None
+    run_at: Instant | None = None
+    cron: str | None = None
+    time_zone: str | None = None
+    every: int | None = Field(default=None, description="seconds")
+    start_at: Instant | None = None
+    end_at: Instant | None = None
+    max_runs: int | None = None
+    priority: Priority
+    missed_runs: Misfire
+    catch_up_window: int = Field(description="seconds")
+    overlap: Overlap
+    dst: DstPolicy
+    max_attempts: int
+    retry: RetryView
+    delivery: Delivery
+    jitter_seconds: int
+    timeout_seconds: int
+    pause_on_failure: bool
+
+    @staticmethod
+    def fields_of(job: Job) -> dict[str, Any]:
+        spec, schedule, policies = job.spec, job.spec.schedule, job.spec.policies
+        return {
+            "name": spec.name,
+            "type": spec.type,
+            "target": spec.target,
+            "payload": spec.payload,
+            "run_at": schedule.at,
+            "cron": schedule.cron,
+            "time_zone": schedule.time_zone,
+            "every": schedule.every_seconds,
+            "start_at": schedule.start_at,
+            "end_at": schedule.end_at,
+            "max_runs": schedule.max_runs,
+            "priority": spec.priority,
+            "missed_runs": policies.misfire,
+            "catch_up_window": policies.catch_up_window_seconds,
+            "overlap": policies.overlap,
+            "dst": schedule.dst,
+            "max_attempts": policies.retry.max_attempts,
+            "retry": RetryView.model_validate(policies.retry, from_attributes=True),
+            "delivery": policies.delivery,
+            "jitter_seconds": policies.jitter_seconds,
+            "timeout_seconds": policies.timeout_seconds,
+            "pause_on_failure": policies.pause_on_failure,
+        }
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobFieldsView:
+        return cls(**cls.fields_of(job))
+
+
+class JobView(JobFieldsView):
+    """A job as the API returns it: the written shape plus identity and lifecycle."""
+
+    job_id: str
+    version: int
+    state: JobState
+    next_run_at: Instant | None = None
+    runs_created: int
+    created_at: Instant
+    updated_at: Instant
+    next_fire_times: list[Instant] | None = Field(
+        default=None, description="the next five fire times; on a single job's answer only"
+    )
+
+    @classmethod
+    def of(cls, job: Job, upcoming: Sequence[datetime], *, with_fire_times: bool = False) -> JobView:
+        """`upcoming` are the job's next fire times from now; nextRunAt is the first of them."""
+        return cls(
+            **cls.fields_of(job),
+            job_id=job.job_id,
+            version=job.version,
+            state=job.state,
+            next_run_at=upcoming[0] if upcoming else None,
+            runs_created=job.runs_created,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            next_fire_times=list(upcoming) if with_fire_times else None,
+        )
+
+
+class JobList(View):
+    items: list[JobView]
+    next_cursor: str | None = None
+
+
+# --- runs ---
+
+
+class RunView(View):
+    run_key: str
+    job_id: str
+    state: RunState
+    trigger: Trigger
+    scheduled_for: Instant
+    due_at: Instant
+    attempt: int
+    fence: int
+    redrives: int
+    definition_version: int
+    priority: Priority
+    reason: str | None = None
+    last_error_class: str | None = None
+    last_error_message: str | None = None
+    result: Any = None
+    created_at: Instant
+    updated_at: Instant
+    finished_at: Instant | None = None
+    lease_expires_at: Instant | None = None
+    skipped_through: Instant | None = None
+    skipped_count: int | None = None
+    blocked_by: str | None = None
+
+    @classmethod
+    def from_run(cls, run: Run) -> RunView:
+        return cls.model_validate(run, from_attributes=True)
+
+
+AttemptOutcome = Literal["succeeded", "failed", "dead", "cancelled", "lease_expired"]
+
+# How the transition that ends a lease reads as the outcome of that attempt.
+_ATTEMPT_OUTCOMES: dict[RunState, AttemptOutcome] = {
+    RunState.SUCCEEDED: "succeeded",
+    RunState.RETRY_WAIT: "failed",
+    RunState.DEAD: "dead",
+    RunState.CANCELLED: "cancelled",
+    RunState.LEASED: "lease_expired",  # another claim took over an expired lease
+}
+
+
+class AttemptView(View):
+    attempt: int
+    fence: int
+    started_at: Instant
+    ended_at: Instant | None = None
+    outcome: AttemptOutcome | None = Field(default=None, description="null while running")
+    error_class: str | None = None
+
+    @classmethod
+    def attempts_of(cls, history: Sequence[Transition]) -> list[AttemptView]:
+        """One per claim (a transition into LEASED), ended by the next transition out of it."""
+        attempts = []
+        for index, entry in enumerate(history):
+            if entry.target is not RunState.LEASED:
+                continue
+            # Heartbeats record nothing, so the next move out of LEASED ends this lease.
+            ending = next((later for later in history[index + 1 :] if later.source is RunState.LEASED), None)
+            attempts.append(
+                cls(
+                    attempt=entry.attempt,
+                    fence=entry.fence,
+                    started_at=entry.at,
+                    ended_at=ending.at if ending else None,
+                    outcome=_ATTEMPT_OUTCOMES.get(ending.target) if ending else None,
+                    error_class=ending.error_class if ending else None,
+                )
+            )
+        return attempts
+
+
+class TransitionView(View):
+    at: Instant
+    actor: str
+    from_: RunState | None = Field(default=None, alias="from")
+    to: RunState
+    fence: int
+    attempt: int
+    error_class: str | None = None
+    error_message: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_transition(cls, entry: Transition) -> TransitionView:
+        return cls(
+            at=entry.at,
+            actor=entry.actor,
+            from_=entry.source,
+            to=entry.target,
+            fence=entry.fence,
+            attempt=entry.attempt,
+            error_class=entry.error_class,
+            error_message=entry.error_message,
+            reason=entry.reason,
+        )
+
+
+class RunDetailView(RunView):
+    attempts: list[AttemptView]
+    transitions: list[TransitionView]
+    history_dropped: int = Field(
+        default=0, description="transitions left out to keep the run in its byte budget"
+    )
+
+    @classmethod
+    def from_run(cls, run: Run) -> RunDetailView:
+        return cls(
+            **{name: getattr(run, name) for name in RunView.model_fields},
+            attempts=AttemptView.attempts_of(run.history),
+            transitions=[TransitionView.from_transition(t) for t in run.history],
+            history_dropped=run.history_dropped,
+        )
+
+
+class RunList(View):
+    items: list[RunView]
+    next_cursor: str | None = None
+
+
+class BackfillView(View):
+    created: list[str]
+    existing: list[str]
+
+
+class CountersView(View):
+    missed: int = 0
+    overlap_skipped: int = 0
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
+class JobSummaryView(View):
+    job_id: str
+    next_fire_times: list[Instant]
+    last_runs: list[RunView]
+    counters: CountersView
+
+    @classmethod
+    def of(
+        cls, job: Job, upcoming: Sequence[datetime], last_runs: Sequence[Run], counters: Mapping[str, int]
+    ) -> JobSummaryView:
+        return cls(
+            job_id=job.job_id,
+            next_fire_times=list(upcoming),
+            last_runs=[RunView.from_run(r) for r in last_runs],
+            counters=CountersView(**{name: counters.get(name, 0) for name in CountersView.model_fields}),
+        )
+
+
+# --- leases ---
+
+
+class LeaseView(View):
+    run_key: str
+    job_id: str
+    type: str
+    scheduled_for: Instant
+    attempt: int
+    fence: int
+    lease_expires_at: Instant
+    payload: Any = None
+
+    @classmethod
+    def from_run(cls, run: Run) -> LeaseView:
+        return cls(
+            run_key=run.run_key,
+            job_id=run.job_id,
+            type=run.job_type,
+            scheduled_for=run.scheduled_for,
+            attempt=run.attempt,
+            fence=run.fence,
+            lease_expires_at=run.lease_expires_at,
+            payload=run.payload,
+        )
+
+
+class LeaseList(View):
+    leases: list[LeaseView]
+
+
+class HeartbeatView(View):
+    run_key: str
+    fence: int
+    lease_expires_at: Instant
+
+    @classmethod
+    def from_run(cls, run: Run) -> HeartbeatView:
+        return cls(run_key=run.run_key, fence=run.fence, lease_expires_at=run.lease_expires_at)
+
+
+# --- errors ---
+
+
+class ErrorItem(ApiModel):
+    field: str
+    rule: str
+
+
+class ErrorBody(ApiModel):
+    """Errors may carry details beside code and message (e.g. currentVersion, state)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    code: str
+    message: str
+    errors: list[ErrorItem] | None = None
