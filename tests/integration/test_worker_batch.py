@@ -140,7 +140,7 @@ def in_flight(container, queue="default") -> int:
 
 def buffered_run(container, clock):
     """A buffer-one job's second run, waiting behind its first, which a live worker holds."""
-    from jobsched.handlers.api_models import JobBody
+    from jobsched.handlers.api.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
     job = container.jobs.create("tenant-a", spec).job
