@@ -260,6 +260,7 @@ class DynamoFaults:
         self.oversize: list[str] = []  # items refused at the size limit
         self.max_item_bytes = 0
         self.hot: HotKey | None = None
+        self.lagging_share = 0.6  # of the recent writes, how many a stale read misses
         self._lock = threading.RLock()
         self._versions: dict[tuple[str, str], list[tuple[datetime, dict[str, Any] | None]]] = {}
         self._recent: dict[str, dict[str, datetime]] = {name: {} for name in _TABLES}
@@ -333,7 +334,13 @@ class DynamoFaults:
                 self._remember_before(table, key_id)
                 if item is not None and item_bytes(item) > ITEM_LIMIT_BYTES:
                     self._refuse(table, key_id, item_bytes(item))
-            response = inner(**kwargs)
+            try:
+                response = inner(**kwargs)
+            except ClientError as exc:
+                message = str(exc.response.get("Error", {}).get("Message", ""))
+                if "size" in message.lower() and targets:  # moto checks some updates itself
+                    self.oversize.append(f"{targets[0][0]} {targets[0][1]}: {message}")
+                raise
             for table, key_id, item in targets:
                 stored = self._remember_after(table, key_id, _after(name, item))
                 if stored is not None and item_bytes(stored) > ITEM_LIMIT_BYTES:
@@ -419,7 +426,7 @@ class DynamoFaults:
         as_of = self.clock.now() - timedelta(seconds=lag)
         with self._lock:
             recent = sorted(k for k, at in self._recent[table].items() if at > as_of)
-            lagging = {k for k in recent if self.rng.random() < 0.6}  # not every write is late
+            lagging = {k for k in recent if self.rng.random() < self.lagging_share}
             if not lagging:
                 return inner(**kwargs)
             counting = kwargs.get("Select") == "COUNT"
