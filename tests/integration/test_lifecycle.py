@@ -383,3 +383,24 @@ def test_a_write_retried_after_it_was_applied_is_ours_not_a_lost_race(api, conta
     done = api.post(f"/v1/leases/{key}/complete", {"fence": 1, "outcome": "succeeded"})
     assert done.status == 200 and done.body["state"] == "SUCCEEDED"
     assert [t["to"] for t in run_of(api, key)["transitions"]] == ["PENDING", "LEASED", "SUCCEEDED"]
+
+
+def test_a_compacted_history_keeps_where_each_kept_entry_started(api, container, clock):
+    # The stored history leaves out each entry's source (the previous entry's target); where
+    # compaction dropped entries, the first kept one must not read back as starting from the
+    # creation's PENDING (it started from RETRY_WAIT or QUEUED).
+    job = create(api, maxAttempts=100, retry={"baseSeconds": 1, "capSeconds": 1, "maxAgeSeconds": 86400})
+    key = f"{job['jobId']}@{NOW}"
+    for _ in range(30):
+        (lease,) = claim(api)
+        response = api.post(
+            f"/v1/leases/{key}/complete",
+            {"fence": lease["fence"], "outcome": "failed", "error": {"class": "E", "message": "m"}},
+        )
+        assert response.status == 200, response
+        clock.advance(2)
+    run = container.runs.get_by_key(key)
+    assert run.history_dropped > 0
+    for before, entry in zip(run.history[1:], run.history[2:], strict=False):
+        assert entry.source is before.target
+    assert run.history[1].source is not RunState.PENDING, run.history[1]

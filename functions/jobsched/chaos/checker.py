@@ -27,6 +27,25 @@ MUST_BE_ZERO = (
     "attempts_over_policy",
     "effects_after_pause",
     "unbounded_open",
+    "oversize_items",
+)
+# What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
+# figure, so a run shows that the fault really happened.
+FAULT_FIGURES = (
+    "stale_due_reads",
+    "stale_open_reads",
+    "stale_claimable_reads",
+    "stale_tenant_reads",
+    "write_timeouts_raised",
+    "write_timeouts_replayed",
+    "killed_invocations",
+    "throttled_invocations",
+    "stream_batches_redelivered",
+    "stream_lane_lagged",
+    "loop_drops",
+    "hot_key_bursts",
+    "hot_key_throttles",
+    "hog_attempts",
 )
 
 
@@ -75,6 +94,18 @@ def _holder_violations(
     return problems
 
 
+def _checkable(run: Run) -> list[Transition]:
+    """The history the final fence check can follow. Where compaction left a gap, the holder
+    before it is unknown: follow from the first claim after the gap (the stream audit saw every
+    write, the dropped entries included, as it happened)."""
+    if not run.history_dropped:
+        return run.history
+    for index, entry in enumerate(run.history[1:], start=1):
+        if entry.target is RunState.LEASED:
+            return run.history[index:]
+    return []
+
+
 def _holder_of(run: Run) -> tuple[int, str] | None:
     for entry in reversed(run.history):
         if entry.target is RunState.LEASED:
@@ -108,10 +139,17 @@ class StreamAudit:
             return
         if new.fence < old.fence:
             self._flag(new, f"fence went back from {old.fence} to {new.fence}")
-        if new.history[: len(old.history)] != old.history:
+        # Compaction (lifecycle.fit) drops the oldest entries after the creation and counts
+        # them; everything else the old image held must still be there, in order.
+        dropped = new.history_dropped - old.history_dropped
+        if dropped < 0:
+            self._flag(new, f"dropped-history count went back (rev {old.rev} -> {new.rev})")
+            return
+        kept = [*old.history[:1], *old.history[1 + dropped :]] if dropped else old.history
+        if new.history[: len(kept)] != kept:
             self._flag(new, f"history rewritten (rev {old.rev} -> {new.rev})")
             return
-        added = new.history[len(old.history) :]
+        added = new.history[len(kept) :]
         for problem in _holder_violations(added, _holder_of(old), old.fence):
             self._flag(new, problem)
 
@@ -160,6 +198,9 @@ class Figures:
     attempts_over_policy: int = 0
     effects_after_pause: int = 0
     unbounded_open: int = 0
+    oversize_items: int = 0  # writes refused at DynamoDB's 400 KB item limit
+    max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
+    faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
     stale_fences_rejected: int = 0
     repairs: int = 0
@@ -179,6 +220,8 @@ class Figures:
             f" unbounded_open={self.unbounded_open} duplicates_suppressed={self.duplicates_suppressed}"
             f" stale_fences_rejected={self.stale_fences_rejected} repairs={self.repairs}"
             f" repair_latency_p99={self.repair_latency_p99:.0f}s"
+            f" oversize_items={self.oversize_items} max_item_bytes={self.max_item_bytes}"
+            + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
 
@@ -205,6 +248,9 @@ class Evidence:
     duplicates_suppressed: int
     stale_fences_rejected: int
     repairs: int
+    oversize: list[str] = field(default_factory=list)  # writes refused at the item size limit
+    max_item_bytes: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
 
 
 def check(evidence: Evidence) -> Figures:
@@ -221,12 +267,14 @@ def check(evidence: Evidence) -> Figures:
     _check_coverage(evidence, by_job, figures)
     _check_effects(evidence, runs, figures)
     for run in evidence.runs:
-        for problem in _holder_violations(run.history, None, 0):
+        for problem in _holder_violations(_checkable(run), None, 0):
             flag(Violation("stale_fence_writes", run.run_key, problem))
         _check_attempts(run, figures)
         _check_bounded(run, evidence.end, figures, evidence.stored_jobs.get(run.job_id))
     for violation in evidence.audit.violations:
         flag(violation)
+    for refused in evidence.oversize:
+        flag(Violation("oversize_items", refused, "refused: larger than DynamoDB's 400 KB item limit"))
 
     for name in MUST_BE_ZERO:
         if name not in ("lost", "phantom_runs"):
@@ -234,6 +282,8 @@ def check(evidence: Evidence) -> Figures:
     figures.duplicates_suppressed = evidence.duplicates_suppressed
     figures.stale_fences_rejected = evidence.stale_fences_rejected
     figures.repairs = evidence.repairs
+    figures.max_item_bytes = evidence.max_item_bytes
+    figures.faults = dict(evidence.faults)
     figures.repair_latency_p99 = percentile(_repair_latencies(evidence.runs), 0.99)
     return figures
 

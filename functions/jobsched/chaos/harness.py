@@ -15,6 +15,7 @@ import sys
 import threading
 import traceback
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from ..domain.errors import ExecutionError, JobschedError
+from ..domain.errors import ConcurrentUpdate, ExecutionError, JobschedError, StorageUnavailable
 from ..domain.instants import ManualClock
 from ..domain.models import Job, JobState
 from ..domain.runs import Run, RunState
@@ -39,26 +40,35 @@ from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunStore
 from ..store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
-from .checker import Ack, Evidence, Figures, StreamAudit, TrackedJob, check
+from .checker import FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
     FINISHING,
     ChaosDefinitionStore,
     ChaosRunStore,
+    DynamoFaults,
     FlakyClient,
     Freeze,
+    LoopCutoff,
+    LoopingQueueClient,
     SimulatedCrash,
     SkewedClock,
     Throttle,
     sqs_on_clock,
 )
 from .ledger import Ledger, Sequencer, chaos_registry
-from .scenario import Plan, plan
+from .scenario import HOG_TENANT, HOG_TYPE, TENANTS, Plan, hog_jobs, plan
 
 REGION = "us-east-1"
 HORIZON = timedelta(seconds=120)  # the deployed sweep horizon (Settings.horizon_seconds)
 DDB_THROTTLED = "ProvisionedThroughputExceededException"
 SQS_THROTTLED = "ThrottlingException"
 BROKEN_VARIANTS = ("no-idempotency", "ignore-fence")
+STREAM_LANES = 2  # concurrent outbox batches (shards x parallelization): one item's records stay in one
+STREAM_RETRIES = 3  # then the batch goes to the failure destination; the reconciler repairs its runs
+HOG_WORKER = "hog-worker"
+HOG_MESSAGE = "\U0001f4a5" * 4000  # the longest error message the lease API accepts, 4 bytes a character
+HOG_CLASS = "E" * 128
+HOG_RESULT = {"blob": "\U0001f4a5" * 100_000}
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,14 @@ class FaultRates:
     sqs_throttle: float = 0.004  # per SQS call of any component
     control: float = 0.012  # per second: a pause, resume or cancel through the API
     redrive: float = 0.01  # per second: an audited redrive of a dead run
+    # What moto never shows (see faults.DynamoFaults, faults.LoopCutoff):
+    stale_index_read: float = 0.1  # per query of the due/open/claimable/tenant index
+    write_timeout: float = 0.01  # per conditional write: applied, then a timeout or the SDK's replay
+    hot_key_burst: float = 0.004  # per second: one job or tenant throttled for 5-20 s
+    killed_invocation: float = 0.02  # per worker batch: killed at its timeout part-way through
+    throttled_invocation: float = 0.02  # per worker batch: throttled, the batch back on the queue
+    stream_redelivery: float = 0.03  # per outbox batch: redelivered whole although it succeeded
+    stream_lane_lag: float = 0.1  # per second and stream lane: its records wait, others go on
 
     @classmethod
     def none(cls) -> FaultRates:
@@ -100,6 +118,9 @@ class ChaosConfig:
     # The worker's per-tenant lease count is a GSI query that moto answers by reading the whole
     # Runs table: per delivery, that makes a long run quadratic. Off unless asked for.
     tenant_concurrency: int = 0
+    loop_limit: int = 16  # Lambda's recursive-loop cut-off (hops SQS -> Lambda -> same SQS)
+    hog: bool = True  # a tenant driving its runs as large as the lease API allows
+    lease_tenant_concurrency: int = 5  # the lease API's live-lease limit per tenant
     verbose: bool = False
 
     def window(self) -> int:
@@ -170,6 +191,8 @@ class World:
         self.control_rng = random.Random(master.random())
         handler_rng = random.Random(master.random())
         self.plan: Plan = plan(random.Random(master.random()), config.runs, config.window(), config.seed)
+        if config.hog:
+            self.plan.jobs.extend(hog_jobs(random.Random(master.random()), self.plan.end, config.window()))
         self.rates = config.faults
         self.clock = clock  # true time; moto's SQS reads it too
         clock.set(self.plan.start)
@@ -187,6 +210,7 @@ class World:
         self.frozen: list[Frozen] = []
         self.frozen_count = 0
         self.injecting = True
+        self.unanswered: list[tuple[TrackedJob, str]] = []  # changes the API kept failing: asked again
 
         self.ddb: Any = boto3.client("dynamodb", region_name=REGION)
         self.sqs: Any = boto3.client("sqs", region_name=REGION)
@@ -200,7 +224,6 @@ class World:
         self.iterator: str = self.streams.get_shard_iterator(
             StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
-        self.stream_backlog: list[tuple[int, dict[str, Any]]] = []  # (tries, record) awaiting the outbox
         self.peek = MotoPeek(REGION)
 
         self.ddb_throttle = Throttle(self.rng, self.rates.ddb_throttle)
@@ -209,6 +232,9 @@ class World:
             self.rng, self.rates.sqs_throttle, {"send_message_batch": self.rates.publish_failure}
         )
         self.throttles = [self.ddb_throttle, self.sqs_throttle, self.publish_throttle]
+        self.dynamo = DynamoFaults(self.ddb, clock, self.rng, self.rates)
+        self.loop = LoopCutoff(config.loop_limit)
+        self.lanes: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(STREAM_LANES)]
 
         shards = config.shard_count
         api_clock = self._skewed()
@@ -221,7 +247,9 @@ class World:
         self.jobs = JobService(
             api_defs, api_clock, materialize=api_materializer.materialize, on_resume=api_missed.on_resume
         )
-        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
+        self.run_service = RunService(
+            api_defs, api_runs, api_completer, api_clock, tenant_concurrency=config.lease_tenant_concurrency
+        )
 
         self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
         for _ in range(2):
@@ -259,11 +287,12 @@ class World:
     def _skewed(self) -> SkewedClock:
         return SkewedClock(self.clock, self.rng.randint(-3, 3))
 
-    def _ddb(self) -> FlakyClient:
-        return FlakyClient(self.ddb, self.ddb_throttle, DDB_THROTTLED)
+    def _ddb(self) -> Any:
+        return self.dynamo.client(self.ddb_throttle, DDB_THROTTLED)
 
-    def _queues(self, throttle: Throttle) -> RunQueues:
-        return RunQueues(FlakyClient(self.sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
+    def _queues(self, throttle: Throttle, *, looping: bool = False) -> RunQueues:
+        sqs = LoopingQueueClient(self.sqs, self.loop) if looping else self.sqs
+        return RunQueues(FlakyClient(sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
 
     def _metric(self, name: str, value: float, unit: str) -> None:
         if unit == "Count":
@@ -282,7 +311,7 @@ class World:
         return worker_type(
             ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
             store_type(self._ddb(), RUNS.default_name, shards),
-            self._queues(self.sqs_throttle),
+            self._queues(self.sqs_throttle, looping=True),
             TargetRunner(lambda service: None, registry=self.registry),
             self._skewed(),
             persistence,
@@ -318,6 +347,8 @@ class World:
                 self._create(creations.pop(0))
             if self.injecting:
                 self._control()
+                self.dynamo.tick([*sorted(self.tracked), *TENANTS, HOG_TENANT])
+            self._hog_work()
             self._thaw_due()
             if second % config.sweep_every == 0:
                 self._sweep()
@@ -337,8 +368,13 @@ class World:
     def _stop_injecting(self) -> None:
         self.injecting = False
         self.rates = NO_FAULTS
+        self.dynamo.rates = NO_FAULTS
+        self.dynamo.enabled = False
         for throttle in self.throttles:
             throttle.enabled = False
+        for tracked, kind in self.unanswered:
+            self._lifecycle(tracked, kind)
+        self.unanswered = []
         for frozen in list(self.frozen):
             self._thaw(frozen)
         # Users resume what they paused: runs held while paused are decided (missedRuns) and
@@ -356,7 +392,9 @@ class World:
     def _create(self, planned: Any) -> None:
         for _ in range(20):  # a client retries a 503 until the job is accepted
             try:
-                job = self.jobs.create(planned.tenant, planned.spec).job
+                # With an idempotency key, as a careful client: a retry after a timeout whose
+                # create did land answers with that job instead of making a second one.
+                job = self.jobs.create(planned.tenant, planned.spec, idempotency_key=planned.spec.name).job
             except JobschedError:
                 continue
             self.tracked[job.job_id] = TrackedJob(job.job_id, job.tenant)
@@ -365,11 +403,16 @@ class World:
 
     def _control(self) -> None:
         rng = self.control_rng
+        waiting, self.unanswered = self.unanswered, []
+        for tracked, kind in waiting:
+            self._lifecycle(tracked, kind)
+        if waiting:
+            return
         if self.tracked and rng.random() < self.rates.control:
             tracked = self.tracked[rng.choice(sorted(self.tracked))]
             paused = bool(tracked.acks) and tracked.acks[-1].kind == "pause"
             cancelled = any(a.kind == "cancel" for a in tracked.acks)
-            if not cancelled:
+            if not cancelled and not any(t is tracked for t, _ in self.unanswered):
                 if paused:
                     kind = "resume" if rng.random() < 0.7 else "cancel"
                 else:
@@ -379,19 +422,42 @@ class World:
             dead = sorted(k for k, r in self.audit.latest.items() if r.state is RunState.DEAD)
             if dead:
                 run = self.audit.latest[rng.choice(dead)]
+                run = self._observed(run.run_key) or run
                 try:
                     self.run_service.redrive(run.tenant, run.run_key, "api:chaos", "chaos redrive")
                 except JobschedError:
-                    return
+                    # Refused, or answered with an error after it landed (a timeout after the
+                    # write): the observer looks, so the checker splits the attempt series right.
+                    if not self._redrive_landed(run):
+                        return
                 self.redrives.setdefault(run.run_key, []).append(self.sequencer.next())
                 self.faults["redrive"] += 1
 
+    def _observed(self, run_key: str) -> Run | None:
+        return RunStore(self.ddb, RUNS.default_name, self.config.shard_count).get_by_key(run_key)
+
+    def _redrive_landed(self, before: Run) -> bool:
+        current = self._observed(before.run_key)
+        redrives = [e for e in (current.history if current else []) if e.actor == "api:chaos"]
+        return len(redrives) > sum(1 for e in before.history if e.actor == "api:chaos")
+
     def _lifecycle(self, tracked: TrackedJob, kind: str) -> None:
         action = {"pause": self.jobs.pause, "resume": self.jobs.resume, "cancel": self.jobs.cancel}[kind]
-        try:
-            job = action(tracked.tenant, tracked.job_id)
-        except JobschedError:
-            return  # 409 for a completed job, or 503: not acknowledged
+        for _ in range(5):
+            try:
+                job = action(tracked.tenant, tracked.job_id)
+                break
+            except (StorageUnavailable, ConcurrentUpdate):
+                # A 503 or a lost race: the change may have landed (a timeout after the write);
+                # the client repeats the call, which is idempotent, until it is answered.
+                continue
+            except JobschedError:
+                return  # 409 for a completed job: not acknowledged
+        else:
+            if not self.injecting:
+                raise RuntimeError(f"the API kept failing to {kind} a job")
+            self.unanswered.append((tracked, kind))  # a hot key: the client asks again next second
+            return
         if kind == "pause" and job.state is not JobState.PAUSED:
             return
         tracked.acks.append(Ack(kind, self.sequencer.next(), self.clock.now()))
@@ -443,7 +509,7 @@ class World:
     # --- stream → outbox ---
 
     def _stream(self) -> None:
-        from ..handlers.outbox import matches_filter, runs_of
+        from ..handlers.outbox import matches_filter
         from ..local.glue import lambda_stream_record
 
         fresh: list[dict[str, Any]] = []
@@ -463,10 +529,29 @@ class World:
             self.faults["lost_stream_batch"] += 1
             self.faults["lost_stream_records"] += len(fresh)
             fresh = []
-        batch = self.stream_backlog + [(0, r) for r in fresh]
-        self.stream_backlog = []
-        if not batch:
-            return
+        # Records reach the outbox in lanes (stream shards, and batches of one shard processed
+        # side by side): one item's records stay in order in one lane, but a lane that lags lets
+        # the others' newer records through first.
+        for record in fresh:
+            self.lanes[_lane(record)].append((0, record))
+        order = list(range(STREAM_LANES))
+        if self.injecting:
+            self.rng.shuffle(order)
+        for lane in order:
+            batch = self.lanes[lane]
+            if not batch:
+                continue
+            others_waiting = any(self.lanes[other] for other in order if other != lane)
+            if others_waiting and self.rng.random() < self.rates.stream_lane_lag:
+                self.faults["stream_lane_lagged"] += 1
+                continue
+            self.lanes[lane] = []
+            self._outbox_batch(lane, batch)
+
+    def _outbox_batch(self, lane: int, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        """One outbox invocation for one lane's batch, retried whole as Lambda retries it."""
+        from ..handlers.outbox import runs_of
+
         runs, _ = runs_of([record for _, record in batch])
         try:
             failed = set(self.outbox.publish([runs[s] for s in sorted(runs)]))
@@ -475,12 +560,14 @@ class World:
             failed = {run.run_key for run in runs.values()}
         if failed:
             self.faults["publish_failed_runs"] += len(failed)
-        for tries, record in batch:
-            sequence = str(record["dynamodb"]["SequenceNumber"])
-            run = runs.get(sequence)
-            # Lambda retries a failed record; after a few tries it gives up and the reconciler repairs.
-            if run is not None and run.run_key in failed and tries < 2:
-                self.stream_backlog.append((tries + 1, record))
+        # A partial failure, or an invocation that timed out after it published: Lambda sends
+        # the batch again whole, the records that succeeded with the ones that failed.
+        again = bool(failed) or self.rng.random() < self.rates.stream_redelivery
+        tries = max(t for t, _ in batch) + 1
+        if not again or tries > STREAM_RETRIES:
+            return  # done, or given up (the failure destination): the reconciler repairs
+        self.faults["stream_batches_redelivered"] += 1
+        self.lanes[lane] = [(tries, record) for _, record in batch] + self.lanes[lane]
 
     # --- SQS → worker ---
 
@@ -495,10 +582,32 @@ class World:
                 ).get("Messages", [])
                 if not messages:
                     break
-                for message in messages:
-                    self._handle(spec.key, url, message)
+                self._invoke(spec.key, url, messages)
 
-    def _handle(self, queue: str, url: str, message: dict[str, Any]) -> None:
+    def _invoke(self, queue: str, url: str, messages: list[dict[str, Any]]) -> None:
+        """One worker invocation for one batch, as Lambda's SQS event source makes it."""
+        rates = self.rates
+        roll = self.rng.random()
+        if roll < rates.throttled_invocation:
+            # Throttled: nothing runs, and the batch comes back after the visibility timeout.
+            self.faults["throttled_invocations"] += 1
+            return
+        if roll < rates.throttled_invocation + rates.killed_invocation:
+            # Killed at its timeout part-way: the records before were done but never acknowledged
+            # (no batch response), the one in flight dies where it was, the rest never started;
+            # the whole batch comes back after the visibility timeout.
+            self.faults["killed_invocations"] += 1
+            cut = self.rng.randrange(len(messages))
+            for message in messages[:cut]:
+                self._handle(queue, url, message, ack=False)
+            self._handle(queue, url, messages[cut], ack=False, killed=True)
+            return
+        for message in messages:
+            self._handle(queue, url, message)
+
+    def _handle(
+        self, queue: str, url: str, message: dict[str, Any], *, ack: bool = True, killed: bool = False
+    ) -> None:
         from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
         from ..handlers.worker import delivery_of
@@ -515,9 +624,10 @@ class World:
             "awsRegion": REGION,
         }
         delivery = delivery_of(SQSRecord(record), queue)
+        message_id = message["MessageId"]
         rates = self.rates
         roll = self.rng.random()
-        if roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
+        if not killed and roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
             self._freeze(delivery, url, message)
             return
         worker = self.rng.choice(self.workers)
@@ -525,20 +635,29 @@ class World:
         defs = worker._definitions
         assert isinstance(runs, ChaosRunStore) and isinstance(defs, ChaosDefinitionStore)
         roll -= rates.freeze_worker
-        if roll < rates.crash_before_effect:
+        if killed:
+            if self.rng.random() < 0.5:
+                defs.crash_reading = delivery.job_id
+            else:
+                runs.crash_finishing = delivery.run_key
+        elif roll < rates.crash_before_effect:
             defs.crash_reading = delivery.job_id
         elif roll < rates.crash_before_effect + rates.crash_after_effect:
             runs.crash_finishing = delivery.run_key
         try:
-            completed = self._process(worker, delivery)
+            with self.loop.invocation(message_id):
+                completed = self._process(worker, delivery)
         finally:
             defs.crash_reading = None
             runs.crash_finishing = None
-        if completed:
+        if completed and ack:
             self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        if not ack:
+            return
         if self.rng.random() < rates.duplicate_delivery:
             self.faults["duplicate_delivery"] += 1
-            self._process(self.rng.choice(self.workers), delivery)
+            with self.loop.invocation(message_id):
+                self._process(self.rng.choice(self.workers), delivery)
         if self.rng.random() < rates.late_duplicate:
             self.faults["late_duplicate"] += 1
             self.sqs.send_message(
@@ -574,7 +693,8 @@ class World:
 
         def invoke() -> None:
             try:
-                box["completed"] = self._process(worker, delivery)
+                with self.loop.invocation(message["MessageId"]):
+                    box["completed"] = self._process(worker, delivery)
             finally:
                 done.set()
 
@@ -605,6 +725,41 @@ class World:
         if frozen.thread.is_alive():
             raise RuntimeError(f"a thawed worker did not finish ({frozen.freeze.run_key})")
         # Its message was redelivered long ago; the stale receipt handle is not deleted.
+
+    # --- a tenant growing its runs as fast as the API allows ---
+
+    def _hog_work(self) -> None:
+        """The hog's external worker, once a simulated second: lease what is due, heartbeat,
+        and fail each attempt with the longest error the API accepts (succeed with an
+        oversized result once the window is over, so its runs settle); now and then it walks
+        away from a lease, which the reconciler expires."""
+        if not self.config.hog or self.clock.now().second % 2:
+            return  # it polls every other second
+        service = self.run_service
+        try:
+            leased = service.claim(HOG_TENANT, [HOG_TYPE], 10, 30, HOG_WORKER)
+        except JobschedError:
+            return
+        for run in leased:
+            self.faults["hog_attempts"] += 1
+            if self.injecting and self.rng.random() < 0.05:
+                continue
+            try:
+                service.heartbeat(HOG_TENANT, run.run_key, run.fence, 30)
+                if self.injecting:
+                    service.complete(
+                        HOG_TENANT,
+                        run.run_key,
+                        run.fence,
+                        "failed",
+                        error_class=HOG_CLASS,
+                        error_message=HOG_MESSAGE,
+                        retryable=True,
+                    )
+                else:
+                    service.complete(HOG_TENANT, run.run_key, run.fence, "succeeded", result=HOG_RESULT)
+            except JobschedError:
+                self.faults["hog_refused"] += 1
 
     # --- reconciler ---
 
@@ -650,6 +805,9 @@ class World:
                 duplicates_suppressed=self.metrics["DuplicatesSuppressed"],
                 stale_fences_rejected=self.metrics["StaleFencesRejected"],
                 repairs=self.repairs,
+                oversize=self.dynamo.oversize,
+                max_item_bytes=self.dynamo.max_item_bytes,
+                faults=self._fault_figures(),
             )
         )
         by_key = {run.run_key: run for run in runs}
@@ -660,6 +818,11 @@ class World:
                 continue
             explanations[key] = self._story(by_key.get(key), key)
         return figures, explanations
+
+    def _fault_figures(self) -> dict[str, int]:
+        counts = Counter(self.dynamo.counts) + Counter(self.faults)
+        counts["loop_drops"] = len(self.loop.dropped)
+        return {name: counts[name] for name in FAULT_FIGURES}
 
     def _story(self, run: Run | None, run_key: str) -> list[str]:
         """The run's transitions and handler calls, for a failure report."""
@@ -728,6 +891,12 @@ class MotoPeek:
             return False
         self._stream_seen = count
         return True
+
+
+def _lane(record: dict[str, Any]) -> int:
+    keys = record.get("dynamodb", {}).get("Keys") or record.get("dynamodb", {}).get("NewImage", {})
+    job_id = str(keys.get("job_id", {}).get("S", ""))
+    return zlib.crc32(job_id.encode()) % STREAM_LANES
 
 
 def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..domain.cron import zone
 from ..domain.models import (
+    MAX_PAYLOAD_BYTES,
     Delivery,
     DstFold,
     DstGap,
@@ -140,3 +141,31 @@ def _cron(rng: random.Random, zone_name: str, created: datetime, end: datetime) 
     if rng.random() < 0.5:
         return f"{rng.choice(['*/15', '*/20', '0,30'])} * {hour_field} * * *"
     return f"{rng.choice(['*', '*/2'])} {hour_field} * * *"
+
+
+# A tenant that drives its runs as large as the API lets it: the largest payload a job may
+# carry, the most attempts a policy allows, and (in the harness) an external worker that
+# fails every attempt with the longest error the lease API accepts.
+HOG_TENANT = "hog"
+HOG_TYPE = "hog.external"  # no handler here: leased through the API from the claimable index
+MAX_ATTEMPTS = 100  # RetryPolicy's upper bound
+MAX_PAYLOAD_EMOJI = (MAX_PAYLOAD_BYTES - len('{"blob":""}')) // 4
+
+
+def hog_jobs(rng: random.Random, end: datetime, window_seconds: int, count: int = 2) -> list[PlannedJob]:
+    jobs: list[PlannedJob] = []
+    for index in range(count):
+        spec = JobSpec(
+            name=f"hog-{index}",
+            type=HOG_TYPE,
+            schedule=Schedule(kind=ScheduleKind.RATE, every_seconds=rng.choice([20, 30, 45]), end_at=end),
+            policies=Policies(
+                retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, base_seconds=1.0, cap_seconds=5.0),
+                timeout_seconds=30,
+            ),
+            # The first carries the largest payload a job may have; every one grows by its errors.
+            payload={"blob": "\U0001f600" * (MAX_PAYLOAD_EMOJI if index == 0 else 16)},
+        )
+        create_at = rng.randint(0, max(1, window_seconds // 10))
+        jobs.append(PlannedJob(HOG_TENANT, spec, create_at, window_seconds // 20))
+    return jobs

@@ -54,8 +54,11 @@ def run_doc(run: Run) -> str:
     doc = run.model_dump(
         mode="json", exclude_none=True, exclude_defaults=True, exclude={*_ATTRIBUTES, *_IN_KEY}
     )
-    for entry in doc.get("history", ())[1:]:
-        entry.pop("source", None)  # the history is a chain: each entry starts where the last ended
+    for before, entry in pairwise(doc.get("history", ())):
+        # The history is a chain: each entry starts where the last ended, so its source is
+        # left out, except after a gap where compaction dropped entries (`fit`).
+        if entry.get("source") == before["target"]:
+            entry.pop("source")
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
