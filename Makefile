@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: venv test lint typecheck unit test313 run demo clean
+.PHONY: venv test test311 lint typecheck unit test313 run demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,12 @@ else
 	@echo "SKIP_PY313 set: the unit and integration suites did NOT run on Python 3.13"
 endif
 
-test: lint typecheck test313
+# The two interpreters' suites run side by side (each pytest uses one core); output is
+# printed per suite when it ends.
+test: lint typecheck $(if $(SKIP_PY313),,$(STAMP313))
+	$(MAKE) --no-print-directory -j2 --output-sync=target test311 test313
+
+test311: $(STAMP)
 	$(BIN)/pytest -q
 
 run: $(STAMP)
