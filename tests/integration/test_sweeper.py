@@ -346,3 +346,45 @@ def test_sweeping_ahead_advances_a_minutely_job_once_for_several_runs(aws, clock
         assert all(r.previous_run_key == p.run_key for p, r in itertools.pairwise(runs))
     finally:
         wiring.override(None)
+
+
+def test_on_time_jobs_behind_a_long_backlog_are_still_read_and_memory_is_bounded(
+    container, clock, monkeypatch
+):
+    """The due index lists a shard's backlog first (oldest next_run_at). However long it is,
+    the sweep pages on to the on-time jobs behind it, and holds at most
+    max_backlog_per_shard backlogged jobs; the rest are deferred, not read into memory."""
+    late = [new_job(container, every=3600, startAt="2026-11-02T07:00:00Z") for _ in range(6)]
+    on_time = [new_job(container, every=3600, startAt="2026-11-02T08:30:00Z") for _ in range(2)]
+    clock.advance(29 * 60)
+    sweeper = container.sweeper
+    order = [container.definitions.get(j.job_id) for j in [*late, *on_time]]
+    missed = clock.now() - timedelta(minutes=20)  # as if missed by more than the grace
+    order = [j.model_copy(update={"next_run_at": missed}) for j in order[:6]] + order[6:]
+
+    def due_jobs(shard, until, *, limit, start=None):
+        position = int(start["at"]) if start else 0
+        page = [j for j in order if container.definitions.shard_of(j.job_id) == shard][
+            position : position + limit
+        ]
+        more = position + limit < sum(1 for j in order if container.definitions.shard_of(j.job_id) == shard)
+        return page, ({"at": str(position + limit)} if more else None)
+
+    monkeypatch.setattr(container.definitions, "due_jobs", due_jobs)
+    monkeypatch.setattr(container.materializer, "materialize", lambda job, **kw: _made(job))
+    sweeper.page_size, sweeper.max_jobs_per_shard, sweeper.max_backlog_per_shard = 1, 1, 1
+    report = sweeper.sweep()
+    assert {j.job_id for j in on_time} <= set(_MADE)
+    held = {j.job_id for j in late} & set(_MADE)
+    assert len(held) <= container.definitions.shard_count
+    assert {j.job_id for j in late} - held <= set(report.deferred)
+
+
+_MADE: list[str] = []
+
+
+def _made(job):
+    from jobsched.services.materialize import Materialized
+
+    _MADE.append(job.job_id)
+    return Materialized(job)

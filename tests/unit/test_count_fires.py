@@ -102,3 +102,26 @@ def test_a_per_second_cron_over_a_month_is_counted_exactly() -> None:
 def test_bounds_and_other_kinds(schedule: Schedule) -> None:
     lo, hi = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)
     assert count_fires(schedule, lo, hi) == len(fires_between(schedule, lo - timedelta(seconds=1), hi, 10**6))
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone_name", "first", "last", "dst"),
+    [
+        # The range starts on the shifted gap occurrence itself, or inside a fold, or ends in
+        # the hour before a fold: the transition lies just outside the range.
+        ("30 2 * * *", "America/New_York", "2026-03-08T07:00:00", "2026-03-20T07:00:00", {}),
+        ("30 1 * * *", "Europe/London", "2026-03-29T01:00:00", "2026-04-05T00:30:00", {}),
+        ("0 0 30 12 *", "Pacific/Apia", "2011-12-30T10:00:00", "2012-01-05T00:00:00", {}),
+        ("* * * * *", "Europe/London", "2026-10-25T01:00:00", "2026-10-25T01:59:59", {"fold": "first"}),
+        ("* * * * *", "Europe/London", "2026-10-25T00:00:00", "2026-10-25T00:59:59", {"fold": "last"}),
+        # `*` inside a list is every value.
+        ("*,5 * * * * *", "UTC", "2026-01-01T00:00:00", "2026-01-01T00:10:00", {}),
+        ("0 *,5 * * * *", "UTC", "2026-01-01T00:00:00", "2026-01-01T03:00:00", {}),
+        ("0 0 *,5 * * *", "UTC", "2026-01-01T00:00:00", "2026-01-03T00:00:00", {}),
+    ],
+)
+def test_ranges_that_begin_or_end_at_a_transition_and_stars_in_lists(cron, zone_name, first, last, dst):
+    schedule = Schedule(kind="cron", cron=cron, time_zone=zone_name, dst=DstPolicy.model_validate(dst))
+    lo = datetime.fromisoformat(first).replace(tzinfo=UTC)
+    hi = datetime.fromisoformat(last).replace(tzinfo=UTC)
+    assert count_fires(schedule, lo, hi) == len(fires_between(schedule, lo - timedelta(seconds=1), hi, 10**6))

@@ -135,6 +135,7 @@ _WINDOW_LIMIT = 2 * 86_400 + 1
 # Transitions are found by reading the UTC offset this often; zones never change offset twice
 # within six hours.
 _OFFSET_PROBE = timedelta(hours=6)
+_PROBE_MARGIN = timedelta(days=1)
 
 
 def _dst_windows(tz: ZoneInfo, first: datetime, last: datetime) -> list[tuple[datetime, datetime]]:
@@ -142,16 +143,21 @@ def _dst_windows(tz: ZoneInfo, first: datetime, last: datetime) -> list[tuple[da
     [first, last] and merged. Outside them wall time is UTC plus one constant offset, and no
     wall time from a gap or fold maps there."""
     windows: list[tuple[datetime, datetime]] = []
-    probe = first
+    # A change up to a day outside the range still shapes its ends (a shifted gap occurrence
+    # at the range's first instant, a fold's second reading): probe a day either side.
+    probe, end = first - _PROBE_MARGIN, last + _PROBE_MARGIN
     offset = probe.astimezone(tz).utcoffset()
-    while probe < last:
-        following = min(probe + _OFFSET_PROBE, last)
+    while probe < end:
+        following = min(probe + _OFFSET_PROBE, end)
         next_offset = following.astimezone(tz).utcoffset()
         if next_offset != offset:
             assert offset is not None and next_offset is not None
             transition = _transition(probe, following, tz)
             change = abs(next_offset - offset)
             lo, hi = max(first, transition - change), min(last, transition + change)
+            if lo > hi:
+                probe, offset = following, next_offset
+                continue
             if windows and lo <= windows[-1][1] + _ONE_SECOND:
                 windows[-1] = (windows[-1][0], max(windows[-1][1], hi))
             else:
@@ -191,7 +197,8 @@ class _WallCounter:
         ]
         expanded = croniter(self._levels[3], second_at_beginning=True).expanded
         sizes = {0: 60, 1: 24, 5: 60}  # croniter's order: minute, hour, dom, month, dow, second
-        n = {i: (sizes[i] if expanded[i] == ["*"] else len(expanded[i])) for i in sizes}
+        # `*` anywhere in a list (`*,5`) is every value.
+        n = {i: (sizes[i] if "*" in expanded[i] else len(set(expanded[i]))) for i in sizes}
         self._per_unit = (n[1] * n[0] * n[5], n[0] * n[5], n[5])
 
     def count(self, a: datetime, b: datetime, level: int = 0) -> int:

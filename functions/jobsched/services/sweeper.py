@@ -6,7 +6,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..domain.instants import Clock
@@ -44,12 +43,17 @@ class SweepReport:
 T = TypeVar("T")
 
 
-def round_robin(items: Iterable[T], *, key: Callable[[T], Hashable]) -> Iterator[T]:
-    """Items one per key in turn (keys in order of first appearance, each key's items in
-    their own order): a, a, a, b becomes a, b, a, a."""
-    queues: dict[Hashable, list[T]] = defaultdict(list)
+def round_robin(items: Iterable[T], *, key: Callable[[T], Hashable], rotate: int = 0) -> Iterator[T]:
+    """Items one per key in turn (keys in order of first appearance, started `rotate` keys
+    in; each key's items in their own order): a, a, a, b becomes a, b, a, a."""
+    grouped: dict[Hashable, list[T]] = defaultdict(list)
     for item in items:
-        queues[key(item)].append(item)
+        grouped[key(item)].append(item)
+    order = list(grouped)
+    if order:
+        first = rotate % len(order)
+        order = order[first:] + order[:first]
+    queues = {lane: grouped[lane] for lane in order}
     depth = 0
     while queues:
         for lane in list(queues):
@@ -69,6 +73,7 @@ class Sweeper:
         page_size: int = 100,
         max_jobs_per_shard: int = 10_000,
         time_budget_seconds: float = 30.0,
+        max_backlog_per_shard: int = 1_000,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self._definitions = definitions
@@ -79,49 +84,53 @@ class Sweeper:
         # Past this, a shard's backlog work waits for the next tick (the sweeper's timeout is 50 s).
         self.time_budget_seconds = time_budget_seconds
         self._timer = timer
+        self.max_backlog_per_shard = max_backlog_per_shard
 
     def sweep(self, shards: list[int] | None = None) -> SweepReport:
-        """Every due job of the shards is read first; on-time jobs are materialised first, in
-        each shard's due order; then backlogs (catch-up after a pause, late jobs), one job per
-        tenant in turn, while the invocation's time budget lasts. A tenant's thousand
-        backlogged jobs therefore delay neither another tenant's on-time runs nor its one
-        backlogged job, and never push the invocation past its timeout."""
+        """On-time jobs first, as each page of the `due` index is read; then backlogs
+        (catch-up after a pause, jobs found late), one job per tenant in turn, while the
+        invocation's time budget lasts. A tenant's thousand backlogged jobs therefore delay
+        neither another tenant's on-time runs nor its one backlogged job, and never push the
+        invocation past its timeout. At most `max_backlog_per_shard` backlogged jobs are held
+        per shard (the rest wait for a later tick), so memory stays bounded."""
         began = self._timer()
         shards = list(shards if shards is not None else range(self._definitions.shard_count))
         report = SweepReport(shards=shards)
         now = self._clock.now()
         late = now - self._materializer.misfire_grace
-        on_time: list[Job] = []
+        until = now + self._materializer.horizon
         backlog: list[Job] = []
         for shard in shards:
-            try:
-                due = self._due(shard, now + self._materializer.horizon)
-            except Exception:
-                # A shard whose index cannot be read (throttled, say) waits for the next tick;
-                # the other shards of the group are still swept.
-                logger.exception("reading due jobs failed", extra={"shard": shard})
-                report.failures.append(f"shard:{shard}")
-                due = []
-            for job in due:
-                (backlog if job.next_run_at is not None and job.next_run_at < late else on_time).append(job)
-        for job in on_time:
-            self._materialize(job, report)
-        for job in round_robin(backlog, key=lambda job: job.tenant):
+            held = on_time = 0
+            start: dict[str, Any] | None = None
+            while on_time < self.max_jobs_per_shard:
+                try:
+                    jobs, start = self._definitions.due_jobs(shard, until, limit=self.page_size, start=start)
+                except Exception:
+                    # A page that cannot be read (throttled, say) ends this shard's reading
+                    # until the next tick; what was read is swept, and so are the other shards.
+                    logger.exception("reading due jobs failed", extra={"shard": shard})
+                    report.failures.append(f"shard:{shard}")
+                    break
+                for job in jobs:
+                    if job.next_run_at is None or job.next_run_at >= late:
+                        on_time += 1
+                        self._materialize(job, report)
+                    elif held < self.max_backlog_per_shard:
+                        held += 1
+                        backlog.append(job)
+                    else:
+                        report.deferred.append(job.job_id)
+                if not start:
+                    break
+        # Tenants take turns from a starting point that moves each minute, so a budget too
+        # short for one full turn does not always favour the same tenants.
+        for job in round_robin(backlog, key=lambda job: job.tenant, rotate=int(now.timestamp()) // 60):
             if self._timer() - began > self.time_budget_seconds:
                 report.deferred.append(job.job_id)
                 continue
             self._materialize(job, report)
         return report
-
-    def _due(self, shard: int, until: datetime) -> list[Job]:
-        found: list[Job] = []
-        start: dict[str, Any] | None = None
-        while len(found) < self.max_jobs_per_shard:
-            jobs, start = self._definitions.due_jobs(shard, until, limit=self.page_size, start=start)
-            found += jobs
-            if not start:
-                break
-        return found
 
     def _materialize(self, job: Job, report: SweepReport) -> None:
         report.jobs_read += 1
