@@ -42,8 +42,7 @@ test: lint typecheck
 # make run [PORT=8080] [MOTO_PORT=5055] [CONFIG=local.json]
 # A venv that already has the dev tools is kept current as such; otherwise local mode alone.
 run: $(if $(wildcard $(STAMP)),$(STAMP),$(LOCAL_STAMP))
-	$(BIN)/jobsched local --demo $(if $(PORT),--port $(PORT)) $(if $(MOTO_PORT),--moto-port $(MOTO_PORT)) \
-		$(if $(CONFIG),--config $(CONFIG))
+	$(BIN)/jobsched local --demo $(if $(PORT),--port $(PORT)) $(if $(MOTO_PORT),--moto-port $(MOTO_PORT)) $(if $(CONFIG),--config $(CONFIG))
 
 demo: run
 
