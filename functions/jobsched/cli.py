@@ -22,6 +22,7 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 JOB_STATES = ("ACTIVE", "PAUSED", "CANCELLED", "COMPLETED")
 PRIORITIES = ("high", "default", "low")
 OPEN_RUN_STATES = frozenset({"PENDING", "QUEUED", "LEASED", "RETRY_WAIT"})
+TAIL_FOLLOW_SECONDS = 300.0  # without --lookback, tail follows runs scheduled up to this long ago
 
 
 class UsageError(Exception):
@@ -110,7 +111,7 @@ def parse_every(text: str) -> int | str:
 
 
 def parse_instant(text: str, now: datetime | None = None) -> str:
-    """RFC 3339 as is; `now` or `+DURATION` relative to now (`+30s`, `+5m`), in UTC."""
+    """RFC 3339 as is; `now`, `+DURATION` or `-DURATION` relative to now (`+30s`, `-2h`), in UTC."""
     value = text.strip()
     current = (now or datetime.now(UTC)).replace(microsecond=0)
     if value == "now":
@@ -118,10 +119,36 @@ def parse_instant(text: str, now: datetime | None = None) -> str:
     if value.startswith(("+", "-")):
         seconds = duration_seconds(value[1:])
         if seconds is None:
-            raise UsageError(f"{text!r}: expected an instant, now, or +DURATION such as +30s")
+            raise UsageError(
+                f"{text!r}: expected an instant, now, +DURATION or -DURATION such as +30s or -2h"
+            )
         sign = 1 if value[0] == "+" else -1
         return (current + timedelta(seconds=sign * seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return value
+
+
+# argparse reads `-2h` as an option (only plain negative numbers pass as values), so
+# `--start -2h` would stop with "expected one argument": such a value is glued to its option.
+INSTANT_OPTIONS = frozenset({"--start", "--end", "--at"})
+_NEGATIVE_DURATION = re.compile(r"-\d[\dsmhd]*", re.IGNORECASE)
+
+
+def attach_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--start -2h` → `--start=-2h` for the options that take an instant; nothing after `--`."""
+    out: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            return out + list(argv[index:])
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token in INSTANT_OPTIONS and following is not None and _NEGATIVE_DURATION.fullmatch(following):
+            out.append(f"{token}={following}")
+            index += 2
+            continue
+        out.append(token)
+        index += 1
+    return out
 
 
 # --- output ---
@@ -424,13 +451,25 @@ class RunFollower:
     `lookback` before now), and the full history of any run whose state moved.
 
     Runs not yet due are left alone until they are (materialised ahead by the sweeper, they
-    would otherwise flood the output long before anything happens to them)."""
+    would otherwise flood the output long before anything happens to them); once due, a run
+    is reported from its scheduled time on, so its earlier bookkeeping (PENDING, QUEUED ahead
+    of time) never appears late and out of order. With `history`, the first poll reports the
+    transitions of the last `lookback` seconds; without, it only takes note of where runs are."""
 
-    def __init__(self, client: ApiClient, job_ids: list[str], lookback: float, now: Callable[[], datetime]):
+    def __init__(
+        self,
+        client: ApiClient,
+        job_ids: list[str],
+        lookback: float,
+        now: Callable[[], datetime],
+        *,
+        history: bool = False,
+    ):
         self.client = client
         self.fixed = list(job_ids)
         self.lookback = timedelta(seconds=lookback)
         self.now = now
+        self.history = history
         self.names: dict[str, str] = {}
         self.signatures: dict[str, tuple[Any, ...]] = {}
         self.reported: dict[str, int] = {}  # run key -> transitions already reported
@@ -489,15 +528,17 @@ class RunFollower:
                 self.tracked[run_key] = run["jobId"]
             else:
                 self.tracked.pop(run_key, None)
-            if not self.started:
+            if not self.started and not self.history:
                 self.baseline[run_key] = run
                 continue
-            events += self._new_transitions(run_key, run)
+            events += self._new_transitions(run_key, run, since=floor if not self.started else None)
         self.started = True
         events.sort(key=lambda e: (e["at"] or "", e["runKey"]))
         return events
 
-    def _new_transitions(self, run_key: str, run: dict[str, Any]) -> list[dict[str, Any]]:
+    def _new_transitions(
+        self, run_key: str, run: dict[str, Any], since: str | None = None
+    ) -> list[dict[str, Any]]:
         detail = run if "transitions" in run else self.client.get_run(run_key)
         transitions = detail.get("transitions") or []
         if run_key in self.reported:
@@ -505,7 +546,12 @@ class RunFollower:
         elif run_key in self.baseline:
             start = _after_baseline(transitions, self.baseline.pop(run_key))
         else:
-            start = 0
+            # First seen now that it is due: what happened before it was (or before the
+            # history window) is no news.
+            floor = max(since or "", str(run.get("scheduledFor") or ""))
+            start = next(
+                (i for i, t in enumerate(transitions) if (t.get("at") or "") >= floor), len(transitions)
+            )
         self.reported[run_key] = len(transitions)
         job_id = detail.get("jobId") or run.get("jobId")
         return [
@@ -547,12 +593,20 @@ def tail_line(event: dict[str, Any]) -> str:
     ).rstrip()
 
 
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def cmd_tail(ctx: Context, args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UsageError("--interval: must be > 0")
     if args.count is not None and args.count < 1:
         raise UsageError("--count: must be >= 1")
-    follower = RunFollower(ctx.client, args.jobs, args.lookback, lambda: datetime.now(UTC))
+    if args.lookback is not None and args.lookback < 0:
+        raise UsageError("--lookback: must be >= 0")
+    history = args.lookback is not None
+    lookback = args.lookback if history else TAIL_FOLLOW_SECONDS
+    follower = RunFollower(ctx.client, args.jobs, lookback, utc_now, history=history)
     printed = 0
     try:
         while True:
@@ -687,8 +741,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     backfill = command(jobs, "backfill", cmd_jobs_backfill, "make runs for past occurrences")
     backfill.add_argument("job_id", metavar="JOB")
-    backfill.add_argument("--start", required=True, help="RFC 3339 instant, or -DURATION (e.g. -1h)")
-    backfill.add_argument("--end", required=True, help="RFC 3339 instant, now, or -DURATION")
+    backfill.add_argument("--start", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -2h)")
+    backfill.add_argument("--end", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -30m)")
 
     summary = command(jobs, "summary", cmd_jobs_summary, "next fire times, last runs and counters")
     summary.add_argument("job_id", metavar="JOB")
@@ -726,8 +780,10 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--lookback",
         type=float,
-        default=300.0,
-        help="follow runs scheduled up to this many seconds ago (default 300)",
+        default=None,
+        metavar="SECONDS",
+        help="first show the transitions of the runs scheduled in the last SECONDS, then follow "
+        "(default: only what happens from now on, following runs scheduled up to 300 s ago)",
     )
     return parser
 
@@ -760,7 +816,7 @@ def add_paging(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     if getattr(args, "local", None):
@@ -768,6 +824,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ctx = Context(args)
         return int(args.handler(ctx, args))
+    except BrokenPipeError:
+        # The reader went away (`jobsched runs list J | head`): it has what it wanted.
+        _discard_stdout()
+        return 0
     except UsageError as exc:
         print(f"jobsched: error: {exc}", file=sys.stderr)
         return 2
@@ -782,6 +842,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not report the pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

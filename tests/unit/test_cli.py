@@ -638,14 +638,12 @@ def test_follower_reports_only_transitions_after_it_started() -> None:
     assert events[0]["jobName"] == "nightly"
     assert follower.poll() == []  # nothing new
 
-    # The run scheduled ahead stays quiet until due, then shows its whole story.
+    # The run scheduled ahead stays quiet until due, then shows what happens from then on
+    # (its creation at 08:59:30 is no news at 09:00:31).
     now = datetime(2026, 11, 2, 9, 0, 31, tzinfo=UTC)
     fake.move("j_a@09:00:30", ("2026-11-02T09:00:31Z", "PENDING", "LEASED", 1, None))
     events = follower.poll()
-    assert [(e["runKey"], e["from"], e["to"]) for e in events] == [
-        ("j_a@09:00:30", None, "PENDING"),
-        ("j_a@09:00:30", "PENDING", "LEASED"),
-    ]
+    assert [(e["runKey"], e["from"], e["to"]) for e in events] == [("j_a@09:00:30", "PENDING", "LEASED")]
 
 
 def test_follower_keeps_polling_open_runs_older_than_the_lookback() -> None:
@@ -690,3 +688,136 @@ def test_docs_saves_the_swagger_page_fetched_with_the_callers_credentials(
     assert str(page) in capsys.readouterr().out
     assert main(["--endpoint", stub.url, "docs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"openapi": "3.1.0", "paths": {}}
+
+
+# --- negative durations, and tail's timing ---
+
+
+@pytest.mark.parametrize("option", ["--start", "--end"])
+def test_backfill_takes_negative_durations_as_the_help_offers(option: str) -> None:
+    argv = ["jobs", "backfill", "j_1", "--start", "-2h", "--end", "now"]
+    if option == "--end":
+        argv = ["jobs", "backfill", "j_1", "--start", "-2h", "--end", "-30m"]
+    args = build_parser().parse_args(cli.attach_negative_values(argv))
+    assert args.start == "-2h"
+    assert args.end == ("-30m" if option == "--end" else "now")
+
+
+def test_backfill_with_negative_durations_reaches_the_api(stub: StubApi) -> None:
+    stub.routes[("POST", "/v1/jobs/j_1/backfill")] = (200, {"created": [], "existing": []}, {})
+    assert main(["--endpoint", stub.url, "jobs", "backfill", "j_1", "--start", "-2h", "--end", "-1h"]) == 0
+    body = stub.requests[-1]["body"]
+    start = datetime.fromisoformat(body["start"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(body["end"].replace("Z", "+00:00"))
+    assert (end - start).total_seconds() == 3600
+
+
+def test_negative_values_are_glued_only_to_instant_options() -> None:
+    assert cli.attach_negative_values(["jobs", "backfill", "j", "--start", "-1d"]) == [
+        "jobs",
+        "backfill",
+        "j",
+        "--start=-1d",
+    ]
+    # An option that follows is still an option; other options keep their own values.
+    assert cli.attach_negative_values(["--start", "--json"]) == ["--start", "--json"]
+    assert cli.attach_negative_values(["--limit", "-5"]) == ["--limit", "-5"]
+    assert cli.attach_negative_values(["--", "--start", "-1h"]) == ["--", "--start", "-1h"]
+
+
+def test_relative_instants_in_the_past() -> None:
+    now = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)
+    assert parse_instant("-2h", now) == "2026-11-02T07:00:00Z"
+    with pytest.raises(UsageError, match="-DURATION"):
+        parse_instant("-soon", now)
+
+
+def test_a_run_coming_due_shows_what_happens_from_then_not_its_earlier_bookkeeping() -> None:
+    fake = FakeRuns()
+    now = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)
+    follower = RunFollower(fake, ["j_a"], lookback=300, now=lambda: now)  # type: ignore[arg-type]
+    assert follower.poll() == []
+    # Materialised two minutes ahead, queued a minute ahead: nothing to say yet.
+    fake.add("j_a@09:02:00", "2026-11-02T09:02:00Z", ("2026-11-02T09:00:00Z", None, "PENDING", 0, None),
+             ("2026-11-02T09:01:00Z", "PENDING", "QUEUED", 0, None))  # fmt: skip
+    fake.add("j_a@09:01:30", "2026-11-02T09:01:30Z", ("2026-11-02T09:01:30Z", None, "PENDING", 0, None))
+    now = datetime(2026, 11, 2, 9, 1, 31, tzinfo=UTC)
+    fake.move("j_a@09:01:30", ("2026-11-02T09:01:31Z", "PENDING", "LEASED", 1, None))
+    printed = [(e["runKey"], e["at"], e["to"]) for e in follower.poll()]
+    assert printed == [
+        ("j_a@09:01:30", "2026-11-02T09:01:30Z", "PENDING"),
+        ("j_a@09:01:30", "2026-11-02T09:01:31Z", "LEASED"),
+    ]
+    now = datetime(2026, 11, 2, 9, 2, 1, tzinfo=UTC)
+    fake.move("j_a@09:02:00", ("2026-11-02T09:02:01Z", "QUEUED", "LEASED", 1, None))
+    events = follower.poll()
+    assert [(e["at"], e["from"], e["to"]) for e in events] == [("2026-11-02T09:02:01Z", "QUEUED", "LEASED")]
+    # Never a line older than one already printed.
+    assert events[0]["at"] >= printed[-1][1]
+
+
+def test_tail_count_counts_lines_about_runs_that_are_due(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeRuns()
+    clock = [datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)]
+    for minute in range(1, 6):  # five runs made ahead, each PENDING then QUEUED before it is due
+        fake.add(f"j_a@09:0{minute}:00", f"2026-11-02T09:0{minute}:00Z",
+                 ("2026-11-02T08:59:00Z", None, "PENDING", 0, None),
+                 ("2026-11-02T08:59:30Z", "PENDING", "QUEUED", 0, None))  # fmt: skip
+    script = iter(range(1, 6))
+
+    def sleep(seconds: float) -> None:  # each poll interval: the next run comes due and succeeds
+        minute = next(script)
+        clock[0] = datetime(2026, 11, 2, 9, minute, 1, tzinfo=UTC)
+        fake.move(f"j_a@09:0{minute}:00", (f"2026-11-02T09:0{minute}:01Z", "QUEUED", "LEASED", 1, None),
+                  (f"2026-11-02T09:0{minute}:01Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
+
+    monkeypatch.setattr(cli.time, "sleep", sleep)
+    monkeypatch.setattr(cli, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(cli, "utc_now", lambda: clock[0])
+    assert main(["tail", "j_a", "--count", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    assert ["→ LEASED" in line or "→ SUCCEEDED" in line for line in lines] == [True] * 4
+    assert [line[:8] for line in lines] == ["09:01:01", "09:01:01", "09:02:01", "09:02:01"]
+
+
+def test_tail_lookback_first_shows_the_runs_of_that_window_finished_or_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeRuns()
+    fake.add("j_a@08:10:00", "2026-11-02T08:10:00Z", ("2026-11-02T08:10:00Z", None, "PENDING", 0, None),
+             ("2026-11-02T08:10:01Z", "PENDING", "LEASED", 1, None),
+             ("2026-11-02T08:10:02Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
+    fake.add("j_a@07:00:00", "2026-11-02T07:00:00Z", ("2026-11-02T07:00:00Z", None, "PENDING", 0, None),
+             ("2026-11-02T07:00:01Z", "PENDING", "SUCCEEDED", 1, None))  # fmt: skip
+    monkeypatch.setattr(cli, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(cli, "utc_now", lambda: datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC))
+    monkeypatch.setattr(cli.time, "sleep", _interrupt)
+    assert main(["tail", "j_a", "--lookback", "3600", "--count", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:8] for line in lines] == ["08:10:00", "08:10:01", "08:10:02"]
+    assert "→ SUCCEEDED" in lines[-1]
+
+
+def test_tail_without_lookback_starts_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeRuns()
+    fake.add("j_a@08:59:00", "2026-11-02T08:59:00Z", ("2026-11-02T08:59:00Z", None, "PENDING", 0, None),
+             ("2026-11-02T08:59:01Z", "PENDING", "SUCCEEDED", 1, None))  # fmt: skip
+    now = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)
+    follower = RunFollower(fake, ["j_a"], lookback=300, now=lambda: now)  # type: ignore[arg-type]
+    assert follower.poll() == []
+
+
+def _interrupt(seconds: float) -> None:
+    raise KeyboardInterrupt  # Ctrl-C at the first wait: tail stops and exits 0
+
+
+def test_output_into_a_closed_pipe_is_no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def closed(ctx: Any, args: Any) -> int:  # `jobsched jobs list | head -1` on a long listing
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_jobs_list", closed)
+    monkeypatch.setattr(cli.os, "dup2", lambda *a: None)
+    assert main(["jobs", "list"]) == 0

@@ -2,7 +2,8 @@
 
 Creates a 6-field cron every 10 s in Europe/London, a one-time job 15 s out, a flaky Python
 handler that retries and dead-letters (then is redriven and succeeds), and an HTTP target
-against a receiver on loopback — then shows every run as it changes state."""
+against a receiver on loopback. The console's run table (`console.RunTable`) shows their runs
+as they change state, beside those of every other job."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
+
+from .background import quiet_disconnects
 
 
 class Receiver:
@@ -39,6 +42,7 @@ class Receiver:
 
         self.received = received
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        quiet_disconnects(self._server)
         threading.Thread(target=self._server.serve_forever, name="demo-receiver", daemon=True).start()
 
     @property
@@ -56,7 +60,6 @@ class Demo:
         self.out = out
         self.jobs: dict[str, str] = {}  # job id -> label
         self.receiver = Receiver()
-        self._seen: dict[str, tuple[str, int]] = {}
         self._redriven: set[str] = set()
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
@@ -94,36 +97,18 @@ class Demo:
             job = self.call("POST", "/v1/jobs", {"name": label, **body})
             self.jobs[job["jobId"]] = label
             print(f"created {label:<16} {job['jobId']}  next run {job.get('nextRunAt')}", file=self.out)
-        print(
-            f"\n{'time':<9} {'job':<16} {'scheduled for':<21} {'state':<11} {'att':>3}  detail", file=self.out
-        )
+        print(file=self.out, flush=True)
 
     def watch_once(self) -> None:
-        """Print every run whose state or attempt changed; redrive the flaky run once it is dead."""
-        horizon = _iso(datetime.now(UTC) + timedelta(seconds=1))
+        """Redrive the flaky job's run once it is dead (the console's run table shows the rest)."""
         for job_id, label in self.jobs.items():
             runs = self.call("GET", f"/v1/jobs/{job_id}/runs?limit=50").get("items", [])
-            for run in reversed(runs):
-                if run["scheduledFor"] > horizon:
-                    continue  # materialised ahead of time: shown once it is due
+            for run in runs:
                 key = run["runKey"]
-                now = (run["state"], run.get("attempt", 0))
-                if self._seen.get(key) == now:
-                    continue
-                self._seen[key] = now
-                detail = run.get("lastErrorClass") or ""
-                if run["state"] == "SUCCEEDED" and isinstance(run.get("result"), dict):
-                    detail = json.dumps(run["result"])[:60]
-                print(
-                    f"{datetime.now().strftime('%H:%M:%S'):<9} {label:<16} {run['scheduledFor']:<21} "
-                    f"{run['state']:<11} {run.get('attempt', 0):>3}  {detail}",
-                    file=self.out,
-                    flush=True,
-                )
                 if run["state"] == "DEAD" and key not in self._redriven:
                     self._redriven.add(key)
                     self.call("POST", f"/v1/runs/{key}/redrive", {"reason": "demo: dependency is back"})
-                    print(f"{'':<9} {label:<16} redriven (same run key, new attempt series)", file=self.out)
+                    print(f"{'':<9} {label} redriven: same run key, a new attempt series", file=self.out)
 
     def run(self, stop: threading.Event, seconds: float | None = None) -> None:
         self.setup()

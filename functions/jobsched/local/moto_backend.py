@@ -5,8 +5,10 @@ and local mode's traffic is small enough that serialising it costs nothing notic
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import socket
 import urllib.request
 from typing import Any
 
@@ -21,13 +23,19 @@ from .background import BackgroundServer
 class MotoServer(BackgroundServer):
     def __init__(self, host: str, port: int) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
-        server = make_server(
-            host,
-            port,
-            DomainDispatcherApplication(create_backend_app),
-            threaded=False,
-            request_handler=MotoRequestHandler,
-        )
+        # Bound here rather than by werkzeug, which answers a taken port with sys.exit(1).
+        listener = _listen(host, port)
+        try:
+            server = make_server(
+                host,
+                port,
+                DomainDispatcherApplication(create_backend_app),
+                threaded=False,
+                request_handler=MotoRequestHandler,
+                fd=listener.fileno(),
+            )
+        finally:
+            listener.close()  # the server holds its own duplicate of the socket
         super().__init__(server, "moto")
 
     def start(self) -> None:
@@ -37,6 +45,20 @@ class MotoServer(BackgroundServer):
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(exc.errno, f"moto port {port} is already in use") from None
+        raise
+    return listener
 
 
 def provision(endpoint_url: str, region: str) -> dict[str, Any]:

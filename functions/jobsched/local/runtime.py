@@ -6,6 +6,7 @@ environment variables the stack sets."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -66,7 +67,12 @@ class LocalRuntime:
             # Invoked side by side by the three queue sources, each up to its mapping's ceiling.
             "worker": Invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
         }
-        self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
+        try:
+            self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(exc.errno, f"API port {config.port} is already in use") from None
+            raise
         self.front.start()
 
         endpoint: dict[str, Any] = {"endpoint_url": self.moto.url, "region_name": config.region}

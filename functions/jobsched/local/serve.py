@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 import threading
 from types import FrameType
 
 from .config import LocalConfig
+from .console import RunTable, quiet_console, startup_banner
 from .runtime import LocalRuntime
 
 
@@ -19,7 +19,7 @@ def serve(
     config_path: str | None = None,
     demo: bool = False,
 ) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    quiet_console()
     try:
         config = LocalConfig.load(config_path)
     except (OSError, ValueError) as exc:
@@ -49,11 +49,8 @@ def serve(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"jobsched local is running\n  API      {runtime.api_url}  (docs: jobsched docs --open)")
-    print(f"  API key  {runtime.api_key}   (send it as the x-api-key header)")
-    print(f"  AWS      {runtime.moto.url if runtime.moto else ''}  (moto: tables, stream, queues)")
-    print("  state is in memory: stopping local mode discards every job and run")
-    print("Ctrl-C stops.\n", flush=True)
+    print(startup_banner(runtime.api_url, runtime.moto.url if runtime.moto else "", config), flush=True)
+    table = RunTable.of(runtime).start()
     try:
         if demo:
             from .demo import Demo
@@ -63,5 +60,6 @@ def serve(
             stop.wait()
     finally:
         print("\nstopping...", flush=True)
+        table.stop()
         runtime.stop()
     return 0
