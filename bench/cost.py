@@ -418,8 +418,10 @@ WHAT_IFS = (
     ),
     WhatIf(
         "no idempotency record",
-        "drop the Powertools record: the lease and fence already exclude concurrent attempts;"
-        " the result goes in the completion write",
+        "keep the records on the run: the claim as in-progress, the result in the completion"
+        " write; gives up exclusion of an effect that outlives its lease (a lost heartbeat or a"
+        " timed-out effect: the in-progress record lasts to the invocation's deadline) and the"
+        " replay after a crash between the saved result and the completion",
         drop=lambda name, w: name.startswith("idempotency record"),
     ),
     WhatIf(

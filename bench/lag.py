@@ -33,7 +33,8 @@ WORKER_STAGES = ("worker", "worker-esm")
 
 def thread_stage(name: str) -> str | None:
     """Threads the code under test starts: which stage their AWS calls belong to."""
-    if name.startswith(("effect", "heartbeat")):
+    # "record": the worker handler runs each record of a batch on a thread of its own.
+    if name.startswith(("record", "effect", "heartbeat")):
         return "worker"
     if name.startswith("worker-"):
         return "worker-esm"  # the SQS event source mapping: receive and delete

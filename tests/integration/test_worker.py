@@ -123,6 +123,19 @@ def test_duplicate_deliveries_have_one_effect(container, clock, worker, ledger):
     assert ledger.effects[run.run_key] == 1
 
 
+def test_a_late_duplicate_after_success_writes_nothing_and_acts_nothing(container, clock, worker, ledger):
+    # Past the lease and past a day (the idempotency records' lifetime): the finished run
+    # itself answers, with no replay, no effect and no write.
+    _, run = one_run(container, clock)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    done = stored(container, run)
+    for later in (61, 86_400):
+        clock.advance(later)
+        assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert stored(container, run) == done
+    assert ledger.effects[run.run_key] == 1
+
+
 def test_concurrent_duplicate_deliveries_have_one_effect(container, clock, registry, ledger):
     from tests.conftest import SerializedClient
 
