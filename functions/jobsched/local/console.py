@@ -26,7 +26,7 @@ import boto3
 from ..domain.runs import Run, RunState
 from ..store.schema import DEFINITIONS, RUNS
 from .config import DEV_KEY, LocalConfig
-from .glue import Loop
+from .glue import Loop, read_stream
 from .runtime import LocalRuntime
 
 log = logging.getLogger("jobsched.local")
@@ -220,19 +220,7 @@ class RunTable:
         )
 
     def _read(self) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
-        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]["Shards"]
-        for shard in shards:
-            shard_id = shard["ShardId"]
-            iterator = self._iterators.get(shard_id)
-            if iterator is None:
-                iterator = self._streams.get_shard_iterator(
-                    StreamArn=self._arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
-            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
-            self._iterators[shard_id] = response.get("NextShardIterator") or iterator
-            records += response.get("Records", [])
-        return records
+        return read_stream(self._streams, self._arn, self._iterators)
 
 
 def _run_of(image: dict[str, Any]) -> Run | None:

@@ -220,6 +220,23 @@ def lambda_stream_record(record: dict[str, Any], stream_arn: str, region: str) -
     }
 
 
+def read_stream(streams: Any, arn: str, iterators: dict[str, str]) -> list[dict[str, Any]]:
+    """The records each shard of a stream has added since the last read (`iterators` keeps
+    each shard's position between calls), as the Lambda poller sees them."""
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        shard_id = shard["ShardId"]
+        iterator = iterators.get(shard_id)
+        if iterator is None:
+            iterator = streams.get_shard_iterator(
+                StreamArn=arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        response = streams.get_records(ShardIterator=iterator, Limit=1000)
+        iterators[shard_id] = response.get("NextShardIterator") or iterator
+        records += response.get("Records", [])
+    return records
+
+
 class StreamSource:
     """Event source mapping for a DynamoDB stream: batches, filter criteria, partial batch
     failures (retry from the first failed record), checkpoints per (stream, shard)."""
@@ -272,22 +289,12 @@ class StreamSource:
         return len(batch)
 
     def _read(self) -> None:
-        shards = self._streams.describe_stream(StreamArn=self._arn)["StreamDescription"]["Shards"]
-        for shard in shards:
-            shard_id = shard["ShardId"]
-            iterator = self._iterators.get(shard_id)
-            if iterator is None:
-                iterator = self._streams.get_shard_iterator(
-                    StreamArn=self._arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-                )["ShardIterator"]
-            response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
-            self._iterators[shard_id] = response.get("NextShardIterator") or iterator
-            for record in response.get("Records", []):
-                converted = lambda_stream_record(record, self._arn, self._region)
-                if self._matches(converted):
-                    self._pending.append(converted)
-                else:
-                    self.filtered += 1
+        for record in read_stream(self._streams, self._arn, self._iterators):
+            converted = lambda_stream_record(record, self._arn, self._region)
+            if self._matches(converted):
+                self._pending.append(converted)
+            else:
+                self.filtered += 1
 
 
 # --- SQS → Lambda ---
