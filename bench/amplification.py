@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,7 +54,9 @@ def _jobs(total: int, due: int, store: Any, horizon: timedelta, seed: int = 7) -
     return items
 
 
-def measure(total: int, due: int = 500, shards: int = 16) -> dict[str, Any]:
+@contextmanager
+def moto_container(shards: int) -> Iterator[tuple[Any, Any]]:
+    """In-process moto with every table created, and a Container on it at T0 (manual clock)."""
     os.environ.update({"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled"})
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -60,7 +64,7 @@ def measure(total: int, due: int = 500, shards: int = 16) -> dict[str, Any]:
     from jobsched import aws, wiring
     from jobsched.domain.instants import ManualClock
     from jobsched.settings import Settings
-    from jobsched.store.schema import ALL_TABLES, DEFINITIONS, DUE_INDEX
+    from jobsched.store.schema import ALL_TABLES
     from moto import mock_aws
 
     with mock_aws():
@@ -68,21 +72,36 @@ def measure(total: int, due: int = 500, shards: int = 16) -> dict[str, Any]:
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         for spec in ALL_TABLES:
             ddb.create_table(**spec.create_table_request())
-        container = wiring.Container(Settings(shard_count=shards), ManualClock(T0))
+        try:
+            yield ddb, wiring.Container(Settings(shard_count=shards), ManualClock(T0))
+        finally:
+            aws.client.cache_clear()
+
+
+def load_jobs(ddb: Any, items: list[dict[str, Any]]) -> None:
+    """Job items straight into the Definitions table, 25 per batch write."""
+    from jobsched.store.schema import DEFINITIONS
+
+    for i in range(0, len(items), 25):
+        ddb.batch_write_item(
+            RequestItems={
+                DEFINITIONS.default_name: [{"PutRequest": {"Item": it}} for it in items[i : i + 25]]
+            }
+        )
+
+
+def measure(total: int, due: int = 500, shards: int = 16) -> dict[str, Any]:
+    from jobsched.store.schema import DUE_INDEX
+
+    with moto_container(shards) as (ddb, container):
         items = _jobs(total, due, container.definitions, container.materializer.horizon)
         started = time.perf_counter()
-        for i in range(0, len(items), 25):
-            ddb.batch_write_item(
-                RequestItems={
-                    DEFINITIONS.default_name: [{"PutRequest": {"Item": it}} for it in items[i : i + 25]]
-                }
-            )
+        load_jobs(ddb, items)
         load_seconds = time.perf_counter() - started
         with Recorder(images=None) as rec:
             started = time.perf_counter()
             report = container.sweeper.sweep()
             sweep_seconds = time.perf_counter() - started
-        aws.client.cache_clear()
     due_queries = [c for c in rec.calls if c.operation == "Query"]
     from_index = sum(int(c.extra.get("items", 0)) for c in due_queries)
     rereads = sum(1 for c in rec.calls if c.operation == "GetItem" and c.service == "dynamodb")

@@ -10,7 +10,6 @@ what was missed (172,800 occurrences here)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
@@ -71,35 +70,16 @@ def plan_seconds(repeats: int = 5) -> dict[str, float]:
 
 
 def measure(backlogged: int, on_time: int, shards: int = 4, budget: float = 30.0) -> dict[str, Any]:
-    os.environ.update({"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled"})
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    import boto3
-    from jobsched import aws, wiring
-    from jobsched.domain.instants import ManualClock
-    from jobsched.settings import Settings
-    from jobsched.store.schema import ALL_TABLES, DEFINITIONS
-    from moto import mock_aws
+    from .amplification import load_jobs, moto_container
 
-    with mock_aws():
-        aws.client.cache_clear()
-        ddb = boto3.client("dynamodb", region_name="us-east-1")
-        for spec in ALL_TABLES:
-            ddb.create_table(**spec.create_table_request())
-        container = wiring.Container(Settings(shard_count=shards), ManualClock(T0))
+    with moto_container(shards) as (ddb, container):
         jobs = [
             _job("catch-up" if i % 2 == 0 else "run-once", "backlog", T0 - PAUSED) for i in range(backlogged)
         ] + [
             _job("on-time", f"tenant-{i % ON_TIME_TENANTS}", T0 + timedelta(seconds=i % 60))
             for i in range(on_time)
         ]
-        items = [container.definitions._job_item(job) for job in jobs]
-        for i in range(0, len(items), 25):
-            ddb.batch_write_item(
-                RequestItems={
-                    DEFINITIONS.default_name: [{"PutRequest": {"Item": it}} for it in items[i : i + 25]]
-                }
-            )
+        load_jobs(ddb, [container.definitions._job_item(job) for job in jobs])
         sweeper = container.sweeper
         sweeper.time_budget_seconds = budget
         materializer = container.materializer
@@ -117,7 +97,6 @@ def measure(backlogged: int, on_time: int, shards: int = 4, budget: float = 30.0
         materializer.materialize = timed  # type: ignore[method-assign]
         report = sweeper.sweep()
         tick = time.perf_counter() - began
-        aws.client.cache_clear()
     on_time_ids = {j.job_id for j in jobs if j.tenant != "backlog"}
     backlog_ids = {j.job_id for j in jobs if j.tenant == "backlog"}
     on_time_done = max((finished[j] for j in on_time_ids if j in finished), default=0.0)
