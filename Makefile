@@ -27,8 +27,8 @@ $(LOCAL_STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check functions tests infra
-	$(BIN)/ruff format --check functions tests infra
+	$(BIN)/ruff check functions chaos bench tests infra
+	$(BIN)/ruff format --check functions chaos bench tests infra
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -114,11 +114,11 @@ BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# --- fault injection: the real pipeline on moto under a simulated clock (functions/jobsched/chaos) ---
+# --- fault injection: the real pipeline on moto under a simulated clock (chaos) ---
 # Prints one line of figures; exits non-zero when any must-be-0 figure is not 0.
 .PHONY: chaos
 SEED ?= 1
 RUNS ?= 1000
 
 chaos: $(STAMP)
-	$(BIN)/python -m jobsched.chaos --seed $(SEED) --runs $(RUNS)
+	$(BIN)/python -m chaos --seed $(SEED) --runs $(RUNS)

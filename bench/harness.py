@@ -129,10 +129,10 @@ class Harness:
         os.environ.pop("POWERTOOLS_METRICS_DISABLED", None)
         import boto3
         from jobsched import aws, settings, wiring
-        from jobsched.local.glue import QueueSource, StreamSource
-        from jobsched.local.moto_backend import create_queues
         from jobsched.settings import Settings
         from jobsched.store.schema import ALL_TABLES, RUNS
+        from jobsched_local.glue import QueueSource, StreamSource
+        from jobsched_local.moto_backend import create_queues
         from moto import mock_aws
 
         stack = self._stack
@@ -252,7 +252,7 @@ class Harness:
         return invoke
 
     def invoke(self, name: str, event: dict[str, Any]) -> Any:
-        from jobsched.local.lambda_context import InvocationContext
+        from jobsched_local.lambda_context import InvocationContext
 
         # Setup work is invoked for real but left out of the figures.
         name_for_calls = "setup" if current_stage() == "setup" else name
@@ -268,7 +268,7 @@ class Harness:
                 self.invocations.append(Invocation(name, wall, calls, cpu))
 
     def api(self, method: str, path: str, body: Any = None, *, tenant: str = "bench") -> dict[str, Any]:
-        from jobsched.local.apigw import rest_event
+        from jobsched_local.apigw import rest_event
 
         event = rest_event(
             method,

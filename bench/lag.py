@@ -111,8 +111,8 @@ class LagBench:
     def __init__(
         self, poll_seconds: float = 0.05, stream_poll_seconds: float = 0.2, shard_count: int = 4
     ) -> None:
-        from jobsched.local.config import LocalConfig
-        from jobsched.local.runtime import LocalRuntime
+        from jobsched_local.config import LocalConfig
+        from jobsched_local.runtime import LocalRuntime
 
         self.poll_seconds = poll_seconds
         self.timeline = Timeline()

@@ -16,7 +16,7 @@ from . import permissions
 from .config import Config
 from .layer_asset import layer_code
 from .names import (
-    CODE_EXCLUDES,
+    CODE_ASSET_PATTERNS,
     FUNCTIONS,
     FUNCTIONS_DIR,
     PYTHON_VERSION,
@@ -112,7 +112,7 @@ class Functions(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="jobsched third-party dependencies (layers/requirements.txt)",
         )
-        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(CODE_EXCLUDES))
+        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(CODE_ASSET_PATTERNS))
         env = environment(config, storage, queues)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

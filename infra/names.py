@@ -24,20 +24,15 @@ SERVICE = "jobsched"  # Powertools service and metric namespace (jobsched.observ
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_aarch64"
 
-# Left out of the function asset: local mode, the CLI (and its HTTP client) and the chaos
-# harness never run in Lambda; no handler imports them.
-LOCAL_ONLY_MODULES = ("jobsched.local", "jobsched.cli", "jobsched.client", "jobsched.chaos")
-CODE_EXCLUDES = (
-    "jobsched/local",
-    "jobsched/local/**",
-    "jobsched/chaos",
-    "jobsched/chaos/**",
-    "jobsched/cli.py",
-    "jobsched/client.py",
+# The function asset is one package, the runtime; local mode, the CLI and the chaos harness are
+# packages of their own beside it (functions/jobsched_local, functions/jobsched_cli, chaos/), so
+# nothing has to be left out of it but bytecode. The patterns keep the asset to that package.
+RUNTIME_PACKAGE = "jobsched"
+CODE_ASSET_PATTERNS = (
+    "*",
+    "!" + RUNTIME_PACKAGE,
+    "!" + RUNTIME_PACKAGE + "/**",
     "**/__pycache__",
-    "**/__pycache__/**",
-    "*.egg-info",
-    "*.egg-info/**",
     "**/*.pyc",
 )
 

@@ -110,7 +110,7 @@ def aws() -> Iterator[dict[str, dict[str, str]]]:
 
 def create_queues(sqs) -> dict[str, dict[str, str]]:
     """Every queue of the schema with its DLQ and redrive policy; returns {"urls", "dlq_urls"}."""
-    from jobsched.local.moto_backend import create_queues as create
+    from jobsched_local.moto_backend import create_queues as create
 
     urls, dlq_urls, _ = create(sqs)
     return {"urls": urls, "dlq_urls": dlq_urls}
@@ -180,8 +180,8 @@ class ApiClient:
         query: str = "",
     ) -> ApiResponse:
         from jobsched.handlers import api
-        from jobsched.local.apigw import rest_event
-        from jobsched.local.lambda_context import InvocationContext
+        from jobsched_local.apigw import rest_event
+        from jobsched_local.lambda_context import InvocationContext
 
         body = (
             raw_body if raw_body is not None else (json.dumps(json_body) if json_body is not None else None)

@@ -7,9 +7,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from jobsched.chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
-from jobsched.chaos.checker import Ack, StreamAudit, TrackedJob, _holder_violations
 from jobsched.domain.runs import RunState, Transition
+
+from chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
+from chaos.checker import Ack, StreamAudit, TrackedJob, _holder_violations
 
 pytestmark = pytest.mark.integration
 

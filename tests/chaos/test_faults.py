@@ -11,17 +11,18 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
-from jobsched.chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
-from jobsched.chaos.faults import (
+from jobsched.domain.instants import ManualClock
+from jobsched.store.schema import LEASED_INDEX, RUNS
+
+from chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
+from chaos.faults import (
     ITEM_LIMIT_BYTES,
     DynamoFaults,
     LoopCutoff,
     LoopingQueueClient,
     Throttle,
 )
-from jobsched.chaos.harness import simulated_aws
-from jobsched.domain.instants import ManualClock
-from jobsched.store.schema import LEASED_INDEX, RUNS
+from chaos.harness import simulated_aws
 
 pytestmark = pytest.mark.integration
 

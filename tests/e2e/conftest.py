@@ -58,8 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # runs (its loops would otherwise keep polling whatever AWS mock comes next).
 @pytest.fixture(scope="package")
 def runtime() -> Iterator[Any]:
-    from jobsched.local.config import LocalConfig
-    from jobsched.local.runtime import LocalRuntime
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.runtime import LocalRuntime
 
     # The sweep horizon (120 s by default) is how far ahead runs are made; an every-2s job
     # would queue 60 of them, and moto's SQS slows with queue depth. The behaviour under
@@ -99,6 +99,6 @@ def client_a(target: Target) -> Any:
 @pytest.fixture
 def client_b(runtime: Any) -> Any:
     """A second tenant: local mode's other API key."""
-    from jobsched.client import ApiClient
+    from jobsched_cli.client import ApiClient
 
     return ApiClient(str(runtime.api_url), api_key="key-b")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from jobsched.client import ApiClient, ApiError
+from jobsched_cli.client import ApiClient, ApiError
 
 T = TypeVar("T")
 TERMINAL = {"SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"}
@@ -58,7 +58,7 @@ def run_cli(endpoint: str, auth: list[str], *args: str, timeout: float = 60) -> 
     """The real entry point in its own process (local mode's threads share this one's stdout).
     `auth` is the connection options (`--api-key ...` or `--sigv4 --region ...`), or none."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBSCHED_")}
-    command = [sys.executable, "-m", "jobsched.cli", "--endpoint", endpoint, *auth]
+    command = [sys.executable, "-m", "jobsched_cli", "--endpoint", endpoint, *auth]
     done = subprocess.run(
         [*command, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jobsched.client import ApiClient
+from jobsched_cli.client import ApiClient
 
 from .helpers import wait_for
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from jobsched.client import ApiClient, ApiError
+from jobsched_cli.client import ApiClient, ApiError
 
 from .helpers import all_runs, finish, instant, run_cli, runs_in, unique
 from .targets import Target

@@ -10,9 +10,9 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities.parser.models import DynamoDBStreamModel, SqsModel
-from jobsched.client import ApiClient
-from jobsched.local.glue import QueueSource, lambda_stream_record
 from jobsched.store.schema import RUNS
+from jobsched_cli.client import ApiClient
+from jobsched_local.glue import QueueSource, lambda_stream_record
 
 from .helpers import finish, instant, unique, wait_for
 

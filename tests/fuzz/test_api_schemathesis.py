@@ -59,8 +59,8 @@ class Backend:
 def api_gateway(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     """WSGI → API Gateway REST proxy event → `api` handler → WSGI."""
     from jobsched.handlers import api
-    from jobsched.local.apigw import rest_event
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.apigw import rest_event
+    from jobsched_local.lambda_context import InvocationContext
 
     if Backend.clock is not None:
         Backend.clock.advance(1)  # one request per simulated second: the rate limit never bites

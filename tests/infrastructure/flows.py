@@ -97,7 +97,7 @@ def _lambda_stub(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
 
 
 def _context(name: str) -> Any:
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     return InvocationContext(function_name=f"jobsched-{name}", timeout_seconds=300)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from jobsched.client import ApiClient
+from jobsched_cli.client import ApiClient
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +19,8 @@ KEYS = {"key-acme": "acme", "key-globex": "globex"}
 
 @pytest.fixture(scope="module")
 def runtime() -> Iterator[Any]:
-    from jobsched.local.config import LocalConfig
-    from jobsched.local.runtime import LocalRuntime
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.runtime import LocalRuntime
 
     rt = LocalRuntime(LocalConfig(port=0, moto_port=0, sweep_seconds=1, api_keys=dict(KEYS))).start()
     try:
@@ -30,7 +30,7 @@ def runtime() -> Iterator[Any]:
 
 
 def test_the_table_shows_the_runs_of_every_tenant(runtime: Any) -> None:
-    from jobsched.local.console import RunTable
+    from jobsched_local.console import RunTable
 
     out = io.StringIO()
     table = RunTable.of(runtime, out=out)

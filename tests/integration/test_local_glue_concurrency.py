@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import boto3
-from jobsched.local.glue import Invoker, QueueSource
+from jobsched_local.glue import Invoker, QueueSource
 
 SAFETY = 10  # seconds a wait may take before the test gives up (never reached when it passes)
 

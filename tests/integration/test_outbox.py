@@ -374,7 +374,7 @@ def stream_record(store: RunStore, run: Run, sequence: str, *, event_name: str =
 
 def invoke(event: dict[str, Any]) -> dict[str, Any]:
     from jobsched.handlers import outbox
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     return outbox.handler(event, InvocationContext(function_name="jobsched-outbox"))
 

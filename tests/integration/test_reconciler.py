@@ -439,7 +439,7 @@ def test_repairs_emit_metrics_by_kind(container, clock, capsys):
 
 def invoke(event: dict[str, Any]) -> dict[str, Any]:
     from jobsched.handlers import reconciler
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     return reconciler.handler(event, InvocationContext(function_name="jobsched-reconciler"))
 
@@ -502,7 +502,7 @@ def stream_records_since(start: int = 0) -> list[dict[str, Any]]:
 
 def test_pending_run_never_published_reaches_the_queue_after_repair(container, clock, aws):
     from jobsched.handlers import outbox
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     run = make_run(job_id="j_e2e", due_in=30)
     assert container.runs.insert(run)

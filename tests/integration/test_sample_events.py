@@ -19,7 +19,7 @@ API_EVENTS = sorted(p.name for p in EVENTS.glob("api-*.json"))
 
 def invoke(event: dict[str, Any]) -> dict[str, Any]:
     from jobsched.handlers import api
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     return api.handler(event, InvocationContext(function_name="jobsched-api"))
 

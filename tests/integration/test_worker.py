@@ -457,7 +457,7 @@ def sqs_record(run, message_id, queue="default"):
 
 def test_handler_reports_only_unexpected_failures(container, clock, registry, monkeypatch):
     from jobsched.handlers import worker as worker_handler
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.lambda_context import InvocationContext
 
     container.__dict__["worker"] = make_worker(container, registry)
     _, good = one_run(container, clock, name="good")
@@ -519,8 +519,8 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     """Successful runs are in their history; the batch gets one INFO line and one EMF
     document per priority with every run's timings, and only failures get lines of their own."""
     from jobsched.handlers import worker as worker_handler
-    from jobsched.local.lambda_context import InvocationContext
     from jobsched.observability import logger
+    from jobsched_local.lambda_context import InvocationContext
 
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     std = logging.getLogger(logger.name)

@@ -10,12 +10,12 @@ from typing import Any
 import boto3
 import pytest
 from jobsched.handlers import worker as worker_handler
-from jobsched.local.glue import Invoker, QueueSource
-from jobsched.local.lambda_context import InvocationContext
 from jobsched.services.worker import Outcome
 from jobsched.store.queues import RunMessage
 from jobsched.store.schema import QUEUES
 from jobsched.targets import HandlerRegistry
+from jobsched_local.glue import Invoker, QueueSource
+from jobsched_local.lambda_context import InvocationContext
 
 from tests.conftest import claimed, make_worker
 from tests.integration.test_worker import delivery, one_run, queue_messages, sqs_record, stored
@@ -199,7 +199,7 @@ def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monk
     handler, on a simulated clock: a buffered run is deferred every 5 s for 10 minutes. Its
     message never reaches the DLQ, and a fresh message is sent only once per
     deferral_receives + 1 deferrals."""
-    from jobsched.chaos.faults import sqs_on_clock
+    from chaos.faults import sqs_on_clock
 
     container.__dict__["worker"] = make_worker(container, HandlerRegistry())
     run = buffered_run(container, clock)

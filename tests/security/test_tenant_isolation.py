@@ -201,8 +201,8 @@ def iam_request(arn: str, method: str, path: str, body: dict | None = None) -> d
     import json
 
     from jobsched.handlers import api
-    from jobsched.local.apigw import rest_event
-    from jobsched.local.lambda_context import InvocationContext
+    from jobsched_local.apigw import rest_event
+    from jobsched_local.lambda_context import InvocationContext
 
     event = rest_event(
         method, path, body=json.dumps(body) if body else None, headers={"content-type": "application/json"}

@@ -12,13 +12,15 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import jobsched_cli as cli
 import pytest
-from jobsched import cli
-from jobsched.cli import (
+from jobsched_cli import (
     RunFollower,
     UsageError,
     build_parser,
+    commands,
     duration_seconds,
+    entry,
     format_api_error,
     format_fields,
     format_table,
@@ -30,7 +32,7 @@ from jobsched.cli import (
     parse_json_arg,
     tail_line,
 )
-from jobsched.client import ApiClient, ApiError, SigningUnavailable, is_loopback, quote_segment
+from jobsched_cli.client import ApiClient, ApiError, SigningUnavailable, is_loopback, quote_segment
 
 # --- --set and the other argument parsers ---
 
@@ -203,14 +205,14 @@ def test_state_filter_is_case_insensitive() -> None:
 
 def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    fake = types.ModuleType("jobsched.local.serve")
+    fake = types.ModuleType("jobsched_local.serve")
 
     def serve(**kwargs: Any) -> int:
         calls.append(kwargs)
         return 7
 
     fake.serve = serve  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "jobsched.local.serve", fake)
+    monkeypatch.setitem(sys.modules, "jobsched_local.serve", fake)
     assert main(["local", "--port", "9000", "--moto-port", "9001", "--config", "c.json", "--demo"]) == 7
     assert calls == [{"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True}]
     assert main(["local"]) == 7
@@ -773,9 +775,9 @@ def test_tail_count_counts_lines_about_runs_that_are_due(
         fake.move(f"j_a@09:0{minute}:00", (f"2026-11-02T09:0{minute}:01Z", "QUEUED", "LEASED", 1, None),
                   (f"2026-11-02T09:0{minute}:01Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
-    monkeypatch.setattr(cli, "ApiClient", lambda *a, **kw: fake)
-    monkeypatch.setattr(cli, "utc_now", lambda: clock[0])
+    monkeypatch.setattr(commands.time, "sleep", sleep)
+    monkeypatch.setattr(commands, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(commands, "utc_now", lambda: clock[0])
     assert main(["tail", "j_a", "--count", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
@@ -792,9 +794,9 @@ def test_tail_lookback_first_shows_the_runs_of_that_window_finished_or_not(
              ("2026-11-02T08:10:02Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
     fake.add("j_a@07:00:00", "2026-11-02T07:00:00Z", ("2026-11-02T07:00:00Z", None, "PENDING", 0, None),
              ("2026-11-02T07:00:01Z", "PENDING", "SUCCEEDED", 1, None))  # fmt: skip
-    monkeypatch.setattr(cli, "ApiClient", lambda *a, **kw: fake)
-    monkeypatch.setattr(cli, "utc_now", lambda: datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC))
-    monkeypatch.setattr(cli.time, "sleep", _interrupt)
+    monkeypatch.setattr(commands, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(commands, "utc_now", lambda: datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC))
+    monkeypatch.setattr(commands.time, "sleep", _interrupt)
     assert main(["tail", "j_a", "--lookback", "3600", "--count", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line[:8] for line in lines] == ["08:10:00", "08:10:01", "08:10:02"]
@@ -818,6 +820,6 @@ def test_output_into_a_closed_pipe_is_no_traceback(monkeypatch: pytest.MonkeyPat
     def closed(ctx: Any, args: Any) -> int:  # `jobsched jobs list | head -1` on a long listing
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(cli, "cmd_jobs_list", closed)
-    monkeypatch.setattr(cli.os, "dup2", lambda *a: None)
+    monkeypatch.setattr(cli.args, "cmd_jobs_list", closed)
+    monkeypatch.setattr(entry.os, "dup2", lambda *a: None)
     assert main(["jobs", "list"]) == 0

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.metrics import Metrics, MetricUnit, single_metric
 from jobsched.domain.runs import Run, RunState
-from jobsched.local.background import BackgroundServer
-from jobsched.local.config import LocalConfig
-from jobsched.local.console import EmfFilter, RunTable, quiet_console, startup_banner
 from jobsched.store.runs import RunStore
+from jobsched_local.background import BackgroundServer
+from jobsched_local.config import LocalConfig
+from jobsched_local.console import EmfFilter, RunTable, quiet_console, startup_banner
 
 # --- clients that hang up ---
 

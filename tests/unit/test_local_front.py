@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jobsched.local.glue import MAX_BODY_BYTES, HttpFront, body_length
+from jobsched_local.glue import MAX_BODY_BYTES, HttpFront, body_length
 
 KEY = "key-a"
 

@@ -8,7 +8,7 @@ import threading
 from http.server import HTTPServer
 from typing import Any
 
-log = logging.getLogger("jobsched.local")
+log = logging.getLogger("jobsched_local")
 
 # A client that hangs up early (`curl .../docs | head`, a timed-out poll) is no fault of the
 # server: socketserver would print a full traceback for each one.

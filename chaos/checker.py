@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..domain.models import Delivery, Job, JobState, ScheduleKind
-from ..domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
-from ..domain.schedule import fires_between
-from ..store.runs import RunStore
+from jobsched.domain.models import Delivery, Job, JobState, ScheduleKind
+from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
+from jobsched.domain.schedule import fires_between
+from jobsched.store.runs import RunStore
+
 from .ledger import PERMANENT, Call, Ledger
 
 ONE_SECOND = timedelta(seconds=1)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..domain.errors import PermanentError, RetryableError
-from ..targets import HandlerRegistry, Invocation
+from jobsched.domain.errors import PermanentError, RetryableError
+from jobsched.targets import HandlerRegistry, Invocation
 
 # Job types and what their handler does.
 OK = "chaos.ok"  # always acts

@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ..domain.cron import zone
-from ..domain.models import (
+from jobsched.domain.cron import zone
+from jobsched.domain.models import (
     MAX_PAYLOAD_BYTES,
     Delivery,
     DstFold,
@@ -26,7 +26,8 @@ from ..domain.models import (
     Schedule,
     ScheduleKind,
 )
-from ..domain.schedule import fires_between
+from jobsched.domain.schedule import fires_between
+
 from .ledger import BAD, DOWN, FLAKY, OK
 
 ZONES = ("Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC")

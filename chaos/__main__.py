@@ -1,4 +1,4 @@
-"""`python -m jobsched.chaos --seed N --runs N`: exit 1 when any must-be-0 figure is not 0."""
+"""`python -m chaos --seed N --runs N`: exit 1 when any must-be-0 figure is not 0."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .harness import BROKEN_VARIANTS, ChaosConfig, run_chaos
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobsched.chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--runs", type=int, default=1000, help="occurrences to schedule (default 1000)")
     parser.add_argument("--window", type=int, default=None, help="simulated seconds of injected faults")

@@ -23,23 +23,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from ..domain.errors import ConcurrentUpdate, ExecutionError, JobschedError, StorageUnavailable
-from ..domain.instants import ManualClock
-from ..domain.models import Job, JobState
-from ..domain.runs import Run, RunState
-from ..services.completion import Completer
-from ..services.jobs import JobService
-from ..services.materialize import Materializer
-from ..services.missed import MissedRuns
-from ..services.outbox import Outbox, priority_router
-from ..services.reconciler import KINDS, Reconciler
-from ..services.runs import RunService
-from ..services.sweeper import Sweeper
-from ..services.worker import Result, Worker
-from ..store.definitions import DefinitionStore
-from ..store.queues import RunQueues
-from ..store.runs import RunStore
-from ..store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from jobsched.domain.errors import ConcurrentUpdate, ExecutionError, JobschedError, StorageUnavailable
+from jobsched.domain.instants import ManualClock
+from jobsched.domain.models import Job, JobState
+from jobsched.domain.runs import Run, RunState
+from jobsched.services.completion import Completer
+from jobsched.services.jobs import JobService
+from jobsched.services.materialize import Materializer
+from jobsched.services.missed import MissedRuns
+from jobsched.services.outbox import Outbox, priority_router
+from jobsched.services.reconciler import KINDS, Reconciler
+from jobsched.services.runs import RunService
+from jobsched.services.sweeper import Sweeper
+from jobsched.services.worker import Result, Worker
+from jobsched.store.definitions import DefinitionStore
+from jobsched.store.queues import RunQueues
+from jobsched.store.runs import RunStore
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+
 from .checker import FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
     FINISHING,
@@ -300,8 +301,7 @@ class World:
 
     def _worker(self, name: str, *, broken: str | None = None) -> Worker:
         from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-        from ..targets import TargetRunner
+        from jobsched.targets import TargetRunner
 
         shards = self.config.shard_count
         store_type = FenceBlindRunStore if broken == "ignore-fence" else ChaosRunStore
@@ -509,8 +509,8 @@ class World:
     # --- stream → outbox ---
 
     def _stream(self) -> None:
-        from ..handlers.outbox import matches_filter
-        from ..local.glue import lambda_stream_record
+        from jobsched.handlers.outbox import matches_filter
+        from jobsched_local.glue import lambda_stream_record
 
         fresh: list[dict[str, Any]] = []
         while self.peek.stream_has_records():
@@ -550,7 +550,7 @@ class World:
 
     def _outbox_batch(self, lane: int, batch: list[tuple[int, dict[str, Any]]]) -> None:
         """One outbox invocation for one lane's batch, retried whole as Lambda retries it."""
-        from ..handlers.outbox import runs_of
+        from jobsched.handlers.outbox import runs_of
 
         runs, _ = runs_of([record for _, record in batch])
         try:
@@ -609,8 +609,7 @@ class World:
         self, queue: str, url: str, message: dict[str, Any], *, ack: bool = True, killed: bool = False
     ) -> None:
         from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
-        from ..handlers.worker import delivery_of
+        from jobsched.handlers.worker import delivery_of
 
         record = {
             "messageId": message["MessageId"],
@@ -900,7 +899,7 @@ def _lane(record: dict[str, Any]) -> int:
 
 
 def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:
-    from ..local.moto_backend import create_queues
+    from jobsched_local.moto_backend import create_queues
 
     urls, dlq_urls, _ = create_queues(sqs)
     return urls, dlq_urls
@@ -908,7 +907,7 @@ def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:
 
 def _drain_metrics() -> None:
     # Services also emit through the shared Powertools Metrics object; nobody flushes it here.
-    from ..observability import metrics
+    from jobsched.observability import metrics
 
     metrics.clear_metrics()
 

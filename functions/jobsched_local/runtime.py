@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from jobsched.store.schema import ALL_TABLES, QUEUES, RUNS
 
-from ..store.schema import ALL_TABLES, QUEUES, RUNS
 from .config import LocalConfig
 from .glue import HttpFront, Invoker, Loop, QueueSource, StreamSource, TtlReaper
 from .moto_backend import MotoServer, provision
 
-log = logging.getLogger("jobsched.local")
+log = logging.getLogger("jobsched_local")
 
 
 @dataclass
@@ -57,7 +57,7 @@ class LocalRuntime:
         self.resources = provision(self.moto.url, config.region)
         self._configure_environment()
 
-        from ..handlers import api, outbox, reconciler, sweeper, worker
+        from jobsched.handlers import api, outbox, reconciler, sweeper, worker
 
         self.invokers = {
             "api": Invoker("api", api.handler, timeout_seconds=29),
@@ -133,7 +133,7 @@ class LocalRuntime:
             # Later code in this process must not talk to a server that is gone.
             os.environ.clear()
             os.environ.update(self._saved_environment)
-            from .. import aws, settings, wiring
+            from jobsched import aws, settings, wiring
 
             settings.settings.cache_clear()
             aws.client.cache_clear()
@@ -170,7 +170,7 @@ class LocalRuntime:
             env[queue.dlq_env_var] = self.resources["dlq_urls"][queue.key]
         os.environ.update(env)
         # Anything built from an earlier environment is rebuilt on first use.
-        from .. import aws, settings, wiring
+        from jobsched import aws, settings, wiring
 
         settings.settings.cache_clear()
         aws.client.cache_clear()

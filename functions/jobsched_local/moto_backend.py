@@ -13,10 +13,10 @@ import urllib.request
 from typing import Any
 
 import boto3
+from jobsched.store.schema import ALL_TABLES, QUEUES
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from ..store.schema import ALL_TABLES, QUEUES
 from .background import BackgroundServer
 
 

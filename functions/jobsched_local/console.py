@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 import boto3
+from jobsched.domain.runs import Run, RunState
+from jobsched.store.schema import DEFINITIONS, RUNS
 
-from ..domain.runs import Run, RunState
-from ..store.schema import DEFINITIONS, RUNS
 from .config import DEV_KEY, LocalConfig
 from .glue import Loop, read_stream
 from .runtime import LocalRuntime
 
-log = logging.getLogger("jobsched.local")
+log = logging.getLogger("jobsched_local")
 
 EMF_PREFIX = '{"_aws":'
-DEFAULT_ENDPOINT = "http://127.0.0.1:8080"  # the CLI's default (jobsched.cli.DEFAULT_ENDPOINT)
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"  # the CLI's default (jobsched_cli.DEFAULT_ENDPOINT)
 
 
 class EmfFilter:
@@ -147,7 +147,7 @@ class RunTable:
     @classmethod
     def of(cls, runtime: LocalRuntime, out: TextIO | None = None) -> RunTable:
         """The table of a started runtime: its runs stream, job names from its definitions."""
-        from ..store.definitions import DefinitionStore
+        from jobsched.store.definitions import DefinitionStore
 
         assert runtime.moto is not None
         endpoint: dict[str, Any] = {"endpoint_url": runtime.moto.url, "region_name": runtime.config.region}
@@ -226,7 +226,7 @@ class RunTable:
 def _run_of(image: dict[str, Any]) -> Run | None:
     # Imported here: the store brings the Powertools logger, which must be built after local
     # mode has set its environment (POWERTOOLS_LOG_LEVEL and the rest).
-    from ..store.runs import RUN_PREFIX, RunStore
+    from jobsched.store.runs import RUN_PREFIX, RunStore
 
     if not image.get("sk", {}).get("S", "").startswith(RUN_PREFIX):
         return None

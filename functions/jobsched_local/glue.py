@@ -20,7 +20,7 @@ from .apigw import rest_event
 from .background import BackgroundServer
 from .lambda_context import InvocationContext
 
-log = logging.getLogger("jobsched.local")
+log = logging.getLogger("jobsched_local")
 Handler = Callable[[dict[str, Any], Any], Any]
 
 

@@ -16,13 +16,12 @@ from typing import Any
 from unittest import mock
 
 from botocore.exceptions import ClientError, ReadTimeoutError
-
-from ..domain.instants import ManualClock
-from ..domain.models import Job
-from ..domain.runs import Run, RunState
-from ..store.definitions import DefinitionStore
-from ..store.runs import RunStore
-from ..store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, LEASED_INDEX, OPEN_INDEX, RUNS
+from jobsched.domain.instants import ManualClock
+from jobsched.domain.models import Job
+from jobsched.domain.runs import Run, RunState
+from jobsched.store.definitions import DefinitionStore
+from jobsched.store.runs import RunStore
+from jobsched.store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, LEASED_INDEX, OPEN_INDEX, RUNS
 
 REGION = "us-east-1"
 

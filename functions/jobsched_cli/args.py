@@ -1,0 +1,190 @@
+"""The argument parser: every command, its options and its help."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from .commands import (
+    DEFAULT_ENDPOINT,
+    Context,
+    _job_action,
+    cmd_dlq_list,
+    cmd_dlq_redrive,
+    cmd_docs,
+    cmd_jobs_backfill,
+    cmd_jobs_create,
+    cmd_jobs_get,
+    cmd_jobs_list,
+    cmd_jobs_summary,
+    cmd_jobs_trigger,
+    cmd_jobs_update,
+    cmd_local,
+    cmd_runs_cancel,
+    cmd_runs_get,
+    cmd_runs_list,
+    cmd_tail,
+)
+
+JOB_STATES = ("ACTIVE", "PAUSED", "CANCELLED", "COMPLETED")
+PRIORITIES = ("high", "default", "low")
+
+
+def add_client_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """On the top-level parser and again on every command, so options go before or after
+    the command. Commands default to SUPPRESS so they never overwrite a top-level value."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--endpoint",
+        default=default(None),
+        help=f"API base URL (default: $JOBSCHED_URL or {DEFAULT_ENDPOINT})",
+    )
+    group.add_argument(
+        "--api-key",
+        default=default(None),
+        help="x-api-key (default: $JOBSCHED_KEY, or local mode's dev key on a loopback endpoint)",
+    )
+    group.add_argument(
+        "--sigv4",
+        action="store_true",
+        default=default(False),
+        help="sign requests with AWS credentials (a deployed API with IAM auth)",
+    )
+    group.add_argument("--region", default=default(None), help="AWS region for --sigv4")
+    group.add_argument(
+        "--json", action="store_true", default=default(False), help="print the raw JSON answer"
+    )
+
+
+Handler = Callable[[Context, argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobsched", description="Durable multi-tenant job scheduler")
+    add_client_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(
+        group: Any, name: str, handler: Handler, help_text: str, **kw: Any
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(name, help=help_text, description=help_text, **kw)
+        add_client_options(sub, top=False)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    local = commands.add_parser("local", help="run the whole scheduler on this machine")
+    local.add_argument("--port", type=int, default=None, help="API port (default 8080)")
+    local.add_argument("--moto-port", type=int, default=None, help="moto server port (default 5055)")
+    local.add_argument("--config", default=None, help="JSON file with local settings (API keys, ...)")
+    local.add_argument("--demo", action="store_true", help="create demo jobs and watch their runs")
+    local.set_defaults(local=cmd_local)
+
+    jobs = commands.add_parser("jobs", help="create, list and change jobs").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    create = command(jobs, "create", cmd_jobs_create, "create a job")
+    create.add_argument("--name", required=True)
+    create.add_argument("--type", required=True)
+    add_job_options(create, create=True)
+    create.add_argument("--idempotency-key", help="repeat-safe create: the same key returns the same job")
+
+    listing = command(jobs, "list", cmd_jobs_list, "list jobs, newest first")
+    listing.add_argument("--state", type=str.upper, choices=JOB_STATES)
+    add_paging(listing)
+
+    get = command(jobs, "get", cmd_jobs_get, "show one job")
+    get.add_argument("job_id", metavar="JOB")
+
+    update = command(jobs, "update", cmd_jobs_update, "change a job (JSON merge patch)")
+    update.add_argument("job_id", metavar="JOB")
+    update.add_argument("--if-match", help="the job's current version (default: fetched first)")
+    update.add_argument("--name")
+    update.add_argument("--type")
+    add_job_options(update, create=False)
+
+    actions = (("pause", "pause a job"), ("resume", "resume a paused job"), ("cancel", "cancel a job"))
+    for name, text in actions:
+        action = command(jobs, name, _job_action(name), text)
+        action.add_argument("job_id", metavar="JOB")
+        action.add_argument("--if-match", help="only if the job is still at this version")
+
+    trigger = command(jobs, "trigger", cmd_jobs_trigger, "start a run now")
+    trigger.add_argument("job_id", metavar="JOB")
+
+    backfill = command(jobs, "backfill", cmd_jobs_backfill, "make runs for past occurrences")
+    backfill.add_argument("job_id", metavar="JOB")
+    backfill.add_argument("--start", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -2h)")
+    backfill.add_argument("--end", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -30m)")
+
+    summary = command(jobs, "summary", cmd_jobs_summary, "next fire times, last runs and counters")
+    summary.add_argument("job_id", metavar="JOB")
+
+    runs = commands.add_parser("runs", help="runs of a job and their history").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    runs_list = command(runs, "list", cmd_runs_list, "a job's runs, newest first")
+    runs_list.add_argument("job_id", metavar="JOB")
+    add_paging(runs_list)
+    runs_get = command(runs, "get", cmd_runs_get, "one run with its transitions")
+    runs_get.add_argument("run_key", metavar="RUNKEY")
+    runs_cancel = command(runs, "cancel", cmd_runs_cancel, "cancel an open run")
+    runs_cancel.add_argument("run_key", metavar="RUNKEY")
+
+    dlq = commands.add_parser("dlq", help="dead-lettered runs").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    dlq_list = command(dlq, "list", cmd_dlq_list, "dead runs, newest first")
+    add_paging(dlq_list)
+    redrive = command(dlq, "redrive", cmd_dlq_redrive, "run a dead run again (same run key)")
+    redrive.add_argument("run_key", metavar="RUNKEY")
+    redrive.add_argument("--reason", help="recorded on the run's history")
+
+    docs = command(
+        commands, "docs", cmd_docs, "save the API's Swagger UI page (--json: the OpenAPI document)"
+    )
+    docs.add_argument("--output", default="jobsched-api-docs.html", help="where to write the page")
+    docs.add_argument("--open", action="store_true", help="open the saved page in a browser")
+
+    tail = command(commands, "tail", cmd_tail, "follow run state changes as they happen")
+    tail.add_argument("jobs", nargs="*", metavar="JOB", help="jobs to follow (default: all of yours)")
+    tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls (default 1)")
+    tail.add_argument("--count", type=int, default=None, help="stop after this many lines")
+    tail.add_argument(
+        "--lookback",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="first show the transitions of the runs scheduled in the last SECONDS, then follow "
+        "(default: only what happens from now on, following runs scheduled up to 300 s ago)",
+    )
+    return parser
+
+
+def add_job_options(parser: argparse.ArgumentParser, *, create: bool) -> None:
+    schedule = parser.add_mutually_exclusive_group(required=create)
+    schedule.add_argument("--cron", help="5 fields, or 6 with leading seconds, or @daily, ...")
+    schedule.add_argument("--every", help="interval: seconds, 15m, 1h30m, or ISO 8601 (PT15M)")
+    schedule.add_argument("--at", help="one run at an RFC 3339 instant, or +DURATION from now")
+    parser.add_argument("--tz", help="IANA time zone of --cron (default UTC)")
+    parser.add_argument("--payload", help="JSON passed to the target, or @file")
+    parser.add_argument("--target", help='target as JSON ({"kind": "http", ...}), or @file')
+    parser.add_argument("--max-attempts", type=int)
+    parser.add_argument("--priority", choices=PRIORITIES)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other field (dotted for nested: retry.baseSeconds=1); the value is JSON if it parses",
+    )
+
+
+def add_paging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, help="page size, 1-100")
+    parser.add_argument("--cursor", help="continue from a previous page")
+    parser.add_argument("--all", action="store_true", help="fetch every page")

@@ -1,0 +1,272 @@
+"""The commands: each takes the parsed arguments, calls the API and prints the answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobsched_local.config import DEV_KEY
+
+from .client import ApiClient, is_loopback
+from .follow import RunFollower
+from .rendering import (
+    format_fields,
+    format_table,
+    job_fields,
+    jobs_table,
+    runs_table,
+    tail_line,
+    with_more,
+)
+from .values import (
+    UsageError,
+    deep_merge,
+    parse_assignments,
+    parse_every,
+    parse_instant,
+    parse_json_arg,
+)
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+TAIL_FOLLOW_SECONDS = 300.0  # without --lookback, tail follows runs scheduled up to this long ago
+
+
+class Context:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.json: bool = bool(getattr(args, "json", False))
+        endpoint = args.endpoint or os.environ.get("JOBSCHED_URL") or DEFAULT_ENDPOINT
+        key = args.api_key or os.environ.get("JOBSCHED_KEY") or None
+        if key is None and not args.sigv4 and is_loopback(endpoint):
+            key = DEV_KEY  # local mode's default key; never sent anywhere else
+        self.client = ApiClient(endpoint, api_key=key, sigv4=bool(args.sigv4), region=args.region)
+
+    def emit(self, data: Any, human: Callable[[], str]) -> int:
+        if self.json:
+            print(json.dumps(data, indent=2))
+        else:
+            text = human()
+            if text:
+                print(text)
+        return 0
+
+
+def job_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The body fields given by the named options, then --set on top."""
+    if args.tz and not args.cron:
+        raise UsageError("--tz: only applies with --cron")
+    body: dict[str, Any] = {}
+    named = {
+        "name": args.name,
+        "type": args.type,
+        "cron": args.cron,
+        "timeZone": args.tz,
+        "every": parse_every(args.every) if args.every is not None else None,
+        "runAt": parse_instant(args.at) if args.at is not None else None,
+        "maxAttempts": args.max_attempts,
+        "priority": args.priority,
+    }
+    body.update({k: v for k, v in named.items() if v is not None})
+    if args.payload is not None:
+        body["payload"] = parse_json_arg("--payload", args.payload)
+    if args.target is not None:
+        body["target"] = parse_json_arg("--target", args.target)
+    return deep_merge(body, parse_assignments(args.set or []))
+
+
+def cmd_jobs_create(ctx: Context, args: argparse.Namespace) -> int:
+    body = job_body(args)
+    job = ctx.client.create_job(body, idempotency_key=args.idempotency_key)
+    return ctx.emit(job, lambda: format_fields(job_fields(job)))
+
+
+def cmd_jobs_list(ctx: Context, args: argparse.Namespace) -> int:
+    page = ctx.client.list_jobs(state=args.state, limit=args.limit, cursor=args.cursor, all_pages=args.all)
+    return ctx.emit(page, lambda: with_more(jobs_table(page.get("items") or []), page))
+
+
+def cmd_jobs_get(ctx: Context, args: argparse.Namespace) -> int:
+    job = ctx.client.get_job(args.job_id)
+    return ctx.emit(job, lambda: format_fields(job_fields(job)))
+
+
+def cmd_jobs_update(ctx: Context, args: argparse.Namespace) -> int:
+    patch = job_body(args)
+    if not patch:
+        raise UsageError("nothing to change: give --set key=value (or --name, --cron, ...)")
+    version = args.if_match
+    if version is None:
+        version = str(ctx.client.get_job(args.job_id)["version"])
+        print(f"note: no --if-match given; using the current version {version}", file=sys.stderr)
+    job = ctx.client.update_job(args.job_id, patch, version)
+    return ctx.emit(job, lambda: format_fields(job_fields(job)))
+
+
+def _job_action(name: str) -> Callable[[Context, argparse.Namespace], int]:
+    def run(ctx: Context, args: argparse.Namespace) -> int:
+        actions = {"pause": ctx.client.pause, "resume": ctx.client.resume, "cancel": ctx.client.cancel_job}
+        job = actions[name](args.job_id, if_match=args.if_match)
+        return ctx.emit(job, lambda: f"{job.get('jobId')}  {job.get('state')}  version {job.get('version')}")
+
+    return run
+
+
+def cmd_jobs_trigger(ctx: Context, args: argparse.Namespace) -> int:
+    run = ctx.client.trigger(args.job_id)
+    return ctx.emit(run, lambda: f"triggered {run.get('runKey')}  {run.get('state')}")
+
+
+def cmd_jobs_backfill(ctx: Context, args: argparse.Namespace) -> int:
+    result = ctx.client.backfill(args.job_id, parse_instant(args.start), parse_instant(args.end))
+
+    def human() -> str:
+        created, existing = result.get("created") or [], result.get("existing") or []
+        lines = [f"created {len(created)} run(s); {len(existing)} already existed"]
+        lines += [f"  {key}" for key in created]
+        return "\n".join(lines)
+
+    return ctx.emit(result, human)
+
+
+def cmd_jobs_summary(ctx: Context, args: argparse.Namespace) -> int:
+    summary = ctx.client.job_summary(args.job_id)
+
+    def human() -> str:
+        counters = summary.get("counters") or {}
+        fields = [("jobId", summary.get("jobId")), *counters.items()]
+        for index, instant in enumerate(summary.get("nextFireTimes") or []):
+            fields.append(("nextFireTimes" if index == 0 else "", instant))
+        return format_fields(fields) + "\n\nlast runs:\n" + runs_table(summary.get("lastRuns") or [])
+
+    return ctx.emit(summary, human)
+
+
+def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:
+    page = ctx.client.list_runs(args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all)
+    return ctx.emit(page, lambda: with_more(runs_table(page.get("items") or []), page))
+
+
+def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
+    run = ctx.client.get_run(args.run_key)
+
+    def human() -> str:
+        skip = {"attempts", "transitions"}
+        fields = format_fields((k, v) for k, v in run.items() if k not in skip)
+        rows = [
+            (
+                t.get("at"),
+                t.get("actor"),
+                t.get("from"),
+                t.get("to"),
+                t.get("fence"),
+                t.get("attempt"),
+                t.get("errorClass"),
+                t.get("reason") or t.get("errorMessage"),
+            )
+            for t in run.get("transitions") or []
+        ]
+        headers = ["AT", "ACTOR", "FROM", "TO", "FENCE", "ATTEMPT", "ERROR", "DETAIL"]
+        return f"{fields}\n\ntransitions:\n{format_table(headers, rows)}"
+
+    return ctx.emit(run, human)
+
+
+def cmd_runs_cancel(ctx: Context, args: argparse.Namespace) -> int:
+    run = ctx.client.cancel_run(args.run_key)
+    return ctx.emit(run, lambda: f"{run.get('runKey')}  {run.get('state')}")
+
+
+def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
+    page = ctx.client.dead_letters(limit=args.limit, cursor=args.cursor, all_pages=args.all)
+
+    def human() -> str:
+        rows = [
+            (
+                r.get("runKey"),
+                r.get("attempt"),
+                r.get("redrives"),
+                r.get("lastErrorClass"),
+                (r.get("lastErrorMessage") or "")[:60] or None,
+                r.get("finishedAt"),
+            )
+            for r in page.get("items") or []
+        ]
+        headers = ["RUN KEY", "ATTEMPT", "REDRIVES", "ERROR", "MESSAGE", "FINISHED"]
+        return with_more(format_table(headers, rows), page)
+
+    return ctx.emit(page, human)
+
+
+def cmd_dlq_redrive(ctx: Context, args: argparse.Namespace) -> int:
+    run = ctx.client.redrive(args.run_key, reason=args.reason)
+    return ctx.emit(
+        run, lambda: f"redriven {run.get('runKey')}  {run.get('state')}  redrives {run.get('redrives')}"
+    )
+
+
+# --- tail ---
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def cmd_tail(ctx: Context, args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise UsageError("--interval: must be > 0")
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count: must be >= 1")
+    if args.lookback is not None and args.lookback < 0:
+        raise UsageError("--lookback: must be >= 0")
+    history = args.lookback is not None
+    lookback = args.lookback if history else TAIL_FOLLOW_SECONDS
+    follower = RunFollower(ctx.client, args.jobs, lookback, utc_now, history=history)
+    printed = 0
+    try:
+        while True:
+            for event in follower.poll():
+                print(json.dumps(event) if ctx.json else tail_line(event), flush=True)
+                printed += 1
+                if args.count is not None and printed >= args.count:
+                    return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+# --- the API's own documentation ---
+
+
+def cmd_docs(ctx: Context, args: argparse.Namespace) -> int:
+    """/docs and /openapi.json need the same authentication as every other route (an API key
+    in local mode, SigV4 on a stack), which a browser cannot add: fetch them here instead."""
+    if ctx.json:
+        print(json.dumps(ctx.client.openapi(), indent=2))
+        return 0
+    path = Path(args.output)
+    path.write_text(ctx.client.docs_page(), encoding="utf-8")
+    print(f"wrote {path} (Swagger UI with the API's OpenAPI document; open it in a browser)")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+    return 0
+
+
+# --- local mode ---
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    try:
+        from jobsched_local.serve import serve
+    except ImportError as exc:
+        print(f"error: local mode is not available: {exc}", file=sys.stderr)
+        return 1
+    return serve(port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo)

@@ -1,0 +1,131 @@
+"""How the CLI prints what the API answers: tables, fields, errors and tail lines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .client import ApiError
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell; all-number columns right-aligned."""
+    raw = [list(row) for row in rows]
+    cells = [[cell(v) for v in row] for row in raw]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+
+    def is_number(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    numeric = [
+        any(is_number(row[i]) for row in raw) and all(is_number(row[i]) or row[i] is None for row in raw)
+        for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        padded = [
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in cells)])
+
+
+def format_fields(fields: Iterable[tuple[str, Any]]) -> str:
+    pairs = [(name, cell(value)) for name, value in fields]
+    width = max((len(name) for name, _ in pairs), default=0)
+    return "\n".join(f"{name.ljust(width)}  {value}".rstrip() for name, value in pairs)
+
+
+def format_api_error(error: ApiError) -> str:
+    lines = [f"error: {error.status} {error.code}: {error.message}"]
+    for item in error.errors:
+        lines.append(f"  {item.get('field', '?')}: {item.get('rule', '')}")
+    body = error.body if isinstance(error.body, dict) else {}
+    for name, value in body.items():
+        if name not in ("code", "message", "errors", "Message"):
+            lines.append(f"  {name}: {cell(value)}")
+    return "\n".join(lines)
+
+
+def human_seconds(seconds: int) -> str:
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            count, seconds = divmod(seconds, size)
+            if count:
+                parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+def schedule_of(job: dict[str, Any]) -> str:
+    if job.get("cron"):
+        return f"cron {job['cron']} ({job.get('timeZone') or 'UTC'})"
+    if job.get("every") is not None:
+        return f"every {human_seconds(int(job['every']))}"
+    if job.get("runAt"):
+        return f"at {job['runAt']}"
+    return "-"
+
+
+def short_time(instant: str | None) -> str:
+    """`2026-11-02T09:00:05Z` → `09:00:05` (UTC): tail lines are read as they happen."""
+    if not instant:
+        return "-"
+    return instant[11:19] if len(instant) >= 19 else instant
+
+
+def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    first = ["jobId", "name", "type", "state", "version"]
+    fields: list[tuple[str, Any]] = [(k, job.get(k)) for k in first]
+    fields.append(("schedule", schedule_of(job)))
+    skip = {*first, "cron", "timeZone", "every", "runAt", "nextFireTimes"}
+    fields += [(k, v) for k, v in job.items() if k not in skip]
+    for index, instant in enumerate(job.get("nextFireTimes") or []):
+        fields.append(("nextFireTimes" if index == 0 else "", instant))
+    return fields
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> str:
+    rows = [
+        (j.get("jobId"), j.get("name"), j.get("type"), schedule_of(j), j.get("state"), j.get("nextRunAt"))
+        for j in jobs
+    ]
+    return format_table(["JOB ID", "NAME", "TYPE", "SCHEDULE", "STATE", "NEXT RUN"], rows)
+
+
+def runs_table(runs: list[dict[str, Any]]) -> str:
+    rows = [
+        (r.get("runKey"), r.get("state"), r.get("trigger"), r.get("attempt"), r.get("lastErrorClass"))
+        for r in runs
+    ]
+    return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPT", "ERROR"], rows)
+
+
+def with_more(table: str, page: dict[str, Any]) -> str:
+    if page.get("nextCursor"):
+        table += f"\n(more: --all, or --cursor {page['nextCursor']})"
+    return table
+
+
+def tail_line(event: dict[str, Any]) -> str:
+    source = event.get("from") or "-"
+    error = event.get("errorClass") or ""
+    return (
+        f"{short_time(event.get('at'))}  {str(event.get('jobName'))[:24]:<24}  {event['runKey']}  "
+        f"{source:>10} → {event.get('to'):<10}  attempt {event.get('attempt')}  {error}"
+    ).rstrip()
