@@ -10,11 +10,11 @@ from jobsched.domain.runs import RunState
 from jobsched.services.worker import Delivery
 from jobsched.targets import HandlerRegistry
 
-from tests.conftest import make_worker
+from tests.helpers import make_worker
 
 pytestmark = pytest.mark.integration
 
-NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+NOW = "2026-11-02T08:00:00Z"  # tests.helpers.T0
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..conftest import CALLER_AWS_ENVIRONMENT
+from ..helpers import CALLER_AWS_ENVIRONMENT
 from .targets import AWS, Target, aws_target, chosen, local_target
 
 DEPLOYED = pytest.StashKey[Target]()

@@ -278,7 +278,7 @@ def fresh_backend() -> Iterator[None]:
     from jobsched.store.schema import ALL_TABLES
     from moto import mock_aws
 
-    from tests.conftest import T0, create_queues
+    from tests.helpers import T0, create_queues
 
     with mock_aws():
         aws_clients.client.cache_clear()

@@ -31,7 +31,7 @@ from jobsched.domain.runs import RunState
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, RUNS
 
 from infra.names import API, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
-from tests.conftest import T0, ApiClient, create_queues
+from tests.helpers import T0, ApiClient, create_queues
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

@@ -289,7 +289,7 @@ def test_malformed_body_is_400(api, raw):
 
 
 def test_unauthenticated_caller_is_401(container):
-    from tests.conftest import ApiClient
+    from tests.helpers import ApiClient
 
     response = ApiClient(None).post("/v1/jobs", CRON_JOB)
     assert response.status == 401
@@ -333,7 +333,7 @@ def test_concurrent_creates_with_one_key_make_one_job(api, container):
     # resolver itself holds per-invocation state, as it does in a single-threaded Lambda).
     from jobsched.handlers.api.requests import JobBody
 
-    from tests.conftest import SerializedClient
+    from tests.helpers import SerializedClient
 
     container.definitions._db = SerializedClient(container.definitions._db)
     body = JobBody.model_validate({**CRON_JOB, "idempotencyKey": "race"})

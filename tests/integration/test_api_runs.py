@@ -13,7 +13,7 @@ from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.targets import HandlerRegistry
 
-from tests.conftest import T0, make_worker
+from tests.helpers import T0, make_worker
 
 NOW = "2026-11-02T08:00:00Z"  # T0
 FAILED = {"fence": 1, "outcome": "failed"}
@@ -746,7 +746,7 @@ def test_every_run_route_is_404_for_another_tenant(api, other_api):
 
 
 def test_unauthenticated_caller_is_401(container):
-    from tests.conftest import ApiClient
+    from tests.helpers import ApiClient
 
     anonymous = ApiClient(None)
     assert anonymous.get("/v1/dead-letters").status == 401

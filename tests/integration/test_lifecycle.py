@@ -16,7 +16,7 @@ from jobsched.services.sweeper import round_robin
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.store.runs import key_sk
 
-from tests.conftest import T0, make_worker
+from tests.helpers import T0, make_worker
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from jobsched.services.outbox import Outbox, default_router, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 
-from tests.conftest import claimed
+from tests.helpers import claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
 

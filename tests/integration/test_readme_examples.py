@@ -17,7 +17,7 @@ from typing import Any
 
 from jobsched.domain.instants import ManualClock
 
-from tests.conftest import ApiClient
+from tests.helpers import ApiClient
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

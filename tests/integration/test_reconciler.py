@@ -18,7 +18,7 @@ from jobsched.services.reconciler import Reconciler
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import RUNS
 
-from tests.conftest import T0, claimed
+from tests.helpers import T0, claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from jobsched.domain.runs import RunState
 
-from tests.conftest import T0, SerializedClient
+from tests.helpers import T0, SerializedClient
 
 
 def new_job(container, **body):

@@ -18,7 +18,7 @@ from jobsched.domain.runs import RunState
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.targets import HandlerRegistry
 
-from tests.conftest import T0, claimed, make_worker
+from tests.helpers import T0, claimed, make_worker
 
 
 class Ledger:
@@ -137,7 +137,7 @@ def test_a_late_duplicate_after_success_writes_nothing_and_acts_nothing(containe
 
 
 def test_concurrent_duplicate_deliveries_have_one_effect(container, clock, registry, ledger):
-    from tests.conftest import SerializedClient
+    from tests.helpers import SerializedClient
 
     container.runs._db = SerializedClient(container.runs._db)
     container.definitions._db = SerializedClient(container.definitions._db)

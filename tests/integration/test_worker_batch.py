@@ -17,7 +17,7 @@ from jobsched.targets import HandlerRegistry
 from jobsched_local.glue import Invoker, QueueSource
 from jobsched_local.lambda_context import InvocationContext
 
-from tests.conftest import claimed, make_worker
+from tests.helpers import claimed, make_worker
 from tests.integration.test_worker import delivery, one_run, queue_messages, sqs_record, stored
 
 FUNCTION_TIMEOUT = 300

@@ -20,7 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+NOW = "2026-11-02T08:00:00Z"  # tests.helpers.T0
 HUGE = "1" * 4301  # one digit past Python's int-from-string limit
 
 # Raw JSON fragments: each is what the field's value is replaced with, byte for byte.

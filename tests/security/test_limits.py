@@ -9,7 +9,7 @@ from jobsched.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+NOW = "2026-11-02T08:00:00Z"  # tests.helpers.T0
 
 
 def job(**extra):
@@ -180,7 +180,7 @@ def limited(aws, clock):
     """Install a container whose settings override the quotas; yields a client factory."""
     from jobsched import wiring
 
-    from tests.conftest import ApiClient
+    from tests.helpers import ApiClient
 
     def install(**overrides):
         settings = Settings(queue_urls=aws["urls"], dlq_urls=aws["dlq_urls"], **overrides)

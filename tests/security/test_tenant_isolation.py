@@ -13,11 +13,11 @@ from jobsched.domain.errors import PermanentError
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.targets import HandlerRegistry
 
-from tests.conftest import make_worker
+from tests.helpers import make_worker
 
 pytestmark = pytest.mark.integration
 
-NOW = "2026-11-02T08:00:00Z"  # tests.conftest.T0
+NOW = "2026-11-02T08:00:00Z"  # tests.helpers.T0
 WINDOW = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
 
 
@@ -230,7 +230,7 @@ def test_iam_principals_with_the_same_name_see_only_their_own_jobs(container):
 
 @pytest.mark.parametrize("tenant", ["tenant-a", "acme/prod", "123456789012", "1234567890123/x"])
 def test_an_authorizers_tenant_id_is_kept_as_it_is(container, tenant):
-    from tests.conftest import ApiClient
+    from tests.helpers import ApiClient
 
     client = ApiClient(tenant)
     job_id = client.post("/v1/jobs", {"name": "n", "type": "ext", "cron": "0 * * * *"}).body["jobId"]
@@ -239,7 +239,7 @@ def test_an_authorizers_tenant_id_is_kept_as_it_is(container, tenant):
 
 @pytest.mark.parametrize("tenant", ["123456789012/role/ci", "123456789012/root", "a\nb", "t" * 257])
 def test_an_authorizers_tenant_id_never_takes_the_form_of_an_iam_one(container, tenant):
-    from tests.conftest import ApiClient
+    from tests.helpers import ApiClient
 
     response = ApiClient(tenant).get("/v1/jobs")
     assert response.status == 401, response

@@ -12,7 +12,7 @@ from jobsched.domain.models import HttpTarget
 from jobsched.domain.repair import RepairTimings, check_at, repair_deadline
 from jobsched.domain.runs import OPEN_STATES, Run, RunState, created
 
-from tests.conftest import claimed
+from tests.helpers import claimed
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TIMINGS = RepairTimings()

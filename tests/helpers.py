@@ -1,0 +1,157 @@
+"""Helpers shared by the suites: the test clock's start, workers and claims built the way the
+stack builds them, a thread-safe wrapper for moto clients, and an API client that drives the
+real `api` handler with API Gateway REST events. Fixtures live in conftest.py and use these."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+# The caller's own AWS settings, for the one suite that may use them: the end-to-end suite
+# against a deployed stack (tests/e2e, JOBSCHED_E2E_TARGET=aws) puts them back.
+CALLER_AWS_ENVIRONMENT = {
+    name: os.environ.get(name)
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+    )
+}
+
+T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
+
+
+def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any) -> Any:
+    """A worker on the container's stores and queues, running `registry`'s Python handlers,
+    with Powertools idempotency on the moto table (as the stack wires it)."""
+    import boto3
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from jobsched.services.worker import Worker
+    from jobsched.targets import TargetRunner
+
+    persistence = DynamoDBPersistenceLayer(
+        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
+    )
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3.client, registry=registry),
+        container.clock,
+        persistence,
+        worker_id=name,
+        **{"lease_seconds": 60, **options},
+    )
+
+
+def claimed(run: Any, *, at: datetime, lease_for: float, owner: str = "w") -> Any:
+    """`run` as a worker's claim writes it: the next fence and attempt, a lease for `lease_for` s."""
+    from jobsched.domain.lifecycle import advance
+    from jobsched.domain.runs import RunState
+
+    return advance(
+        run,
+        RunState.LEASED,
+        now=at,
+        actor=f"worker:{owner}",
+        fence=run.fence + 1,
+        attempt=run.attempt + 1,
+        lease_owner=owner,
+        lease_expires_at=at + timedelta(seconds=lease_for),
+    )
+
+
+def create_queues(sqs) -> dict[str, dict[str, str]]:
+    """Every queue of the schema with its DLQ and redrive policy; returns {"urls", "dlq_urls"}."""
+    from jobsched_local.moto_backend import create_queues as create
+
+    urls, dlq_urls, _ = create(sqs)
+    return {"urls": urls, "dlq_urls": dlq_urls}
+
+
+class SerializedClient:
+    """Wraps a boto3 client so calls from many threads reach moto one at a time.
+
+    moto's in-memory DynamoDB is not thread-safe (a failed transaction restores a snapshot
+    of the whole table); real DynamoDB serialises conflicting writes itself. Threads still
+    interleave between calls, which is where the races under test live."""
+
+    def __init__(self, inner: Any) -> None:
+        import threading
+
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+@dataclass
+class ApiResponse:
+    status: int
+    headers: dict[str, str]
+    body: Any
+
+    def __repr__(self) -> str:
+        return f"<{self.status} {json.dumps(self.body)[:400]}>"
+
+
+class ApiClient:
+    """Calls the `api` Lambda handler exactly as API Gateway would, as one tenant."""
+
+    def __init__(self, tenant: str | None) -> None:
+        self.tenant = tenant
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json_body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw_body: str | None = None,
+        query: str = "",
+    ) -> ApiResponse:
+        from jobsched.handlers import api
+        from jobsched_local.apigw import rest_event
+        from jobsched_local.lambda_context import InvocationContext
+
+        body = (
+            raw_body if raw_body is not None else (json.dumps(json_body) if json_body is not None else None)
+        )
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        event = rest_event(method, path, body=body, headers=hdrs, query=query, tenant=self.tenant)
+        result = api.handler(event, InvocationContext(function_name="jobsched-api"))
+        text = result.get("body") or ""
+        try:
+            parsed = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            parsed = text
+        headers = dict(result.get("headers") or {})
+        headers.update({k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items() if v})
+        return ApiResponse(result["statusCode"], headers, parsed)
+
+    def get(self, path: str, **kw: Any) -> ApiResponse:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("POST", path, json_body, **kw)
+
+    def patch(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("PATCH", path, json_body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> ApiResponse:
+        return self.request("DELETE", path, **kw)
