@@ -11,7 +11,7 @@ from typing import Any
 from constructs import Node
 from jobsched.store.schema import QUEUES
 
-from .names import QUEUE_KEYS, RECONCILER, SWEEPER
+from .names import QUEUE_KEYS, RECONCILER, SWEEPER, code_asset_packages
 
 # Lambda keeps this much of the account's concurrency unreserved; a deploy that would leave
 # less fails.
@@ -129,6 +129,10 @@ class Config:
                 _check(low <= table[queue] <= high, f"{name}.{queue} must be {low}..{high}")
         for arn in self.target_arns:
             _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
+        try:
+            code_asset_packages(self.handler_modules)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
         _check(self.billing_mode in BILLING_MODES, f"billingMode must be one of {', '.join(BILLING_MODES)}")
         _check(self.account_concurrency >= 0, "accountConcurrency must be >= 0 (0 = reserve nothing)")

@@ -16,7 +16,6 @@ from . import permissions
 from .config import Config
 from .layer_asset import layer_code
 from .names import (
-    CODE_ASSET_PATTERNS,
     FUNCTIONS,
     FUNCTIONS_DIR,
     PYTHON_VERSION,
@@ -25,6 +24,8 @@ from .names import (
     SWEEPER,
     WORKER,
     FunctionSpec,
+    code_asset_packages,
+    code_asset_patterns,
     function_id,
 )
 from .queues import Queues
@@ -112,7 +113,8 @@ class Functions(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="jobsched third-party dependencies (layers/requirements.txt)",
         )
-        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(CODE_ASSET_PATTERNS))
+        packages = code_asset_packages(config.handler_modules)
+        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(code_asset_patterns(packages)))
         env = environment(config, storage, queues)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

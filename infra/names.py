@@ -4,6 +4,7 @@ Table keys, indexes and queue settings are not here: they come from jobsched.sto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,17 +25,30 @@ SERVICE = "jobsched"  # Powertools service and metric namespace (jobsched.observ
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_aarch64"
 
-# The function asset is one package, the runtime; local mode, the CLI and the chaos harness are
-# packages of their own beside it (functions/jobsched_local, functions/jobsched_cli, chaos/), so
-# nothing has to be left out of it but bytecode. The patterns keep the asset to that package.
+# The function asset is the runtime package, plus the packages of the user's own job handlers
+# (`handlerModules`, placed in functions/). Local mode and the CLI are packages of their own
+# beside it (functions/jobsched_local, functions/jobsched_cli) and never ship; the chaos harness
+# lives outside functions/ (chaos/). Nothing is excluded by name: the asset names what it holds.
 RUNTIME_PACKAGE = "jobsched"
-CODE_ASSET_PATTERNS = (
-    "*",
-    "!" + RUNTIME_PACKAGE,
-    "!" + RUNTIME_PACKAGE + "/**",
-    "**/__pycache__",
-    "**/*.pyc",
-)
+LOCAL_PACKAGES = frozenset({"jobsched_local", "jobsched_cli", "jobsched_console"})
+
+
+def code_asset_packages(handler_modules: Sequence[str] = ()) -> tuple[str, ...]:
+    """The top-level packages (or modules) of functions/ that make up the code asset."""
+    extra = sorted({module.split(".", 1)[0] for module in handler_modules} - {RUNTIME_PACKAGE})
+    for name in extra:
+        if name in LOCAL_PACKAGES:
+            raise ValueError(f"handlerModules: {name} runs on the user's machine and is not deployed")
+        if not ((FUNCTIONS_DIR / name).is_dir() or (FUNCTIONS_DIR / f"{name}.py").is_file()):
+            raise ValueError(f"handlerModules: no package or module {name!r} in {FUNCTIONS_DIR}")
+    return (RUNTIME_PACKAGE, *extra)
+
+
+def code_asset_patterns(packages: Sequence[str]) -> tuple[str, ...]:
+    """CDK asset patterns that keep exactly `packages` from functions/, without bytecode."""
+    keep = [p for name in packages for p in ("!" + name, "!" + name + "/**", "!" + name + ".py")]
+    return ("*", *keep, "**/__pycache__", "**/*.pyc")
+
 
 # --- functions ---
 

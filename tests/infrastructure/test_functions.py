@@ -14,7 +14,7 @@ import pytest
 from jobsched.settings import Settings
 from jobsched.store.schema import ALL_TABLES, QUEUES
 
-from infra.config import UNRESERVED_MINIMUM
+from infra.config import UNRESERVED_MINIMUM, Config, ConfigError
 from infra.names import (
     FUNCTIONS,
     FUNCTIONS_DIR,
@@ -23,6 +23,8 @@ from infra.names import (
     RUNTIME_PACKAGE,
     SWEEPER,
     WORKER,
+    code_asset_packages,
+    code_asset_patterns,
     dlq_logical_id,
     queue_logical_id,
     table_logical_id,
@@ -282,3 +284,13 @@ def test_outside_lambda_missing_variables_fall_back_to_local_names():
     result = import_settings({})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "jobsched-runs"
+
+
+def test_handler_modules_ship_their_package_and_nothing_local():
+    assert code_asset_packages(("jobsched.demo_handlers",)) == (RUNTIME_PACKAGE,)
+    patterns = code_asset_patterns(("jobsched", "myjobs"))
+    assert patterns[0] == "*" and "!myjobs/**" in patterns and "!jobsched/**" in patterns
+    with pytest.raises(ConfigError, match="handlerModules: jobsched_local runs on the user's machine"):
+        Config(handler_modules=("jobsched_local.demo",))
+    with pytest.raises(ConfigError, match="handlerModules: no package or module 'nosuch'"):
+        Config(handler_modules=("nosuch.handlers",))
