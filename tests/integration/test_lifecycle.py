@@ -127,6 +127,26 @@ def test_lease_api_hands_out_no_more_than_the_tenant_concurrency(api, container)
     assert container.runs.live_leases("tenant-a", container.clock.now(), up_to=50) == 5
 
 
+def test_runs_that_cannot_be_handed_out_at_the_head_of_the_claim_index_are_passed_over(api, container):
+    """25 unreadable runs are due before the one good run of the type: a lease call asking for
+    one reads past them (page by page) and hands out the good run, instead of returning []."""
+    for i in range(25):
+        create(api, name=f"bad{i}", runAt=f"2026-11-02T07:58:{i:02d}Z")
+    good = create(api, name="good", runAt="2026-11-02T07:59:30Z")
+    bad_runs = [r for r in container.runs.claimable("tenant-a", "ext", container.clock.now(), limit=100)[0]]
+    assert len(bad_runs) == 26
+    for run in bad_runs:
+        if run.job_id != good["jobId"]:
+            boto3.client("dynamodb").update_item(
+                TableName=container.settings.runs_table,
+                Key={"job_id": {"S": run.job_id}, "sk": {"S": key_sk(run.run_key)}},
+                UpdateExpression="SET doc = :d",
+                ExpressionAttributeValues={":d": {"S": "{not json"}},
+            )
+    (lease,) = claim(api, max=1)
+    assert lease["runKey"] == f"{good['jobId']}@2026-11-02T07:59:30Z"
+
+
 # --- a run never outgrows its byte budget ---
 
 

@@ -199,7 +199,7 @@ def test_runs_for_external_workers_become_claimable_without_a_message(container,
     assert outcome.published == [run.run_key]
     assert all(receive_all(url) == [] for url in container.settings.queue_urls.values())
     assert stored(container, run).state is RunState.QUEUED
-    claimable = container.runs.claimable(run.tenant, "only.external.workers", clock.now(), limit=10)
+    claimable, _ = container.runs.claimable(run.tenant, "only.external.workers", clock.now(), limit=10)
     assert [r.run_key for r in claimable] == [run.run_key]
 
 

@@ -33,6 +33,11 @@ from .completion import Completer, Ending
 _ONE_SECOND = timedelta(seconds=1)
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
+# A lease call reads at most this many pages of one type's claim index, each of at least
+# CLAIM_PAGE_MIN entries: runs that cannot be handed out (held by an overlap policy, unreadable)
+# at the head are passed over, and a call stays bounded in reads however many there are.
+CLAIM_PAGES = 5
+CLAIM_PAGE_MIN = 10
 
 Outcome = Literal["succeeded", "failed"]
 
@@ -208,16 +213,25 @@ class RunService:
         for job_type in dict.fromkeys(types):
             if len(leased) >= max_runs:
                 break
-            # Some candidates are lost to concurrent claimers: read a few more than needed.
-            wanted = max_runs - len(leased)
-            for run in self._runs.claimable(tenant, job_type, now, limit=wanted * 2):
-                if len(leased) >= max_runs:
+            # Runs that cannot be handed out may sit at the head of the index (held behind
+            # another run, unreadable, claimed a moment ago): page past them, up to a bound.
+            cursor: dict[str, Any] | None = None
+            for _ in range(CLAIM_PAGES):
+                # Some candidates are lost to concurrent claimers: read a few more than needed.
+                wanted = max_runs - len(leased)
+                candidates, cursor = self._runs.claimable(
+                    tenant, job_type, now, limit=max(wanted * 2, CLAIM_PAGE_MIN), cursor=cursor
+                )
+                for run in candidates:
+                    if len(leased) >= max_runs:
+                        break
+                    if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
+                        continue  # the index is eventually consistent; the run item is the truth
+                    usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
+                    if usable is not None:
+                        leased.append(usable)
+                if len(leased) >= max_runs or cursor is None:
                     break
-                if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
-                    continue  # the index is eventually consistent; the run item is the truth
-                usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
-                if usable is not None:
-                    leased.append(usable)
         return leased
 
     def _lease_one(

@@ -420,21 +420,33 @@ class RunStore:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
         return batch_get(self._db, self._table, keys) if keys else []
 
-    def claimable(self, tenant: str, job_type: str, now: datetime, *, limit: int) -> list[Run]:
-        """Target-less runs of one tenant and type that are due: what an external worker may lease."""
+    def claimable(
+        self,
+        tenant: str,
+        job_type: str,
+        now: datetime,
+        *,
+        limit: int,
+        cursor: dict[str, Any] | None = None,
+    ) -> tuple[list[Run], dict[str, Any] | None]:
+        """Target-less runs of one tenant and type that are due, oldest first: what an external
+        worker may lease. Returns one page and the cursor of the next (None at the end)."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": CLAIM_INDEX,
+            "KeyConditionExpression": "claim_key = :k AND due_at <= :now",
+            "ExpressionAttributeValues": to_item(
+                {":k": claim_key(tenant, job_type), ":now": format_instant(now)}
+            ),
+            "Limit": limit,
+        }
+        if cursor:
+            request["ExclusiveStartKey"] = cursor
         with translated_errors():
-            response = self._db.query(
-                TableName=self._table,
-                IndexName=CLAIM_INDEX,
-                KeyConditionExpression="claim_key = :k AND due_at <= :now",
-                ExpressionAttributeValues=to_item(
-                    {":k": claim_key(tenant, job_type), ":now": format_instant(now)}
-                ),
-                Limit=limit,
-            )
+            response = self._db.query(**request)
         # Keys-only index: read the runs, and keep those still waiting to be claimed.
         items = self._read_entries(response.get("Items", []))
-        return self._readable([i for i in items if "claim_key" in i])
+        return self._readable([i for i in items if "claim_key" in i]), response.get("LastEvaluatedKey")
 
     def live_leases(self, tenant: str, now: datetime, *, up_to: int) -> int:
         """How many runs of the tenant hold a live lease, counted up to `up_to` (enough for a limit)."""
