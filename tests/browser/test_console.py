@@ -29,11 +29,11 @@ def instant(seconds_from_now: float = 0) -> str:
 
 
 def one(driver: Any, selector: str) -> Any:
-    return one(driver, selector)
+    return driver.find_element(By.CSS_SELECTOR, selector)
 
 
 def every(driver: Any, selector: str) -> list[Any]:
-    return list(every(driver, selector))
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
 def notice(driver: Any) -> tuple[str, str]:
@@ -214,4 +214,31 @@ def test_a_job_name_with_markup_shows_as_those_characters(
         assert driver.execute_script("return document.querySelectorAll('[onerror]').length") == 0
         screenshot(driver, output_dir, "xss-name")
     finally:
+        client.cancel_job(job["jobId"])
+
+
+def test_through_the_console_proxy_the_page_needs_no_key(
+    browser: Any, runtime: Any, client: Any, output_dir: Path
+) -> None:
+    """`jobsched console` in front of local mode: the proxy adds the caller's credentials
+    (here local mode's key; SigV4 for a stack), the browser holds none."""
+    from jobsched_cli.client import ApiClient
+    from jobsched_console.proxy import ConsoleProxy, Forwarder
+
+    job = client.create_job({"name": unique("via-proxy"), "type": "demo.hello", "every": 3600})
+    proxy = ConsoleProxy(Forwarder(ApiClient(str(runtime.api_url), api_key=KEY))).start()
+    try:
+        browser.get(f"{proxy.url}/console/")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(f"{proxy.url}/console/#/jobs")
+        browser.refresh()
+        row = wait_until(
+            browser, lambda: row_of(browser, "data-job-id", job["jobId"]), "the job via the proxy"
+        )
+        assert job["name"] in row.text
+        assert not browser.find_element(By.ID, "sign-in").is_displayed()
+        assert browser.execute_script("return sessionStorage.length") == 0
+        screenshot(browser, output_dir, "jobs-via-proxy")
+    finally:
+        proxy.stop()
         client.cancel_job(job["jobId"])
