@@ -35,14 +35,16 @@ function tickLabel(value) {
 export function laneOf(run, detail, now) {
   const scheduled = parseInstant(run.scheduledFor);
   const after = (value) => (parseInstant(value) - scheduled) / 1000;
+  const open = OPEN.has(run.state);
+  // An attempt with no end is running: until now, or (read before the run finished) until then.
+  const unended = open ? (now - scheduled) / 1000 : after(run.finishedAt || run.updatedAt);
   const attempts = (detail && Array.isArray(detail.attempts) ? detail.attempts : []).map((attempt) => ({
     attempt: attempt.attempt,
     start: after(attempt.startedAt),
-    end: attempt.endedAt ? after(attempt.endedAt) : (now - scheduled) / 1000,
-    outcome: attempt.outcome || "running",
+    end: attempt.endedAt ? after(attempt.endedAt) : unended,
+    outcome: attempt.outcome || (open ? "running" : "ended"),
     errorClass: attempt.errorClass,
   }));
-  const open = OPEN.has(run.state);
   const firstStart = attempts.length ? attempts[0].start : null;
   // Waiting: up to the first start; an open run that has not started waits until now.
   const waitedUntil = firstStart !== null ? firstStart : open ? Math.max((now - scheduled) / 1000, 0) : null;
@@ -69,7 +71,7 @@ function legend(y) {
     ["attempt outcome-failed", "failed, retried"],
     ["attempt outcome-dead", "dead"],
     ["attempt outcome-running", "running"],
-    ["attempt outcome-lease_expired", "lease expired"],
+    ["attempt outcome-lease_expired", "held or lease expired"],
     ["marker skipped", "skipped / cancelled"],
   ];
   const group = s("g", { class: "legend" });
@@ -82,7 +84,7 @@ function legend(y) {
         : s("rect", { class: kind, x, y: y - 9, width: 14, height: 10 });
     group.appendChild(swatch);
     group.appendChild(s("text", { x: x + 18, y }, label));
-    x += 24 + label.length * 6.2;
+    x += 28 + label.length * 6.6;
   }
   return group;
 }
@@ -153,7 +155,8 @@ export function timeline(runs, details, now, onOpen) {
     }
     const skipped = run.state === "SKIPPED" || (run.state === "CANCELLED" && !lane.attempts.length);
     group.appendChild(
-      s("path", { class: skipped ? "marker skipped" : "marker scheduled", d: `M ${x(0)} ${mid - 5} l 5 5 l -5 5 l -5 -5 z` }),
+      // Just left of zero, its tip on it: a run that started at once still shows its bar.
+      s("path", { class: skipped ? "marker skipped" : "marker scheduled", d: `M ${x(0) - 5} ${mid - 5} l 5 5 l -5 5 l -5 -5 z` }),
     );
     group.appendChild(s("text", { class: "outcome", x: LEFT + PLOT + 10, y: mid + 4 }, summary(lane)));
     if (onOpen) {

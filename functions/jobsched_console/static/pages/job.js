@@ -24,23 +24,27 @@ function target(job) {
   return `${t.kind} ${json(t)}`;
 }
 
-/** Run details (with attempts) by run key, kept while the run's updatedAt is unchanged:
- *  a finished run is read once. */
+/** Run details (with attempts) by run key. A detail is reused only while it shows a finished
+ *  run in the state, redrive and update the list shows (instants are whole seconds, so a run
+ *  can move twice within one updatedAt): a finished run is read once. */
 class DetailCache {
   constructor() {
     this.entries = new Map();
   }
 
+  fresh(run) {
+    const detail = this.entries.get(run.runKey);
+    return Boolean(detail) && TERMINAL.has(run.state) && detail.state === run.state
+      && detail.redrives === run.redrives && detail.updatedAt === run.updatedAt;
+  }
+
   async load(runs) {
-    const stale = runs.filter((run) => {
-      const entry = this.entries.get(run.runKey);
-      return !entry || entry.updatedAt !== run.updatedAt || !TERMINAL.has(run.state);
-    });
+    const stale = runs.filter((run) => !this.fresh(run));
     const details = await pooled(stale, 4, (run) => api.getRun(run.runKey));
     stale.forEach((run, index) => {
-      if (details[index]) this.entries.set(run.runKey, { updatedAt: run.updatedAt, detail: details[index] });
+      if (details[index]) this.entries.set(run.runKey, details[index]);
     });
-    return new Map(runs.map((run) => [run.runKey, this.entries.get(run.runKey)?.detail]));
+    return new Map(runs.map((run) => [run.runKey, this.entries.get(run.runKey)]));
   }
 }
 
