@@ -174,3 +174,13 @@ def test_local_mode_serves_the_console_without_a_key_and_the_api_still_wants_one
     assert fetch(f"{front.url}/console/../glue.py")[0] == 404
     assert fetch(f"{front.url}/v1/jobs")[0] == 401
     assert fetch(f"{front.url}/v1/jobs", {"x-api-key": "key-a"})[0] == 200
+
+
+def test_local_modes_banner_names_the_console() -> None:
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.console import startup_banner
+
+    text = startup_banner(
+        "http://127.0.0.1:18080", "http://127.0.0.1:18081", LocalConfig(), program="jobsched"
+    )
+    assert "  console   http://127.0.0.1:18080/console  " in text
