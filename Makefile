@@ -7,7 +7,7 @@ LOCAL_STAMP := $(VENV)/.installed-local
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: venv test test311 lint typecheck unit test313 run demo clean
+.PHONY: venv test test311 lint typecheck unit test313 run demo clean browser
 
 # Everything: the runtime, local mode and the dev tools (tests, linters, CDK, benchmarks).
 # It also upgrades a venv that `make run` made with local mode alone.
@@ -58,8 +58,20 @@ endif
 test: lint typecheck $(if $(SKIP_PY313),,$(STAMP313))
 	$(MAKE) --no-print-directory -j2 --output-sync=target test311 test313
 
-test311: $(STAMP)
+test311: $(STAMP) browser
 	$(BIN)/pytest -q
+
+# The browser suite (tests/browser) drives Debian's chromium through chromium-driver (selenium
+# comes with the dev extra). Installed here when missing; without them those tests fail.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "installing chromium and chromium-driver for the browser tests (apt-get)"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver \
+	  || { $(SUDO) apt-get update -q && \
+	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }; \
+	fi
 
 # make run [PORT=8080] [MOTO_PORT=5055] [CONFIG=local.json]
 # A venv that already has the dev tools is kept current as such; otherwise local mode alone.

@@ -81,8 +81,8 @@ def other_api(container) -> ApiClient:
 # test using one through another fixture (a suite's own conftest) is marked too.
 MOTO_FIXTURES = frozenset({"aws", "container", "api", "other_api"})
 # Suites that talk to moto throughout: in-process (integration, chaos, benchmarks, fuzz) or
-# through local mode's moto server (e2e).
-MOTO_SUITES = frozenset({"integration", "e2e", "chaos", "benchmarks", "fuzz"})
+# through local mode's moto server (e2e, browser).
+MOTO_SUITES = frozenset({"integration", "e2e", "chaos", "benchmarks", "fuzz", "browser"})
 TESTS_DIR = Path(__file__).resolve().parent
 
 

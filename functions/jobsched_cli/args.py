@@ -10,6 +10,7 @@ from .commands import (
     DEFAULT_ENDPOINT,
     Context,
     _job_action,
+    cmd_console,
     cmd_dlq_list,
     cmd_dlq_redrive,
     cmd_docs,
@@ -149,6 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docs.add_argument("--output", default="jobsched-api-docs.html", help="where to write the page")
     docs.add_argument("--open", action="store_true", help="open the saved page in a browser")
+
+    console = command(
+        commands,
+        "console",
+        cmd_console,
+        "serve the run console on 127.0.0.1, forwarding its API calls to --endpoint "
+        "(signed with --sigv4: a deployed stack)",
+    )
+    console.add_argument("--port", type=int, default=8090, help="local port (default 8090)")
+    console.add_argument("--open", action="store_true", help="open the console in a browser")
 
     tail = command(commands, "tail", cmd_tail, "follow run state changes as they happen")
     tail.add_argument("jobs", nargs="*", metavar="JOB", help="jobs to follow (default: all of yours)")

@@ -263,6 +263,15 @@ def cmd_docs(ctx: Context, args: argparse.Namespace) -> int:
 # --- local mode ---
 
 
+def cmd_console(ctx: Context, args: argparse.Namespace) -> int:
+    """The run console for the API at --endpoint: its files on 127.0.0.1, its calls signed."""
+    from jobsched_console.proxy import serve
+
+    if ctx.client.sigv4:
+        ctx.client.build_request("GET", "/v1/jobs")  # no credentials or region: say so now
+    return serve(ctx.client, args.port, open_browser=args.open)
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     try:
         from jobsched_local.serve import serve

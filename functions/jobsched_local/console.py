@@ -100,6 +100,7 @@ def startup_banner(api_url: str, moto_url: str, config: LocalConfig, program: st
     lines = [
         "jobsched local is running",
         f"  API       {api_url}",
+        f"  console   {api_url}/console  (in a browser; sign in with a key below)",
         f"  docs      {api_url}/docs  (needs a key, as a deployed stack needs a signature:",
         f"            {cli_command(api_url, config.api_keys, program)} docs --open)",
         f"  API keys  {key_lines[0]}",

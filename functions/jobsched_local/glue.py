@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from jobsched_console import console_response
+
 from .apigw import rest_event
 from .background import BackgroundServer
 from .lambda_context import InvocationContext
@@ -125,6 +127,11 @@ class HttpFront(BackgroundServer):
             return
         body = request.rfile.read(length) if length else None
         parts = urlsplit(request.path)
+        static = console_response(request.command, parts.path)
+        if static is not None:
+            # The console's files need no key: the page asks for one and sends it itself.
+            self._send(request, static.status, static.body, static.headers)
+            return
         headers = {k.lower(): v for k, v in request.headers.items()}
         tenant = self._tenant_for(headers.get("x-api-key"))
         # Every path needs the key, /docs and /openapi.json too: as every method of a deployed

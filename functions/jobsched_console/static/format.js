@@ -1,0 +1,132 @@
+// Words for what the API answers: schedules, instants, durations. Pure functions of their
+// arguments (the current time is passed in), so they read the same everywhere.
+
+const DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+const DAY_NAMES = { SUN: 0, MON: 1, TUE: 2, WED: 3, THU: 4, FRI: 5, SAT: 6 };
+
+export function seconds(total) {
+  let rest = Math.round(Math.abs(total));
+  const parts = [];
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+    if (rest >= size) {
+      parts.push(`${Math.floor(rest / size)}${unit}`);
+      rest %= size;
+    }
+  }
+  return parts.join(" ") || "0s";
+}
+
+/** A lateness or a length: 0s, 12s, 4m 10s (the API's instants are whole seconds). */
+export function span(totalSeconds) {
+  return (totalSeconds < 0 ? "-" : "") + seconds(totalSeconds);
+}
+
+export function parseInstant(value) {
+  if (!value) return null;
+  const time = Date.parse(value);
+  return Number.isNaN(time) ? null : time;
+}
+
+/** 2026-11-02 08:00:21Z (the API's instants are UTC; so is the console). */
+export function instant(value) {
+  const time = parseInstant(value);
+  if (time === null) return value ? String(value) : "—";
+  const text = new Date(time).toISOString();
+  const whole = text.endsWith(".000Z") ? `${text.slice(0, 19)}Z` : text;
+  return whole.replace("T", " ");
+}
+
+/** "in 12s", "3m 4s ago". */
+export function relative(value, now) {
+  const time = parseInstant(value);
+  if (time === null) return "";
+  const delta = (time - now) / 1000;
+  if (Math.abs(delta) < 1) return "now";
+  return delta > 0 ? `in ${seconds(delta)}` : `${seconds(-delta)} ago`;
+}
+
+function pad(value) {
+  return String(value).padStart(2, "0");
+}
+
+function isNumber(field) {
+  return /^\d+$/.test(field);
+}
+
+function clock(hour, minute, second) {
+  return `${pad(hour)}:${pad(minute)}${second && second !== "0" ? `:${pad(second)}` : ""}`;
+}
+
+function dayOfWeek(field) {
+  const names = field.split(",").map((part) => {
+    const upper = part.toUpperCase();
+    if (upper === "1-5" || upper === "MON-FRI") return "weekdays";
+    const index = upper in DAY_NAMES ? DAY_NAMES[upper] : isNumber(part) ? Number(part) % 7 : null;
+    return index === null ? null : DAYS[index];
+  });
+  return names.includes(null) ? null : names.join(", ");
+}
+
+/** Common cron shapes in words; null when the expression says more than these. */
+export function cronInWords(expression) {
+  const fields = expression.trim().split(/\s+/);
+  if (fields.length === 1 && fields[0].startsWith("@")) {
+    const words = { "@hourly": "every hour", "@daily": "every day at 00:00", "@midnight": "every day at 00:00",
+      "@weekly": "every Sunday at 00:00", "@monthly": "on day 1 of every month at 00:00",
+      "@yearly": "every 1 January at 00:00", "@annually": "every 1 January at 00:00" };
+    return words[fields[0].toLowerCase()] || null;
+  }
+  if (fields.length !== 5 && fields.length !== 6) return null;
+  const [second, minute, hour, dom, month, dow] = fields.length === 6 ? fields : ["0", ...fields];
+  const step = (field) => (field === "*" ? 1 : /^\*\/\d+$/.test(field) ? Number(field.slice(2)) : null);
+  if (month !== "*") return null;
+  const anyDay = dom === "*" && (dow === "*" || dow === "?");
+  if (anyDay && hour === "*" && minute === "*") {
+    const every = step(second);
+    if (every !== null) return every === 1 ? "every second" : `every ${every} seconds`;
+    if (isNumber(second) && fields.length === 5) return "every minute";
+  }
+  if (anyDay && hour === "*" && isNumber(second)) {
+    const every = step(minute);
+    if (every !== null) return every === 1 ? "every minute" : `every ${every} minutes`;
+    if (isNumber(minute)) return `every hour at :${pad(minute)}${second !== "0" ? `:${pad(second)}` : ""}`;
+  }
+  if (!isNumber(second) || !isNumber(minute)) return null;
+  if (anyDay && hour.startsWith("*/")) return `every ${hour.slice(2)} hours at :${pad(minute)}`;
+  if (!isNumber(hour)) return null;
+  const at = clock(hour, minute, second);
+  if (anyDay) return `every day at ${at}`;
+  if (dom === "*" || dom === "?") {
+    const days = dayOfWeek(dow);
+    return days === null ? null : `every ${days} at ${at}`;
+  }
+  if (isNumber(dom) && (dow === "*" || dow === "?")) return `on day ${dom} of every month at ${at}`;
+  return null;
+}
+
+/** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)". */
+export function schedule(job) {
+  let words;
+  if (job.cron) {
+    const zone = job.timeZone || "UTC";
+    const phrase = cronInWords(job.cron);
+    words = phrase ? `${phrase} ${zone} (cron ${job.cron})` : `cron ${job.cron} in ${zone}`;
+  } else if (job.every !== null && job.every !== undefined) {
+    words = `every ${seconds(job.every)}`;
+  } else if (job.runAt) {
+    words = `once at ${instant(job.runAt)}`;
+  } else {
+    words = "no schedule";
+  }
+  const bounds = [];
+  if (job.startAt) bounds.push(`from ${instant(job.startAt)}`);
+  if (job.endAt) bounds.push(`until ${instant(job.endAt)}`);
+  if (job.maxRuns) bounds.push(`at most ${job.maxRuns} runs`);
+  return bounds.length ? `${words}; ${bounds.join(", ")}` : words;
+}
+
+/** The value of a result or payload as one line of JSON. */
+export function json(value) {
+  if (value === undefined) return "";
+  return JSON.stringify(value);
+}

@@ -1,0 +1,138 @@
+// One job: its fields, upcoming fire times, counters, the timeline of recent runs and the
+// runs table (paged with the API's cursors).
+
+import { api } from "../api.js";
+import { h, replace } from "../dom.js";
+import { instant, json, parseInstant, relative, schedule, seconds, span } from "../format.js";
+import { timeline } from "../timeline.js";
+import { Pager, badge, jobActions, pooled, runHash, runLink } from "./common.js";
+
+const TIMELINE_RUNS = 30;
+const RECENT_RUNS = 60; // read to find TIMELINE_RUNS that are due: runs are made ahead of time
+const PAGE_SIZE = 20;
+const TERMINAL = new Set(["SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"]);
+
+function fields(pairs) {
+  return h("dl", { class: "fields" }, pairs.filter(([, value]) => value !== undefined && value !== null && value !== "")
+    .map(([name, value]) => [h("dt", null, name), h("dd", null, value)]));
+}
+
+function target(job) {
+  if (!job.target) return `Python handler for type ${job.type}`;
+  const t = job.target;
+  if (t.kind === "http") return `HTTP ${t.method || "POST"} ${t.url}`;
+  return `${t.kind} ${json(t)}`;
+}
+
+/** Run details (with attempts) by run key. A detail is reused only while it shows a finished
+ *  run in the state, redrive and update the list shows (instants are whole seconds, so a run
+ *  can move twice within one updatedAt): a finished run is read once. */
+class DetailCache {
+  constructor() {
+    this.entries = new Map();
+  }
+
+  fresh(run) {
+    const detail = this.entries.get(run.runKey);
+    return Boolean(detail) && TERMINAL.has(run.state) && detail.state === run.state
+      && detail.redrives === run.redrives && detail.updatedAt === run.updatedAt;
+  }
+
+  async load(runs) {
+    const stale = runs.filter((run) => !this.fresh(run));
+    const details = await pooled(stale, 4, (run) => api.getRun(run.runKey));
+    stale.forEach((run, index) => {
+      if (details[index]) this.entries.set(run.runKey, details[index]);
+    });
+    return new Map(runs.map((run) => [run.runKey, this.entries.get(run.runKey)]));
+  }
+}
+
+function runRow(run, detail) {
+  const started = detail && detail.attempts.length ? detail.attempts[0].startedAt : null;
+  const lateness = started ? (parseInstant(started) - parseInstant(run.scheduledFor)) / 1000 : null;
+  const outcome = run.state === "SUCCEEDED" ? json(run.result)
+    : run.lastErrorClass ? `${run.lastErrorClass}: ${run.lastErrorMessage || ""}` : run.reason || "";
+  return h("tr", { "data-run-key": run.runKey, "data-state": run.state },
+    h("td", null, runLink(run.runKey, instant(run.scheduledFor)), h("div", { class: "muted small" }, run.trigger)),
+    h("td", null, badge(run.state)),
+    h("td", null, started ? instant(started) : "—"),
+    h("td", { class: "num" }, lateness === null ? "—" : `+${span(lateness)}`),
+    h("td", { class: "num" }, String(run.attempt)),
+    h("td", { class: "num" }, String(run.redrives)),
+    h("td", null, run.finishedAt ? instant(run.finishedAt) : "—"),
+    h("td", { class: "detail" }, outcome));
+}
+
+export function jobPage(root, params, ctx) {
+  const jobId = params.get("id");
+  const pager = new Pager();
+  const cache = new DetailCache();
+  const head = h("div", { class: "page-head" }, h("h1", null, "Job"));
+  const about = h("section", { class: "card" });
+  const chart = h("section", { class: "card" }, h("h2", null, "Timeline"), h("p", { class: "muted" }, "loading…"));
+  const runs = h("section", { class: "card" }, h("h2", null, "Runs"));
+  replace(root, head, about, chart, runs);
+
+  async function refresh() {
+    const [job, summary, recent, listed] = await Promise.all([
+      api.getJob(jobId),
+      api.summary(jobId),
+      api.listRuns(jobId, { limit: RECENT_RUNS }),
+      api.listRuns(jobId, { cursor: pager.cursor, limit: PAGE_SIZE }),
+    ]);
+    pager.seen(listed);
+    const now = ctx.now();
+    const due = recent.items.filter((run) => parseInstant(run.scheduledFor) <= now).slice(0, TIMELINE_RUNS);
+    const ahead = recent.items.filter((run) => parseInstant(run.scheduledFor) > now).length;
+    const shown = new Map([...due, ...listed.items].map((run) => [run.runKey, run]));
+    const details = await cache.load([...shown.values()]);
+
+    replace(head, h("h1", null, job.name), badge(job.state), h("span", { class: "muted" }, `version ${job.version}`),
+      jobActions(job, ctx, refresh));
+    const c = summary.counters;
+    replace(about,
+      h("div", { class: "columns" },
+        fields([
+          ["Job id", job.jobId],
+          ["Type", job.type],
+          ["Schedule", schedule(job)],
+          ["Target", target(job)],
+          ["Priority", job.priority],
+          ["Attempts", `${job.maxAttempts} (retry from ${job.retry.baseSeconds}s, at most ${job.retry.capSeconds}s apart)`],
+          ["Missed runs", `${job.missedRuns}, within ${seconds(job.catchUpWindow)}`],
+          ["Overlap", job.overlap],
+          ["Timeout", seconds(job.timeoutSeconds)],
+          ["Payload", job.payload === null || job.payload === undefined ? "" : json(job.payload)],
+          ["Created", instant(job.createdAt)],
+          ["Updated", instant(job.updatedAt)],
+        ]),
+        h("div", null,
+          h("h2", null, "Upcoming fire times (UTC)"),
+          (job.nextFireTimes || []).length
+            ? h("ol", { class: "times", "data-test": "fire-times" }, job.nextFireTimes.map((time) => h("li", null, `${instant(time)} (${relative(time, now)})`)))
+            : h("p", { class: "muted" }, job.state === "ACTIVE" ? "none: the schedule has ended" : `none while ${job.state}`),
+          h("h2", null, "Counters"),
+          fields([
+            ["Runs made", String(job.runsCreated)],
+            ["Succeeded", String(c.succeeded)],
+            ["Dead", String(c.dead)],
+            ["Missed", String(c.missed)],
+            ["Skipped (overlap)", String(c.overlapSkipped)],
+            ["Cancelled", String(c.cancelled)],
+          ]))));
+    replace(chart,
+      h("h2", null, `Timeline of the last ${due.length} runs`),
+      timeline(due, details, now, (runKey) => ctx.go(runHash(runKey))),
+      ahead ? h("p", { class: "muted small" }, `${ahead} more made ahead of their time (in the runs table).`) : null);
+    replace(runs,
+      h("h2", null, "Runs (newest first)"),
+      listed.items.length
+        ? h("table", { class: "grid-table", "data-test": "runs" },
+          h("thead", null, h("tr", null, ["Scheduled for (UTC)", "State", "Started", "Late", "Attempt", "Redrives", "Finished", "Result or error"].map((t) => h("th", null, t)))),
+          h("tbody", null, listed.items.map((run) => runRow(run, details.get(run.runKey)))))
+        : h("p", { class: "muted" }, "No runs yet."),
+      pager.controls(refresh, "runs"));
+  }
+  return { refresh, title: () => jobId };
+}

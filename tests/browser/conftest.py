@@ -1,0 +1,142 @@
+"""The browser suite: local mode in this process, the console in Debian's headless
+chromium driven by selenium through chromedriver.
+
+`make test` installs chromium and chromium-driver (`make browser`); without them every test
+here fails, naming what to install: a console nobody checked must not pass as tested.
+Screenshots of every page land in tests/browser/output/ (not committed)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+OUTPUT = Path(__file__).parent / "output"
+KEY = "console-key"
+TENANT = "console"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="package")
+def runtime() -> Iterator[Any]:
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.runtime import LocalRuntime
+
+    # As tests/e2e: a short horizon keeps moto's queues shallow for an every-few-seconds job.
+    config = LocalConfig(
+        port=0,
+        moto_port=0,
+        sweep_seconds=1,
+        reconcile_seconds=2,
+        horizon_seconds=15,
+        api_keys={KEY: TENANT},
+    )
+    rt = LocalRuntime(config).start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+@pytest.fixture(scope="package")
+def console_url(runtime: Any) -> str:
+    return f"{runtime.api_url}/console/"
+
+
+@pytest.fixture
+def client(runtime: Any) -> Any:
+    from jobsched_cli.client import ApiClient
+
+    return ApiClient(str(runtime.api_url), api_key=KEY)
+
+
+@pytest.fixture(scope="package")
+def output_dir() -> Path:
+    OUTPUT.mkdir(exist_ok=True)
+    return OUTPUT
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Any]:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        pytest.fail(
+            f"the browser tests need Debian's chromium and chromium-driver ({', '.join(missing)} "
+            "missing): `make browser` (or apt-get install -y chromium chromium-driver)"
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("the browser tests need selenium: pip install -e '.[dev]'")
+    profile = tempfile.mkdtemp(prefix="jobsched-console-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def signed_in(browser: Any, console_url: str) -> Any:
+    """The browser on the console's jobs page, signed in with the test tenant's key."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(console_url)
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(console_url + "#/jobs")
+    browser.refresh()
+    wait_until(browser, lambda: browser.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    browser.find_element(By.ID, "key").send_keys(KEY)
+    browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "main").is_displayed(), "the jobs page")
+    return browser
+
+
+def wait_until(driver: Any, probe: Callable[[], T], what: str, timeout: float = 30) -> T:
+    """Until `probe` returns something truthy; element lookups that fail count as not yet."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def attempt(_: Any) -> Any:
+        try:
+            return probe()
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+
+    try:
+        result: T = WebDriverWait(driver, timeout, poll_frequency=0.2).until(attempt)
+    except Exception as exc:
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}") from exc
+    return result
+
+
+def screenshot(driver: Any, output_dir: Path, name: str) -> Path:
+    path = output_dir / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path

@@ -1,0 +1,244 @@
+"""The console in a real browser against local mode: sign in, watch runs appear in a job's
+timeline, pause and resume (and a 412 when the job changed underneath), redrive a dead
+letter, and data shown as text only."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from .conftest import KEY, TENANT, screenshot, wait_until
+
+pytestmark = pytest.mark.browser
+
+XSS_NAME = "<img src=x onerror=alert(1)>"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def instant(seconds_from_now: float = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds_from_now)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def one(driver: Any, selector: str) -> Any:
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def every(driver: Any, selector: str) -> list[Any]:
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def notice(driver: Any) -> tuple[str, str]:
+    element = driver.find_element(By.ID, "notice")
+    return (element.get_attribute("data-kind") or "", element.text) if element.is_displayed() else ("", "")
+
+
+def row_of(driver: Any, attribute: str, value: str) -> Any:
+    for row in every(driver, f"tr[{attribute}]"):
+        if row.get_attribute(attribute) == value:
+            return row
+    return None
+
+
+def test_sign_in_keeps_the_key_out_of_urls_and_a_wrong_key_is_refused(
+    browser: Any, console_url: str, output_dir: Path
+) -> None:
+    browser.get(console_url)
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    form = wait_until(browser, lambda: browser.find_element(By.ID, "key"), "the sign-in form")
+    screenshot(browser, output_dir, "sign-in")
+    form.send_keys("not-a-key")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
+    error = wait_until(browser, lambda: browser.find_element(By.ID, "key-error").text, "the refusal")
+    assert "401" in error
+    assert browser.execute_script("return sessionStorage.length") == 0
+    browser.find_element(By.ID, "key").send_keys(KEY)
+    browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
+    wait_until(browser, lambda: browser.find_element(By.ID, "main").is_displayed(), "the jobs page")
+    assert browser.execute_script("return sessionStorage.getItem('jobsched.apiKey')") == KEY
+    assert KEY not in browser.current_url
+    # Every request the page made: the key only ever in a header, never in a URL.
+    urls = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert urls and not [url for url in urls if KEY in url]
+
+
+def test_a_new_jobs_runs_appear_in_its_timeline(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": unique("every-2s"), "type": "demo.hello", "every": 2})
+    try:
+        row = wait_until(driver, lambda: row_of(driver, "data-job-id", job["jobId"]), "the job in the list")
+        assert "every 2s" in row.text and "ACTIVE" in row.text
+        screenshot(driver, output_dir, "jobs")
+        row.find_element(By.LINK_TEXT, job["name"]).click()
+        lane = wait_until(
+            driver,
+            lambda: driver.find_element(
+                By.CSS_SELECTOR, "svg.timeline g.lane[data-state=SUCCEEDED] rect.attempt.outcome-succeeded"
+            ),
+            "a succeeded run in the timeline",
+        )
+        assert lane is not None
+        fire_times = every(driver, "[data-test=fire-times] li")
+        assert len(fire_times) == 5
+        runs = every(driver, "[data-test=runs] tbody tr")
+        assert any(r.get_attribute("data-state") == "SUCCEEDED" for r in runs)
+        # A few more runs, so the timeline has something to show.
+        wait_until(
+            driver,
+            lambda: len(every(driver, "svg.timeline g.lane[data-state=SUCCEEDED]")) >= 3,
+            "three succeeded runs in the timeline",
+        )
+        screenshot(driver, output_dir, "job")
+        one(driver, "svg.timeline").screenshot(str(output_dir / "timeline.png"))
+        # A lane opens its run: attempts, transitions and the result.
+        one(driver, "svg.timeline g.lane[data-state=SUCCEEDED]").click()
+        wait_until(driver, lambda: one(driver, "[data-test=result]"), "the run page")
+        transitions = one(driver, "[data-test=transitions]").text
+        assert "LEASED" in transitions and "SUCCEEDED" in transitions and "worker" in transitions
+        assert every(driver, "[data-test=attempts] tbody tr")
+        assert "hello from" in one(driver, "[data-test=result]").text
+        screenshot(driver, output_dir, "run")
+    finally:
+        client.cancel_job(job["jobId"])
+
+
+def test_pause_and_resume_send_if_match_and_a_412_is_explained(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": unique("pausable"), "type": "demo.hello", "every": 60})
+    job_id = job["jobId"]
+    try:
+        # Read once, no timer: the page shows version 1 while the API moves on.
+        driver.get(f"{console_url}#/jobs/{job_id}?refresh=off")
+        wait_until(driver, lambda: one(driver, "[data-test=pause]"), "the pause button")
+        client.pause(job_id)
+        client.resume(job_id)  # version 3 now; the page still shows 1
+        one(driver, "[data-test=pause]").click()
+        kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the 412 notice")
+        assert kind == "conflict"
+        assert "someone else changed this job" in text and "version 1" in text and "version 3" in text
+        assert client.get_job(job_id)["state"] == "ACTIVE"  # nothing happened
+        screenshot(driver, output_dir, "job-412")
+        # The page was re-read with the current version: now the pause goes through.
+        wait_until(driver, lambda: "version 3" in one(driver, ".page-head").text, "v3")
+        one(driver, "[data-test=pause]").click()
+        wait_until(driver, lambda: client.get_job(job_id)["state"] == "PAUSED", "the job to be paused")
+        resume = wait_until(driver, lambda: one(driver, "[data-test=resume]"), "resume")
+        resume.click()
+        wait_until(driver, lambda: client.get_job(job_id)["state"] == "ACTIVE", "the job to be resumed")
+        assert client.get_job(job_id)["version"] == 5
+    finally:
+        client.cancel_job(job_id)
+
+
+def test_a_dead_letter_is_redriven_from_the_console_with_its_reason(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    window = 8  # demo.flaky fails every call until this long after the run's scheduled time
+    job = client.create_job(
+        {
+            "name": unique("dies"),
+            "type": "demo.flaky",
+            "runAt": instant(0),
+            "payload": {"failForSeconds": window},
+            "maxAttempts": 1,
+        }
+    )
+
+    def dead() -> list[dict[str, Any]]:
+        runs = client.list_runs(job["jobId"], limit=10)["items"]
+        assert not [r for r in runs if r["state"] == "SUCCEEDED"], "succeeded before it died: raise window"
+        return [r for r in runs if r["state"] == "DEAD"]
+
+    run = wait_until(driver, dead, "the run to die")[0]
+    run_key = run["runKey"]
+    driver.get(f"{console_url}#/dead-letters")
+    row = wait_until(
+        driver, lambda: row_of(driver, "data-run-key", run_key), "the dead letter in the console"
+    )
+    assert job["name"] in row.text and "DemoFlaky" in row.text
+    screenshot(driver, output_dir, "dead-letters")
+
+    scheduled = datetime.strptime(run["scheduledFor"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    while datetime.now(UTC) <= scheduled + timedelta(seconds=window):
+        time.sleep(0.5)  # demo.flaky's failure window: a redrive inside it would die again
+    reason = "the dependency is back <b>really</b>"
+    row = row_of(driver, "data-run-key", run_key)
+    row.find_element(By.CSS_SELECTOR, "[data-test=redrive-reason]").send_keys(reason)
+    row.find_element(By.CSS_SELECTOR, "[data-test=redrive]").click()
+    kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the redrive notice")
+    assert kind == "ok" and "Redriven" in text, text
+    done = wait_until(
+        driver, lambda: client.get_run(run_key)["state"] == "SUCCEEDED" and client.get_run(run_key), "success"
+    )
+    redrive = next(t for t in done["transitions"] if t["from"] == "DEAD")
+    assert reason in redrive["reason"] and redrive["actor"] == f"api:{TENANT}"
+    wait_until(driver, lambda: row_of(driver, "data-run-key", run_key) is None, "the dead letter to go")
+
+    driver.get(f"{console_url}#/runs/{run_key}")
+    transitions = wait_until(driver, lambda: one(driver, "[data-test=transitions]").text, "the run page")
+    assert reason in transitions  # as typed, tags and all: text, not markup
+    assert not every(driver, "[data-test=transitions] b")
+    outcomes = [r.get_attribute("data-state") for r in every(driver, "[data-test=attempts] tbody tr")]
+    assert outcomes == ["dead", "succeeded"]
+    screenshot(driver, output_dir, "run-redriven")
+
+
+def test_a_job_name_with_markup_shows_as_those_characters(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": XSS_NAME, "type": "demo.hello", "every": 3600})
+    try:
+        driver.get(f"{console_url}#/jobs")
+        row = wait_until(driver, lambda: row_of(driver, "data-job-id", job["jobId"]), "the job in the list")
+        assert row.find_element(By.CSS_SELECTOR, "td a").text == XSS_NAME
+        driver.get(f"{console_url}#/jobs/{job['jobId']}")
+        heading = wait_until(driver, lambda: one(driver, ".page-head h1").text == XSS_NAME, "the job page")
+        assert heading
+        # No element was made from the name, and no script ran (an alert would fail every call).
+        assert driver.find_elements(By.TAG_NAME, "img") == []
+        assert driver.execute_script("return document.querySelectorAll('[onerror]').length") == 0
+        screenshot(driver, output_dir, "xss-name")
+    finally:
+        client.cancel_job(job["jobId"])
+
+
+def test_through_the_console_proxy_the_page_needs_no_key(
+    browser: Any, runtime: Any, client: Any, output_dir: Path
+) -> None:
+    """`jobsched console` in front of local mode: the proxy adds the caller's credentials
+    (here local mode's key; SigV4 for a stack), the browser holds none."""
+    from jobsched_cli.client import ApiClient
+    from jobsched_console.proxy import ConsoleProxy, Forwarder
+
+    job = client.create_job({"name": unique("via-proxy"), "type": "demo.hello", "every": 3600})
+    proxy = ConsoleProxy(Forwarder(ApiClient(str(runtime.api_url), api_key=KEY))).start()
+    try:
+        browser.get(f"{proxy.url}/console/")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(f"{proxy.url}/console/#/jobs")
+        browser.refresh()
+        row = wait_until(
+            browser, lambda: row_of(browser, "data-job-id", job["jobId"]), "the job via the proxy"
+        )
+        assert job["name"] in row.text
+        assert not browser.find_element(By.ID, "sign-in").is_displayed()
+        assert browser.execute_script("return sessionStorage.length") == 0
+        screenshot(browser, output_dir, "jobs-via-proxy")
+    finally:
+        proxy.stop()
+        client.cancel_job(job["jobId"])

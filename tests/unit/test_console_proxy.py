@@ -1,0 +1,285 @@
+"""`jobsched console`'s proxy against a stub upstream: API calls arrive signed (SigV4 with
+the caller's credentials, verified here), with their bodies and the headers the API reads,
+and nothing else; answers come back with status, body and headers, hop-by-hop ones dropped;
+only API paths are forwarded; other origins and host names are refused; 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from jobsched_cli.args import build_parser
+from jobsched_cli.client import ApiClient
+from jobsched_console.assets import CONTENT_SECURITY_POLICY, STATIC_DIR
+from jobsched_console.proxy import ConsoleProxy, Forwarder
+
+REGION = "eu-west-1"
+# tests/conftest.py puts these fake credentials in the environment for every test.
+FAKE = Credentials("testing", "testing", "testing")
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Upstream:
+    """Records each request; answers with `status`, `headers` and `body`."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+    body: bytes = b'{"items": [], "nextCursor": null}'
+    seen: list[Seen] = field(default_factory=list)
+    url: str = ""
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    state = Upstream()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            state.seen.append(Seen(self.command, self.path, dict(self.headers.items()), body))
+            self.send_response(state.status)
+            for name, value in state.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(state.body)))
+            self.end_headers()
+            self.wfile.write(state.body)
+
+        do_POST = do_PATCH = do_DELETE = do_PUT = do_GET
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    # The stage in the URL, as a deployed stack's ApiUrl has it.
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/prod/"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def proxy(upstream: Upstream) -> Iterator[ConsoleProxy]:
+    client = ApiClient(upstream.url, sigv4=True, region=REGION)
+    server = ConsoleProxy(Forwarder(client)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def send(
+    proxy: ConsoleProxy,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+    try:
+        connection.putrequest(method, path, skip_host="Host" in (headers or {}))
+        for name, value in (headers or {}).items():
+            connection.putheader(name, value)
+        if body is not None:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def verify_sigv4(seen: Seen, host: str) -> None:
+    """Recomputes the signature from what arrived: the method, path, query, signed headers
+    and body must be exactly what was signed, with the caller's key, for execute-api."""
+    authorization = seen.headers["Authorization"]
+    match = re.fullmatch(
+        r"AWS4-HMAC-SHA256 Credential=testing/(\d{8})/" + REGION + r"/execute-api/aws4_request, "
+        r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})",
+        authorization,
+    )
+    assert match, authorization
+    signed = match.group(2).split(";")
+    assert "host" in signed and "x-amz-date" in signed
+    headers = {name: value for name, value in seen.headers.items() if name.lower() in signed}
+    request = AWSRequest(method=seen.method, url=f"http://{host}{seen.path}", data=seen.body, headers=headers)
+    request.context["timestamp"] = seen.headers["X-Amz-Date"]
+    auth = SigV4Auth(FAKE, "execute-api", REGION)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    assert match.group(3) == expected
+
+
+def own(proxy: ConsoleProxy, **extra: str) -> dict[str, str]:
+    return {"Host": f"127.0.0.1:{proxy.port}", **extra}
+
+
+def test_api_calls_arrive_signed_with_the_stage_path_and_query(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    status, _, body = send(proxy, "GET", "/v1/jobs?state=ACTIVE&limit=20", headers=own(proxy))
+    assert status == 200 and json.loads(body) == {"items": [], "nextCursor": None}
+    [seen] = upstream.seen
+    assert seen.path == "/prod/v1/jobs?state=ACTIVE&limit=20"
+    assert seen.headers["X-Amz-Security-Token"] == "testing"
+    verify_sigv4(seen, upstream.url.split("/")[2])
+
+
+def test_a_body_and_the_headers_the_api_reads_are_forwarded_and_nothing_else(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    payload = b'{"reason": "dependency fixed \xe2\x9c\x93"}'
+    browser_headers = own(
+        proxy,
+        **{
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "If-Match": '"4"',
+            "Idempotency-Key": "k-1",
+            "Cookie": "session=secret",
+            "Authorization": "Bearer from-the-browser",
+            "X-Api-Key": "browser-key",
+            "Origin": f"http://127.0.0.1:{proxy.port}",
+            "Referer": f"http://127.0.0.1:{proxy.port}/console/",
+            "Keep-Alive": "timeout=5",
+            "Connection": "keep-alive, X-Secret",
+            "X-Secret": "per-connection",
+            "Proxy-Authorization": "Basic abc",
+            "Upgrade": "h2c",
+            "TE": "trailers",
+        },
+    )
+    status, _, _ = send(
+        proxy, "POST", "/v1/runs/j_1%402026-11-02T08%3A00%3A00Z/redrive", payload, browser_headers
+    )
+    assert status == 200
+    [seen] = upstream.seen
+    assert seen.method == "POST" and seen.body == payload
+    assert seen.path == "/prod/v1/runs/j_1%402026-11-02T08%3A00%3A00Z/redrive"  # still one segment
+    names = {name.lower() for name in seen.headers}
+    assert {"content-type", "accept", "if-match", "idempotency-key"} <= names
+    assert seen.headers["If-Match"] == '"4"' and seen.headers["Idempotency-Key"] == "k-1"
+    dropped = {
+        "cookie",
+        "x-api-key",
+        "origin",
+        "referer",
+        "keep-alive",
+        "x-secret",
+        "proxy-authorization",
+        "upgrade",
+        "te",
+    }
+    assert not names & dropped
+    assert seen.headers["Authorization"].startswith("AWS4-HMAC-SHA256 ")  # ours, not the browser's
+    verify_sigv4(seen, upstream.url.split("/")[2])
+
+
+def test_answers_come_back_with_status_body_and_headers_hop_by_hop_dropped(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    upstream.status = 412
+    upstream.body = (
+        b'{"code": "version_mismatch", "message": "If-Match: version 1 is not current", "currentVersion": 3}'
+    )
+    upstream.headers = {
+        "Content-Type": "application/json",
+        "ETag": '"3"',
+        "X-Amzn-RequestId": "r-1",
+        "Set-Cookie": "tracker=1",
+        "Connection": "X-Hop",
+        "X-Hop": "one connection only",
+        "Keep-Alive": "timeout=5",
+    }
+    status, headers, body = send(proxy, "POST", "/v1/jobs/j_1/pause", b"", own(proxy, **{"If-Match": '"1"'}))
+    assert status == 412 and json.loads(body)["currentVersion"] == 3
+    assert headers["etag"] == '"3"' and headers["x-amzn-requestid"] == "r-1"
+    assert headers["content-type"] == "application/json"
+    assert not {"set-cookie", "x-hop", "keep-alive"} & set(headers)
+    assert headers["content-length"] == str(len(body))
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/etc/passwd", "/admin", "/v2/jobs", "/v1", "/prod/v1/jobs", "/console/../v1/jobs", "/docs"]
+)
+def test_only_api_paths_are_forwarded(proxy: ConsoleProxy, upstream: Upstream, path: str) -> None:
+    status, _, _ = send(proxy, "GET", path, headers=own(proxy))
+    assert status == 404
+    assert upstream.seen == []
+
+
+def test_the_console_files_are_served_here_with_their_headers(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    status, headers, body = send(proxy, "GET", "/console/", headers=own(proxy))
+    assert status == 200 and body == (STATIC_DIR / "index.html").read_bytes()
+    assert headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Host": "rebound.example:8090"},  # DNS rebinding: another name for 127.0.0.1
+    ],
+)
+def test_requests_from_other_origins_or_host_names_are_not_signed(
+    proxy: ConsoleProxy, upstream: Upstream, extra: dict[str, str]
+) -> None:
+    status, _, _ = send(proxy, "POST", "/v1/jobs/j_1/trigger", b"", {**own(proxy), **extra})
+    assert status in (403, 421)
+    assert upstream.seen == []
+
+
+def test_an_absolute_target_is_refused(proxy: ConsoleProxy, upstream: Upstream) -> None:
+    status, _, _ = send(proxy, "GET", "http://169.254.169.254/latest/meta-data/", headers=own(proxy))
+    assert status == 400 and upstream.seen == []
+
+
+def test_an_unreachable_upstream_is_a_502(upstream: Upstream) -> None:
+    client = ApiClient("http://127.0.0.1:9/prod/", sigv4=True, region=REGION)
+    server = ConsoleProxy(Forwarder(client, timeout=5)).start()
+    try:
+        status, _, body = send(server, "GET", "/v1/jobs", headers=own(server))
+    finally:
+        server.stop()
+    assert status == 502 and json.loads(body)["code"] == "bad_gateway"
+
+
+def test_it_binds_to_loopback_only(proxy: ConsoleProxy) -> None:
+    assert proxy.address[0] == "127.0.0.1"
+
+
+def test_the_cli_has_a_console_command() -> None:
+    args = build_parser().parse_args(
+        ["console", "--endpoint", "https://x.example/prod/", "--sigv4", "--port", "9000"]
+    )
+    assert args.port == 9000 and args.sigv4 and args.endpoint == "https://x.example/prod/"
+    assert args.handler.__name__ == "cmd_console"
