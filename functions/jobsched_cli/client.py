@@ -124,10 +124,10 @@ class ApiClient:
             all_headers["x-api-key"] = self.api_key
         all_headers.update({k.lower(): v for k, v in (headers or {}).items()})
         if self.sigv4:
-            all_headers = self._sign(method.upper(), url, data, all_headers)
+            all_headers = self.sign(method.upper(), url, data, all_headers)
         return urllib.request.Request(url, data=data, headers=all_headers, method=method.upper())
 
-    def _sign(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]:
+    def sign(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 

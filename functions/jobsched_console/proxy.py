@@ -59,7 +59,7 @@ class Signer(Protocol):
     api_key: str | None
     sigv4: bool
 
-    def _sign(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]: ...
+    def sign(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class Forwarder:
             outgoing["x-api-key"] = self.client.api_key
         if self.client.sigv4:
             # The same signing the CLI's requests get (botocore's SigV4, execute-api).
-            outgoing = self.client._sign(method, url, body, outgoing)
+            outgoing = self.client.sign(method, url, body, outgoing)
         request = urllib.request.Request(url, data=body, headers=outgoing, method=method)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
