@@ -89,7 +89,7 @@ class Container:
             self.runs,
             self.clock,
             horizon=timedelta(seconds=self.settings.horizon_seconds),
-            ahead=timedelta(seconds=self.settings.sweep_ahead_seconds or self.settings.horizon_seconds),
+            ahead=timedelta(seconds=self.settings.sweep_ahead_seconds),
         )
 
     @cached_property
@@ -102,7 +102,7 @@ class Container:
 
         from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
 
-        http = HttpTargetClient(DestinationPolicy(list(self.settings.allow_destinations)))
+        http = HttpTargetClient(DestinationPolicy(list(self.settings.http_allow_destinations)))
         return Worker(
             self.definitions,
             self.runs,

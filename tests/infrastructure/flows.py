@@ -148,9 +148,10 @@ class Flows:
         registry.add("iamflow.ok", lambda payload, invocation: {"done": invocation.run_key})
         registry.add("iamflow.slow", self._slow)
         registry.add("iamflow.fail", self._fail)
-        # A short lease, so the heartbeat runs while the slow handler works.
-        settings = Settings(
-            shard_count=SHARDS, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"], lease_seconds=3
+        # A short lease, so the heartbeat runs while the slow handler works: below the
+        # deployable minimum, so set past the model's validation.
+        settings = Settings(shard_count=SHARDS, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"]).model_copy(
+            update={"lease_seconds": 3}
         )
         self.container = wiring.Container(settings, self.clock)
         wiring.override(self.container)
