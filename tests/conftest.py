@@ -63,7 +63,7 @@ def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any)
         container.clock,
         persistence,
         worker_id=name,
-        **{"lease_seconds": 60, **options},
+        **{"lease_seconds": 60, "metrics": container.metrics, **options},
     )
 
 
@@ -119,6 +119,7 @@ def create_queues(sqs) -> dict[str, dict[str, str]]:
 @pytest.fixture
 def container(aws, clock):
     from jobsched import wiring
+    from jobsched.domain.metrics import RecordedMetrics
     from jobsched.settings import Settings
 
     # A sweep makes runs up to the horizon only (the stack's 300 s ahead is tested on its own):
@@ -126,7 +127,7 @@ def container(aws, clock):
     settings = Settings(
         shard_count=4, sweep_ahead_seconds=120, queue_urls=aws["urls"], dlq_urls=aws["dlq_urls"]
     )
-    built = wiring.Container(settings, clock)
+    built = wiring.Container(settings, clock, RecordedMetrics())  # what the services emit
     wiring.override(built)
     yield built
     wiring.override(None)

@@ -18,7 +18,15 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
@@ -94,10 +102,14 @@ class Settings(BaseModel):
     # A job due within the horizon gets its runs this far ahead in one sweep (horizon..3600).
     sweep_ahead_seconds: int = Field(300, alias="SWEEP_AHEAD_SECONDS", le=3600, validate_default=True)
     retention_days: int = Field(30, alias="RETENTION_DAYS", ge=1, le=3650)
-    max_jobs_per_tenant: int = Field(10_000, alias="MAX_JOBS_PER_TENANT", ge=0)  # ACTIVE or PAUSED; 0: no quota
+    max_jobs_per_tenant: int = Field(
+        10_000, alias="MAX_JOBS_PER_TENANT", ge=0
+    )  # ACTIVE or PAUSED; 0: no quota
     tenant_requests_per_second: int = Field(50, alias="TENANT_REQUESTS_PER_SECOND", ge=0)  # API; 0: no limit
     fair_queues: bool = Field(True, alias="FAIR_QUEUES")  # MessageGroupId = tenant on the standard queues
-    tenant_concurrency: int = Field(50, alias="TENANT_CONCURRENCY", ge=0)  # leased runs per tenant; 0: no limit
+    tenant_concurrency: int = Field(
+        50, alias="TENANT_CONCURRENCY", ge=0
+    )  # leased runs per tenant; 0: no limit
     lease_seconds: int = Field(60, alias="LEASE_SECONDS", ge=10, le=900)  # renewed by the heartbeat
     http_allow_destinations: Names = Field((), alias="HTTP_ALLOW_DESTINATIONS")  # CIDRs or host names
     handler_modules: Names = Field((), alias="HANDLER_MODULES")  # modules that register Python job handlers

@@ -116,7 +116,10 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
 @pytest.mark.parametrize(
     ("context", "message"),
     [
-        ({"leaseSeconds": "5"}, r"leaseSeconds \(LEASE_SECONDS\): Input should be greater than or equal to 10"),
+        (
+            {"leaseSeconds": "5"},
+            r"leaseSeconds \(LEASE_SECONDS\): Input should be greater than or equal to 10",
+        ),
         ({"horizonSeconds": "600"}, r"sweepAheadSeconds \(SWEEP_AHEAD_SECONDS\): must be at least"),
         ({"retentionDays": "0"}, r"retentionDays \(RETENTION_DAYS\)"),
     ],

@@ -156,9 +156,20 @@ def _with_refs(settings_env: dict[str, str]) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("context", [{}, {"shardCount": 64, "fairQueues": "false", "horizonSeconds": 300,
-                                           "httpAllowDestinations": "10.0.0.0/8,intranet", "leaseSeconds": 120}],
-                         ids=["defaults", "overridden"])
+@pytest.mark.parametrize(
+    "context",
+    [
+        {},
+        {
+            "shardCount": 64,
+            "fairQueues": "false",
+            "horizonSeconds": 300,
+            "httpAllowDestinations": "10.0.0.0/8,intranet",
+            "leaseSeconds": 120,
+        },
+    ],
+    ids=["defaults", "overridden"],
+)
 def test_each_functions_environment_is_the_settings_models_serialisation(synth, tmp_path, context):
     """Nothing hand-listed: the template's variables are Settings.lambda_environment() of the
     infra config (resources as references) plus Powertools' own, on every function."""
