@@ -149,9 +149,10 @@ class Flows:
         registry.add("iamflow.slow", self._slow)
         registry.add("iamflow.fail", self._fail)
         # A short lease, so the heartbeat runs while the slow handler works: below the
-        # deployable minimum, so set past the model's validation.
+        # deployable minimum, so set past the model's validation. Sweeps make runs to the
+        # horizon only, so each sweep of the flows finds a job due.
         settings = Settings(
-            shard_count=SHARDS, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"]
+            shard_count=SHARDS, sweep_ahead_seconds=120, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"]
         ).model_copy(update={"lease_seconds": 3})
         self.container = wiring.Container(settings, self.clock)
         wiring.override(self.container)
