@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobsched.settings import Settings
+
 from .calls import Call, Recorder, current_stage, stage
 from .handlers import JOB_TYPE
 from .lag import thread_stage
@@ -28,14 +30,16 @@ T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 REGION = "us-east-1"
 
 # Mirror of infra/config.py and infra/event_sources.py defaults (checked by the smoke test;
-# importing infra.config would start the jsii runtime).
+# importing infra.config would start the jsii runtime). The runtime settings' defaults are the
+# stack's: read from the model itself.
 WORKER_BATCH_SIZE = {"high": 5, "default": 10, "low": 10}
 WORKER_CONCURRENCY = {"high": 50, "default": 100, "low": 25}
 OUTBOX_BATCH_SIZE = 100
 OUTBOX_PARALLELIZATION = 4
-HORIZON_SECONDS = 120
-SHARD_COUNT = 32
-SWEEP_AHEAD_SECONDS = 300
+_RUNTIME = Settings()
+HORIZON_SECONDS = _RUNTIME.horizon_seconds
+SHARD_COUNT = _RUNTIME.shard_count
+SWEEP_AHEAD_SECONDS = _RUNTIME.sweep_ahead_seconds
 SHARDS_PER_SWEEP = 1
 
 # Stage -> the Lambda function that runs it.
@@ -403,6 +407,6 @@ class Harness:
     def drain(self) -> float:
         """Run on without sweeping past the furthest run a sweep made, so every run made is
         run; returns the seconds simulated."""
-        seconds = float((self.settings.sweep_ahead_seconds or self.settings.horizon_seconds) + 60)
+        seconds = float(self.settings.sweep_ahead_seconds + 60)
         self.run_until(self.clock.t + seconds, sweep=False)
         return seconds

@@ -25,6 +25,7 @@ from unittest import mock
 
 from jobsched.domain.errors import ConcurrentUpdate, ExecutionError, JobschedError, StorageUnavailable
 from jobsched.domain.instants import ManualClock
+from jobsched.domain.metrics import RecordedMetrics
 from jobsched.domain.models import Job, JobState
 from jobsched.domain.runs import Run, RunState
 from jobsched.services.completion import Completer
@@ -200,7 +201,7 @@ class World:
         self.sequencer = Sequencer()
         self.ledger = Ledger(self.sequencer, self.clock.now)
         self.registry = chaos_registry(self.ledger, handler_rng)
-        self.metrics: Counter[str] = Counter()
+        self.metrics = RecordedMetrics()  # the worker's and completers' (the figures count them)
         self.faults: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.unexpected: list[str] = []
@@ -243,7 +244,7 @@ class World:
         api_runs = RunStore(self._ddb(), RUNS.default_name, shards)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
         api_queues = self._queues(self.sqs_throttle)
-        api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self._metric)
+        api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self.metrics)
         api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
         self.jobs = JobService(
             api_defs, api_clock, materialize=api_materializer.materialize, on_resume=api_missed.on_resume
@@ -271,7 +272,7 @@ class World:
         reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards)
         reconciler_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         completer = Completer(
-            reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self._metric
+            reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self.metrics
         )
         self.reconciler = Reconciler(
             reconciler_runs,
@@ -295,10 +296,6 @@ class World:
         sqs = LoopingQueueClient(self.sqs, self.loop) if looping else self.sqs
         return RunQueues(FlakyClient(sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
 
-    def _metric(self, name: str, value: float, unit: str) -> None:
-        if unit == "Count":
-            self.metrics[name] += int(value)
-
     def _worker(self, name: str, *, broken: str | None = None) -> Worker:
         from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
         from jobsched.targets import TargetRunner
@@ -318,7 +315,7 @@ class World:
             worker_id=name,
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,
-            metrics=self._metric,
+            metrics=self.metrics,
         )
 
     # --- the loop ---
@@ -356,7 +353,6 @@ class World:
             self._deliver()
             if second % config.reconcile_every == 0:
                 self._reconcile()
-            _drain_metrics()
             second += 1
             self.clock.advance(1)
             if config.verbose and second % 300 == 0:
@@ -801,8 +797,8 @@ class World:
                 ledger=self.ledger,
                 audit=self.audit,
                 redrives=self.redrives,
-                duplicates_suppressed=self.metrics["DuplicatesSuppressed"],
-                stale_fences_rejected=self.metrics["StaleFencesRejected"],
+                duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),
+                stale_fences_rejected=int(self.metrics.total("StaleFencesRejected")),
                 repairs=self.repairs,
                 oversize=self.dynamo.oversize,
                 max_item_bytes=self.dynamo.max_item_bytes,
@@ -903,13 +899,6 @@ def _create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str]]:
 
     urls, dlq_urls, _ = create_queues(sqs)
     return urls, dlq_urls
-
-
-def _drain_metrics() -> None:
-    # Services also emit through the shared Powertools Metrics object; nobody flushes it here.
-    from jobsched.observability import metrics
-
-    metrics.clear_metrics()
 
 
 ENVIRONMENT = {

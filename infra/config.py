@@ -1,4 +1,8 @@
-"""Deploy-time settings, read from CDK context (cdk.json, or `-c key=value` on the CLI)."""
+"""Deploy-time settings, read from CDK context (cdk.json, or `-c key=value` on the CLI).
+
+The settings the functions read at run time (shardCount, horizonSeconds, ...) are owned by
+the runtime model, jobsched.settings.Settings: their defaults and their rules come from it,
+and the functions' environment is generated from it (`runtime_settings`)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constructs import Node
+from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
+from pydantic import ValidationError
 
 from .names import QUEUE_KEYS, RECONCILER, SWEEPER, code_asset_packages
 
@@ -44,26 +50,29 @@ class ConfigError(ValueError):
     pass
 
 
+def _runtime_default(name: str) -> Any:
+    return Settings.model_fields[name].get_default(call_default_factory=True)
+
+
 @dataclass(frozen=True)
 class Config:
-    # 32: the sweepers then make ~147,000 runs/min (bench/report.md, capacity); more shards
-    # cost only empty ticks.
-    shard_count: int = 32
+    # The functions' settings: defaults from the runtime model (see RUNTIME_FIELDS).
+    shard_count: int = _runtime_default("shard_count")
     # Shards one sweeper invocation handles (one rule target per group). One each: a sweep
     # has 50 s, and at ~10 ms per run made, sweeping several shards in one caps throughput.
     shards_per_sweep: int = 1
-    retention_days: int = 30
-    horizon_seconds: int = 120
-    sweep_ahead_seconds: int = 300
-    tenant_concurrency: int = 50
-    max_jobs_per_tenant: int = 10_000
-    tenant_requests_per_second: int = 50
-    lease_seconds: int = 60
-    fair_queues: bool = True
+    retention_days: int = _runtime_default("retention_days")
+    horizon_seconds: int = _runtime_default("horizon_seconds")
+    sweep_ahead_seconds: int = _runtime_default("sweep_ahead_seconds")
+    tenant_concurrency: int = _runtime_default("tenant_concurrency")
+    max_jobs_per_tenant: int = _runtime_default("max_jobs_per_tenant")
+    tenant_requests_per_second: int = _runtime_default("tenant_requests_per_second")
+    lease_seconds: int = _runtime_default("lease_seconds")
+    fair_queues: bool = _runtime_default("fair_queues")
     alarm_email: str | None = None
     target_arns: tuple[str, ...] = DEFAULT_TARGET_ARNS
-    http_allow_destinations: tuple[str, ...] = ()
-    handler_modules: tuple[str, ...] = ()  # modules in the asset that register Python job handlers
+    http_allow_destinations: tuple[str, ...] = _runtime_default("http_allow_destinations")
+    handler_modules: tuple[str, ...] = _runtime_default("handler_modules")  # modules in the asset
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
@@ -106,19 +115,8 @@ class Config:
     )
 
     def __post_init__(self) -> None:
-        _check(1 <= self.shard_count <= 256, "shardCount must be 1..256")
+        self.runtime_settings()  # the runtime model's rules, reported by context key
         _check(1 <= self.shards_per_sweep <= self.shard_count, "shardsPerSweep must be 1..shardCount")
-        _check(1 <= self.retention_days <= 3650, "retentionDays must be 1..3650")
-        # The sweeper ticks every 60 s; a shorter horizon would materialise runs late.
-        _check(60 <= self.horizon_seconds <= 3600, "horizonSeconds must be 60..3600")
-        _check(
-            self.horizon_seconds <= self.sweep_ahead_seconds <= 3600,
-            "sweepAheadSeconds must be horizonSeconds..3600",
-        )
-        _check(self.tenant_concurrency >= 0, "tenantConcurrency must be >= 0 (0 = no limit)")
-        _check(self.max_jobs_per_tenant >= 0, "maxJobsPerTenant must be >= 0 (0 = no quota)")
-        _check(self.tenant_requests_per_second >= 0, "tenantRequestsPerSecond must be >= 0 (0 = no limit)")
-        _check(10 <= self.lease_seconds <= 900, "leaseSeconds must be 10..900")
         for queue in QUEUE_KEYS:
             for name, table, low, high in (
                 ("workerConcurrency", self.worker_concurrency, 2, 1000),  # Lambda's MaximumConcurrency range
@@ -157,6 +155,18 @@ class Config:
             20 <= capacity.get("targetUtilization", 0) <= 90,
             "provisionedCapacity.targetUtilization must be 20..90 (percent)",
         )
+
+    def runtime_settings(self, **resources: Any) -> Settings:
+        """What the functions run with: this config's runtime fields and the stack's resources
+        (table names, queue URLs: tokens at synth time). Its `lambda_environment()` is the
+        functions' environment."""
+        try:
+            return Settings(**{name: getattr(self, name) for name in RUNTIME_FIELDS}, **resources)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            variable = env_name(tuple(error["loc"]))
+            key = _CONTEXT_KEY_OF.get(variable, variable)
+            raise ConfigError(f"{key} ({variable}): {error['msg']} (got {error.get('input')!r})") from None
 
     def ticks_per_minute(self) -> dict[str, int]:
         """Invocations each scheduled function gets at once, every minute."""
@@ -222,7 +232,30 @@ _FIELDS: dict[str, str] = {
     "provisionedCapacity": "map",
 }
 BILLING_MODES = ("on-demand", "provisioned")
+# Config fields the functions read at run time: same names as jobsched.settings.Settings fields.
+RUNTIME_FIELDS = (
+    "shard_count",
+    "horizon_seconds",
+    "sweep_ahead_seconds",
+    "retention_days",
+    "max_jobs_per_tenant",
+    "tenant_requests_per_second",
+    "fair_queues",
+    "tenant_concurrency",
+    "lease_seconds",
+    "http_allow_destinations",
+    "handler_modules",
+)
 CONTEXT_KEYS = tuple(_FIELDS)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# Environment variable -> the context key that sets it (for errors raised by the runtime model).
+_CONTEXT_KEY_OF = {str(Settings.model_fields[name].alias): _camel(name) for name in RUNTIME_FIELDS}
 
 
 def _snake(name: str) -> str:

@@ -1,5 +1,5 @@
 """The five functions: one code asset (functions/), one layer, one role each with exactly the
-actions in infra.permissions, and the environment jobsched.settings reads."""
+actions in infra.permissions, and the environment generated from jobsched.settings.Settings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
-from jobsched.store.schema import ALL_TABLES, QUEUES
+from jobsched.settings import Settings
+from jobsched.store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
 
 from . import permissions
 from .config import Config
@@ -63,31 +64,29 @@ def log_retention(days: int) -> logs.RetentionDays:
     return next((r for d, r in sorted(_RETENTION.items()) if d >= days), logs.RetentionDays.TEN_YEARS)
 
 
+# Powertools' own variables: the service and namespace its Logger and Metrics report under.
+POWERTOOLS_ENVIRONMENT = {
+    "POWERTOOLS_SERVICE_NAME": SERVICE,
+    "POWERTOOLS_METRICS_NAMESPACE": SERVICE,
+    "POWERTOOLS_LOG_LEVEL": "INFO",
+    "POWERTOOLS_METRICS_DISABLED": "false",  # local mode turns them off; Lambda keeps them
+}
+
+
+def runtime_settings(config: Config, storage: Storage, queues: Queues) -> Settings:
+    """The settings every function runs with: the config's, pointed at this stack's resources."""
+    return config.runtime_settings(
+        definitions_table=storage.table(DEFINITIONS).table_name,
+        runs_table=storage.table(RUNS).table_name,
+        idempotency_table=storage.table(IDEMPOTENCY).table_name,
+        queue_urls={q.key: queues.queues[q.key].queue_url for q in QUEUES},
+        dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
+    )
+
+
 def environment(config: Config, storage: Storage, queues: Queues) -> dict[str, str]:
-    """Every variable jobsched.settings.Settings.from_env reads (local-mode ones excepted)."""
-    env = {
-        "SHARD_COUNT": str(config.shard_count),
-        "HORIZON_SECONDS": str(config.horizon_seconds),
-        "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds),
-        "RETENTION_DAYS": str(config.retention_days),
-        "FAIR_QUEUES": "true" if config.fair_queues else "false",
-        "TENANT_CONCURRENCY": str(config.tenant_concurrency),
-        "MAX_JOBS_PER_TENANT": str(config.max_jobs_per_tenant),
-        "TENANT_REQUESTS_PER_SECOND": str(config.tenant_requests_per_second),
-        "LEASE_SECONDS": str(config.lease_seconds),
-        "HTTP_ALLOW_DESTINATIONS": ",".join(config.http_allow_destinations),
-        "HANDLER_MODULES": ",".join(config.handler_modules),
-        "POWERTOOLS_SERVICE_NAME": SERVICE,
-        "POWERTOOLS_METRICS_NAMESPACE": SERVICE,
-        "POWERTOOLS_LOG_LEVEL": "INFO",
-        "POWERTOOLS_METRICS_DISABLED": "false",  # local mode turns them off; Lambda keeps them
-    }
-    for spec in ALL_TABLES:
-        env[spec.env_var] = storage.table(spec).table_name
-    for queue in QUEUES:
-        env[queue.env_var] = queues.queues[queue.key].queue_url
-        env[queue.dlq_env_var] = queues.dlqs[queue.key].queue_url
-    return env
+    """Generated from the runtime settings model: every variable it reads, and Powertools'."""
+    return {**runtime_settings(config, storage, queues).lambda_environment(), **POWERTOOLS_ENVIRONMENT}
 
 
 class Functions(Construct):

@@ -56,10 +56,15 @@ def aws() -> Iterator[dict[str, dict[str, str]]]:
 @pytest.fixture
 def container(aws, clock):
     from jobsched import wiring
+    from jobsched.domain.metrics import RecordedMetrics
     from jobsched.settings import Settings
 
-    settings = Settings(shard_count=4, queue_urls=aws["urls"], dlq_urls=aws["dlq_urls"])
-    built = wiring.Container(settings, clock)
+    # A sweep makes runs up to the horizon only (the stack's 300 s ahead is tested on its own):
+    # the tests count the runs each sweep makes.
+    settings = Settings(
+        shard_count=4, sweep_ahead_seconds=120, queue_urls=aws["urls"], dlq_urls=aws["dlq_urls"]
+    )
+    built = wiring.Container(settings, clock, RecordedMetrics())  # what the services emit
     wiring.override(built)
     yield built
     wiring.override(None)

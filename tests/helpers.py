@@ -45,7 +45,7 @@ def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any)
         container.clock,
         persistence,
         worker_id=name,
-        **{"lease_seconds": 60, **options},
+        **{"lease_seconds": 60, "metrics": container.metrics, **options},
     )
 
 

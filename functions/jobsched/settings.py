@@ -1,43 +1,55 @@
-"""Runtime settings, read from the environment once at cold start.
+"""Runtime settings: one pydantic model, read from the environment once at cold start.
 
-Only handlers and wiring read this; the domain and services receive plain values.
+Each field's alias is the environment variable that carries it, and its default is the value
+the stack deploys (infra.config takes its defaults from here), so the two cannot drift. The
+stack's Lambda environment is generated from the model (`lambda_environment`), never listed
+by hand. Only handlers and wiring read this; the domain and services receive plain values.
 
-Outside Lambda (tests, local mode) a missing variable falls back to the local default. In
-Lambda a missing variable is a broken deployment, never a reason to talk to a table named
-`jobsched-runs` in someone else's stack: importing this module there fails at once and
-names every variable that is missing."""
+A bad value fails with the variable's name and the rule it breaks (`InvalidSettings`). Outside
+Lambda (tests, local mode) a missing variable falls back to its default. In Lambda a missing
+variable is a broken deployment, never a reason to talk to a table named `jobsched-runs` in
+someone else's stack: importing this module there fails at once and names every variable
+that is missing (`MissingSettings`)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
-
-# What the stack sets on every function (infra.functions.environment) and the code cannot do
-# without. HTTP_ALLOW_DESTINATIONS and HANDLER_MODULES may legitimately be empty or absent.
-REQUIRED_IN_LAMBDA = (
-    DEFINITIONS.env_var,
-    RUNS.env_var,
-    IDEMPOTENCY.env_var,
-    *(q.env_var for q in QUEUES),
-    *(q.dlq_env_var for q in QUEUES),
-    "SHARD_COUNT",
-    "HORIZON_SECONDS",
-    "SWEEP_AHEAD_SECONDS",
-    "RETENTION_DAYS",
-    "MAX_JOBS_PER_TENANT",
-    "TENANT_REQUESTS_PER_SECOND",
-    "FAIR_QUEUES",
-    "TENANT_CONCURRENCY",
-    "LEASE_SECONDS",
-)
+ENDPOINT_URL = "JOBSCHED_AWS_ENDPOINT_URL"  # local mode only: the moto server
 
 
-class MissingSettings(RuntimeError):
+def _csv(value: Any) -> Any:
+    """`a,b` in the environment; a list or tuple from Python."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+Names = Annotated[tuple[str, ...], BeforeValidator(_csv)]
+
+
+class SettingsError(RuntimeError):
+    """The environment cannot configure this function."""
+
+
+class MissingSettings(SettingsError):
     """Running in Lambda without variables the stack always sets."""
 
     def __init__(self, names: list[str]) -> None:
@@ -49,56 +61,137 @@ class MissingSettings(RuntimeError):
         )
 
 
-@dataclass(frozen=True)
-class Settings:
-    definitions_table: str = DEFINITIONS.default_name
-    runs_table: str = RUNS.default_name
-    idempotency_table: str = IDEMPOTENCY.default_name
-    shard_count: int = 16
-    horizon_seconds: int = 120
-    sweep_ahead_seconds: int | None = None  # None: the horizon
-    retention_days: int = 30
-    max_jobs_per_tenant: int = 10_000  # ACTIVE or PAUSED jobs; 0 turns the quota off
-    tenant_requests_per_second: int = 50  # API requests; 0 turns the limit off
-    queue_urls: dict[str, str] = field(default_factory=dict)  # queue key -> URL
-    dlq_urls: dict[str, str] = field(default_factory=dict)
-    fair_queues: bool = True  # MessageGroupId = tenant on the standard queues
-    tenant_concurrency: int = 50  # leased runs per tenant before its messages are delayed
-    lease_seconds: int = 60  # renewed by the heartbeat while the effect runs
-    allow_destinations: tuple[str, ...] = ()  # HTTP target allow-list (CIDRs or host names)
-    handler_modules: tuple[str, ...] = ()  # modules that register Python job handlers
-    endpoint_url: str | None = None  # set in local mode (moto server)
+class InvalidSettings(SettingsError):
+    """A variable is set to a value its rule refuses; the message names both."""
+
+    def __init__(self, error: ValidationError) -> None:
+        self.problems = [problem(e) for e in error.errors()]
+        super().__init__("jobsched: invalid environment: " + "; ".join(self.problems))
+
+
+def env_name(loc: tuple[Any, ...]) -> str:
+    """The variable (or, for a value given by field name, the variable of that field) at `loc`."""
+    if not loc:
+        return "environment"
+    name = str(loc[0])
+    field = Settings.model_fields.get(name)
+    return field.alias if field is not None and field.alias else name
+
+
+def problem(error: Any) -> str:
+    value = error.get("input")
+    shown = f" (got {value!r})" if isinstance(value, str | int | float) else ""
+    return f"{env_name(tuple(error['loc']))}: {error['msg']}{shown}"
+
+
+class Settings(BaseModel):
+    """What every function reads from its environment. The defaults are the deployed values."""
+
+    model_config = ConfigDict(frozen=True, validate_by_alias=True, validate_by_name=True, extra="ignore")
+
+    definitions_table: str = Field(DEFINITIONS.default_name, alias=DEFINITIONS.env_var, min_length=3)
+    runs_table: str = Field(RUNS.default_name, alias=RUNS.env_var, min_length=3)
+    idempotency_table: str = Field(IDEMPOTENCY.default_name, alias=IDEMPOTENCY.env_var, min_length=3)
+    # Due/open index shards. 32: the sweepers then make ~147,000 runs/min (bench/report.md,
+    # capacity); more shards cost only empty ticks. Only ever increase it: items keep the shard
+    # they were written with.
+    shard_count: int = Field(32, alias="SHARD_COUNT", ge=1, le=256)
+    # How far ahead runs are materialised. The sweeper ticks every 60 s; a shorter horizon
+    # would make runs late.
+    horizon_seconds: int = Field(120, alias="HORIZON_SECONDS", ge=60, le=3600)
+    # A job due within the horizon gets its runs this far ahead in one sweep (horizon..3600).
+    sweep_ahead_seconds: int = Field(300, alias="SWEEP_AHEAD_SECONDS", le=3600, validate_default=True)
+    retention_days: int = Field(30, alias="RETENTION_DAYS", ge=1, le=3650)
+    max_jobs_per_tenant: int = Field(
+        10_000, alias="MAX_JOBS_PER_TENANT", ge=0
+    )  # ACTIVE or PAUSED; 0: no quota
+    tenant_requests_per_second: int = Field(50, alias="TENANT_REQUESTS_PER_SECOND", ge=0)  # API; 0: no limit
+    fair_queues: bool = Field(True, alias="FAIR_QUEUES")  # MessageGroupId = tenant on the standard queues
+    tenant_concurrency: int = Field(
+        50, alias="TENANT_CONCURRENCY", ge=0
+    )  # leased runs per tenant; 0: no limit
+    lease_seconds: int = Field(60, alias="LEASE_SECONDS", ge=10, le=900)  # renewed by the heartbeat
+    http_allow_destinations: Names = Field((), alias="HTTP_ALLOW_DESTINATIONS")  # CIDRs or host names
+    handler_modules: Names = Field((), alias="HANDLER_MODULES")  # modules that register Python job handlers
+    # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
+    queue_urls: dict[str, str] = Field(default_factory=dict)
+    dlq_urls: dict[str, str] = Field(default_factory=dict)
+    endpoint_url: str | None = Field(None, alias=ENDPOINT_URL)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_environment(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        # An empty variable is an unset one (the template cannot leave one out conditionally).
+        values = {k: v for k, v in data.items() if not (isinstance(v, str) and v == "")}
+        if "queue_urls" not in values:
+            values["queue_urls"] = {q.key: values[q.env_var] for q in QUEUES if q.env_var in values}
+        if "dlq_urls" not in values:
+            values["dlq_urls"] = {q.key: values[q.dlq_env_var] for q in QUEUES if q.dlq_env_var in values}
+        return values
+
+    @field_validator("sweep_ahead_seconds")
+    @classmethod
+    def _not_shorter_than_the_horizon(cls, value: int, info: Any) -> int:
+        horizon = info.data.get("horizon_seconds")
+        if horizon is not None and value < horizon:
+            raise PydanticCustomError(
+                "sweep_ahead_below_horizon",
+                "must be at least HORIZON_SECONDS ({horizon})",
+                {"horizon": horizon},
+            )
+        return value
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ) if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
         if env.get(IN_LAMBDA):
-            missing = [name for name in REQUIRED_IN_LAMBDA if not env.get(name)]
+            missing = [name for name in required_in_lambda() if not env.get(name)]
             if missing:
                 raise MissingSettings(missing)
-        return cls(
-            definitions_table=env.get(DEFINITIONS.env_var, DEFINITIONS.default_name),
-            runs_table=env.get(RUNS.env_var, RUNS.default_name),
-            idempotency_table=env.get(IDEMPOTENCY.env_var, IDEMPOTENCY.default_name),
-            shard_count=int(env.get("SHARD_COUNT", "16")),
-            horizon_seconds=int(env.get("HORIZON_SECONDS", "120")),
-            sweep_ahead_seconds=int(env.get("SWEEP_AHEAD_SECONDS", "300")),
-            retention_days=int(env.get("RETENTION_DAYS", "30")),
-            max_jobs_per_tenant=int(env.get("MAX_JOBS_PER_TENANT", "10000")),
-            tenant_requests_per_second=int(env.get("TENANT_REQUESTS_PER_SECOND", "50")),
-            queue_urls={q.key: env[q.env_var] for q in QUEUES if env.get(q.env_var)},
-            dlq_urls={q.key: env[q.dlq_env_var] for q in QUEUES if env.get(q.dlq_env_var)},
-            fair_queues=env.get("FAIR_QUEUES", "true").lower() == "true",
-            tenant_concurrency=int(env.get("TENANT_CONCURRENCY", "50")),
-            lease_seconds=int(env.get("LEASE_SECONDS", "60")),
-            allow_destinations=_csv(env.get("HTTP_ALLOW_DESTINATIONS", "")),
-            handler_modules=_csv(env.get("HANDLER_MODULES", "")),
-            endpoint_url=env.get("JOBSCHED_AWS_ENDPOINT_URL") or None,
-        )
+        try:
+            return cls.model_validate(env)
+        except ValidationError as exc:
+            raise InvalidSettings(exc) from None
+
+    def lambda_environment(self) -> dict[str, str]:
+        """Every variable `from_env` reads, as strings: what the stack sets on each function
+        (and local mode in its own process). `from_env` of the result equals this model."""
+        env: dict[str, str] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name == "queue_urls":
+                env.update({q.env_var: value[q.key] for q in QUEUES if q.key in value})
+            elif name == "dlq_urls":
+                env.update({q.dlq_env_var: value[q.key] for q in QUEUES if q.key in value})
+            elif value is None:
+                continue  # endpoint_url outside local mode
+            elif isinstance(value, bool):
+                env[str(field.alias)] = "true" if value else "false"
+            elif isinstance(value, tuple):
+                env[str(field.alias)] = ",".join(value)
+            else:
+                env[str(field.alias)] = str(value)
+        return env
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def environment_names() -> tuple[str, ...]:
+    """Every variable the model reads."""
+    names = [str(f.alias) for n, f in Settings.model_fields.items() if f.alias]
+    return (*names, *(q.env_var for q in QUEUES), *(q.dlq_env_var for q in QUEUES))
+
+
+# May legitimately be empty: the allow-list, the handler modules; local mode's endpoint.
+OPTIONAL = frozenset({"HTTP_ALLOW_DESTINATIONS", "HANDLER_MODULES", ENDPOINT_URL})
+
+
+def required_in_lambda() -> tuple[str, ...]:
+    """What the stack sets on every function and the code cannot do without."""
+    return tuple(name for name in environment_names() if name not in OPTIONAL)
+
+
+REQUIRED_IN_LAMBDA = required_in_lambda()
 
 
 @lru_cache(maxsize=1)

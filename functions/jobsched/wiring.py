@@ -13,8 +13,9 @@ from functools import cached_property
 
 from .aws import client
 from .domain.instants import Clock, SystemClock
+from .domain.metrics import Metrics
 from .domain.runs import Run
-from .observability import emit
+from .observability import powertools_metrics
 from .services.completion import Completer
 from .services.jobs import JobService
 from .services.materialize import Materializer
@@ -34,6 +35,7 @@ from .store.runs import RunStore
 class Container:
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
+    metrics: Metrics = powertools_metrics  # tests record them (domain.metrics.RecordedMetrics)
 
     def __post_init__(self) -> None:
         # Python job handlers register themselves on import; every function imports them so
@@ -53,6 +55,7 @@ class Container:
             self.settings.shard_count,
             retention=timedelta(days=self.settings.retention_days),
             is_external=self.is_external,
+            metrics=self.metrics,
         )
 
     @cached_property
@@ -89,12 +92,12 @@ class Container:
             self.runs,
             self.clock,
             horizon=timedelta(seconds=self.settings.horizon_seconds),
-            ahead=timedelta(seconds=self.settings.sweep_ahead_seconds or self.settings.horizon_seconds),
+            ahead=timedelta(seconds=self.settings.sweep_ahead_seconds),
         )
 
     @cached_property
     def sweeper(self) -> Sweeper:
-        return Sweeper(self.definitions, self.materializer, self.clock)
+        return Sweeper(self.definitions, self.materializer, self.clock, metrics=self.metrics)
 
     @cached_property
     def worker(self) -> Worker:
@@ -102,7 +105,7 @@ class Container:
 
         from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
 
-        http = HttpTargetClient(DestinationPolicy(list(self.settings.allow_destinations)))
+        http = HttpTargetClient(DestinationPolicy(list(self.settings.http_allow_destinations)))
         return Worker(
             self.definitions,
             self.runs,
@@ -116,7 +119,7 @@ class Container:
             lease_seconds=self.settings.lease_seconds,
             tenant_concurrency=self.settings.tenant_concurrency,
             idempotency_ttl=timedelta(days=1),
-            metrics=emit,
+            metrics=self.metrics,
             completer=self.completer,
         )
 
@@ -124,11 +127,11 @@ class Container:
 
     @cached_property
     def outbox(self) -> Outbox:
-        return Outbox(self.runs, self.queues, self.clock, default_router())
+        return Outbox(self.runs, self.queues, self.clock, default_router(), self.metrics)
 
     @cached_property
     def completer(self) -> Completer:
-        return Completer(self.definitions, self.runs, self.queues, self.clock, emit)
+        return Completer(self.definitions, self.runs, self.queues, self.clock, self.metrics)
 
     @cached_property
     def reconciler(self) -> Reconciler:
@@ -139,6 +142,7 @@ class Container:
             on_dead=self.completer.after,
             is_external=self.is_external,
             settle_held=self.missed_runs.settle_held,
+            metrics=self.metrics,
         )
 
     @cached_property

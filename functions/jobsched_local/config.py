@@ -1,4 +1,6 @@
-"""Local mode configuration: API keys mapped to tenants, ports and tick intervals.
+"""Local mode configuration: API keys mapped to tenants, ports and tick intervals, and the
+runtime settings the functions get (jobsched.settings.Settings, whose defaults apply unless
+local mode needs its own: fewer shards, the demo's handlers, a loopback allow-list).
 
 The default configuration carries one development key; a JSON file given with --config
 replaces any of these fields."""
@@ -10,8 +12,27 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from jobsched.settings import Settings
+from pydantic import ValidationError
+
 DEV_KEY = "jobsched-dev-key"
 DEV_TENANT = "dev"
+
+
+def _runtime_default(name: str) -> Any:
+    return Settings.model_fields[name].get_default(call_default_factory=True)
+
+
+# LocalConfig field -> Settings field, for the settings local mode passes to the functions.
+RUNTIME_FIELDS = {
+    "shard_count": "shard_count",
+    "horizon_seconds": "horizon_seconds",
+    "sweep_ahead_seconds": "sweep_ahead_seconds",
+    "lease_seconds": "lease_seconds",
+    "tenant_concurrency": "tenant_concurrency",
+    "handler_modules": "handler_modules",
+    "allow_destinations": "http_allow_destinations",
+}
 
 
 @dataclass
@@ -22,8 +43,8 @@ class LocalConfig:
     moto_port: int = 5055
     region: str = "us-east-1"
     shard_count: int = 4
-    horizon_seconds: int = 120  # how far ahead the sweeper makes runs
-    sweep_ahead_seconds: int | None = None  # how far ahead a sweep makes a due job's runs (None: horizon)
+    horizon_seconds: int = _runtime_default("horizon_seconds")  # how far ahead the sweeper makes runs
+    sweep_ahead_seconds: int = _runtime_default("sweep_ahead_seconds")  # how far ahead a due job's runs
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
     reconcile_seconds: float = 60.0
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)
@@ -31,8 +52,8 @@ class LocalConfig:
     queue_poll_seconds: float = 0.2
     stream_batch_size: int = 100
     queue_batch_size: int = 10
-    lease_seconds: int = 60
-    tenant_concurrency: int = 50
+    lease_seconds: int = _runtime_default("lease_seconds")
+    tenant_concurrency: int = _runtime_default("tenant_concurrency")
     handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
 
@@ -45,7 +66,23 @@ class LocalConfig:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**data)
+        config = cls(**data)
+        config.runtime_settings()  # refused here, naming the setting, rather than at start
+        return config
+
+    def runtime_settings(self, **resources: Any) -> Settings:
+        """The functions' settings: this config's runtime fields (and `resources`: queue URLs,
+        the moto endpoint), the model's defaults for the rest."""
+        values = {field: getattr(self, name) for name, field in RUNTIME_FIELDS.items()}
+        try:
+            return Settings(**values, **resources)
+        except ValidationError as exc:
+            local_name = {field: name for name, field in RUNTIME_FIELDS.items()}
+            problems = [
+                f"{local_name.get(str(e['loc'][0]), e['loc'][0]) if e['loc'] else 'config'}: {e['msg']}"
+                for e in exc.errors()
+            ]
+            raise ValueError("invalid local settings: " + "; ".join(problems)) from None
 
     def tenant_for(self, api_key: str | None) -> str | None:
         return self.api_keys.get(api_key or "")

@@ -1,8 +1,9 @@
 """Local mode's console: what a person at the terminal needs, and nothing meant for Lambda.
 
 - `quiet_console()`: no CloudWatch EMF documents on stdout (in Lambda they become metrics;
-  `single_metric` prints them even with metrics disabled) and no Powertools warning about
-  an invocation that had no metrics to publish.
+  the metrics port drops them while metrics are disabled, and this filters any Powertools
+  prints regardless) and no Powertools warning about an invocation that had no metrics to
+  publish.
 - `startup_banner()`: where the API, its docs and the CLI are, and every API key.
 - `RunTable`: one line per run state change, of every tenant, read from the runs table's
   stream (a second reader beside the outbox's event source mapping, as DynamoDB allows).

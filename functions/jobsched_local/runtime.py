@@ -146,28 +146,21 @@ class LocalRuntime:
         """What the stack's function configuration provides, pointed at the moto server."""
         assert self.moto is not None
         config = self.config
+        runtime = config.runtime_settings(
+            queue_urls=self.resources["queue_urls"],
+            dlq_urls=self.resources["dlq_urls"],
+            endpoint_url=self.moto.url,
+        )
         env = {
+            **runtime.lambda_environment(),  # as the stack generates it, table names local
             "AWS_DEFAULT_REGION": config.region,
             "AWS_REGION": config.region,
-            "JOBSCHED_AWS_ENDPOINT_URL": self.moto.url,
-            "SHARD_COUNT": str(config.shard_count),
-            "HORIZON_SECONDS": str(config.horizon_seconds),
-            "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds or config.horizon_seconds),
-            "LEASE_SECONDS": str(config.lease_seconds),
-            "TENANT_CONCURRENCY": str(config.tenant_concurrency),
-            "HANDLER_MODULES": ",".join(config.handler_modules),
-            "HTTP_ALLOW_DESTINATIONS": ",".join(config.allow_destinations),
             "POWERTOOLS_SERVICE_NAME": "jobsched",
             "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
         }
-        for spec in ALL_TABLES:
-            env[spec.env_var] = spec.default_name
-        for queue in QUEUES:
-            env[queue.env_var] = self.resources["queue_urls"][queue.key]
-            env[queue.dlq_env_var] = self.resources["dlq_urls"][queue.key]
         os.environ.update(env)
         # Anything built from an earlier environment is rebuilt on first use.
         from jobsched import aws, settings, wiring

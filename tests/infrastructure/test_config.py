@@ -89,3 +89,41 @@ def test_cdk_json_pins_the_recommended_feature_flags_of_the_installed_cdk():
     flags = recommended_feature_flags()
     assert len(flags) > 50
     assert {k: context.get(k) for k in flags} == flags
+
+
+def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
+    """shardCount was 16 in the runtime and 32 in the stack; sweepAheadSeconds None and 300."""
+    from jobsched.settings import Settings
+
+    from infra.config import RUNTIME_FIELDS
+
+    config, settings = Config(), Settings()
+    assert {name: getattr(config, name) for name in RUNTIME_FIELDS} == {
+        name: getattr(settings, name) for name in RUNTIME_FIELDS
+    }
+    # Every setting the functions read from plain values is a context key (the rest are resources).
+    plain = {"definitions_table", "runs_table", "idempotency_table", "queue_urls", "dlq_urls", "endpoint_url"}
+    assert set(Settings.model_fields) - plain == set(RUNTIME_FIELDS)
+    # The shipped cdk.json shows those defaults.
+    context = json.loads(CDK_JSON.read_text())["context"]
+    for name in RUNTIME_FIELDS:
+        key = "".join(p if i == 0 else p.title() for i, p in enumerate(name.split("_")))
+        if key in context:
+            shipped = context[key]
+            assert (tuple(shipped) if isinstance(shipped, list) else shipped) == getattr(settings, name), key
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            {"leaseSeconds": "5"},
+            r"leaseSeconds \(LEASE_SECONDS\): Input should be greater than or equal to 10",
+        ),
+        ({"horizonSeconds": "600"}, r"sweepAheadSeconds \(SWEEP_AHEAD_SECONDS\): must be at least"),
+        ({"retentionDays": "0"}, r"retentionDays \(RETENTION_DAYS\)"),
+    ],
+)
+def test_runtime_rules_come_from_the_settings_model_and_name_the_context_key(context, message):
+    with pytest.raises(ConfigError, match=message):
+        Config.from_context(Node(**context))  # type: ignore[arg-type]

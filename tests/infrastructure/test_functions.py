@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from jobsched.settings import Settings
-from jobsched.store.schema import ALL_TABLES, QUEUES
+from jobsched.settings import Settings, environment_names
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
 
 from infra.config import UNRESERVED_MINIMUM, Config, ConfigError
 from infra.names import (
@@ -116,30 +116,8 @@ def test_every_handler_string_imports_from_the_asset(synth):
     assert result.stdout.strip() == f"ok {len(handlers)}"
 
 
-class _Reads(dict):
-    """An environment that records every name the code looks up."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: set[str] = set()
-
-    def get(self, key, default=None):  # type: ignore[override]
-        self.names.add(key)
-        return default
-
-    def __getitem__(self, key):
-        self.names.add(key)
-        raise KeyError(key)
-
-    def __contains__(self, key):  # type: ignore[override]
-        self.names.add(key)
-        return False
-
-
 def variables_the_code_reads(asset: Path) -> set[str]:
-    reads = _Reads()
-    Settings.from_env(reads)
-    names = set(reads.names)
+    names = set(environment_names())  # the settings model declares what it reads
     # Anything else in the asset that reads the environment by a literal name.
     for path in asset.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -174,25 +152,57 @@ def test_variables_point_at_the_right_resources(synth, config):
         for queue in QUEUES:
             assert env[queue.env_var] == {"Ref": queue_logical_id(queue.key)}
             assert env[queue.dlq_env_var] == {"Ref": dlq_logical_id(queue.key)}
-        expected = {
-            "SHARD_COUNT": str(config.shard_count),
-            "HORIZON_SECONDS": str(config.horizon_seconds),
-            "SWEEP_AHEAD_SECONDS": str(config.sweep_ahead_seconds),
-            "RETENTION_DAYS": str(config.retention_days),
-            "TENANT_CONCURRENCY": str(config.tenant_concurrency),
-            "MAX_JOBS_PER_TENANT": str(config.max_jobs_per_tenant),
-            "TENANT_REQUESTS_PER_SECOND": str(config.tenant_requests_per_second),
-            "LEASE_SECONDS": str(config.lease_seconds),
-            "FAIR_QUEUES": "true" if config.fair_queues else "false",
-            "POWERTOOLS_SERVICE_NAME": "jobsched",
-            "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
-        }
-        assert {k: env[k] for k in expected} == expected
-        # The deployed values parse the way the code parses them.
-        parsed = Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)})
-        assert parsed.shard_count == config.shard_count
-        assert parsed.horizon_seconds == config.horizon_seconds
-        assert parsed.sweep_ahead_seconds == config.sweep_ahead_seconds
+        assert env["SHARD_COUNT"] == str(config.shard_count)
+        assert env["POWERTOOLS_SERVICE_NAME"] == env["POWERTOOLS_METRICS_NAMESPACE"] == "jobsched"
+
+
+def _with_refs(settings_env: dict[str, str]) -> dict[str, object]:
+    """Placeholder resource names `ref:LogicalId` as the template writes them."""
+    return {
+        k: {"Ref": v.removeprefix("ref:")} if v.startswith("ref:") else v for k, v in settings_env.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {},
+        {
+            "shardCount": 64,
+            "fairQueues": "false",
+            "horizonSeconds": 300,
+            "httpAllowDestinations": "10.0.0.0/8,intranet",
+            "leaseSeconds": 120,
+        },
+    ],
+    ids=["defaults", "overridden"],
+)
+def test_each_functions_environment_is_the_settings_models_serialisation(synth, tmp_path, context):
+    """Nothing hand-listed: the template's variables are Settings.lambda_environment() of the
+    infra config (resources as references) plus Powertools' own, on every function."""
+    from infra.functions import POWERTOOLS_ENVIRONMENT
+    from tests.infrastructure.conftest import synthesize
+
+    built = synthesize(tmp_path, context, checks=False) if context else synth
+    config = built.stack.config
+    settings = config.runtime_settings(
+        definitions_table="ref:" + table_logical_id(DEFINITIONS),
+        runs_table="ref:" + table_logical_id(RUNS),
+        idempotency_table="ref:" + table_logical_id(IDEMPOTENCY),
+        queue_urls={q.key: "ref:" + queue_logical_id(q.key) for q in QUEUES},
+        dlq_urls={q.key: "ref:" + dlq_logical_id(q.key) for q in QUEUES},
+    )
+    expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
+    functions = built.of_type("AWS::Lambda::Function")
+    assert len(functions) == len(FUNCTIONS)
+    for logical_id, function in functions.items():
+        assert function["Properties"]["Environment"]["Variables"] == expected, logical_id
+    # And what the functions parse back is that config.
+    plain = {k: v for k, v in expected.items() if isinstance(v, str)}
+    parsed = Settings.from_env(plain)
+    assert parsed.shard_count == config.shard_count and parsed.fair_queues == config.fair_queues
+    assert parsed.horizon_seconds == config.horizon_seconds
+    assert parsed.http_allow_destinations == config.http_allow_destinations
 
 
 def function_of(synth, name: str) -> str:

@@ -12,7 +12,6 @@ from botocore.exceptions import ClientError
 from jobsched.domain.instants import epoch_seconds, format_instant
 from jobsched.domain.models import HttpTarget, Priority
 from jobsched.domain.runs import Run, RunState, created
-from jobsched.observability import metrics
 from jobsched.services.outbox import Outbox, default_router, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
@@ -20,13 +19,6 @@ from jobsched.store.runs import RunStore
 from tests.helpers import claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
-
-
-@pytest.fixture(autouse=True)
-def fresh_metrics():
-    metrics.clear_metrics()
-    yield
-    metrics.clear_metrics()
 
 
 def make_run(
@@ -78,9 +70,8 @@ def receive_all(url: str) -> list[dict[str, Any]]:
     return list(response.get("Messages", []))
 
 
-def metric(name: str) -> float:
-    entry = metrics.metric_set.get(name)
-    return sum(entry["Value"]) if entry else 0
+def metric(container, name: str) -> float:
+    return container.metrics.total(name)
 
 
 class RecordingSqs:
@@ -148,19 +139,19 @@ def test_publish_sets_delay_to_time_until_due(container, clock, sqs, due_in, del
         RunState.QUEUED,
         clock.now(),
     )
-    assert metric("RunsPublished") == 1
+    assert metric(container, "RunsPublished") == 1
 
 
 def test_overdue_publish_records_lag(container, clock, sqs):
     run = insert(container, make_run(clock, due_in=-120))
     container.outbox.publish([run])
-    assert metrics.metric_set["SchedulePublishLag"]["Value"] == [120.0]
+    assert container.metrics.values("SchedulePublishLag") == [120.0]
 
 
 def test_on_time_publish_records_no_lag(container, clock, sqs):
     run = insert(container, make_run(clock, due_in=30))
     container.outbox.publish([run])
-    assert "SchedulePublishLag" not in metrics.metric_set
+    assert not container.metrics.values("SchedulePublishLag")
 
 
 def test_run_due_beyond_sqs_delay_limit_is_left_pending(container, clock, sqs):
@@ -170,7 +161,7 @@ def test_run_due_beyond_sqs_delay_limit_is_left_pending(container, clock, sqs):
 
     assert sqs.batches == []
     assert stored(container, run) == run
-    assert metric("PublishSkippedFarFuture") == 1
+    assert metric(container, "PublishSkippedFarFuture") == 1
 
 
 def test_each_priority_goes_to_its_own_queue(container, clock, sqs):
@@ -257,7 +248,7 @@ def test_same_run_twice_in_one_call_is_sent_once(container, clock, sqs):
     run = insert(container, make_run(clock))
     assert container.outbox.publish([run, run]) == []
     assert len(sqs.entries()) == 1
-    assert metric("OutboxStaleTransition") == 0
+    assert metric(container, "OutboxStaleTransition") == 0
 
 
 def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
@@ -267,7 +258,7 @@ def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
     assert container.outbox.publish([run]) == []
     assert stored(container, run).state is RunState.QUEUED
     assert len([h for h in stored(container, run).history if h.actor == "outbox"]) == 1
-    assert metric("OutboxStaleTransition") == 1
+    assert metric(container, "OutboxStaleTransition") == 1
 
 
 # --- failures ---
@@ -282,7 +273,7 @@ def test_failed_entry_is_reported_and_run_stays_pending(container, clock, sqs):
 
     assert stored(container, good).state is RunState.QUEUED
     assert stored(container, bad) == bad
-    assert metric("PublishFailed") == 1 and metric("RunsPublished") == 1
+    assert metric(container, "PublishFailed") == 1 and metric(container, "RunsPublished") == 1
 
 
 def test_send_error_reports_every_run_of_the_batch(container, clock, sqs):
@@ -316,7 +307,7 @@ def test_run_claimed_before_outbox_marks_it_queued(container, clock, sqs):
     after = stored(container, run)
     assert after.state is RunState.LEASED
     assert all(h.actor != "outbox" for h in after.history)
-    assert metric("OutboxStaleTransition") == 1
+    assert metric(container, "OutboxStaleTransition") == 1
 
 
 # --- routing ---

@@ -7,13 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
-import pytest
 from jobsched.domain.instants import format_instant
 from jobsched.domain.lifecycle import advance
+from jobsched.domain.metrics import Unit
 from jobsched.domain.models import Delivery, HttpTarget, Policies, RetryPolicy
 from jobsched.domain.runs import Run, RunState, created
 from jobsched.handlers.outbox import matches_filter
-from jobsched.observability import metrics
 from jobsched.services.reconciler import Reconciler
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import RUNS
@@ -21,13 +20,6 @@ from jobsched.store.schema import RUNS
 from tests.helpers import T0, claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
-
-
-@pytest.fixture(autouse=True)
-def fresh_metrics():
-    metrics.clear_metrics()
-    yield
-    metrics.clear_metrics()
 
 
 def make_run(
@@ -420,18 +412,18 @@ def test_one_invocation_is_bounded_per_shard(container, clock):
     assert bounded.reconcile_all().examined == 2  # the rest on the next tick
 
 
-def test_repairs_emit_metrics_by_kind(container, clock, capsys):
+def test_repairs_emit_metrics_by_kind(container, clock):
     insert(container, make_run(job_id="j_m1", at=T0 - timedelta(minutes=2)))
     insert(container, make_run(job_id="j_m2", at=T0 - timedelta(minutes=20), state=RunState.QUEUED))
-    capsys.readouterr()
 
     container.reconciler.reconcile_all()
 
-    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "RepairsMade" in line]
-    assert sorted((b["kind"], b["RepairsMade"]) for b in blobs) == [("republish", [1.0]), ("requeue", [1.0])]
-    assert all(b["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "kind"]] for b in blobs)
+    recorded = container.metrics
+    assert recorded.values("RepairsMade", kind="republish") == [1.0]
+    assert recorded.values("RepairsMade", kind="requeue") == [1.0]
+    assert ("RepairsMade", Unit.COUNT, ("kind",)) in recorded.shapes()
     # 60 s past the publish deadline, 5 min past the dwell deadline.
-    assert sorted(metrics.metric_set["RepairLatency"]["Value"]) == [60.0, 300.0]
+    assert sorted(recorded.values("RepairLatency")) == [60.0, 300.0]
 
 
 # --- the handler ---

@@ -519,10 +519,11 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     """Successful runs are in their history; the batch gets one INFO line and one EMF
     document per priority with every run's timings, and only failures get lines of their own."""
     from jobsched.handlers import worker as worker_handler
-    from jobsched.observability import logger
+    from jobsched.observability import logger, powertools_metrics
     from jobsched_local.lambda_context import InvocationContext
 
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    container.metrics = powertools_metrics  # as deployed: EMF on stdout
     std = logging.getLogger(logger.name)
     previous = std.level
     logger.setLevel("INFO")
@@ -554,3 +555,5 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     documents = [line for line in lines if "_aws" in line and line.get("priority") == "default"]
     assert len(documents) == 1
     assert len(documents[0]["StartLag"]) == len(documents[0]["QueueDwell"]) == 4
+    (directive,) = documents[0]["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "jobsched" and directive["Dimensions"] == [["service", "priority"]]

@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..domain.runs import Run, RunState
-from ..observability import logger, metrics, tracer
+from ..observability import log_metrics, logger, tracer
 from ..store.runs import RUN_PREFIX, RunStore
 from ..wiring import container
 
@@ -90,7 +90,7 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     runs, unreadable = runs_of(event.get("Records") or [])
     failed = set(container().outbox.publish(list(runs.values()))) if runs else set()

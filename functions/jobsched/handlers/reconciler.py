@@ -6,7 +6,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..observability import logger, metrics, tracer
+from ..observability import log_metrics, logger, tracer
 from ..wiring import container
 
 
@@ -22,7 +22,7 @@ def shard_of(event: dict[str, Any] | None) -> int | None:
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     services = container()
     shard = shard_of(event)

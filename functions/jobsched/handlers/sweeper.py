@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..observability import logger, metrics, tracer
+from ..observability import log_metrics, logger, tracer
 from ..wiring import container
 
 
@@ -22,13 +21,8 @@ def shards_of(event: dict[str, Any], shard_count: int) -> list[int] | None:
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     services = container()
     report = services.sweeper.sweep(shards_of(event or {}, services.settings.shard_count))
-    metrics.add_metric("JobsSwept", MetricUnit.Count, report.jobs_read)
-    metrics.add_metric("RunsMaterialised", MetricUnit.Count, report.runs_created)
-    metrics.add_metric("OccurrencesSkipped", MetricUnit.Count, report.skipped_records)
-    metrics.add_metric("OccurrenceConflicts", MetricUnit.Count, report.conflicts)
-    metrics.add_metric("SweepFailures", MetricUnit.Count, len(report.failures))
     return report.as_dict()

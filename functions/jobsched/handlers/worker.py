@@ -5,24 +5,23 @@ by leaving their message in the queue, are redelivered.
 
 Shared across a batch's threads: boto3 clients (thread-safe; built under a lock in
 jobsched.aws), the container's services (built by `bind` before the records start), the
-Powertools Metrics object (behind jobsched.observability's lock, flushed once by
+metrics port (jobsched.observability.PowertoolsMetrics: behind its lock, flushed once by
 `log_metrics`) and the Logger, whose per-record keys are thread-local."""
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..observability import NAMESPACE, logger, metrics, tracer
+from ..domain.metrics import Unit
+from ..observability import log_metrics, logger, tracer
 from ..services.worker import Delivery, Outcome, Worker, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
@@ -59,41 +58,16 @@ class ConcurrentBatchProcessor(BatchProcessor):
 LOGGED_OUTCOMES = frozenset({Outcome.RETRY_SCHEDULED, Outcome.DEAD, Outcome.CANCELLED, Outcome.SKIPPED})
 
 
-class BatchTimings:
-    """The worker's timings per priority, one EMF document per priority per invocation
-    (a document per run and metric cost ~600 log bytes a run)."""
+class BatchOutcomes:
+    """How the batch's runs ended, for its one log line."""
 
     def __init__(self) -> None:
-        self._by_priority: dict[str, EphemeralMetrics] = {}
         self.outcomes: Counter[str] = Counter()
         self._lock = threading.Lock()  # a batch's records report from their own threads
-
-    def add(self, priority: str, name: str, seconds: float) -> None:
-        if metrics_disabled():
-            return
-        with self._lock:
-            metric = self._by_priority.get(priority)
-            if metric is None:
-                # Per priority (and only per priority), so a starved low queue shows up on its own.
-                metric = self._by_priority[priority] = EphemeralMetrics(namespace=NAMESPACE)
-                metric.add_dimension(name="priority", value=priority)
-            metric.add_metric(name=name, unit=MetricUnit.Seconds, value=seconds)
 
     def count(self, outcome: str) -> None:
         with self._lock:
             self.outcomes[outcome] += 1
-
-    def flush(self) -> None:
-        with self._lock:
-            for metric in self._by_priority.values():
-                metric.flush_metrics()
-            self._by_priority.clear()
-            self.outcomes.clear()
-
-
-def metrics_disabled() -> bool:
-    # EphemeralMetrics does not honour this switch the way the shared Metrics object does.
-    return os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() in ("1", "true")
 
 
 def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None) -> Delivery:
@@ -110,7 +84,7 @@ def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None
     )
 
 
-def record_handler(record: SQSRecord, *, worker: Worker, timings: BatchTimings) -> dict[str, Any]:
+def record_handler(record: SQSRecord, *, worker: Worker, batch: BatchOutcomes) -> dict[str, Any]:
     services = container()
     queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
     message = RunMessage.from_json(record.body)
@@ -131,8 +105,9 @@ def record_handler(record: SQSRecord, *, worker: Worker, timings: BatchTimings) 
         seconds["QueueDwell"] = max(0.0, (services.clock.now() - delivery.sent_at).total_seconds())
     for name, value in seconds.items():
         if value is not None:
-            timings.add(message.priority, name, value)
-    timings.count(result.outcome.value)
+            # Per priority (and only per priority), so a starved low queue shows up on its own.
+            services.metrics.add(name, value, Unit.SECONDS, {"priority": message.priority})
+    batch.count(result.outcome.value)
     run = result.run
     log = logger.info if result.outcome in LOGGED_OUTCOMES else logger.debug
     log(
@@ -152,28 +127,25 @@ def record_handler(record: SQSRecord, *, worker: Worker, timings: BatchTimings) 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-@metrics.log_metrics
+@log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> Any:
-    # Per invocation: the processor's record lists, the timings and the worker's identity and
+    # Per invocation: the processor's record lists, the outcomes and the worker's identity and
     # deadline (local mode runs invocations of this function side by side in one process).
     # Building the worker also builds every service the records' threads share.
     worker = container().worker.for_invocation(context)
-    timings = BatchTimings()
-    try:
-        response = process_partial_response(
-            event=event,
-            record_handler=functools.partial(record_handler, worker=worker, timings=timings),
-            processor=ConcurrentBatchProcessor(event_type=EventType.SQS),
-            context=context,
-        )
-        logger.info(
-            "batch processed",
-            extra={
-                "records": len(event.get("Records", [])),
-                "outcomes": dict(timings.outcomes),
-                "failed": len(response.get("batchItemFailures", [])),
-            },
-        )
-        return response
-    finally:
-        timings.flush()
+    batch = BatchOutcomes()
+    response = process_partial_response(
+        event=event,
+        record_handler=functools.partial(record_handler, worker=worker, batch=batch),
+        processor=ConcurrentBatchProcessor(event_type=EventType.SQS),
+        context=context,
+    )
+    logger.info(
+        "batch processed",
+        extra={
+            "records": len(event.get("Records", [])),
+            "outcomes": dict(batch.outcomes),
+            "failed": len(response.get("batchItemFailures", [])),
+        },
+    )
+    return response

@@ -15,14 +15,13 @@ from typing import Any
 from ..domain import lifecycle
 from ..domain.errors import ExecutionError
 from ..domain.instants import Clock
+from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Job, JobState
 from ..domain.runs import TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
-
-Metric = Callable[[str, float, str], None]
 
 # The job counter and the metric each terminal state adds to (SKIPPED: by its reason).
 _COUNTERS = {
@@ -53,13 +52,13 @@ class Completer:
         runs: RunStore,
         queues: RunQueues,
         clock: Clock,
-        metric: Metric | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
         self._queues = queues
         self._clock = clock
-        self._metric: Metric = metric or (lambda name, value, unit: None)
+        self._metrics = metrics
 
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
@@ -115,7 +114,7 @@ class Completer:
                     "current_state": current.state.value if current else None,
                 },
             )
-            self._metric("StaleFencesRejected", 1, "Count")
+            self._metrics.add("StaleFencesRejected")
             return Ending(None, None, error_class, current)
         self.after(saved)
         return Ending(
@@ -138,7 +137,7 @@ class Completer:
     def after(self, run: Run) -> None:
         if run.state not in TERMINAL_STATES:
             if run.state is RunState.RETRY_WAIT:
-                self._metric("RetriesScheduled", 1, "Count")
+                self._metrics.add("RetriesScheduled")
             return
         counted = (
             _SKIP_COUNTERS.get(run.reason or "")
@@ -148,7 +147,7 @@ class Completer:
         if counted is not None:
             counter, metric = counted
             self._definitions.add_stats(run.job_id, **{counter: 1})
-            self._metric(metric, 1, "Count")
+            self._metrics.add(metric)
         if run.state is RunState.DEAD:
             self._after_dead(run)
         if run.blocks:

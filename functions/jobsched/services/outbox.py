@@ -14,14 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aws_lambda_powertools.metrics import MetricUnit
-
 from ..domain.errors import JobschedError
 from ..domain.instants import Clock
 from ..domain.lifecycle import queued
+from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import SQS_MAX_DELAY
 from ..domain.runs import Run, RunState
-from ..observability import logger, metrics
+from ..observability import logger
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
 
@@ -65,7 +64,10 @@ class PublishOutcome:
 
 
 class Outbox:
-    def __init__(self, runs: RunStore, queues: RunQueues, clock: Clock, route: Router) -> None:
+    def __init__(
+        self, runs: RunStore, queues: RunQueues, clock: Clock, route: Router, metrics: Metrics = NO_METRICS
+    ) -> None:
+        self._metrics = metrics
         self._runs = runs
         self._queues = queues
         self._clock = clock
@@ -103,14 +105,18 @@ class Outbox:
                 outcome.published.append(run.run_key)
                 lag = (now - run.due_at).total_seconds()
                 if lag > 0:
-                    metrics.add_metric("SchedulePublishLag", MetricUnit.Seconds, lag)
+                    self._metrics.add("SchedulePublishLag", lag, Unit.SECONDS)
                 if not self._mark_queued(run, now):
                     outcome.stale.append(run.run_key)
 
-        _count("RunsPublished", len(outcome.published))
-        _count("PublishFailed", len(outcome.failed))
-        _count("PublishSkippedFarFuture", len(outcome.skipped_far_future))
-        _count("OutboxStaleTransition", len(outcome.stale))
+        for name, keys in (
+            ("RunsPublished", outcome.published),
+            ("PublishFailed", outcome.failed),
+            ("PublishSkippedFarFuture", outcome.skipped_far_future),
+            ("OutboxStaleTransition", outcome.stale),
+        ):
+            if keys:
+                self._metrics.add(name, len(keys))
         if outcome.failed:
             logger.warning("runs not published", extra={"run_keys": outcome.failed})
         return outcome
@@ -152,8 +158,3 @@ def _latest_publishable(runs: list[Run]) -> list[Run]:
         if seen is None or run.rev > seen.rev:
             latest[run.run_key] = run
     return list(latest.values())
-
-
-def _count(name: str, value: int) -> None:
-    if value:
-        metrics.add_metric(name, MetricUnit.Count, value)

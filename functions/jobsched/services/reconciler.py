@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
-
 from ..domain import lifecycle
 from ..domain.instants import Clock
+from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import repair_deadline
 from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
-from ..observability import NAMESPACE, SERVICE, logger, metrics
+from ..observability import logger
 from ..store.runs import RunChanged, RunStore
 
 ACTOR = "reconciler"
@@ -85,8 +84,10 @@ class Reconciler:
         on_dead: Callable[[Run], None] | None = None,
         is_external: Callable[[Run], bool] | None = None,
         settle_held: Callable[[Run], Run | None] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self._runs = runs
+        self._metrics = metrics
         self._clock = clock
         self.shard_count = shard_count
         self.batch_limit = batch_limit
@@ -123,14 +124,14 @@ class Reconciler:
                     report.failed_keys.append(run.run_key)
             if cursor is None:
                 break
-        _emit(report)
+        self._emit(report)
         return report
 
     def repair(self, run: Run, now: datetime | None = None) -> str | None:
         """Repair one run as read; returns the kind of repair made, or None if none was needed or possible."""
         report = RepairReport()
         self._apply(run, now or self._clock.now(), report)
-        _emit(report)
+        self._emit(report)
         return next((kind for kind in KINDS if report.count(kind)), None)
 
     # --- one run ---
@@ -159,7 +160,7 @@ class Reconciler:
         if saved is not None and saved.state is RunState.DEAD:
             report.dead += 1
             self._dead(saved)
-        metrics.add_metric("RepairLatency", MetricUnit.Seconds, (now - deadline).total_seconds())
+        self._metrics.add("RepairLatency", (now - deadline).total_seconds(), Unit.SECONDS)
         logger.info("run repaired", extra={"run_key": run.run_key, "kind": kind, "state": run.state.value})
 
     def _repair(self, run: Run, now: datetime) -> tuple[str | None, Run | None]:
@@ -225,6 +226,14 @@ class Reconciler:
                 return UNBLOCKED, decided
         return DEFERRED, self._runs.replace(lifecycle.release(run, now=now, actor=ACTOR, reason="held"))
 
+    def _emit(self, report: RepairReport) -> None:
+        for kind in KINDS:
+            made = report.count(kind)
+            if made:  # per kind: the repairs alarm adds the kinds up, the dashboard shows each
+                self._metrics.add("RepairsMade", made, dimensions={"kind": kind})
+        if report.failed:
+            self._metrics.add("RepairsFailed", report.failed)
+
     def _dead(self, run: Run) -> None:
         if self._on_dead is None:
             return
@@ -244,19 +253,3 @@ def _requeues_since_claim(run: Run) -> int:
         if entry.reason == "requeue":
             count += 1
     return count
-
-
-def _emit(report: RepairReport) -> None:
-    for kind in KINDS:
-        made = report.count(kind)
-        if made:
-            with single_metric(
-                name="RepairsMade",
-                unit=MetricUnit.Count,
-                value=made,
-                namespace=NAMESPACE,
-                default_dimensions={"service": SERVICE},
-            ) as metric:
-                metric.add_dimension(name="kind", value=kind)
-    if report.failed:
-        metrics.add_metric("RepairsFailed", MetricUnit.Count, report.failed)

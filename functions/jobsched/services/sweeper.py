@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..domain.instants import Clock
+from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Job
 from ..observability import logger
 from ..store.definitions import DefinitionStore
@@ -75,7 +76,9 @@ class Sweeper:
         time_budget_seconds: float = 30.0,
         max_backlog_per_shard: int = 1_000,
         timer: Callable[[], float] = time.monotonic,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._definitions = definitions
         self._materializer = materializer
         self._clock = clock
@@ -130,7 +133,16 @@ class Sweeper:
                 report.deferred.append(job.job_id)
                 continue
             self._materialize(job, report)
+        self._emit(report)
         return report
+
+    def _emit(self, report: SweepReport) -> None:
+        # Every pass, zeros included: a sweep that made nothing is a data point, not a gap.
+        self._metrics.add("JobsSwept", report.jobs_read)
+        self._metrics.add("RunsMaterialised", report.runs_created)
+        self._metrics.add("OccurrencesSkipped", report.skipped_records)
+        self._metrics.add("OccurrenceConflicts", report.conflicts)
+        self._metrics.add("SweepFailures", len(report.failures))
 
     def _materialize(self, job: Job, report: SweepReport) -> None:
         report.jobs_read += 1

@@ -27,6 +27,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePer
 from ..domain import lifecycle
 from ..domain.errors import AmbiguousError, ExecutionError, RetryableError
 from ..domain.instants import Clock, from_epoch
+from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Delivery as DeliveryMode
 from ..domain.models import Overlap
 from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState
@@ -120,7 +121,7 @@ class Worker:
         lease_seconds: int = 60,
         tenant_concurrency: int = 0,
         idempotency_ttl: timedelta = timedelta(days=1),
-        metrics: Callable[[str, float, str], None] | None = None,
+        metrics: Metrics = NO_METRICS,
         completer: Completer | None = None,
     ) -> None:
         self._definitions = definitions
@@ -135,8 +136,8 @@ class Worker:
         self._idempotency = IdempotencyConfig(
             event_key_jmespath="runKey", expires_after_seconds=int(idempotency_ttl.total_seconds())
         )
-        self._metric = metrics or (lambda name, value, unit: None)
-        self._completer = completer or Completer(definitions, runs, queues, clock, self._metric)
+        self._metrics = metrics
+        self._completer = completer or Completer(definitions, runs, queues, clock, metrics)
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
         # Receives a message may spend on deferrals before a deferral sends a fresh one.
         self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
@@ -170,7 +171,7 @@ class Worker:
         now = self._clock.now()
         if run is None or not lifecycle.claimable(run, now):
             # Finished, leased by a live worker, held or chained: nothing for this message to do.
-            self._metric("DuplicatesSuppressed", 1, "Count")
+            self._metrics.add("DuplicatesSuppressed")
             return Result(Outcome.DUPLICATE, run)
         if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
             return self._defer(run, delivery, (run.due_at - now).total_seconds(), "not_due")
@@ -182,7 +183,7 @@ class Worker:
         if self.tenant_concurrency > 0:
             live = self._runs.live_leases(run.tenant, now, up_to=self.tenant_concurrency)
             if live >= self.tenant_concurrency:
-                self._metric("TenantThrottled", 1, "Count")
+                self._metrics.add("TenantThrottled")
                 return self._defer(run, delivery, 5, "tenant_limit")
 
         refusal = lifecycle.attempt_refusal(run, now)
@@ -190,7 +191,7 @@ class Worker:
             # No further attempt may start (its worker died holding the last one, it is too old,
             # or at-most-once and an earlier attempt may have acted): dead, not claimed.
             if run.state is RunState.LEASED:
-                self._metric("LeasesExpired", 1, "Count")
+                self._metrics.add("LeasesExpired")
                 return self._ended(
                     self._completer.write(
                         run, lambda r: lifecycle.lease_expired(r, now=now, actor=self.actor), self.actor
@@ -208,7 +209,7 @@ class Worker:
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
         leased = self._claim(run, now)
         if leased is None:
-            self._metric("DuplicatesSuppressed", 1, "Count")
+            self._metrics.add("DuplicatesSuppressed")
             return Result(Outcome.DUPLICATE, run)
         logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
@@ -225,7 +226,7 @@ class Worker:
                     self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
                 )
             except RunChanged:
-                self._metric("StaleFencesRejected", 1, "Count")
+                self._metrics.add("StaleFencesRejected")
                 return Result(Outcome.STALE, leased)
 
         result = self._execute(lease, delivery)
@@ -236,7 +237,7 @@ class Worker:
 
     def _claim(self, run: Run, now: datetime) -> Run | None:
         if run.state is RunState.LEASED:
-            self._metric("LeasesExpired", 1, "Count")
+            self._metrics.add("LeasesExpired")
         try:
             return self._runs.commit(
                 run,

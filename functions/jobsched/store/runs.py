@@ -22,9 +22,10 @@ from botocore.exceptions import ClientError
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import format_instant
 from ..domain.lifecycle import heartbeat
+from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, parse_run_key, split_run_key
-from ..observability import emit, logger
+from ..observability import logger
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -112,7 +113,9 @@ class RunStore:
         retention: timedelta = timedelta(days=30),
         timings: RepairTimings | None = None,
         is_external: Callable[[Run], bool] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._db = client
         # Which target-less runs wait for external workers (no handler here runs their type):
         # only those enter the claimable index. Without a router, every target-less run does.
@@ -189,7 +192,7 @@ class RunStore:
                         "error": type(exc).__name__,
                     },
                 )
-                emit(UNREADABLE_METRIC, 1, "Count")
+                self._metrics.add(UNREADABLE_METRIC)
         return runs
 
     def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""The runtime settings model: read from the environment, every value checked, a bad one named
+by its variable and rule; and its serialisation reads back as the same settings."""
+
+from __future__ import annotations
+
+import pytest
+from jobsched.settings import (
+    IN_LAMBDA,
+    REQUIRED_IN_LAMBDA,
+    InvalidSettings,
+    MissingSettings,
+    Settings,
+    environment_names,
+)
+from jobsched.store.schema import QUEUES
+from jobsched_local.config import LocalConfig
+
+
+def test_defaults_are_what_the_stack_deploys():
+    """The numbers the issue found disagreeing: one value each now, the deployed one."""
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    assert settings.shard_count == 32
+    assert settings.sweep_ahead_seconds == 300
+    assert settings.horizon_seconds <= settings.sweep_ahead_seconds
+
+
+def test_environment_values_are_parsed():
+    env = {
+        "SHARD_COUNT": "64",
+        "FAIR_QUEUES": "false",
+        "HTTP_ALLOW_DESTINATIONS": " 10.0.0.0/8 , intranet ,",
+        "HANDLER_MODULES": "",  # the stack sets it empty: the default
+        "HIGH_QUEUE_URL": "https://sqs/high",
+        "LOW_DLQ_URL": "https://sqs/low-dlq",
+        "UNRELATED": "ignored",
+    }
+    settings = Settings.from_env(env)
+    assert settings.shard_count == 64 and settings.fair_queues is False
+    assert settings.http_allow_destinations == ("10.0.0.0/8", "intranet")
+    assert settings.handler_modules == ()
+    assert settings.queue_urls == {"high": "https://sqs/high"}
+    assert settings.dlq_urls == {"low": "https://sqs/low-dlq"}
+
+
+def test_the_lambda_environment_reads_back_as_the_same_settings():
+    settings = Settings(
+        shard_count=8,
+        fair_queues=False,
+        http_allow_destinations=("a", "b"),
+        queue_urls={q.key: f"url-{q.key}" for q in QUEUES},
+        dlq_urls={q.key: f"dlq-{q.key}" for q in QUEUES},
+        endpoint_url="http://127.0.0.1:5055",
+    )
+    env = settings.lambda_environment()
+    assert set(env) == set(environment_names())
+    assert all(isinstance(v, str) for v in env.values())
+    assert Settings.from_env(env) == settings
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "rule"),
+    [
+        ({"SHARD_COUNT": "many"}, "SHARD_COUNT", "valid integer"),
+        ({"SHARD_COUNT": "0"}, "SHARD_COUNT", "greater than or equal to 1"),
+        ({"SHARD_COUNT": "257"}, "SHARD_COUNT", "less than or equal to 256"),
+        ({"HORIZON_SECONDS": "30"}, "HORIZON_SECONDS", "greater than or equal to 60"),
+        ({"HORIZON_SECONDS": "600"}, "SWEEP_AHEAD_SECONDS", "at least HORIZON_SECONDS (600)"),
+        ({"SWEEP_AHEAD_SECONDS": "7200"}, "SWEEP_AHEAD_SECONDS", "less than or equal to 3600"),
+        ({"RETENTION_DAYS": "0"}, "RETENTION_DAYS", "greater than or equal to 1"),
+        ({"MAX_JOBS_PER_TENANT": "-1"}, "MAX_JOBS_PER_TENANT", "greater than or equal to 0"),
+        ({"TENANT_REQUESTS_PER_SECOND": "-1"}, "TENANT_REQUESTS_PER_SECOND", "greater than or equal to 0"),
+        ({"TENANT_CONCURRENCY": "1.5"}, "TENANT_CONCURRENCY", "valid integer"),
+        ({"LEASE_SECONDS": "5"}, "LEASE_SECONDS", "greater than or equal to 10"),
+        ({"FAIR_QUEUES": "perhaps"}, "FAIR_QUEUES", "valid boolean"),
+        ({"RUNS_TABLE": "x"}, "RUNS_TABLE", "at least 3 characters"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_variable_and_the_rule(env, variable, rule):
+    with pytest.raises(InvalidSettings) as refused:
+        Settings.from_env(env)
+    message = str(refused.value)
+    assert f"{variable}: " in message and rule in message, message
+    assert repr(next(iter(env.values()))) in message or variable == "SWEEP_AHEAD_SECONDS"
+
+
+def test_every_bad_value_is_reported_at_once():
+    with pytest.raises(InvalidSettings) as refused:
+        Settings.from_env({"SHARD_COUNT": "0", "LEASE_SECONDS": "1"})
+    assert [p.split(":")[0] for p in refused.value.problems] == ["SHARD_COUNT", "LEASE_SECONDS"]
+
+
+def test_in_lambda_missing_variables_are_named_before_any_value_is_checked():
+    env = {name: "x" * 3 for name in REQUIRED_IN_LAMBDA if name != "RUNS_TABLE"}
+    with pytest.raises(MissingSettings) as missing:
+        Settings.from_env({**env, IN_LAMBDA: "jobsched-worker"})
+    assert missing.value.names == ["RUNS_TABLE"]
+
+
+def test_in_lambda_a_bad_value_fails_loudly_too():
+    env = Settings(queue_urls={q.key: "u" for q in QUEUES}, dlq_urls={q.key: "d" for q in QUEUES})
+    good = {**env.lambda_environment(), IN_LAMBDA: "jobsched-worker"}
+    assert Settings.from_env(good).shard_count == 32
+    with pytest.raises(InvalidSettings, match="SHARD_COUNT: "):
+        Settings.from_env({**good, "SHARD_COUNT": "-4"})
+
+
+def test_local_mode_builds_its_settings_with_the_model():
+    config = LocalConfig()
+    settings = config.runtime_settings()
+    assert settings.shard_count == config.shard_count == 4  # local mode's own choice
+    assert settings.retention_days == Settings().retention_days  # the model's default otherwise
+    assert settings.http_allow_destinations == tuple(config.allow_destinations)
+    with pytest.raises(ValueError, match="sweep_ahead_seconds: must be at least HORIZON_SECONDS"):
+        LocalConfig(horizon_seconds=900).runtime_settings()
