@@ -299,22 +299,17 @@ class World:
             self.metrics[name] += int(value)
 
     def _worker(self, name: str, *, broken: str | None = None) -> Worker:
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
         from ..targets import TargetRunner
 
         shards = self.config.shard_count
         store_type = FenceBlindRunStore if broken == "ignore-fence" else ChaosRunStore
         worker_type = NoIdempotencyWorker if broken == "no-idempotency" else Worker
-        # One persistence layer per worker: a shared one keeps the first worker's config.
-        persistence = DynamoDBPersistenceLayer(table_name=IDEMPOTENCY.default_name, boto3_client=self.ddb)
         return worker_type(
             ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
             store_type(self._ddb(), RUNS.default_name, shards),
             self._queues(self.sqs_throttle, looping=True),
             TargetRunner(lambda service: None, registry=self.registry),
             self._skewed(),
-            persistence,
             worker_id=name,
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,
