@@ -39,7 +39,7 @@ from ..services.worker import Result, Worker
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunStore
-from ..store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from ..store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 from .checker import FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
     FINISHING,
@@ -157,8 +157,8 @@ class Frozen:
 class NoIdempotencyWorker(Worker):
     """Broken on purpose: runs the effect without the idempotency record."""
 
-    def _effect(self, run: Run, invocation: Any, budget: float) -> Any:
-        return self._runner.run(run.target, invocation)
+    def _effect(self, lease: Any, invocation: Any, budget: float) -> Any:
+        return self._runner.run(lease.run.target, invocation)
 
 
 class FenceBlindRunStore(ChaosRunStore):

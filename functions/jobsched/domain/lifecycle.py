@@ -318,7 +318,10 @@ def in_progress_elsewhere(run: Run, *, now: datetime, actor: str) -> Run:
     deadline, and the attempt given back (none was made)."""
     _require(run, RunState.LEASED)
     until = run.effect_until if run.effect_until is not None else now
-    message = f"an earlier attempt (fence {run.effect_fence}) may be executing the effect until {format_instant(until)}"
+    message = (
+        f"an earlier attempt (fence {run.effect_fence}) may be executing the effect"
+        f" until {format_instant(until)}"
+    )
     return _retry_wait(
         run,
         now=now,

@@ -321,9 +321,10 @@ class Worker:
             # An earlier attempt may still be executing the effect: come back at its deadline.
             heartbeat.stop()
             now = self._clock.now()
+            actor = self.actor
             return self._ended(
                 self._completer.write(
-                    lease.run, lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=self.actor), self.actor
+                    lease.run, lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor), actor
                 )
             )
         except ExecutionError as exc:
