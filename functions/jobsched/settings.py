@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from .store.schema import DEFINITIONS, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
 
@@ -22,7 +22,6 @@ IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every fun
 REQUIRED_IN_LAMBDA = (
     DEFINITIONS.env_var,
     RUNS.env_var,
-    IDEMPOTENCY.env_var,
     *(q.env_var for q in QUEUES),
     *(q.dlq_env_var for q in QUEUES),
     "SHARD_COUNT",
@@ -53,7 +52,6 @@ class MissingSettings(RuntimeError):
 class Settings:
     definitions_table: str = DEFINITIONS.default_name
     runs_table: str = RUNS.default_name
-    idempotency_table: str = IDEMPOTENCY.default_name
     shard_count: int = 16
     horizon_seconds: int = 120
     sweep_ahead_seconds: int | None = None  # None: the horizon
@@ -79,7 +77,6 @@ class Settings:
         return cls(
             definitions_table=env.get(DEFINITIONS.env_var, DEFINITIONS.default_name),
             runs_table=env.get(RUNS.env_var, RUNS.default_name),
-            idempotency_table=env.get(IDEMPOTENCY.env_var, IDEMPOTENCY.default_name),
             shard_count=int(env.get("SHARD_COUNT", "16")),
             horizon_seconds=int(env.get("HORIZON_SECONDS", "120")),
             sweep_ahead_seconds=int(env.get("SWEEP_AHEAD_SECONDS", "300")),

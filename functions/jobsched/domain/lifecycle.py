@@ -241,8 +241,15 @@ def save_result(run: Run, *, now: datetime, result: Any) -> Run:
     run as stored (store.run_idempotency decides when that is allowed)."""
     if not run.is_open:
         raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can save a result")
+    # Completed supersedes in progress: the attempt is no longer executing the effect.
     return run.model_copy(
-        update={"saved_result": bounded_result(result), "result_saved_at": now, "updated_at": now}
+        update={
+            "saved_result": bounded_result(result),
+            "result_saved_at": now,
+            "effect_fence": None,
+            "effect_until": None,
+            "updated_at": now,
+        }
     )
 
 

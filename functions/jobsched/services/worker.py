@@ -324,7 +324,10 @@ class Worker:
             actor = self.actor
             return self._ended(
                 self._completer.write(
-                    lease.run, lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor), actor
+                    lease.run,
+                    lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor),
+                    actor,
+                    "InProgress",
                 )
             )
         except ExecutionError as exc:

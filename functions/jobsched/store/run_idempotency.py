@@ -110,7 +110,6 @@ class RunIdempotency(BasePersistenceLayer):
             or not current.is_open
             or current.redrives != claimed.redrives
             or current.effect_fence != self._fence
-            or current.result_saved_at is not None
         ):
             logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
             return
