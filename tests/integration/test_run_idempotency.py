@@ -225,8 +225,29 @@ def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container
         container.runs.commit = real_commit  # type: ignore[method-assign]
     held = stored(container, run)
     assert held.state is RunState.LEASED and held.result_saved_at is None
-    assert held.effect_in_progress(clock.now() + timedelta(seconds=299))
-    assert lifecycle.claimable(held, clock.now() + timedelta(seconds=61))
+    # The effect is still in progress to the deadline: a claim after the lease waits for it.
+    assert held.effect_in_progress(T0 + timedelta(seconds=299))
+    assert lifecycle.claimable(held, T0 + timedelta(seconds=61))
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_save_throttled_a_few_times_is_retried_and_the_run_completes(container, clock, registry, ledger):
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+    throttles = []
+
+    def throttled_save(read, change, **kw):
+        if read.state is RunState.LEASED and change(read).result_saved_at is not None and len(throttles) < 3:
+            throttles.append(read.fence)
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    container.runs.commit = throttled_save  # type: ignore[method-assign]
+    try:
+        done = invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert done.outcome is Outcome.SUCCEEDED and throttles == [1, 1, 1]
     assert ledger.effects[run.run_key] == 1
 
 

@@ -22,6 +22,7 @@ starts a new series and clears it); a finished run answers duplicates itself."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
@@ -33,6 +34,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePer
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS, DataRecord
 
 from ..domain import lifecycle
+from ..domain.errors import StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.runs import Run
 from ..observability import logger
@@ -40,6 +42,10 @@ from .runs import RunChanged, RunStore
 
 INPROGRESS = STATUS_CONSTANTS["INPROGRESS"]
 COMPLETED = STATUS_CONSTANTS["COMPLETED"]
+# A throttled save is tried again this many times, this far apart (seconds): a result not
+# saved costs a second effect once the invocation's deadline has passed. It shares the run's
+# partition with the completion, where the separate table's record did not.
+SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 
 class HeldRun(Protocol):
@@ -100,7 +106,7 @@ class RunIdempotency(BasePersistenceLayer):
             return lifecycle.save_result(run, now=now, result=result)
 
         try:
-            held.update(self._runs.commit(held.run, save, holder=True))
+            held.update(self._save_as_holder(save))
             return
         except RunChanged as exc:
             current = exc.current
@@ -117,6 +123,15 @@ class RunIdempotency(BasePersistenceLayer):
             self._runs.commit(current, save)
         except (RunChanged, lifecycle.TransitionRefused):
             logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
+
+    def _save_as_holder(self, save: Callable[[Run], Run]) -> Run:
+        for delay in SAVE_RETRY_DELAYS:
+            try:
+                return self._runs.commit(self._held.run, save, holder=True)
+            except StorageUnavailable:
+                logger.warning("effect result not saved yet: the store is throttling")
+                self._clock.sleep(delay)
+        return self._runs.commit(self._held.run, save, holder=True)
 
     def _delete_record(self, data_record: DataRecord) -> None:
         """The effect raised: the failure the worker writes next releases the record."""
