@@ -172,7 +172,7 @@ def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(c
     assert calls == [1, 2]
 
 
-def test_a_redriven_run_gets_a_new_effect_but_a_replay_of_its_attempt_does_not(
+def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again(
     container, clock, registry, ledger, monkeypatch
 ):
     _, run = one_run(container, clock, maxAttempts=1)
@@ -195,14 +195,14 @@ def test_a_redriven_run_gets_a_new_effect_but_a_replay_of_its_attempt_does_not(
     assert ledger.effects[run.run_key] == 1
 
     redriven = container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
-    assert redriven.saved_result is None and redriven.result_saved_at is None
+    assert redriven.saved_result == {"done": run.run_key, "attempt": 1}
     done = worker.process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED
-    assert ledger.effects[run.run_key] == 2  # a new series: a new effect
-    assert done.run.result == {"done": run.run_key, "attempt": 1} and done.run.redrives == 1
+    assert done.outcome is Outcome.SUCCEEDED and done.run.redrives == 1 and done.run.attempt == 1
+    assert done.run.result == {"done": run.run_key, "attempt": 1}
+    assert ledger.effects[run.run_key] == 1  # one effect per run, across redrives
     # A late copy of the message changes nothing.
     assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
-    assert ledger.effects[run.run_key] == 2
+    assert ledger.effects[run.run_key] == 1
 
 
 def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container, clock, registry, ledger):

@@ -441,10 +441,8 @@ def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
         finished_at=None,
         lease_owner=None,
         lease_expires_at=None,
-        # A new series gets a new effect: an earlier series' saved result is not replayed.
-        # A live in-progress record stays: that attempt may still be executing.
-        saved_result=None,
-        result_saved_at=None,
+        # The idempotency records stay: a saved result is replayed (one effect per run,
+        # across redrives), and a live in-progress record still excludes a new attempt.
     )
 
 

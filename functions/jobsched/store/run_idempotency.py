@@ -16,8 +16,9 @@ Powertools' DynamoDB layer wrote two items a run to a table of its own. The run 
 - deleted (the effect raised): nothing to write here; the failure the worker writes next
   releases the in-progress record (lifecycle.fail).
 
-A saved result is replayed for as long as the run is open in its attempt series (a redrive
-starts a new series and clears it); a finished run answers duplicates itself."""
+A saved result is replayed for as long as the run is open, across redrives (one effect per
+run); a finished run answers duplicates itself. A run whose effect raised has none, so its
+redrive runs the effect again."""
 
 from __future__ import annotations
 
@@ -111,12 +112,7 @@ class RunIdempotency(BasePersistenceLayer):
         except RunChanged as exc:
             current = exc.current
         claimed = held.run
-        if (
-            current is None
-            or not current.is_open
-            or current.redrives != claimed.redrives
-            or current.effect_fence != self._fence
-        ):
+        if current is None or not current.is_open or current.effect_fence != self._fence:
             logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
             return
         try:
