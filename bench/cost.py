@@ -91,6 +91,10 @@ def label(write: dict[str, Any]) -> str:
         before, after = _s(old, "state"), _s(new, "state")
         if before is None:
             return f"run: insert {after}"
+        saved_now = '"result_saved_at"' in (_s(new, "doc") or "")
+        saved_before = '"result_saved_at"' in (_s(old, "doc") or "")
+        if before == after == "LEASED" and saved_now and not saved_before:
+            return "run: effect result saved (idempotency record: completed)"
         return f"run: {before}→{after}" if before != after else f"run: rewrite {after}"
     if table == "jobsched-definitions":
         key = _s(new or old, "job_id") or ""
@@ -99,8 +103,6 @@ def label(write: dict[str, Any]) -> str:
         if key.startswith("guard#"):
             return "job: idempotency guard"
         return "job: create" if old is None else "job: advance / save"
-    if table == "jobsched-idempotency":
-        return "idempotency record: in progress" if old is None else "idempotency record: completed"
     return table
 
 
@@ -417,12 +419,11 @@ WHAT_IFS = (
         drop=lambda name, w: name == "run: PENDING→QUEUED",
     ),
     WhatIf(
-        "no idempotency record",
-        "keep the records on the run: the claim as in-progress, the result in the completion"
-        " write; gives up exclusion of an effect that outlives its lease (a lost heartbeat or a"
-        " timed-out effect: the in-progress record lasts to the invocation's deadline) and the"
-        " replay after a crash between the saved result and the completion",
-        drop=lambda name, w: name.startswith("idempotency record"),
+        "result in the completion write",
+        "the effect's result travels in the completion instead of being saved before it; gives up"
+        " the replay after a crash between the effect and the completion (the effect runs again"
+        " once the crashed invocation's deadline has passed)",
+        drop=lambda name, w: name.startswith("run: effect result saved"),
     ),
     WhatIf(
         "no per-run stats counter",
@@ -447,6 +448,9 @@ MADE = (
     "`claim_key` only on runs waiting for external workers",
     "an open-index check time the usual PENDING → QUEUED → LEASED path does not move",
     "sweeps make a due job's runs 300 s ahead (`sweepAheadSeconds`): one advance for several runs",
+    "Powertools idempotency records on the run item, not a table of their own: the claim is the"
+    " in-progress record (to the claimer's invocation deadline), the result is saved on the run under"
+    " the fence",
 )
 
 

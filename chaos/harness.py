@@ -40,7 +40,7 @@ from jobsched.services.worker import Result, Worker
 from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
-from jobsched.store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 from .checker import FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
@@ -159,8 +159,8 @@ class Frozen:
 class NoIdempotencyWorker(Worker):
     """Broken on purpose: runs the effect without the idempotency record."""
 
-    def _effect(self, run: Run, invocation: Any, budget: float) -> Any:
-        return self._runner.run(run.target, invocation)
+    def _effect(self, lease: Any, invocation: Any, budget: float) -> Any:
+        return self._runner.run(lease.run.target, invocation)
 
 
 class FenceBlindRunStore(ChaosRunStore):
@@ -297,21 +297,17 @@ class World:
         return RunQueues(FlakyClient(sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
 
     def _worker(self, name: str, *, broken: str | None = None) -> Worker:
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
         from jobsched.targets import TargetRunner
 
         shards = self.config.shard_count
         store_type = FenceBlindRunStore if broken == "ignore-fence" else ChaosRunStore
         worker_type = NoIdempotencyWorker if broken == "no-idempotency" else Worker
-        # One persistence layer per worker: a shared one keeps the first worker's config.
-        persistence = DynamoDBPersistenceLayer(table_name=IDEMPOTENCY.default_name, boto3_client=self.ddb)
         return worker_type(
             ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
             store_type(self._ddb(), RUNS.default_name, shards),
             self._queues(self.sqs_throttle, looping=True),
             TargetRunner(lambda service: None, registry=self.registry),
             self._skewed(),
-            persistence,
             worker_id=name,
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,

@@ -11,7 +11,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 from jobsched.settings import Settings
-from jobsched.store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from jobsched.store.schema import DEFINITIONS, QUEUES, RUNS
 
 from . import permissions
 from .config import Config
@@ -78,7 +78,6 @@ def runtime_settings(config: Config, storage: Storage, queues: Queues) -> Settin
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
         runs_table=storage.table(RUNS).table_name,
-        idempotency_table=storage.table(IDEMPOTENCY).table_name,
         queue_urls={q.key: queues.queues[q.key].queue_url for q in QUEUES},
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
     )

@@ -14,7 +14,6 @@ from jobsched.store.schema import (
     DEAD_INDEX,
     DEFINITIONS,
     DUE_INDEX,
-    IDEMPOTENCY,
     LEASED_INDEX,
     OPEN_INDEX,
     RUNS,
@@ -75,7 +74,6 @@ _DEF_STORE = "jobsched.store.definitions:DefinitionStore"
 _RUN_STORE = "jobsched.store.runs:RunStore"
 _QUEUES = "jobsched.store.queues:RunQueues"
 _BATCH_GET = "jobsched.store.dynamo:batch_get"
-_IDEMPOTENCY = "aws_lambda_powertools.utilities.idempotency.persistence.dynamodb:DynamoDBPersistenceLayer"
 
 _COMPLETER = "jobsched.services.completion:Completer"
 _DEAD_COPY = Grant(
@@ -200,7 +198,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (RUNS_T,),
-            "claim with a fence, heartbeat, complete under the fence",
+            "claim with a fence, heartbeat, save the effect's result and complete under the fence",
             (f"{_RUN_STORE}.get", f"{_RUN_STORE}._put", f"{_RUN_STORE}.extend_lease"),
         ),
         Grant(
@@ -214,12 +212,6 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (DEFS,),
             "check the job before the effect, pause it on failure, count outcomes",
             (f"{_DEF_STORE}.get", f"{_DEF_STORE}.save", f"{_DEF_STORE}.add_stats"),
-        ),
-        Grant(
-            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
-            (table(IDEMPOTENCY),),
-            "Powertools idempotency records keyed by the run key",
-            (_IDEMPOTENCY,),
         ),
         Grant(
             ("sqs:SendMessage",),

@@ -1,4 +1,4 @@
-"""Definitions, Runs and Idempotency tables, built from jobsched.store.schema."""
+"""Definitions and Runs tables, built from jobsched.store.schema."""
 
 from __future__ import annotations
 

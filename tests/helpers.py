@@ -28,22 +28,17 @@ T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 
 def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any) -> Any:
     """A worker on the container's stores and queues, running `registry`'s Python handlers,
-    with Powertools idempotency on the moto table (as the stack wires it)."""
+    with Powertools idempotency kept on the run items (as the stack wires it)."""
     import boto3
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
     from jobsched.services.worker import Worker
     from jobsched.targets import TargetRunner
 
-    persistence = DynamoDBPersistenceLayer(
-        table_name=container.settings.idempotency_table, boto3_client=boto3.client("dynamodb")
-    )
     return Worker(
         container.definitions,
         container.runs,
         container.queues,
         TargetRunner(boto3.client, registry=registry),
         container.clock,
-        persistence,
         worker_id=name,
         **{"lease_seconds": 60, "metrics": container.metrics, **options},
     )

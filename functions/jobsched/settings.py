@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .store.schema import DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from .store.schema import DEFINITIONS, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
 ENDPOINT_URL = "JOBSCHED_AWS_ENDPOINT_URL"  # local mode only: the moto server
@@ -91,7 +91,6 @@ class Settings(BaseModel):
 
     definitions_table: str = Field(DEFINITIONS.default_name, alias=DEFINITIONS.env_var, min_length=3)
     runs_table: str = Field(RUNS.default_name, alias=RUNS.env_var, min_length=3)
-    idempotency_table: str = Field(IDEMPOTENCY.default_name, alias=IDEMPOTENCY.env_var, min_length=3)
     # Due/open index shards. 32: the sweepers then make ~147,000 runs/min (bench/report.md,
     # capacity); more shards cost only empty ticks. Only ever increase it: items keep the shard
     # they were written with.

@@ -101,8 +101,6 @@ class Container:
 
     @cached_property
     def worker(self) -> Worker:
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
         from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
 
         http = HttpTargetClient(DestinationPolicy(list(self.settings.http_allow_destinations)))
@@ -112,9 +110,6 @@ class Container:
             self.queues,
             TargetRunner(client, http=http),
             self.clock,
-            DynamoDBPersistenceLayer(
-                table_name=self.settings.idempotency_table, boto3_client=client("dynamodb")
-            ),
             worker_id="local",
             lease_seconds=self.settings.lease_seconds,
             tenant_concurrency=self.settings.tenant_concurrency,

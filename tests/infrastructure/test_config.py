@@ -102,7 +102,7 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
         name: getattr(settings, name) for name in RUNTIME_FIELDS
     }
     # Every setting the functions read from plain values is a context key (the rest are resources).
-    plain = {"definitions_table", "runs_table", "idempotency_table", "queue_urls", "dlq_urls", "endpoint_url"}
+    plain = {"definitions_table", "runs_table", "queue_urls", "dlq_urls", "endpoint_url"}
     assert set(Settings.model_fields) - plain == set(RUNTIME_FIELDS)
     # The shipped cdk.json shows those defaults.
     context = json.loads(CDK_JSON.read_text())["context"]

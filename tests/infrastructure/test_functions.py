@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from jobsched.settings import Settings, environment_names
-from jobsched.store.schema import ALL_TABLES, DEFINITIONS, IDEMPOTENCY, QUEUES, RUNS
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 from infra.config import UNRESERVED_MINIMUM, Config, ConfigError
 from infra.names import (
@@ -188,7 +188,6 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
     settings = config.runtime_settings(
         definitions_table="ref:" + table_logical_id(DEFINITIONS),
         runs_table="ref:" + table_logical_id(RUNS),
-        idempotency_table="ref:" + table_logical_id(IDEMPOTENCY),
         queue_urls={q.key: "ref:" + queue_logical_id(q.key) for q in QUEUES},
         dlq_urls={q.key: "ref:" + dlq_logical_id(q.key) for q in QUEUES},
     )

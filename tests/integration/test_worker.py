@@ -190,7 +190,15 @@ def test_crash_before_the_effect_runs_it_once_later(container, clock, worker, le
         worker.process(delivery(run))
     monkeypatch.undo()
     assert ledger.effects[run.run_key] == 0
+    # The claim is the in-progress record, to the crashed invocation's deadline (900 s here,
+    # with no Lambda context): nothing stored says the effect never started, so the next
+    # attempt waits for it, as it would for a crash during the effect, without using an attempt.
     clock.advance(61)
+    waited = worker.process(delivery(run))
+    assert waited.outcome is Outcome.RETRY_SCHEDULED and ledger.effects[run.run_key] == 0
+    assert waited.run.last_error_class == "InProgress" and waited.run.attempt == 1
+    assert waited.run.due_at == T0 + timedelta(seconds=900)
+    clock.set(waited.run.due_at)
     assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 

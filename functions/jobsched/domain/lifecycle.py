@@ -191,11 +191,27 @@ def claimable(run: Run, now: datetime) -> bool:
 # --- transitions ---
 
 
-def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float) -> Run:
-    """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds."""
+def claim(
+    run: Run,
+    *,
+    now: datetime,
+    owner: str,
+    actor: str,
+    lease_seconds: float,
+    effect_until: datetime | None = None,
+) -> Run:
+    """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds.
+
+    With `effect_until` (the claimer's invocation deadline) the claim is also the run's
+    in-progress idempotency record: the effect this attempt may start is in progress until
+    then, however its lease fares. An earlier attempt's record that is still live is kept
+    instead: that attempt may still be executing the effect, so this one must not start it."""
     if not claimable(run, now):
         raise TransitionRefused(f"run {run.run_key} is {run.state.value} and cannot be claimed now")
     expired = run.state is RunState.LEASED
+    effect: dict[str, Any] = {}
+    if effect_until is not None and not run.effect_in_progress(now):
+        effect = {"effect_fence": run.fence + 1, "effect_until": effect_until}
     return advance(
         run,
         RunState.LEASED,
@@ -208,6 +224,7 @@ def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: flo
         first_attempt_at=run.first_attempt_at or now,
         error_class="LeaseExpired" if expired else None,
         reason="previous lease expired" if expired else None,
+        **effect,
     )
 
 
@@ -215,6 +232,33 @@ def effect_started(run: Run, *, now: datetime) -> Run:
     """At-most-once: mark the run before its effect (no transition: the lease holder's own note)."""
     _require(run, RunState.LEASED)
     return run.model_copy(update={"effect_started_at": now, "updated_at": now})
+
+
+def save_result(run: Run, *, now: datetime, result: Any) -> Run:
+    """The effect finished: its result is kept on the run (the completed idempotency record),
+    so an attempt after a crash before the completion replays it. No transition: the lease
+    holder's note, or, for an attempt that lost its lease while executing, a note on the open
+    run as stored (store.run_idempotency decides when that is allowed)."""
+    if not run.is_open:
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can save a result")
+    # Completed supersedes in progress: the attempt is no longer executing the effect.
+    return run.model_copy(
+        update={
+            "saved_result": bounded_result(result),
+            "result_saved_at": now,
+            "effect_fence": None,
+            "effect_until": None,
+            "updated_at": now,
+        }
+    )
+
+
+def _effect_released(run: Run) -> dict[str, Any]:
+    """The lease holder's in-progress record cleared: its attempt is not executing the effect
+    (it never started it, or the effect raised). Another attempt's record is left alone."""
+    if run.effect_fence is not None and run.effect_fence == run.fence:
+        return {"effect_fence": None, "effect_until": None}
+    return {}
 
 
 def heartbeat(run: Run, *, until: datetime) -> Run:
@@ -225,13 +269,37 @@ def heartbeat(run: Run, *, until: datetime) -> Run:
 
 def succeed(run: Run, *, now: datetime, actor: str, result: Any) -> Run:
     _require(run, RunState.LEASED)
-    return advance(run, RunState.SUCCEEDED, now=now, actor=actor, result=result)
+    # Finished: the idempotency records have served their purpose (the run itself answers).
+    return advance(
+        run,
+        RunState.SUCCEEDED,
+        now=now,
+        actor=actor,
+        result=result,
+        effect_fence=None,
+        effect_until=None,
+        saved_result=None,
+        result_saved_at=None,
+    )
 
 
-def fail(run: Run, *, now: datetime, actor: str, error_class: str, message: str, retryable: bool) -> Run:
+def fail(
+    run: Run,
+    *,
+    now: datetime,
+    actor: str,
+    error_class: str,
+    message: str,
+    retryable: bool,
+    effect_running: bool = False,
+) -> Run:
     """The attempt failed: RETRY_WAIT with full-jitter backoff while `attempt_refusal` allows
-    the next attempt at its due time; DEAD otherwise (and at once for a permanent error)."""
+    the next attempt at its due time; DEAD otherwise (and at once for a permanent error).
+
+    The attempt's in-progress record is released, unless `effect_running` (the effect timed
+    out and may still be executing: its record lasts to the invocation's deadline)."""
     _require(run, RunState.LEASED)
+    released = {} if effect_running else _effect_released(run)
     if retryable:
         retry = run.policies.retry
         delay = retry_delay_seconds(
@@ -241,14 +309,35 @@ def fail(run: Run, *, now: datetime, actor: str, error_class: str, message: str,
         refusal = attempt_refusal(run, next_at)
         if refusal is None:
             return _retry_wait(
-                run, now=now, actor=actor, error_class=error_class, message=message, due=next_at
+                run, now=now, actor=actor, error_class=error_class, message=message, due=next_at, **released
             )
         message = (
             f"retries exhausted: {message}"
             if refusal.error_class != "AtMostOnce"
             else (f"{message}; not retried: {refusal.message} (at-most-once)")
         )
-    return dead(run, now=now, actor=actor, error_class=error_class, message=message)
+    return dead(run, now=now, actor=actor, error_class=error_class, message=message, **released)
+
+
+def in_progress_elsewhere(run: Run, *, now: datetime, actor: str) -> Run:
+    """The claim found an earlier attempt's in-progress record: that attempt may still be
+    executing the effect, so this one does not start it. RETRY_WAIT until that record's
+    deadline, and the attempt given back (none was made)."""
+    _require(run, RunState.LEASED)
+    until = run.effect_until if run.effect_until is not None else now
+    message = (
+        f"an earlier attempt (fence {run.effect_fence}) may be executing the effect"
+        f" until {format_instant(until)}"
+    )
+    return _retry_wait(
+        run,
+        now=now,
+        actor=actor,
+        error_class="InProgress",
+        message=message,
+        due=max(until, now + timedelta(seconds=1)),
+        attempt=max(0, run.attempt - 1),
+    )
 
 
 def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
@@ -266,7 +355,9 @@ def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
     return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")
 
 
-def _retry_wait(run: Run, *, now: datetime, actor: str, error_class: str, message: str, due: datetime) -> Run:
+def _retry_wait(
+    run: Run, *, now: datetime, actor: str, error_class: str, message: str, due: datetime, **changes: Any
+) -> Run:
     return advance(
         run,
         RunState.RETRY_WAIT,
@@ -277,11 +368,14 @@ def _retry_wait(run: Run, *, now: datetime, actor: str, error_class: str, messag
         due_at=due,
         lease_owner=None,
         lease_expires_at=None,
+        **changes,
     )
 
 
-def dead(run: Run, *, now: datetime, actor: str, error_class: str, message: str) -> Run:
-    return advance(run, RunState.DEAD, now=now, actor=actor, error_class=error_class, error_message=message)
+def dead(run: Run, *, now: datetime, actor: str, error_class: str, message: str, **changes: Any) -> Run:
+    return advance(
+        run, RunState.DEAD, now=now, actor=actor, error_class=error_class, error_message=message, **changes
+    )
 
 
 def refused(run: Run, refusal: Refusal, *, now: datetime, actor: str) -> Run:
@@ -320,6 +414,7 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
         attempt=max(0, run.attempt - 1),
         lease_owner=None,
         lease_expires_at=None,
+        **_effect_released(run),
     )
 
 
@@ -346,6 +441,8 @@ def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
         finished_at=None,
         lease_owner=None,
         lease_expires_at=None,
+        # The idempotency records stay: a saved result is replayed (one effect per run,
+        # across redrives), and a live in-progress record still excludes a new attempt.
     )
 
 

@@ -124,6 +124,15 @@ class Run(Model):
     last_error_class: str | None = None
     last_error_message: str | None = None
     result: Any = None
+    # The run's Powertools idempotency records (store.run_idempotency), kept on the run itself:
+    # in progress: the attempt with fence `effect_fence` may be executing the effect until
+    # `effect_until`, its invocation's deadline (a claim records it; it outlives the lease);
+    # completed: that attempt's effect returned `saved_result`, kept before the run was
+    # completed (`result` is only ever the completed run's).
+    effect_fence: int | None = None
+    effect_until: Instant | None = None
+    saved_result: Any = None
+    result_saved_at: Instant | None = None
     created_at: Instant
     updated_at: Instant
     finished_at: Instant | None = None
@@ -133,6 +142,16 @@ class Run(Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
+
+    def effect_in_progress(self, now: datetime) -> bool:
+        """An attempt may still be executing the effect: recorded by its claim, not yet saved
+        or released, and its invocation's deadline not yet passed."""
+        return (
+            self.effect_fence is not None
+            and self.result_saved_at is None
+            and self.effect_until is not None
+            and self.effect_until > now
+        )
 
     def lease_live(self, now: datetime) -> bool:
         return (

@@ -66,8 +66,10 @@ class Completer:
         now = self._clock.now()
         return self.write(run, lambda r: lifecycle.succeed(r, now=now, actor=actor, result=output), actor)
 
-    def fail(self, run: Run, error: ExecutionError, *, actor: str) -> Ending:
-        """Retry under the policy (attempts, age, at-most-once), else dead-letter."""
+    def fail(self, run: Run, error: ExecutionError, *, actor: str, effect_running: bool = False) -> Ending:
+        """Retry under the policy (attempts, age, at-most-once), else dead-letter.
+        `effect_running`: the effect may still be executing (it timed out), so the attempt's
+        in-progress idempotency record stays."""
         now = self._clock.now()
         return self.write(
             run,
@@ -78,6 +80,7 @@ class Completer:
                 error_class=error.error_class,
                 message=error.message,
                 retryable=error.retryable,
+                effect_running=effect_running,
             ),
             actor,
             error.error_class,

@@ -3,8 +3,10 @@ under the fence, or schedule the retry / dead-letter it.
 
 Invariants this file carries: a completion never lands with a stale fence (every write after
 the claim is conditioned on it); one effect per run for idempotent targets (the effect runs
-under Powertools idempotency keyed by the run key, so a crash between effect and completion
-replays the saved result instead of acting twice); no effect after an acknowledged pause
+under Powertools idempotency keyed by the run key, its records kept on the run itself
+(store.run_idempotency): a crash between effect and completion replays the saved result
+instead of acting twice, and no attempt starts the effect while an earlier one may still be
+executing it, until that one's invocation deadline); no effect after an acknowledged pause
 (the job is read, strongly consistent, after the claim and before the effect)."""
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from enum import StrEnum
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
-from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
-from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+)
 
 from ..domain import lifecycle
 from ..domain.errors import AmbiguousError, ExecutionError, RetryableError
@@ -34,13 +38,14 @@ from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
+from ..store.run_idempotency import RunIdempotency
 from ..store.runs import RunChanged, RunStore
 from ..store.schema import QUEUES
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
 # The worker's own time around a run's effect: claim and reads before it (an early message
-# waits up to CLOCK_SKEW), completion and the idempotency record after it. The worker's
+# waits up to CLOCK_SKEW), the saved result and the completion after it. The worker's
 # function timeout is at least the longest effect a job may ask for plus this, and a batch's
 # records run at once, so every record starts its effect with its full timeoutSeconds.
 WORKER_OVERHEAD_SECONDS = 60
@@ -115,7 +120,6 @@ class Worker:
         queues: RunQueues,
         runner: TargetRunner,
         clock: Clock,
-        persistence: BasePersistenceLayer,
         *,
         worker_id: str,
         lease_seconds: int = 60,
@@ -129,7 +133,6 @@ class Worker:
         self._queues = queues
         self._runner = runner
         self._clock = clock
-        self._persistence = persistence
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
@@ -138,15 +141,14 @@ class Worker:
         )
         self._metrics = metrics
         self._completer = completer or Completer(definitions, runs, queues, clock, metrics)
+        # Without a Lambda context: the longest a Lambda invocation may last.
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
         # Receives a message may spend on deferrals before a deferral sends a fresh one.
         self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
-        # Powertools configures the shared persistence layer on first use, in steps a
-        # concurrent record could see half done (its idempotency key would not be the run key).
-        self._configure_lock = threading.Lock()
 
     def bind(self, context: Any) -> None:
-        """Per invocation: who we are, how long we have (also bounds in-progress idempotency records)."""
+        """Per invocation: who we are, how long we have (also the expiry of the in-progress
+        idempotency record a claim writes)."""
         self.worker_id = context.aws_request_id
         self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
         self._idempotency = copy.copy(self._idempotency)
@@ -154,8 +156,8 @@ class Worker:
 
     def for_invocation(self, context: Any) -> Worker:
         """This worker bound to one invocation, leaving this one as it was: invocations that
-        share a process (local mode) keep their own identity and deadline. Stores, queues,
-        the persistence layer and its lock are shared."""
+        share a process (local mode) keep their own identity and deadline. Stores and queues
+        are shared."""
         bound = copy.copy(self)
         bound.bind(context)
         return bound
@@ -238,11 +240,20 @@ class Worker:
     def _claim(self, run: Run, now: datetime) -> Run | None:
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
+        # The claim is the in-progress idempotency record too: it lasts to this invocation's
+        # deadline (bounded by the records' lifetime, as Powertools bounds its own).
+        remaining = min(self.remaining_seconds(), self._idempotency.expires_after_seconds)
+        effect_until = now + timedelta(seconds=max(0.0, remaining))
         try:
             return self._runs.commit(
                 run,
                 lambda r: lifecycle.claim(
-                    r, now=now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
+                    r,
+                    now=now,
+                    owner=self.worker_id,
+                    actor=self.actor,
+                    lease_seconds=self.lease_seconds,
+                    effect_until=effect_until,
                 ),
             )
         except (RunChanged, lifecycle.TransitionRefused):
@@ -306,10 +317,25 @@ class Worker:
         started = self._clock.now()
         heartbeat.start()
         try:
-            output = self._effect(run, invocation, budget)
+            output = self._effect(lease, invocation, budget)
+        except IdempotencyAlreadyInProgressError:
+            # An earlier attempt may still be executing the effect: come back at its deadline.
+            heartbeat.stop()
+            now = self._clock.now()
+            actor = self.actor
+            return self._ended(
+                self._completer.write(
+                    lease.run,
+                    lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor),
+                    actor,
+                    "InProgress",
+                )
+            )
         except ExecutionError as exc:
             heartbeat.stop()
-            return self._ended(self._completer.fail(lease.run, exc, actor=self.actor))
+            # A timed-out effect may still be executing: its in-progress record stays.
+            running = exc.error_class == "Timeout"
+            return self._ended(self._completer.fail(lease.run, exc, actor=self.actor, effect_running=running))
         finally:
             heartbeat.stop()
         duration = (self._clock.now() - started).total_seconds()
@@ -329,19 +355,21 @@ class Worker:
         outcome = outcomes[ending.state] if ending.state is not None else Outcome.STALE
         return Result(outcome, ending.run, error_class=ending.error_class)
 
-    def _effect(self, run: Run, invocation: Invocation, budget: float) -> Any:
-        """The target call, under idempotency keyed by the run key, bounded by the timeout."""
+    def _effect(self, lease: _Lease, invocation: Invocation, budget: float) -> Any:
+        """The target call, under idempotency keyed by the run key, bounded by the timeout.
+
+        Its records are the run's own (store.run_idempotency): the claim is the in-progress
+        record, the result saved on the run under the fence the completed one."""
+        run = lease.run
 
         def once(request: dict[str, Any]) -> Any:
-            # Stored on the run and in the idempotency record: JSON, and bounded.
+            # Saved on the run: JSON, and bounded.
             return lifecycle.bounded_result(self._runner.run(run.target, invocation))
 
-        with self._configure_lock:
-            self._persistence.configure(
-                self._idempotency, function_name=f"{once.__module__}.{once.__qualname__}"
-            )
         guarded = idempotent_function(
-            data_keyword_argument="request", config=self._idempotency, persistence_store=self._persistence
+            data_keyword_argument="request",
+            config=self._idempotency,
+            persistence_store=RunIdempotency(self._runs, lease, self._clock),
         )(once)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
         future = pool.submit(guarded, request={"runKey": run.run_key})
@@ -351,10 +379,11 @@ class Worker:
             raise AmbiguousError(
                 f"the effect did not finish within {budget:.0f} s", error_class="Timeout"
             ) from None
-        except IdempotencyAlreadyInProgressError:
-            raise RetryableError(
-                "another attempt of this run is still executing", error_class="InProgress"
-            ) from None
+        except IdempotencyPersistenceLayerError as exc:
+            # The result could not be saved (the store failed, not the target): surface the
+            # store's own error, as a completion that fails does, so the record is retried.
+            cause = exc.__cause__
+            raise (cause if isinstance(cause, Exception) else exc) from None
         finally:
             pool.shutdown(wait=False)
 

@@ -134,16 +134,9 @@ RUNS = TableSpec(
     ttl_attribute="expires_at",
 )
 
-# The Powertools idempotency persistence table (its default attribute names).
-IDEMPOTENCY = TableSpec(
-    logical_id="Idempotency",
-    env_var="IDEMPOTENCY_TABLE",
-    default_name="jobsched-idempotency",
-    partition=Key("id", "S"),
-    ttl_attribute="expiration",
-)
-
-ALL_TABLES = (DEFINITIONS, RUNS, IDEMPOTENCY)
+# No idempotency table: the worker's Powertools idempotency records live on the run item
+# (store.run_idempotency).
+ALL_TABLES = (DEFINITIONS, RUNS)
 
 
 # --- Queues: one per priority, each with its DLQ. External workers lease target-less runs

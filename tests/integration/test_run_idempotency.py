@@ -1,0 +1,255 @@
+"""The worker's Powertools idempotency records, kept on the run item (store.run_idempotency):
+each test tries to break one promise the separate idempotency table used to keep."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from jobsched.domain.errors import StorageUnavailable
+from jobsched.domain.runs import RunState
+from jobsched.services.worker import Outcome
+from jobsched.store.schema import ALL_TABLES
+
+from tests.helpers import T0, make_worker
+from tests.integration.test_worker import Ledger, delivery, one_run, stored
+
+pytestmark = pytest.mark.integration
+
+
+class Died(BaseException):
+    """The invocation died inside the effect: no handler code after this point ran."""
+
+
+class Context:
+    """A Lambda context with a fixed time left: the worker's invocation deadline."""
+
+    def __init__(self, name: str, remaining_seconds: int) -> None:
+        self.aws_request_id = name
+        self.remaining = remaining_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining * 1000
+
+
+@pytest.fixture
+def ledger():
+    return Ledger()
+
+
+@pytest.fixture
+def registry(ledger):
+    from jobsched.targets import HandlerRegistry
+
+    reg = HandlerRegistry()
+
+    @reg.register("ok")
+    def ok(payload, invocation):
+        ledger.effect(invocation.run_key)
+        return {"done": invocation.run_key, "attempt": invocation.attempt}
+
+    return reg
+
+
+def invocation(container, registry, name, remaining_seconds):
+    worker = make_worker(container, registry, name=name)
+    return worker.for_invocation(Context(name, remaining_seconds))
+
+
+def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_deadline(
+    container, clock, registry, ledger
+):
+    seen = {}
+
+    @registry.register("long")
+    def long(payload, invocation_):
+        # Inside the effect the lease runs out; two later claims come before the deadline.
+        clock.advance(61)
+        seen["second"] = invocation(container, registry, "second", 900).process(delivery(run))
+        clock.set(T0 + timedelta(seconds=250))
+        seen["third"] = invocation(container, registry, "third", 900).process(delivery(run))
+        ledger.effect(invocation_.run_key)
+        return "first-result"
+
+    _, run = one_run(container, clock, job_type="long")
+    first = invocation(container, registry, "first", 300)
+    assert first.process(delivery(run)).outcome is Outcome.STALE
+    second = seen["second"]
+    assert second.outcome is Outcome.RETRY_SCHEDULED and second.error_class == "InProgress"
+    # The record stays the first attempt's, and no attempt was used up waiting for it.
+    assert second.run.effect_fence == 1 and second.run.effect_until == T0 + timedelta(seconds=300)
+    assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300)
+    assert seen["third"].outcome is Outcome.DEFERRED  # not due before the deadline: no write
+    assert ledger.effects[run.run_key] == 1
+    # The first attempt's result was saved on the open run: the next attempt replays it.
+    waiting = stored(container, run)
+    assert waiting.state is RunState.RETRY_WAIT and waiting.result is None
+    assert waiting.saved_result == "first-result"
+    clock.set(waiting.due_at)
+    done = invocation(container, registry, "fourth", 900).process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert ledger.effects[run.run_key] == 1
+    assert done.run.effect_fence is None and done.run.saved_result is None
+
+
+def test_an_invocation_that_died_in_the_effect_is_not_repeated_before_its_deadline(
+    container, clock, registry, ledger
+):
+    calls = []
+
+    @registry.register("dies-once")
+    def dies_once(payload, invocation_):
+        ledger.effect(invocation_.run_key)
+        calls.append(invocation_.attempt)
+        if len(calls) == 1:
+            raise Died
+        return "second-result"
+
+    _, run = one_run(container, clock, job_type="dies-once")
+    with pytest.raises(Died):
+        invocation(container, registry, "first", 120).process(delivery(run))
+    clock.advance(61)  # the lease is gone, the dead invocation's deadline is not
+    waited = invocation(container, registry, "second", 900).process(delivery(run))
+    assert waited.outcome is Outcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
+    assert ledger.effects[run.run_key] == 1
+    # Past the deadline the invocation cannot be running: Powertools' in-progress expiry.
+    clock.set(waited.run.due_at)
+    assert waited.run.due_at == T0 + timedelta(seconds=120)
+    done = invocation(container, registry, "third", 900).process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "second-result"
+    assert ledger.effects[run.run_key] == 2
+
+
+def test_a_claim_keeps_an_earlier_attempts_live_record_and_replaces_an_expired_one(container, clock):
+    from jobsched.domain import lifecycle
+
+    _, run = one_run(container, clock)
+    first = lifecycle.claim(
+        run, now=T0, owner="a", actor="worker:a", lease_seconds=60, effect_until=T0 + timedelta(seconds=300)
+    )
+    later = T0 + timedelta(seconds=61)
+    second = lifecycle.claim(
+        first,
+        now=later,
+        owner="b",
+        actor="worker:b",
+        lease_seconds=60,
+        effect_until=later + timedelta(seconds=900),
+    )
+    assert (second.fence, second.effect_fence, second.effect_until) == (2, 1, T0 + timedelta(seconds=300))
+    past = T0 + timedelta(seconds=300)
+    third = lifecycle.claim(
+        second,
+        now=past,
+        owner="c",
+        actor="worker:c",
+        lease_seconds=60,
+        effect_until=past + timedelta(seconds=900),
+    )
+    assert (third.fence, third.effect_fence, third.effect_until) == (3, 3, past + timedelta(seconds=900))
+
+
+def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(container, clock, registry):
+    calls = []
+
+    @registry.register("flaky")
+    def flaky(payload, invocation_):
+        from jobsched.domain.errors import RetryableError
+
+        calls.append(invocation_.attempt)
+        if len(calls) == 1:
+            raise RetryableError("downstream 503", error_class="HTTP503")
+        return "ok"
+
+    _, run = one_run(container, clock, job_type="flaky")
+    worker = invocation(container, registry, "w", 900)
+    failed = worker.process(delivery(run))
+    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == "HTTP503"
+    assert failed.run.effect_fence is None
+    clock.set(failed.run.due_at)  # the backoff, not the invocation's deadline
+    assert failed.run.due_at < T0 + timedelta(seconds=900)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert calls == [1, 2]
+
+
+def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again(
+    container, clock, registry, ledger, monkeypatch
+):
+    _, run = one_run(container, clock, maxAttempts=1)
+    real_commit = container.runs.commit
+
+    def crash_on_success(read, change, **kw):
+        if change(read).state is RunState.SUCCEEDED:
+            raise ConnectionError("worker died after the effect")
+        return real_commit(read, change, **kw)
+
+    worker = make_worker(container, registry)
+    monkeypatch.setattr(container.runs, "commit", crash_on_success)
+    with pytest.raises(ConnectionError):
+        worker.process(delivery(run))
+    monkeypatch.setattr(container.runs, "commit", real_commit)
+    assert stored(container, run).saved_result == {"done": run.run_key, "attempt": 1}
+    clock.advance(61)
+    # Its one attempt is used: the lease's expiry ends the series, the saved result unused.
+    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert ledger.effects[run.run_key] == 1
+
+    redriven = container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
+    assert redriven.saved_result == {"done": run.run_key, "attempt": 1}
+    done = worker.process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.redrives == 1 and done.run.attempt == 1
+    assert done.run.result == {"done": run.run_key, "attempt": 1}
+    assert ledger.effects[run.run_key] == 1  # one effect per run, across redrives
+    # A late copy of the message changes nothing.
+    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container, clock, registry, ledger):
+    from jobsched.domain import lifecycle
+
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+
+    def throttled_save(read, change, **kw):
+        if read.state is RunState.LEASED and change(read).result_saved_at is not None:
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    container.runs.commit = throttled_save  # type: ignore[method-assign]
+    try:
+        # Not a Powertools wrapper: the handler and the chaos harness retry a store error.
+        with pytest.raises(StorageUnavailable):
+            invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    held = stored(container, run)
+    assert held.state is RunState.LEASED and held.result_saved_at is None
+    # The effect is still in progress to the deadline: a claim after the lease waits for it.
+    assert held.effect_in_progress(T0 + timedelta(seconds=299))
+    assert lifecycle.claimable(held, T0 + timedelta(seconds=61))
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_save_throttled_a_few_times_is_retried_and_the_run_completes(container, clock, registry, ledger):
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+    throttles = []
+
+    def throttled_save(read, change, **kw):
+        if read.state is RunState.LEASED and change(read).result_saved_at is not None and len(throttles) < 3:
+            throttles.append(read.fence)
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    container.runs.commit = throttled_save  # type: ignore[method-assign]
+    try:
+        done = invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert done.outcome is Outcome.SUCCEEDED and throttles == [1, 1, 1]
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_the_stack_has_no_idempotency_table():
+    assert {spec.logical_id for spec in ALL_TABLES} == {"Definitions", "Runs"}
