@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote
 
 from .assets import CONSOLE_PATH, console_response
 
@@ -70,6 +70,11 @@ class Answer:
 
 
 def is_api_path(path: str) -> bool:
+    """Only the API's own paths are forwarded: no dot-segments (encoded or not) and no
+    leading `//`, which an upstream might read as another path or host."""
+    decoded = unquote(path)
+    if decoded.startswith("//") or any(part in (".", "..") for part in decoded.split("/")):
+        return False
     return path.startswith(API_PREFIXES) or path in API_PATHS
 
 
@@ -186,8 +191,9 @@ class ConsoleProxy:
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         target = request.path
-        if not target.startswith("/"):
-            # An absolute-form target (a client using this as a general proxy).
+        if not target.startswith("/") or target.startswith("//"):
+            # An absolute-form target (a client using this as a general proxy), or one a URL
+            # parser would read as a host.
             absolute = _json_answer(400, "invalid_request", "only paths are served here")
             self._send(request, absolute, close=True)
             return
@@ -195,7 +201,7 @@ class ConsoleProxy:
         if refusal is not None:
             self._send(request, refusal, close=True)
             return
-        path = urlsplit(target).path
+        path = target.split("?", 1)[0].split("#", 1)[0]
         static = console_response(request.command, path)
         if static is not None:
             self._send(request, Answer(static.status, static.headers, static.body))
@@ -233,7 +239,14 @@ class ConsoleProxy:
         request: BaseHTTPRequestHandler, answer: Answer, *, close: bool = False, head: bool = False
     ) -> None:
         request.send_response(answer.status)
-        headers = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", **answer.headers}
+        # A forwarded answer is data, never a page: sandboxed unless it is one of the console's
+        # own files (which carry their own policy).
+        headers = {
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'; sandbox",
+            **answer.headers,
+        }
         for name, value in headers.items():
             request.send_header(name, value)
         request.send_header("Content-Length", str(len(answer.body)))

@@ -44,7 +44,9 @@ class LocalConfig:
     region: str = "us-east-1"
     shard_count: int = 4
     horizon_seconds: int = _runtime_default("horizon_seconds")  # how far ahead the sweeper makes runs
-    sweep_ahead_seconds: int = _runtime_default("sweep_ahead_seconds")  # how far ahead a due job's runs
+    # How far ahead a due job's runs are made; None: the stack's default, or the horizon when
+    # that is longer (a config that only raises the horizon stays valid).
+    sweep_ahead_seconds: int | None = None
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
     reconcile_seconds: float = 60.0
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)
@@ -74,6 +76,9 @@ class LocalConfig:
         """The functions' settings: this config's runtime fields (and `resources`: queue URLs,
         the moto endpoint), the model's defaults for the rest."""
         values = {field: getattr(self, name) for name, field in RUNTIME_FIELDS.items()}
+        if values["sweep_ahead_seconds"] is None:
+            default = _runtime_default("sweep_ahead_seconds")
+            values["sweep_ahead_seconds"] = max(default, self.horizon_seconds)
         try:
             return Settings(**values, **resources)
         except ValidationError as exc:

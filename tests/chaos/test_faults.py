@@ -172,7 +172,7 @@ def test_every_fault_moto_never_shows_fires_and_the_invariants_hold():
         FaultRates(),
         stale_index_read=0.4,
         write_timeout=0.05,
-        hot_key_burst=0.02,
+        hot_key_burst=0.05,
         killed_invocation=0.15,
         throttled_invocation=0.1,
         stream_redelivery=0.2,

@@ -205,9 +205,9 @@ def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again
     assert ledger.effects[run.run_key] == 1
 
 
-def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container, clock, registry, ledger):
-    from jobsched.domain import lifecycle
-
+def test_a_result_that_cannot_be_saved_still_completes_the_run(container, clock, registry, ledger):
+    """The save fails every time: the completion, which records the result itself, is written
+    with the output instead of throwing it away (and acting again after the deadline)."""
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
 
@@ -217,6 +217,29 @@ def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container
         return real_commit(read, change, **kw)
 
     container.runs.commit = throttled_save  # type: ignore[method-assign]
+    try:
+        done = invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert done.outcome is Outcome.SUCCEEDED
+    assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_when_neither_save_nor_completion_is_written_the_effect_stays_in_progress(
+    container, clock, registry, ledger
+):
+    from jobsched.domain import lifecycle
+
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+
+    def store_down(read, change, **kw):
+        if read.state is RunState.LEASED:
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    container.runs.commit = store_down  # type: ignore[method-assign]
     try:
         # Not a Powertools wrapper: the handler and the chaos harness retry a store error.
         with pytest.raises(StorageUnavailable):
@@ -228,6 +251,55 @@ def test_a_store_failure_saving_the_result_is_retried_as_a_store_error(container
     # The effect is still in progress to the deadline: a claim after the lease waits for it.
     assert held.effect_in_progress(T0 + timedelta(seconds=299))
     assert lifecycle.claimable(held, T0 + timedelta(seconds=61))
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_targets_own_timeout_releases_the_record_and_retries_at_its_backoff(container, clock, registry):
+    """An HTTP target that gave up waiting has returned: unlike the worker's own timeout, its
+    effect is not still executing, so the retry does not wait for the invocation's deadline."""
+    from jobsched.domain.errors import AmbiguousError
+
+    calls = []
+
+    @registry.register("slow-downstream")
+    def slow(payload, invocation_):
+        calls.append(invocation_.attempt)
+        if len(calls) == 1:
+            raise AmbiguousError("no response in time", error_class="Timeout")
+        return "ok"
+
+    _, run = one_run(container, clock, job_type="slow-downstream")
+    worker = invocation(container, registry, "w", 900)
+    failed = worker.process(delivery(run))
+    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == "Timeout"
+    assert failed.run.effect_fence is None
+    assert failed.run.due_at < T0 + timedelta(seconds=900)
+    clock.set(failed.run.due_at)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+
+
+def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The job read after the claim fails: the effect never started, so the next claim after
+    the lease runs it instead of waiting for the first invocation's deadline."""
+    _, run = one_run(container, clock)
+    real_get = container.definitions.get
+    failures = []
+
+    def throttled_get(job_id):
+        if not failures:
+            failures.append(job_id)
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_get(job_id)
+
+    monkeypatch.setattr(container.definitions, "get", throttled_get)
+    with pytest.raises(StorageUnavailable):
+        invocation(container, registry, "w1", 900).process(delivery(run))
+    held = stored(container, run)
+    assert held.state is RunState.LEASED and held.effect_fence is None
+    clock.advance(61)  # the lease, not the 900 s invocation
+    assert invocation(container, registry, "w2", 900).process(delivery(run)).outcome is Outcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 
 

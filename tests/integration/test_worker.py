@@ -190,9 +190,32 @@ def test_crash_before_the_effect_runs_it_once_later(container, clock, worker, le
         worker.process(delivery(run))
     monkeypatch.undo()
     assert ledger.effects[run.run_key] == 0
-    # The claim is the in-progress record, to the crashed invocation's deadline (900 s here,
-    # with no Lambda context): nothing stored says the effect never started, so the next
-    # attempt waits for it, as it would for a crash during the effect, without using an attempt.
+    # The failed attempt gave its in-progress record back: the next claim, once the lease has
+    # expired, runs the effect.
+    clock.advance(61)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+
+
+class _Killed(BaseException):
+    """The invocation is killed (timeout, out of memory): no handler code runs after this."""
+
+
+def test_an_invocation_killed_before_the_effect_is_waited_for_until_its_deadline(
+    container, clock, worker, ledger, monkeypatch
+):
+    _, run = one_run(container, clock)
+
+    def killed(job_id):
+        raise _Killed()
+
+    monkeypatch.setattr(container.definitions, "get", killed)
+    with pytest.raises(_Killed):
+        worker.process(delivery(run))
+    monkeypatch.undo()
+    # Nothing stored says the effect never started: the claim is the in-progress record, to
+    # the killed invocation's deadline (900 s here, with no Lambda context), so the next
+    # attempt waits for it, as for a death during the effect, without using an attempt.
     clock.advance(61)
     waited = worker.process(delivery(run))
     assert waited.outcome is Outcome.RETRY_SCHEDULED and ledger.effects[run.run_key] == 0

@@ -220,14 +220,30 @@ def test_answers_come_back_with_status_body_and_headers_hop_by_hop_dropped(
     assert headers["content-type"] == "application/json"
     assert not {"set-cookie", "x-hop", "keep-alive"} & set(headers)
     assert headers["content-length"] == str(len(body))
+    # Whatever the upstream sends is data: a browser never runs it as a page of this origin.
+    assert headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'; sandbox"
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/etc/passwd", "/admin", "/v2/jobs", "/v1", "/prod/v1/jobs", "/console/../v1/jobs", "/docs"]
+    "path",
+    [
+        "/",
+        "/etc/passwd",
+        "/admin",
+        "/v2/jobs",
+        "/v1",
+        "/prod/v1/jobs",
+        "/console/../v1/jobs",
+        "/docs",
+        "/v1/../admin",
+        "/v1/%2e%2e/admin",
+        "/v1/jobs/./x",
+    ],
 )
 def test_only_api_paths_are_forwarded(proxy: ConsoleProxy, upstream: Upstream, path: str) -> None:
+    # (A leading "//" never reaches the proxy: Python's HTTP server folds it into one "/".)
     status, _, _ = send(proxy, "GET", path, headers=own(proxy))
-    assert status == 404
+    assert status in (400, 404)
     assert upstream.seen == []
 
 

@@ -111,5 +111,8 @@ def test_local_mode_builds_its_settings_with_the_model():
     assert settings.shard_count == config.shard_count == 4  # local mode's own choice
     assert settings.retention_days == Settings().retention_days  # the model's default otherwise
     assert settings.http_allow_destinations == tuple(config.allow_destinations)
+    # Unset, sweep-ahead follows a longer horizon; set below it, it is refused by name.
+    assert LocalConfig(horizon_seconds=900).runtime_settings().sweep_ahead_seconds == 900
+    assert LocalConfig().runtime_settings().sweep_ahead_seconds == Settings().sweep_ahead_seconds
     with pytest.raises(ValueError, match="sweep_ahead_seconds: must be at least HORIZON_SECONDS"):
-        LocalConfig(horizon_seconds=900).runtime_settings()
+        LocalConfig(horizon_seconds=900, sweep_ahead_seconds=300).runtime_settings()

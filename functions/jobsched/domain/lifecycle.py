@@ -234,6 +234,14 @@ def effect_started(run: Run, *, now: datetime) -> Run:
     return run.model_copy(update={"effect_started_at": now, "updated_at": now})
 
 
+def effect_not_started(run: Run, *, now: datetime) -> Run:
+    """The lease holder stopped before starting the effect (a failed read, a refused mark):
+    its in-progress record is released, so the next attempt need not wait for this
+    invocation's deadline. No transition: the lease holder's own note."""
+    _require(run, RunState.LEASED)
+    return run.model_copy(update={**_effect_released(run), "updated_at": now})
+
+
 def save_result(run: Run, *, now: datetime, result: Any) -> Run:
     """The effect finished: its result is kept on the run (the completed idempotency record),
     so an attempt after a crash before the completion replays it. No transition: the lease

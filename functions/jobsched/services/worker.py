@@ -57,6 +57,13 @@ DEFER_TOUCH = timedelta(minutes=5)
 DEFER_IN_PLACE = 60
 
 
+class EffectStillRunning(AmbiguousError):
+    """The worker stopped waiting for the effect, which may still be executing in its thread
+    (until the invocation ends): unlike a target's own timeout, its in-progress record stays."""
+
+    error_class = "Timeout"
+
+
 class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     RETRY_SCHEDULED = "retry_scheduled"
@@ -215,21 +222,26 @@ class Worker:
             return Result(Outcome.DUPLICATE, run)
         logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
-        # Read after the claim: a pause or cancel acknowledged before this read stops the run.
-        job = self._definitions.get(run.job_id)
-        stopped = self._completer.before_effect(leased, job, actor=self.actor)
-        if stopped is not None:
-            return self._ended(stopped)
-
         lease = _Lease(leased)
-        if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE:
-            try:
-                lease.update(
-                    self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
-                )
-            except RunChanged:
-                self._metrics.add("StaleFencesRejected")
-                return Result(Outcome.STALE, leased)
+        try:
+            # Read after the claim: a pause or cancel acknowledged before this read stops the run.
+            job = self._definitions.get(run.job_id)
+            stopped = self._completer.before_effect(leased, job, actor=self.actor)
+            if stopped is not None:
+                return self._ended(stopped)
+            if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE:
+                try:
+                    lease.update(
+                        self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
+                    )
+                except RunChanged:
+                    self._metrics.add("StaleFencesRejected")
+                    return Result(Outcome.STALE, leased)
+        except Exception:
+            # The claim is the in-progress record: give it back, or the next attempt would
+            # wait for this invocation's deadline for an effect that never started.
+            self._release_effect(lease.run)
+            raise
 
         result = self._execute(lease, delivery)
         result.start_lag = start_lag
@@ -241,9 +253,10 @@ class Worker:
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
         # The claim is the in-progress idempotency record too: it lasts to this invocation's
-        # deadline (bounded by the records' lifetime, as Powertools bounds its own).
+        # deadline (bounded by the records' lifetime, as Powertools bounds its own), counted
+        # from the clock as the remaining time is read, not from the start of the delivery.
         remaining = min(self.remaining_seconds(), self._idempotency.expires_after_seconds)
-        effect_until = now + timedelta(seconds=max(0.0, remaining))
+        effect_until = self._clock.now() + timedelta(seconds=max(0.0, remaining))
         try:
             return self._runs.commit(
                 run,
@@ -333,8 +346,9 @@ class Worker:
             )
         except ExecutionError as exc:
             heartbeat.stop()
-            # A timed-out effect may still be executing: its in-progress record stays.
-            running = exc.error_class == "Timeout"
+            # Only an effect this worker stopped waiting for may still be executing: its
+            # in-progress record stays. A target's own timeout has returned.
+            running = isinstance(exc, EffectStillRunning)
             return self._ended(self._completer.fail(lease.run, exc, actor=self.actor, effect_running=running))
         finally:
             heartbeat.stop()
@@ -362,9 +376,13 @@ class Worker:
         record, the result saved on the run under the fence the completed one."""
         run = lease.run
 
+        outputs: list[Any] = []
+
         def once(request: dict[str, Any]) -> Any:
             # Saved on the run: JSON, and bounded.
-            return lifecycle.bounded_result(self._runner.run(run.target, invocation))
+            output = lifecycle.bounded_result(self._runner.run(run.target, invocation))
+            outputs.append(output)
+            return output
 
         guarded = idempotent_function(
             data_keyword_argument="request",
@@ -376,16 +394,31 @@ class Worker:
         try:
             return future.result(timeout=budget)
         except FutureTimeout:
-            raise AmbiguousError(
-                f"the effect did not finish within {budget:.0f} s", error_class="Timeout"
-            ) from None
+            raise EffectStillRunning(f"the effect did not finish within {budget:.0f} s") from None
         except IdempotencyPersistenceLayerError as exc:
-            # The result could not be saved (the store failed, not the target): surface the
-            # store's own error, as a completion that fails does, so the record is retried.
+            if outputs:
+                # The effect ran but its result could not be saved: the completion, which
+                # records the result itself, is the next best record of it. Only if that
+                # fails too does a later attempt act again (after this deadline).
+                logger.warning("effect result not saved", extra={"run_key": run.run_key, "error": str(exc)})
+                return outputs[0]
+            # The store failed before the effect: surface its own error, as a completion that
+            # fails does, so the record is retried.
             cause = exc.__cause__
             raise (cause if isinstance(cause, Exception) else exc) from None
         finally:
             pool.shutdown(wait=False)
+
+    def _release_effect(self, run: Run) -> None:
+        """Best effort: a failure leaves the record to expire at this invocation's deadline."""
+        try:
+            self._runs.commit(
+                run, lambda r: lifecycle.effect_not_started(r, now=self._clock.now()), holder=True
+            )
+        except Exception as exc:
+            logger.warning(
+                "in-progress record not released", extra={"run_key": run.run_key, "error": str(exc)}
+            )
 
     def heartbeat(self, lease: _Lease, delivery: Delivery | None = None) -> bool:
         """Extend the lease, and the message's visibility, while the effect runs. False once
