@@ -164,6 +164,12 @@ def _busy(env: dict[str, Any]) -> str:
     return ""
 
 
+def _kept(env: dict[str, Any]) -> str:
+    """Which figures an `--only ... --keep` run took from the run before."""
+    mode = env.get("mode", "")
+    return f" ({mode.split('; ', 1)[1]})" if "; " in mode else ""
+
+
 def markdown(results: dict[str, Any], picture: str | None) -> str:
     env = results["environment"]
     out = [
@@ -552,7 +558,8 @@ def readme_section(results: dict[str, Any]) -> str:
         *_goal_table(results),
         "",
         f"Measured on {results['environment']['finished_at']}, {results['environment']['cpus']} CPUs, load average "
-        f"{_f(results['environment']['load_before'][0])}{_busy(results['environment'])}. Dollars use the "
+        f"{_f(results['environment']['load_before'][0])}{_busy(results['environment'])}"
+        f"{_kept(results['environment'])}. Dollars use the "
         "us-east-1 list prices in `bench/prices.json`; check them before quoting.",
         "",
     ]
