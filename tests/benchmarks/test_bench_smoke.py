@@ -119,7 +119,7 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
     }
     assert "## 2. Cost per run" in report.markdown(results, None)
     assert "### Top-of-hour burst, runs made ahead" in report.markdown(results, None)
-    assert [b["settings"]["label"] for b in result["top_of_hour"]][0] == "stack defaults"
+    assert result["top_of_hour"][0]["settings"]["label"] == "stack defaults"
     assert "## Performance" in report.readme_section(results)
     assert report.terminal(results)
 
