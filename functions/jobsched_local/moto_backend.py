@@ -18,11 +18,13 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from .background import BackgroundServer
+from .moto_transactions import install as install_fast_transactions
 
 
 class MotoServer(BackgroundServer):
     def __init__(self, host: str, port: int) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+        install_fast_transactions()  # moto copies whole tables per transaction otherwise
         # Bound here rather than by werkzeug, which answers a taken port with sys.exit(1).
         listener = _listen(host, port)
         try:
