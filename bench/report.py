@@ -26,6 +26,12 @@ def _ok(flag: bool | None) -> str:
 # --- goals ---
 
 
+def lag_goal_seconds(scenario: dict[str, Any]) -> float:
+    """Local mode's start-lag goal: 1 s, and 5 s for a burst of 200 or more due in one second
+    (issue 14: a single-threaded moto server serves every call of the burst in turn)."""
+    return 5.0 if scenario.get("scenario", "").startswith("burst") and scenario.get("runs", 0) >= 200 else 1.0
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     lag = results.get("lag")
@@ -33,12 +39,13 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         for s in lag["scenarios"].values():
             p99 = s["lag"]["p99"]
             moto = s["share_of_lag"]["moto"]
+            goal = lag_goal_seconds(s)
             rows.append(
                 {
                     "what": f"start lag p99, {s['scenario']}",
                     "measured": f"{_f(p99)} s (p50 {_f(s['lag']['p50'])}, max {_f(s['lag']['max'])}; {moto:.0%} of lag in moto)",
-                    "goal": "≤ 1 s",
-                    "met": p99 <= 1.0,
+                    "goal": f"≤ {goal:g} s",
+                    "met": p99 <= goal,
                 }
             )
     cost = results.get("cost")

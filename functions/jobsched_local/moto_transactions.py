@@ -67,8 +67,8 @@ def _snapshot(backend: Any, transact_items: list[dict[str, Any]]) -> list[_Table
     for entry in transact_items:
         for op in entry.values():
             name = op.get("TableName") if isinstance(op, dict) else None
-            table = backend.tables.get(name) if name else None
-            if table is None:
+            table = backend.tables.get(name) if isinstance(name, str) else None
+            if table is None or not isinstance(name, str):
                 continue  # moto refuses the transaction before it writes anything of it
             snapshot = tables.get(name)
             if snapshot is None:
@@ -124,6 +124,6 @@ def install() -> None:
             finally:
                 _state.active = False
 
-        models.copy = _NoTableCopies()  # type: ignore[attr-defined]
+        models.copy = _NoTableCopies()  # type: ignore[assignment]
         models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         _installed = True

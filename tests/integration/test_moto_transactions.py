@@ -29,7 +29,10 @@ def ddb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         stream = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
         client.create_table(
             TableName="ranged",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
             AttributeDefinitions=[
                 {"AttributeName": "pk", "AttributeType": "S"},
                 {"AttributeName": "sk", "AttributeType": "S"},
@@ -124,7 +127,7 @@ def test_a_transaction_that_succeeds_writes_every_item(ddb):
 
 def test_a_refused_transaction_changes_nothing(ddb):
     before = everything(ddb)
-    twice = writes(fail=False)[:2] + [writes(fail=False)[1]]  # the same item twice: refused outright
-    with pytest.raises(ClientError, match="ValidationException|multiple operations"):
+    twice = [*writes(fail=False)[:2], writes(fail=False)[1]]  # the same item twice: refused outright
+    with pytest.raises(ClientError, match=r"ValidationException|multiple operations"):
         ddb.transact_write_items(TransactItems=twice)
     assert everything(ddb) == before
