@@ -35,6 +35,7 @@ def run(
     quick: bool = False,
     out: Path = HERE,
     log: Any = print,
+    keep: bool = False,
 ) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
@@ -51,6 +52,14 @@ def run(
         },
         "seconds": {},
     }
+    if keep and (out / "results.json").exists():
+        # The parts not re-run keep their last figures; the report says when each was taken.
+        previous = json.loads((out / "results.json").read_text())
+        results.update({k: v for k, v in previous.items() if k in ALL and k not in only})
+        results["seconds"] = {k: v for k, v in previous.get("seconds", {}).items() if k not in only}
+        results["environment"]["mode"] += (
+            f"; {', '.join(sorted(set(ALL) - set(only)))} kept from the previous run"
+        )
 
     def timed(name: str, fn: Any) -> None:
         if name not in only:
@@ -109,12 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke sizes: seconds, figures meaningless")
     parser.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
     parser.add_argument("--out", type=Path, default=HERE, help="where results.json, report.md and lag.png go")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the previous results.json's figures for the parts not in --only",
+    )
     args = parser.parse_args(argv)
     only = tuple(part.strip() for part in args.only.split(",") if part.strip())
     unknown = set(only) - set(ALL)
     if unknown:
         parser.error(f"unknown benchmarks: {sorted(unknown)}")
-    results = run(only, quick=args.quick, out=args.out, log=lambda m: print(m, file=sys.stderr))
+    results = run(
+        only, quick=args.quick, out=args.out, log=lambda m: print(m, file=sys.stderr), keep=args.keep
+    )
     from .report import terminal
 
     print(terminal(results))

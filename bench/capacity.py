@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from .harness import OUTBOX_PARALLELIZATION, SHARD_COUNT, SHARDS_PER_SWEEP, WORKER_CONCURRENCY
+from .harness import (
+    HORIZON_SECONDS,
+    OUTBOX_PARALLELIZATION,
+    SHARD_COUNT,
+    SHARDS_PER_SWEEP,
+    WORKER_BATCH_SIZE,
+    WORKER_CONCURRENCY,
+)
 
 LIMITS: dict[str, dict[str, Any]] = {
     "partition_wcu_per_s": {
@@ -57,6 +65,30 @@ LIMITS: dict[str, dict[str, Any]] = {
         "value": 120000,
         "source": "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html",
     },
+    "sqs_esm_provisioned_scale_up_per_minute": {
+        "value": 1000,
+        "source": "https://aws.amazon.com/blogs/aws/aws-lambda-enhances-sqs-processing-with-new-provisioned-mode-3x-faster-scaling-16x-higher-capacity"
+        " (provisioned mode: up to 1,000 concurrency a minute, 3x the default)",
+    },
+    "sqs_esm_provisioned_max_concurrency": {
+        "value": 20000,
+        "source": "same announcement (up to 20,000 concurrency per mapping)",
+    },
+    "sqs_invocations_per_poller": {
+        "value": 10,
+        "source": "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html"
+        " (each SQS event poller: up to 10 concurrent invocations)",
+    },
+    "sqs_min_pollers_max": {
+        "value": 200,
+        "source": "https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
+        "aws-properties-lambda-eventsourcemapping-provisionedpollerconfig.html (MinimumPollers 2..200)",
+    },
+    "lambda_scale_up_per_10s_per_function": {
+        "value": 1000,
+        "source": "https://docs.aws.amazon.com/lambda/latest/dg/scaling-behavior.html"
+        " (1,000 execution environments every 10 s per function)",
+    },
 }
 
 TARGET_RUNS_PER_MINUTE = 100_000
@@ -78,6 +110,7 @@ def inputs_from(
     per_table: dict[str, float] = defaultdict(float)
     per_index: dict[str, float] = defaultdict(float)
     job_advance_index: dict[str, float] = defaultdict(float)
+    at_dispatch: dict[str, float] = defaultdict(float)  # what the worker writes: the burst's load
     for row in scenario["transitions"]:
         table = (
             "runs"
@@ -87,25 +120,35 @@ def inputs_from(
             else "idempotency"
         )
         per_table[table] += row["table_wcu"]
+        if row.get("stage") == "worker":
+            at_dispatch[table] += row["table_wcu"]
         for index, u in row["gsi_wcu"].items():
             per_index[index] += u
+            if row.get("stage") == "worker":
+                at_dispatch[f"gsi:{index}"] += u
             if row["write"] == "job: advance / save":
                 job_advance_index[index] += u
 
-    def seconds(stage_name: str, function: str) -> float:
-        """Modelled Lambda seconds per run: our CPU (scaled to the memory's CPU share) + call latency."""
+    def parts(stage_name: str, function: str) -> tuple[float, float]:
+        """Modelled Lambda seconds per run: (waiting on calls, our CPU scaled to the memory's CPU share)."""
         calls = stages.get(stage_name, {}).get("requests", {})
         wait = 0.0
         for key, count in calls.items():
             ms = latency_ms.get(key, latency_ms.get(key.split(":")[0] + ":*", latency_ms["*"]))
             wait += count * ms / 1000
         us = (hotpath or {}).get("stages", {}).get(stage_name, {}).get("us_per_run_median", 0.0)
-        return wait + us / 1e6 * max(1.0, 1769 / memory[function])
+        return wait, us / 1e6 * max(1.0, 1769 / memory[function])
+
+    def seconds(stage_name: str, function: str) -> float:
+        return sum(parts(stage_name, function))
 
     return {
         "write_units_per_run": per_table | {f"gsi:{k}": v for k, v in per_index.items()},
         "job_advance_gsi_units": dict(job_advance_index),
+        "worker_write_units_per_run": dict(at_dispatch),
         "worker_seconds_per_run": seconds("worker", "worker"),
+        "worker_wait_seconds_per_run": parts("worker", "worker")[0],
+        "worker_cpu_seconds_per_run": parts("worker", "worker")[1],
         "outbox_seconds_per_run": seconds("outbox", "outbox"),
         "sweep_seconds_per_run": seconds("sweep", "sweeper"),
         "read_units_per_run": scenario["per_run"]["rcu"],
@@ -209,10 +252,237 @@ def run(cost: dict[str, Any], hotpath: dict[str, Any] | None) -> dict[str, Any]:
     inp = inputs_from(cost, hotpath, LATENCY_MS, function_memory())
     shard_counts = sorted({16, 64, 256, SHARD_COUNT})  # the issue's three and the stack's default
     rows = [model(inp, shards, conc) for conc in (STACK_WORKER_CONCURRENCY, 1000) for shards in shard_counts]
+    poller_hour, prewarm_gb_s = poller_hour_usd(), price("lambda_provisioned_concurrency_gb_second_arm64")
     return {
         "inputs": inp,
         "target_runs_per_minute": TARGET_RUNS_PER_MINUTE,
         "burst_factor": BURST_FACTOR,
         "rows": rows,
+        "top_of_hour": [
+            top_of_hour(inp, preset, poller_hour_usd=poller_hour, prewarm_gb_second_usd=prewarm_gb_s)
+            for preset in BURST_PRESETS
+        ],
+        "poller_hour_usd": poller_hour,
         "limits": LIMITS,
     }
+
+
+def price(name: str) -> float:
+    import json
+    from pathlib import Path
+
+    prices = json.loads((Path(__file__).with_name("prices.json")).read_text())["prices"]
+    return float(prices[name]["usd"])
+
+
+def poller_hour_usd() -> float:
+    return price("lambda_sqs_event_poller_hour")
+
+
+# --- top-of-hour burst: runs made ahead, released at :00 by their SQS delay ---
+
+HOURS_PER_MONTH = 730
+UNRESERVED = 100  # Lambda keeps this much of the account's concurrency unreserved
+
+
+@dataclass(frozen=True)
+class BurstSettings:
+    """The stack settings a top-of-hour burst depends on (infra/config.py names in comments)."""
+
+    label: str
+    shards: int = SHARD_COUNT  # shardCount (shardsPerSweep 1)
+    horizon_seconds: int = HORIZON_SECONDS  # horizonSeconds: how early an hourly job's run is made
+    max_concurrency: int = WORKER_CONCURRENCY["default"]  # workerConcurrency.default (standard mode)
+    min_pollers: int = 0  # workerMinPollers.default (0: standard mode)
+    max_pollers: int = 0  # workerMaxPollers.default
+    batch_size: int = WORKER_BATCH_SIZE["default"]  # workerBatchSize.default
+    account_concurrency: int = 1000  # the account's Lambda quota (accountConcurrency)
+    table_wru_per_s: float = 40000  # each on-demand table's / index's throughput quota
+    worker_memory_mb: int = 1024  # the worker's memory (its CPU share)
+    # Worker environments kept initialised over the top of the hour (Lambda provisioned
+    # concurrency on a schedule; not a stack setting): past them Lambda adds 1,000 a 10 s.
+    prewarmed: int = 0
+    prewarm_minutes_per_hour: int = 5
+
+    @property
+    def provisioned(self) -> bool:
+        return self.min_pollers > 0
+
+    def concurrency_cap(self) -> float:
+        """Worker invocations the default queue's mapping can reach at most."""
+        if self.provisioned:
+            mapping = min(
+                self.max_pollers * _v("sqs_invocations_per_poller"), _v("sqs_esm_provisioned_max_concurrency")
+            )
+        else:
+            mapping = min(self.max_concurrency, _v("sqs_esm_max_concurrency"))
+        return min(mapping, self.account_concurrency - UNRESERVED)
+
+    def scale_up_per_second(self) -> float:
+        """Concurrency the mapping adds a second, within Lambda's per-function scaling rate."""
+        esm = _v(
+            "sqs_esm_provisioned_scale_up_per_minute" if self.provisioned else "sqs_esm_scale_up_per_minute"
+        )
+        return min(esm / 60, _v("lambda_scale_up_per_10s_per_function") / 10)
+
+
+def invocation_seconds(inp: dict[str, Any], batch_size: int, memory_mb: int = 1024) -> float:
+    """One worker invocation of a full batch: its records wait on AWS calls side by side (one
+    thread each), while their CPU time adds up on the function's CPU share (the measured CPU is
+    already scaled to 1,024 MB; a full vCPU comes at 1,769 MB)."""
+    cpu = inp["worker_cpu_seconds_per_run"] * max(1.0, 1769 / memory_mb) / max(1.0, 1769 / 1024)
+    return inp["worker_wait_seconds_per_run"] + batch_size * cpu
+
+
+def lambda_environments(warm: float, prewarmed: int, t: float) -> float:
+    """Worker environments Lambda has t seconds after :00: those already initialised, then
+    1,000 more at once and every 10 s."""
+    step = _v("lambda_scale_up_per_10s_per_function")
+    return max(warm, prewarmed) + step * (math.floor(t / 10) + 1)
+
+
+def store_runs_per_second(inp: dict[str, Any], settings: BurstSettings) -> tuple[float, str]:
+    """Runs/s DynamoDB takes at dispatch (the worker's writes only; the run was written and
+    queued before :00): each table and index has its own on-demand quota, and the `open`
+    index one 1,000 WCU/s partition per shard."""
+    w = inp["worker_write_units_per_run"]
+    limits = {
+        f"{name}: on-demand quota": settings.table_wru_per_s / units for name, units in w.items() if units
+    }
+    if w.get("gsi:open"):
+        limits["gsi:open: partition per shard"] = settings.shards * _v("partition_wcu_per_s") / w["gsi:open"]
+    binding = min(limits, key=lambda k: limits[k])
+    return limits[binding], binding
+
+
+def materialise(
+    inp: dict[str, Any], settings: BurstSettings, runs: float, steady_per_minute: float
+) -> dict[str, Any]:
+    """How many of the burst's runs the sweepers make (and the outbox queues) before :00.
+
+    An hourly job's :00 run is made by the first tick that finds it within the horizon; in
+    the worst case that is a tick up to 60 s after it entered it, so floor(horizon / 60) ticks
+    come before :00. Each tick makes what its invocations manage in their 50 s, less the
+    steady load's runs."""
+    per_tick = (
+        math.ceil(settings.shards / SHARDS_PER_SWEEP)
+        * _v("sweeper_budget_seconds")
+        / inp["sweep_seconds_per_run"]
+    )
+    spare = max(0.0, per_tick - steady_per_minute)
+    ticks = settings.horizon_seconds // 60
+    before = min(runs, ticks * spare)
+    return {
+        "ticks_before": ticks,
+        "spare_runs_per_tick": spare,
+        "made_before": before,
+        "made_late": runs - before,
+        "tick_seconds_at_burst": min(runs / max(ticks, 1) + steady_per_minute, per_tick)
+        * inp["sweep_seconds_per_run"]
+        / math.ceil(settings.shards / SHARDS_PER_SWEEP),
+    }
+
+
+def top_of_hour(
+    inp: dict[str, Any],
+    settings: BurstSettings,
+    *,
+    runs: float = BURST_FACTOR * TARGET_RUNS_PER_MINUTE,
+    steady_per_minute: float = TARGET_RUNS_PER_MINUTE,
+    poller_hour_usd: float = 0.0,
+    prewarm_gb_second_usd: float = 0.0,
+    step: float = 0.05,
+) -> dict[str, Any]:
+    """p99 dispatch of `runs` due at :00:00 on a system warm at `steady_per_minute`."""
+    steady = steady_per_minute / 60
+    t_inv = invocation_seconds(inp, settings.batch_size, settings.worker_memory_mb)
+    per_invocation = settings.batch_size / t_inv  # runs/s one busy invocation dispatches
+    cap = settings.concurrency_cap()
+    warm = steady / per_invocation  # invocations the steady load keeps busy
+    start = min(cap, max(warm, settings.min_pollers * _v("sqs_invocations_per_poller")))
+    store, store_binding = store_runs_per_second(inp, settings)
+    made = materialise(inp, settings, runs, steady_per_minute)
+    late_rate = made["spare_runs_per_tick"] / 60  # runs/s made after :00 (one tick spread over its minute)
+    target = 0.99 * runs
+    polled = start  # invocations the pollers would run; Lambda's environments may hold them back
+    concurrency = min(polled, lambda_environments(warm, settings.prewarmed, 0.0))
+    done, t, binding = 0.0, 0.0, ""
+    while done < target and t < 7200:
+        by_lambda = concurrency * per_invocation - steady
+        by_store = store - steady
+        available = made["made_before"] + late_rate * t - done
+        limits = {"worker concurrency": by_lambda, f"DynamoDB ({store_binding})": by_store}
+        binding = min(limits, key=lambda k: limits[k])
+        rate = max(0.0, limits[binding])
+        if available < rate * step:
+            binding, rate = "runs made after :00 (sweeper)", max(0.0, available / step)
+        done += rate * step
+        t += step
+        polled = min(cap, polled + settings.scale_up_per_second() * step)
+        concurrency = min(polled, lambda_environments(warm, settings.prewarmed, t))
+    peak_pollers = math.ceil(polled / _v("sqs_invocations_per_poller")) if settings.provisioned else 0
+    always_on = settings.min_pollers * HOURS_PER_MONTH
+    bursting = max(0, peak_pollers - settings.min_pollers) * t / 3600 * HOURS_PER_MONTH  # one burst an hour
+    return {
+        "settings": asdict(settings),
+        "runs": runs,
+        "p99_dispatch_seconds": round(t, 1),
+        "meets_goal": t <= P99_DISPATCH_GOAL_S,
+        "binding": binding,
+        "invocation_seconds": t_inv,
+        "concurrency_at_start": start,
+        "concurrency_cap": cap,
+        "store_runs_per_second": store,
+        "materialise": made,
+        "concurrency_needed_for_goal": math.ceil((target / P99_DISPATCH_GOAL_S + steady) / per_invocation),
+        "store_wru_per_s_needed_for_goal": {
+            name: (target / P99_DISPATCH_GOAL_S + steady) * units
+            for name, units in inp["worker_write_units_per_run"].items()
+        },
+        "poller_hours_per_month": always_on + bursting,
+        "prewarm_gb_seconds_per_month": (
+            gb_s := settings.prewarmed
+            * settings.worker_memory_mb
+            / 1024
+            * settings.prewarm_minutes_per_hour
+            * 60
+            * HOURS_PER_MONTH
+        ),
+        "provisioned_usd_per_month": (always_on + bursting) * poller_hour_usd + gb_s * prewarm_gb_second_usd,
+    }
+
+
+# The stack's defaults, and what a user expecting a million-run top of hour would set: pollers
+# ready for the whole drain at :00 (MinimumPollers' ceiling), room to grow, the account quota
+# raised to hold them, the horizon and shards so the sweepers make every run minutes ahead.
+BURST_PRESETS = (
+    BurstSettings("stack defaults"),
+    BurstSettings(
+        "1M top of hour (workerMinPollers 30, workerMaxPollers 400, horizonSeconds 600, shardCount 64)",
+        shards=64,
+        horizon_seconds=600,
+        min_pollers=30,
+        max_pollers=400,
+        account_concurrency=5000,
+    ),
+    BurstSettings(
+        "the same with DynamoDB quotas raised to 1.5M WRU/s and 256 shards",
+        shards=256,
+        horizon_seconds=600,
+        min_pollers=200,
+        max_pollers=400,
+        account_concurrency=5000,
+        table_wru_per_s=1_500_000,
+    ),
+    BurstSettings(
+        "and 2,000 worker environments pre-warmed at 1,769 MB (one vCPU) for 5 min an hour",
+        shards=256,
+        horizon_seconds=600,
+        min_pollers=200,
+        max_pollers=400,
+        account_concurrency=5000,
+        table_wru_per_s=1_500_000,
+        worker_memory_mb=1769,
+        prewarmed=2000,
+    ),
+)

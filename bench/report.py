@@ -26,6 +26,12 @@ def _ok(flag: bool | None) -> str:
 # --- goals ---
 
 
+def lag_goal_seconds(scenario: dict[str, Any]) -> float:
+    """Local mode's start-lag goal: 1 s, and 5 s for a burst of 200 or more due in one second
+    (issue 14: a single-threaded moto server serves every call of the burst in turn)."""
+    return 5.0 if scenario.get("scenario", "").startswith("burst") and scenario.get("runs", 0) >= 200 else 1.0
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     lag = results.get("lag")
@@ -33,12 +39,13 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         for s in lag["scenarios"].values():
             p99 = s["lag"]["p99"]
             moto = s["share_of_lag"]["moto"]
+            goal = lag_goal_seconds(s)
             rows.append(
                 {
                     "what": f"start lag p99, {s['scenario']}",
                     "measured": f"{_f(p99)} s (p50 {_f(s['lag']['p50'])}, max {_f(s['lag']['max'])}; {moto:.0%} of lag in moto)",
-                    "goal": "≤ 1 s",
-                    "met": p99 <= 1.0,
+                    "goal": f"≤ {goal:g} s",
+                    "met": p99 <= goal,
                 }
             )
     cost = results.get("cost")
@@ -113,6 +120,15 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     cap = results.get("capacity")
     if cap:
+        for burst in cap.get("top_of_hour", [])[:2]:
+            rows.append(
+                {
+                    "what": f"{burst['runs']:,.0f} runs due at :00 (warm at {cap['target_runs_per_minute']:,}/min): modelled p99 dispatch, {burst['settings']['label']}",
+                    "measured": f"{_f(burst['p99_dispatch_seconds'], 1)} s (binds: {burst['binding']}; provisioned ${_f(burst['provisioned_usd_per_month'], 0)}/month)",
+                    "goal": "≤ 5 s",
+                    "met": burst["meets_goal"],
+                }
+            )
         for row in cap["rows"]:
             if row["worker_concurrency"] != cap["rows"][0]["worker_concurrency"]:
                 continue
@@ -153,6 +169,12 @@ def _busy(env: dict[str, Any]) -> str:
     if max(env["load_before"][0], env["load_after"][0]) > 0.5 * (env["cpus"] or 1) + 1:
         return "; other processes were using the machine, so wall-clock figures are pessimistic"
     return ""
+
+
+def _kept(env: dict[str, Any]) -> str:
+    """Which figures an `--only ... --keep` run took from the run before."""
+    mode = env.get("mode", "")
+    return f" ({mode.split('; ', 1)[1]})" if "; " in mode else ""
 
 
 def markdown(results: dict[str, Any], picture: str | None) -> str:
@@ -428,6 +450,7 @@ def _cap_md(cap: dict[str, Any]) -> list[str]:
             f"| {r['shards']} | {r['worker_concurrency']} | {_f(r['sustained_runs_per_minute'], 0)} | {r['binding']} | "
             f"{_f(r['burst']['p99_dispatch_seconds'], 0)} | {r['burst']['concurrency_needed_for_goal']:,} | {nxt} |"
         )
+    out += _top_of_hour_md(cap)
     row = cap["rows"][0]
     out += [
         "",
@@ -446,6 +469,55 @@ def _cap_md(cap: dict[str, Any]) -> list[str]:
     for name, lim in cap["limits"].items():
         out.append(f"- {name}: {lim['value']:,} — {lim['source']}")
     out.append("")
+    return out
+
+
+def _top_of_hour_md(cap: dict[str, Any]) -> list[str]:
+    bursts = cap.get("top_of_hour")
+    if not bursts:
+        return []
+    inp = cap["inputs"]
+    out = [
+        "",
+        "### Top-of-hour burst, runs made ahead",
+        "",
+        f"{bursts[0]['runs']:,.0f} runs due at :00:00 on a system warm at {cap['target_runs_per_minute']:,} runs/min. The "
+        "sweepers make each hourly job's run when it enters the horizon, the outbox queues it with an SQS delay that "
+        "releases it at :00, and the worker drains the default queue. Runs not made before :00 are made after it, a "
+        "tick's spare capacity a minute. The drain's rate is the least of: the worker's invocations (the mapping's "
+        "pollers, which start at `workerMinPollers` x 10 invocations and grow 300/min in standard mode, 1,000/min "
+        "provisioned; Lambda's environments, the warm ones plus 1,000 at once and every 10 s; the account's quota) times "
+        f"the runs an invocation of a full batch dispatches a second ({_f(bursts[0]['invocation_seconds'] * 1000, 0)} ms an "
+        "invocation of ten: its records wait on calls side by side, their CPU adds up), and DynamoDB (each table's and "
+        "index's on-demand quota over the worker's own writes per run, "
+        + ", ".join(f"{k} {_f(v, 1)}" for k, v in inp.get("worker_write_units_per_run", {}).items())
+        + "; the `open` index one 1,000 WCU/s partition per shard).",
+        "",
+        "| settings | p99 dispatch (s) | binds | runs made before :00 | sweep tick at the burst (s) | invocations at :00 / cap | DynamoDB runs/s | provisioned $/month |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for b in bursts:
+        m = b["materialise"]
+        out.append(
+            f"| {b['settings']['label']} | {_f(b['p99_dispatch_seconds'], 1)} | {b['binding']} | "
+            f"{_f(m['made_before'], 0)} | {_f(m['tick_seconds_at_burst'], 1)} | {_f(b['concurrency_at_start'], 0)} / "
+            f"{_f(b['concurrency_cap'], 0)} | {_f(b['store_runs_per_second'], 0)} | ${_f(b['provisioned_usd_per_month'], 0)} |"
+        )
+    last = bursts[-1]
+    out += [
+        "",
+        f"The goal needs {last['concurrency_needed_for_goal']:,} busy invocations from :00 at the last row's "
+        "invocation time, and per table or index "
+        + ", ".join(f"{k} {_f(v, 0)} WRU/s" for k, v in last["store_wru_per_s_needed_for_goal"].items())
+        + f" (each 40,000 by default, adjustable). Pollers are priced at ${cap['poller_hour_usd']} a poller-hour "
+        "(`bench/prices.json`, an assumption to check), the minimum all month plus the extra pollers of each hourly "
+        "burst while it lasts; pre-warmed environments (Lambda provisioned concurrency on a schedule, not a stack "
+        "setting) at the arm64 provisioned-concurrency price. Not modelled: a single tenant's burst (the "
+        "`leased_by_tenant` index caps one tenant at 500 runs/s), the first burst on a new table (on-demand takes "
+        "twice the previous peak at once; warm throughput or a previous burst covers it), the outbox (its headroom "
+        "is shown below), targets' own limits.",
+        "",
+    ]
     return out
 
 
@@ -493,7 +565,8 @@ def readme_section(results: dict[str, Any]) -> str:
         *_goal_table(results),
         "",
         f"Measured on {results['environment']['finished_at']}, {results['environment']['cpus']} CPUs, load average "
-        f"{_f(results['environment']['load_before'][0])}{_busy(results['environment'])}. Dollars use the "
+        f"{_f(results['environment']['load_before'][0])}{_busy(results['environment'])}"
+        f"{_kept(results['environment'])}. Dollars use the "
         "us-east-1 list prices in `bench/prices.json`; check them before quoting.",
         "",
     ]

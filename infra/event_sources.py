@@ -75,6 +75,10 @@ class EventSources(Construct):
         worker = functions.functions[WORKER]
         self.worker_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
         for key in QUEUE_KEYS:
+            # Each queue has its own ceiling: a flood of high priority cannot take the
+            # concurrency low priority needs, so low is never starved. In provisioned mode
+            # (exclusive with MaximumConcurrency) the maximum pollers are that ceiling.
+            pollers = config.provisioned_pollers(key)
             mapping = lambda_.CfnEventSourceMapping(
                 self,
                 f"{key.capitalize()}QueueToWorker",
@@ -83,11 +87,16 @@ class EventSources(Construct):
                 batch_size=config.worker_batch_size[key],
                 maximum_batching_window_in_seconds=config.worker_batch_window_seconds[key],
                 function_response_types=REPORT_FAILURES,
-                # Each queue has its own ceiling: a flood of high priority cannot take the
-                # concurrency low priority needs, so low is never starved.
-                scaling_config=lambda_.CfnEventSourceMapping.ScalingConfigProperty(
+                scaling_config=None
+                if pollers
+                else lambda_.CfnEventSourceMapping.ScalingConfigProperty(
                     maximum_concurrency=config.worker_concurrency[key]
                 ),
+                provisioned_poller_config=lambda_.CfnEventSourceMapping.ProvisionedPollerConfigProperty(
+                    minimum_pollers=pollers[0], maximum_pollers=pollers[1]
+                )
+                if pollers
+                else None,
             )
             mapping.node.add_dependency(functions.roles[WORKER])
             self.worker_mappings[key] = mapping

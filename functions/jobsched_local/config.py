@@ -41,6 +41,8 @@ class LocalConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     moto_port: int = 5055
+    # moto in a process of its own (own interpreter lock); false: on a thread of this one.
+    moto_process: bool = True
     region: str = "us-east-1"
     shard_count: int = 4
     horizon_seconds: int = _runtime_default("horizon_seconds")  # how far ahead the sweeper makes runs
@@ -52,6 +54,7 @@ class LocalConfig:
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)
     stream_poll_seconds: float = 0.2
     queue_poll_seconds: float = 0.2
+    queue_idle_seconds: float = 0.2  # after an empty receive, the next one waits this long
     stream_batch_size: int = 100
     queue_batch_size: int = 10
     lease_seconds: int = _runtime_default("lease_seconds")

@@ -326,6 +326,8 @@ class QueueSource:
         batch_size: int = 10,
         max_concurrency: int = 1,
         spawn: Callable[[Callable[[], None]], None] | None = None,
+        idle_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._sqs = sqs_client
         self._url = queue_url
@@ -337,6 +339,13 @@ class QueueSource:
         self._slots = threading.BoundedSemaphore(self._concurrency)
         self._spawn = spawn or _daemon_thread
         self._lock = threading.Lock()
+        # After an empty receive, skip receives for this long: Lambda long-polls an empty
+        # queue, but a long poll would hold the single-threaded moto server, and every
+        # receive walks the whole queue (delayed messages too), taking moto from the calls
+        # the runs already received are waiting on.
+        self._idle_seconds = idle_seconds
+        self._clock = clock
+        self._quiet_until = 0.0
         self.delivered = 0
         self.in_flight = 0
         self.most_in_flight = 0  # the highest number of invocations seen running at once
@@ -344,10 +353,13 @@ class QueueSource:
     def poll(self) -> int:
         """Receive and invoke batches while a slot is free; the number of messages received."""
         received = 0
+        if self._clock() < self._quiet_until:
+            return 0
         while self._slots.acquire(blocking=False):
             messages = self._receive()
             if not messages:
                 self._slots.release()
+                self._quiet_until = self._clock() + self._idle_seconds
                 break
             received += len(messages)
             with self._lock:

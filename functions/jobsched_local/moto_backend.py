@@ -1,15 +1,22 @@
 """A moto server on loopback holding the same tables, streams and queues the stack defines.
 
-It runs single-threaded: moto's in-memory backends are not safe under concurrent requests,
-and local mode's traffic is small enough that serialising it costs nothing noticeable."""
+It runs single-threaded: moto's in-memory backends are not safe under concurrent requests.
+By default it runs in a process of its own (`MotoProcess`): it then serves calls on its own
+interpreter lock instead of sharing one with every worker thread waiting on it, which is what
+a burst of runs is bound by (bench/report.md, start lag)."""
 
 from __future__ import annotations
 
 import errno
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,33 +25,104 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from .background import BackgroundServer
+from .moto_transactions import install as install_fast_transactions
+
+
+def _moto_server(host: str, port: int, fd: int) -> Any:
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
+    install_fast_transactions()  # moto copies whole tables per transaction otherwise
+    return make_server(
+        host,
+        port,
+        DomainDispatcherApplication(create_backend_app),
+        threaded=False,
+        request_handler=MotoRequestHandler,
+        fd=fd,
+    )
+
+
+def _reset(url: str) -> None:
+    # moto keeps its data in the process, not in the server: a second server in the same
+    # process (tests, benchmarks) would find the first one's tables. Start empty.
+    request = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
 
 
 class MotoServer(BackgroundServer):
+    """The moto server on a thread of this process."""
+
     def __init__(self, host: str, port: int) -> None:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
         # Bound here rather than by werkzeug, which answers a taken port with sys.exit(1).
         listener = _listen(host, port)
         try:
-            server = make_server(
-                host,
-                port,
-                DomainDispatcherApplication(create_backend_app),
-                threaded=False,
-                request_handler=MotoRequestHandler,
-                fd=listener.fileno(),
-            )
+            server = _moto_server(host, port, listener.fileno())
         finally:
             listener.close()  # the server holds its own duplicate of the socket
         super().__init__(server, "moto")
 
     def start(self) -> None:
         super().start()
-        # moto keeps its data in the process, not in the server: a second server in the same
-        # process (tests, benchmarks) would find the first one's tables. Start empty.
-        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
+        _reset(self.url)
+
+
+class MotoProcess:
+    """The moto server in a child process, on a socket bound here (so a taken port fails the
+    same way, and port 0 gets its number before the child starts). Stopped with the runtime;
+    a child whose parent died exits when its stdin closes."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._listener = _listen(host, port)
+        bound_host, bound_port = self._listener.getsockname()[:2]
+        self.url = f"http://{bound_host}:{bound_port}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        fd = self._listener.fileno()
+        functions_dir = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([functions_dir, os.environ.get("PYTHONPATH", "")])}
+        host, port = self._listener.getsockname()[:2]
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "jobsched_local.moto_backend", host, str(port), str(fd)],
+            pass_fds=(fd,),
+            stdin=subprocess.PIPE,
+            env=env,
+        )
+        self._listener.close()  # the child holds its own copy
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _reset(self.url)
+                return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("the moto server process did not start") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+
+def _serve_child(host: str, port: int, fd: int) -> None:
+    import threading
+
+    server = _moto_server(host, port, fd)
+
+    def exit_with_parent() -> None:
+        sys.stdin.buffer.read()  # returns when the parent closes the pipe (or dies)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
+    server.serve_forever()
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -112,3 +190,7 @@ def create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str], dict[str, s
             "QueueArn"
         ]
     return urls, dlq_urls, arns
+
+
+if __name__ == "__main__":
+    _serve_child(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

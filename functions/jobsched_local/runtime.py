@@ -18,7 +18,7 @@ from jobsched.store.schema import ALL_TABLES, QUEUES, RUNS
 
 from .config import LocalConfig
 from .glue import HttpFront, Invoker, Loop, QueueSource, StreamSource, TtlReaper
-from .moto_backend import MotoServer, provision
+from .moto_backend import MotoProcess, MotoServer, provision
 
 log = logging.getLogger("jobsched_local")
 
@@ -29,7 +29,7 @@ class LocalRuntime:
 
     def __post_init__(self) -> None:
         self._loops: list[Loop] = []
-        self.moto: MotoServer | None = None
+        self.moto: MotoServer | MotoProcess | None = None
         self.front: HttpFront | None = None
         self.resources: dict[str, Any] = {}
         self.sources: dict[str, Any] = {}
@@ -52,7 +52,7 @@ class LocalRuntime:
         os.environ.update(
             {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
         )
-        self.moto = MotoServer(config.host, config.moto_port)
+        self.moto = (MotoProcess if config.moto_process else MotoServer)(config.host, config.moto_port)
         self.moto.start()
         self.resources = provision(self.moto.url, config.region)
         self._configure_environment()
@@ -70,6 +70,7 @@ class LocalRuntime:
         try:
             self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
         except OSError as exc:
+            self.moto.stop()  # a moto process would outlive a runtime that never started
             if exc.errno == errno.EADDRINUSE:
                 raise OSError(exc.errno, f"API port {config.port} is already in use") from None
             raise
@@ -96,6 +97,7 @@ class LocalRuntime:
                 region=config.region,
                 batch_size=config.queue_batch_size,
                 max_concurrency=queue.max_concurrency,
+                idle_seconds=config.queue_idle_seconds,
             )
             self.sources[f"queue:{queue.key}"] = source
             self._every(f"worker-{queue.key}", config.queue_poll_seconds, source.poll)

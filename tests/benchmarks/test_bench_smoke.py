@@ -118,6 +118,8 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
         "capacity": result,
     }
     assert "## 2. Cost per run" in report.markdown(results, None)
+    assert "### Top-of-hour burst, runs made ahead" in report.markdown(results, None)
+    assert result["top_of_hour"][0]["settings"]["label"] == "stack defaults"
     assert "## Performance" in report.readme_section(results)
     assert report.terminal(results)
 
@@ -137,3 +139,11 @@ def test_mirrored_stack_settings_match_infra() -> None:
     assert config.horizon_seconds == harness.HORIZON_SECONDS
     assert config.shard_count == harness.SHARD_COUNT
     assert config.sweep_ahead_seconds == harness.SWEEP_AHEAD_SECONDS
+
+
+def test_local_mode_burst_of_200_has_the_issues_five_second_goal() -> None:
+    from bench.report import lag_goal_seconds
+
+    assert lag_goal_seconds({"scenario": "burst of 200 due in one second", "runs": 200}) == 5.0
+    assert lag_goal_seconds({"scenario": "burst of 50 due in one second", "runs": 50}) == 1.0
+    assert lag_goal_seconds({"scenario": "steady stream: 1 run due per second for 60 s", "runs": 60}) == 1.0

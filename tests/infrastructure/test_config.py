@@ -71,11 +71,53 @@ def test_cli_strings_are_coerced():
         ({"provisionedCapacity": '{"targetUtilization": 99}'}, "targetUtilization"),
         ({"accountConcurrency": "500", "shardCount": "256"}, "accountConcurrency 500 cannot hold"),
         ({"accountConcurrency": "-1"}, "accountConcurrency"),
+        (
+            {"workerMinPollers": '{"default": 1}', "workerMaxPollers": '{"default": 10}'},
+            "workerMinPollers.default",
+        ),
+        ({"workerMaxPollers": '{"default": 10}'}, "workerMinPollers.default"),
+        (
+            {"workerMinPollers": '{"default": 201}', "workerMaxPollers": '{"default": 300}'},
+            "workerMinPollers.default",
+        ),
+        ({"workerMinPollers": '{"high": 20}', "workerMaxPollers": '{"high": 10}'}, "workerMaxPollers.high"),
+        ({"workerMinPollers": '{"low": 2}', "workerMaxPollers": '{"low": 2001}'}, "workerMaxPollers.low"),
+        ({"workerReservedConcurrency": "-5"}, "workerReservedConcurrency"),
+        # 100 pollers drive up to 1,000 invocations: more than the default quota can hold.
+        (
+            {"workerMinPollers": '{"default": 2}', "workerMaxPollers": '{"default": 100}'},
+            "accountConcurrency 1000",
+        ),
     ],
 )
 def test_bad_values_are_refused_by_name(context, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_context(Node(**context))  # type: ignore[arg-type]
+
+
+def test_provisioned_pollers_replace_the_queues_ceiling_and_are_off_by_default():
+    assert all(Config().provisioned_pollers(q) is None for q in ("high", "default", "low"))
+    config = Config.from_context(
+        Node(  # type: ignore[arg-type]
+            workerMinPollers='{"default": 30}', workerMaxPollers='{"default": 400}', accountConcurrency="5000"
+        )
+    )
+    assert config.provisioned_pollers("default") == (30, 400)
+    assert config.worker_ceilings() == {"high": 50, "default": 4000, "low": 25}  # 10 invocations a poller
+
+
+def test_the_workers_reservation_counts_against_the_account_once():
+    # 40 + 40 for the sweeper and reconciler, 3,000 for the worker, whose ceilings (4,075)
+    # are covered by it up to 3,000: 4,255 with the 100 Lambda keeps unreserved.
+    context = {
+        "workerMinPollers": '{"default": 30}',
+        "workerMaxPollers": '{"default": 400}',
+        "workerReservedConcurrency": "3000",
+    }
+    config = Config.from_context(Node(**context, accountConcurrency="4255"))  # type: ignore[arg-type]
+    assert config.reserved_concurrency()["worker"] == 3000
+    with pytest.raises(ConfigError, match="accountConcurrency 4254 cannot hold"):
+        Config.from_context(Node(**context, accountConcurrency="4254"))  # type: ignore[arg-type]
 
 
 def test_default_targets_cover_every_target_service():

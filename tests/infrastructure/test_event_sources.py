@@ -83,6 +83,61 @@ def test_low_priority_is_never_starved(synth, config):
     assert all(p["ScalingConfig"]["MaximumConcurrency"] >= 2 for p in worker_mappings)
 
 
+def test_the_default_stack_provisions_no_pollers(synth):
+    # Provisioned pollers are billed while they exist: a burst setting, never a default.
+    assert all("ProvisionedPollerConfig" not in p for p in mappings(synth).values())
+
+
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory):
+    """The stack as set for a million-run top of the hour (README, Performance)."""
+    from tests.infrastructure.conftest import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("burst"),
+        {
+            "workerMinPollers": {"default": 30},
+            "workerMaxPollers": {"default": 400},
+            "workerReservedConcurrency": 3000,
+            "accountConcurrency": 5000,
+            "horizonSeconds": 600,
+            "sweepAheadSeconds": 600,
+            "shardCount": 64,
+        },
+        checks=False,
+    )
+
+
+def test_provisioned_mode_replaces_the_maximum_concurrency_of_its_queue_only(burst):
+    by_queue = {
+        key: next(
+            p
+            for p in mappings(burst).values()
+            if p["EventSourceArn"] == {"Fn::GetAtt": [queue_logical_id(key), "Arn"]}
+        )
+        for key in QUEUE_KEYS
+    }
+    # AWS refuses a mapping with both: provisioned mode and MaximumConcurrency are exclusive.
+    assert by_queue["default"]["ProvisionedPollerConfig"] == {"MinimumPollers": 30, "MaximumPollers": 400}
+    assert "ScalingConfig" not in by_queue["default"]
+    assert by_queue["high"]["ScalingConfig"] == {"MaximumConcurrency": 50}
+    assert by_queue["low"]["ScalingConfig"] == {"MaximumConcurrency": 25}
+    assert (
+        "ProvisionedPollerConfig" not in by_queue["high"] and "ProvisionedPollerConfig" not in by_queue["low"]
+    )
+
+
+def test_the_worker_reserves_what_the_burst_needs(burst):
+    (worker,) = [
+        f["Properties"]
+        for f in burst.of_type("AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "jobsched.handlers.worker.handler"
+    ]
+    assert worker["ReservedConcurrentExecutions"] == 3000
+    variables = worker["Environment"]["Variables"]
+    assert variables["HORIZON_SECONDS"] == "600" and variables["SHARD_COUNT"] == "64"
+
+
 def test_mappings_are_created_after_their_roles_can_poll(synth):
     for logical_id, resource in synth.of_type("AWS::Lambda::EventSourceMapping").items():
         function = synth.props(resource["Properties"]["FunctionName"]["Ref"])

@@ -72,3 +72,47 @@ def test_a_concurrent_invoker_lets_invocations_overlap():
     for caller in callers:
         caller.join(SAFETY)
     assert not both.broken and invoker.errors == 0 and invoker.invocations == 2
+
+
+class CountingSqs:
+    """The SQS client, counting ReceiveMessage calls."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.receives = 0
+
+    def receive_message(self, **kwargs: Any) -> Any:
+        self.receives += 1
+        return self._client.receive_message(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_an_empty_receive_quiets_the_source_for_its_idle_time_and_no_message_is_missed(aws):
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName="scratch")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    counting = CountingSqs(sqs)
+    now = [100.0]
+    handler = BlockingHandler()
+    handler.release.set()
+    source = QueueSource(
+        counting,
+        url,
+        arn,
+        Invoker("worker", handler),
+        region="us-east-1",
+        idle_seconds=0.5,
+        clock=lambda: now[0],
+    )
+
+    assert source.poll() == 0 and counting.receives == 1  # empty: quiet until 100.5
+    sqs.send_message(QueueUrl=url, MessageBody="m0")
+    now[0] = 100.4
+    assert source.poll() == 0 and counting.receives == 1  # still quiet: no receive at all
+    now[0] = 100.5
+    assert source.poll() == 1 and handler.bodies == ["m0"]  # the message waited, it was not lost
+    sqs.send_message(QueueUrl=url, MessageBody="m1")
+    assert source.poll() == 1  # while messages come, the source receives at every interval
+    assert handler.bodies == ["m0", "m1"]
