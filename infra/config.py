@@ -155,6 +155,8 @@ class Config:
         _check(self.worker_reserved_concurrency >= 0, "workerReservedConcurrency must be >= 0 (0 = none)")
         for arn in self.target_arns:
             _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
+        # The stack's sweeper runs every minute (local mode may tick faster, with a shorter horizon).
+        _check(self.horizon_seconds >= 60, "horizonSeconds must be >= 60: the sweeper runs every minute")
         try:
             code_asset_packages(self.handler_modules)
         except ValueError as exc:

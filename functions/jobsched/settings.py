@@ -97,7 +97,7 @@ class Settings(BaseModel):
     shard_count: int = Field(32, alias="SHARD_COUNT", ge=1, le=256)
     # How far ahead runs are materialised. The sweeper ticks every 60 s; a shorter horizon
     # would make runs late.
-    horizon_seconds: int = Field(120, alias="HORIZON_SECONDS", ge=60, le=3600)
+    horizon_seconds: int = Field(120, alias="HORIZON_SECONDS", ge=1, le=3600)
     # A job due within the horizon gets its runs this far ahead in one sweep (horizon..3600).
     sweep_ahead_seconds: int = Field(300, alias="SWEEP_AHEAD_SECONDS", le=3600, validate_default=True)
     retention_days: int = Field(30, alias="RETENTION_DAYS", ge=1, le=3650)

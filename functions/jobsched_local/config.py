@@ -46,8 +46,8 @@ class LocalConfig:
     region: str = "us-east-1"
     shard_count: int = 4
     horizon_seconds: int = _runtime_default("horizon_seconds")  # how far ahead the sweeper makes runs
-    # How far ahead a due job's runs are made; None: the stack's default, or the horizon when
-    # that is longer (a config that only raises the horizon stays valid).
+    # How far ahead a due job's runs are made; None: the horizon. Local mode makes fewer runs
+    # ahead than the stack (300 s): moto's queues slow down as they fill.
     sweep_ahead_seconds: int | None = None
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
     reconcile_seconds: float = 60.0
@@ -78,10 +78,12 @@ class LocalConfig:
     def runtime_settings(self, **resources: Any) -> Settings:
         """The functions' settings: this config's runtime fields (and `resources`: queue URLs,
         the moto endpoint), the model's defaults for the rest."""
+        if self.horizon_seconds < self.sweep_seconds:
+            rule = f"must be at least sweep_seconds ({self.sweep_seconds})"
+            raise ValueError(f"invalid local settings: horizon_seconds: {rule}")
         values = {field: getattr(self, name) for name, field in RUNTIME_FIELDS.items()}
         if values["sweep_ahead_seconds"] is None:
-            default = _runtime_default("sweep_ahead_seconds")
-            values["sweep_ahead_seconds"] = max(default, self.horizon_seconds)
+            values["sweep_ahead_seconds"] = self.horizon_seconds
         try:
             return Settings(**values, **resources)
         except ValidationError as exc:

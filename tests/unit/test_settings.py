@@ -64,7 +64,7 @@ def test_the_lambda_environment_reads_back_as_the_same_settings():
         ({"SHARD_COUNT": "many"}, "SHARD_COUNT", "valid integer"),
         ({"SHARD_COUNT": "0"}, "SHARD_COUNT", "greater than or equal to 1"),
         ({"SHARD_COUNT": "257"}, "SHARD_COUNT", "less than or equal to 256"),
-        ({"HORIZON_SECONDS": "30"}, "HORIZON_SECONDS", "greater than or equal to 60"),
+        ({"HORIZON_SECONDS": "0"}, "HORIZON_SECONDS", "greater than or equal to 1"),
         ({"HORIZON_SECONDS": "600"}, "SWEEP_AHEAD_SECONDS", "at least HORIZON_SECONDS (600)"),
         ({"SWEEP_AHEAD_SECONDS": "7200"}, "SWEEP_AHEAD_SECONDS", "less than or equal to 3600"),
         ({"RETENTION_DAYS": "0"}, "RETENTION_DAYS", "greater than or equal to 1"),
@@ -113,6 +113,12 @@ def test_local_mode_builds_its_settings_with_the_model():
     assert settings.http_allow_destinations == tuple(config.allow_destinations)
     # Unset, sweep-ahead follows a longer horizon; set below it, it is refused by name.
     assert LocalConfig(horizon_seconds=900).runtime_settings().sweep_ahead_seconds == 900
-    assert LocalConfig().runtime_settings().sweep_ahead_seconds == Settings().sweep_ahead_seconds
+    assert LocalConfig().runtime_settings().sweep_ahead_seconds == LocalConfig().horizon_seconds
     with pytest.raises(ValueError, match="sweep_ahead_seconds: must be at least HORIZON_SECONDS"):
         LocalConfig(horizon_seconds=900, sweep_ahead_seconds=300).runtime_settings()
+
+
+def test_local_mode_may_tick_faster_with_a_shorter_horizon_but_not_shorter_than_its_tick():
+    assert LocalConfig(horizon_seconds=15, sweep_seconds=5).runtime_settings().horizon_seconds == 15
+    with pytest.raises(ValueError, match="horizon_seconds: must be at least sweep_seconds"):
+        LocalConfig(horizon_seconds=15).runtime_settings()  # the sweeper ticks every 60 s
