@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+
+from .helpers import KEY, TENANT, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 OUTPUT = Path(__file__).parent / "output"
-KEY = "console-key"
-TENANT = "console"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -31,7 +31,6 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1400,1000",
 )
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="package")
@@ -115,28 +114,3 @@ def signed_in(browser: Any, console_url: str) -> Any:
     browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
     wait_until(browser, lambda: browser.find_element(By.ID, "main").is_displayed(), "the jobs page")
     return browser
-
-
-def wait_until(driver: Any, probe: Callable[[], T], what: str, timeout: float = 30) -> T:
-    """Until `probe` returns something truthy; element lookups that fail count as not yet."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    def attempt(_: Any) -> Any:
-        try:
-            return probe()
-        except (NoSuchElementException, StaleElementReferenceException):
-            return False
-
-    try:
-        result: T = WebDriverWait(driver, timeout, poll_frequency=0.2).until(attempt)
-    except Exception as exc:
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}") from exc
-    return result
-
-
-def screenshot(driver: Any, output_dir: Path, name: str) -> Path:
-    path = output_dir / f"{name}.png"
-    driver.save_screenshot(str(path))
-    print(f"screenshot: {path}")
-    return path

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from .conftest import KEY, TENANT, screenshot, wait_until
+from .helpers import KEY, TENANT, screenshot, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -5,66 +5,18 @@ raised here, so one finding does not hide every other check."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.infrastructure.synth import Synth, function_environment, synthesize
+
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
-
-
-@dataclass
-class Synth:
-    outdir: Path
-    stack: Any  # infra.stack.JobschedStack
-    template: dict[str, Any]
-    error: str | None  # the cdk-nag gate's failure, if any
-    report: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def resources(self) -> dict[str, dict[str, Any]]:
-        return self.template["Resources"]
-
-    def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
-        return {k: v for k, v in self.resources.items() if v["Type"] == kind}
-
-    def props(self, logical_id: str) -> dict[str, Any]:
-        return self.resources[logical_id].get("Properties", {})
-
-    def logical_id(self, construct: Any) -> str:
-        """The template logical id of a construct (or of its default child)."""
-        from aws_cdk import CfnElement, Stack
-
-        element = construct if isinstance(construct, CfnElement) else construct.node.default_child
-        return str(Stack.of(element).resolve(element.logical_id))
-
-    def asset_dir(self, logical_id: str) -> Path:
-        """The staged asset directory of a Lambda function's code."""
-        key = self.props(logical_id)["Code"]["S3Key"]
-        return self.outdir / f"asset.{key.removesuffix('.zip')}"
-
-
-def synthesize(outdir: Path, context: dict[str, Any] | None = None, *, checks: bool = True) -> Synth:
-    from infra.app import build_app
-
-    app, stack = build_app({**SKIP_BUNDLING, **(context or {})}, outdir=str(outdir), checks=checks)
-    error = None
-    try:
-        app.synth()
-    except RuntimeError as exc:  # cdk-nag findings; the template is written before validation
-        error = str(exc)
-    template = json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
-    report_path = outdir / "validation-report.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    return Synth(outdir, stack, template, error, report)
 
 
 @pytest.fixture(scope="session")
@@ -121,16 +73,6 @@ def config(synth: Synth) -> Any:
     return synth.stack.config
 
 
-def function_environment(synth: Synth) -> dict[str, str]:
-    """The plain-valued variables the template sets on the functions (the same on each)."""
-    found = []
-    for function in synth.of_type("AWS::Lambda::Function").values():
-        variables = function["Properties"]["Environment"]["Variables"]
-        found.append({k: v for k, v in variables.items() if isinstance(v, str)})
-    assert all(env == found[0] for env in found), "functions differ in their environment"
-    return found[0]
-
-
 @pytest.fixture(scope="session")
 def recorded(synth: Synth) -> Any:
     """The AWS calls and metrics of every handler, driven through their flows on moto, with
@@ -140,21 +82,3 @@ def recorded(synth: Synth) -> Any:
     env = function_environment(synth)
     assert env["POWERTOOLS_SERVICE_NAME"]
     return record_all_flows(env)
-
-
-def render(value: Any) -> str:
-    """A template value as text: Ref X → <X>, GetAtt X.Y → <X.Y>, Join and Sub flattened."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        ((fn, arg),) = value.items()
-        if fn == "Ref":
-            return f"<{arg}>"
-        if fn == "Fn::GetAtt":
-            return f"<{'.'.join(arg)}>"
-        if fn == "Fn::Join":
-            separator, parts = arg
-            return separator.join(render(p) for p in parts)
-        if fn == "Fn::Sub" and isinstance(arg, str):
-            return arg.replace("${", "<").replace("}", ">")
-    raise ValueError(f"cannot render {value!r}")

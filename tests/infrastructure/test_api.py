@@ -8,7 +8,7 @@ import re
 import pytest
 
 from infra.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
-from tests.infrastructure.conftest import render
+from tests.infrastructure.synth import render
 
 ARN_PREFIX = (
     f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<{REST_API_LOGICAL_ID}>/{API_STAGE}"

@@ -91,7 +91,7 @@ def test_the_default_stack_provisions_no_pollers(synth):
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
     """The stack as set for a million-run top of the hour (README, Performance)."""
-    from tests.infrastructure.conftest import synthesize
+    from tests.infrastructure.synth import synthesize
 
     return synthesize(
         tmp_path_factory.mktemp("burst"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from infra.names import API_STAGE, REST_API_LOGICAL_ID
-from tests.infrastructure.conftest import render
+from tests.infrastructure.synth import render
 
 
 def definition(synth, machine) -> dict:

@@ -181,7 +181,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
     """Nothing hand-listed: the template's variables are Settings.lambda_environment() of the
     infra config (resources as references) plus Powertools' own, on every function."""
     from infra.functions import POWERTOOLS_ENVIRONMENT
-    from tests.infrastructure.conftest import synthesize
+    from tests.infrastructure.synth import synthesize
 
     built = synthesize(tmp_path, context, checks=False) if context else synth
     config = built.stack.config
@@ -248,7 +248,7 @@ def test_scheduled_functions_reserve_a_tick_and_the_total_fits_the_account(reque
 
 
 def test_no_reservations_when_the_account_cannot_spare_them(tmp_path):
-    from tests.infrastructure.conftest import synthesize
+    from tests.infrastructure.synth import synthesize
 
     other = synthesize(tmp_path, {"accountConcurrency": 0}, checks=False)
     for function in other.of_type("AWS::Lambda::Function").values():

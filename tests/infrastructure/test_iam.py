@@ -20,8 +20,8 @@ from infra.names import (
     queue_logical_id,
     table_logical_id,
 )
-from tests.infrastructure.conftest import render
 from tests.infrastructure.flows import ACCOUNT, REGION, Call
+from tests.infrastructure.synth import render
 
 NAMES = [f.name for f in FUNCTIONS]
 SPECS = {spec.logical_id: spec for spec in ALL_TABLES}

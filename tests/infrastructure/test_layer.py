@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from infra.names import LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION, ROOT
-from tests.infrastructure.conftest import synthesize
+from tests.infrastructure.synth import synthesize
 
 
 def requirements() -> dict[str, Requirement]:

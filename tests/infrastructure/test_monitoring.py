@@ -9,7 +9,7 @@ import pytest
 from jobsched.services.reconciler import KINDS
 
 from infra.names import FUNCTIONS, OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, dlq_logical_id, queue_logical_id
-from tests.infrastructure.conftest import synthesize
+from tests.infrastructure.synth import synthesize
 
 
 def alarms(synth) -> list[dict]:
@@ -110,7 +110,7 @@ def test_alarms_may_publish_to_the_topic_and_use_its_key(synth):
     """The whole chain an alarm notification takes in AWS: alarm → topic policy → key policy.
     A topic policy (enforce_ssl makes one) replaces SNS's default, so without an explicit
     Allow CloudWatch is refused and no e-mail is ever sent."""
-    from tests.infrastructure.conftest import render
+    from tests.infrastructure.synth import render
 
     topics = {a["AlarmActions"][0]["Ref"] for a in alarms(synth)}
     assert topics == {topic(synth)}
@@ -158,7 +158,7 @@ def test_dashboard_shows_lag_throughput_retries_and_dead_letters(synth):
 
 def template_metrics(synth) -> list[tuple[str, str, tuple[str, ...]]]:
     """(namespace, metric, dimension names) of every metric an alarm or the dashboard reads."""
-    from tests.infrastructure.conftest import render
+    from tests.infrastructure.synth import render
 
     found = []
     for alarm in alarms(synth):

@@ -10,7 +10,7 @@ from fnmatch import fnmatchcase
 from jobsched.handlers.reconciler import shard_of
 from jobsched.handlers.sweeper import shards_of
 
-from tests.infrastructure.conftest import render
+from tests.infrastructure.synth import render
 
 # The longest partition and region names, for estimates of policy size.
 PARTITION = "aws-us-gov"

@@ -73,7 +73,7 @@ def test_on_demand_pitr_encrypted_retained(synth, name):
 
 
 def test_provisioned_billing_autoscales_every_table_and_index(tmp_path):
-    from tests.infrastructure.conftest import synthesize
+    from tests.infrastructure.synth import synthesize
 
     other = synthesize(tmp_path, {"billingMode": "provisioned"})
     assert other.error is None, other.error  # cdk-nag has nothing to say either

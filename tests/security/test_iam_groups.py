@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("aws_cdk")
 
 from infra.names import API_ROLES, API_STAGE, OPERATOR, READER, REDRIVER, REST_API_LOGICAL_ID, ROUTES
-from tests.infrastructure.conftest import render, synthesize
+from tests.infrastructure.synth import render, synthesize
 
 ARN_PREFIX = (
     f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<{REST_API_LOGICAL_ID}>/{API_STAGE}"
