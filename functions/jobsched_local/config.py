@@ -78,9 +78,6 @@ class LocalConfig:
     def runtime_settings(self, **resources: Any) -> Settings:
         """The functions' settings: this config's runtime fields (and `resources`: queue URLs,
         the moto endpoint), the model's defaults for the rest."""
-        if self.horizon_seconds < self.sweep_seconds:
-            rule = f"must be at least sweep_seconds ({self.sweep_seconds})"
-            raise ValueError(f"invalid local settings: horizon_seconds: {rule}")
         values = {field: getattr(self, name) for name, field in RUNTIME_FIELDS.items()}
         if values["sweep_ahead_seconds"] is None:
             values["sweep_ahead_seconds"] = self.horizon_seconds

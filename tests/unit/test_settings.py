@@ -118,7 +118,7 @@ def test_local_mode_builds_its_settings_with_the_model():
         LocalConfig(horizon_seconds=900, sweep_ahead_seconds=300).runtime_settings()
 
 
-def test_local_mode_may_tick_faster_with_a_shorter_horizon_but_not_shorter_than_its_tick():
-    assert LocalConfig(horizon_seconds=15, sweep_seconds=5).runtime_settings().horizon_seconds == 15
-    with pytest.raises(ValueError, match="horizon_seconds: must be at least sweep_seconds"):
-        LocalConfig(horizon_seconds=15).runtime_settings()  # the sweeper ticks every 60 s
+def test_local_mode_may_tick_faster_with_a_shorter_horizon():
+    # The stack's sweeper runs every minute (infra.config requires horizonSeconds >= 60); local
+    # mode's tick is its own (the e2e suite ticks every second with a 15 s horizon).
+    assert LocalConfig(horizon_seconds=15, sweep_seconds=1).runtime_settings().horizon_seconds == 15
