@@ -117,6 +117,9 @@ class Harness:
     # --- setup ---
 
     def __enter__(self) -> Harness:
+        # Restored on exit: the process (a test session's, say) gets its own settings back.
+        saved_environment = dict(os.environ)
+        self._stack.callback(lambda: (os.environ.clear(), os.environ.update(saved_environment)))
         os.environ.update(
             {
                 "AWS_ACCESS_KEY_ID": "bench",

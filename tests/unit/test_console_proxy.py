@@ -83,7 +83,11 @@ def upstream() -> Iterator[Upstream]:
 
 
 @pytest.fixture
-def proxy(upstream: Upstream) -> Iterator[ConsoleProxy]:
+def proxy(upstream: Upstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[ConsoleProxy]:
+    # The credentials the signatures are checked against, whatever the process has set.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE.secret_key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", FAKE.token)
     client = ApiClient(upstream.url, sigv4=True, region=REGION)
     server = ConsoleProxy(Forwarder(client)).start()
     try:
