@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from jobsched.domain.errors import StorageUnavailable
+from jobsched.domain.errors import AmbiguousError, RetryableError, StorageUnavailable
 from jobsched.domain.runs import RunState
 from jobsched.services.worker import Outcome
 from jobsched.store.schema import ALL_TABLES
@@ -149,22 +149,32 @@ def test_a_claim_keeps_an_earlier_attempts_live_record_and_replaces_an_expired_o
     assert (third.fence, third.effect_fence, third.effect_until) == (3, 3, past + timedelta(seconds=900))
 
 
-def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(container, clock, registry):
+@pytest.mark.parametrize(
+    "error",
+    [
+        RetryableError("downstream 503", error_class="HTTP503"),
+        # An HTTP target that gave up waiting has returned: unlike the worker's own timeout,
+        # its effect is not still executing.
+        AmbiguousError("no response in time", error_class="Timeout"),
+    ],
+    ids=["failed", "target-timeout"],
+)
+def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(
+    container, clock, registry, error
+):
     calls = []
 
     @registry.register("flaky")
     def flaky(payload, invocation_):
-        from jobsched.domain.errors import RetryableError
-
         calls.append(invocation_.attempt)
         if len(calls) == 1:
-            raise RetryableError("downstream 503", error_class="HTTP503")
+            raise error
         return "ok"
 
     _, run = one_run(container, clock, job_type="flaky")
     worker = invocation(container, registry, "w", 900)
     failed = worker.process(delivery(run))
-    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == "HTTP503"
+    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == error.error_class
     assert failed.run.effect_fence is None
     clock.set(failed.run.due_at)  # the backoff, not the invocation's deadline
     assert failed.run.due_at < T0 + timedelta(seconds=900)
@@ -252,30 +262,6 @@ def test_when_neither_save_nor_completion_is_written_the_effect_stays_in_progres
     assert held.effect_in_progress(T0 + timedelta(seconds=299))
     assert lifecycle.claimable(held, T0 + timedelta(seconds=61))
     assert ledger.effects[run.run_key] == 1
-
-
-def test_a_targets_own_timeout_releases_the_record_and_retries_at_its_backoff(container, clock, registry):
-    """An HTTP target that gave up waiting has returned: unlike the worker's own timeout, its
-    effect is not still executing, so the retry does not wait for the invocation's deadline."""
-    from jobsched.domain.errors import AmbiguousError
-
-    calls = []
-
-    @registry.register("slow-downstream")
-    def slow(payload, invocation_):
-        calls.append(invocation_.attempt)
-        if len(calls) == 1:
-            raise AmbiguousError("no response in time", error_class="Timeout")
-        return "ok"
-
-    _, run = one_run(container, clock, job_type="slow-downstream")
-    worker = invocation(container, registry, "w", 900)
-    failed = worker.process(delivery(run))
-    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == "Timeout"
-    assert failed.run.effect_fence is None
-    assert failed.run.due_at < T0 + timedelta(seconds=900)
-    clock.set(failed.run.due_at)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
 
 
 def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
