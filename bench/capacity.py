@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .harness import (
@@ -455,34 +455,26 @@ def top_of_hour(
 # The stack's defaults, and what a user expecting a million-run top of hour would set: pollers
 # ready for the whole drain at :00 (MinimumPollers' ceiling), room to grow, the account quota
 # raised to hold them, the horizon and shards so the sweepers make every run minutes ahead.
-BURST_PRESETS = (
-    BurstSettings("stack defaults"),
-    BurstSettings(
-        "1M top of hour (workerMinPollers 30, workerMaxPollers 400, horizonSeconds 600, shardCount 64)",
-        shards=64,
-        horizon_seconds=600,
-        min_pollers=30,
-        max_pollers=400,
-        account_concurrency=5000,
-    ),
-    BurstSettings(
-        "the same with DynamoDB quotas raised to 1.5M WRU/s and 256 shards",
-        shards=256,
-        horizon_seconds=600,
-        min_pollers=200,
-        max_pollers=400,
-        account_concurrency=5000,
-        table_wru_per_s=1_500_000,
-    ),
-    BurstSettings(
-        "and 2,000 worker environments pre-warmed at 1,769 MB (one vCPU) for 5 min an hour",
-        shards=256,
-        horizon_seconds=600,
-        min_pollers=200,
-        max_pollers=400,
-        account_concurrency=5000,
-        table_wru_per_s=1_500_000,
-        worker_memory_mb=1769,
-        prewarmed=2000,
-    ),
+_BURST_1M = BurstSettings(
+    "1M top of hour (workerMinPollers 30, workerMaxPollers 400, horizonSeconds 600, shardCount 64)",
+    shards=64,
+    horizon_seconds=600,
+    min_pollers=30,
+    max_pollers=400,
+    account_concurrency=5000,
 )
+# Beyond the stack's settings: each row adds to the one before.
+_BURST_QUOTAS = replace(
+    _BURST_1M,
+    label="the same with DynamoDB quotas raised to 1.5M WRU/s and 256 shards",
+    shards=256,
+    min_pollers=200,
+    table_wru_per_s=1_500_000,
+)
+_BURST_PREWARMED = replace(
+    _BURST_QUOTAS,
+    label="and 2,000 worker environments pre-warmed at 1,769 MB (one vCPU) for 5 min an hour",
+    worker_memory_mb=1769,
+    prewarmed=2000,
+)
+BURST_PRESETS = (BurstSettings("stack defaults"), _BURST_1M, _BURST_QUOTAS, _BURST_PREWARMED)
