@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -150,3 +152,27 @@ class ApiClient:
 
     def delete(self, path: str, **kw: Any) -> ApiResponse:
         return self.request("DELETE", path, **kw)
+
+
+@contextmanager
+def fast_local_mode(api_keys: dict[str, str]) -> Iterator[Any]:
+    """Local mode on free ports, ticking every second, for the suites that drive it over HTTP
+    (e2e, browser). The sweep horizon (120 s by default) is how far ahead runs are made: an
+    every-2s job would queue 60 of them, and moto's SQS slows with queue depth; the behaviour
+    under test is the same with a shorter one."""
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.runtime import LocalRuntime
+
+    config = LocalConfig(
+        port=0,
+        moto_port=0,
+        sweep_seconds=1,
+        reconcile_seconds=2,
+        horizon_seconds=15,
+        api_keys=api_keys,
+    )
+    runtime = LocalRuntime(config).start()
+    try:
+        yield runtime
+    finally:
+        runtime.stop()  # also restores the environment the process had before the runtime

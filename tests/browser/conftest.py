@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import fast_local_mode
+
 from .helpers import KEY, TENANT, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,23 +37,8 @@ CHROMIUM_FLAGS = (
 
 @pytest.fixture(scope="package")
 def runtime() -> Iterator[Any]:
-    from jobsched_local.config import LocalConfig
-    from jobsched_local.runtime import LocalRuntime
-
-    # As tests/e2e: a short horizon keeps moto's queues shallow for an every-few-seconds job.
-    config = LocalConfig(
-        port=0,
-        moto_port=0,
-        sweep_seconds=1,
-        reconcile_seconds=2,
-        horizon_seconds=15,
-        api_keys={KEY: TENANT},
-    )
-    rt = LocalRuntime(config).start()
-    try:
+    with fast_local_mode({KEY: TENANT}) as rt:
         yield rt
-    finally:
-        rt.stop()
 
 
 @pytest.fixture(scope="package")

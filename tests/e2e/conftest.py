@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..helpers import CALLER_AWS_ENVIRONMENT
+from ..helpers import CALLER_AWS_ENVIRONMENT, fast_local_mode
 from .targets import AWS, Target, aws_target, chosen, local_target
 
 DEPLOYED = pytest.StashKey[Target]()
@@ -58,25 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # runs (its loops would otherwise keep polling whatever AWS mock comes next).
 @pytest.fixture(scope="package")
 def runtime() -> Iterator[Any]:
-    from jobsched_local.config import LocalConfig
-    from jobsched_local.runtime import LocalRuntime
-
-    # The sweep horizon (120 s by default) is how far ahead runs are made; an every-2s job
-    # would queue 60 of them, and moto's SQS slows with queue depth. The behaviour under
-    # test is the same with a shorter one.
-    config = LocalConfig(
-        port=0,
-        moto_port=0,
-        sweep_seconds=1,
-        reconcile_seconds=2,
-        horizon_seconds=15,
-        api_keys=dict(TENANTS),
-    )
-    rt = LocalRuntime(config).start()
-    try:
+    with fast_local_mode(dict(TENANTS)) as rt:
         yield rt
-    finally:
-        rt.stop()  # also restores the environment the process had before the runtime
 
 
 @pytest.fixture(scope="package")
