@@ -252,31 +252,62 @@ def run(cost: dict[str, Any], hotpath: dict[str, Any] | None) -> dict[str, Any]:
     inp = inputs_from(cost, hotpath, LATENCY_MS, function_memory())
     shard_counts = sorted({16, 64, 256, SHARD_COUNT})  # the issue's three and the stack's default
     rows = [model(inp, shards, conc) for conc in (STACK_WORKER_CONCURRENCY, 1000) for shards in shard_counts]
-    poller_hour, prewarm_gb_s = poller_hour_usd(), price("lambda_provisioned_concurrency_gb_second_arm64")
+    pollers, prewarm_gb_s = poller_price(), price("lambda_provisioned_concurrency_gb_second_arm64")
     return {
         "inputs": inp,
         "target_runs_per_minute": TARGET_RUNS_PER_MINUTE,
         "burst_factor": BURST_FACTOR,
         "rows": rows,
         "top_of_hour": [
-            top_of_hour(inp, preset, poller_hour_usd=poller_hour, prewarm_gb_second_usd=prewarm_gb_s)
+            top_of_hour(inp, preset, poller_price=pollers, prewarm_gb_second_usd=prewarm_gb_s)
             for preset in BURST_PRESETS
         ],
-        "poller_hour_usd": poller_hour,
+        "poller_price": asdict(pollers),
         "limits": LIMITS,
     }
 
 
-def price(name: str) -> float:
+def _price_entry(name: str) -> dict[str, Any]:
     import json
     from pathlib import Path
 
-    prices = json.loads((Path(__file__).with_name("prices.json")).read_text())["prices"]
-    return float(prices[name]["usd"])
+    entry: dict[str, Any] = json.loads((Path(__file__).with_name("prices.json")).read_text())["prices"][name]
+    return entry
 
 
-def poller_hour_usd() -> float:
-    return price("lambda_sqs_event_poller_hour")
+def price(name: str) -> float:
+    return float(_price_entry(name)["usd"])
+
+
+@dataclass(frozen=True)
+class PollerPrice:
+    """How provisioned mode bills an SQS event source's pollers: in Event Poller Units (EPU) of
+    `pollers_per_epu` pollers each, per EPU-hour, per second with a minimum per use, and never
+    fewer than `minimum_pollers` (AWS Lambda pricing, "Provisioned Mode for ESM")."""
+
+    usd_per_epu_hour: float = 0.0
+    pollers_per_epu: int = 1
+    minimum_billed_seconds: float = 60.0
+    minimum_pollers: int = 2
+
+    def epus(self, pollers: float) -> int:
+        """EPUs billed for `pollers` provisioned pollers (0: standard mode, not billed)."""
+        if pollers <= 0:
+            return 0
+        return math.ceil(max(pollers, self.minimum_pollers) / self.pollers_per_epu)
+
+    def billed_hours(self, seconds: float) -> float:
+        return max(seconds, self.minimum_billed_seconds) / 3600
+
+
+def poller_price() -> PollerPrice:
+    entry = _price_entry("lambda_sqs_event_poller_unit_hour")
+    return PollerPrice(
+        usd_per_epu_hour=float(entry["usd"]),
+        pollers_per_epu=int(entry["pollers_per_epu"]),
+        minimum_billed_seconds=float(entry["minimum_billed_seconds"]),
+        minimum_pollers=int(entry["minimum_pollers"]),
+    )
 
 
 # --- top-of-hour burst: runs made ahead, released at :00 by their SQS delay ---
@@ -389,7 +420,7 @@ def top_of_hour(
     *,
     runs: float = BURST_FACTOR * TARGET_RUNS_PER_MINUTE,
     steady_per_minute: float = TARGET_RUNS_PER_MINUTE,
-    poller_hour_usd: float = 0.0,
+    poller_price: PollerPrice = PollerPrice(),
     prewarm_gb_second_usd: float = 0.0,
     step: float = 0.05,
 ) -> dict[str, Any]:
@@ -421,8 +452,12 @@ def top_of_hour(
         polled = min(cap, polled + settings.scale_up_per_second() * step)
         concurrency = min(polled, lambda_environments(warm, settings.prewarmed, t))
     peak_pollers = math.ceil(polled / _v("sqs_invocations_per_poller")) if settings.provisioned else 0
-    always_on = settings.min_pollers * HOURS_PER_MONTH
-    bursting = max(0, peak_pollers - settings.min_pollers) * t / 3600 * HOURS_PER_MONTH  # one burst an hour
+    # The minimum's EPUs all month, plus the extra EPUs of each hourly burst while it lasts
+    # (billed per second, at least a minute each time).
+    always_on_epus = poller_price.epus(settings.min_pollers)
+    extra_epus = max(0, poller_price.epus(peak_pollers) - always_on_epus)
+    always_on = always_on_epus * HOURS_PER_MONTH
+    bursting = extra_epus * poller_price.billed_hours(t) * HOURS_PER_MONTH if extra_epus else 0.0
     return {
         "settings": asdict(settings),
         "runs": runs,
@@ -439,7 +474,8 @@ def top_of_hour(
             name: (target / P99_DISPATCH_GOAL_S + steady) * units
             for name, units in inp["worker_write_units_per_run"].items()
         },
-        "poller_hours_per_month": always_on + bursting,
+        "peak_pollers": peak_pollers,
+        "epu_hours_per_month": always_on + bursting,
         "prewarm_gb_seconds_per_month": (
             gb_s := settings.prewarmed
             * settings.worker_memory_mb
@@ -448,7 +484,8 @@ def top_of_hour(
             * 60
             * HOURS_PER_MONTH
         ),
-        "provisioned_usd_per_month": (always_on + bursting) * poller_hour_usd + gb_s * prewarm_gb_second_usd,
+        "provisioned_usd_per_month": (always_on + bursting) * poller_price.usd_per_epu_hour
+        + gb_s * prewarm_gb_second_usd,
     }
 
 

@@ -244,14 +244,26 @@ def _lag_md(lag: dict[str, Any], picture: str | None) -> list[str]:
     return out
 
 
+def _poller_price_md(cap: dict[str, Any]) -> str:
+    """How provisioned pollers are priced, from the capacity results (older results carry a per-poller price)."""
+    pp = cap.get("poller_price")
+    if not pp:
+        return f"Pollers are priced at ${cap.get('poller_hour_usd', 0)} a poller-hour."
+    return (
+        f"Provisioned pollers are billed in Event Poller Units at ${pp['usd_per_epu_hour']} an EPU-hour "
+        f"({pp['pollers_per_epu']} poller an EPU for SQS, at least {pp['minimum_pollers']} pollers a mapping, per second "
+        f"with a {pp['minimum_billed_seconds']:.0f} s minimum; AWS Lambda pricing, `bench/prices.json`)."
+    )
+
+
 def _cost_md(cost: dict[str, Any]) -> list[str]:
     out = ["## 2. Cost per run", ""]
     out += [
         "In-process moto under a simulated clock, the real handlers, local mode's event-source glue. Every AWS "
         "request is counted per stage; DynamoDB units are computed from the item images before and after each "
         "write (moto's ConsumedCapacity is a constant 1.0 or 0.5 per call whatever the size, so it is not used). "
-        "Dollars at the list prices in `bench/prices.json` (us-east-1, as known to the author; **check them "
-        "before quoting**). Lambda time is modelled: our code's measured time scaled to the function's CPU "
+        "Dollars at the list prices in `bench/prices.json` (us-east-1; each entry names its source and whether it "
+        "was confirmed there: **check the unconfirmed ones before quoting**). Lambda time is modelled: our code's measured time scaled to the function's CPU "
         "share plus an assumed in-region latency per call (assumptions below). Fixed per-minute costs (sweeper and "
         "reconciler ticks) are measured in an idle run and left out of the per-run figures.",
         "",
@@ -539,10 +551,11 @@ def _top_of_hour_md(cap: dict[str, Any]) -> list[str]:
         f"The goal needs {last['concurrency_needed_for_goal']:,} busy invocations from :00 at the last row's "
         "invocation time, and per table or index "
         + ", ".join(f"{k} {_f(v, 0)} WRU/s" for k, v in last["store_wru_per_s_needed_for_goal"].items())
-        + f" (each 40,000 by default, adjustable). Pollers are priced at ${cap['poller_hour_usd']} a poller-hour "
-        "(`bench/prices.json`, an assumption to check), the minimum all month plus the extra pollers of each hourly "
-        "burst while it lasts; pre-warmed environments (Lambda provisioned concurrency on a schedule, not a stack "
-        "setting) at the arm64 provisioned-concurrency price. Not modelled: a single tenant's burst (the "
+        + " (each 40,000 by default, adjustable). "
+        + _poller_price_md(cap)
+        + " The minimum's EPUs are billed all month, the extra EPUs of each hourly burst while it lasts (at least a "
+        "minute); pre-warmed environments (Lambda provisioned concurrency on a schedule, not a stack "
+        "setting) at the arm64 provisioned-concurrency price (an assumption, see `bench/prices.json`). Not modelled: a single tenant's burst (the "
         "`leased_by_tenant` index caps one tenant at 500 runs/s), the first burst on a new table (on-demand takes "
         "twice the previous peak at once; warm throughput or a previous burst covers it), the outbox (its headroom "
         "is shown below), targets' own limits.",
@@ -597,7 +610,7 @@ def readme_section(results: dict[str, Any]) -> str:
         f"Measured on {results['environment']['finished_at']}, {results['environment']['cpus']} CPUs, load average "
         f"{_f(results['environment']['load_before'][0])}{_busy(results['environment'])}"
         f"{_kept(results['environment'])}. Dollars use the "
-        "us-east-1 list prices in `bench/prices.json`; check them before quoting.",
+        "us-east-1 list prices in `bench/prices.json`; check the ones it marks unconfirmed before quoting.",
         "",
     ]
     return "\n".join(out)

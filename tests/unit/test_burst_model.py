@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bench.capacity import (
+    HOURS_PER_MONTH,
     BurstSettings,
+    PollerPrice,
     invocation_seconds,
     lambda_environments,
     materialise,
@@ -22,6 +24,8 @@ INPUTS = {
 }
 PER_INVOCATION = 10 / 0.14  # runs/s of one busy invocation of ten records
 STEADY = 100_000 / 60
+# SQS provisioned mode: one poller an EPU, at least two pollers, per second with a one-minute minimum.
+SQS_EPU = PollerPrice(0.00925, pollers_per_epu=1, minimum_billed_seconds=60, minimum_pollers=2)
 
 
 def test_a_batch_waits_side_by_side_and_adds_up_its_cpu():
@@ -63,14 +67,71 @@ def test_a_burst_bound_by_dynamodb_drains_at_its_rate_less_the_steady_load():
     settings = BurstSettings(
         "x", shards=64, horizon_seconds=3600, min_pollers=30, max_pollers=400, account_concurrency=5000
     )
-    result = top_of_hour(INPUTS, settings, poller_hour_usd=0.02)
+    result = top_of_hour(INPUTS, settings, poller_price=SQS_EPU)
     # 990,000 runs at 20,000 - 1,666.7 runs/s.
-    assert result["p99_dispatch_seconds"] == pytest.approx(990_000 / (20_000 - STEADY), abs=0.1)
+    t = result["p99_dispatch_seconds"]
+    assert t == pytest.approx(990_000 / (20_000 - STEADY), abs=0.1)
     assert result["binding"] == "DynamoDB (runs: on-demand quota)"
     assert result["concurrency_at_start"] == 300  # 30 pollers x 10 invocations
     assert not result["meets_goal"]
-    # 30 pollers all month, plus the extra pollers of each hourly burst while it lasts.
-    assert result["provisioned_usd_per_month"] >= 30 * 730 * 0.02
+    # The pollers grow 1,000 invocations a minute from 300 while the burst lasts.
+    assert result["peak_pollers"] == pytest.approx((300 + 1000 / 60 * t) / 10, abs=1)
+    # 30 EPUs all month; the burst's extra EPUs for a minute (it lasts 54 s, less than the minimum) each hour.
+    extra = result["peak_pollers"] - 30
+    assert result["epu_hours_per_month"] == pytest.approx(
+        30 * HOURS_PER_MONTH + extra * 60 / 3600 * HOURS_PER_MONTH
+    )
+    assert result["provisioned_usd_per_month"] == pytest.approx(result["epu_hours_per_month"] * 0.00925)
+
+
+def test_a_burst_longer_than_a_minute_bills_its_extra_pollers_for_its_length():
+    settings = BurstSettings(
+        "x",
+        shards=64,
+        horizon_seconds=3600,
+        min_pollers=30,
+        max_pollers=400,
+        account_concurrency=5000,
+        table_wru_per_s=20_000,
+    )
+    result = top_of_hour(INPUTS, settings, poller_price=SQS_EPU)
+    t = result["p99_dispatch_seconds"]
+    assert t == pytest.approx(990_000 / (10_000 - STEADY), abs=0.1)  # ~119 s
+    extra = result["peak_pollers"] - 30
+    assert extra > 0
+    assert result["epu_hours_per_month"] == pytest.approx(
+        30 * HOURS_PER_MONTH + extra * t / 3600 * HOURS_PER_MONTH,
+        rel=1e-4,  # t is reported to 0.1 s
+    )
+
+
+def test_pollers_are_billed_in_whole_event_poller_units():
+    # Ten pollers an EPU (the Kafka granularity): 30 minimum pollers are 3 EPUs, the peak rounds up.
+    settings = BurstSettings(
+        "x", shards=64, horizon_seconds=3600, min_pollers=30, max_pollers=400, account_concurrency=5000
+    )
+    grouped = top_of_hour(
+        INPUTS, settings, poller_price=PollerPrice(0.185, pollers_per_epu=10, minimum_pollers=1)
+    )
+    peak_epus = -(-grouped["peak_pollers"] // 10)
+    assert grouped["epu_hours_per_month"] == pytest.approx(
+        3 * HOURS_PER_MONTH + (peak_epus - 3) * 60 / 3600 * HOURS_PER_MONTH
+    )
+
+
+def test_an_sqs_mapping_bills_at_least_two_pollers_and_standard_mode_none():
+    assert [SQS_EPU.epus(n) for n in (0, 1, 2, 30)] == [0, 2, 2, 30]
+    assert [PollerPrice(pollers_per_epu=10, minimum_pollers=1).epus(n) for n in (0, 1, 10, 11)] == [
+        0,
+        1,
+        1,
+        2,
+    ]
+    one = BurstSettings(
+        "x", shards=64, horizon_seconds=3600, min_pollers=1, max_pollers=2, account_concurrency=5000
+    )
+    result = top_of_hour(INPUTS, one, poller_price=SQS_EPU)
+    assert result["epu_hours_per_month"] == pytest.approx(2 * HOURS_PER_MONTH)
 
 
 def test_a_burst_bound_by_lambda_scaling_follows_its_ten_second_steps():
