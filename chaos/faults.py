@@ -128,13 +128,20 @@ class ChaosRunStore(RunStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.crash_finishing: str | None = None  # run key: die before ending the attempt
+        # Run key: die after the effect, once what it did is recorded. An effect that raised
+        # has nothing to record, so the attempt dies before its ending is written; a
+        # successful one is recorded by its completion (the first write after the effect,
+        # as Powertools' own save is), so the attempt dies after that write, before what
+        # follows it (the job's counter, a chained run's release, the message's deletion).
+        self.crash_finishing: str | None = None
         self.freeze: Freeze | None = None
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
         finishing = holder and new.state in FINISHING
         if finishing and self.crash_finishing == new.run_key:
             self.crash_finishing = None
+            if new.state is RunState.SUCCEEDED:
+                super()._put(new, read, holder=holder)
             raise SimulatedCrash(f"worker died after the effect of {new.run_key}")
         freeze = self.freeze
         if finishing and freeze is not None and freeze.run_key == new.run_key:

@@ -159,7 +159,7 @@ class Frozen:
 class NoIdempotencyWorker(Worker):
     """Broken on purpose: runs the effect without the idempotency record."""
 
-    def _effect(self, lease: Any, invocation: Any, budget: float) -> Any:
+    def _effect(self, lease: Any, invocation: Any, budget: float, records: Any) -> Any:
         return self._runner.run(lease.run.target, invocation)
 
 

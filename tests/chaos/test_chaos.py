@@ -35,7 +35,9 @@ def test_small_fixed_seed_run_is_clean():
 
 
 def test_checker_catches_effects_outside_idempotency():
-    faults = replace(QUIET, crash_after_effect=0.3, duplicate_delivery=0.2)
+    # A worker frozen between its effect and its completion loses its lease: the attempt that
+    # claims next must wait for the frozen one's in-progress record, not act again.
+    faults = replace(QUIET, freeze_worker=0.5, max_frozen=10, duplicate_delivery=0.2)
     report = run_chaos(
         ChaosConfig(seed=3, runs=40, window_seconds=180, faults=faults, broken="no-idempotency"),
         out=lambda line: None,

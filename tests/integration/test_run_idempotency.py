@@ -183,60 +183,38 @@ def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(
 
 
 def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again(
-    container, clock, registry, ledger, monkeypatch
+    container, clock, registry, ledger
 ):
-    _, run = one_run(container, clock, maxAttempts=1)
-    real_commit = container.runs.commit
+    @registry.register("outlives")
+    def outlives(payload, invocation_):
+        # The lease runs out inside the effect; a later claim waits for this invocation.
+        clock.advance(61)
+        waited = invocation(container, registry, "second", 900).process(delivery(run))
+        assert waited.error_class == "InProgress"
+        ledger.effect(invocation_.run_key)
+        return "first-result"
 
-    def crash_on_success(read, change, **kw):
-        if change(read).state is RunState.SUCCEEDED:
-            raise ConnectionError("worker died after the effect")
-        return real_commit(read, change, **kw)
-
-    worker = make_worker(container, registry)
-    monkeypatch.setattr(container.runs, "commit", crash_on_success)
-    with pytest.raises(ConnectionError):
-        worker.process(delivery(run))
-    monkeypatch.setattr(container.runs, "commit", real_commit)
-    assert stored(container, run).saved_result == {"done": run.run_key, "attempt": 1}
-    clock.advance(61)
-    # Its one attempt is used: the lease's expiry ends the series, the saved result unused.
+    _, run = one_run(container, clock, job_type="outlives", retry={"maxAgeSeconds": 200})
+    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    assert stored(container, run).saved_result == "first-result"
+    # At the deadline the run is too old for another attempt: dead, its saved result kept.
+    clock.set(T0 + timedelta(seconds=300))
+    worker = invocation(container, registry, "third", 900)
     assert worker.process(delivery(run)).outcome is Outcome.DEAD
     assert ledger.effects[run.run_key] == 1
 
     redriven = container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
-    assert redriven.saved_result == {"done": run.run_key, "attempt": 1}
+    assert redriven.saved_result == "first-result"
     done = worker.process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.redrives == 1 and done.run.attempt == 1
-    assert done.run.result == {"done": run.run_key, "attempt": 1}
+    assert done.outcome is Outcome.SUCCEEDED and done.run.redrives == 1
+    assert done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1  # one effect per run, across redrives
     # A late copy of the message changes nothing.
     assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
     assert ledger.effects[run.run_key] == 1
 
 
-def test_a_result_that_cannot_be_saved_still_completes_the_run(container, clock, registry, ledger):
-    """The save fails every time: the completion, which records the result itself, is written
-    with the output instead of throwing it away (and acting again after the deadline)."""
-    _, run = one_run(container, clock)
-    real_commit = container.runs.commit
-
-    def throttled_save(read, change, **kw):
-        if read.state is RunState.LEASED and change(read).result_saved_at is not None:
-            raise StorageUnavailable("the store is throttling; retry with backoff")
-        return real_commit(read, change, **kw)
-
-    container.runs.commit = throttled_save  # type: ignore[method-assign]
-    try:
-        done = invocation(container, registry, "w", 300).process(delivery(run))
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
-    assert done.outcome is Outcome.SUCCEEDED
-    assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
-    assert ledger.effects[run.run_key] == 1
-
-
-def test_when_neither_save_nor_completion_is_written_the_effect_stays_in_progress(
+def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
     container, clock, registry, ledger
 ):
     from jobsched.domain import lifecycle
@@ -289,23 +267,26 @@ def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
     assert ledger.effects[run.run_key] == 1
 
 
-def test_a_save_throttled_a_few_times_is_retried_and_the_run_completes(container, clock, registry, ledger):
+def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
+    container, clock, registry, ledger
+):
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
     throttles = []
 
-    def throttled_save(read, change, **kw):
-        if read.state is RunState.LEASED and change(read).result_saved_at is not None and len(throttles) < 3:
+    def throttled_completion(read, change, **kw):
+        if change(read).state is RunState.SUCCEEDED and len(throttles) < 3:
             throttles.append(read.fence)
             raise StorageUnavailable("the store is throttling; retry with backoff")
         return real_commit(read, change, **kw)
 
-    container.runs.commit = throttled_save  # type: ignore[method-assign]
+    container.runs.commit = throttled_completion  # type: ignore[method-assign]
     try:
         done = invocation(container, registry, "w", 300).process(delivery(run))
     finally:
         container.runs.commit = real_commit  # type: ignore[method-assign]
     assert done.outcome is Outcome.SUCCEEDED and throttles == [1, 1, 1]
+    assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
     assert ledger.effects[run.run_key] == 1
 
 

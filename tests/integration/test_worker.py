@@ -153,9 +153,34 @@ def test_concurrent_duplicate_deliveries_have_one_effect(container, clock, regis
     assert ledger.effects[run.run_key] == 1
 
 
-def test_crash_between_effect_and_completion_does_not_repeat_the_effect(
+def test_crash_after_the_completion_write_acts_once_and_redelivery_finds_the_run_done(
     container, clock, worker, ledger, monkeypatch
 ):
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+
+    def crash_after_success(read, change, **kw):
+        written = real_commit(read, change, **kw)
+        if written.state is RunState.SUCCEEDED:
+            raise ConnectionError("worker died after the completion, before its follow-ups and the ack")
+        return written
+
+    monkeypatch.setattr(container.runs, "commit", crash_after_success)
+    with pytest.raises(ConnectionError):
+        worker.process(delivery(run))
+    monkeypatch.setattr(container.runs, "commit", real_commit)
+    assert stored(container, run).state is RunState.SUCCEEDED
+    clock.advance(61)
+    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_crash_before_the_completion_repeats_the_effect_only_after_the_invocations_deadline(
+    container, clock, worker, ledger, monkeypatch
+):
+    """The completion is the first write after the effect (Powertools' save was too): dying
+    before it leaves the claim's in-progress record, so no attempt acts again while the dead
+    invocation could still be running; after its deadline the run is delivered at least once."""
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
 
@@ -167,20 +192,40 @@ def test_crash_between_effect_and_completion_does_not_repeat_the_effect(
     monkeypatch.setattr(container.runs, "commit", crash_on_success)
     with pytest.raises(ConnectionError):
         worker.process(delivery(run))
+    monkeypatch.setattr(container.runs, "commit", real_commit)
     assert ledger.effects[run.run_key] == 1
     assert stored(container, run).state is RunState.LEASED
-    monkeypatch.setattr(container.runs, "commit", real_commit)
 
     # SQS redelivers while the lease is live: nothing happens.
     assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
-    # After the lease expires the next delivery claims, finds the saved result, completes.
+    # After the lease, before the invocation's deadline (900 s without a Lambda context).
     clock.advance(61)
-    result = worker.process(delivery(run))
-    assert result.outcome is Outcome.SUCCEEDED
+    waited = worker.process(delivery(run))
+    assert waited.outcome is Outcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
+    assert waited.run.due_at == T0 + timedelta(seconds=900) and waited.run.attempt == 1
     assert ledger.effects[run.run_key] == 1
-    done = stored(container, run)
-    assert done.fence == 2 and done.attempt == 2
-    assert done.history[2].error_class == "LeaseExpired"
+    clock.set(waited.run.due_at)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 2
+
+
+def test_a_successful_effect_is_followed_by_one_write_to_its_run(
+    container, clock, worker, ledger, monkeypatch
+):
+    """The completion records the effect's result: no separate save before it."""
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+    writes = []
+
+    def counted(read, change, **kw):
+        written = real_commit(read, change, **kw)
+        writes.append((written.state, ledger.effects[run.run_key]))
+        return written
+
+    monkeypatch.setattr(container.runs, "commit", counted)
+    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert [state for state, effects in writes if effects == 1] == [RunState.SUCCEEDED]
+    assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
 
 
 def test_crash_before_the_effect_runs_it_once_later(container, clock, worker, ledger, monkeypatch):
@@ -418,6 +463,67 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     assert limited.process(delivery(waiting)).outcome is Outcome.SUCCEEDED
 
 
+class _Invocation:
+    """A Lambda context: one invocation, one batch."""
+
+    aws_request_id = "batch-1"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+def test_a_batch_counts_its_tenants_live_leases_once_and_shares_the_free_slots(
+    container, clock, registry, ledger, monkeypatch
+):
+    """Limit 2, one lease held elsewhere, three of the tenant's runs in one batch at once: one
+    claims, two wait; a count per record would have let all three see one lease and claim."""
+    batch = make_worker(container, registry, tenant_concurrency=2).for_invocation(_Invocation())
+    _, busy = one_run(container, clock, name="busy")
+    container.runs.commit(busy, lambda _: claimed(busy, at=clock.now(), lease_for=60, owner="x"))
+    runs = [one_run(container, clock, name=f"r{i}")[1] for i in range(3)]
+    counts = []
+    real_count = container.runs.live_leases
+
+    def counted(tenant, now, *, up_to):
+        counts.append(tenant)
+        return real_count(tenant, now, up_to=up_to)
+
+    monkeypatch.setattr(container.runs, "live_leases", counted)
+    start = threading.Barrier(3)
+    results = []
+
+    def record(run):
+        start.wait()
+        results.append(batch.process(delivery(run)))
+
+    threads = [threading.Thread(target=record, args=(run,)) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.outcome.value for r in results) == ["deferred", "deferred", "succeeded"]
+    assert counts == ["tenant-a"]
+    assert sum(ledger.effects.values()) == 1
+
+
+def test_a_slot_taken_for_a_claim_that_did_not_happen_is_given_back(container, clock, registry, ledger):
+    batch = make_worker(container, registry, tenant_concurrency=1).for_invocation(_Invocation())
+    _, first = one_run(container, clock, name="first")
+    _, second = one_run(container, clock, name="second")
+    real_claim = batch._claim
+    lost = []
+
+    def lose_the_first_race(run, now):
+        if not lost:
+            lost.append(run.run_key)
+            return None  # another worker claimed it between the read and the claim
+        return real_claim(run, now)
+
+    batch._claim = lose_the_first_race
+    assert batch.process(delivery(first)).outcome is Outcome.DUPLICATE
+    assert batch.process(delivery(second)).outcome is Outcome.SUCCEEDED
+
+
 def test_at_most_once_never_repeats_an_effect_that_may_have_started(
     container, clock, worker, ledger, monkeypatch
 ):
@@ -451,6 +557,25 @@ def test_execution_timeout_is_enforced_and_retried(container, clock, worker, led
     _, run = one_run(container, clock, job_type="slow", timeoutSeconds=1)
     result = worker.process(delivery(run))
     assert result.outcome is Outcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+
+
+def test_an_effect_that_finishes_after_the_worker_stopped_waiting_is_saved_and_replayed(
+    container, clock, worker, ledger
+):
+    """The worker gave up at the timeout, so no completion records the result: the effect's
+    thread saves it on the run, and the retry replays it instead of acting again."""
+    _, run = one_run(container, clock, job_type="slow", timeoutSeconds=1)
+    timed_out = worker.process(delivery(run))
+    assert timed_out.outcome is Outcome.RETRY_SCHEDULED and timed_out.error_class == "Timeout"
+    deadline = time.monotonic() + 10
+    while stored(container, run).saved_result is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiting = stored(container, run)
+    assert waiting.state is RunState.RETRY_WAIT and waiting.saved_result == "late"
+    clock.set(max(waiting.due_at, waiting.effect_until or waiting.due_at))
+    done = worker.process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "late"
+    assert ledger.effects[run.run_key] == 1
 
 
 def test_heartbeat_extends_the_lease_and_stops_when_the_fence_moves(container, clock, worker):

@@ -8,12 +8,12 @@ and pause-on-failure, and the release of a run chained behind the one that ended
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..domain import lifecycle
-from ..domain.errors import ExecutionError
+from ..domain.errors import ExecutionError, StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Job, JobState
@@ -62,9 +62,16 @@ class Completer:
 
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
-    def succeed(self, run: Run, output: Any, *, actor: str) -> Ending:
+    def succeed(self, run: Run, output: Any, *, actor: str, throttle_delays: Sequence[float] = ()) -> Ending:
+        """`throttle_delays`: the write is tried again after each while the store throttles
+        (an effect's result that only this write records is worth the wait)."""
         now = self._clock.now()
-        return self.write(run, lambda r: lifecycle.succeed(r, now=now, actor=actor, result=output), actor)
+        return self.write(
+            run,
+            lambda r: lifecycle.succeed(r, now=now, actor=actor, result=output),
+            actor,
+            throttle_delays=throttle_delays,
+        )
 
     def fail(self, run: Run, error: ExecutionError, *, actor: str, effect_running: bool = False) -> Ending:
         """Retry under the policy (attempts, age, at-most-once), else dead-letter.
@@ -99,12 +106,18 @@ class Completer:
         return self.write(run, lambda r: lifecycle.skip(r, now=now, actor=actor, reason=reason), actor)
 
     def write(
-        self, run: Run, change: Callable[[Run], Run], actor: str, error_class: str | None = None
+        self,
+        run: Run,
+        change: Callable[[Run], Run],
+        actor: str,
+        error_class: str | None = None,
+        *,
+        throttle_delays: Sequence[float] = (),
     ) -> Ending:
         """Commit `change` as the lease holder (fence and state conditions) when `run` is
         LEASED, as anyone else otherwise; then do what follows. A refused write is counted."""
         try:
-            saved = self._runs.commit(run, change, holder=run.state is RunState.LEASED)
+            saved = self._commit(run, change, throttle_delays)
         except RunChanged as exc:
             current = exc.current
             logger.warning(
@@ -123,6 +136,18 @@ class Completer:
         return Ending(
             saved.state, saved, saved.last_error_class if saved.state is RunState.DEAD else error_class
         )
+
+    def _commit(self, run: Run, change: Callable[[Run], Run], throttle_delays: Sequence[float]) -> Run:
+        holder = run.state is RunState.LEASED
+        for delay in throttle_delays:
+            try:
+                return self._runs.commit(run, change, holder=holder)
+            except StorageUnavailable:
+                logger.warning(
+                    "change not written yet: the store is throttling", extra={"run_key": run.run_key}
+                )
+                self._clock.sleep(delay)
+        return self._runs.commit(run, change, holder=holder)
 
     def before_effect(self, leased: Run, job: Job | None, *, actor: str) -> Ending | None:
         """The check between a claim and the effect, read after the claim: None to go on; a

@@ -4,9 +4,10 @@ under the fence, or schedule the retry / dead-letter it.
 Invariants this file carries: a completion never lands with a stale fence (every write after
 the claim is conditioned on it); one effect per run for idempotent targets (the effect runs
 under Powertools idempotency keyed by the run key, its records kept on the run itself
-(store.run_idempotency): a crash between effect and completion replays the saved result
-instead of acting twice, and no attempt starts the effect while an earlier one may still be
-executing it, until that one's invocation deadline); no effect after an acknowledged pause
+(store.run_idempotency): the completion is the completed record, a result the completion
+cannot record is saved on the run and replayed instead of acting twice, and no attempt starts
+the effect while an earlier one may still be executing it, until that one's invocation
+deadline); no effect after an acknowledged pause
 (the job is read, strongly consistent, after the claim and before the effect)."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
-from ..store.run_idempotency import RunIdempotency
+from ..store.run_idempotency import SAVE_RETRY_DELAYS, RunIdempotency
 from ..store.runs import RunChanged, RunStore
 from ..store.schema import QUEUES
 from ..targets import Invocation, TargetRunner
@@ -119,6 +120,42 @@ class _Lease:
             self._run = run
 
 
+class TenantSlots:
+    """A tenant's free lease slots (its concurrency limit less its live leases), counted once
+    for a batch and then handed out to the batch's records: one count per tenant a batch,
+    not one per record, and the records of a batch, which run at once, no longer all read
+    the same count and all claim. The count is as good as the index it reads: leases claimed
+    elsewhere meanwhile are not seen, as they were not by a count per record; leases ended
+    meanwhile free their slots for the next batch."""
+
+    def __init__(self, runs: RunStore, limit: int) -> None:
+        self._runs = runs
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._counting: dict[str, threading.Lock] = {}
+        self._free: dict[str, int] = {}
+
+    def take(self, tenant: str, now: datetime) -> bool:
+        """A slot for one claim of `tenant`'s, if it has one free."""
+        with self._lock:
+            counting = self._counting.setdefault(tenant, threading.Lock())
+        with counting:  # one count per tenant; other tenants' records go on meanwhile
+            if tenant not in self._free:
+                live = self._runs.live_leases(tenant, now, up_to=self._limit)
+                with self._lock:
+                    self._free[tenant] = self._limit - live
+        with self._lock:
+            if self._free[tenant] <= 0:
+                return False
+            self._free[tenant] -= 1
+            return True
+
+    def give_back(self, tenant: str) -> None:
+        """The slot was not used: the claim it was taken for did not happen."""
+        with self._lock:
+            self._free[tenant] += 1
+
+
 class Worker:
     def __init__(
         self,
@@ -152,6 +189,8 @@ class Worker:
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
         # Receives a message may spend on deferrals before a deferral sends a fresh one.
         self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
+        # One invocation's tenant slots (see bind); unbound, every delivery counts afresh.
+        self._tenant_slots: TenantSlots | None = None
 
     def bind(self, context: Any) -> None:
         """Per invocation: who we are, how long we have (also the expiry of the in-progress
@@ -160,6 +199,7 @@ class Worker:
         self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
         self._idempotency = copy.copy(self._idempotency)
         self._idempotency.register_lambda_context(context)
+        self._tenant_slots = TenantSlots(self._runs, self.tenant_concurrency)
 
     def for_invocation(self, context: Any) -> Worker:
         """This worker bound to one invocation, leaving this one as it was: invocations that
@@ -189,12 +229,6 @@ class Worker:
         if blocked is not None:
             return blocked
 
-        if self.tenant_concurrency > 0:
-            live = self._runs.live_leases(run.tenant, now, up_to=self.tenant_concurrency)
-            if live >= self.tenant_concurrency:
-                self._metrics.add("TenantThrottled")
-                return self._defer(run, delivery, 5, "tenant_limit")
-
         refusal = lifecycle.attempt_refusal(run, now)
         if refusal is not None:
             # No further attempt may start (its worker died holding the last one, it is too old,
@@ -207,6 +241,13 @@ class Worker:
                     )
                 )
             return self._ended(self._completer.dead(run, refusal, actor=self.actor))
+
+        slots = None
+        if self.tenant_concurrency > 0:
+            slots = self._tenant_slots or TenantSlots(self._runs, self.tenant_concurrency)
+            if not slots.take(run.tenant, now):
+                self._metrics.add("TenantThrottled")
+                return self._defer(run, delivery, 5, "tenant_limit")
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
@@ -218,6 +259,8 @@ class Worker:
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
         leased = self._claim(run, now)
         if leased is None:
+            if slots is not None:
+                slots.give_back(run.tenant)
             self._metrics.add("DuplicatesSuppressed")
             return Result(Outcome.DUPLICATE, run)
         logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
@@ -327,10 +370,11 @@ class Worker:
             timeout_seconds=budget,
         )
         heartbeat = _Heartbeat(self, lease, delivery)
+        records = RunIdempotency(self._runs, lease, self._clock)
         started = self._clock.now()
         heartbeat.start()
         try:
-            output = self._effect(lease, invocation, budget)
+            output = self._effect(lease, invocation, budget, records)
         except IdempotencyAlreadyInProgressError:
             # An earlier attempt may still be executing the effect: come back at its deadline.
             heartbeat.stop()
@@ -353,7 +397,16 @@ class Worker:
         finally:
             heartbeat.stop()
         duration = (self._clock.now() - started).total_seconds()
-        result = self._ended(self._completer.succeed(lease.run, output, actor=self.actor))
+        # The completion is the effect's completed record: a throttled one is tried again (a
+        # result not recorded is acted on again after this invocation's deadline); a refused
+        # one (the lease was lost while the effect ran) leaves the result saved on the open
+        # run for the attempt that holds it to replay.
+        ending = self._completer.succeed(
+            lease.run, output, actor=self.actor, throttle_delays=SAVE_RETRY_DELAYS
+        )
+        if ending.state is None:
+            records.save(ending.current, output)
+        result = self._ended(ending)
         result.duration = duration
         return result
 
@@ -369,11 +422,11 @@ class Worker:
         outcome = outcomes[ending.state] if ending.state is not None else Outcome.STALE
         return Result(outcome, ending.run, error_class=ending.error_class)
 
-    def _effect(self, lease: _Lease, invocation: Invocation, budget: float) -> Any:
+    def _effect(self, lease: _Lease, invocation: Invocation, budget: float, records: RunIdempotency) -> Any:
         """The target call, under idempotency keyed by the run key, bounded by the timeout.
 
         Its records are the run's own (store.run_idempotency): the claim is the in-progress
-        record, the result saved on the run under the fence the completed one."""
+        record, the completion the completed one."""
         run = lease.run
 
         outputs: list[Any] = []
@@ -387,20 +440,25 @@ class Worker:
         guarded = idempotent_function(
             data_keyword_argument="request",
             config=self._idempotency,
-            persistence_store=RunIdempotency(self._runs, lease, self._clock),
+            persistence_store=records,
         )(once)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
         future = pool.submit(guarded, request={"runKey": run.run_key})
         try:
             return future.result(timeout=budget)
         except FutureTimeout:
+            handed = records.stop_waiting()
+            if handed:
+                return handed[0]  # it finished as the wait ran out
+            # From here a result the effect returns is saved on the run, for a later attempt.
             raise EffectStillRunning(f"the effect did not finish within {budget:.0f} s") from None
         except IdempotencyPersistenceLayerError as exc:
             if outputs:
-                # The effect ran but its result could not be saved: the completion, which
-                # records the result itself, is the next best record of it. Only if that
-                # fails too does a later attempt act again (after this deadline).
-                logger.warning("effect result not saved", extra={"run_key": run.run_key, "error": str(exc)})
+                # The effect ran but Powertools could not record it: the completion records
+                # the result itself.
+                logger.warning(
+                    "effect result not recorded", extra={"run_key": run.run_key, "error": str(exc)}
+                )
                 return outputs[0]
             # The store failed before the effect: surface its own error, as a completion that
             # fails does, so the record is retried.

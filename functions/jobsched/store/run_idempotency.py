@@ -7,12 +7,16 @@ Powertools' DynamoDB layer wrote two items a run to a table of its own. The run 
   holds it, and a later claim keeps it instead of writing its own. Putting the record costs
   no request: the claim already wrote it, or kept an earlier attempt's, which this layer
   reports as the conflict Powertools turns into IdempotencyAlreadyInProgressError;
-- completed: the result saved on the run under the fence right after the effect
-  (lifecycle.save_result, one write in place of the separate table's update) and before
-  the completion, so a crash in between replays the saved result. If the lease was lost
-  while the effect ran, the result is saved on the open run as stored, as long as the
+- completed: the completion itself (SUCCEEDED, with the result), the first write after the
+  effect, as Powertools' own save was. While the worker waits for the effect, this layer
+  hands the result to it and writes nothing, so a run costs one write where a save before
+  the completion cost two; a crash before that write repeats the effect after the
+  invocation's deadline, exactly as a crash before Powertools' save does. The result is
+  saved on the run, not completed, only when the completion cannot record it: the worker
+  stopped waiting (its own timeout) and the effect finished after, or the lease was lost
+  while the effect ran. It is then saved on the open run as stored, as long as the
   in-progress record there is still this attempt's (same series, same fence): a later
-  attempt then replays it instead of acting again;
+  attempt replays it instead of acting again;
 - deleted (the effect raised): nothing to write here; the failure the worker writes next
   releases the in-progress record (lifecycle.fail).
 
@@ -23,9 +27,10 @@ redrive runs the effect again."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyItemAlreadyExistsError,
@@ -43,9 +48,9 @@ from .runs import RunChanged, RunStore
 
 INPROGRESS = STATUS_CONSTANTS["INPROGRESS"]
 COMPLETED = STATUS_CONSTANTS["COMPLETED"]
-# A throttled save is tried again this many times, this far apart (seconds): a result not
-# saved costs a second effect once the invocation's deadline has passed. It shares the run's
-# partition with the completion, where the separate table's record did not.
+# A throttled save, or the completion that records an effect's result, is tried again this
+# many times, this far apart (seconds): a result not recorded costs a second effect once the
+# invocation's deadline has passed.
 SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 
@@ -80,6 +85,9 @@ class RunIdempotency(BasePersistenceLayer):
         self._held = held
         self._clock = clock
         self._fence = held.run.fence
+        self._lock = threading.Lock()  # the effect's thread hands over; the worker's stops waiting
+        self._waiting = True
+        self._handed: list[Any] = []
 
     def _get_record(self, idempotency_key: str) -> DataRecord:
         record = record_of(idempotency_key, self._held.run, fence=self._fence, now=self._clock.now())
@@ -97,28 +105,49 @@ class RunIdempotency(BasePersistenceLayer):
             raise IdempotencyItemAlreadyExistsError(old_data_record=found)
 
     def _update_record(self, data_record: DataRecord) -> None:
-        """Completed: the result saved on the run under our fence; if the lease was lost
-        meanwhile, on the open run as stored while its in-progress record is still ours."""
+        """Completed: handed to the worker, whose completion records it; saved on the run if
+        the worker has stopped waiting for it."""
         result = json.loads(data_record.response_data) if data_record.response_data else None
+        with self._lock:
+            if self._waiting:
+                self._handed.append(result)
+                return
+        self.save(None, result)
+
+    def stop_waiting(self) -> list[Any]:
+        """The worker gives up on the effect (its own timeout): a result the effect hands over
+        from now on is saved on the run. Returns the result if it was handed over already."""
+        with self._lock:
+            self._waiting = False
+            return list(self._handed)
+
+    def save(self, current: Run | None, result: Any) -> bool:
+        """Save `result` on the run when the completion cannot record it: under our fence, or,
+        if the lease was lost meanwhile, on the open run as stored (`current`, when the refused
+        completion returned it) while its in-progress record is still ours. False if the run
+        moved on (the result is not needed, or can no longer be kept)."""
         now = self._clock.now()
         held = self._held
 
         def save(run: Run) -> Run:
             return lifecycle.save_result(run, now=now, result=result)
 
-        try:
-            held.update(self._save_as_holder(save))
-            return
-        except RunChanged as exc:
-            current = exc.current
+        if current is None:
+            try:
+                held.update(self._save_as_holder(save))
+                return True
+            except RunChanged as exc:
+                current = exc.current
         claimed = held.run
         if current is None or not current.is_open or current.effect_fence != self._fence:
             logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
-            return
+            return False
         try:
             self._runs.commit(current, save)
+            return True
         except (RunChanged, lifecycle.TransitionRefused):
             logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
+            return False
 
     def _save_as_holder(self, save: Callable[[Run], Run]) -> Run:
         for delay in SAVE_RETRY_DELAYS:
