@@ -419,13 +419,6 @@ WHAT_IFS = (
         drop=lambda name, w: name == "run: PENDING→QUEUED",
     ),
     WhatIf(
-        "result in the completion write",
-        "the effect's result travels in the completion instead of being saved before it; gives up"
-        " the replay after a crash between the effect and the completion (the effect runs again"
-        " once the crashed invocation's deadline has passed)",
-        drop=lambda name, w: name.startswith("run: effect result saved"),
-    ),
-    WhatIf(
         "no per-run stats counter",
         "count succeeded runs from metrics (or one ADD per job per batch) instead of an ADD per run;"
         " the job's counters in the API would go",
@@ -449,8 +442,9 @@ MADE = (
     "an open-index check time the usual PENDING → QUEUED → LEASED path does not move",
     "sweeps make a due job's runs 300 s ahead (`sweepAheadSeconds`): one advance for several runs",
     "Powertools idempotency records on the run item, not a table of their own: the claim is the"
-    " in-progress record (to the claimer's invocation deadline), the result is saved on the run under"
-    " the fence",
+    " in-progress record (to the claimer's invocation deadline)",
+    "the completion is the completed idempotency record (the first write after the effect, as Powertools'"
+    " own save was): no separate save of the result before it",
 )
 
 

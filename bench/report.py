@@ -378,9 +378,9 @@ def _floor_md(dense: dict[str, Any]) -> list[str]:
         " holds one of them: the PENDING insert and its `open` index entry are the durable occurrence and its"
         " repair (a lost publish or an expired lease is found by the reconciler); QUEUED tells a lost publish"
         " from a backlogged queue, so a backlog is not re-published; the claim and its `leased_by_tenant`"
-        " entry are the fence and the tenant's concurrency limit; the saved result is the once-per-run effect"
-        " across a crash between the effect and the completion; the completion (leaving both indexes) is the"
-        " history; the counter is the job's counters in the API. The goal of 5 units (and $3 per million,"
+        " entry are the fence and the tenant's concurrency limit; the completion (leaving both indexes) is"
+        " the history and the effect's completed idempotency record (one effect per run); the counter is the"
+        " job's counters in the API. The goal of 5 units (and $3 per million,"
         " which needs about 3.5 on demand) is below this floor. What would move it:",
         "",
         "- **Make the run at its claim, not ahead of it** (about 3 units: the insert, the QUEUED write and the"
@@ -388,8 +388,8 @@ def _floor_md(dense: dict[str, Any]) -> list[str]:
         " the durable record of what was sent, and the worker would write the run when it first claims it."
         " Not done: the reconciler's repair, overlap policies, pause decisions and the API's view of upcoming"
         " runs all read run items that exist before they are due; this is a new lifecycle, not a change.",
-        "- **The cuts in the table above** (up to 6 units together): each gives up something the issue"
-        " keeps (tenant concurrency, precise repair, the job's counters, the replay after a crash).",
+        "- **The cuts in the table above** (up to 5 units together): each gives up something the issue"
+        " keeps (tenant concurrency, precise repair, the job's counters).",
         "- **Provisioned capacity** for a steady load: the last column of the scenario table, about half the"
         " on-demand price, at the cost of throttling a burst beyond it until scaling catches up.",
         "",
