@@ -371,6 +371,10 @@ def _floor_md(dense: dict[str, Any]) -> list[str]:
     """The floor of this design: what every run writes, what each write keeps, and what would
     move the floor below the goal (and why it was not done)."""
     units = dense["per_run"]["write_units"]
+    # The write units a run could keep for $3 a million, everything else as measured.
+    write_usd = sum(st["usd"].get("dynamodb_write", 0.0) for st in dense["stages"].values())
+    other_usd = dense["per_run"]["usd"] - write_usd
+    units_for_goal = max(0.0, (3e-6 - other_usd) / (write_usd / units)) if write_usd else 0.0
     return [
         "### The floor of this design",
         "",
@@ -381,15 +385,24 @@ def _floor_md(dense: dict[str, Any]) -> list[str]:
         " entry are the fence and the tenant's concurrency limit; the completion (leaving both indexes) is"
         " the history and the effect's completed idempotency record (one effect per run); the counter is the"
         " job's counters in the API. The goal of 5 units (and $3 per million,"
-        " which needs about 3.5 on demand) is below this floor. What would move it:",
+        f" which needs about {_f(units_for_goal, 1)} on demand with the rest as measured) is below this floor."
+        " What would move it:",
         "",
-        "- **Make the run at its claim, not ahead of it** (about 3 units: the insert, the QUEUED write and the"
-        " `open` entry): the sweeper would send each occurrence's message itself, with the job's watermark as"
+        "- **Make the run at its claim, not ahead of it** ("
+        + (
+            f"{_f(units - dense['run_at_claim_write_units'], 1)} units, re-computed on the same writes:"
+            f" {_f(dense['run_at_claim_write_units'], 1)} a run"
+            if "run_at_claim_write_units" in dense
+            else "about 4 units"
+        )
+        + "; the insert, the QUEUED write and the `open` entry in and out): the sweeper would send each"
+        " occurrence's message itself, with the job's watermark as"
         " the durable record of what was sent, and the worker would write the run when it first claims it."
         " Not done: the reconciler's repair, overlap policies, pause decisions and the API's view of upcoming"
         " runs all read run items that exist before they are due; this is a new lifecycle, not a change.",
-        "- **The cuts in the table above** (up to 5 units together): each gives up something the issue"
-        " keeps (tenant concurrency, precise repair, the job's counters).",
+        f"- **The cuts in the table above** ({_f(units - dense['what_ifs'][-1]['write_units_after'], 1)} units"
+        " together): each gives up something the issue keeps (tenant concurrency, precise repair, the job's"
+        " counters).",
         "- **Provisioned capacity** for a steady load: the last column of the scenario table, about half the"
         " on-demand price, at the cost of throttling a burst beyond it until scaling catches up.",
         "",
