@@ -290,5 +290,31 @@ def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
     assert ledger.effects[run.run_key] == 1
 
 
+def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_not_a_conflict(
+    container, clock, registry, ledger
+):
+    """The first try was written and its answer lost: the retry finds its own item (the store
+    knows a lease holder's write by its fence and owner), and the run is counted once."""
+    job, run = one_run(container, clock)
+    real_commit = container.runs.commit
+    lost = []
+
+    def answer_lost(read, change, **kw):
+        written = real_commit(read, change, **kw)
+        if written.state is RunState.SUCCEEDED and not lost:
+            lost.append(written.rev)
+            raise StorageUnavailable("the store could not be reached: read timeout")
+        return written
+
+    container.runs.commit = answer_lost  # type: ignore[method-assign]
+    try:
+        done = invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert done.outcome is Outcome.SUCCEEDED and lost
+    assert container.definitions.get_stats(job.job_id).get("succeeded") == 1
+    assert ledger.effects[run.run_key] == 1
+
+
 def test_the_stack_has_no_idempotency_table():
     assert {spec.logical_id for spec in ALL_TABLES} == {"Definitions", "Runs"}
