@@ -234,6 +234,8 @@ def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
             invocation(container, registry, "w", 300).process(delivery(run))
     finally:
         container.runs.commit = real_commit  # type: ignore[method-assign]
+    # It kept trying while the invocation had time, and gave up before its deadline.
+    assert T0 + timedelta(seconds=290) <= clock.now() < T0 + timedelta(seconds=300)
     held = stored(container, run)
     assert held.state is RunState.LEASED and held.result_saved_at is None
     # The effect is still in progress to the deadline: a claim after the lease waits for it.
@@ -313,6 +315,88 @@ def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_no
         container.runs.commit = real_commit  # type: ignore[method-assign]
     assert done.outcome is Outcome.SUCCEEDED and lost
     assert container.definitions.get_stats(job.job_id).get("succeeded") == 1
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_meanwhile(
+    container, clock, registry, ledger
+):
+    from jobsched.domain import lifecycle
+
+    real_commit = container.runs.commit
+    touched = []
+
+    def touch_first(read, change, **kw):
+        # A repair touches the run between the refused completion and the save.
+        if not kw.get("holder") and change(read).result_saved_at is not None and not touched:
+            touched.append(
+                real_commit(
+                    read, lambda r: lifecycle.touch(r, now=clock.now(), actor="reconciler", reason="repair")
+                )
+            )
+        return real_commit(read, change, **kw)
+
+    @registry.register("outlives")
+    def outlives(payload, invocation_):
+        clock.advance(61)
+        waited = invocation(container, registry, "second", 900).process(delivery(run))
+        assert waited.error_class == "InProgress"
+        ledger.effect(invocation_.run_key)
+        container.runs.commit = touch_first  # type: ignore[method-assign]
+        return "first-result"
+
+    _, run = one_run(container, clock, job_type="outlives")
+    try:
+        assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert touched and stored(container, run).saved_result == "first-result"
+    clock.set(T0 + timedelta(seconds=300))
+    done = invocation(container, registry, "third", 900).process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_an_effect_that_outlives_its_last_lease_is_saved_on_the_dead_run_for_a_redrive(
+    container, clock, registry, ledger
+):
+    @registry.register("outlives")
+    def outlives(payload, invocation_):
+        # The lease runs out inside the last attempt: the next delivery ends the run DEAD.
+        clock.advance(61)
+        assert invocation(container, registry, "second", 900).process(delivery(run)).outcome is Outcome.DEAD
+        ledger.effect(invocation_.run_key)
+        return "first-result"
+
+    _, run = one_run(container, clock, job_type="outlives", maxAttempts=1)
+    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    dead = stored(container, run)
+    assert dead.state is RunState.DEAD and dead.saved_result == "first-result"
+    container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
+    done = invocation(container, registry, "third", 900).process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_completion_the_store_cannot_take_is_tried_until_the_invocation_runs_out(
+    container, clock, registry, ledger
+):
+    _, run = one_run(container, clock)
+    real_commit = container.runs.commit
+    tries = []
+
+    def down_for_a_minute(read, change, **kw):
+        if change(read).state is RunState.SUCCEEDED and clock.now() < T0 + timedelta(seconds=60):
+            tries.append(clock.now())
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    container.runs.commit = down_for_a_minute  # type: ignore[method-assign]
+    try:
+        done = invocation(container, registry, "w", 300).process(delivery(run))
+    finally:
+        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert done.outcome is Outcome.SUCCEEDED and len(tries) > 20
     assert ledger.effects[run.run_key] == 1
 
 

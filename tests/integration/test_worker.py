@@ -633,6 +633,47 @@ def test_handler_reports_only_unexpected_failures(container, clock, registry, mo
     assert stored(container, good).state is RunState.SUCCEEDED
 
 
+def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(container, clock, registry, ledger):
+    """The first write after the effect is what keeps it once per run: it is written at once,
+    not after the heartbeat's renewal (a write and a visibility change) returns."""
+    renewing, released, renewed = threading.Event(), threading.Event(), threading.Event()
+    written_while_renewing = []
+
+    @registry.register("outlasts-a-renewal")
+    def outlasts(payload, invocation_):
+        assert renewing.wait(10)  # a renewal has started and is held
+        ledger.effect(invocation_.run_key)
+        return "ok"
+
+    worker = make_worker(container, registry, lease_seconds=3)
+    real_extend, real_commit = container.runs.extend_lease, container.runs.commit
+
+    def held_renewal(run, until):
+        renewing.set()
+        released.wait(3)  # a slow renewal, shorter than the heartbeat's join
+        try:
+            return real_extend(run, until)
+        finally:
+            renewed.set()
+
+    def completion(read, change, **kw):
+        written = real_commit(read, change, **kw)
+        if written.state is RunState.SUCCEEDED:
+            written_while_renewing.append(not renewed.is_set())
+            released.set()
+        return written
+
+    container.runs.extend_lease = held_renewal  # type: ignore[method-assign]
+    container.runs.commit = completion  # type: ignore[method-assign]
+    try:
+        _, run = one_run(container, clock, job_type="outlasts-a-renewal")
+        assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    finally:
+        released.set()
+        container.runs.extend_lease, container.runs.commit = real_extend, real_commit  # type: ignore[method-assign]
+    assert written_while_renewing == [True]
+
+
 def test_heartbeat_keeps_the_message_invisible(container, clock, worker):
     from jobsched.services.worker import _Lease
 

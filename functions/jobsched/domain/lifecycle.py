@@ -242,13 +242,21 @@ def effect_not_started(run: Run, *, now: datetime) -> Run:
     return run.model_copy(update={**_effect_released(run), "updated_at": now})
 
 
+def can_save_result(run: Run) -> bool:
+    """Open, or DEAD: a redrive reopens a dead run, and replays a result saved on it."""
+    return run.is_open or run.state is RunState.DEAD
+
+
 def save_result(run: Run, *, now: datetime, result: Any) -> Run:
-    """The effect finished: its result is kept on the run (the completed idempotency record),
-    so an attempt after a crash before the completion replays it. No transition: the lease
-    holder's note, or, for an attempt that lost its lease while executing, a note on the open
-    run as stored (store.run_idempotency decides when that is allowed)."""
-    if not run.is_open:
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can save a result")
+    """The effect finished but its completion cannot record it: the result is kept on the run
+    (the completed idempotency record), so the next attempt, or a redrive, replays it. No
+    transition: the lease holder's note, or, for an attempt that lost its lease while
+    executing, a note on the run as stored (store.run_idempotency decides when that is
+    allowed)."""
+    if not can_save_result(run):
+        raise TransitionRefused(
+            f"run {run.run_key} is {run.state.value}; only an open or dead run can save a result"
+        )
     # Completed supersedes in progress: the attempt is no longer executing the effect.
     return run.model_copy(
         update={

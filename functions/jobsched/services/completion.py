@@ -8,7 +8,8 @@ and pause-on-failure, and the release of a run chained behind the one that ended
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,9 +63,10 @@ class Completer:
 
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
-    def succeed(self, run: Run, output: Any, *, actor: str, throttle_delays: Sequence[float] = ()) -> Ending:
-        """`throttle_delays`: the write is tried again after each while the store throttles
-        (an effect's result that only this write records is worth the wait)."""
+    def succeed(self, run: Run, output: Any, *, actor: str, throttle_delays: Iterable[float] = ()) -> Ending:
+        """`throttle_delays`: the write is tried again after each (read lazily, as it is used)
+        while the store cannot take it (an effect's result only this write records is worth
+        the wait)."""
         now = self._clock.now()
         return self.write(
             run,
@@ -112,7 +114,7 @@ class Completer:
         actor: str,
         error_class: str | None = None,
         *,
-        throttle_delays: Sequence[float] = (),
+        throttle_delays: Iterable[float] = (),
     ) -> Ending:
         """Commit `change` as the lease holder (fence and state conditions) when `run` is
         LEASED, as anyone else otherwise; then do what follows. A refused write is counted."""
@@ -137,17 +139,19 @@ class Completer:
             saved.state, saved, saved.last_error_class if saved.state is RunState.DEAD else error_class
         )
 
-    def _commit(self, run: Run, change: Callable[[Run], Run], throttle_delays: Sequence[float]) -> Run:
+    def _commit(self, run: Run, change: Callable[[Run], Run], throttle_delays: Iterable[float]) -> Run:
         holder = run.state is RunState.LEASED
-        for delay in throttle_delays:
+        for delay in itertools.chain(throttle_delays, (None,)):
             try:
                 return self._runs.commit(run, change, holder=holder)
             except StorageUnavailable:
+                if delay is None:
+                    raise
                 logger.warning(
-                    "change not written yet: the store is throttling", extra={"run_key": run.run_key}
+                    "change not written yet: the store is unavailable", extra={"run_key": run.run_key}
                 )
                 self._clock.sleep(delay)
-        return self._runs.commit(run, change, holder=holder)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def before_effect(self, leased: Run, job: Job | None, *, actor: str) -> Ending | None:
         """The check between a claim and the effect, read after the claim: None to go on; a

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -56,6 +57,10 @@ DEFER_TOUCH = timedelta(minutes=5)
 # waits of 5 s, that repeat); a longer wait (a run not due for minutes) sends a fresh message,
 # so the queue's oldest-message age keeps meaning a message nobody has dealt with.
 DEFER_IN_PLACE = 60
+# A completion after a successful effect is retried, backing off to this (seconds), until this
+# much of the invocation is left: the result it records is worth the worker's reserved time.
+COMPLETION_BACKOFF_CAP = 2.0
+COMPLETION_RESERVE = 3.0
 
 
 class EffectStillRunning(AmbiguousError):
@@ -395,20 +400,34 @@ class Worker:
             running = isinstance(exc, EffectStillRunning)
             return self._ended(self._completer.fail(lease.run, exc, actor=self.actor, effect_running=running))
         finally:
-            heartbeat.stop()
+            # Told to stop, not waited for: the completion is written at once (a renewal in
+            # flight meanwhile only moves the rev, which the holder's write re-applies over).
+            heartbeat.halt()
         duration = (self._clock.now() - started).total_seconds()
-        # The completion is the effect's completed record: a throttled one is tried again (a
-        # result not recorded is acted on again after this invocation's deadline); a refused
-        # one (the lease was lost while the effect ran) leaves the result saved on the open
-        # run for the attempt that holds it to replay.
-        ending = self._completer.succeed(
-            lease.run, output, actor=self.actor, throttle_delays=SAVE_RETRY_DELAYS
-        )
+        # The completion is the effect's completed record: one that cannot be written yet is
+        # tried again while this invocation has time (a result not recorded is acted on again
+        # after its deadline); a refused one (the lease was lost while the effect ran) leaves
+        # the result saved on the run for the attempt that holds it to replay.
+        try:
+            ending = self._completer.succeed(
+                lease.run, output, actor=self.actor, throttle_delays=self._completion_retries()
+            )
+        finally:
+            heartbeat.stop()
         if ending.state is None:
             records.save(ending.current, output)
         result = self._ended(ending)
         result.duration = duration
         return result
+
+    def _completion_retries(self) -> Iterator[float]:
+        """Backoff delays for a completion the store cannot take yet, for as long as this
+        invocation has time left (less COMPLETION_RESERVE) to try once more."""
+        until = self._clock.now() + timedelta(seconds=self.remaining_seconds() - COMPLETION_RESERVE)
+        for delay in itertools.chain(SAVE_RETRY_DELAYS, itertools.repeat(COMPLETION_BACKOFF_CAP)):
+            if self._clock.now() + timedelta(seconds=delay) >= until:
+                return
+            yield delay
 
     def _ended(self, ending: Ending) -> Result:
         outcomes = {
@@ -510,6 +529,10 @@ class _Heartbeat:
 
     def start(self) -> None:
         self._thread.start()
+
+    def halt(self) -> None:
+        """No renewal starts after this; one in flight may still land."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()

@@ -52,6 +52,8 @@ COMPLETED = STATUS_CONSTANTS["COMPLETED"]
 # many times, this far apart (seconds): a result not recorded costs a second effect once the
 # invocation's deadline has passed.
 SAVE_RETRY_DELAYS = (0.2, 0.5, 1.0)
+# Writes by others a save on a run we no longer hold is re-read and retried over.
+SAVE_CONFLICT_RETRIES = 5
 
 
 class HeldRun(Protocol):
@@ -123,9 +125,11 @@ class RunIdempotency(BasePersistenceLayer):
 
     def save(self, current: Run | None, result: Any) -> bool:
         """Save `result` on the run when the completion cannot record it: under our fence, or,
-        if the lease was lost meanwhile, on the open run as stored (`current`, when the refused
-        completion returned it) while its in-progress record is still ours. False if the run
-        moved on (the result is not needed, or can no longer be kept)."""
+        if the lease was lost meanwhile, on the run as stored (`current`, when the refused
+        completion returned it) while its in-progress record is still ours: open, or DEAD
+        (a redrive then replays it). Other writes landing meanwhile (a repair, the claim
+        that found our record) are written over, re-read each time. False if the run moved
+        on: the record is no longer ours (the result is not needed, or can no longer be kept)."""
         now = self._clock.now()
         held = self._held
 
@@ -138,16 +142,22 @@ class RunIdempotency(BasePersistenceLayer):
                 return True
             except RunChanged as exc:
                 current = exc.current
-        claimed = held.run
-        if current is None or not current.is_open or current.effect_fence != self._fence:
-            logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
-            return False
-        try:
-            self._runs.commit(current, save)
-            return True
-        except (RunChanged, lifecycle.TransitionRefused):
-            logger.warning("effect result not saved: the run moved on", extra={"run_key": claimed.run_key})
-            return False
+        for _ in range(SAVE_CONFLICT_RETRIES):
+            if (
+                current is None
+                or not lifecycle.can_save_result(current)
+                or current.effect_fence != self._fence
+            ):
+                break
+            try:
+                self._runs.commit(current, save)
+                return True
+            except RunChanged as exc:
+                current = exc.current
+            except lifecycle.TransitionRefused:
+                break
+        logger.warning("effect result not saved: the run moved on", extra={"run_key": held.run.run_key})
+        return False
 
     def _save_as_holder(self, save: Callable[[Run], Run]) -> Run:
         for delay in SAVE_RETRY_DELAYS:
