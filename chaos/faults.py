@@ -33,6 +33,17 @@ class SimulatedCrash(Exception):
     """The process died here: nothing after this point ran, the SQS message was not deleted."""
 
 
+class UnrecordedEffectCrash(SimulatedCrash):
+    """The process died after a successful effect and before the completion that records it:
+    the one window no design closes (Powertools' own save has it). The effect may be repeated,
+    but not before `effect_until`, the dead invocation's deadline its claim recorded."""
+
+    def __init__(self, run_key: str, effect_until: datetime | None) -> None:
+        super().__init__(f"worker died after the effect of {run_key}, before its completion")
+        self.run_key = run_key
+        self.effect_until = effect_until
+
+
 class SkewedClock:
     """A component's clock: the simulation's true time plus a fixed offset."""
 
@@ -134,10 +145,14 @@ class ChaosRunStore(RunStore):
         # as Powertools' own save is), so the attempt dies after that write, before what
         # follows it (the job's counter, a chained run's release, the message's deletion).
         self.crash_finishing: str | None = None
+        self.crash_unrecorded: str | None = None  # run key: die before a success is written
         self.freeze: Freeze | None = None
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
         finishing = holder and new.state in FINISHING
+        if finishing and new.state is RunState.SUCCEEDED and self.crash_unrecorded == new.run_key:
+            self.crash_unrecorded = None
+            raise UnrecordedEffectCrash(new.run_key, read.effect_until)
         if finishing and self.crash_finishing == new.run_key:
             self.crash_finishing = None
             if new.state is RunState.SUCCEEDED:

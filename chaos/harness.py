@@ -16,7 +16,7 @@ import threading
 import traceback
 import warnings
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,7 +42,7 @@ from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
-from .checker import FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
+from .checker import CLOCK_SKEW, FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
     FINISHING,
     ChaosDefinitionStore,
@@ -55,6 +55,7 @@ from .faults import (
     SimulatedCrash,
     SkewedClock,
     Throttle,
+    UnrecordedEffectCrash,
     sqs_on_clock,
 )
 from .ledger import Ledger, Sequencer, chaos_registry
@@ -76,7 +77,8 @@ HOG_RESULT = {"blob": "\U0001f4a5" * 100_000}
 @dataclass(frozen=True)
 class FaultRates:
     crash_before_effect: float = 0.03  # per delivery
-    crash_after_effect: float = 0.03  # per delivery
+    crash_after_effect: float = 0.03  # per delivery: once the effect is recorded
+    crash_before_completion: float = 0.01  # per delivery: a success dies before it is recorded
     freeze_worker: float = 0.01  # per delivery: held past its lease, resumes later
     max_frozen: int = 25
     publish_failure: float = 0.04  # per SendMessageBatch of the outbox
@@ -209,6 +211,9 @@ class World:
         self.audit = StreamAudit()
         self.tracked: dict[str, TrackedJob] = {}
         self.redrives: dict[str, list[int]] = {}
+        # Run key -> the deadline of each invocation that died between its effect and its
+        # completion (UnrecordedEffectCrash), by the dying worker's clock.
+        self.unrecorded: dict[str, list[datetime | None]] = defaultdict(list)
         self.frozen: list[Frozen] = []
         self.frozen_count = 0
         self.injecting = True
@@ -287,7 +292,8 @@ class World:
     # --- construction helpers ---
 
     def _skewed(self) -> SkewedClock:
-        return SkewedClock(self.clock, self.rng.randint(-3, 3))
+        bound = int(CLOCK_SKEW.total_seconds())
+        return SkewedClock(self.clock, self.rng.randint(-bound, bound))
 
     def _ddb(self) -> Any:
         return self.dynamo.client(self.ddb_throttle, DDB_THROTTLED)
@@ -627,20 +633,26 @@ class World:
         assert isinstance(runs, ChaosRunStore) and isinstance(defs, ChaosDefinitionStore)
         roll -= rates.freeze_worker
         if killed:
-            if self.rng.random() < 0.5:
+            where = self.rng.random()
+            if where < 1 / 3:
                 defs.crash_reading = delivery.job_id
+            elif where < 2 / 3:
+                runs.crash_unrecorded = delivery.run_key
             else:
                 runs.crash_finishing = delivery.run_key
         elif roll < rates.crash_before_effect:
             defs.crash_reading = delivery.job_id
         elif roll < rates.crash_before_effect + rates.crash_after_effect:
             runs.crash_finishing = delivery.run_key
+        elif roll < rates.crash_before_effect + rates.crash_after_effect + rates.crash_before_completion:
+            runs.crash_unrecorded = delivery.run_key
         try:
             with self.loop.invocation(message_id):
                 completed = self._process(worker, delivery)
         finally:
             defs.crash_reading = None
             runs.crash_finishing = None
+            runs.crash_unrecorded = None
         if completed and ack:
             self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         if not ack:
@@ -659,6 +671,10 @@ class World:
         """One Lambda invocation for one record; False when the record would be retried."""
         try:
             result: Result = worker.process(delivery)
+        except UnrecordedEffectCrash as exc:
+            self.faults["crash_before_completion"] += 1
+            self.unrecorded[exc.run_key].append(exc.effect_until)
+            return False
         except SimulatedCrash as exc:
             self.faults["crash_before_effect" if "before" in str(exc) else "crash_after_effect"] += 1
             return False
@@ -793,6 +809,7 @@ class World:
                 ledger=self.ledger,
                 audit=self.audit,
                 redrives=self.redrives,
+                unrecorded=dict(self.unrecorded),
                 duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),
                 stale_fences_rejected=int(self.metrics.total("StaleFencesRejected")),
                 repairs=self.repairs,

@@ -10,7 +10,8 @@ import pytest
 from jobsched.domain.runs import RunState, Transition
 
 from chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
-from chaos.checker import Ack, StreamAudit, TrackedJob, _holder_violations
+from chaos.checker import Ack, StreamAudit, TrackedJob, _holder_violations, _repeated_before_deadline
+from chaos.ledger import Call
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +46,20 @@ def test_checker_catches_effects_outside_idempotency():
     assert report.figures.duplicate_effects > 0, report.figures.line()
     assert report.failed
     assert any(v.figure == "duplicate_effects" for v in report.figures.violations)
+
+
+def test_a_success_that_dies_before_its_completion_is_repeated_only_after_its_deadline():
+    """The window no design closes: each such death may cost a second effect, never before the
+    dead invocation's deadline (its in-progress record); without the record it comes at once."""
+    faults = replace(QUIET, crash_before_completion=0.3, duplicate_delivery=0.2)
+    config = ChaosConfig(seed=4, runs=40, window_seconds=180, faults=faults)
+    report = run_chaos(config, out=lambda line: None)
+    figures = report.figures
+    assert report.faults["crash_before_completion"] > 0, report.faults
+    assert figures.duplicate_effects == 0, figures.line()
+    assert figures.effects_repeated_after_deadline > 0, figures.line()
+    broken = run_chaos(replace(config, broken="no-idempotency"), out=lambda line: None)
+    assert broken.figures.duplicate_effects > 0, broken.figures.line()
 
 
 def test_checker_catches_completions_that_ignore_the_fence():
@@ -123,3 +138,18 @@ def _record(store, old, new):
     if old is not None:
         dynamodb["OldImage"] = store.to_item(old)
     return {"eventName": "MODIFY" if old else "INSERT", "dynamodb": dynamodb}
+
+
+def _call(seq, seconds, acted=True):
+    return Call("j@t", "chaos.ok", 1, seq, T0 + timedelta(seconds=seconds), acted)
+
+
+def test_a_repeated_effect_is_excused_only_after_a_dead_invocations_deadline():
+    deadline = T0 + timedelta(seconds=900)
+    first, failed = _call(1, 10), _call(2, 20, acted=False)
+    assert _repeated_before_deadline([first, failed], []) is None
+    assert _repeated_before_deadline([first, _call(3, 30)], []) is not None
+    assert _repeated_before_deadline([first, _call(3, 500)], [deadline]) is not None
+    assert _repeated_before_deadline([first, _call(3, 900)], [deadline]) is None
+    # One death excuses one repeat.
+    assert _repeated_before_deadline([first, _call(3, 900), _call(4, 1000)], [deadline]) is not None
