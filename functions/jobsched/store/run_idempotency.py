@@ -14,9 +14,9 @@ Powertools' DynamoDB layer wrote two items a run to a table of its own. The run 
   invocation's deadline, exactly as a crash before Powertools' save does. The result is
   saved on the run, not completed, only when the completion cannot record it: the worker
   stopped waiting (its own timeout) and the effect finished after, or the lease was lost
-  while the effect ran. It is then saved on the open run as stored, as long as the
-  in-progress record there is still this attempt's (same series, same fence): a later
-  attempt replays it instead of acting again;
+  while the effect ran. It is then saved on the run as stored, open or DEAD, as long as
+  the in-progress record there is still this attempt's (same series, same fence): a later
+  attempt, or a redrive, replays it instead of acting again;
 - deleted (the effect raised): nothing to write here; the failure the worker writes next
   releases the in-progress record (lifecycle.fail).
 
