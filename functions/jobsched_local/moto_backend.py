@@ -25,12 +25,14 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from .background import BackgroundServer
+from .moto_speedups import install as install_speedups
 from .moto_transactions import install as install_fast_transactions
 
 
 def _moto_server(host: str, port: int, fd: int) -> Any:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
     install_fast_transactions()  # moto copies whole tables per transaction otherwise
+    install_speedups()  # work per request that grows with the table, the queue, moto itself
     return make_server(
         host,
         port,
