@@ -63,6 +63,16 @@ COMPLETION_BACKOFF_CAP = 2.0
 COMPLETION_RESERVE = 3.0
 
 
+# How long a run whose tenant is at its limit waits before it looks again, by how many times its
+# message has been received: a slot held by a short run frees within a second, so the first
+# looks come soon; a tenant held at its limit by long runs is looked at every 5 s.
+TENANT_WAITS = (1, 2, 4, 5)
+
+
+def tenant_wait(receive_count: int) -> int:
+    return TENANT_WAITS[min(max(receive_count, 1), len(TENANT_WAITS)) - 1]
+
+
 class EffectStillRunning(AmbiguousError):
     """The worker stopped waiting for the effect, which may still be executing in its thread
     (until the invocation ends): unlike a target's own timeout, its in-progress record stays."""
@@ -252,7 +262,7 @@ class Worker:
             slots = self._tenant_slots or TenantSlots(self._runs, self.tenant_concurrency)
             if not slots.take(run.tenant, now):
                 self._metrics.add("TenantThrottled")
-                return self._defer(run, delivery, 5, "tenant_limit")
+                return self._defer(run, delivery, tenant_wait(delivery.receive_count), "tenant_limit")
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
