@@ -7,12 +7,21 @@ from jobsched.services.worker import DEFER_IN_PLACE, tenant_wait
 
 
 def test_the_first_looks_come_soon_and_then_every_five_seconds():
-    assert [tenant_wait(n) for n in range(1, 8)] == [1, 2, 4, 5, 5, 5, 5]
+    # Waiting from the due instant: looks at about 1, 3, 7, 12, 17 ... s.
+    waited, looks = 0.0, []
+    while waited < 20:
+        waited += tenant_wait(waited)
+        looks.append(waited)
+    assert looks == [1, 3, 7, 12, 17, 22]
 
 
-def test_a_missing_or_odd_receive_count_waits_the_shortest():
-    assert tenant_wait(0) == 1 and tenant_wait(-3) == 1
+def test_a_run_held_for_long_looks_every_five_seconds_whatever_its_message():
+    assert tenant_wait(60) == tenant_wait(3600) == 5
+
+
+def test_a_run_not_yet_due_by_this_clock_waits_the_shortest():
+    assert tenant_wait(-1.5) == 1
 
 
 def test_every_wait_leaves_the_message_in_its_queue():
-    assert all(tenant_wait(n) <= DEFER_IN_PLACE for n in range(1, 100))
+    assert all(tenant_wait(s / 10) <= DEFER_IN_PLACE for s in range(-100, 10_000))

@@ -63,14 +63,16 @@ COMPLETION_BACKOFF_CAP = 2.0
 COMPLETION_RESERVE = 3.0
 
 
-# How long a run whose tenant is at its limit waits before it looks again, by how many times its
-# message has been received: a slot held by a short run frees within a second, so the first
-# looks come soon; a tenant held at its limit by long runs is looked at every 5 s.
-TENANT_WAITS = (1, 2, 4, 5)
+# How long a run whose tenant is at its limit waits before it looks again, by how long it has
+# waited since it was due: a slot held by a short run frees within a second, so the first looks
+# come soon; a run held longer (a tenant kept at its limit by long runs) looks every 5 s. Read
+# from the due instant, not the receive count, which a fresh deferral message starts again.
+TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4))  # (waited less than, wait) in seconds
+TENANT_WAIT_LONGEST = 5
 
 
-def tenant_wait(receive_count: int) -> int:
-    return TENANT_WAITS[min(max(receive_count, 1), len(TENANT_WAITS)) - 1]
+def tenant_wait(waited_seconds: float) -> int:
+    return next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
 
 
 class EffectStillRunning(AmbiguousError):
@@ -262,7 +264,8 @@ class Worker:
             slots = self._tenant_slots or TenantSlots(self._runs, self.tenant_concurrency)
             if not slots.take(run.tenant, now):
                 self._metrics.add("TenantThrottled")
-                return self._defer(run, delivery, tenant_wait(delivery.receive_count), "tenant_limit")
+                waited = (now - run.due_at).total_seconds()
+                return self._defer(run, delivery, tenant_wait(waited), "tenant_limit")
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
