@@ -68,6 +68,7 @@ SQS_THROTTLED = "ThrottlingException"
 BROKEN_VARIANTS = ("no-idempotency", "ignore-fence")
 STREAM_LANES = 2  # concurrent outbox batches (shards x parallelization): one item's records stay in one
 STREAM_RETRIES = 3  # then the batch goes to the failure destination; the reconciler repairs its runs
+CREATE_PATIENCE_SECONDS = 60  # a job the API still refuses this long after its planned time fails the run
 HOG_WORKER = "hog-worker"
 HOG_MESSAGE = "\U0001f4a5" * 4000  # the longest error message the lease API accepts, 4 bytes a character
 HOG_CLASS = "E" * 128
@@ -343,7 +344,9 @@ class World:
             if second >= window + config.settle_limit_seconds:
                 break
             while creations and creations[0].create_at <= second:
-                self._create(creations.pop(0))
+                if not self._create(creations[0], late=second - creations[0].create_at):
+                    break  # refused all this second (a throttled hot tenant): tried again the next
+                creations.pop(0)
             if self.injecting:
                 self._control()
                 self.dynamo.tick([*sorted(self.tracked), *TENANTS, HOG_TENANT])
@@ -387,7 +390,9 @@ class World:
 
     # --- API: creation and lifecycle changes ---
 
-    def _create(self, planned: Any) -> None:
+    def _create(self, planned: Any, *, late: int = 0) -> bool:
+        """False when every try this simulated second was refused: a client backs off and tries
+        again later (a hot-key burst throttles its tenant for up to 20 s)."""
         for _ in range(20):  # a client retries a 503 until the job is accepted
             try:
                 # With an idempotency key, as a careful client: a retry after a timeout whose
@@ -396,8 +401,10 @@ class World:
             except JobschedError:
                 continue
             self.tracked[job.job_id] = TrackedJob(job.job_id, job.tenant)
-            return
-        raise RuntimeError("the API kept failing to create a job")
+            return True
+        if late > CREATE_PATIENCE_SECONDS:
+            raise RuntimeError("the API kept failing to create a job")
+        return False
 
     def _control(self) -> None:
         rng = self.control_rng
