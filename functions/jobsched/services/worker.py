@@ -47,7 +47,8 @@ from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
 # The worker's own time around a run's effect: claim and reads before it (an early message
-# waits up to CLOCK_SKEW), the saved result and the completion after it. The worker's
+# waits up to CLOCK_SKEW), the completion after it (retried while the store throttles, within
+# this reserve: see COMPLETION_RESERVE). The worker's
 # function timeout is at least the longest effect a job may ask for plus this, and a batch's
 # records run at once, so every record starts its effect with its full timeoutSeconds.
 WORKER_OVERHEAD_SECONDS = 60
