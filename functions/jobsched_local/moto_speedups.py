@@ -14,16 +14,24 @@ grow with the table, the queue or the module list rather than with the request:
   a few attributes. The query is now handed only the items that can match (the index's
   partition key attributes present, or the table partition asked for), unsorted: the query
   sorts what it keeps on the full primary key, a total order, so the order it was handed
-  never shows. Projection converts only the attributes it keeps.
+  never shows. Projection converts only the attributes it keeps;
+- every DynamoDB and DynamoDB Streams answer is written out by moto's generic serializer, which
+  looks each of the ten members of every attribute value up under up to four names, through
+  six alias providers, and that was most of the time a GetRecords, Query or GetItem took: an
+  attribute value ({"S": "x"}, one type key, as moto holds it) is now written from its one key;
+- every request lists every attribute of its handler class (inspect.getmembers) to learn
+  whether the action names one of its methods: that one name is looked up instead.
 
 Each patch keeps moto's own code for everything it decides; tests/integration/
 test_moto_speedups.py compares answers with and without them."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import threading
+import types
 from typing import Any
 
 _installed = False
@@ -42,6 +50,8 @@ def install() -> None:
         _retention_from_the_queue()
         _query_only_candidates()
         _project_only_kept_attributes()
+        _attribute_values_from_their_one_key()
+        _look_up_only_the_action()
         _installed = True
 
 
@@ -129,3 +139,83 @@ def _project_only_kept_attributes() -> None:
         return original_project(self, narrowed)  # moto's own projection of what it keeps
 
     SecondaryIndex.project = project  # type: ignore[method-assign]
+
+
+# The members of DynamoDB's (and DynamoDB Streams') AttributeValue, one of which a value holds.
+_ATTRIBUTE_VALUE_MEMBERS = frozenset(("S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"))
+
+
+def _attribute_values_from_their_one_key() -> None:
+    from moto.core.serialize import DEFAULT_ALIAS_PROVIDERS, BaseJSONSerializer, XFormedAttributePicker
+
+    original_structure = BaseJSONSerializer._serialize_type_structure
+
+    @functools.wraps(original_structure)  # __wrapped__: moto's own, which the tests compare with
+    def serialize_type_structure(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        picker = self._value_picker
+        if (
+            key  # an empty key writes the members into the enclosing map: moto's own way
+            and type(value) is dict
+            and len(value) == 1
+            and shape.name == "AttributeValue"
+            and type(picker) is XFormedAttributePicker
+            and picker.alias_providers is DEFAULT_ALIAS_PROVIDERS
+            and not picker.response_transformers
+        ):
+            members = shape.members
+            (member_key,) = value
+            if member_key in _ATTRIBUTE_VALUE_MEMBERS and members.keys() == _ATTRIBUTE_VALUE_MEMBERS:
+                # moto looks each member up in the dict under its name, its snake_case name and,
+                # for the set and list members, its shape's name in both cases; none of those is
+                # another member's name, so only the dict's one key finds a value. It is then
+                # written by moto's own code for that member's type.
+                for member_shape in members.values():
+                    member_shape.parent = shape
+                wrapper: dict[str, Any] = {}
+                member_value = value[member_key]
+                if member_value is not None:
+                    self._serialize(wrapper, member_value, members[member_key], member_key)
+                self._default_serialize(serialized, wrapper, shape, key)
+                return
+        original_structure(self, serialized, value, shape, key)
+
+    BaseJSONSerializer._serialize_type_structure = serialize_type_structure  # type: ignore[method-assign]
+
+
+class _FunctionNames:
+    """The names `inspect.getmembers(clazz, inspect.isfunction)` lists, for `in` only, decided for
+    the one name asked about the way getmembers decides it for each."""
+
+    def __init__(self, clazz: type) -> None:
+        self._clazz = clazz
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False  # getmembers lists names, which are strings
+        clazz = self._clazz
+        names = dir(clazz)
+        for base in clazz.__bases__:  # getmembers lists these names a second time
+            names += [k for k, v in base.__dict__.items() if isinstance(v, types.DynamicClassAttribute)]
+        occurrences = names.count(name)
+        if not occurrences:
+            return False
+        mro = (clazz, *inspect.getmro(clazz))
+        try:
+            first: Any = getattr(clazz, name)
+        except AttributeError:
+            first = next((base.__dict__[name] for base in mro if name in base.__dict__), _ABSENT)
+        if first is not _ABSENT and inspect.isfunction(first):
+            return True
+        # A name listed again is read from the classes' own dictionaries.
+        again = next((base.__dict__[name] for base in mro if name in base.__dict__), _ABSENT)
+        return occurrences > 1 and again is not _ABSENT and inspect.isfunction(again)
+
+
+_ABSENT = object()
+
+
+def _look_up_only_the_action() -> None:
+    import moto.core.responses as responses
+
+    # moto's call_action only asks whether the action is among the names (`action in ...`).
+    responses.method_names_from_class = _FunctionNames  # type: ignore[assignment]

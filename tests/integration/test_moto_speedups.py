@@ -4,8 +4,12 @@ grew with the table, the queue or moto's module list is gone."""
 
 from __future__ import annotations
 
+import base64
 import random
+import re
+import types
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -244,3 +248,386 @@ def test_a_request_does_not_list_motos_package_directory(monkeypatch):
         assert listed[0] == 0
     finally:
         server.stop()
+
+
+# --- Serializing attribute values: the same bytes as moto's generic serializer ----------------
+
+NUMBERS = [
+    "0",
+    "0010",
+    "-0",
+    "1E+3",
+    "1e-130",
+    "-12.50",
+    "123456789012345678901234567890123456789",
+    "3.14159",
+]
+STRINGS = [
+    "",
+    "plain",
+    'quote " and \\ back',
+    "line\nbreak\ttab",
+    "\u2028\u2029",
+    "é ü ß 漢字",
+    "😀",
+    "\x00\x1f",
+    "{S}",
+]
+
+
+def random_value(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    kinds = ["S", "N", "B", "SS", "NS", "BS", "NULL", "BOOL"] + (["M", "L"] * 2 if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "S":
+        return {"S": rng.choice(STRINGS) + rng.choice(STRINGS)}
+    if kind == "N":
+        return {"N": rng.choice(NUMBERS)}
+    if kind == "B":
+        return {"B": rng.randbytes(rng.randrange(0, 12))}
+    if kind == "SS":
+        return {"SS": list({rng.choice(STRINGS) or "x" for _ in range(rng.randrange(1, 4))})}
+    if kind == "NS":
+        return {
+            "NS": list(
+                dict.fromkeys(str(rng.randrange(-(10**30), 10**30)) for _ in range(rng.randrange(1, 4)))
+            )
+        }
+    if kind == "BS":
+        return {"BS": list({rng.randbytes(rng.randrange(1, 6)) for _ in range(rng.randrange(1, 4))})}
+    if kind == "NULL":
+        return {"NULL": True}
+    if kind == "BOOL":
+        return {"BOOL": rng.random() < 0.5}
+    if kind == "M":
+        return {
+            "M": {
+                rng.choice(STRINGS) or "k": random_value(rng, depth + 1) for _ in range(rng.randrange(0, 4))
+            }
+        }
+    return {"L": [random_value(rng, depth + 1) for _ in range(rng.randrange(0, 4))]}
+
+
+def random_item(rng: random.Random, pk: str, sk: str) -> dict[str, Any]:
+    item = {"pk": {"S": pk}, "sk": {"S": sk}}
+    for i in range(rng.randrange(1, 12)):
+        item[f"a{i}{rng.choice(STRINGS)}"] = random_value(rng)
+    return item
+
+
+NEXT_ITERATOR = re.compile(rb'"NextShardIterator": "[^"]*"')
+
+
+@pytest.fixture
+def both_ways(monkeypatch) -> Iterator[Any]:
+    """Calls a client twice, with the patched and with moto's own serializer, and checks that the
+    HTTP bodies are the same bytes. Yields the patched call's parsed answer."""
+    install()
+    from moto.core.serialize import BaseJSONSerializer
+
+    patched = BaseJSONSerializer.__dict__["_serialize_type_structure"]
+    original = patched.__wrapped__
+    bodies: list[bytes] = []
+
+    def keep_body(response_dict: dict[str, Any], **_: Any) -> None:
+        bodies.append(response_dict["body"])
+
+    def call(client: Any, operation: str, before: Any = None, **request: Any) -> Any:
+        client.meta.events.register("before-parse", keep_body)
+        try:
+            del bodies[:]
+            answers = []
+            for method in (patched, original):
+                monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", method)
+                if before:
+                    before()  # puts back what the call changes
+                    del bodies[len(answers) :]
+                try:
+                    answers.append(getattr(client, operation)(**request))
+                except client.exceptions.ClientError as error:
+                    answers.append(error.response)
+            monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", patched)
+        finally:
+            client.meta.events.unregister("before-parse", keep_body)
+        assert len(bodies) == 2
+        # Each GetRecords hands out a new iterator (random): all else must be the same bytes.
+        patched_body, original_body = (NEXT_ITERATOR.sub(b'"NextShardIterator": ""', b) for b in bodies)
+        assert patched_body == original_body, operation
+        return answers[0]
+
+    yield call
+
+
+@pytest.fixture
+def streamed() -> Iterator[Any]:
+    install()
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(
+            TableName=TABLE,
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+        yield client, boto3.client("dynamodbstreams", region_name="us-east-1")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dynamodb_answers_are_the_same_bytes_as_motos_own_serializer(streamed, both_ways, seed):
+    client, streams = streamed
+    rng = random.Random(seed)
+    items = [random_item(rng, f"p{rng.randrange(3)}", f"s{i:03}") for i in range(25)]
+    for item in items:
+        client.put_item(TableName=TABLE, Item=item)
+    item = items[0]
+    key = {"pk": item["pk"], "sk": item["sk"]}
+    got = both_ways(client, "get_item", TableName=TABLE, Key=key)
+    assert got["Item"] == item
+    for pk in ("p0", "p1", "p2"):
+        both_ways(
+            client,
+            "query",
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": pk}},
+            Limit=7,
+        )
+    both_ways(client, "scan", TableName=TABLE)
+    both_ways(
+        client,
+        "batch_get_item",
+        RequestItems={TABLE: {"Keys": [key, {"pk": items[1]["pk"], "sk": items[1]["sk"]}]}},
+    )
+    both_ways(client, "transact_get_items", TransactItems=[{"Get": {"TableName": TABLE, "Key": key}}])
+    both_ways(client, "put_item", TableName=TABLE, Item=items[2], ReturnValues="ALL_OLD")
+    both_ways(
+        client,
+        "update_item",
+        TableName=TABLE,
+        Key=key,
+        UpdateExpression="SET #n = :v",
+        ExpressionAttributeNames={"#n": "new"},
+        ExpressionAttributeValues={":v": random_value(rng)},
+        ReturnValues="ALL_NEW",
+    )
+    both_ways(
+        client,
+        "put_item",
+        TableName=TABLE,
+        Item=item,
+        ConditionExpression="attribute_not_exists(pk)",
+        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+    )
+    both_ways(
+        client,
+        "transact_write_items",
+        TransactItems=[
+            {"Put": {"TableName": TABLE, "Item": items[3]}},
+            {
+                "Update": {
+                    "TableName": TABLE,
+                    "Key": key,
+                    "UpdateExpression": "SET #n = :v",
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                    "ExpressionAttributeNames": {"#n": "new"},
+                    "ExpressionAttributeValues": {":v": random_value(rng)},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+        ],
+    )
+    arn = client.describe_table(TableName=TABLE)["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+    records = both_ways(streams, "get_records", ShardIterator=iterator["ShardIterator"], Limit=100)["Records"]
+    assert len(records) >= len(items)
+    both_ways(
+        client,
+        "delete_item",
+        before=lambda: client.put_item(TableName=TABLE, Item=item),
+        TableName=TABLE,
+        Key=key,
+        ReturnValues="ALL_OLD",
+    )
+
+
+def serialize_directly(service: str, operation: str, result: Any, patched: bool, monkeypatch: Any) -> str:
+    from moto.core.serialize import BaseJSONSerializer, XFormedAttributePicker, get_serializer_class
+    from moto.core.utils import get_service_model
+
+    method = BaseJSONSerializer.__dict__["_serialize_type_structure"]
+    if not patched:
+        monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", method.__wrapped__)
+    try:
+        model = get_service_model(service)
+        serializer = get_serializer_class(service, model.protocol)(
+            operation_model=model.operation_model(operation),
+            value_picker=XFormedAttributePicker(response_transformers=None),
+        )
+        return str(serializer.serialize(result)["body"])
+    finally:
+        monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", method)
+
+
+# Values moto never produces, which must still be written as moto's own code writes them.
+ODD_VALUES: list[Any] = [
+    {"s": "lower-case type"},
+    {"S": "two", "N": "1"},
+    {},
+    {"NULL": None},
+    {"BOOL": None},
+    {"ListAttributeValue": [{"S": "x"}]},
+    {"string_set_attribute_value": ["a"]},
+    {"L": [{"S": "x"}, None, {"N": "1"}]},
+    {"M": {"": {"S": "empty name"}, "n": None}},
+    {"N": 10},
+    {"B": "already text"},
+    {"SS": ("a", "b")},
+    None,
+]
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+@pytest.mark.parametrize(("service", "operation"), [("dynamodb", "GetItem"), ("dynamodb", "Query")])
+def test_odd_attribute_values_are_written_as_moto_writes_them(monkeypatch, service, operation, value):
+    install()
+    item = {"pk": {"S": "p"}, "odd": value, "": {"S": "empty name"}}
+    result = {"Item": item} if operation == "GetItem" else {"Items": [item, {"again": value}], "Count": 2}
+    assert serialize_directly(service, operation, result, True, monkeypatch) == serialize_directly(
+        service, operation, result, False, monkeypatch
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_stream_records_are_written_as_moto_writes_them(monkeypatch, seed):
+    install()
+    rng = random.Random(seed)
+
+    def as_text(value: dict[str, Any]) -> Any:  # moto holds a stream image's binary as base64 text
+        kind, inner = next(iter(value.items()))
+        if kind == "B":
+            return {"B": base64.b64encode(inner).decode()}
+        if kind == "BS":
+            return {"BS": [base64.b64encode(b).decode() for b in inner]}
+        if kind == "M":
+            return {"M": {k: as_text(v) for k, v in inner.items()}}
+        if kind == "L":
+            return {"L": [as_text(v) for v in inner]}
+        return value
+
+    records = [
+        {
+            "eventID": f"e{i}",
+            "eventName": "MODIFY",
+            "eventSource": "aws:dynamodb",
+            "eventVersion": "1.0",
+            "awsRegion": "us-east-1",
+            "dynamodb": {
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+                "ApproximateCreationDateTime": datetime(2026, 1, 1, tzinfo=UTC),
+                "SequenceNumber": str(i),
+                "SizeBytes": 1,
+                "Keys": {"pk": {"S": "p"}},
+                "NewImage": {k: as_text(v) for k, v in random_item(rng, "p", str(i)).items()},
+                "OldImage": {k: as_text(v) for k, v in random_item(rng, "p", str(i)).items()},
+            },
+        }
+        for i in range(5)
+    ]
+    result = {"Records": records, "NextShardIterator": "it"}
+    assert serialize_directly(
+        "dynamodbstreams", "GetRecords", result, True, monkeypatch
+    ) == serialize_directly("dynamodbstreams", "GetRecords", result, False, monkeypatch)
+
+
+def test_an_attribute_value_is_not_looked_up_member_by_member(ddb, monkeypatch):
+    from moto.core.serialize import XFormedAttributePicker
+
+    item = {"pk": {"S": "p"}, "sk": {"S": "s"}} | {f"a{i}": {"N": str(i)} for i in range(20)}
+    ddb.put_item(TableName=TABLE, Item=item)
+    picked = [0]
+    pick = XFormedAttributePicker.__call__
+
+    def counting(self: Any, context: Any) -> Any:
+        picked[0] += 1
+        return pick(self, context)
+
+    monkeypatch.setattr(XFormedAttributePicker, "__call__", counting)
+    assert ddb.get_item(TableName=TABLE, Key={"pk": item["pk"], "sk": item["sk"]})["Item"] == item
+    # moto's own serializer looks up the 10 members of each of the 22 values: over 220 look-ups.
+    # Written from their one key, only GetItem's own members are looked up (Item, ConsumedCapacity).
+    assert picked[0] < 10
+
+
+# --- Finding the action's method: the one name, not every member ------------------------------
+
+
+class _Base:
+    def inherited(self) -> None: ...
+
+    @types.DynamicClassAttribute
+    def dynamic(self) -> int:
+        return 1
+
+    def shadowed(self) -> None: ...
+
+
+class _Odd(_Base):
+    shadowed = 3  # type: ignore[assignment]
+    a_lambda = staticmethod(lambda: None)
+    a_function = lambda self: None  # noqa: E731
+    builtin = len
+
+    @staticmethod
+    def a_static() -> None: ...
+
+    @classmethod
+    def a_classmethod(cls) -> None: ...
+
+    @property
+    def a_property(self) -> int:
+        return 1
+
+    class Nested: ...
+
+
+def _handler_classes() -> list[type]:
+    from moto.core.responses import BaseResponse
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+    from moto.sqs.responses import SQSResponse
+
+    return [BaseResponse, DynamoHandler, DynamoDBStreamsHandler, SQSResponse, _Base, _Odd]
+
+
+@pytest.mark.parametrize("clazz", _handler_classes(), ids=lambda c: c.__name__)
+def test_an_action_is_found_exactly_when_moto_would_list_it(clazz):
+    import inspect
+
+    from jobsched_local.moto_speedups import _FunctionNames
+    from moto.core.utils import method_names_from_class
+
+    listed = set(method_names_from_class(clazz))
+    assert listed  # moto's own listing, untouched by install()
+    for name in [*dir(clazz), "dynamic", "no_such_action", "", "get_item", "receive_message"]:
+        assert (name in _FunctionNames(clazz)) == (name in listed), name
+    assert listed == {name for name, _ in inspect.getmembers(clazz, inspect.isfunction)}
+
+
+def test_a_request_does_not_list_its_handlers_members(ddb, monkeypatch):
+    import inspect
+
+    listed = [0]
+    getmembers = inspect.getmembers
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        listed[0] += 1
+        return getmembers(*args, **kwargs)
+
+    monkeypatch.setattr(inspect, "getmembers", counting)
+    ddb.put_item(TableName=TABLE, Item={"pk": {"S": "p"}, "sk": {"S": "s"}})
+    assert ddb.get_item(TableName=TABLE, Key={"pk": {"S": "p"}, "sk": {"S": "s"}})["Item"]
+    assert listed[0] == 0
