@@ -215,7 +215,7 @@ def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again
 
 
 def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
-    container, clock, registry, ledger
+    container, clock, registry, ledger, monkeypatch
 ):
     from jobsched.domain import lifecycle
 
@@ -227,13 +227,10 @@ def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
             raise StorageUnavailable("the store is throttling; retry with backoff")
         return real_commit(read, change, **kw)
 
-    container.runs.commit = store_down  # type: ignore[method-assign]
-    try:
-        # Not a Powertools wrapper: the handler and the chaos harness retry a store error.
-        with pytest.raises(StorageUnavailable):
-            invocation(container, registry, "w", 300).process(delivery(run))
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
+    monkeypatch.setattr(container.runs, "commit", store_down)
+    # Not a Powertools wrapper: the handler and the chaos harness retry a store error.
+    with pytest.raises(StorageUnavailable):
+        invocation(container, registry, "w", 300).process(delivery(run))
     # It kept trying while the invocation had time, and gave up before its deadline.
     assert T0 + timedelta(seconds=290) <= clock.now() < T0 + timedelta(seconds=300)
     held = stored(container, run)
@@ -270,7 +267,7 @@ def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
 
 
 def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
-    container, clock, registry, ledger
+    container, clock, registry, ledger, monkeypatch
 ):
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
@@ -282,18 +279,15 @@ def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
             raise StorageUnavailable("the store is throttling; retry with backoff")
         return real_commit(read, change, **kw)
 
-    container.runs.commit = throttled_completion  # type: ignore[method-assign]
-    try:
-        done = invocation(container, registry, "w", 300).process(delivery(run))
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
+    monkeypatch.setattr(container.runs, "commit", throttled_completion)
+    done = invocation(container, registry, "w", 300).process(delivery(run))
     assert done.outcome is Outcome.SUCCEEDED and throttles == [1, 1, 1]
     assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
     assert ledger.effects[run.run_key] == 1
 
 
 def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_not_a_conflict(
-    container, clock, registry, ledger
+    container, clock, registry, ledger, monkeypatch
 ):
     """The first try was written and its answer lost: the retry finds its own item (the store
     knows a lease holder's write by its fence and owner), and the run is counted once."""
@@ -308,18 +302,15 @@ def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_no
             raise StorageUnavailable("the store could not be reached: read timeout")
         return written
 
-    container.runs.commit = answer_lost  # type: ignore[method-assign]
-    try:
-        done = invocation(container, registry, "w", 300).process(delivery(run))
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
+    monkeypatch.setattr(container.runs, "commit", answer_lost)
+    done = invocation(container, registry, "w", 300).process(delivery(run))
     assert done.outcome is Outcome.SUCCEEDED and lost
     assert container.definitions.get_stats(job.job_id).get("succeeded") == 1
     assert ledger.effects[run.run_key] == 1
 
 
 def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_meanwhile(
-    container, clock, registry, ledger
+    container, clock, registry, ledger, monkeypatch
 ):
     from jobsched.domain import lifecycle
 
@@ -342,14 +333,11 @@ def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_m
         waited = invocation(container, registry, "second", 900).process(delivery(run))
         assert waited.error_class == "InProgress"
         ledger.effect(invocation_.run_key)
-        container.runs.commit = touch_first  # type: ignore[method-assign]
+        monkeypatch.setattr(container.runs, "commit", touch_first)
         return "first-result"
 
     _, run = one_run(container, clock, job_type="outlives")
-    try:
-        assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
+    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
     assert touched and stored(container, run).saved_result == "first-result"
     clock.set(T0 + timedelta(seconds=300))
     done = invocation(container, registry, "third", 900).process(delivery(run))
@@ -379,7 +367,7 @@ def test_an_effect_that_outlives_its_last_lease_is_saved_on_the_dead_run_for_a_r
 
 
 def test_a_completion_the_store_cannot_take_is_tried_until_the_invocation_runs_out(
-    container, clock, registry, ledger
+    container, clock, registry, ledger, monkeypatch
 ):
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
@@ -391,11 +379,8 @@ def test_a_completion_the_store_cannot_take_is_tried_until_the_invocation_runs_o
             raise StorageUnavailable("the store is throttling; retry with backoff")
         return real_commit(read, change, **kw)
 
-    container.runs.commit = down_for_a_minute  # type: ignore[method-assign]
-    try:
-        done = invocation(container, registry, "w", 300).process(delivery(run))
-    finally:
-        container.runs.commit = real_commit  # type: ignore[method-assign]
+    monkeypatch.setattr(container.runs, "commit", down_for_a_minute)
+    done = invocation(container, registry, "w", 300).process(delivery(run))
     assert done.outcome is Outcome.SUCCEEDED and len(tries) > 20
     assert ledger.effects[run.run_key] == 1
 

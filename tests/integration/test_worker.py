@@ -633,7 +633,9 @@ def test_handler_reports_only_unexpected_failures(container, clock, registry, mo
     assert stored(container, good).state is RunState.SUCCEEDED
 
 
-def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(container, clock, registry, ledger):
+def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(
+    container, clock, registry, ledger, monkeypatch
+):
     """The first write after the effect is what keeps it once per run: it is written at once,
     not after the heartbeat's renewal (a write and a visibility change) returns."""
     renewing, released, renewed = threading.Event(), threading.Event(), threading.Event()
@@ -663,14 +665,13 @@ def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(container, c
             released.set()
         return written
 
-    container.runs.extend_lease = held_renewal  # type: ignore[method-assign]
-    container.runs.commit = completion  # type: ignore[method-assign]
+    monkeypatch.setattr(container.runs, "extend_lease", held_renewal)
+    monkeypatch.setattr(container.runs, "commit", completion)
     try:
         _, run = one_run(container, clock, job_type="outlasts-a-renewal")
         assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
     finally:
-        released.set()
-        container.runs.extend_lease, container.runs.commit = real_extend, real_commit  # type: ignore[method-assign]
+        released.set()  # a failed assertion must not leave the renewal held
     assert written_while_renewing == [True]
 
 
