@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 
 TABLE = "speedups"
 OUTSIDERS = 300  # items in no index: a query must not have to look at them
+KEY_SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
 
 
 @pytest.fixture
@@ -31,10 +32,7 @@ def ddb() -> Iterator[Any]:
         client.create_table(
             TableName=TABLE,
             BillingMode="PAY_PER_REQUEST",
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
+            KeySchema=KEY_SCHEMA,
             AttributeDefinitions=[
                 {"AttributeName": n, "AttributeType": t}
                 for n, t in (("pk", "S"), ("sk", "S"), ("leased", "S"), ("until", "S"), ("shard", "N"))
@@ -365,10 +363,7 @@ def streamed() -> Iterator[Any]:
         client.create_table(
             TableName=TABLE,
             BillingMode="PAY_PER_REQUEST",
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
+            KeySchema=KEY_SCHEMA,
             AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
             StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
         )
