@@ -20,7 +20,7 @@ grow with the table, the queue or the module list rather than with the request:
   six alias providers, and that was most of the time a GetRecords, Query or GetItem took: an
   attribute value ({"S": "x"}, one type key, as moto holds it) is now written from its one key;
 - every request lists every attribute of its handler class (inspect.getmembers) to learn
-  whether the action names one of its methods: that one name is looked up instead.
+  whether the action names one of its methods: each class's listing is made once and kept.
 
 Each patch keeps moto's own code for everything it decides; tests/integration/
 test_moto_speedups.py compares answers with and without them."""
@@ -31,7 +31,6 @@ import functools
 import inspect
 import re
 import threading
-import types
 from typing import Any
 
 _installed = False
@@ -51,7 +50,7 @@ def install() -> None:
         _query_only_candidates()
         _project_only_kept_attributes()
         _attribute_values_from_their_one_key()
-        _look_up_only_the_action()
+        _list_each_handlers_methods_once()
         _installed = True
 
 
@@ -182,40 +181,16 @@ def _attribute_values_from_their_one_key() -> None:
     BaseJSONSerializer._serialize_type_structure = serialize_type_structure  # type: ignore[method-assign]
 
 
-class _FunctionNames:
-    """The names `inspect.getmembers(clazz, inspect.isfunction)` lists, for `in` only, decided for
-    the one name asked about the way getmembers decides it for each."""
-
-    def __init__(self, clazz: type) -> None:
-        self._clazz = clazz
-
-    def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False  # getmembers lists names, which are strings
-        clazz = self._clazz
-        names = dir(clazz)
-        for base in clazz.__bases__:  # getmembers lists these names a second time
-            names += [k for k, v in base.__dict__.items() if isinstance(v, types.DynamicClassAttribute)]
-        occurrences = names.count(name)
-        if not occurrences:
-            return False
-        mro = (clazz, *inspect.getmro(clazz))
-        try:
-            first: Any = getattr(clazz, name)
-        except AttributeError:
-            first = next((base.__dict__[name] for base in mro if name in base.__dict__), _ABSENT)
-        if first is not _ABSENT and inspect.isfunction(first):
-            return True
-        # A name listed again is read from the classes' own dictionaries.
-        again = next((base.__dict__[name] for base in mro if name in base.__dict__), _ABSENT)
-        return occurrences > 1 and again is not _ABSENT and inspect.isfunction(again)
-
-
-_ABSENT = object()
-
-
-def _look_up_only_the_action() -> None:
+def _list_each_handlers_methods_once() -> None:
     import moto.core.responses as responses
 
-    # moto's call_action only asks whether the action is among the names (`action in ...`).
-    responses.method_names_from_class = _FunctionNames  # type: ignore[assignment]
+    # moto's call_action only asks whether the action is among the names (`action in ...`); a
+    # handler class's methods do not change once the server runs, so moto's own listing of
+    # them is made once per class and kept.
+    listing = responses.method_names_from_class
+
+    @functools.cache
+    def method_names_from_class(clazz: Any) -> frozenset[str]:
+        return frozenset(listing(clazz))
+
+    responses.method_names_from_class = method_names_from_class  # type: ignore[assignment]
