@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import boto3
 import pytest
-from jobsched.domain.lifecycle import MAX_HISTORY
+from jobsched.domain.budget import MAX_HISTORY
 from jobsched.domain.runs import RunState
 from jobsched.services.sweeper import round_robin
 from jobsched.services.worker import Delivery, Outcome

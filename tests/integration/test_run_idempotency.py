@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from jobsched.domain.effects import RECORD_GRACE, EffectDecision, effect_verdict
 from jobsched.domain.errors import AmbiguousError, RetryableError, StorageUnavailable
 from jobsched.domain.runs import RunState
 from jobsched.services.worker import Outcome
@@ -78,7 +79,7 @@ def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_
     assert second.outcome is Outcome.RETRY_SCHEDULED and second.error_class == "InProgress"
     # The record stays the first attempt's, and no attempt was used up waiting for it.
     assert second.run.effect_fence == 1 and second.run.effect_until == T0 + timedelta(seconds=300)
-    assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300)
+    assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300) + RECORD_GRACE
     assert seen["third"].outcome is Outcome.DEFERRED  # not due before the deadline: no write
     assert ledger.effects[run.run_key] == 1
     # The first attempt's result was saved on the open run: the next attempt replays it.
@@ -114,39 +115,57 @@ def test_an_invocation_that_died_in_the_effect_is_not_repeated_before_its_deadli
     assert ledger.effects[run.run_key] == 1
     # Past the deadline the invocation cannot be running: Powertools' in-progress expiry.
     clock.set(waited.run.due_at)
-    assert waited.run.due_at == T0 + timedelta(seconds=120)
+    assert waited.run.due_at == T0 + timedelta(seconds=120) + RECORD_GRACE
     done = invocation(container, registry, "third", 900).process(delivery(run))
     assert done.outcome is Outcome.SUCCEEDED and done.run.result == "second-result"
     assert ledger.effects[run.run_key] == 2
 
 
-def test_a_claim_keeps_an_earlier_attempts_live_record_and_replaces_an_expired_one(container, clock):
+def test_an_attempt_whose_earlier_record_expires_before_its_effect_writes_its_own(
+    container, clock, registry, ledger, monkeypatch
+):
+    """Claimed while an earlier attempt's record was live, the attempt reaches its effect
+    after that record expired: it writes its own record before acting, so a later claim
+    waits for it instead of acting beside it."""
     from jobsched.domain import lifecycle
 
     _, run = one_run(container, clock)
-    first = lifecycle.claim(
-        run, now=T0, owner="a", actor="worker:a", lease_seconds=60, effect_until=T0 + timedelta(seconds=300)
+    # An earlier attempt (fence 1) died in its effect; its record promises T0 + 100 s.
+    first = container.runs.commit(
+        run, lambda r: lifecycle.claim(r, now=T0, owner="a", actor="worker:a", lease_seconds=60)
     )
-    later = T0 + timedelta(seconds=61)
-    second = lifecycle.claim(
+    container.runs.commit(
         first,
-        now=later,
-        owner="b",
-        actor="worker:b",
-        lease_seconds=60,
-        effect_until=later + timedelta(seconds=900),
+        lambda r: lifecycle.record_in_progress(r, now=T0, until=T0 + timedelta(seconds=100)),
+        holder=True,
     )
-    assert (second.fence, second.effect_fence, second.effect_until) == (2, 1, T0 + timedelta(seconds=300))
-    past = T0 + timedelta(seconds=300)
-    third = lifecycle.claim(
-        second,
-        now=past,
-        owner="c",
-        actor="worker:c",
-        lease_seconds=60,
-        effect_until=past + timedelta(seconds=900),
+    clock.set(T0 + timedelta(seconds=61))
+    real_get = container.definitions.get
+    seen = {}
+
+    def slow_job_read(job_id):
+        # The job read after the claim takes the earlier record past its deadline.
+        clock.set(T0 + timedelta(seconds=200))
+        return real_get(job_id)
+
+    @registry.register("ok-slow")
+    def slow(payload, invocation_):
+        ledger.effect(invocation_.run_key)
+        # Inside the effect the lease runs out and a third attempt is claimed.
+        clock.advance(61)
+        monkeypatch.setattr(container.definitions, "get", real_get)
+        seen["third"] = invocation(container, registry, "third", 900).process(delivery(run))
+        return "second-result"
+
+    monkeypatch.setattr(container.definitions, "get", slow_job_read)
+    container.runs.commit(
+        stored(container, run), lambda r: r.model_copy(update={"job_type": "ok-slow"}), holder=True
     )
-    assert (third.fence, third.effect_fence, third.effect_until) == (3, 3, past + timedelta(seconds=900))
+    second = invocation(container, registry, "second", 300).process(delivery(run))
+    assert ledger.effects[run.run_key] == 1
+    assert seen["third"].outcome is Outcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
+    assert second.outcome is Outcome.STALE
+    assert stored(container, run).saved_result == "second-result"
 
 
 @pytest.mark.parametrize(
@@ -197,8 +216,8 @@ def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again
     _, run = one_run(container, clock, job_type="outlives", retry={"maxAgeSeconds": 200})
     assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
     assert stored(container, run).saved_result == "first-result"
-    # At the deadline the run is too old for another attempt: dead, its saved result kept.
-    clock.set(T0 + timedelta(seconds=300))
+    # Past the deadline the run is too old for another attempt: dead, its saved result kept.
+    clock.set(T0 + timedelta(seconds=300) + RECORD_GRACE)
     worker = invocation(container, registry, "third", 900)
     assert worker.process(delivery(run)).outcome is Outcome.DEAD
     assert ledger.effects[run.run_key] == 1
@@ -223,7 +242,7 @@ def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
     real_commit = container.runs.commit
 
     def store_down(read, change, **kw):
-        if read.state is RunState.LEASED:
+        if read.state is RunState.LEASED and change(read).state is RunState.SUCCEEDED:
             raise StorageUnavailable("the store is throttling; retry with backoff")
         return real_commit(read, change, **kw)
 
@@ -236,7 +255,7 @@ def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
     held = stored(container, run)
     assert held.state is RunState.LEASED and held.result_saved_at is None
     # The effect is still in progress to the deadline: a claim after the lease waits for it.
-    assert held.effect_in_progress(T0 + timedelta(seconds=299))
+    assert effect_verdict(held, held.fence + 1, T0 + timedelta(seconds=299)).decision is EffectDecision.WAIT
     assert lifecycle.claimable(held, T0 + timedelta(seconds=61))
     assert ledger.effects[run.run_key] == 1
 
@@ -339,7 +358,7 @@ def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_m
     _, run = one_run(container, clock, job_type="outlives")
     assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
     assert touched and stored(container, run).saved_result == "first-result"
-    clock.set(T0 + timedelta(seconds=300))
+    clock.set(T0 + timedelta(seconds=300) + RECORD_GRACE)
     done = invocation(container, registry, "third", 900).process(delivery(run))
     assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1

@@ -14,6 +14,7 @@ from datetime import timedelta
 import boto3
 import pytest
 from jobsched.domain.errors import PermanentError, RetryableError
+from jobsched.domain.effects import RECORD_GRACE
 from jobsched.domain.runs import RunState
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.targets import HandlerRegistry
@@ -179,8 +180,9 @@ def test_a_crash_before_the_completion_repeats_the_effect_only_after_the_invocat
     container, clock, worker, ledger, monkeypatch
 ):
     """The completion is the first write after the effect (Powertools' save was too): dying
-    before it leaves the claim's in-progress record, so no attempt acts again while the dead
-    invocation could still be running; after its deadline the run is delivered at least once."""
+    before it leaves the attempt's in-progress record, so no attempt acts again while the dead
+    invocation could still be running; after its deadline (and the clock-skew grace) the run
+    is delivered at least once."""
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
 
@@ -202,8 +204,11 @@ def test_a_crash_before_the_completion_repeats_the_effect_only_after_the_invocat
     clock.advance(61)
     waited = worker.process(delivery(run))
     assert waited.outcome is Outcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
-    assert waited.run.due_at == T0 + timedelta(seconds=900) and waited.run.attempt == 1
+    assert waited.run.due_at == T0 + timedelta(seconds=900) + RECORD_GRACE and waited.run.attempt == 1
     assert ledger.effects[run.run_key] == 1
+    clock.set(waited.run.due_at - timedelta(seconds=3))
+    early = worker.process(delivery(run))
+    assert early.outcome is Outcome.DEFERRED and ledger.effects[run.run_key] == 1
     clock.set(waited.run.due_at)
     assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 2
@@ -246,7 +251,7 @@ class _Killed(BaseException):
     """The invocation is killed (timeout, out of memory): no handler code runs after this."""
 
 
-def test_an_invocation_killed_before_the_effect_is_waited_for_until_its_deadline(
+def test_an_invocation_killed_before_the_effect_leaves_no_record_to_wait_for(
     container, clock, worker, ledger, monkeypatch
 ):
     _, run = one_run(container, clock)
@@ -258,15 +263,10 @@ def test_an_invocation_killed_before_the_effect_is_waited_for_until_its_deadline
     with pytest.raises(_Killed):
         worker.process(delivery(run))
     monkeypatch.undo()
-    # Nothing stored says the effect never started: the claim is the in-progress record, to
-    # the killed invocation's deadline (900 s here, with no Lambda context), so the next
-    # attempt waits for it, as for a death during the effect, without using an attempt.
+    # The in-progress record is written just before the effect, not by the claim: an attempt
+    # killed before it leaves none, so the next one, once the lease has expired, acts at once.
+    assert stored(container, run).effect_fence is None
     clock.advance(61)
-    waited = worker.process(delivery(run))
-    assert waited.outcome is Outcome.RETRY_SCHEDULED and ledger.effects[run.run_key] == 0
-    assert waited.run.last_error_class == "InProgress" and waited.run.attempt == 1
-    assert waited.run.due_at == T0 + timedelta(seconds=900)
-    clock.set(waited.run.due_at)
     assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 
@@ -404,11 +404,14 @@ def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledge
     assert sum(ledger.effects.values()) == 0
 
 
-def test_early_delivery_is_deferred_with_a_fresh_delayed_message(container, clock, worker, ledger):
+def test_early_delivery_is_handed_back_to_the_outbox_not_resent(container, clock, worker, ledger):
     _, run = one_run(container, clock, runAt="2026-11-02T08:01:00Z")
     result = worker.process(delivery(run))
     assert result.outcome is Outcome.DEFERRED and result.error_class == "not_due"
-    assert queue_messages(container, "default") == 1
+    # The worker sends nothing (no worker -> SQS -> worker chain): the outbox publishes the
+    # run again, delayed to its due instant.
+    assert queue_messages(container, "default") == 0
+    assert stored(container, run).deferred_until == T0 + timedelta(seconds=60)
     assert ledger.effects[run.run_key] == 0
     assert stored(container, run).state is RunState.PENDING
 
@@ -457,8 +460,9 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     container.runs.commit(busy, lambda _: held)
     result = limited.process(delivery(waiting))
     assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"
-    assert stored(container, waiting).state is RunState.PENDING
-    assert queue_messages(container, "default") == 1
+    # Handed back to the outbox to be published after the wait; the worker sent nothing.
+    assert stored(container, waiting).deferred_until == clock.now() + timedelta(seconds=1)
+    assert queue_messages(container, "default") == 0
     clock.advance(61)  # the held lease expired: the tenant has room again
     assert limited.process(delivery(waiting)).outcome is Outcome.SUCCEEDED
 
@@ -510,16 +514,16 @@ def test_a_slot_taken_for_a_claim_that_did_not_happen_is_given_back(container, c
     batch = make_worker(container, registry, tenant_concurrency=1).for_invocation(_Invocation())
     _, first = one_run(container, clock, name="first")
     _, second = one_run(container, clock, name="second")
-    real_claim = batch._claim
+    real_claim = batch.attempts.claim
     lost = []
 
-    def lose_the_first_race(run, now):
+    def lose_the_first_race(run, now, **kw):
         if not lost:
             lost.append(run.run_key)
             return None  # another worker claimed it between the read and the claim
-        return real_claim(run, now)
+        return real_claim(run, now, **kw)
 
-    batch._claim = lose_the_first_race
+    batch.attempts.claim = lose_the_first_race
     assert batch.process(delivery(first)).outcome is Outcome.DUPLICATE
     assert batch.process(delivery(second)).outcome is Outcome.SUCCEEDED
 
@@ -579,19 +583,23 @@ def test_an_effect_that_finishes_after_the_worker_stopped_waiting_is_saved_and_r
 
 
 def test_heartbeat_extends_the_lease_and_stops_when_the_fence_moves(container, clock, worker):
-    from jobsched.services.worker import _Lease
+    from jobsched.services.attempt import _Lease
 
     _, run = one_run(container, clock)
-    leased = worker._claim(container.runs.get_by_key(run.run_key), clock.now())
+    leased = claimed_by(worker, container.runs.get_by_key(run.run_key), clock.now())
     lease = _Lease(leased)
     clock.advance(30)
     assert worker.heartbeat(lease)
     assert stored(container, run).lease_expires_at == clock.now() + timedelta(seconds=60)
     # Someone else claims after expiry: the heartbeat notices it lost the lease.
     clock.advance(61)
-    other = worker._claim(stored(container, run), clock.now())
+    other = claimed_by(worker, stored(container, run), clock.now())
     assert other.fence == 2
-    assert not worker.heartbeat(lease) and lease.lost
+    assert not worker.heartbeat(lease)
+
+
+def claimed_by(worker, run, now):
+    return worker.attempts.claim(run, now, owner=worker.worker_id, actor=worker.actor, lease_seconds=60)
 
 
 def sqs_record(run, message_id, queue="default"):
@@ -676,14 +684,14 @@ def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(
 
 
 def test_heartbeat_keeps_the_message_invisible(container, clock, worker):
-    from jobsched.services.worker import _Lease
+    from jobsched.services.attempt import _Lease
 
     _, run = one_run(container, clock)
     sqs = boto3.client("sqs")
     url = container.queues.urls["default"]
     container.queues.publish("default", [(run, 0)])
     (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"]
-    leased = worker._claim(container.runs.get_by_key(run.run_key), clock.now())
+    leased = claimed_by(worker, container.runs.get_by_key(run.run_key), clock.now())
     d = Delivery(
         run.run_key,
         run.job_id,

@@ -5,6 +5,7 @@ and never push it into the DLQ."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -166,7 +167,7 @@ def test_a_short_deferral_leaves_the_message_in_the_queue(container, clock, rece
     assert in_flight(container) == 1
 
 
-def test_past_its_spare_receives_a_deferral_sends_a_fresh_message(container, clock):
+def test_past_its_spare_receives_a_deferral_hands_the_run_to_the_outbox(container, clock):
     worker = make_worker(container, HandlerRegistry())
     run = buffered_run(container, clock)
     record = received_record(container, run, "m")
@@ -180,10 +181,14 @@ def test_past_its_spare_receives_a_deferral_sends_a_fresh_message(container, clo
     )
     result = worker.process(d)
     assert result.outcome is Outcome.DEFERRED and not result.redeliver  # acknowledged
-    assert queue_messages(container, "default") == 1  # the fresh one, receive count 1
+    # The worker sends nothing (Lambda's recursive-loop guard would cut a worker -> SQS ->
+    # worker chain): the run is PENDING again, for the outbox to publish after the wait.
+    assert queue_messages(container, "default") == 0
+    deferred = stored(container, run)
+    assert deferred.state.value == "PENDING" and deferred.deferred_until == clock.now() + timedelta(seconds=5)
 
 
-def test_a_long_wait_sends_a_fresh_message(container, clock):
+def test_a_long_wait_hands_the_run_to_the_outbox(container, clock):
     worker = make_worker(container, HandlerRegistry())
     _, run = one_run(container, clock, runAt="2026-11-02T08:01:30Z")  # 90 s away
     record = received_record(container, run, "m")
@@ -191,13 +196,15 @@ def test_a_long_wait_sends_a_fresh_message(container, clock):
     d = type(d)(**{**d.__dict__, "receipt_handle": record["receiptHandle"]})
     result = worker.process(d)
     assert result.error_class == "not_due" and not result.redeliver
-    assert queue_messages(container, "default") == 1
+    assert queue_messages(container, "default") == 0
+    assert stored(container, run).deferred_until == clock.now() + timedelta(seconds=90)
 
 
 def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monkeypatch):
     """Through local mode's SQS event source (the glue Lambda's poller plays) and the worker
     handler, on a simulated clock: a buffered run is deferred every 5 s for 10 minutes. Its
-    message never reaches the DLQ, and a fresh message is sent only once per
+    message never reaches the DLQ, the worker itself sends nothing, and the outbox (fed each
+    write of the run, as the stream feeds it) publishes it again once per
     deferral_receives + 1 deferrals."""
     from chaos.faults import sqs_on_clock
 
@@ -217,13 +224,21 @@ def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monk
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     invoker = Invoker("worker", worker_handler.handler, timeout_seconds=FUNCTION_TIMEOUT, concurrent=True)
     source = QueueSource(sqs, url, arn, invoker, region="us-east-1")
+    from jobsched.services.outbox import Outbox
+
+    outbox = Outbox(container.runs, container.queues, clock, lambda _run: "default")
     deliveries = 0
+    seen_rev = stored(container, run).rev
     with sqs_on_clock(clock):
         for _ in range(120):
             deliveries += source.poll()
+            now = stored(container, run)
+            if now.rev != seen_rev:  # a write: the stream hands it to the outbox
+                seen_rev = now.rev
+                outbox.publish([now])
             clock.advance(6)
     assert deliveries >= 90  # deferred every ~6 s
     assert queue_messages(container, "default", dlq=True) == 0
-    assert stored(container, run).state.value == "PENDING"
+    assert stored(container, run).state.value in ("PENDING", "QUEUED")
     assert queue_messages(container, "default") + in_flight(container) == 1  # one message for it
-    assert len(sent) <= deliveries // (DEFAULT.deferral_receives + 1) + 1
+    assert 1 <= len(sent) <= deliveries // (DEFAULT.deferral_receives + 1) + 1

@@ -7,36 +7,28 @@ transition started from. Nothing else writes a run, so the rules below are the w
 - `attempt_refusal` is the one answer to "may another attempt start?" (attempts, max age,
   at-most-once); the worker, the lease API, the completion and the reconciler all ask it.
 - Every transition appends one history entry (`advance`), and every run that leaves here fits
-  its byte budget (`fit`): error text, results and history are bounded in bytes, so no run can
-  grow towards DynamoDB's 400 KB item limit however often it is retried or redriven.
+  its byte budget (domain.budget): error text, results and history are bounded in bytes, so no
+  run can grow towards DynamoDB's 400 KB item limit however often it is retried or redriven.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from .budget import (
+    MAX_ERROR_CLASS_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_REASON_BYTES,
+    clip_bytes,
+    fit,
+    storable_result,
+)
 from .instants import format_instant
 from .jitter import retry_delay_seconds
 from .models import Delivery
 from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, can_move
-
-# --- the byte budget of a run (see `fit`) ---
-MAX_ERROR_CLASS_BYTES = 128
-MAX_ERROR_MESSAGE_BYTES = 1024
-MAX_REASON_BYTES = 512
-MAX_RESULT_BYTES = 4096
-RESULT_PREVIEW_BYTES = 1024
-# History kept in the run: its creation and the latest entries; the rest is counted.
-MAX_HISTORY = 50
-# The run's stored document (payload ≤ 64 KiB, target, history, result) stays under this;
-# DynamoDB's item limit is 400 KB. Past it, history is cut down to its first and last entries.
-MAX_RUN_BYTES = 200_000
-# Below this many entries a run cannot reach MAX_RUN_BYTES (the job is at most 100 KiB, an
-# entry at most ~2.5 KB, a result 4 KB), so the usual 4-transition run is never measured.
-_SMALL_HISTORY = 10
 
 
 class TransitionRefused(ValueError):
@@ -49,52 +41,6 @@ class Refusal:
 
     error_class: str
     message: str
-
-
-# --- bounding ---
-
-
-def clip_bytes(text: str | None, limit: int) -> str | None:
-    """`text` cut to at most `limit` bytes of UTF-8 (never inside a character), marked when cut."""
-    if text is None:
-        return None
-    encoded = text.encode("utf-8", "replace")  # a lone surrogate becomes "?": storable, printable
-    if len(encoded) <= limit:
-        return encoded.decode("utf-8")
-    marker = "…"
-    cut = encoded[: limit - len(marker.encode())].decode("utf-8", "ignore")
-    return cut + marker
-
-
-def bounded_result(value: Any) -> Any:
-    """A result as stored on the run: JSON, at most MAX_RESULT_BYTES, else a marked preview."""
-    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
-    if len(text.encode("utf-8", "replace")) > MAX_RESULT_BYTES:
-        return {"truncated": True, "preview": clip_bytes(text, RESULT_PREVIEW_BYTES)}
-    return json.loads(text)
-
-
-def doc_bytes(run: Run) -> int:
-    return len(run.model_dump_json(exclude_none=True).encode())
-
-
-def fit(run: Run) -> Run:
-    """The run within its byte budget: history capped at MAX_HISTORY entries (creation kept,
-    the oldest of the rest dropped and counted in `history_dropped`), and cut further to its
-    creation and latest entry if the whole run would still pass MAX_RUN_BYTES."""
-    history = run.history
-    dropped = run.history_dropped
-    if len(history) > MAX_HISTORY:
-        cut = len(history) - MAX_HISTORY
-        history = [history[0], *history[1 + cut :]]
-        dropped += cut
-        run = run.model_copy(update={"history": history, "history_dropped": dropped})
-    if len(history) > _SMALL_HISTORY and doc_bytes(run) > MAX_RUN_BYTES:
-        dropped += len(history) - 2
-        run = run.model_copy(update={"history": [history[0], history[-1]], "history_dropped": dropped})
-    if len(history) > _SMALL_HISTORY and run.result is not None and doc_bytes(run) > MAX_RUN_BYTES:
-        run = run.model_copy(update={"result": bounded_result(run.result)})
-    return run
 
 
 # --- the state machine ---
@@ -146,7 +92,7 @@ def advance(
         updates["lease_expires_at"] = None
         updates["blocked_by"] = None  # nothing to wait for once it has ended
     if "result" in updates:
-        updates["result"] = bounded_result(updates["result"])
+        updates["result"] = storable_result(updates["result"])
     return fit(run.model_copy(update=updates))
 
 
@@ -191,27 +137,15 @@ def claimable(run: Run, now: datetime) -> bool:
 # --- transitions ---
 
 
-def claim(
-    run: Run,
-    *,
-    now: datetime,
-    owner: str,
-    actor: str,
-    lease_seconds: float,
-    effect_until: datetime | None = None,
-) -> Run:
+def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float) -> Run:
     """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds.
 
-    With `effect_until` (the claimer's invocation deadline) the claim is also the run's
-    in-progress idempotency record: the effect this attempt may start is in progress until
-    then, however its lease fares. An earlier attempt's record that is still live is kept
-    instead: that attempt may still be executing the effect, so this one must not start it."""
+    The claim leaves the effect's idempotency record alone: an earlier attempt's in-progress
+    record or saved result stays on the run for `effects.effect_verdict` to judge, and the
+    attempt writes its own record (`record_in_progress`) only when it may start the effect."""
     if not claimable(run, now):
         raise TransitionRefused(f"run {run.run_key} is {run.state.value} and cannot be claimed now")
     expired = run.state is RunState.LEASED
-    effect: dict[str, Any] = {}
-    if effect_until is not None and not run.effect_in_progress(now):
-        effect = {"effect_fence": run.fence + 1, "effect_until": effect_until}
     return advance(
         run,
         RunState.LEASED,
@@ -224,22 +158,26 @@ def claim(
         first_attempt_at=run.first_attempt_at or now,
         error_class="LeaseExpired" if expired else None,
         reason="previous lease expired" if expired else None,
-        **effect,
+        deferred_until=None,
     )
+
+
+def record_in_progress(run: Run, *, now: datetime, until: datetime) -> Run:
+    """The lease holder is about to start the effect: its in-progress record (its fence, and
+    `until`, its invocation's deadline) replaces any earlier one, which must have expired
+    (`effects.effect_verdict` said START). An at-most-once run is marked started in the same
+    write. No transition: the lease holder's own note."""
+    _require(run, RunState.LEASED)
+    updates: dict[str, Any] = {"effect_fence": run.fence, "effect_until": until, "updated_at": now}
+    if run.policies.delivery is Delivery.AT_MOST_ONCE:
+        updates["effect_started_at"] = now
+    return run.model_copy(update=updates)
 
 
 def effect_started(run: Run, *, now: datetime) -> Run:
     """At-most-once: mark the run before its effect (no transition: the lease holder's own note)."""
     _require(run, RunState.LEASED)
     return run.model_copy(update={"effect_started_at": now, "updated_at": now})
-
-
-def effect_not_started(run: Run, *, now: datetime) -> Run:
-    """The lease holder stopped before starting the effect (a failed read, a refused mark):
-    its in-progress record is released, so the next attempt need not wait for this
-    invocation's deadline. No transition: the lease holder's own note."""
-    _require(run, RunState.LEASED)
-    return run.model_copy(update={**_effect_released(run), "updated_at": now})
 
 
 def can_save_result(run: Run) -> bool:
@@ -260,7 +198,7 @@ def save_result(run: Run, *, now: datetime, result: Any) -> Run:
     # Completed supersedes in progress: the attempt is no longer executing the effect.
     return run.model_copy(
         update={
-            "saved_result": bounded_result(result),
+            "saved_result": storable_result(result),
             "result_saved_at": now,
             "effect_fence": None,
             "effect_until": None,
@@ -335,15 +273,15 @@ def fail(
     return dead(run, now=now, actor=actor, error_class=error_class, message=message, **released)
 
 
-def in_progress_elsewhere(run: Run, *, now: datetime, actor: str) -> Run:
-    """The claim found an earlier attempt's in-progress record: that attempt may still be
-    executing the effect, so this one does not start it. RETRY_WAIT until that record's
-    deadline, and the attempt given back (none was made)."""
+def in_progress_elsewhere(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
+    """An earlier attempt's in-progress record excludes this one until `until` (its deadline
+    plus the clock-skew grace, `effects.effect_verdict`): that attempt may still be executing
+    the effect, so this one does not start it. RETRY_WAIT until then, and the attempt given
+    back (none was made)."""
     _require(run, RunState.LEASED)
-    until = run.effect_until if run.effect_until is not None else now
     message = (
         f"an earlier attempt (fence {run.effect_fence}) may be executing the effect"
-        f" until {format_instant(until)}"
+        f" until {format_instant(run.effect_until or until)}"
     )
     return _retry_wait(
         run,
@@ -405,9 +343,22 @@ def cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
     return advance(run, RunState.CANCELLED, now=now, actor=actor, reason=reason)
 
 
-def skip(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
-    """Never executed: overlap, or missed while its job was paused."""
-    return advance(run, RunState.SKIPPED, now=now, actor=actor, reason=reason)
+def skip(run: Run, *, now: datetime, actor: str, reason: str, overlapped_by: str | None = None) -> Run:
+    """Never executed: overlap (behind the open run `overlapped_by`), or missed while its job
+    was paused."""
+    changes = {"overlapped_by": overlapped_by} if overlapped_by else {}
+    return advance(run, RunState.SKIPPED, now=now, actor=actor, reason=reason, **changes)
+
+
+def defer(run: Run, *, now: datetime, actor: str, until: datetime, reason: str) -> Run:
+    """A worker hands a run it may not start yet back to the outbox, to be published again at
+    `until` (its message is acknowledged: no worker sends a message for it, so no
+    worker -> SQS -> worker chain grows). QUEUED becomes PENDING; a PENDING or RETRY_WAIT run
+    keeps its state. `due_at` stays: start lag still counts from it."""
+    if run.state not in (RunState.PENDING, RunState.QUEUED, RunState.RETRY_WAIT):
+        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only a waiting run can be deferred")
+    target = RunState.PENDING if run.state is RunState.QUEUED else run.state
+    return advance(run, target, now=now, actor=actor, reason=f"deferred: {reason}", deferred_until=until)
 
 
 def queued(run: Run, *, now: datetime, actor: str) -> Run:

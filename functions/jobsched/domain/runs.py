@@ -118,17 +118,22 @@ class Run(Model):
     blocked_by: str | None = None  # waits for this run key to finish before it is published
     blocks: str | None = None  # the run waiting on this one: released when this one ends
     previous_run_key: str | None = None  # the job's preceding scheduled run (overlap policy)
+    overlapped_by: str | None = None  # SKIPPED by overlap: the open run it was skipped behind
+    # Deferred by a worker (tenant at its limit, buffered, not due): published again no
+    # earlier than this (the outbox's delay), without moving `due_at` (start lag counts from it).
+    deferred_until: Instant | None = None
     skipped_through: Instant | None = None  # a SKIPPED record may stand for a range of occurrences
     skipped_count: int | None = None
     reason: str | None = None  # why SKIPPED/CANCELLED
     last_error_class: str | None = None
     last_error_message: str | None = None
     result: Any = None
-    # The run's Powertools idempotency records (store.run_idempotency), kept on the run itself:
-    # in progress: the attempt with fence `effect_fence` may be executing the effect until
-    # `effect_until`, its invocation's deadline (a claim records it; it outlives the lease);
-    # completed: that attempt's effect returned `saved_result`, kept before the run was
-    # completed (`result` is only ever the completed run's).
+    # The run's Powertools idempotency records (store.run_idempotency), kept on the run itself
+    # (domain.effects reads them): in progress: the attempt with fence `effect_fence` may be
+    # executing the effect until `effect_until`, its invocation's deadline (written just
+    # before the effect; it outlives the lease); completed: an attempt's effect returned
+    # `saved_result`, kept when its completion could not record it (`result` is only ever
+    # the completed run's).
     effect_fence: int | None = None
     effect_until: Instant | None = None
     saved_result: Any = None
@@ -142,16 +147,6 @@ class Run(Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
-
-    def effect_in_progress(self, now: datetime) -> bool:
-        """An attempt may still be executing the effect: recorded by its claim, not yet saved
-        or released, and its invocation's deadline not yet passed."""
-        return (
-            self.effect_fence is not None
-            and self.result_saved_at is None
-            and self.effect_until is not None
-            and self.effect_until > now
-        )
 
     def lease_live(self, now: datetime) -> bool:
         return (

@@ -103,9 +103,13 @@ class Completer:
         now = self._clock.now()
         return self.write(run, lambda r: lifecycle.cancel(r, now=now, actor=actor, reason=reason), actor)
 
-    def skip(self, run: Run, reason: str, *, actor: str) -> Ending:
+    def skip(self, run: Run, reason: str, *, actor: str, overlapped_by: str | None = None) -> Ending:
         now = self._clock.now()
-        return self.write(run, lambda r: lifecycle.skip(r, now=now, actor=actor, reason=reason), actor)
+        return self.write(
+            run,
+            lambda r: lifecycle.skip(r, now=now, actor=actor, reason=reason, overlapped_by=overlapped_by),
+            actor,
+        )
 
     def write(
         self,

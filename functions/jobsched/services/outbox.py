@@ -86,7 +86,9 @@ class Outbox:
                 # External workers lease from the claimable index; QUEUED says "available".
                 (outcome.published if self._mark_queued(run, now) else outcome.stale).append(run.run_key)
                 continue
-            delay = sqs_delay(run.due_at, self._clock.precise())
+            # A deferred run is published again when its worker asked (tenant limit, buffered).
+            visible_at = max(run.due_at, run.deferred_until or run.due_at)
+            delay = sqs_delay(visible_at, self._clock.precise())
             if delay > SQS_MAX_DELAY.total_seconds():
                 outcome.skipped_far_future.append(run.run_key)
                 continue

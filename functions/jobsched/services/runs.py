@@ -22,12 +22,13 @@ from ..domain.errors import (
     ValidationFailed,
 )
 from ..domain.instants import Clock, format_instant
-from ..domain.models import Delivery, Job, JobState, Overlap
+from ..domain.models import Job, JobState, Overlap
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_between
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore
+from .attempt import Admission, Attempts
 from .completion import Completer, Ending
 
 _ONE_SECOND = timedelta(seconds=1)
@@ -39,7 +40,7 @@ _WRITE_ATTEMPTS = 5
 CLAIM_PAGES = 5
 CLAIM_PAGE_MIN = 10
 
-Outcome = Literal["succeeded", "failed"]
+LeaseOutcome = Literal["succeeded", "failed"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class RunService:
         self._runs = runs
         self._completer = completer
         self._clock = clock
+        self._attempts = Attempts(definitions, runs, completer, clock)
         self.max_backfill = max_backfill
         self.tenant_concurrency = tenant_concurrency  # live leases per tenant, 0 = no limit
 
@@ -243,17 +245,14 @@ class RunService:
         actor: str,
         jobs: dict[str, Job | None],
     ) -> Run | None:
-        """Claim one run and check its job, as the Lambda worker does; None if it is not handed out."""
-        refusal = lifecycle.attempt_refusal(run, now)
-        if refusal is not None:
-            self._completer.dead(run, refusal, actor=actor)
-            return None
-        try:
-            leased = self._runs.commit(
-                run,
-                lambda r: lifecycle.claim(r, now=now, owner=worker, actor=actor, lease_seconds=lease_seconds),
-            )
-        except (RunChanged, lifecycle.TransitionRefused):
+        """One attempt through the pipeline up to its effect (services.attempt): admitted
+        (overlap policy, attempt refusal), claimed, its job checked, its effect decided; the
+        leased run to hand out, or None if it is not handed out."""
+        admitted = self._attempts.admit(run, now, actor=actor)
+        if admitted.admission is not Admission.GO:
+            return None  # not due, buffered or nothing to do: left for a later lease call; or ended
+        leased = self._attempts.claim(run, now, owner=worker, actor=actor, lease_seconds=lease_seconds)
+        if leased is None:
             return None
         # Read after the claim, as the Lambda worker does: a pause acknowledged before this read
         # stops the run, one acknowledged after it cannot stop an effect already handed out.
@@ -261,15 +260,12 @@ class RunService:
             jobs[leased.job_id] = self._definitions.get(leased.job_id)
         if self._completer.before_effect(leased, jobs[leased.job_id], actor=actor) is not None:
             return None
-        if leased.policies.delivery is Delivery.AT_MOST_ONCE:
-            # At-most-once: the effect may start as soon as the lease is handed out.
-            try:
-                leased = self._runs.commit(
-                    leased, lambda r: lifecycle.effect_started(r, now=now), holder=True
-                )
-            except RunChanged:
-                return None
-        return leased
+        try:
+            handed = self._attempts.hand_out(leased, actor=actor)
+        except RunChanged:
+            return None
+        # An Ending: replayed a saved result, or waits for an earlier attempt: not handed out.
+        return handed if isinstance(handed, Run) else None
 
     def heartbeat(self, tenant: str, run_key: str, fence: int, lease_seconds: int) -> Run:
         """Extend the lease while `fence` is current."""
@@ -285,7 +281,7 @@ class RunService:
         tenant: str,
         run_key: str,
         fence: int,
-        outcome: Outcome,
+        outcome: LeaseOutcome,
         result: Any = None,
         error_class: str | None = None,
         error_message: str | None = None,
@@ -298,7 +294,7 @@ class RunService:
         actor = lease_actor(run.lease_owner or "unknown")
         ending: Ending
         if outcome == "succeeded":
-            ending = self._completer.succeed(run, result, actor=actor)
+            ending = self._attempts.complete_success(run, result, actor=actor)
         else:
             message = error_message or "the worker reported a failure"
             kind = error_class or "WorkerError"
@@ -307,7 +303,7 @@ class RunService:
                 if retryable
                 else PermanentError(message, error_class=kind)
             )
-            ending = self._completer.fail(run, error, actor=actor)
+            ending = self._attempts.complete_failure(run, error, actor=actor)
         if ending.state is None or ending.run is None:
             raise _stale(run_key, fence, ending.current)
         return ending.run

@@ -1,102 +1,73 @@
-"""Executes one delivered run: claim the lease, check the job, run the effect once, complete
-under the fence, or schedule the retry / dead-letter it.
+"""The Lambda worker's side of an attempt: one SQS message in, one attempt of its run
+(services.attempt) out, executed here while a heartbeat renews the lease and the message's
+visibility.
 
-Invariants this file carries: a completion never lands with a stale fence (every write after
-the claim is conditioned on it); one effect per run for idempotent targets (the effect runs
-under Powertools idempotency keyed by the run key, its records kept on the run itself
-(store.run_idempotency): the completion is the completed record, a result the completion
-cannot record is saved on the run and replayed instead of acting twice, and no attempt starts
-the effect while an earlier one may still be executing it, until that one's invocation
-deadline); no effect after an acknowledged pause
-(the job is read, strongly consistent, after the claim and before the effect)."""
+What is the worker's own: the message. A run that may not start yet (not due, buffered
+behind a running run, its tenant at its limit) is deferred: its message stays in its queue,
+invisible for the wait, while it has receives to spare; past that the run is handed back to
+the outbox (lifecycle.defer) and the message acknowledged. The worker never sends a message
+itself, so no worker -> SQS -> worker chain grows and Lambda's recursive-loop guard never
+drops a waiting run. Waits back off with how long the run has waited since it was due."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
-from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-)
-
 from ..domain import lifecycle
-from ..domain.errors import AmbiguousError, ExecutionError, RetryableError
+from ..domain.errors import RetryableError
 from ..domain.instants import Clock, from_epoch
 from ..domain.metrics import NO_METRICS, Metrics
-from ..domain.models import Delivery as DeliveryMode
-from ..domain.models import Overlap
-from ..domain.runs import CLAIMABLE_STATES, TERMINAL_STATES, Run, RunState
+from ..domain.runs import CLAIMABLE_STATES, Run
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
-from ..store.run_idempotency import SAVE_RETRY_DELAYS, RunIdempotency
 from ..store.runs import RunChanged, RunStore
 from ..store.schema import QUEUES
-from ..targets import Invocation, TargetRunner
-from .completion import Completer, Ending
+from ..targets import TargetRunner
+from .attempt import (
+    CLOCK_SKEW,
+    Admission,
+    AttemptOutcome,
+    AttemptResult,
+    Attempts,
+    _Lease,
+    ended,
+)
+from .completion import Completer
 
 # The worker's own time around a run's effect: claim and reads before it (an early message
-# waits up to CLOCK_SKEW), the completion after it (retried while the store throttles, within
-# this reserve: see COMPLETION_RESERVE). The worker's
-# function timeout is at least the longest effect a job may ask for plus this, and a batch's
-# records run at once, so every record starts its effect with its full timeoutSeconds.
+# waits up to CLOCK_SKEW), the completion after it. The worker's function timeout is at
+# least the longest effect a job may ask for plus this, and a batch's records run at once,
+# so every record starts its effect with its full timeoutSeconds.
 WORKER_OVERHEAD_SECONDS = 60
-CLOCK_SKEW = timedelta(seconds=2)  # a message this early is waited out; earlier, it is deferred
-DEFER_TOUCH = timedelta(minutes=5)
-# Deferrals up to this long leave their message in the queue (the tenant-limit and buffer-one
-# waits of 5 s, that repeat); a longer wait (a run not due for minutes) sends a fresh message,
-# so the queue's oldest-message age keeps meaning a message nobody has dealt with.
+# Deferrals up to this long leave their message in the queue; a longer one hands the run
+# back to the outbox, which publishes it with the delay.
 DEFER_IN_PLACE = 60
-# A completion after a successful effect is retried, backing off to this (seconds), until this
-# much of the invocation is left: the result it records is worth the worker's reserved time.
-COMPLETION_BACKOFF_CAP = 2.0
-COMPLETION_RESERVE = 3.0
 
+# How long a run that may not start yet waits before it looks again, by how long it has
+# waited since it was due: a slot held by a short run frees within a second, so the first
+# looks come soon; then the waits double, up to TENANT_WAIT_LONGEST.
+TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
+TENANT_WAIT_LONGEST = 30
 
-# How long a run whose tenant is at its limit waits before it looks again, by how long it has
-# waited since it was due: a slot held by a short run frees within a second, so the first looks
-# come soon; a run held longer (a tenant kept at its limit by long runs) looks every 5 s. Read
-# from the due instant, not the receive count, which a fresh deferral message starts again.
-TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4))  # (waited less than, wait) in seconds
-TENANT_WAIT_LONGEST = 5
+# Kept for callers that name the old spelling.
+Outcome = AttemptOutcome
+Result = AttemptResult
 
 
 def tenant_wait(waited_seconds: float) -> int:
+    """Seconds a run that has waited `waited_seconds` since due waits before looking again."""
     return next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
 
 
-class EffectStillRunning(AmbiguousError):
-    """The worker stopped waiting for the effect, which may still be executing in its thread
-    (until the invocation ends): unlike a target's own timeout, its in-progress record stays."""
-
-    error_class = "Timeout"
-
-
-class Outcome(StrEnum):
-    SUCCEEDED = "succeeded"
-    RETRY_SCHEDULED = "retry_scheduled"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
-    SKIPPED = "skipped"  # overlap policy
-    DEFERRED = "deferred"  # not due yet, buffered behind a running run, or tenant at its limit
-    DUPLICATE = "duplicate"  # finished or leased by a live worker: nothing to do
-    STALE = "stale"  # our fence was superseded before we could complete
-    HELD = "held"  # its job was paused: held for resume to decide (missedRuns)
-
-
 @dataclass(frozen=True)
-class Delivery:
+class Received:
     """One received message: a pointer to a run, and where it came from."""
 
     run_key: str
@@ -108,43 +79,13 @@ class Delivery:
     receipt_handle: str | None = None  # lets the heartbeat keep the message invisible
 
 
-@dataclass
-class Result:
-    outcome: Outcome
-    run: Run | None = None
-    error_class: str | None = None
-    start_lag: float | None = None  # seconds from due to claim
-    duration: float | None = None  # seconds the effect took
-    # The message was left in its queue to come back after a deferral: it must not be
-    # acknowledged (the handler reports it as a batch item failure).
-    redeliver: bool = False
-
-
-class _Lease:
-    """The worker's view of its lease, shared with the heartbeat thread."""
-
-    def __init__(self, run: Run) -> None:
-        self._lock = threading.Lock()
-        self._run = run
-        self.lost = False
-
-    @property
-    def run(self) -> Run:
-        with self._lock:
-            return self._run
-
-    def update(self, run: Run) -> None:
-        with self._lock:
-            self._run = run
+Delivery = Received  # the message's former name
 
 
 class TenantSlots:
     """A tenant's free lease slots (its concurrency limit less its live leases), counted once
-    for a batch and then handed out to the batch's records: one count per tenant a batch,
-    not one per record, and the records of a batch, which run at once, no longer all read
-    the same count and all claim. The count is as good as the index it reads: leases claimed
-    elsewhere meanwhile are not seen, as they were not by a count per record; leases ended
-    meanwhile free their slots for the next batch."""
+    for a batch and then handed out to the batch's records. The count is as good as the
+    index it reads (see the README's Limits: a soft limit under concurrency)."""
 
     def __init__(self, runs: RunStore, limit: int) -> None:
         self._runs = runs
@@ -157,7 +98,7 @@ class TenantSlots:
         """A slot for one claim of `tenant`'s, if it has one free."""
         with self._lock:
             counting = self._counting.setdefault(tenant, threading.Lock())
-        with counting:  # one count per tenant; other tenants' records go on meanwhile
+        with counting:
             if tenant not in self._free:
                 live = self._runs.live_leases(tenant, now, up_to=self._limit)
                 with self._lock:
@@ -198,25 +139,23 @@ class Worker:
         self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
-        self._idempotency = IdempotencyConfig(
-            event_key_jmespath="runKey", expires_after_seconds=int(idempotency_ttl.total_seconds())
-        )
         self._metrics = metrics
         self._completer = completer or Completer(definitions, runs, queues, clock, metrics)
+        self.attempts = Attempts(
+            definitions, runs, self._completer, clock, metrics=metrics, records_lifetime=idempotency_ttl
+        )
         # Without a Lambda context: the longest a Lambda invocation may last.
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
-        # Receives a message may spend on deferrals before a deferral sends a fresh one.
+        # Receives a message may spend on deferrals before the run is handed to the outbox.
         self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
         # One invocation's tenant slots (see bind); unbound, every delivery counts afresh.
         self._tenant_slots: TenantSlots | None = None
 
     def bind(self, context: Any) -> None:
-        """Per invocation: who we are, how long we have (also the expiry of the in-progress
-        idempotency record a claim writes)."""
+        """Per invocation: who we are and how long we have (the deadline an attempt's
+        in-progress record promises)."""
         self.worker_id = context.aws_request_id
         self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
-        self._idempotency = copy.copy(self._idempotency)
-        self._idempotency.register_lambda_context(context)
         self._tenant_slots = TenantSlots(self._runs, self.tenant_concurrency)
 
     def for_invocation(self, context: Any) -> Worker:
@@ -231,34 +170,26 @@ class Worker:
     def actor(self) -> str:
         return f"worker:{self.worker_id}"
 
-    # --- the pipeline for one delivery ---
+    # --- one message ---
 
-    def process(self, delivery: Delivery) -> Result:
+    def process(self, delivery: Received) -> AttemptResult:
+        """The attempt `delivery` points at: admitted, claimed, checked, executed, completed
+        (services.attempt), or deferred. Raises what the store raises before the effect
+        (the message is then redelivered)."""
         run = self._runs.get_by_key(delivery.run_key)
         now = self._clock.now()
-        if run is None or not lifecycle.claimable(run, now):
-            # Finished, leased by a live worker, held or chained: nothing for this message to do.
+        admitted = self.attempts.admit(run, now, actor=self.actor)
+        if admitted.admission is Admission.NOTHING:
             self._metrics.add("DuplicatesSuppressed")
-            return Result(Outcome.DUPLICATE, run)
-        if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
-            return self._defer(run, delivery, (run.due_at - now).total_seconds(), "not_due")
-
-        blocked = self._overlap(run, now, delivery)
-        if blocked is not None:
-            return blocked
-
-        refusal = lifecycle.attempt_refusal(run, now)
-        if refusal is not None:
-            # No further attempt may start (its worker died holding the last one, it is too old,
-            # or at-most-once and an earlier attempt may have acted): dead, not claimed.
-            if run.state is RunState.LEASED:
-                self._metrics.add("LeasesExpired")
-                return self._ended(
-                    self._completer.write(
-                        run, lambda r: lifecycle.lease_expired(r, now=now, actor=self.actor), self.actor
-                    )
-                )
-            return self._ended(self._completer.dead(run, refusal, actor=self.actor))
+            return AttemptResult(AttemptOutcome.DUPLICATE, admitted.run)
+        assert run is not None
+        if admitted.admission is Admission.NOT_DUE:
+            return self._defer(run, delivery, admitted.wait_seconds, "not_due")
+        if admitted.admission is Admission.BUFFERED:
+            return self._defer(run, delivery, admitted.wait_seconds, "buffered")
+        if admitted.admission is Admission.ENDED:
+            assert admitted.ending is not None
+            return ended(admitted.ending)
 
         slots = None
         if self.tenant_concurrency > 0:
@@ -273,245 +204,73 @@ class Worker:
             # run never starts before its due instant.
             early = (run.due_at - self._clock.precise()).total_seconds()
             if early > 0:
-                self._clock.sleep(early)
+                self._clock.sleep(min(early, CLOCK_SKEW.total_seconds()))
                 now = self._clock.now()
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
-        leased = self._claim(run, now)
+        leased = self.attempts.claim(
+            run, now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
+        )
         if leased is None:
             if slots is not None:
                 slots.give_back(run.tenant)
             self._metrics.add("DuplicatesSuppressed")
-            return Result(Outcome.DUPLICATE, run)
+            return AttemptResult(AttemptOutcome.DUPLICATE, run)
         logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
 
-        lease = _Lease(leased)
-        try:
-            # Read after the claim: a pause or cancel acknowledged before this read stops the run.
-            job = self._definitions.get(run.job_id)
-            stopped = self._completer.before_effect(leased, job, actor=self.actor)
-            if stopped is not None:
-                return self._ended(stopped)
-            if leased.policies.delivery is DeliveryMode.AT_MOST_ONCE:
-                try:
-                    lease.update(
-                        self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
-                    )
-                except RunChanged:
-                    self._metrics.add("StaleFencesRejected")
-                    return Result(Outcome.STALE, leased)
-        except Exception:
-            # The claim is the in-progress record: give it back, or the next attempt would
-            # wait for this invocation's deadline for an effect that never started.
-            self._release_effect(lease.run)
-            raise
-
-        result = self._execute(lease, delivery)
+        # Read after the claim: a pause or cancel acknowledged before this read stops the run.
+        stopped = self.attempts.check_job(leased, actor=self.actor)
+        if stopped is not None:
+            return ended(stopped)
+        result = self.attempts.execute_here(
+            leased,
+            self._runner,
+            actor=self.actor,
+            time_left=self.remaining_seconds,
+            heartbeat=lambda lease: _Heartbeat(self, lease, delivery).start(),
+        )
         result.start_lag = start_lag
         return result
 
-    # --- steps ---
+    # --- deferral ---
 
-    def _claim(self, run: Run, now: datetime) -> Run | None:
-        if run.state is RunState.LEASED:
-            self._metrics.add("LeasesExpired")
-        # The claim is the in-progress idempotency record too: it lasts to this invocation's
-        # deadline (bounded by the records' lifetime, as Powertools bounds its own), counted
-        # from the clock as the remaining time is read, not from the start of the delivery.
-        remaining = min(self.remaining_seconds(), self._idempotency.expires_after_seconds)
-        effect_until = self._clock.now() + timedelta(seconds=max(0.0, remaining))
-        try:
-            return self._runs.commit(
-                run,
-                lambda r: lifecycle.claim(
-                    r,
-                    now=now,
-                    owner=self.worker_id,
-                    actor=self.actor,
-                    lease_seconds=self.lease_seconds,
-                    effect_until=effect_until,
-                ),
-            )
-        except (RunChanged, lifecycle.TransitionRefused):
-            return None
-
-    def _overlap(self, run: Run, now: datetime, delivery: Delivery) -> Result | None:
-        policy = run.policies.overlap
-        if policy is Overlap.ALLOW or not run.previous_run_key:
-            return None
-        previous = self._runs.get_by_key(run.previous_run_key)
-        if previous is None or previous.state in TERMINAL_STATES:
-            return None
-        running = previous.state in (RunState.LEASED, RunState.RETRY_WAIT)
-        if policy is Overlap.BUFFER_ONE and running:
-            # This run is the one buffered: look again shortly.
-            return self._defer(run, delivery, 5, "buffered")
-        ending = self._completer.skip(run, "overlap", actor=self.actor)
-        if ending.run is None:
-            return Result(Outcome.DUPLICATE, run)
-        return Result(Outcome.SKIPPED, ending.run)
-
-    def _defer(self, run: Run, delivery: Delivery, seconds: float, why: str) -> Result:
-        """Come back later. A short wait leaves the message in its queue, invisible for the
-        delay, while it has receives to spare (QueueSpec.deferral_receives): nothing is sent,
-        so no worker -> SQS -> worker chain grows. Otherwise a fresh message is sent (receive
-        count 1) and this one is acknowledged."""
+    def _defer(self, run: Run, delivery: Received, seconds: float, why: str) -> AttemptResult:
+        """Come back in `seconds`. A short wait leaves the message in its queue, invisible for
+        the delay, while it has receives to spare (QueueSpec.deferral_receives); otherwise the
+        run is handed back to the outbox to be published again then, and the message is
+        acknowledged. Raises RetryableError when neither could be done (the message is then
+        redelivered, so the run is not lost)."""
         delay = int(max(1, min(900, seconds)))
-        redeliver = False
         spare = self.deferral_receives.get(delivery.queue, 0)
         if delivery.receipt_handle and delivery.receive_count <= spare and delay <= DEFER_IN_PLACE:
             try:
-                self._queues.release(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
-                redeliver = True
+                self._queues.change_visibility(
+                    self._queues.url(delivery.queue), delivery.receipt_handle, delay
+                )
+                logger.debug("deferred in place", extra={"run_key": run.run_key, "why": why})
+                return AttemptResult(
+                    AttemptOutcome.DEFERRED, run, error_class=why, wait_seconds=delay, redeliver=True
+                )
             except Exception:
-                logger.warning("could not defer by visibility; sending a new message", extra={"why": why})
-        if not redeliver and self._queues.publish(delivery.queue, [(run, delay)]):
-            raise RetryableError(f"could not defer {run.run_key}")
-        now = self._clock.now()
-        if run.state is RunState.QUEUED and now - run.updated_at > DEFER_TOUCH:
-            # Long waits (buffered, tenant limit) would otherwise look like a lost message to
-            # the reconciler; touching the run moves its repair deadline on.
-            with contextlib.suppress(RunChanged, lifecycle.TransitionRefused):
-                self._runs.replace(lifecycle.release(run, now=now, actor=self.actor, reason=why))
-        logger.debug("deferred", extra={"run_key": run.run_key, "why": why, "resent": not redeliver})
-        return Result(Outcome.DEFERRED, run, error_class=why, redeliver=redeliver)
-
-    def _execute(self, lease: _Lease, delivery: Delivery) -> Result:
-        run = lease.run
-        budget = max(1.0, min(float(run.policies.timeout_seconds), self.remaining_seconds() - 5))
-        invocation = Invocation(
-            run_key=run.run_key,
-            job_id=run.job_id,
-            tenant=run.tenant,
-            job_type=run.job_type,
-            scheduled_for=run.scheduled_for,
-            attempt=run.attempt,
-            payload=run.payload,
-            timeout_seconds=budget,
-        )
-        heartbeat = _Heartbeat(self, lease, delivery)
-        records = RunIdempotency(self._runs, lease, self._clock)
-        started = self._clock.now()
-        heartbeat.start()
-        try:
-            output = self._effect(lease, invocation, budget, records)
-        except IdempotencyAlreadyInProgressError:
-            # An earlier attempt may still be executing the effect: come back at its deadline.
-            heartbeat.stop()
-            now = self._clock.now()
-            actor = self.actor
-            return self._ended(
-                self._completer.write(
-                    lease.run,
-                    lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor),
-                    actor,
-                    "InProgress",
-                )
-            )
-        except ExecutionError as exc:
-            heartbeat.stop()
-            # Only an effect this worker stopped waiting for may still be executing: its
-            # in-progress record stays. A target's own timeout has returned.
-            running = isinstance(exc, EffectStillRunning)
-            return self._ended(self._completer.fail(lease.run, exc, actor=self.actor, effect_running=running))
-        finally:
-            # Told to stop, not waited for: the completion is written at once (a renewal in
-            # flight meanwhile only moves the rev, which the holder's write re-applies over).
-            heartbeat.halt()
-        duration = (self._clock.now() - started).total_seconds()
-        # The completion is the effect's completed record: one that cannot be written yet is
-        # tried again while this invocation has time (a result not recorded is acted on again
-        # after its deadline); a refused one (the lease was lost while the effect ran) leaves
-        # the result saved on the run for the attempt that holds it to replay.
-        try:
-            ending = self._completer.succeed(
-                lease.run, output, actor=self.actor, throttle_delays=self._completion_retries()
-            )
-        finally:
-            heartbeat.stop()
-        if ending.state is None:
-            records.save(ending.current, output)
-        result = self._ended(ending)
-        result.duration = duration
-        return result
-
-    def _completion_retries(self) -> Iterator[float]:
-        """Backoff delays for a completion the store cannot take yet, for as long as this
-        invocation has time left (less COMPLETION_RESERVE) to try once more."""
-        until = self._clock.now() + timedelta(seconds=self.remaining_seconds() - COMPLETION_RESERVE)
-        for delay in itertools.chain(SAVE_RETRY_DELAYS, itertools.repeat(COMPLETION_BACKOFF_CAP)):
-            if self._clock.now() + timedelta(seconds=delay) >= until:
-                return
-            yield delay
-
-    def _ended(self, ending: Ending) -> Result:
-        outcomes = {
-            RunState.SUCCEEDED: Outcome.SUCCEEDED,
-            RunState.RETRY_WAIT: Outcome.RETRY_SCHEDULED,
-            RunState.DEAD: Outcome.DEAD,
-            RunState.CANCELLED: Outcome.CANCELLED,
-            RunState.PENDING: Outcome.HELD,
-            RunState.SKIPPED: Outcome.SKIPPED,
-        }
-        outcome = outcomes[ending.state] if ending.state is not None else Outcome.STALE
-        return Result(outcome, ending.run, error_class=ending.error_class)
-
-    def _effect(self, lease: _Lease, invocation: Invocation, budget: float, records: RunIdempotency) -> Any:
-        """The target call, under idempotency keyed by the run key, bounded by the timeout.
-
-        Its records are the run's own (store.run_idempotency): the claim is the in-progress
-        record, the completion the completed one."""
-        run = lease.run
-
-        outputs: list[Any] = []
-
-        def once(request: dict[str, Any]) -> Any:
-            # Saved on the run: JSON, and bounded.
-            output = lifecycle.bounded_result(self._runner.run(run.target, invocation))
-            outputs.append(output)
-            return output
-
-        guarded = idempotent_function(
-            data_keyword_argument="request",
-            config=self._idempotency,
-            persistence_store=records,
-        )(once)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
-        future = pool.submit(guarded, request={"runKey": run.run_key})
-        try:
-            return future.result(timeout=budget)
-        except FutureTimeout:
-            handed = records.stop_waiting()
-            if handed:
-                return handed[0]  # it finished as the wait ran out
-            # From here a result the effect returns is saved on the run, for a later attempt.
-            raise EffectStillRunning(f"the effect did not finish within {budget:.0f} s") from None
-        except IdempotencyPersistenceLayerError as exc:
-            if outputs:
-                # The effect ran but Powertools could not record it: the completion records
-                # the result itself.
                 logger.warning(
-                    "effect result not recorded", extra={"run_key": run.run_key, "error": str(exc)}
+                    "could not defer by visibility; handing the run to the outbox", extra={"why": why}
                 )
-                return outputs[0]
-            # The store failed before the effect: surface its own error, as a completion that
-            # fails does, so the record is retried.
-            cause = exc.__cause__
-            raise (cause if isinstance(cause, Exception) else exc) from None
-        finally:
-            pool.shutdown(wait=False)
-
-    def _release_effect(self, run: Run) -> None:
-        """Best effort: a failure leaves the record to expire at this invocation's deadline."""
+        now = self._clock.now()
+        until = now + timedelta(seconds=delay)
         try:
-            self._runs.commit(
-                run, lambda r: lifecycle.effect_not_started(r, now=self._clock.now()), holder=True
+            deferred = self._runs.commit(
+                run, lambda r: lifecycle.defer(r, now=now, actor=self.actor, until=until, reason=why)
             )
+        except (RunChanged, lifecycle.TransitionRefused):
+            # Moved on meanwhile (claimed, cancelled): whoever moved it owns it now.
+            return AttemptResult(AttemptOutcome.DUPLICATE, run)
         except Exception as exc:
-            logger.warning(
-                "in-progress record not released", extra={"run_key": run.run_key, "error": str(exc)}
-            )
+            raise RetryableError(f"could not defer {run.run_key}: {exc}") from exc
+        logger.debug("deferred through the outbox", extra={"run_key": run.run_key, "why": why})
+        return AttemptResult(AttemptOutcome.DEFERRED, deferred, error_class=why, wait_seconds=delay)
 
-    def heartbeat(self, lease: _Lease, delivery: Delivery | None = None) -> bool:
+    # --- the heartbeat ---
+
+    def heartbeat(self, lease: _Lease, delivery: Received | None = None) -> bool:
         """Extend the lease, and the message's visibility, while the effect runs. False once
         the fence is no longer ours."""
         run = lease.run
@@ -519,36 +278,31 @@ class Worker:
         try:
             lease.update(self._runs.extend_lease(run, until))
         except RunChanged:
-            lease.lost = True
             return False
         if delivery is not None and delivery.receipt_handle:
-            try:
+            with contextlib.suppress(Exception):
                 # Twice the lease: SQS must not redeliver while the lease is being renewed.
                 url = self._queues.url(delivery.queue)
-                self._queues.release(url, delivery.receipt_handle, 2 * self.lease_seconds)
-            except Exception:
-                logger.warning("could not extend message visibility", extra={"run_key": run.run_key})
+                self._queues.change_visibility(url, delivery.receipt_handle, 2 * self.lease_seconds)
         return True
 
 
 class _Heartbeat:
     """Renews the lease every third of its length until stopped."""
 
-    def __init__(self, worker: Worker, lease: _Lease, delivery: Delivery | None = None) -> None:
+    def __init__(self, worker: Worker, lease: _Lease, delivery: Received | None = None) -> None:
         self._delivery = delivery
         self._worker = worker
         self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
-    def start(self) -> None:
+    def start(self) -> _Heartbeat:
         self._thread.start()
-
-    def halt(self) -> None:
-        """No renewal starts after this; one in flight may still land."""
-        self._stop.set()
+        return self
 
     def stop(self) -> None:
+        """No renewal starts after this; one in flight is waited for (up to 5 s)."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)

@@ -94,7 +94,7 @@ class RunQueues:
         body["reason"] = reason[:500]
         self._sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body, separators=(",", ":")))
 
-    def release(self, queue_url: str, receipt_handle: str, seconds: int) -> None:
+    def change_visibility(self, queue_url: str, receipt_handle: str, seconds: int) -> None:
         """Make a received message visible again after `seconds` (0..43200)."""
         self._sqs.change_message_visibility(
             QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(43200, seconds))

@@ -1,0 +1,50 @@
+"""The overlap policy: may an occurrence start while an earlier run of its job is still open?
+
+The earlier run that matters is the job's latest earlier scheduled run that was not SKIPPED:
+a skipped run never executed, so the one before it may still be executing (a run skipped
+behind a live run names that run in `overlapped_by`, so one read finds it however many
+occurrences were skipped behind it). `earlier_run_key` says which key to read next while
+walking back; `overlap_verdict` judges the run found. Both are pure."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .models import Overlap
+from .runs import TERMINAL_STATES, Run, RunState
+
+# Runs walked back through while looking for the earlier run that matters (skipped behind a
+# live run costs one hop; a run of missed occurrences is one SKIPPED record): past this the
+# walk gives up and the occurrence runs, logged (OVERLAP_WALK_LIMIT).
+OVERLAP_WALK_LIMIT = 20
+RUNNING_STATES = frozenset({RunState.LEASED, RunState.RETRY_WAIT})
+
+
+class OverlapVerdict(StrEnum):
+    RUN = "run"  # nothing earlier is open
+    SKIP = "skip"  # an earlier run is open: this occurrence is skipped
+    BUFFER = "buffer"  # buffer-one: this is the one occurrence waiting behind a running run
+
+
+def applies(run: Run) -> bool:
+    """Whether the overlap policy judges `run` at all: scheduled runs of a job whose policy
+    is not `allow` (manual runs and backfills are outside it; backfills are chained)."""
+    return run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None
+
+
+def earlier_run_key(run: Run) -> str | None:
+    """Where the walk goes from `run`: the live run it was skipped behind, else its previous."""
+    return run.overlapped_by or run.previous_run_key
+
+
+def overlap_verdict(policy: Overlap, earlier: Run | None) -> OverlapVerdict:
+    """The verdict on an occurrence whose earlier run that matters is `earlier` (None: none).
+
+    `skip`: any open earlier run skips it. `buffer-one`: an earlier run that is executing
+    (LEASED, or RETRY_WAIT between its attempts) buffers it; an earlier run still waiting to
+    start is itself the buffered one, so this occurrence is skipped."""
+    if policy is Overlap.ALLOW or earlier is None or earlier.state in TERMINAL_STATES:
+        return OverlapVerdict.RUN
+    if policy is Overlap.BUFFER_ONE and earlier.state in RUNNING_STATES:
+        return OverlapVerdict.BUFFER
+    return OverlapVerdict.SKIP

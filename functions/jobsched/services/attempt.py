@@ -1,0 +1,418 @@
+"""One attempt of one run: admit -> claim -> decide -> execute -> complete.
+
+The one pipeline for the Lambda worker (services.worker: the effect runs here, in this
+process, while a heartbeat renews the lease) and for the external-worker lease API
+(services.runs: the effect runs in the caller's worker, which heartbeats and completes over
+HTTP). What differs is who executes; every rule before and after the effect is here once:
+
+- admit: the run is claimable, due, allowed by its overlap policy (domain.overlap: every
+  earlier run of the job that may still be executing is found, not only the previous one),
+  and another attempt may start (lifecycle.attempt_refusal; DEAD otherwise);
+- claim: a new fence and lease, conditional on the run as read;
+- check: the job, read after the claim: a pause or cancel acknowledged before this read
+  stops the run before its effect;
+- decide: domain.effects.effect_verdict — start the effect, replay a saved result, or wait
+  for an earlier attempt's invocation deadline;
+- execute and complete: `execute_here` runs the effect under Powertools idempotency with its
+  records on the run (store.run_idempotency), bounded by the run's timeout and the
+  invocation's deadline, and never leaves the effect running when it returns; an external
+  worker executes, then `complete` ends its attempt under its fence.
+
+Guarantees: no write after the claim lands without the claim's fence; no effect starts while
+another attempt's in-progress record may be live; a result the completion could not record
+is saved and replayed, never acted again; an effect never outlives the invocation that
+recorded its deadline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+)
+
+from ..domain import lifecycle
+from ..domain.budget import storable_result
+from ..domain.effects import EffectDecision, effect_verdict, excluded_until, record_deadline
+from ..domain.errors import AmbiguousError, ExecutionError
+from ..domain.instants import Clock
+from ..domain.metrics import NO_METRICS, Metrics
+from ..domain.models import Delivery as DeliveryGuarantee
+from ..domain.overlap import OVERLAP_WALK_LIMIT, OverlapVerdict, applies, earlier_run_key, overlap_verdict
+from ..domain.runs import CLAIMABLE_STATES, Run, RunState
+from ..observability import logger
+from ..store.definitions import DefinitionStore
+from ..store.run_idempotency import RunIdempotency, envelope
+from ..store.runs import RunChanged, RunStore
+from ..targets import Invocation, TargetRunner
+from .completion import Completer, Ending
+
+# A message this early is waited out; earlier, it is deferred.
+CLOCK_SKEW = timedelta(seconds=2)
+# Of the invocation's time, kept back after the effect for the completion (retried while the
+# store throttles) and for the invocation to return.
+COMPLETION_RESERVE = 3.0
+
+
+class AttemptOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRY_SCHEDULED = "retry_scheduled"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # overlap policy
+    DEFERRED = "deferred"  # not due yet, buffered behind a running run, or tenant at its limit
+    DUPLICATE = "duplicate"  # finished or leased by a live worker: nothing to do
+    STALE = "stale"  # our fence was superseded before we could complete
+    HELD = "held"  # its job was paused: held for resume to decide (missedRuns)
+
+
+_OUTCOME_OF_STATE = {
+    RunState.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+    RunState.RETRY_WAIT: AttemptOutcome.RETRY_SCHEDULED,
+    RunState.DEAD: AttemptOutcome.DEAD,
+    RunState.CANCELLED: AttemptOutcome.CANCELLED,
+    RunState.PENDING: AttemptOutcome.HELD,
+    RunState.SKIPPED: AttemptOutcome.SKIPPED,
+}
+
+
+@dataclass
+class AttemptResult:
+    outcome: AttemptOutcome
+    run: Run | None = None
+    error_class: str | None = None
+    start_lag: float | None = None  # seconds from due to claim
+    duration: float | None = None  # seconds the effect took
+    wait_seconds: float | None = None  # DEFERRED: how long until the run should be looked at again
+    # DEFERRED: the message was left in its queue to come back (the handler must not
+    # acknowledge it: it is reported as a batch item failure).
+    redeliver: bool = False
+
+
+def ended(ending: Ending) -> AttemptResult:
+    outcome = _OUTCOME_OF_STATE[ending.state] if ending.state is not None else AttemptOutcome.STALE
+    return AttemptResult(outcome, ending.run, error_class=ending.error_class)
+
+
+class Admission(StrEnum):
+    GO = "go"  # claim it
+    NOTHING = "nothing"  # finished, leased by a live worker, held or chained
+    NOT_DUE = "not_due"
+    BUFFERED = "buffered"
+    ENDED = "ended"  # skipped or dead: `ending` says how
+
+
+@dataclass(frozen=True)
+class Admitted:
+    admission: Admission
+    run: Run | None
+    ending: Ending | None = None
+    wait_seconds: float = 0.0
+
+
+class EffectStillRunning(AmbiguousError):
+    """The attempt stopped waiting for the effect at its timeout; the effect may still be
+    executing (its in-progress record stays until the invocation's deadline)."""
+
+    error_class = "Timeout"
+
+
+class _Lease:
+    """The attempt's view of its lease, shared with the heartbeat thread."""
+
+    def __init__(self, run: Run) -> None:
+        self._lock = threading.Lock()
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        with self._lock:
+            return self._run
+
+    def update(self, run: Run) -> None:
+        with self._lock:
+            self._run = run
+
+
+class Attempts:
+    """The attempt pipeline over the stores. `records_lifetime` bounds an in-progress record
+    (Powertools' expiry); `metrics` counts what the pipeline refuses or repeats."""
+
+    def __init__(
+        self,
+        definitions: DefinitionStore,
+        runs: RunStore,
+        completer: Completer,
+        clock: Clock,
+        *,
+        metrics: Metrics = NO_METRICS,
+        records_lifetime: timedelta = timedelta(days=1),
+    ) -> None:
+        self._definitions = definitions
+        self._runs = runs
+        self._completer = completer
+        self._clock = clock
+        self._metrics = metrics
+        self.records_lifetime = records_lifetime
+
+    @property
+    def completer(self) -> Completer:
+        return self._completer
+
+    # --- admit ---
+
+    def admit(self, run: Run | None, now: datetime, *, actor: str) -> Admitted:
+        """May an attempt of `run` (as read) be claimed now? NOTHING: nothing to do (finished,
+        leased by a live worker, held, chained); NOT_DUE / BUFFERED: look again after
+        `wait_seconds`; ENDED: the run was skipped by its overlap policy or is DEAD (no further
+        attempt may start), `ending` says how; GO: claim it."""
+        if run is None or not lifecycle.claimable(run, now):
+            return Admitted(Admission.NOTHING, run)
+        if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
+            return Admitted(Admission.NOT_DUE, run, wait_seconds=(run.due_at - now).total_seconds())
+        if applies(run):
+            blocker = self._earlier_open(run)
+            verdict = overlap_verdict(run.policies.overlap, blocker)
+            if verdict is OverlapVerdict.BUFFER:
+                return Admitted(Admission.BUFFERED, run, wait_seconds=5)
+            if verdict is OverlapVerdict.SKIP:
+                assert blocker is not None
+                ending = self._completer.skip(run, "overlap", actor=actor, overlapped_by=blocker.run_key)
+                return Admitted(Admission.ENDED if ending.run else Admission.NOTHING, run, ending)
+        refusal = lifecycle.attempt_refusal(run, now)
+        if refusal is not None:
+            # No further attempt may start (its worker died holding the last one, it is too
+            # old, or at-most-once and an earlier attempt may have acted): dead, not claimed.
+            if run.state is RunState.LEASED:
+                self._metrics.add("LeasesExpired")
+                ending = self._completer.write(
+                    run, lambda r: lifecycle.lease_expired(r, now=now, actor=actor), actor
+                )
+            else:
+                ending = self._completer.dead(run, refusal, actor=actor)
+            return Admitted(Admission.ENDED, run, ending)
+        return Admitted(Admission.GO, run)
+
+    def _earlier_open(self, run: Run) -> Run | None:
+        """The job's latest earlier run that was not skipped, if it is open: walked back
+        through skipped occurrences (domain.overlap), read consistently."""
+        key = earlier_run_key(run)
+        for _ in range(OVERLAP_WALK_LIMIT):
+            if key is None:
+                return None
+            earlier = self._runs.get_by_key(key)
+            if earlier is None:
+                return None
+            if earlier.state is not RunState.SKIPPED:
+                return earlier if earlier.is_open else None
+            key = earlier_run_key(earlier)
+        logger.warning("overlap walk gave up", extra={"run_key": run.run_key, "limit": OVERLAP_WALK_LIMIT})
+        self._metrics.add("OverlapWalkLimit")
+        return None
+
+    # --- claim and check ---
+
+    def claim(self, run: Run, now: datetime, *, owner: str, actor: str, lease_seconds: float) -> Run | None:
+        """The run leased to `owner` (a new fence), or None when another writer got there first."""
+        if run.state is RunState.LEASED:
+            self._metrics.add("LeasesExpired")
+        try:
+            return self._runs.commit(
+                run,
+                lambda r: lifecycle.claim(r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds),
+            )
+        except (RunChanged, lifecycle.TransitionRefused):
+            return None
+
+    def check_job(self, leased: Run, *, actor: str) -> Ending | None:
+        """Read after the claim: None to go on; otherwise the run was cancelled (job cancelled
+        or gone) or held (job paused) and no effect may start."""
+        job = self._definitions.get(leased.job_id)
+        return self._completer.before_effect(leased, job, actor=actor)
+
+    # --- decide, for an executor elsewhere (the lease API) ---
+
+    def hand_out(self, leased: Run, *, actor: str) -> Run | Ending:
+        """Before a lease is handed to an external worker: the run to hand out (an at-most-once
+        run marked started: the effect may start as soon as it is handed out); or the Ending
+        of a run completed with its saved result, or waiting for an earlier attempt's
+        deadline, which is not handed out. Raises RunChanged if the lease was lost."""
+        now = self._clock.now()
+        verdict = effect_verdict(leased, leased.fence, now)
+        if verdict.decision is EffectDecision.REPLAY:
+            return self._completer.succeed(leased, verdict.result, actor=actor)
+        if verdict.decision is EffectDecision.WAIT:
+            assert verdict.until is not None
+            return self._wait_for_record(leased, actor, verdict.until)
+        if leased.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
+            return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
+        return leased
+
+    def _wait_for_record(self, leased: Run, actor: str, until: datetime) -> Ending:
+        now = self._clock.now()
+        self._metrics.add("EffectInProgressElsewhere")
+        return self._completer.write(
+            leased,
+            lambda r: lifecycle.in_progress_elsewhere(r, now=now, actor=actor, until=until),
+            actor,
+            "InProgress",
+        )
+
+    # --- execute here (the Lambda worker) ---
+
+    def execute_here(
+        self,
+        leased: Run,
+        runner: TargetRunner,
+        *,
+        actor: str,
+        time_left: Callable[[], float],
+        heartbeat: Callable[[_Lease], Any] | None = None,
+    ) -> AttemptResult:
+        """Run the effect of the claimed run in this process and complete the attempt.
+
+        `time_left()`: seconds left in the invocation; the in-progress record promises its end,
+        and the effect gets min(its timeoutSeconds, what is left less COMPLETION_RESERVE).
+        `heartbeat(lease)`: started beside the effect, returns an object with `stop()`.
+        Returns when the effect has finished — never while it still runs: an effect still
+        running at the invocation's end holds the invocation until it ends (see _outlast)."""
+        lease = _Lease(leased)
+        # The invocation's end, read once and then followed on the injected clock.
+        ends = self._clock.precise() + timedelta(seconds=time_left())
+
+        def left() -> float:
+            return (ends - self._clock.precise()).total_seconds()
+
+        deadline = record_deadline(self._clock.precise(), left(), self.records_lifetime.total_seconds())
+        budget = max(1.0, min(float(leased.policies.timeout_seconds), left() - COMPLETION_RESERVE))
+        invocation = Invocation(
+            run_key=leased.run_key,
+            job_id=leased.job_id,
+            tenant=leased.tenant,
+            job_type=leased.job_type,
+            scheduled_for=leased.scheduled_for,
+            attempt=leased.attempt,
+            payload=leased.payload,
+            timeout_seconds=budget,
+        )
+        records = RunIdempotency(
+            self._runs,
+            self._completer,
+            lease,
+            self._clock,
+            actor=actor,
+            deadline=deadline,
+            time_left=lambda: left() - COMPLETION_RESERVE,
+        )
+        config = IdempotencyConfig(
+            event_key_jmespath="runKey", expires_after_seconds=int(self.records_lifetime.total_seconds())
+        )
+
+        def effect(request: dict[str, Any]) -> dict[str, Any]:
+            # What is kept of the answer: always storable (a success whose answer cannot be
+            # kept as it is stays a success; `dropped` says what was changed).
+            return envelope(storable_result(runner.run(leased.target, invocation)))
+
+        guarded = idempotent_function(
+            data_keyword_argument="request", config=config, persistence_store=records
+        )(effect)
+        beat = heartbeat(lease) if heartbeat is not None else None
+        started = self._clock.now()
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
+        future = pool.submit(guarded, request={"runKey": leased.run_key})
+        try:
+            result = self._await(future, budget, lease, records, actor, left)
+        finally:
+            if beat is not None:
+                beat.stop()
+            pool.shutdown(wait=False)
+        result.duration = (self._clock.now() - started).total_seconds()
+        return result
+
+    def _await(
+        self,
+        future: Future[Any],
+        budget: float,
+        lease: _Lease,
+        records: RunIdempotency,
+        actor: str,
+        time_left: Callable[[], float],
+    ) -> AttemptResult:
+        try:
+            answer = future.result(timeout=budget)
+        except FutureTimeout:
+            # Stopped waiting: the failure keeps the in-progress record (the effect may still
+            # be executing); a result it returns later is saved on the run for the next attempt.
+            ending = self._completer.fail(
+                lease.run,
+                EffectStillRunning(f"the effect did not finish within {budget:.0f} s"),
+                actor=actor,
+                effect_running=True,
+            )
+            self._outlast(future, time_left)
+            return ended(ending)
+        except IdempotencyAlreadyInProgressError:
+            until = excluded_until(lease.run) or self._clock.now()
+            return ended(self._wait_for_record(lease.run, actor, until))
+        except ExecutionError:
+            # The effect raised: `_delete_record` wrote the attempt's failure.
+            assert records.written is not None
+            return ended(records.written.ending)
+        except IdempotencyPersistenceLayerError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, RunChanged):
+                # The lease was lost before the effect started: no effect, nothing to write.
+                self._metrics.add("StaleFencesRejected")
+                return AttemptResult(AttemptOutcome.STALE, cause.current)
+            # The store failed around the effect (its in-progress or completed record): the
+            # record is retried by redelivery; a completed effect whose completion could not
+            # be written is repeated only after this invocation's deadline.
+            logger.warning(
+                "idempotency record not written", extra={"run_key": lease.run.run_key, "error": str(exc)}
+            )
+            raise (cause if isinstance(cause, Exception) else exc) from None
+        if records.written is None:
+            # Replayed: the run holds an earlier attempt's saved result; no effect ran.
+            self._metrics.add("EffectResultsReplayed")
+            ending = self._completer.succeed(lease.run, answer.get("result"), actor=actor)
+            return ended(ending)
+        if records.written.saved:
+            self._metrics.add("StaleFencesRejected")
+        return ended(records.written.ending)
+
+    def _outlast(self, future: Future[Any], time_left: Callable[[], float]) -> None:
+        """Wait for an effect this attempt stopped waiting for, until the invocation's end.
+        Returning while it runs would let Lambda freeze its thread with the environment and
+        resume it in a later invocation, past the deadline its record promises; so an effect
+        still running at the end holds the invocation until Lambda ends it (a timeout resets
+        the execution environment, and the thread with it)."""
+        try:
+            future.result(timeout=max(0.0, time_left() - COMPLETION_RESERVE))
+            return
+        except FutureTimeout:
+            pass
+        except Exception:
+            return  # it raised after the failure was written: nothing left running
+        logger.error("effect still running at the invocation's end: holding the invocation until it ends")
+        self._metrics.add("EffectsOutlastingInvocation")
+        try:
+            future.result(timeout=max(0.0, time_left()) + 5)
+        except Exception:  # Lambda ends the invocation first; elsewhere there is nothing better to do
+            logger.error("effect outlived its invocation's deadline")
+
+    # --- complete, for an executor elsewhere (the lease API) ---
+
+    def complete_success(self, held: Run, result: Any, *, actor: str) -> Ending:
+        return self._completer.succeed(held, storable_result(result), actor=actor)
+
+    def complete_failure(self, held: Run, error: ExecutionError, *, actor: str) -> Ending:
+        return self._completer.fail(held, error, actor=actor)
