@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import boto3
 import pytest
-from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.effects import RECORD_GRACE
+from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.runs import RunState
 from jobsched.services.worker import Delivery, Outcome
 from jobsched.targets import HandlerRegistry

@@ -105,6 +105,10 @@ class Receiver:
             self.reply(h, 200, "done", "text/plain")
         elif route == "/big":
             self.reply(h, 200, "x" * 10_000, "text/plain")
+        elif route == "/deep":  # valid JSON, nested past any parser's recursion limit
+            self.reply(h, 200, "[" * 2000 + "]" * 2000, "application/json")
+        elif route == "/surrogate":  # valid JSON naming a lone surrogate, which UTF-8 cannot hold
+            self.reply(h, 200, '{"text": "\\ud800"}', "application/json")
         elif route == "/empty":
             self.reply(h, 204, "", "text/plain")
         elif route.startswith("/status/"):

@@ -76,6 +76,12 @@ class ConcurrentUpdate(Conflict):
     code = "concurrent_update"
 
 
+class EffectMayRepeat(Conflict):
+    """A change that would run an at-most-once effect again, asked for without saying so."""
+
+    code = "effect_may_repeat"
+
+
 class IdempotencyKeyReused(Conflict):
     code = "idempotency_key_reused"
 

@@ -1,8 +1,10 @@
 """Every change a run can go through, as pure functions: run in, run out.
 
-Services read a run, call one of these, and hand both to the store, which writes the new run
-only if the stored one is still in the state (and, for a lease holder, under the fence) the
-transition started from. Nothing else writes a run, so the rules below are the whole of them:
+Each transition is a row of domain.transitions (`@transition`): where it starts, where it
+may end, who may write it. Services read a run, call one of these, and hand both to the
+store, which writes the new run only if the stored one is still in the state (and, for a
+lease holder's row, under the fence) the transition started from. Nothing else writes a run,
+so the rules below are the whole of them:
 
 - `attempt_refusal` is the one answer to "may another attempt start?" (attempts, max age,
   at-most-once); the worker, the lease API, the completion and the reconciler all ask it.
@@ -28,11 +30,8 @@ from .budget import (
 from .instants import format_instant
 from .jitter import retry_delay_seconds
 from .models import Delivery
-from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, can_move
-
-
-class TransitionRefused(ValueError):
-    """The run is not in a state this transition starts from."""
+from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
+from .transitions import TransitionRefused, can_move, transition
 
 
 @dataclass(frozen=True)
@@ -137,6 +136,7 @@ def claimable(run: Run, now: datetime) -> bool:
 # --- transitions ---
 
 
+@transition("claim")
 def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float) -> Run:
     """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds.
 
@@ -162,21 +162,21 @@ def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: flo
     )
 
 
+@transition("record_in_progress")
 def record_in_progress(run: Run, *, now: datetime, until: datetime) -> Run:
     """The lease holder is about to start the effect: its in-progress record (its fence, and
     `until`, its invocation's deadline) replaces any earlier one, which must have expired
     (`effects.effect_verdict` said START). An at-most-once run is marked started in the same
     write. No transition: the lease holder's own note."""
-    _require(run, RunState.LEASED)
     updates: dict[str, Any] = {"effect_fence": run.fence, "effect_until": until, "updated_at": now}
     if run.policies.delivery is Delivery.AT_MOST_ONCE:
         updates["effect_started_at"] = now
     return run.model_copy(update=updates)
 
 
+@transition("effect_started")
 def effect_started(run: Run, *, now: datetime) -> Run:
     """At-most-once: mark the run before its effect (no transition: the lease holder's own note)."""
-    _require(run, RunState.LEASED)
     return run.model_copy(update={"effect_started_at": now, "updated_at": now})
 
 
@@ -185,16 +185,13 @@ def can_save_result(run: Run) -> bool:
     return run.is_open or run.state is RunState.DEAD
 
 
+@transition("save_result")
 def save_result(run: Run, *, now: datetime, result: Any) -> Run:
     """The effect finished but its completion cannot record it: the result is kept on the run
     (the completed idempotency record), so the next attempt, or a redrive, replays it. No
     transition: the lease holder's note, or, for an attempt that lost its lease while
     executing, a note on the run as stored (store.run_idempotency decides when that is
     allowed)."""
-    if not can_save_result(run):
-        raise TransitionRefused(
-            f"run {run.run_key} is {run.state.value}; only an open or dead run can save a result"
-        )
     # Completed supersedes in progress: the attempt is no longer executing the effect.
     return run.model_copy(
         update={
@@ -215,14 +212,14 @@ def _effect_released(run: Run) -> dict[str, Any]:
     return {}
 
 
+@transition("heartbeat")
 def heartbeat(run: Run, *, until: datetime) -> Run:
     """The lease holder extends its lease (no history entry: the lease is not a state change)."""
-    _require(run, RunState.LEASED)
     return run.model_copy(update={"lease_expires_at": until})
 
 
+@transition("succeed")
 def succeed(run: Run, *, now: datetime, actor: str, result: Any) -> Run:
-    _require(run, RunState.LEASED)
     # Finished: the idempotency records have served their purpose (the run itself answers).
     return advance(
         run,
@@ -237,6 +234,7 @@ def succeed(run: Run, *, now: datetime, actor: str, result: Any) -> Run:
     )
 
 
+@transition("fail")
 def fail(
     run: Run,
     *,
@@ -252,7 +250,6 @@ def fail(
 
     The attempt's in-progress record is released, unless `effect_running` (the effect timed
     out and may still be executing: its record lasts to the invocation's deadline)."""
-    _require(run, RunState.LEASED)
     released = {} if effect_running else _effect_released(run)
     if retryable:
         retry = run.policies.retry
@@ -273,12 +270,12 @@ def fail(
     return dead(run, now=now, actor=actor, error_class=error_class, message=message, **released)
 
 
+@transition("in_progress_elsewhere")
 def in_progress_elsewhere(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
     """An earlier attempt's in-progress record excludes this one until `until` (its deadline
     plus the clock-skew grace, `effects.effect_verdict`): that attempt may still be executing
     the effect, so this one does not start it. RETRY_WAIT until then, and the attempt given
     back (none was made)."""
-    _require(run, RunState.LEASED)
     message = (
         f"an earlier attempt (fence {run.effect_fence}) may be executing the effect"
         f" until {format_instant(run.effect_until or until)}"
@@ -294,9 +291,9 @@ def in_progress_elsewhere(run: Run, *, now: datetime, actor: str, until: datetim
     )
 
 
+@transition("lease_expired")
 def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
     """The holder died (its lease is past): RETRY_WAIT due now if another attempt may start, else DEAD."""
-    _require(run, RunState.LEASED)
     if run.lease_live(now):
         raise TransitionRefused(f"run {run.run_key}: the lease is still live")
     until = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
@@ -332,17 +329,18 @@ def dead(run: Run, *, now: datetime, actor: str, error_class: str, message: str,
     )
 
 
+@transition("refused")
 def refused(run: Run, refusal: Refusal, *, now: datetime, actor: str) -> Run:
     """DEAD because `attempt_refusal` said no further attempt may start."""
     return dead(run, now=now, actor=actor, error_class=refusal.error_class, message=refusal.message)
 
 
+@transition("cancel")
 def cancel(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
-    if not run.is_open:
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can be cancelled")
     return advance(run, RunState.CANCELLED, now=now, actor=actor, reason=reason)
 
 
+@transition("skip")
 def skip(run: Run, *, now: datetime, actor: str, reason: str, overlapped_by: str | None = None) -> Run:
     """Never executed: overlap (behind the open run `overlapped_by`), or missed while its job
     was paused."""
@@ -350,27 +348,28 @@ def skip(run: Run, *, now: datetime, actor: str, reason: str, overlapped_by: str
     return advance(run, RunState.SKIPPED, now=now, actor=actor, reason=reason, **changes)
 
 
+@transition("defer")
 def defer(run: Run, *, now: datetime, actor: str, until: datetime, reason: str) -> Run:
     """A worker hands a run it may not start yet back to the outbox, to be published again at
     `until` (its message is acknowledged: no worker sends a message for it, so no
-    worker -> SQS -> worker chain grows). QUEUED becomes PENDING; a PENDING or RETRY_WAIT run
-    keeps its state. `due_at` stays: start lag still counts from it."""
-    if run.state not in (RunState.PENDING, RunState.QUEUED, RunState.RETRY_WAIT):
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only a waiting run can be deferred")
-    target = RunState.PENDING if run.state is RunState.QUEUED else run.state
-    return advance(run, target, now=now, actor=actor, reason=f"deferred: {reason}", deferred_until=until)
+    worker -> SQS -> worker chain grows): PENDING, whatever it was waiting as. `due_at` stays:
+    start lag still counts from it."""
+    return advance(
+        run, RunState.PENDING, now=now, actor=actor, reason=f"deferred: {reason}", deferred_until=until
+    )
 
 
+@transition("queued")
 def queued(run: Run, *, now: datetime, actor: str) -> Run:
     """On its queue (or, for external workers, available to lease)."""
     return advance(run, RunState.QUEUED, now=now, actor=actor)
 
 
+@transition("hold")
 def hold(run: Run, *, now: datetime, actor: str) -> Run:
     """Its job was found paused before the effect: back to PENDING, held (`blocked_by`
     PAUSED_HOLD: not published, not claimable) until resume decides it under `missedRuns`.
     The attempt it had just begun is given back: no effect was started."""
-    _require(run, RunState.LEASED)
     return advance(
         run,
         RunState.PENDING,
@@ -385,15 +384,23 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
     )
 
 
+@transition("requeue")
 def requeue(run: Run, *, now: datetime, actor: str) -> Run:
     """QUEUED but its message is gone: back to PENDING so the outbox publishes it again."""
-    _require(run, RunState.QUEUED)
     return advance(run, RunState.PENDING, now=now, actor=actor, reason="requeue")
 
 
+def effect_may_have_run(run: Run) -> bool:
+    """An at-most-once run one of whose attempts may have started its effect: reopening it
+    would start the effect again."""
+    return run.policies.delivery is Delivery.AT_MOST_ONCE and (
+        run.effect_started_at is not None or run.last_error_class == "AtMostOnce"
+    )
+
+
+@transition("redrive")
 def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
     """Reopen a DEAD run under the same key with a new attempt series and a new age."""
-    _require(run, RunState.DEAD)
     return advance(
         run,
         RunState.PENDING,
@@ -413,22 +420,15 @@ def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
     )
 
 
+@transition("touch")
 def touch(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
     """A recorded write that keeps the state: makes the stream show the run again (republish),
     releases a chained run (`blocked_by=None`), or moves its repair deadline on."""
-    if not run.is_open:
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can be touched")
     return advance(run, run.state, now=now, actor=actor, reason=reason, **changes)
 
 
-def release(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
+@transition("note")
+def note(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
     """An unrecorded write that keeps the state (a chain release, a deferral's repair-deadline
     move): bookkeeping that a history entry per occurrence would only bloat."""
-    if not run.is_open:
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}; only an open run can change")
     return run.model_copy(update={**changes, "updated_at": now})
-
-
-def _require(run: Run, state: RunState) -> None:
-    if run.state is not state:
-        raise TransitionRefused(f"run {run.run_key} is {run.state.value}, not {state.value}")

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from .instants import Instant, parse_instant
 from .jitter import start_jitter_seconds
@@ -33,40 +33,6 @@ OPEN_STATES = frozenset({RunState.PENDING, RunState.QUEUED, RunState.LEASED, Run
 TERMINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.DEAD, RunState.SKIPPED, RunState.CANCELLED})
 # States a worker may claim from (a LEASED run is claimable only once its lease expired).
 CLAIMABLE_STATES = frozenset({RunState.PENDING, RunState.QUEUED, RunState.RETRY_WAIT})
-
-# The state machine: every transition the code performs must be listed here.
-ALLOWED: dict[RunState, frozenset[RunState]] = {
-    # PENDING/QUEUED → DEAD: undeliverable after repeated requeues without any claim.
-    RunState.PENDING: frozenset(
-        {RunState.QUEUED, RunState.LEASED, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
-    ),
-    RunState.QUEUED: frozenset(
-        {RunState.LEASED, RunState.PENDING, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
-    ),
-    # LEASED → PENDING: held, before any effect, because the job was found paused.
-    RunState.LEASED: frozenset(
-        {
-            RunState.LEASED,
-            RunState.PENDING,
-            RunState.SUCCEEDED,
-            RunState.RETRY_WAIT,
-            RunState.DEAD,
-            RunState.CANCELLED,
-        }
-    ),
-    RunState.RETRY_WAIT: frozenset(
-        {RunState.QUEUED, RunState.LEASED, RunState.SKIPPED, RunState.CANCELLED, RunState.DEAD}
-    ),
-    RunState.DEAD: frozenset({RunState.PENDING}),  # audited redrive
-    RunState.SUCCEEDED: frozenset(),
-    RunState.SKIPPED: frozenset(),
-    RunState.CANCELLED: frozenset(),
-}
-
-
-def can_move(source: RunState, target: RunState) -> bool:
-    return target in ALLOWED[source]
-
 
 # `blocked_by` of a run held because its job is paused: not a run key (no "@"), so nothing
 # mistakes it for a predecessor. Resume decides each held run under `missedRuns`.
@@ -143,6 +109,8 @@ class Run(Model):
     finished_at: Instant | None = None
     history: list[Transition] = Field(default_factory=list)
     history_dropped: int = 0  # entries left out of `history` to keep the run in its byte budget
+    # The domain.transitions row that produced this run (stamped by lifecycle; not stored).
+    _rule: Any = PrivateAttr(default=None)
 
     @property
     def is_open(self) -> bool:

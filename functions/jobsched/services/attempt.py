@@ -254,7 +254,7 @@ class Attempts:
             assert verdict.until is not None
             return self._wait_for_record(leased, actor, verdict.until)
         if leased.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
-            return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now), holder=True)
+            return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now))
         return leased
 
     def _wait_for_record(self, leased: Run, actor: str, until: datetime) -> Ending:

@@ -120,8 +120,9 @@ class Completer:
         *,
         throttle_delays: Iterable[float] = (),
     ) -> Ending:
-        """Commit `change` as the lease holder (fence and state conditions) when `run` is
-        LEASED, as anyone else otherwise; then do what follows. A refused write is counted."""
+        """Commit `change` under the conditions its transition's row names (a lease holder's:
+        state and fence; anyone's: state and revision); then do what follows. A refused write
+        is counted."""
         try:
             saved = self._commit(run, change, throttle_delays)
         except RunChanged as exc:
@@ -144,10 +145,9 @@ class Completer:
         )
 
     def _commit(self, run: Run, change: Callable[[Run], Run], throttle_delays: Iterable[float]) -> Run:
-        holder = run.state is RunState.LEASED
         for delay in itertools.chain(throttle_delays, (None,)):
             try:
-                return self._runs.commit(run, change, holder=holder)
+                return self._runs.commit(run, change)
             except StorageUnavailable:
                 if delay is None:
                     raise

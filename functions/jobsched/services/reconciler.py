@@ -184,9 +184,7 @@ class Reconciler:
                 return LEASE_EXPIRED_KIND, commit(
                     run, lambda r: lifecycle.refused(r, unclaimed, now=now, actor=ACTOR)
                 )
-            return DEFERRED, self._runs.replace(
-                lifecycle.release(run, now=now, actor=ACTOR, reason="waiting")
-            )
+            return DEFERRED, self._runs.replace(lifecycle.note(run, now=now, actor=ACTOR, reason="waiting"))
         if run.state is RunState.QUEUED:
             if _requeues_since_claim(run) >= MAX_REQUEUES:
                 # Published again and again, never claimed: something is wrong with the run
@@ -215,7 +213,7 @@ class Reconciler:
                 run, lambda r: lifecycle.touch(r, now=now, actor=ACTOR, reason="unblocked", blocked_by=None)
             )
         # Still waiting: move its deadline so it does not crowd the overdue list every minute.
-        return DEFERRED, self._runs.replace(lifecycle.release(run, now=now, actor=ACTOR, reason="blocked"))
+        return DEFERRED, self._runs.replace(lifecycle.note(run, now=now, actor=ACTOR, reason="blocked"))
 
     def _check_hold(self, run: Run, now: datetime) -> tuple[str, Run]:
         """A run held while its job was paused: still paused, look again later; otherwise the
@@ -224,7 +222,7 @@ class Reconciler:
             decided = self._settle_held(run)
             if decided is not None:
                 return UNBLOCKED, decided
-        return DEFERRED, self._runs.replace(lifecycle.release(run, now=now, actor=ACTOR, reason="held"))
+        return DEFERRED, self._runs.replace(lifecycle.note(run, now=now, actor=ACTOR, reason="held"))
 
     def _emit(self, report: RepairReport) -> None:
         for kind in KINDS:

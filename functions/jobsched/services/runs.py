@@ -13,6 +13,7 @@ from typing import Any, Literal
 from ..domain import lifecycle
 from ..domain.errors import (
     Conflict,
+    EffectMayRepeat,
     ExecutionError,
     FieldProblem,
     NotFound,
@@ -168,15 +169,36 @@ class RunService:
 
     # --- changes by the caller ---
 
-    def redrive(self, tenant: str, run_key: str, actor: str, reason: str | None) -> Run:
+    def redrive(
+        self,
+        tenant: str,
+        run_key: str,
+        actor: str,
+        reason: str | None,
+        *,
+        accept_repeated_effect: bool = False,
+    ) -> Run:
         """Reopen a DEAD run under the same key, with a fresh attempt series. The transition
-        (actor, reason) is the audit record; the run key keeps effects idempotent."""
+        (actor, reason) is the audit record; the run key keeps effects idempotent.
+
+        An at-most-once run whose effect may have started (it died `AtMostOnce`, or any
+        attempt marked its effect started) would run its effect again: refused with 409
+        `effect_may_repeat` unless `accept_repeated_effect`, which the history records."""
         run = self.get_run(tenant, run_key)
         if run.state is not RunState.DEAD:
             raise Conflict(
                 f"run {run.run_key} is {run.state.value}; only a DEAD run can be redriven",
                 state=run.state.value,
             )
+        if lifecycle.effect_may_have_run(run):
+            if not accept_repeated_effect:
+                raise EffectMayRepeat(
+                    f"run {run.run_key} is at-most-once and its effect may already have run: a redrive"
+                    " runs it again; send acceptRepeatedEffect: true to redrive it anyway",
+                    field="acceptRepeatedEffect",
+                )
+            accepted = "at-most-once effect may repeat: accepted by the caller"
+            reason = f"{reason}; {accepted}" if reason else accepted
         now = self._clock.now()
         # A concurrent change is a 409 (concurrent_update).
         return self._runs.commit(run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason))

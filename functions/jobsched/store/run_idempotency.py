@@ -152,7 +152,7 @@ class RunIdempotency(BasePersistenceLayer):
             return lifecycle.record_in_progress(run, now=now, until=self._deadline)
 
         try:
-            self._held.update(self._runs.commit(self._held.run, put, holder=True))
+            self._held.update(self._runs.commit(self._held.run, put))
         except _Excluded as excluded:
             raise IdempotencyItemAlreadyExistsError(old_data_record=excluded.record) from None
 

@@ -25,6 +25,7 @@ from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, parse_run_key, split_run_key
+from ..domain.transitions import Writer, applied_rule
 from ..observability import logger
 from .dynamo import (
     batch_get,
@@ -218,16 +219,22 @@ class RunStore:
                 raise
         return True
 
-    def commit(self, read: Run, change: Callable[[Run], Run], *, holder: bool = False) -> Run:
+    def commit(self, read: Run, change: Callable[[Run], Run], *, holder: bool | None = None) -> Run:
         """Write `change(read)` if the stored run is still in `read`'s state at `read`'s rev.
 
-        `holder=True` is a lease holder's write: it also requires `read`'s fence, and when only
-        the rev moved (a heartbeat, an at-most-once mark) the change is re-applied to the run as
-        stored. Raises RunChanged (with the stored run) when the state or fence is not what the
-        transition starts from, or, for anyone else, when the run was written since `read`."""
+        A lease holder's write (the transition's row says so: domain.transitions, or
+        `holder=True` for bookkeeping of the holder's own) also requires `read`'s fence, and
+        when only the rev moved (a heartbeat, an at-most-once mark) the change is re-applied to
+        the run as stored. Raises RunChanged (with the stored run) when the state or fence is
+        not what the transition starts from, or, for anyone else, when the run was written
+        since `read`; TransitionRefused when the change does not start from `read`."""
         for _ in range(HOLDER_RETRIES):
+            new = change(read)
+            if holder is None:
+                rule = applied_rule(new)
+                holder = rule is not None and rule.writer is Writer.HOLDER
             try:
-                return self._put(change(read), read, holder=holder)
+                return self._put(new, read, holder=holder)
             except RunChanged as exc:
                 current = exc.current
                 if not (

@@ -158,7 +158,7 @@ def _decode(data: bytes) -> Any:
         return None
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: kept as text
         return data.decode("utf-8", errors="replace")
 
 

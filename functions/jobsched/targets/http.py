@@ -171,7 +171,7 @@ def _result_body(data: bytes, content_type: str) -> dict[str, Any]:
     if "json" in content_type.lower():
         try:
             return {"body": json.loads(data)}
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: kept as text
             pass
     return {"body": data.decode("utf-8", errors="replace")}
 

@@ -255,6 +255,9 @@ class BackfillBody(ApiModel):
 
 class RedriveBody(ApiModel):
     reason: str | None = Field(default=None, max_length=500)
+    # An at-most-once run that died because its effect may have started runs that effect
+    # again when redriven: the caller must say so (recorded in the run's history).
+    accept_repeated_effect: StrictBool = Field(default=False, alias="acceptRepeatedEffect")
 
 
 class ClaimBody(ApiModel):

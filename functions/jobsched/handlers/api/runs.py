@@ -74,7 +74,10 @@ def redrive_run(
 ) -> Response[RunView]:
     tenant = tenant_of(router.current_event)
     reason = body.reason if body else None
-    run = container().run_service.redrive(tenant, run_key_of(run_key), actor(tenant), reason)
+    accept = body.accept_repeated_effect if body else False
+    run = container().run_service.redrive(
+        tenant, run_key_of(run_key), actor(tenant), reason, accept_repeated_effect=accept
+    )
     return json_response(200, RunView.from_run(run))
 
 

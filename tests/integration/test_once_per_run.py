@@ -1,0 +1,329 @@
+"""One effect per run, through the worker and the API: each test is a way a target could see
+one run twice (or an effect could outlive the promise of its record), tried on purpose."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from jobsched.domain.errors import StorageUnavailable
+from jobsched.domain.runs import RunState
+from jobsched.services.worker import Delivery, Outcome
+
+from tests.helpers import T0, make_worker
+from tests.integration.test_worker import Ledger, delivery, one_run, stored
+
+pytestmark = pytest.mark.integration
+
+GRACE = timedelta(seconds=6)  # the record's clock-skew grace after its deadline (domain.effects)
+
+
+class Died(BaseException):
+    """The invocation died inside the effect: no handler code after this point ran."""
+
+
+class Context:
+    """A Lambda context with a fixed time left (milliseconds)."""
+
+    def __init__(self, name: str, remaining_ms: int) -> None:
+        self.aws_request_id = name
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@pytest.fixture
+def ledger():
+    return Ledger()
+
+
+@pytest.fixture
+def registry(ledger):
+    from jobsched.targets import HandlerRegistry
+
+    reg = HandlerRegistry()
+
+    @reg.register("ok")
+    def ok(payload, invocation):
+        ledger.effect(invocation.run_key)
+        return {"done": invocation.run_key}
+
+    return reg
+
+
+def attempt(container, registry, name, remaining_seconds=900.0):
+    worker = make_worker(container, registry, name=name)
+    return worker.for_invocation(Context(name, int(remaining_seconds * 1000)))
+
+
+def test_a_lost_lease_saves_its_result_through_a_throttled_write(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The attempt that lost its lease while executing saves the effect's result on the run;
+    one throttle on that save must not drop it (the effect would run again after the deadline)."""
+    real_commit = container.runs.commit
+    throttled = []
+
+    def throttle_the_save_once(read, change, **kw):
+        if not kw.get("holder") and not throttled and change(read).result_saved_at is not None:
+            throttled.append(read.run_key)
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        return real_commit(read, change, **kw)
+
+    @registry.register("outlives")
+    def outlives(payload, invocation_):
+        clock.advance(61)  # the lease runs out inside the effect; a later claim waits for it
+        attempt(container, registry, "second").process(delivery(run))
+        ledger.effect(invocation_.run_key)
+        monkeypatch.setattr(container.runs, "commit", throttle_the_save_once)
+        return {"charged": 1}
+
+    _, run = one_run(container, clock, job_type="outlives")
+    with contextlib.suppress(StorageUnavailable):
+        attempt(container, registry, "first", 300).process(delivery(run))
+    monkeypatch.setattr(container.runs, "commit", real_commit)
+    assert throttled
+    clock.set(T0 + timedelta(seconds=300) + GRACE)
+    done = attempt(container, registry, "third").process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == {"charged": 1}
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_an_attempt_reaching_its_effect_after_an_earlier_record_expired_protects_its_own(
+    container, clock, registry, ledger, monkeypatch
+):
+    """Claimed while an earlier attempt's record was live, the attempt starts its effect only
+    after that record expired: a later claim must still find a live record, its own."""
+    calls = []
+
+    @registry.register("slow")
+    def slow(payload, invocation_):
+        calls.append(invocation_.attempt)
+        ledger.effect(invocation_.run_key)
+        if len(calls) == 1:
+            raise Died  # the first invocation dies in its effect (its record promises T0 + 100 s)
+        clock.advance(61)  # the second attempt's lease runs out inside its effect
+        monkeypatch.setattr(container.definitions, "get", real_get)
+        seen["third"] = attempt(container, registry, "third").process(delivery(run))
+        return "second-result"
+
+    _, run = one_run(container, clock, job_type="slow")
+    with pytest.raises(Died):
+        attempt(container, registry, "first", 100).process(delivery(run))
+    clock.set(T0 + timedelta(seconds=61))  # the lease expired; the record has not
+    real_get = container.definitions.get
+    seen = {}
+
+    def slow_job_read(job_id):
+        clock.set(T0 + timedelta(seconds=200))  # the read after the claim outlasts the record
+        return real_get(job_id)
+
+    monkeypatch.setattr(container.definitions, "get", slow_job_read)
+    attempt(container, registry, "second", 300).process(delivery(run))
+    assert seen["third"].outcome is Outcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
+    assert ledger.effects[run.run_key] == 2  # the dead first one, and the second: never a third
+
+
+def test_the_recorded_deadline_is_never_before_the_invocations_real_end(container, clock, registry):
+    @registry.register("dies")
+    def dies(payload, invocation_):
+        raise Died
+
+    _, run = one_run(container, clock, job_type="dies")
+    clock.advance(0.6)  # between seconds, with 100.7 s left: the invocation ends at T0 + 101.3 s
+    with pytest.raises(Died):
+        attempt(container, registry, "first", 100.7).process(delivery(run))
+    held = stored(container, run)
+    assert held.effect_until >= T0 + timedelta(seconds=101.3)
+    clock.set(T0 + timedelta(seconds=61))
+    waited = attempt(container, registry, "second").process(delivery(run))
+    # The next attempt waits past the real end, and past the clock-skew grace after it.
+    assert waited.run.due_at >= T0 + timedelta(seconds=101.3) + GRACE
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{(1, 2): "tuple key"}, 10**5000, {"text": "\ud800"}, {"nan": float("nan")}, {1, 2}],
+    ids=["tuple-key", "5000-digit-int", "lone-surrogate", "nan", "set"],
+)
+def test_a_handler_answer_json_cannot_hold_is_still_one_success(container, clock, registry, ledger, answer):
+    @registry.register("odd")
+    def odd(payload, invocation_):
+        ledger.effect(invocation_.run_key)
+        return answer
+
+    _, run = one_run(container, clock, job_type="odd", maxAttempts=3)
+    result = attempt(container, registry, "w").process(delivery(run))
+    assert result.outcome is Outcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+    kept = stored(container, run).result
+    assert kept is not None and ("dropped" in kept or "truncated" in kept)
+
+
+@pytest.mark.parametrize(
+    "answer", [0, {}, [], "", False], ids=["zero", "empty-object", "empty-list", "empty", "false"]
+)
+def test_a_saved_falsy_result_replays_as_itself(container, clock, registry, ledger, answer):
+    @registry.register("outlives")
+    def outlives(payload, invocation_):
+        clock.advance(61)
+        attempt(container, registry, "second").process(delivery(run))
+        ledger.effect(invocation_.run_key)
+        return answer
+
+    _, run = one_run(container, clock, job_type="outlives")
+    attempt(container, registry, "first", 300).process(delivery(run))
+    clock.set(T0 + timedelta(seconds=300) + GRACE)
+    done = attempt(container, registry, "third").process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and ledger.effects[run.run_key] == 1
+    assert done.run.result == answer and type(done.run.result) is type(answer)
+
+
+def test_the_worker_does_not_return_while_an_effect_it_stopped_waiting_for_still_runs(
+    container, clock, registry, ledger
+):
+    """Past its timeout the attempt stops waiting and records the failure; the invocation
+    must still not end while the effect runs (Lambda would freeze it with the environment
+    and resume it later, past the deadline its record promises)."""
+    release = threading.Event()
+    finished = threading.Event()
+
+    @registry.register("overruns")
+    def overruns(payload, invocation_):
+        release.wait(10)
+        ledger.effect(invocation_.run_key)
+        finished.set()
+        return "late"
+
+    _, run = one_run(container, clock, job_type="overruns", timeoutSeconds=1)
+    threading.Timer(2.5, release.set).start()
+    started = time.monotonic()
+    result = attempt(container, registry, "w", 30).process(delivery(run))
+    assert finished.is_set(), "process returned while the effect was still running"
+    assert time.monotonic() - started >= 2.0
+    assert result.outcome is Outcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+    # The late result was saved on the run: the retry replays it instead of acting again.
+    assert stored(container, run).saved_result == "late"
+    clock.set(stored(container, run).due_at)
+    done = attempt(container, registry, "w2").process(delivery(run))
+    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "late"
+    assert ledger.effects[run.run_key] == 1
+
+
+def _dead_at_most_once(container, clock, registry):
+    @registry.register("amo")
+    def amo(payload, invocation_):
+        raise Died
+
+    _, run = one_run(container, clock, job_type="amo", delivery="at-most-once")
+    with pytest.raises(Died):
+        attempt(container, registry, "first", 100).process(delivery(run))
+    clock.set(T0 + timedelta(seconds=200))
+    assert attempt(container, registry, "second").process(delivery(run)).outcome is Outcome.DEAD
+    assert stored(container, run).last_error_class == "AtMostOnce"
+    return run
+
+
+def test_redriving_an_at_most_once_run_that_may_have_acted_needs_an_explicit_yes(
+    api, container, clock, registry
+):
+    run = _dead_at_most_once(container, clock, registry)
+    refused = api.post(f"/v1/runs/{run.run_key}/redrive", {"reason": "retry"})
+    assert refused.status == 409 and refused.body["code"] == "effect_may_repeat"
+    assert refused.body["field"] == "acceptRepeatedEffect"
+    assert stored(container, run).state is RunState.DEAD
+    accepted = api.post(f"/v1/runs/{run.run_key}/redrive", {"reason": "retry", "acceptRepeatedEffect": True})
+    assert accepted.status == 200, accepted.body
+    reopened = stored(container, run)
+    assert reopened.state is RunState.PENDING
+    assert "accepted by the caller" in (reopened.history[-1].reason or "")
+
+
+def test_overlap_skip_holds_behind_a_running_run_however_many_were_skipped(
+    container, clock, registry, ledger
+):
+    """Once the previous occurrence is SKIPPED, the next one must still see the older run that
+    is executing."""
+    from jobsched.handlers.api.requests import JobBody
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 10, "overlap": "skip"}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    runs = sorted(
+        container.runs.list_for_job(job.job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    first, second, third, fourth = runs[:4]
+    worker = attempt(container, registry, "w")
+    from tests.helpers import claimed
+
+    container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
+    for later in (second, third, fourth):
+        clock.set(later.due_at)
+        assert worker.process(delivery(later)).outcome is Outcome.SKIPPED
+    assert stored(container, fourth).overlapped_by == first.run_key
+    assert ledger.effects == {}
+
+
+def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
+    created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
+    assert created.status == 201, created.body
+    clock.advance(25)
+    leased = api.post("/v1/leases", {"types": ["report.build"], "max": 5, "workerId": "w1"})
+    assert leased.status == 200, leased.body
+    assert len(leased.body["leases"]) == 1  # the next occurrences are skipped behind it
+
+
+def test_a_deferral_never_sends_a_message_itself(container, clock, registry, monkeypatch):
+    """A run its tenant's limit holds back is handed to the outbox, never re-sent by the
+    worker: a worker -> SQS -> worker chain is what Lambda's recursive-loop guard cuts."""
+    sent = []
+    monkeypatch.setattr(container.queues, "publish", lambda queue, items: sent.extend(items) or [])
+    limited = make_worker(container, registry, tenant_concurrency=1)
+    _, busy = one_run(container, clock, name="a")
+    _, waiting = one_run(container, clock, name="b")
+    from tests.helpers import claimed
+
+    container.runs.commit(busy, lambda _: claimed(busy, at=clock.now(), lease_for=3600, owner="x"))
+    for receives in (1, 2, 3, 4, 5, 6, 7, 50):
+        d = Delivery(
+            waiting.run_key, waiting.job_id, delivery(waiting).scheduled_for, "default", receives, None, "rh"
+        )
+        limited.process(d)
+        clock.advance(30)
+    assert sent == []
+    assert stored(container, waiting).state is RunState.PENDING
+
+
+@pytest.mark.parametrize("path", ["/deep", "/surrogate"])
+def test_a_2xx_answer_that_cannot_be_stored_as_it_is_is_still_one_success(container, clock, ledger, path):
+    """An HTTP target acted and answered 2xx with a body we cannot keep as it is: the run
+    succeeds once with what can be kept, and the target is never called again."""
+    import boto3
+    from jobsched.services.worker import Worker
+    from jobsched.targets import HandlerRegistry, TargetRunner
+
+    from tests.unit.test_targets_http import Receiver
+    from tests.unit.test_targets_http import client as http_client
+
+    receiver = Receiver()
+    try:
+        worker = Worker(
+            container.definitions,
+            container.runs,
+            container.queues,
+            TargetRunner(boto3.client, registry=HandlerRegistry(), http=http_client()),
+            clock,
+            worker_id="w",
+            metrics=container.metrics,
+        ).for_invocation(Context("w", 900_000))
+        target = {"kind": "http", "url": receiver.url(path), "method": "POST"}
+        _, run = one_run(container, clock, job_type="hook", target=target, maxAttempts=3)
+        result = worker.process(delivery(run))
+        assert result.outcome is Outcome.SUCCEEDED, result
+        assert len(receiver.requests) == 1
+        assert stored(container, run).result is not None
+    finally:
+        receiver.close()

@@ -1,0 +1,114 @@
+"""domain.transitions: the one table of a run's changes. Every lifecycle transition is a row,
+refuses a run outside the row's sources, ends only where the row says, and the state
+machine is derived from the rows."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from jobsched.domain import lifecycle
+from jobsched.domain.runs import Run, RunState
+from jobsched.domain.transitions import (
+    ALLOWED,
+    TRANSITIONS,
+    TransitionRefused,
+    Writer,
+    applied_rule,
+    can_move,
+)
+
+T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def run(state: RunState, **fields) -> Run:
+    base = {
+        "run_key": "j_x@2026-11-02T08:00:00Z",
+        "job_id": "j_x",
+        "tenant": "t",
+        "job_type": "ok",
+        "scheduled_for": T0,
+        "due_at": T0,
+        "state": state,
+        "fence": 1,
+        "attempt": 1,
+        "definition_version": 1,
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    return Run.model_validate({**base, **fields})
+
+
+ARGS = {
+    "claim": {"now": T0, "owner": "w", "actor": "worker:w", "lease_seconds": 60},
+    "record_in_progress": {"now": T0, "until": T0},
+    "effect_started": {"now": T0},
+    "heartbeat": {"until": T0},
+    "succeed": {"now": T0, "actor": "worker:w", "result": 1},
+    "fail": {"now": T0, "actor": "worker:w", "error_class": "E", "message": "m", "retryable": True},
+    "in_progress_elsewhere": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=9)},
+    "hold": {"now": T0, "actor": "worker:w"},
+    "save_result": {"now": T0, "result": 1},
+    "lease_expired": {"now": T0 + timedelta(hours=1), "actor": "reconciler"},
+    "refused": {"refusal": lifecycle.Refusal("MaxAge", "too old"), "now": T0, "actor": "reconciler"},
+    "requeue": {"now": T0, "actor": "reconciler"},
+    "touch": {"now": T0, "actor": "reconciler", "reason": "r"},
+    "note": {"now": T0, "actor": "reconciler", "reason": "r"},
+    "queued": {"now": T0, "actor": "outbox"},
+    "defer": {"now": T0, "actor": "worker:w", "until": T0, "reason": "tenant_limit"},
+    "cancel": {"now": T0, "actor": "api:t", "reason": "r"},
+    "skip": {"now": T0, "actor": "worker:w", "reason": "overlap"},
+    "redrive": {"now": T0, "actor": "api:t", "reason": "r"},
+}
+
+
+def test_every_transition_in_lifecycle_is_a_row_of_the_table():
+    marked = {
+        name
+        for name, fn in inspect.getmembers(lifecycle, inspect.isfunction)
+        if getattr(fn, "rule", None) is not None
+    }
+    assert marked == set(TRANSITIONS) == set(ARGS)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSITIONS))
+@pytest.mark.parametrize("state", list(RunState))
+def test_a_row_starts_only_from_its_sources_and_ends_only_at_its_targets(name, state):
+    rule = TRANSITIONS[name]
+    fn = getattr(lifecycle, name)
+    subject = run(state, lease_expires_at=T0 + timedelta(seconds=60) if state is RunState.LEASED else None)
+    if state not in rule.sources:
+        with pytest.raises(TransitionRefused):
+            fn(subject, **ARGS[name])
+        return
+    try:
+        result = fn(subject, **ARGS[name])
+    except TransitionRefused:
+        return  # its guard said no (a claim of a live lease, a lease that has not expired)
+    assert result.state is state or result.state in rule.targets
+    assert applied_rule(result) is rule
+    assert can_move(state, result.state)
+
+
+def test_the_state_machine_is_derived_from_the_rows():
+    for source, targets in ALLOWED.items():
+        for target in targets:
+            assert any(source in r.sources and target in r.targets for r in TRANSITIONS.values())
+    assert (
+        ALLOWED[RunState.SUCCEEDED] == ALLOWED[RunState.SKIPPED] == ALLOWED[RunState.CANCELLED] == frozenset()
+    )
+    assert ALLOWED[RunState.DEAD] == frozenset({RunState.PENDING})
+
+
+def test_only_the_lease_holders_rows_are_fenced():
+    holder = {name for name, rule in TRANSITIONS.items() if rule.writer is Writer.HOLDER}
+    assert holder == {
+        "record_in_progress",
+        "effect_started",
+        "heartbeat",
+        "succeed",
+        "fail",
+        "in_progress_elsewhere",
+        "hold",
+    }
