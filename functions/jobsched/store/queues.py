@@ -27,7 +27,6 @@ def message_group_id(tenant: str) -> str:
     return hashlib.sha256(tenant.encode("utf-8")).hexdigest()
 
 
-
 @dataclass(frozen=True)
 class RunMessage:
     """What travels on a queue: a pointer to the run, never its payload."""
