@@ -227,6 +227,38 @@ def test_a_tenant_at_the_limits_runs_through_the_whole_pipeline(
         assert all(r["state"] != "DEAD" for r in runs if r["scheduledFor"] <= due.isoformat()), runs
 
 
+@pytest.mark.parametrize("caller", CALLERS, ids=list(CALLERS))
+def test_a_tenant_at_the_limits_leases_fails_and_lists_its_dead_letters(container, clock, sqs_calls, caller):
+    """The external-worker path: the claim index (`<tenant>#<type>`), the live-lease index
+    and the dead-letter index all hold the tenant in a key."""
+    make_client, tenant = CALLERS[caller]
+    client = make_client()
+    for name in ("one", "two"):
+        job = client.post("/v1/jobs", {"name": name, "type": "ext", "runAt": "2026-11-02T08:00:00Z"})
+        assert job.status == 201, job
+    run_pipeline(container, clock)  # target-less: claimable, no message
+    assert oversize_keys() == []
+    leases = client.post("/v1/leases", {"types": ["ext"], "workerId": "w1", "max": 2})
+    assert leases.status == 200 and len(leases.body["leases"]) == 2, leases
+    assert oversize_keys() == []
+    failed = {"outcome": "failed", "error": {"class": "Bad", "message": "no", "retryable": False}}
+    for lease in leases.body["leases"]:
+        done = client.post(
+            f"/v1/leases/{quote(lease['runKey'], safe='')}/complete", {"fence": lease["fence"], **failed}
+        )
+        assert done.status == 200 and done.body["state"] == "DEAD", done
+        assert container.runs.get_by_key(lease["runKey"]).tenant == tenant
+    assert oversize_keys() == []
+    first = client.get("/v1/dead-letters", query="limit=1")
+    assert first.status == 200 and first.body["nextCursor"], first
+    second = client.get("/v1/dead-letters", query=f"limit=1&cursor={first.body['nextCursor']}")
+    assert second.status == 200 and len(second.body["items"]) == 1, second
+    assert {first.body["items"][0]["runKey"], second.body["items"][0]["runKey"]} == {
+        lease["runKey"] for lease in leases.body["leases"]
+    }
+    assert sqs_id_violations(sqs_calls) == []
+
+
 def test_every_tenants_runs_share_a_message_group_and_no_two_tenants_share_one(
     container, clock, sqs_calls, monkeypatch
 ):
