@@ -1,14 +1,18 @@
 """REST API in front of the `api` function: IAM auth on every method, request validation,
-access logs, throttling, and one explicit resource/method per route so IAM policies can
-grant routes by method ARN. Ships an example managed policy per caller role."""
+access logs, throttling, a web ACL refusing bodies Lambda could not take, and one explicit
+resource/method per route so IAM policies can grant routes by method ARN. Ships an example
+managed policy per caller role."""
 
 from __future__ import annotations
+
+import json
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from .config import Config
@@ -31,6 +35,30 @@ _CREATE_SCHEMA = apigw.JsonSchema(
     },
 )
 _OBJECT_SCHEMA = apigw.JsonSchema(schema=apigw.JsonSchemaVersion.DRAFT4, type=apigw.JsonSchemaType.OBJECT)
+
+
+BODY_TOO_LARGE_RULE = "body-too-large"
+
+
+def integers_above(limit: int) -> str:
+    """A regular expression (the subset AWS WAF runs: classes, counted repeats, no
+    look-around) matching exactly the decimal integers greater than `limit`, leading zeros
+    and surrounding blanks allowed: a Content-Length past the limit."""
+    digits = str(limit)
+    longer = f"[1-9][0-9]{{{len(digits)},}}"  # more digits than the limit has
+    same_length = [
+        f"{digits[:i]}[{int(d) + 1}-9]"
+        + {0: "", 1: "[0-9]"}.get(rest := len(digits) - i - 1, f"[0-9]{{{rest}}}")
+        for i, d in enumerate(digits)
+        if d != "9"
+    ]
+    return rf"^\s*0*(?:{'|'.join([longer, *same_length])})\s*$"
+
+
+def payload_too_large_body(limit: int) -> str:
+    """The web ACL's 413, in the API's error shape."""
+    message = f"the request body is over {limit} bytes (Content-Length)"
+    return json.dumps({"code": "payload_too_large", "message": message}, separators=(",", ":"))
 
 
 class Api(Construct):
@@ -119,6 +147,8 @@ class Api(Construct):
                 request_models={"application/json": model} if model else None,
             )
 
+        self.web_acl = self._body_limit(config.api_max_body_bytes) if config.api_max_body_bytes else None
+
         self.policies: dict[str, iam.ManagedPolicy] = {}
         for role in API_ROLES:
             routes = [r for r in ROUTES if r.role == role]
@@ -132,6 +162,65 @@ class Api(Construct):
                     )
                 ],
             )
+
+    def _body_limit(self, limit: int) -> wafv2.CfnWebACL:
+        """A body Lambda cannot take (its event is at most 6 MB, the body JSON-escaped in it)
+        passes API Gateway's 10 MB limit and comes back as a 500. API Gateway itself bounds a
+        proxy integration's body by nothing else (no model keyword bounds a document's size,
+        request validation checks headers for presence only, and a proxy integration has no
+        mapping template), so a web ACL on the stage refuses a Content-Length past `limit`
+        with a 413 in the API's error shape."""
+
+        def visibility(name: str) -> wafv2.CfnWebACL.VisibilityConfigProperty:
+            return wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True, metric_name=name, sampled_requests_enabled=False
+            )
+
+        acl = wafv2.CfnWebACL(
+            self,
+            "WebAcl",
+            scope="REGIONAL",
+            description=f"jobsched API: request bodies of at most {limit} bytes",
+            default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+            visibility_config=visibility("jobsched-api"),
+            custom_response_bodies={
+                "payloadTooLarge": wafv2.CfnWebACL.CustomResponseBodyProperty(
+                    content_type="APPLICATION_JSON", content=payload_too_large_body(limit)
+                )
+            },
+            rules=[
+                wafv2.CfnWebACL.RuleProperty(
+                    name=BODY_TOO_LARGE_RULE,
+                    priority=0,
+                    action=wafv2.CfnWebACL.RuleActionProperty(
+                        block=wafv2.CfnWebACL.BlockActionProperty(
+                            custom_response=wafv2.CfnWebACL.CustomResponseProperty(
+                                response_code=413, custom_response_body_key="payloadTooLarge"
+                            )
+                        )
+                    ),
+                    statement=wafv2.CfnWebACL.StatementProperty(
+                        regex_match_statement=wafv2.CfnWebACL.RegexMatchStatementProperty(
+                            field_to_match=wafv2.CfnWebACL.FieldToMatchProperty(
+                                single_header={"Name": "content-length"}
+                            ),
+                            regex_string=integers_above(limit),
+                            text_transformations=[
+                                wafv2.CfnWebACL.TextTransformationProperty(priority=0, type="NONE")
+                            ],
+                        )
+                    ),
+                    visibility_config=visibility("jobsched-api-body-too-large"),
+                )
+            ],
+        )
+        wafv2.CfnWebACLAssociation(
+            self,
+            "WebAclAssociation",
+            resource_arn=self.rest_api.deployment_stage.stage_arn,
+            web_acl_arn=acl.attr_arn,
+        )
+        return acl
 
     def method_arn(self, route: Route) -> str:
         return self.rest_api.arn_for_execute_api(route.method, route.arn_path, API_STAGE)

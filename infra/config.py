@@ -53,6 +53,10 @@ def target_service(arn: str) -> str | None:
     return match.group(1) if match else None
 
 
+MIN_TENANTS_AT_LIMIT = 3  # so two tenants at their request limit leave room for the rest
+MAX_API_BODY_BYTES = 1_000_000  # x 6 (JSON escapes) + headers and context < Lambda's 6,291,456
+
+
 class ConfigError(ValueError):
     pass
 
@@ -99,8 +103,17 @@ class Config:
     # Concurrency reserved for the worker out of the account's (0 = none): an API or sweep
     # burst then cannot take what a top-of-hour drain needs. Also the worker's cap.
     worker_reserved_concurrency: int = 0
-    api_rate_limit: int = 100
-    api_burst_limit: int = 200
+    # Stage throttling, shared by every tenant; each tenant is held to tenantRequestsPerSecond
+    # by the function, after the stage admitted the request. The stage must hold at least
+    # api_tenants_at_limit tenants at their limit at once (checked below): 500 >= 10 x 50.
+    api_rate_limit: int = 500
+    api_burst_limit: int = 1000
+    api_tenants_at_limit: int = 10
+    # The largest request body the stage passes on (Content-Length, refused with a 413 by the
+    # API's web ACL; 0 = no web ACL). Lambda refuses an event past 6 MB with a 500, below API
+    # Gateway's own 10 MB: the body is JSON-escaped in the event (up to 6 bytes a byte), so
+    # 1,000,000 bytes is the most that fits whatever it holds.
+    api_max_body_bytes: int = 1_000_000
     queue_age_alarm_seconds: dict[str, int] = field(
         default_factory=lambda: {"high": 1200, "default": 1800, "low": 3600}
     )
@@ -153,6 +166,26 @@ class Config:
                     f"workerMaxPollers.{queue} must be workerMinPollers.{queue}..{POLLERS_MAX_LIMIT}",
                 )
         _check(self.worker_reserved_concurrency >= 0, "workerReservedConcurrency must be >= 0 (0 = none)")
+        _check(self.api_rate_limit >= 1, "apiRateLimit must be >= 1 (requests per second)")
+        _check(self.api_burst_limit >= self.api_rate_limit, "apiBurstLimit must be >= apiRateLimit")
+        _check(
+            self.api_tenants_at_limit >= MIN_TENANTS_AT_LIMIT,
+            f"apiTenantsAtLimit must be >= {MIN_TENANTS_AT_LIMIT}: two tenants at their limit "
+            "must never fill the stage",
+        )
+        if self.tenant_requests_per_second:
+            needed = self.api_tenants_at_limit * self.tenant_requests_per_second
+            _check(
+                self.api_rate_limit >= needed,
+                f"apiRateLimit {self.api_rate_limit} is shared by every tenant: {self.api_tenants_at_limit} "
+                f"tenants (apiTenantsAtLimit) at tenantRequestsPerSecond {self.tenant_requests_per_second} "
+                f"need {needed}; raise apiRateLimit or lower tenantRequestsPerSecond",
+            )
+        _check(
+            0 <= self.api_max_body_bytes <= MAX_API_BODY_BYTES,
+            f"apiMaxBodyBytes must be 0 (no web ACL) or 1..{MAX_API_BODY_BYTES}: a larger body may "
+            "not fit Lambda's 6 MB event once escaped, and comes back as a 500",
+        )
         for arn in self.target_arns:
             _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
         # The stack's sweeper runs every minute (local mode may tick faster, with a shorter horizon).
@@ -273,6 +306,8 @@ _FIELDS: dict[str, str] = {
     "workerReservedConcurrency": "int",
     "apiRateLimit": "int",
     "apiBurstLimit": "int",
+    "apiTenantsAtLimit": "int",
+    "apiMaxBodyBytes": "int",
     "queueAgeAlarmSeconds": "map",
     "repairAlarmThreshold": "int",
     "iteratorAgeAlarmSeconds": "int",

@@ -5,6 +5,8 @@ retries and dead letters."""
 
 from __future__ import annotations
 
+import math
+
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -32,6 +34,7 @@ API_5XX_THRESHOLD = 5
 # p99 over 5 minutes, 3 periods in a row: requests are a few DynamoDB calls (tens of ms),
 # a cold start ~1-2 s; 5 s for 15 minutes is not a cold start.
 API_LATENCY_P99_MS = 5000
+API_STAGE_BUSY_SHARE = 0.8  # of the stage's requests per second, every minute for 5 minutes
 # Throttled requests are retried by the SDK (standard mode, 5 attempts); a few in 5 minutes
 # at a burst are absorbed, 10 or more mean callers are slowed or failing.
 TABLE_THROTTLE_THRESHOLD = 10
@@ -222,6 +225,19 @@ class Monitoring(Construct):
             stage.metric_server_error(period=FIVE_MINUTES, statistic="Sum"),
             threshold=API_5XX_THRESHOLD,
             description="the API answers with server errors (function failures, timeouts)",
+        )
+        # The stage's rate is shared by every tenant, and a tenant over its own limit still
+        # spends it (the function answers its 429 after the stage admitted the request).
+        self._alarm(
+            "api-stage-busy",
+            stage.metric_count(period=ONE_MINUTE, statistic="Sum"),
+            threshold=math.floor(config.api_rate_limit * 60 * API_STAGE_BUSY_SHARE),
+            periods=5,
+            description=(
+                f"the API stage ran above {API_STAGE_BUSY_SHARE:.0%} of its shared "
+                f"{config.api_rate_limit} requests/s for 5 minutes: tenants at their limit crowd "
+                "the others (apiRateLimit, tenantRequestsPerSecond)"
+            ),
         )
         self._alarm(
             "api-latency",

@@ -3,7 +3,13 @@ deployed stack, signed with the user's AWS credentials (SigV4, as the CLI signs 
 
 The browser holds no key and no credentials. Only API paths are forwarded, only the headers
 the API reads go upstream, and only requests from the console's own origin are signed: a
-page elsewhere (or a DNS name rebound to 127.0.0.1) cannot use the proxy to act as the user."""
+page elsewhere (or a DNS name rebound to 127.0.0.1) cannot use the proxy to act as the user.
+
+A request that changes something (any method but GET, HEAD and OPTIONS) must show it comes
+from the console's origin: a browser sends `Origin` (or `Sec-Fetch-Site: same-origin`) by
+itself and no page can forge either; a non-browser caller (curl, a script) sends
+`Origin: http://127.0.0.1:<port>` (see `own_origin`). A request target that is not visible
+ASCII, and a header folded across lines or holding a control character, are a 400."""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ DEFAULT_PORT = 8090
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 API_PREFIXES = ("/v1/",)
 API_PATHS = ("/openapi.json",)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # RFC 9110 §9.2.1: they change nothing
 
 # Request headers the API reads; everything else (cookies, the browser's own Authorization or
 # x-api-key, Origin, hop-by-hop headers) stays here.
@@ -90,8 +97,25 @@ def forwarded_headers(incoming: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def is_visible_ascii(text: str) -> bool:
+    """Whether `text` is all visible US-ASCII (0x21-0x7E), as a request target must be
+    (RFC 9112 §3.2; anything else is percent-encoded)."""
+    return all("!" <= character <= "~" for character in text)
+
+
+def unsafe_header(headers: Any) -> str | None:
+    """The name of the first header whose value spans lines (an obs-fold, RFC 9112 §5.2) or
+    holds a control character other than a tab: passed on, its CR LF would start another
+    header upstream or in the answer."""
+    for name, value in headers.items():
+        if any((character < " " and character != "\t") or character == "\x7f" for character in value):
+            return str(name)
+    return None
+
+
 def returned_headers(upstream: Any) -> dict[str, str]:
-    """The answer's headers passed back: not hop-by-hop, nor named in its Connection header."""
+    """The answer's headers passed back: not hop-by-hop, nor named in its Connection header,
+    nor folded across lines or holding a control character."""
     items = list(upstream.items()) if upstream is not None else []
     per_connection = {
         token.strip().lower()
@@ -100,7 +124,11 @@ def returned_headers(upstream: Any) -> dict[str, str]:
         for token in value.split(",")
     }
     dropped = DROPPED_RESPONSE_HEADERS | per_connection
-    return {name: value for name, value in items if name.lower() not in dropped}
+    return {
+        name: value
+        for name, value in items
+        if name.lower() not in dropped and unsafe_header({name: value}) is None
+    }
 
 
 class Forwarder:
@@ -189,8 +217,24 @@ class ConsoleProxy:
         self._server.server_close()
         self._thread.join(timeout=5)
 
+    @property
+    def own_origin(self) -> str:
+        """What a non-browser caller sends as `Origin` with a request that changes something."""
+        return f"http://{LOOPBACK}:{self.port}"
+
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         target = request.path
+        if not is_visible_ascii(target):
+            # http.client would refuse it upstream with a traceback, after the handler had
+            # already taken the connection: answered here, and the connection closed.
+            rule = "the request target must be visible ASCII; percent-encode anything else"
+            self._send(request, _json_answer(400, "invalid_request", rule), close=True)
+            return
+        folded = unsafe_header(request.headers)
+        if folded is not None:
+            rule = f"header {folded[:64]!r} is folded across lines or holds a control character"
+            self._send(request, _json_answer(400, "invalid_request", rule), close=True)
+            return
         if not target.startswith("/") or target.startswith("//"):
             # An absolute-form target (a client using this as a general proxy), or one a URL
             # parser would read as a host.
@@ -221,7 +265,9 @@ class ConsoleProxy:
 
     def _refusal(self, request: BaseHTTPRequestHandler) -> Answer | None:
         """Requests the proxy will not sign: addressed to another host name (DNS rebinding),
-        or sent by a page of another origin (a cross-site form or fetch)."""
+        sent by a page of another origin (a cross-site form or fetch), or changing something
+        without showing where they come from (neither `Origin` nor `Sec-Fetch-Site`: a
+        browser that sends neither cannot be told from a page of another site)."""
         port = self.port
         own_hosts = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
         host = (request.headers.get("Host") or "").strip().lower()
@@ -230,8 +276,17 @@ class ConsoleProxy:
         origin = request.headers.get("Origin")
         if origin is not None and origin.lower() not in {f"http://{h}" for h in own_hosts}:
             return _json_answer(403, "forbidden", "requests from other origins are not forwarded")
-        if (request.headers.get("Sec-Fetch-Site") or "same-origin").lower() not in ("same-origin", "none"):
+        fetch_site = request.headers.get("Sec-Fetch-Site")
+        if (fetch_site or "same-origin").lower() not in ("same-origin", "none"):
             return _json_answer(403, "forbidden", "requests from other sites are not forwarded")
+        same_origin = origin is not None or (fetch_site or "").lower() == "same-origin"
+        if request.command.upper() not in SAFE_METHODS and not same_origin:
+            return _json_answer(
+                403,
+                "forbidden",
+                f"a {request.command} must come from the console's origin: a browser sends Origin "
+                f"itself; curl or a script sends 'Origin: {self.own_origin}'",
+            )
         return None
 
     @staticmethod
@@ -287,6 +342,7 @@ def serve(client: Signer, port: int = DEFAULT_PORT, *, open_browser: bool = Fals
     print(
         f"jobsched console at {proxy.url}{CONSOLE_PATH}/\n"
         f"  API calls go to {client.endpoint}, {how}; the browser needs no key.\n"
+        f"  curl and scripts: send 'Origin: {proxy.own_origin}' with POST, PATCH and DELETE.\n"
         "  Ctrl-C stops it.",
         flush=True,
     )

@@ -3,9 +3,12 @@ method, request validation, access logs, throttling, and the example role polici
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infra.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
 from tests.infrastructure.synth import render
@@ -163,3 +166,54 @@ def test_every_route_belongs_to_one_role_and_reading_never_writes(synth):
         assert [role for role, arns in grants.items() if arn in arns] == [route.role]
     assert all("/GET/" in arn for arn in grants["reader"])
     assert not any("/GET/" in arn for role, arns in grants.items() if role != "reader" for arn in arns)
+
+
+# --- bodies Lambda cannot take: the web ACL's 413 ---
+
+LAMBDA_SYNC_EVENT_BYTES = 6_291_456  # Lambda refuses a larger synchronous event (a 500 here)
+API_GATEWAY_HEADER_BYTES = 10_240  # request line and headers together, API Gateway REST's cap
+EVENT_CONTEXT_BYTES = 4_096  # the proxy event's request context and field names, generously
+JSON_ESCAPE_FACTOR = 6  # a control byte becomes \u00XX in the event's JSON string
+
+
+def test_bodies_lambda_cannot_take_are_a_413_from_the_stages_web_acl(synth, config):
+    from infra.api import BODY_TOO_LARGE_RULE, integers_above
+
+    limit = config.api_max_body_bytes
+    assert (
+        limit * JSON_ESCAPE_FACTOR + API_GATEWAY_HEADER_BYTES + EVENT_CONTEXT_BYTES < LAMBDA_SYNC_EVENT_BYTES
+    ), "a body at the limit might not fit Lambda's event"
+    ((acl_id, acl),) = synth.of_type("AWS::WAFv2::WebACL").items()
+    props = acl["Properties"]
+    assert props["Scope"] == "REGIONAL" and props["DefaultAction"] == {"Allow": {}}
+    (rule,) = props["Rules"]
+    assert rule["Name"] == BODY_TOO_LARGE_RULE
+    statement = rule["Statement"]["RegexMatchStatement"]
+    assert statement["FieldToMatch"] == {"SingleHeader": {"Name": "content-length"}}
+    assert statement["RegexString"] == integers_above(limit)
+    assert len(statement["RegexString"]) <= 512  # WAF's limit for a regex
+    response = rule["Action"]["Block"]["CustomResponse"]
+    assert response["ResponseCode"] == 413
+    body = props["CustomResponseBodies"][response["CustomResponseBodyKey"]]
+    assert body["ContentType"] == "APPLICATION_JSON"
+    assert json.loads(body["Content"])["code"] == "payload_too_large"  # the API's error shape
+    ((_, association),) = synth.of_type("AWS::WAFv2::WebACLAssociation").items()
+    assert association["Properties"]["WebACLArn"] == {"Fn::GetAtt": [acl_id, "Arn"]}
+    (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
+    assert stage_id in json.dumps(association["Properties"]["ResourceArn"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(1, 10**9), length=st.integers(0, 10**12), zeros=st.integers(0, 3))
+def test_the_content_length_rule_matches_exactly_the_lengths_past_the_limit(limit, length, zeros):
+    """The rule's regex (in the subset WAF runs, read here by Python's re; WAF looks for a
+    match anywhere in the header, hence `search`) against integer comparison: a
+    Content-Length over the limit matches, one at or under it never does."""
+    from infra.api import integers_above
+
+    pattern = re.compile(integers_above(limit))
+    for written in (str(length), "0" * zeros + str(length), f" {length} "):
+        assert (pattern.search(written) is not None) is (length > limit), (limit, written)
+    for boundary in (limit - 1, limit, limit + 1):
+        assert (pattern.search(str(boundary)) is not None) is (boundary > limit)
+    assert pattern.search("") is None and pattern.search("1e9") is None and pattern.search("-1") is None

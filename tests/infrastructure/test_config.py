@@ -83,6 +83,12 @@ def test_cli_strings_are_coerced():
         ({"workerMinPollers": '{"high": 20}', "workerMaxPollers": '{"high": 10}'}, "workerMaxPollers.high"),
         ({"workerMinPollers": '{"low": 2}', "workerMaxPollers": '{"low": 2001}'}, "workerMaxPollers.low"),
         ({"workerReservedConcurrency": "-5"}, "workerReservedConcurrency"),
+        # The stage's rate is shared: two tenants at their 50/s limit would fill 100/s.
+        ({"apiRateLimit": "100", "apiBurstLimit": "200"}, "apiRateLimit 100 is shared by every tenant"),
+        ({"apiTenantsAtLimit": "2"}, "apiTenantsAtLimit must be >= 3"),
+        ({"tenantRequestsPerSecond": "100"}, "need 1000; raise apiRateLimit"),
+        ({"apiBurstLimit": "100"}, "apiBurstLimit must be >= apiRateLimit"),
+        ({"apiMaxBodyBytes": "6000000"}, "apiMaxBodyBytes must be 0"),
         # 100 pollers drive up to 1,000 invocations: more than the default quota can hold.
         (
             {"workerMinPollers": '{"default": 2}', "workerMaxPollers": '{"default": 100}'},

@@ -9,7 +9,7 @@ import pytest
 from jobsched.services.reconciler import KINDS
 
 from infra.names import FUNCTIONS, OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, dlq_logical_id, queue_logical_id
-from tests.infrastructure.synth import synthesize
+from tests.infrastructure.synth import render, synthesize
 
 
 def alarms(synth) -> list[dict]:
@@ -214,7 +214,7 @@ def test_api_server_errors_and_latency_are_alarmed(synth):
     from infra.names import API_STAGE
 
     api_alarms = {a["MetricName"]: a for a in alarms(synth) if a.get("Namespace") == "AWS/ApiGateway"}
-    assert set(api_alarms) == {"5XXError", "Latency"}
+    assert set(api_alarms) == {"5XXError", "Latency", "Count"}
     for alarm in api_alarms.values():
         dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
         (stage,) = synth.of_type("AWS::ApiGateway::Stage")
@@ -275,3 +275,15 @@ def test_a_run_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, 
     assert failed["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
     assert failed["Threshold"] == 1 and failed["Statistic"] == "Sum"
     assert failed["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def test_the_shared_stage_rate_is_alarmed_before_tenants_starve_each_other(synth, config):
+    """Each tenant is held to its rate by the function, after the stage admitted the request:
+    the stage's own rate is what all tenants share, and a busy stage is an alarm."""
+    from infra.monitoring import API_STAGE_BUSY_SHARE
+
+    (alarm,) = [a for a in alarms(synth) if render(a["AlarmName"]).endswith("-api-stage-busy")]
+    assert alarm["MetricName"] == "Count" and alarm["Namespace"] == "AWS/ApiGateway"
+    assert alarm["Statistic"] == "Sum" and alarm["Period"] == 60 and alarm["EvaluationPeriods"] == 5
+    assert alarm["Threshold"] == int(config.api_rate_limit * 60 * API_STAGE_BUSY_SHARE)
+    assert config.api_rate_limit >= 3 * config.tenant_requests_per_second  # never two tenants

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -218,7 +219,13 @@ def test_answers_come_back_with_status_body_and_headers_hop_by_hop_dropped(
         "X-Hop": "one connection only",
         "Keep-Alive": "timeout=5",
     }
-    status, headers, body = send(proxy, "POST", "/v1/jobs/j_1/pause", b"", own(proxy, **{"If-Match": '"1"'}))
+    status, headers, body = send(
+        proxy,
+        "POST",
+        "/v1/jobs/j_1/pause",
+        b"",
+        own(proxy, **{"If-Match": '"1"', "Origin": proxy.own_origin}),
+    )
     assert status == 412 and json.loads(body)["currentVersion"] == 3
     assert headers["etag"] == '"3"' and headers["x-amzn-requestid"] == "r-1"
     assert headers["content-type"] == "application/json"
@@ -276,6 +283,92 @@ def test_requests_from_other_origins_or_host_names_are_not_signed(
     status, _, _ = send(proxy, "POST", "/v1/jobs/j_1/trigger", b"", {**own(proxy), **extra})
     assert status in (403, 421)
     assert upstream.seen == []
+
+
+def send_raw(proxy: ConsoleProxy, request: bytes) -> bytes:
+    """Send bytes exactly as given (what http.client would refuse to write) and return the
+    whole answer, or b"" if the proxy dropped the connection."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+            if b"\r\n\r\n" in answer:
+                head, _, rest = answer.partition(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                if length and len(rest) >= int(length.group(1)):
+                    break
+        return answer
+
+
+@pytest.mark.parametrize(
+    "path", [b"/v1/jobs/\xc3\xa9t\xc3\xa9", b"/v1/jobs/\x01", b"/v1/jobs/a\x7fb", b"/v1/\xff"]
+)
+def test_a_target_that_is_not_visible_ascii_is_a_400_not_a_dropped_connection(
+    proxy: ConsoleProxy, upstream: Upstream, path: bytes
+) -> None:
+    answer = send_raw(proxy, b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % proxy.port)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"visible ASCII" in answer and upstream.seen == []
+
+
+def test_a_header_folded_across_lines_is_a_400_and_never_forwarded(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    request = (
+        b"POST /v1/jobs/j_1/pause HTTP/1.1\r\n"
+        b"Host: 127.0.0.1:%d\r\n"
+        b"Origin: http://127.0.0.1:%d\r\n"
+        b'If-Match: "1"\r\n X-Injected: yes\r\n'  # obs-fold: the value goes on after CR LF SP
+        b"Content-Length: 0\r\n\r\n"
+    ) % (proxy.port, proxy.port)
+    answer = send_raw(proxy, request)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"if-match" in answer.lower() and upstream.seen == []
+
+
+def test_an_answer_header_folded_across_lines_is_not_passed_back(
+    proxy: ConsoleProxy, upstream: Upstream
+) -> None:
+    upstream.headers = {
+        "Content-Type": "application/json",
+        "X-Folded": "a\r\n Set-Cookie: x=1",
+        "X-Plain": "b",
+    }
+    status, headers, _ = send(proxy, "GET", "/v1/jobs", headers=own(proxy))
+    assert status == 200 and headers["x-plain"] == "b"
+    assert "x-folded" not in headers and "set-cookie" not in headers
+
+
+@pytest.mark.parametrize("method", ["POST", "PATCH", "PUT", "DELETE"])
+def test_a_change_without_origin_or_fetch_metadata_is_not_signed(
+    proxy: ConsoleProxy, upstream: Upstream, method: str
+) -> None:
+    status, _, body = send(proxy, method, "/v1/jobs/j_1/trigger", b"", own(proxy))
+    assert status == 403 and upstream.seen == []
+    assert f"Origin: {proxy.own_origin}" in json.loads(body)["message"]  # what curl must send
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"Origin": "http://127.0.0.1:{port}"},
+        {"Origin": "http://localhost:{port}"},
+        {"Sec-Fetch-Site": "same-origin"},
+    ],
+)
+def test_a_change_from_the_consoles_origin_is_signed(
+    proxy: ConsoleProxy, upstream: Upstream, extra: dict[str, str]
+) -> None:
+    headers = {name: value.format(port=proxy.port) for name, value in extra.items()}
+    status, _, _ = send(proxy, "POST", "/v1/jobs/j_1/trigger", b"", own(proxy, **headers))
+    assert status == 200 and len(upstream.seen) == 1
+    verify_sigv4(upstream.seen[0], upstream.url.split("/")[2])
+
+
+def test_curl_reads_through_the_proxy_without_origin(proxy: ConsoleProxy, upstream: Upstream) -> None:
+    status, _, _ = send(proxy, "GET", "/v1/jobs", headers=own(proxy))
+    assert status == 200 and len(upstream.seen) == 1
 
 
 def test_an_absolute_target_is_refused(proxy: ConsoleProxy, upstream: Upstream) -> None:

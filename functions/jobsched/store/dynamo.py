@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -102,9 +103,17 @@ def _key_id(key: dict[str, Any]) -> str:
     return json.dumps(key, sort_keys=True)
 
 
+def _scope_digest(scope: str) -> str:
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
+
+
 def encode_cursor(last_key: dict[str, Any], scope: str) -> str:
-    raw = json.dumps({"s": scope, "k": from_item(last_key)}, separators=(",", ":"), sort_keys=True)
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    """The next page's start, base64url of compact UTF-8 JSON with the scope as a digest: the
+    key holds the tenant once already, and a 256-character tenant id of 4-byte characters,
+    written twice as `\\u` escapes, made a cursor past the 4096 characters the API takes."""
+    data = {"s": _scope_digest(scope), "k": from_item(last_key)}
+    raw = json.dumps(data, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode().rstrip("=")
 
 
 # The key attribute that holds a listing's scope: its partition key (the tenant of the tenant
@@ -120,7 +129,7 @@ def decode_cursor(cursor: str, scope: str, key_names: set[str]) -> dict[str, Any
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
         key = data["k"]
         valid = (
-            data.get("s") == scope
+            data.get("s") in (_scope_digest(scope), scope)  # the raw scope: cursors minted before
             and isinstance(key, dict)
             and set(key) == key_names
             and key[scope_attribute] == scope

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,17 @@ from ..domain.instants import format_instant
 from ..domain.runs import Run
 
 MAX_BATCH = 10
+
+
+def message_group_id(tenant: str) -> str:
+    """The tenant's message group on the fair queues: the SHA-256 of its UTF-8 bytes, in hex.
+
+    A tenant id (1-256 printable Unicode characters from an authorizer, or an IAM principal's
+    `<account>/user/<path>/<name>` of up to 594) does not fit SQS's `MessageGroupId`, at most
+    128 characters of ASCII letters, digits and punctuation: the raw id made AWS refuse the
+    tenant's every message. The digest fits (64 characters of [0-9a-f]), is the same for every
+    message of a tenant (the fairness SQS computes per group), and differs between tenants."""
+    return hashlib.sha256(tenant.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class RunQueues:
                 }
                 if self.fair:
                     # Fair queues: one tenant's backlog must not raise everyone's dwell time.
-                    entry["MessageGroupId"] = run.tenant
+                    entry["MessageGroupId"] = message_group_id(run.tenant)
                 batch.append(entry)
             try:
                 response = self._sqs.send_message_batch(QueueUrl=url, Entries=batch)

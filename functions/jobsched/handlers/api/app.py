@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -15,6 +16,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
     RequestValidationError,
     ResponseValidationError,
 )
@@ -123,6 +125,13 @@ def request_invalid(exc: RequestValidationError) -> Response[Any]:
     return json_response(400, invalid_request(problems_of(exc.errors())))
 
 
+@app.exception_handler(RequestUnsupportedContentType)
+def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response[Any]:
+    # The handler's check answers first; this keeps any type it lets through a 415, not a 500.
+    problem = FieldProblem("content-type", f"must be {JSON_MEDIA_TYPE}")
+    return json_response(415, invalid_request([problem], "unsupported_media_type"))
+
+
 INTERNAL_ERROR = {"code": "internal_error", "message": "an unexpected error; it has been logged"}
 
 
@@ -149,28 +158,103 @@ def route_not_found(exc: NotFoundError) -> Response[Any]:
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    _accept_merge_patch(event)
     refused = _refuse_unreadable_body(event)
     if refused is not None:
         return refused
     return app.resolve(event, context)
 
 
+# --- bodies: JSON in UTF-8, named by a media type compared as RFC 9110 says ---
+
+JSON_MEDIA_TYPE = "application/json"
+MERGE_PATCH_MEDIA_TYPE = "application/merge-patch+json"  # RFC 7396: PATCH's body
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_MEDIA_TYPE = re.compile(
+    # Each parameter starts at its ';' and can be read one way only (no ReDoS).
+    rf"\s*({_TOKEN})/({_TOKEN})\s*((?:;\s*(?:{_TOKEN}=(?:{_TOKEN}|{_QUOTED})\s*)?)*)",
+    re.ASCII,
+)
+MAX_CONTENT_TYPE_CHARS = 256
+_PARAMETER = re.compile(rf";\s*({_TOKEN})=({_TOKEN}|{_QUOTED})", re.ASCII)
+
+
+def parse_media_type(value: str) -> tuple[str, dict[str, str]] | None:
+    """`type/subtype` in lower case (media types are case-insensitive) and the parameters,
+    their names in lower case and their values unquoted; None when `value` is no media type."""
+    match = _MEDIA_TYPE.fullmatch(value)
+    if match is None:
+        return None
+    parameters = {}
+    for name, raw in _PARAMETER.findall(match.group(3)):
+        parameters[name.lower()] = re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw
+    return f"{match.group(1)}/{match.group(2)}".lower(), parameters
+
+
+def _content_types(event: dict[str, Any]) -> list[str]:
+    values = [v for k, v in (event.get("headers") or {}).items() if k.lower() == "content-type"]
+    for name, listed in (event.get("multiValueHeaders") or {}).items():
+        if name.lower() == "content-type":
+            values.extend(listed or [])
+    return [str(v).strip() for v in values if v is not None]
+
+
+def _set_content_type(event: dict[str, Any], value: str | None) -> None:
+    """Replace every Content-Type of the event (both header maps) with `value`, or drop them."""
+    for key in ("headers", "multiValueHeaders"):
+        headers = event.get(key)
+        if not headers:
+            continue
+        for name in [n for n in headers if n.lower() == "content-type"]:
+            del headers[name]
+        if value is not None:
+            headers["Content-Type"] = [value] if key == "multiValueHeaders" else value
+
+
 def _refuse_unreadable_body(event: dict[str, Any]) -> dict[str, Any] | None:
     """Bodies are JSON in UTF-8; anything else is the client's error, answered before the
-    resolver (which would fail on it) in the API's own error shape."""
+    resolver (which would fail on it) in the API's own error shape.
+
+    The media type is compared case-insensitively: `application/json` on every route, and
+    RFC 7396's `application/merge-patch+json` on PATCH; any other type, other `+json` types
+    included (`application/vnd.api+json` has its own document structure, not ours), and a
+    charset other than UTF-8 are a 415 naming `content-type`. The accepted body reaches the
+    resolver as `application/json` (the only spelling it decodes); a Content-Type on a
+    request without a body describes nothing and is dropped."""
     body = event.get("body")
+    given = set(_content_types(event))
+    if len(given) > 1:
+        return _error_event(400, "content-type", "is given more than once, with different values")
     if not body:
+        _set_content_type(event, None)
         return None
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
-    media_type = str(headers.get("content-type") or "application/json").split(";")[0].strip().lower()
-    if media_type != "application/json" and not media_type.endswith("+json"):
-        return _error_event(415, "content-type", f"must be application/json, not {media_type or 'empty'}")
+    if given:
+        refused = _refused_media_type(given.pop(), str(event.get("httpMethod") or "").upper())
+        if refused is not None:
+            return _error_event(415, "content-type", refused)
+    _set_content_type(event, JSON_MEDIA_TYPE)
     if event.get("isBase64Encoded"):
         try:
             base64.b64decode(body, validate=True).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             return _error_event(400, "body", "must be JSON encoded as UTF-8")
+    return None
+
+
+def _refused_media_type(value: str, method: str) -> str | None:
+    accepted = (JSON_MEDIA_TYPE, MERGE_PATCH_MEDIA_TYPE) if method == "PATCH" else (JSON_MEDIA_TYPE,)
+    expected = " or ".join(accepted)
+    if len(value) > MAX_CONTENT_TYPE_CHARS:
+        return f"must be {expected}, in at most {MAX_CONTENT_TYPE_CHARS} characters"
+    parsed = parse_media_type(value)
+    if parsed is None:
+        return f"must be {expected}; {value[:64]!r} is not a media type"
+    media_type, parameters = parsed
+    if media_type not in accepted:
+        return f"must be {expected}, not {media_type[:64]}"
+    charset = parameters.get("charset")
+    if charset is not None and charset.lower() != "utf-8":
+        return f"bodies are UTF-8; charset {charset[:32]} is not supported"
     return None
 
 
@@ -183,15 +267,3 @@ def _error_event(status: int, field: str, rule: str) -> dict[str, Any]:
         "body": json.dumps(invalid_request([FieldProblem(field, rule)], code), separators=(",", ":")),
         "isBase64Encoded": False,
     }
-
-
-def _accept_merge_patch(event: dict[str, Any]) -> None:
-    """RFC 7396's media type is JSON; let the resolver's body validation treat it as such."""
-    for key in ("headers", "multiValueHeaders"):
-        headers = event.get(key) or {}
-        for name, value in list(headers.items()):
-            if name.lower() != "content-type":
-                continue
-            values = value if isinstance(value, list) else [value]
-            fixed = [v.replace("application/merge-patch+json", "application/json") for v in values]
-            headers[name] = fixed if isinstance(value, list) else fixed[0]

@@ -1,6 +1,7 @@
 """Request bodies are JSON, decoded strictly: what the standard decoder would accept but the
 API must not (NaN, numbers past what can be stored, nesting past what can be validated, text
-that is not Unicode) is refused as a 400 naming the field it sits in."""
+that is not Unicode, a member name given twice in one object) is refused as a 400 naming the
+field it sits in."""
 
 from __future__ import annotations
 
@@ -39,16 +40,31 @@ def _constant(text: str) -> Any:
     return _Refused(f"{text} is not JSON; numbers are finite")
 
 
+DUPLICATE_RULE = "is given more than once in its object; member names must be unique"
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose member names are unique. The standard decoder keeps the last of two
+    values silently (RFC 8259 leaves it to the receiver): a repeated name is refused instead,
+    so no reader of the body (a proxy, a validator, a log) can see another value than ours."""
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        members[name] = _Refused(DUPLICATE_RULE) if name in members else value
+    return members
+
+
 def decode_json(text: str | bytes) -> Any:
     """The body's JSON, or a 400 naming the field: no NaN or Infinity, no number longer than
     MAX_NUMBER_CHARS, no nesting deeper than MAX_JSON_DEPTH, no lone UTF-16 surrogate in a
-    string (it is not Unicode text and cannot be stored or echoed)."""
+    string (it is not Unicode text and cannot be stored or echoed), no member name twice in
+    one object (the 400 names that member, at any depth)."""
     try:
         data = json.loads(
             text,
             parse_int=lambda t: _number(t, int),
             parse_float=lambda t: _number(t, float),
             parse_constant=_constant,
+            object_pairs_hook=_object,
         )
     except RecursionError:
         raise _invalid_body(
