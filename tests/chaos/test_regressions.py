@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery
+from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
 from tests.helpers import make_worker
@@ -37,7 +37,7 @@ def test_an_expired_lease_is_not_reclaimed_beyond_max_attempts(api, container, c
     job = api.post("/v1/jobs", {"name": "n", "type": "ok", "runAt": NOW, "maxAttempts": 1})
     job_id = job.body["jobId"]
     key = f"{job_id}@{NOW}"
-    delivery = Delivery(key, job_id, NOW, "default")
+    delivery = Received(key, job_id, NOW, "default")
 
     # Attempt 1 of 1: the worker claims, then dies before the effect (its message stays).
     first = counting_worker(container, calls, "w1")

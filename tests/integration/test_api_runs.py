@@ -10,7 +10,8 @@ from urllib.parse import quote
 
 import pytest
 from jobsched.domain.errors import PermanentError, RetryableError
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
 from tests.helpers import T0, make_worker
@@ -88,7 +89,7 @@ def worker(container, calls):
 
 def deliver(worker, key):
     job_id, instant = key.split("@")
-    return worker.process(Delivery(key, job_id, instant, "default"))
+    return worker.process(Received(key, job_id, instant, "default"))
 
 
 def claim(api, types=("ext",), **fields):
@@ -147,9 +148,9 @@ def test_list_runs_of_unknown_or_other_tenants_job_is_404(api, other_api):
 def test_get_run_shows_transitions_and_attempts(api, clock, container, worker):
     job_id = create(api, type="flaky")
     key = key_of(job_id)
-    assert deliver(worker, key).outcome is Outcome.RETRY_SCHEDULED
+    assert deliver(worker, key).outcome is AttemptOutcome.RETRY_SCHEDULED
     clock.set(container.runs.get_by_key(key).due_at)
-    assert deliver(worker, key).outcome is Outcome.SUCCEEDED
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
 
     run = run_of(api, key)
     assert run["state"] == "SUCCEEDED" and run["attempt"] == 2 and run["fence"] == 2
@@ -306,7 +307,7 @@ def test_a_lost_release_is_repaired_by_the_reconciler(api, container, clock, mon
     keys = api.post(
         f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
     ).body["created"]
-    monkeypatch.setattr(container.completer, "release_successor", lambda run: None)
+    monkeypatch.setattr(container.completer, "unblock_successor", lambda run: None)
     lease = run_of(api, keys[0])
     claim(api, max=10)
     lease = run_of(api, keys[0])
@@ -386,7 +387,7 @@ def test_backfill_of_other_tenants_job_is_404(api, other_api):
 def test_dead_run_is_listed_for_its_tenant_only(api, other_api, worker):
     job_id = create(api, type="bad")
     key = key_of(job_id)
-    assert deliver(worker, key).outcome is Outcome.DEAD
+    assert deliver(worker, key).outcome is AttemptOutcome.DEAD
     listed = api.get("/v1/dead-letters")
     assert listed.status == 200
     assert [(r["runKey"], r["state"], r["lastErrorClass"]) for r in listed.body["items"]] == [
@@ -401,7 +402,7 @@ def test_dead_letters_paginate_newest_first(api, clock, worker):
         job_id = hourly(api, type="bad", name=f"n{i}")
         clock.advance(1)
         key = api.post(f"/v1/jobs/{job_id}/trigger").body["runKey"]
-        assert deliver(worker, key).outcome is Outcome.DEAD
+        assert deliver(worker, key).outcome is AttemptOutcome.DEAD
         jobs.append(job_id)
     seen, cursor = [], None
     while True:
@@ -417,7 +418,7 @@ def test_dead_letters_paginate_newest_first(api, clock, worker):
 def test_redrive_reopens_the_dead_run_under_the_same_key(api, container, worker, calls):
     job_id = create(api, type="bad")
     key = key_of(job_id)
-    assert deliver(worker, key).outcome is Outcome.DEAD
+    assert deliver(worker, key).outcome is AttemptOutcome.DEAD
 
     response = api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {"reason": "payload fixed"})
     assert response.status == 200, response
@@ -434,7 +435,7 @@ def test_redrive_reopens_the_dead_run_under_the_same_key(api, container, worker,
     assert api.get("/v1/dead-letters").body["items"] == []
 
     # The worker runs it again, this time successfully.
-    assert deliver(worker, key).outcome is Outcome.SUCCEEDED
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
     done = run_of(api, key)
     assert done["state"] == "SUCCEEDED" and done["result"] == "fixed" and done["attempt"] == 1
     assert done["fence"] == 2 and calls[key] == 2

@@ -12,8 +12,9 @@ import boto3
 import pytest
 from jobsched.domain.budget import MAX_HISTORY
 from jobsched.domain.runs import RunState
+from jobsched.services.attempt import AttemptOutcome
 from jobsched.services.sweeper import round_robin
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.worker import Received
 from jobsched.store.runs import key_sk
 
 from tests.helpers import T0, make_worker
@@ -218,7 +219,7 @@ def test_one_failing_repair_does_not_stop_another_tenants_in_the_same_shard(cont
 
 
 def _deliver(worker, run):
-    return worker.process(Delivery(run.run_key, run.job_id, "", "default"))
+    return worker.process(Received(run.run_key, run.job_id, "", "default"))
 
 
 def test_resumed_two_second_job_runs_only_the_latest_missed_occurrence(api, container, clock):
@@ -239,7 +240,7 @@ def test_resumed_two_second_job_runs_only_the_latest_missed_occurrence(api, cont
     # Runs that reach a worker while paused are held, not run and not cancelled.
     for run in made_ahead[5:10]:
         clock.set(max(clock.now(), run.due_at))
-        assert _deliver(worker, run).outcome is Outcome.HELD
+        assert _deliver(worker, run).outcome is AttemptOutcome.HELD
 
     clock.set(T0 + timedelta(seconds=301))
     resumed = api.post(f"/v1/jobs/{job_id}/resume")

@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 from jobsched.domain.errors import StorageUnavailable
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 
 from tests.helpers import T0, make_worker
 from tests.integration.test_worker import Ledger, delivery, one_run, stored
@@ -89,7 +90,7 @@ def test_a_lost_lease_saves_its_result_through_a_throttled_write(
     assert throttled
     clock.set(T0 + timedelta(seconds=300) + GRACE)
     done = attempt(container, registry, "third").process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == {"charged": 1}
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == {"charged": 1}
     assert ledger.effects[run.run_key] == 1
 
 
@@ -124,7 +125,9 @@ def test_an_attempt_reaching_its_effect_after_an_earlier_record_expired_protects
 
     monkeypatch.setattr(container.definitions, "get", slow_job_read)
     attempt(container, registry, "second", 300).process(delivery(run))
-    assert seen["third"].outcome is Outcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
+    assert (
+        seen["third"].outcome is AttemptOutcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
+    )
     assert ledger.effects[run.run_key] == 2  # the dead first one, and the second: never a third
 
 
@@ -158,7 +161,7 @@ def test_a_handler_answer_json_cannot_hold_is_still_one_success(container, clock
 
     _, run = one_run(container, clock, job_type="odd", maxAttempts=3)
     result = attempt(container, registry, "w").process(delivery(run))
-    assert result.outcome is Outcome.SUCCEEDED
+    assert result.outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
     kept = stored(container, run).result
     assert kept is not None and ("dropped" in kept or "truncated" in kept)
@@ -179,7 +182,7 @@ def test_a_saved_falsy_result_replays_as_itself(container, clock, registry, ledg
     attempt(container, registry, "first", 300).process(delivery(run))
     clock.set(T0 + timedelta(seconds=300) + GRACE)
     done = attempt(container, registry, "third").process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and ledger.effects[run.run_key] == 1
+    assert done.outcome is AttemptOutcome.SUCCEEDED and ledger.effects[run.run_key] == 1
     assert done.run.result == answer and type(done.run.result) is type(answer)
 
 
@@ -205,12 +208,12 @@ def test_the_worker_does_not_return_while_an_effect_it_stopped_waiting_for_still
     result = attempt(container, registry, "w", 30).process(delivery(run))
     assert finished.is_set(), "process returned while the effect was still running"
     assert time.monotonic() - started >= 2.0
-    assert result.outcome is Outcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+    assert result.outcome is AttemptOutcome.RETRY_SCHEDULED and result.error_class == "Timeout"
     # The late result was saved on the run: the retry replays it instead of acting again.
     assert stored(container, run).saved_result == "late"
     clock.set(stored(container, run).due_at)
     done = attempt(container, registry, "w2").process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "late"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "late"
     assert ledger.effects[run.run_key] == 1
 
 
@@ -223,7 +226,7 @@ def _dead_at_most_once(container, clock, registry):
     with pytest.raises(Died):
         attempt(container, registry, "first", 100).process(delivery(run))
     clock.set(T0 + timedelta(seconds=200))
-    assert attempt(container, registry, "second").process(delivery(run)).outcome is Outcome.DEAD
+    assert attempt(container, registry, "second").process(delivery(run)).outcome is AttemptOutcome.DEAD
     assert stored(container, run).last_error_class == "AtMostOnce"
     return run
 
@@ -262,7 +265,7 @@ def test_overlap_skip_holds_behind_a_running_run_however_many_were_skipped(
     container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
     for later in (second, third, fourth):
         clock.set(later.due_at)
-        assert worker.process(delivery(later)).outcome is Outcome.SKIPPED
+        assert worker.process(delivery(later)).outcome is AttemptOutcome.SKIPPED
     assert stored(container, fourth).overlapped_by == first.run_key
     assert ledger.effects == {}
 
@@ -288,7 +291,7 @@ def test_a_deferral_never_sends_a_message_itself(container, clock, registry, mon
 
     container.runs.commit(busy, lambda _: claimed(busy, at=clock.now(), lease_for=3600, owner="x"))
     for receives in (1, 2, 3, 4, 5, 6, 7, 50):
-        d = Delivery(
+        d = Received(
             waiting.run_key, waiting.job_id, delivery(waiting).scheduled_for, "default", receives, None, "rh"
         )
         limited.process(d)
@@ -322,7 +325,7 @@ def test_a_2xx_answer_that_cannot_be_stored_as_it_is_is_still_one_success(contai
         target = {"kind": "http", "url": receiver.url(path), "method": "POST"}
         _, run = one_run(container, clock, job_type="hook", target=target, maxAttempts=3)
         result = worker.process(delivery(run))
-        assert result.outcome is Outcome.SUCCEEDED, result
+        assert result.outcome is AttemptOutcome.SUCCEEDED, result
         assert len(receiver.requests) == 1
         assert stored(container, run).result is not None
     finally:

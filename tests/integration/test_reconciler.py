@@ -10,7 +10,7 @@ import boto3
 from jobsched.domain.instants import format_instant
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.metrics import Unit
-from jobsched.domain.models import Delivery, HttpTarget, Policies, RetryPolicy
+from jobsched.domain.models import DeliveryGuarantee, HttpTarget, Policies, RetryPolicy
 from jobsched.domain.runs import Run, RunState, created
 from jobsched.handlers.outbox import matches_filter
 from jobsched.services.reconciler import Reconciler
@@ -256,7 +256,7 @@ def test_expired_lease_past_max_age_goes_to_dead(container, clock):
 
 
 def test_expired_lease_after_an_at_most_once_effect_started_is_not_retried(container, clock):
-    policies = Policies(delivery=Delivery.AT_MOST_ONCE)
+    policies = Policies(delivery=DeliveryGuarantee.AT_MOST_ONCE)
     run = insert(container, leased(attempt=1, policies=policies, effect_started_at=T0))
     clock.set(T0 + timedelta(seconds=90))
     container.reconciler.reconcile_all()

@@ -9,7 +9,7 @@ import pytest
 from jobsched.domain.effects import RECORD_GRACE, EffectDecision, effect_verdict
 from jobsched.domain.errors import AmbiguousError, RetryableError, StorageUnavailable
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Outcome
+from jobsched.services.attempt import AttemptOutcome
 from jobsched.store.schema import ALL_TABLES
 
 from tests.helpers import T0, make_worker
@@ -74,13 +74,13 @@ def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_
 
     _, run = one_run(container, clock, job_type="long")
     first = invocation(container, registry, "first", 300)
-    assert first.process(delivery(run)).outcome is Outcome.STALE
+    assert first.process(delivery(run)).outcome is AttemptOutcome.STALE
     second = seen["second"]
-    assert second.outcome is Outcome.RETRY_SCHEDULED and second.error_class == "InProgress"
+    assert second.outcome is AttemptOutcome.RETRY_SCHEDULED and second.error_class == "InProgress"
     # The record stays the first attempt's, and no attempt was used up waiting for it.
     assert second.run.effect_fence == 1 and second.run.effect_until == T0 + timedelta(seconds=300)
     assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300) + RECORD_GRACE
-    assert seen["third"].outcome is Outcome.DEFERRED  # not due before the deadline: no write
+    assert seen["third"].outcome is AttemptOutcome.DEFERRED  # not due before the deadline: no write
     assert ledger.effects[run.run_key] == 1
     # The first attempt's result was saved on the open run: the next attempt replays it.
     waiting = stored(container, run)
@@ -88,7 +88,7 @@ def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_
     assert waiting.saved_result == "first-result"
     clock.set(waiting.due_at)
     done = invocation(container, registry, "fourth", 900).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1
     assert done.run.effect_fence is None and done.run.saved_result is None
 
@@ -111,13 +111,13 @@ def test_an_invocation_that_died_in_the_effect_is_not_repeated_before_its_deadli
         invocation(container, registry, "first", 120).process(delivery(run))
     clock.advance(61)  # the lease is gone, the dead invocation's deadline is not
     waited = invocation(container, registry, "second", 900).process(delivery(run))
-    assert waited.outcome is Outcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
+    assert waited.outcome is AttemptOutcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
     assert ledger.effects[run.run_key] == 1
     # Past the deadline the invocation cannot be running: Powertools' in-progress expiry.
     clock.set(waited.run.due_at)
     assert waited.run.due_at == T0 + timedelta(seconds=120) + RECORD_GRACE
     done = invocation(container, registry, "third", 900).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "second-result"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "second-result"
     assert ledger.effects[run.run_key] == 2
 
 
@@ -163,8 +163,10 @@ def test_an_attempt_whose_earlier_record_expires_before_its_effect_writes_its_ow
     )
     second = invocation(container, registry, "second", 300).process(delivery(run))
     assert ledger.effects[run.run_key] == 1
-    assert seen["third"].outcome is Outcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
-    assert second.outcome is Outcome.STALE
+    assert (
+        seen["third"].outcome is AttemptOutcome.RETRY_SCHEDULED and seen["third"].error_class == "InProgress"
+    )
+    assert second.outcome is AttemptOutcome.STALE
     assert stored(container, run).saved_result == "second-result"
 
 
@@ -193,11 +195,11 @@ def test_a_failed_effect_releases_its_record_and_the_retry_runs_at_its_backoff(
     _, run = one_run(container, clock, job_type="flaky")
     worker = invocation(container, registry, "w", 900)
     failed = worker.process(delivery(run))
-    assert failed.outcome is Outcome.RETRY_SCHEDULED and failed.error_class == error.error_class
+    assert failed.outcome is AttemptOutcome.RETRY_SCHEDULED and failed.error_class == error.error_class
     assert failed.run.effect_fence is None
     clock.set(failed.run.due_at)  # the backoff, not the invocation's deadline
     assert failed.run.due_at < T0 + timedelta(seconds=900)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert calls == [1, 2]
 
 
@@ -214,22 +216,24 @@ def test_a_redriven_run_replays_an_effect_that_completed_instead_of_acting_again
         return "first-result"
 
     _, run = one_run(container, clock, job_type="outlives", retry={"maxAgeSeconds": 200})
-    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    assert (
+        invocation(container, registry, "first", 300).process(delivery(run)).outcome is AttemptOutcome.STALE
+    )
     assert stored(container, run).saved_result == "first-result"
     # Past the deadline the run is too old for another attempt: dead, its saved result kept.
     clock.set(T0 + timedelta(seconds=300) + RECORD_GRACE)
     worker = invocation(container, registry, "third", 900)
-    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DEAD
     assert ledger.effects[run.run_key] == 1
 
     redriven = container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
     assert redriven.saved_result == "first-result"
     done = worker.process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.redrives == 1
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.redrives == 1
     assert done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1  # one effect per run, across redrives
     # A late copy of the message changes nothing.
-    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     assert ledger.effects[run.run_key] == 1
 
 
@@ -281,7 +285,9 @@ def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
     held = stored(container, run)
     assert held.state is RunState.LEASED and held.effect_fence is None
     clock.advance(61)  # the lease, not the 900 s invocation
-    assert invocation(container, registry, "w2", 900).process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert (
+        invocation(container, registry, "w2", 900).process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
+    )
     assert ledger.effects[run.run_key] == 1
 
 
@@ -300,7 +306,7 @@ def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
 
     monkeypatch.setattr(container.runs, "commit", throttled_completion)
     done = invocation(container, registry, "w", 300).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and throttles == [1, 1, 1]
+    assert done.outcome is AttemptOutcome.SUCCEEDED and throttles == [1, 1, 1]
     assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
     assert ledger.effects[run.run_key] == 1
 
@@ -323,7 +329,7 @@ def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_no
 
     monkeypatch.setattr(container.runs, "commit", answer_lost)
     done = invocation(container, registry, "w", 300).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and lost
+    assert done.outcome is AttemptOutcome.SUCCEEDED and lost
     assert container.definitions.get_stats(job.job_id).get("succeeded") == 1
     assert ledger.effects[run.run_key] == 1
 
@@ -356,11 +362,13 @@ def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_m
         return "first-result"
 
     _, run = one_run(container, clock, job_type="outlives")
-    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    assert (
+        invocation(container, registry, "first", 300).process(delivery(run)).outcome is AttemptOutcome.STALE
+    )
     assert touched and stored(container, run).saved_result == "first-result"
     clock.set(T0 + timedelta(seconds=300) + RECORD_GRACE)
     done = invocation(container, registry, "third", 900).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1
 
 
@@ -371,17 +379,22 @@ def test_an_effect_that_outlives_its_last_lease_is_saved_on_the_dead_run_for_a_r
     def outlives(payload, invocation_):
         # The lease runs out inside the last attempt: the next delivery ends the run DEAD.
         clock.advance(61)
-        assert invocation(container, registry, "second", 900).process(delivery(run)).outcome is Outcome.DEAD
+        assert (
+            invocation(container, registry, "second", 900).process(delivery(run)).outcome
+            is AttemptOutcome.DEAD
+        )
         ledger.effect(invocation_.run_key)
         return "first-result"
 
     _, run = one_run(container, clock, job_type="outlives", maxAttempts=1)
-    assert invocation(container, registry, "first", 300).process(delivery(run)).outcome is Outcome.STALE
+    assert (
+        invocation(container, registry, "first", 300).process(delivery(run)).outcome is AttemptOutcome.STALE
+    )
     dead = stored(container, run)
     assert dead.state is RunState.DEAD and dead.saved_result == "first-result"
     container.run_service.redrive("tenant-a", run.run_key, "api:tenant-a", "try again")
     done = invocation(container, registry, "third", 900).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "first-result"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "first-result"
     assert ledger.effects[run.run_key] == 1
 
 
@@ -400,7 +413,7 @@ def test_a_completion_the_store_cannot_take_is_tried_until_the_invocation_runs_o
 
     monkeypatch.setattr(container.runs, "commit", down_for_a_minute)
     done = invocation(container, registry, "w", 300).process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and len(tries) > 20
+    assert done.outcome is AttemptOutcome.SUCCEEDED and len(tries) > 20
     assert ledger.effects[run.run_key] == 1
 
 

@@ -16,7 +16,8 @@ import pytest
 from jobsched.domain.effects import RECORD_GRACE
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
 from tests.helpers import T0, claimed, make_worker
@@ -85,7 +86,7 @@ def one_run(container, clock, job_type="ok", **body):
 
 
 def delivery(run, queue="default"):
-    return Delivery(run.run_key, run.job_id, run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ"), queue)
+    return Received(run.run_key, run.job_id, run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ"), queue)
 
 
 def stored(container, run):
@@ -104,7 +105,7 @@ def queue_messages(container, queue, dlq=False):
 def test_run_succeeds_with_history(container, clock, worker, ledger):
     _, run = one_run(container, clock)
     result = worker.process(delivery(run))
-    assert result.outcome is Outcome.SUCCEEDED
+    assert result.outcome is AttemptOutcome.SUCCEEDED
     done = stored(container, run)
     assert done.state is RunState.SUCCEEDED and done.fence == 1 and done.attempt == 1
     assert done.result == {"done": run.run_key, "attempt": 1}
@@ -120,7 +121,7 @@ def test_run_succeeds_with_history(container, clock, worker, ledger):
 def test_duplicate_deliveries_have_one_effect(container, clock, worker, ledger):
     _, run = one_run(container, clock)
     outcomes = [worker.process(delivery(run)).outcome for _ in range(3)]
-    assert outcomes == [Outcome.SUCCEEDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert outcomes == [AttemptOutcome.SUCCEEDED, AttemptOutcome.DUPLICATE, AttemptOutcome.DUPLICATE]
     assert ledger.effects[run.run_key] == 1
 
 
@@ -128,11 +129,11 @@ def test_a_late_duplicate_after_success_writes_nothing_and_acts_nothing(containe
     # Past the lease and past a day (the idempotency records' lifetime): the finished run
     # itself answers, with no replay, no effect and no write.
     _, run = one_run(container, clock)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     done = stored(container, run)
     for later in (61, 86_400):
         clock.advance(later)
-        assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+        assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     assert stored(container, run) == done
     assert ledger.effects[run.run_key] == 1
 
@@ -172,7 +173,7 @@ def test_crash_after_the_completion_write_acts_once_and_redelivery_finds_the_run
     monkeypatch.setattr(container.runs, "commit", real_commit)
     assert stored(container, run).state is RunState.SUCCEEDED
     clock.advance(61)
-    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     assert ledger.effects[run.run_key] == 1
 
 
@@ -199,18 +200,18 @@ def test_a_crash_before_the_completion_repeats_the_effect_only_after_the_invocat
     assert stored(container, run).state is RunState.LEASED
 
     # SQS redelivers while the lease is live: nothing happens.
-    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     # After the lease, before the invocation's deadline (900 s without a Lambda context).
     clock.advance(61)
     waited = worker.process(delivery(run))
-    assert waited.outcome is Outcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
+    assert waited.outcome is AttemptOutcome.RETRY_SCHEDULED and waited.error_class == "InProgress"
     assert waited.run.due_at == T0 + timedelta(seconds=900) + RECORD_GRACE and waited.run.attempt == 1
     assert ledger.effects[run.run_key] == 1
     clock.set(waited.run.due_at - timedelta(seconds=3))
     early = worker.process(delivery(run))
-    assert early.outcome is Outcome.DEFERRED and ledger.effects[run.run_key] == 1
+    assert early.outcome is AttemptOutcome.DEFERRED and ledger.effects[run.run_key] == 1
     clock.set(waited.run.due_at)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 2
 
 
@@ -228,7 +229,7 @@ def test_a_successful_effect_is_followed_by_one_write_to_its_run(
         return written
 
     monkeypatch.setattr(container.runs, "commit", counted)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert [state for state, effects in writes if effects == 1] == [RunState.SUCCEEDED]
     assert stored(container, run).result == {"done": run.run_key, "attempt": 1}
 
@@ -243,7 +244,7 @@ def test_crash_before_the_effect_runs_it_once_later(container, clock, worker, le
     # The failed attempt gave its in-progress record back: the next claim, once the lease has
     # expired, runs the effect.
     clock.advance(61)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 
 
@@ -267,7 +268,7 @@ def test_an_invocation_killed_before_the_effect_leaves_no_record_to_wait_for(
     # killed before it leaves none, so the next one, once the lease has expired, acts at once.
     assert stored(container, run).effect_fence is None
     clock.advance(61)
-    assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 
 
@@ -287,15 +288,15 @@ def test_old_worker_finishing_after_its_lease_was_taken_is_rejected(container, c
 
     _, run = one_run(container, clock, job_type="takeover", name="t")
     outcome = old.process(delivery(run))
-    assert outcome.outcome is Outcome.STALE
+    assert outcome.outcome is AttemptOutcome.STALE
     # The new worker found the effect in progress under the old lease and scheduled a retry.
-    assert inner["result"].outcome is Outcome.RETRY_SCHEDULED
+    assert inner["result"].outcome is AttemptOutcome.RETRY_SCHEDULED
     current = stored(container, run)
     assert current.state is RunState.RETRY_WAIT and current.fence == 2
     assert current.result is None  # the stale completion was never applied
     # The retry completes from the saved effect: still one effect.
     clock.set(current.due_at)
-    assert new.process(delivery(run)).outcome is Outcome.SUCCEEDED
+    assert new.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
     assert stored(container, run).result == "old-worker-result"
 
@@ -310,15 +311,15 @@ def test_downstream_outage_backs_off_and_dead_letters_after_max_attempts(contain
         current = stored(container, run)
         assert current.attempt == attempt
         if attempt < 4:
-            assert result.outcome is Outcome.RETRY_SCHEDULED
+            assert result.outcome is AttemptOutcome.RETRY_SCHEDULED
             delay = (current.due_at - clock.now()).total_seconds()
             assert 1 <= delay <= min(10, 2 * 2 ** (attempt - 1)) + 1
             delays.append(delay)
             if delay > 2:  # delivered early (beyond clock skew): deferred, not executed
-                assert worker.process(delivery(run)).outcome is Outcome.DEFERRED
+                assert worker.process(delivery(run)).outcome is AttemptOutcome.DEFERRED
             clock.set(current.due_at)
         else:
-            assert result.outcome is Outcome.DEAD
+            assert result.outcome is AttemptOutcome.DEAD
     assert ledger.calls[run.run_key] == 4  # attempts never exceed the policy
     dead = stored(container, run)
     assert dead.state is RunState.DEAD and dead.last_error_class == "HTTP503"
@@ -342,22 +343,22 @@ def test_max_age_stops_retries(container, clock, worker, ledger):
     outcomes = []
     for _ in range(10):
         outcomes.append(worker.process(delivery(run)).outcome)
-        if outcomes[-1] is Outcome.DEAD:
+        if outcomes[-1] is AttemptOutcome.DEAD:
             break
         clock.set(stored(container, run).due_at)
-    assert outcomes[-1] is Outcome.DEAD and len(outcomes) < 10
+    assert outcomes[-1] is AttemptOutcome.DEAD and len(outcomes) < 10
 
 
 def test_permanent_error_is_not_retried(container, clock, worker, ledger):
     _, run = one_run(container, clock, job_type="bad", maxAttempts=5)
-    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DEAD
     assert ledger.calls[run.run_key] == 1
     assert stored(container, run).last_error_class == "HTTP400"
 
 
 def test_missing_handler_is_permanent(container, clock, worker):
     _, run = one_run(container, clock, job_type="nobody.handles.this")
-    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DEAD
     assert stored(container, run).last_error_class == "NoHandler"
 
 
@@ -370,13 +371,13 @@ def test_pause_acknowledged_while_queued_stops_the_effect(container, clock, work
     container.definitions.save(stored_job.model_copy(update={"state": JobState.PAUSED}))
     result = worker.process(delivery(run))
     # Held for resume to decide (missedRuns), with the attempt it had begun given back.
-    assert result.outcome is Outcome.HELD
+    assert result.outcome is AttemptOutcome.HELD
     assert ledger.effects[run.run_key] == 0
     held = stored(container, run)
     assert (held.state, held.blocked_by, held.attempt, held.fence) == (RunState.PENDING, "job-paused", 0, 1)
     assert held.history[-1].reason == "job paused"
     # A held run is neither published nor claimable: a stray delivery does nothing.
-    assert worker.process(delivery(run)).outcome is Outcome.DUPLICATE
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
 
 
 def test_pause_of_a_cancelled_job_cancels_its_queued_run(container, clock, worker, ledger):
@@ -385,7 +386,7 @@ def test_pause_of_a_cancelled_job_cancels_its_queued_run(container, clock, worke
 
     stored_job = container.definitions.get(job.job_id)
     container.definitions.save(stored_job.model_copy(update={"state": JobState.CANCELLED}))
-    assert worker.process(delivery(run)).outcome is Outcome.CANCELLED
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.CANCELLED
     assert ledger.effects[run.run_key] == 0
     assert stored(container, run).reason == "job cancelled before the effect"
 
@@ -400,14 +401,14 @@ def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledge
     container.jobs.pause("tenant-a", job.job_id)
     for run in runs:
         clock.set(max(clock.now(), run.due_at))
-        assert worker.process(delivery(run)).outcome is Outcome.HELD
+        assert worker.process(delivery(run)).outcome is AttemptOutcome.HELD
     assert sum(ledger.effects.values()) == 0
 
 
 def test_early_delivery_is_handed_back_to_the_outbox_not_resent(container, clock, worker, ledger):
     _, run = one_run(container, clock, runAt="2026-11-02T08:01:00Z")
     result = worker.process(delivery(run))
-    assert result.outcome is Outcome.DEFERRED and result.error_class == "not_due"
+    assert result.outcome is AttemptOutcome.DEFERRED and result.error_class == "not_due"
     # The worker sends nothing (no worker -> SQS -> worker chain): the outbox publishes the
     # run again, delayed to its due instant.
     assert queue_messages(container, "default") == 0
@@ -426,10 +427,10 @@ def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, wor
     )
     assert second.previous_run_key == first.run_key
     clock.set(second.due_at)
-    assert worker.process(delivery(second)).outcome is Outcome.SKIPPED  # first never ran: still open
-    assert worker.process(delivery(first)).outcome is Outcome.SUCCEEDED
+    assert worker.process(delivery(second)).outcome is AttemptOutcome.SKIPPED  # first never ran: still open
+    assert worker.process(delivery(first)).outcome is AttemptOutcome.SUCCEEDED
     clock.set(third.due_at)
-    assert worker.process(delivery(third)).outcome is Outcome.SUCCEEDED  # its previous is terminal
+    assert worker.process(delivery(third)).outcome is AttemptOutcome.SUCCEEDED  # its previous is terminal
     assert container.definitions.get_stats(job.job_id)["overlap_skipped"] == 1
 
 
@@ -446,8 +447,8 @@ def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(contai
     clock.set(third.due_at)
     # second is buffered behind the running first; third finds second still waiting: dropped.
     buffered = worker.process(delivery(second))
-    assert buffered.outcome is Outcome.DEFERRED and buffered.error_class == "buffered"
-    assert worker.process(delivery(third)).outcome is Outcome.SKIPPED
+    assert buffered.outcome is AttemptOutcome.DEFERRED and buffered.error_class == "buffered"
+    assert worker.process(delivery(third)).outcome is AttemptOutcome.SKIPPED
     assert stored(container, second).state is RunState.PENDING
 
 
@@ -459,12 +460,12 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     held = claimed(busy, at=clock.now(), lease_for=60, owner="x")
     container.runs.commit(busy, lambda _: held)
     result = limited.process(delivery(waiting))
-    assert result.outcome is Outcome.DEFERRED and result.error_class == "tenant_limit"
+    assert result.outcome is AttemptOutcome.DEFERRED and result.error_class == "tenant_limit"
     # Handed back to the outbox to be published after the wait; the worker sent nothing.
     assert stored(container, waiting).deferred_until == clock.now() + timedelta(seconds=1)
     assert queue_messages(container, "default") == 0
     clock.advance(61)  # the held lease expired: the tenant has room again
-    assert limited.process(delivery(waiting)).outcome is Outcome.SUCCEEDED
+    assert limited.process(delivery(waiting)).outcome is AttemptOutcome.SUCCEEDED
 
 
 class _Invocation:
@@ -524,8 +525,8 @@ def test_a_slot_taken_for_a_claim_that_did_not_happen_is_given_back(container, c
         return real_claim(run, now, **kw)
 
     batch.attempts.claim = lose_the_first_race
-    assert batch.process(delivery(first)).outcome is Outcome.DUPLICATE
-    assert batch.process(delivery(second)).outcome is Outcome.SUCCEEDED
+    assert batch.process(delivery(first)).outcome is AttemptOutcome.DUPLICATE
+    assert batch.process(delivery(second)).outcome is AttemptOutcome.SUCCEEDED
 
 
 def test_at_most_once_never_repeats_an_effect_that_may_have_started(
@@ -545,7 +546,7 @@ def test_at_most_once_never_repeats_an_effect_that_may_have_started(
     monkeypatch.setattr(container.runs, "commit", real_commit)
     assert stored(container, run).effect_started_at is not None
     clock.advance(61)
-    assert worker.process(delivery(run)).outcome is Outcome.DEAD
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DEAD
     assert stored(container, run).last_error_class == "AtMostOnce"
     assert ledger.effects[run.run_key] == 1
 
@@ -560,7 +561,7 @@ def test_pause_on_failure_pauses_the_job(container, clock, worker):
 def test_execution_timeout_is_enforced_and_retried(container, clock, worker, ledger):
     _, run = one_run(container, clock, job_type="slow", timeoutSeconds=1)
     result = worker.process(delivery(run))
-    assert result.outcome is Outcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+    assert result.outcome is AttemptOutcome.RETRY_SCHEDULED and result.error_class == "Timeout"
 
 
 def test_an_effect_that_finishes_after_the_worker_stopped_waiting_is_saved_and_replayed(
@@ -570,7 +571,7 @@ def test_an_effect_that_finishes_after_the_worker_stopped_waiting_is_saved_and_r
     thread saves it on the run, and the retry replays it instead of acting again."""
     _, run = one_run(container, clock, job_type="slow", timeoutSeconds=1)
     timed_out = worker.process(delivery(run))
-    assert timed_out.outcome is Outcome.RETRY_SCHEDULED and timed_out.error_class == "Timeout"
+    assert timed_out.outcome is AttemptOutcome.RETRY_SCHEDULED and timed_out.error_class == "Timeout"
     deadline = time.monotonic() + 10
     while stored(container, run).saved_result is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -578,7 +579,7 @@ def test_an_effect_that_finishes_after_the_worker_stopped_waiting_is_saved_and_r
     assert waiting.state is RunState.RETRY_WAIT and waiting.saved_result == "late"
     clock.set(max(waiting.due_at, waiting.effect_until or waiting.due_at))
     done = worker.process(delivery(run))
-    assert done.outcome is Outcome.SUCCEEDED and done.run.result == "late"
+    assert done.outcome is AttemptOutcome.SUCCEEDED and done.run.result == "late"
     assert ledger.effects[run.run_key] == 1
 
 
@@ -677,7 +678,7 @@ def test_the_completion_does_not_wait_for_a_lease_renewal_in_flight(
     monkeypatch.setattr(container.runs, "commit", completion)
     try:
         _, run = one_run(container, clock, job_type="outlasts-a-renewal")
-        assert worker.process(delivery(run)).outcome is Outcome.SUCCEEDED
+        assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     finally:
         released.set()  # a failed assertion must not leave the renewal held
     assert written_while_renewing == [True]
@@ -692,7 +693,7 @@ def test_heartbeat_keeps_the_message_invisible(container, clock, worker):
     container.queues.publish("default", [(run, 0)])
     (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"]
     leased = claimed_by(worker, container.runs.get_by_key(run.run_key), clock.now())
-    d = Delivery(
+    d = Received(
         run.run_key,
         run.job_id,
         delivery(run).scheduled_for,
@@ -711,7 +712,7 @@ def test_a_delivery_a_moment_early_waits_for_the_due_instant_and_then_runs(conta
     _, run = one_run(container, clock, runAt="2026-11-02T08:00:02Z")
     assert (run.due_at - clock.now()).total_seconds() == 2
     result = worker.process(delivery(run))
-    assert result.outcome is Outcome.SUCCEEDED
+    assert result.outcome is AttemptOutcome.SUCCEEDED
     assert clock.now() >= run.due_at
     leased = next(h for h in stored(container, run).history if h.target is RunState.LEASED)
     assert leased.at == run.due_at  # started at its due instant, not before

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from jobsched.handlers import worker as worker_handler
-from jobsched.services.worker import Outcome
+from jobsched.services.attempt import AttemptOutcome
 from jobsched.store.queues import RunMessage
 from jobsched.store.schema import QUEUES
 from jobsched.targets import HandlerRegistry
@@ -161,7 +161,7 @@ def test_a_short_deferral_leaves_the_message_in_the_queue(container, clock, rece
     d = delivery(run)
     d = type(d)(**{**d.__dict__, "receipt_handle": record["receiptHandle"], "receive_count": receives})
     result = worker.process(d)
-    assert result.outcome is Outcome.DEFERRED and result.error_class == "buffered"
+    assert result.outcome is AttemptOutcome.DEFERRED and result.error_class == "buffered"
     assert result.redeliver  # not acknowledged: it comes back after the delay
     assert queue_messages(container, "default") == 0  # nothing was sent
     assert in_flight(container) == 1
@@ -180,7 +180,7 @@ def test_past_its_spare_receives_a_deferral_hands_the_run_to_the_outbox(containe
         }
     )
     result = worker.process(d)
-    assert result.outcome is Outcome.DEFERRED and not result.redeliver  # acknowledged
+    assert result.outcome is AttemptOutcome.DEFERRED and not result.redeliver  # acknowledged
     # The worker sends nothing (Lambda's recursive-loop guard would cut a worker -> SQS ->
     # worker chain): the run is PENDING again, for the outbox to publish after the wait.
     assert queue_messages(container, "default") == 0

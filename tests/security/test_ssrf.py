@@ -21,7 +21,8 @@ import pytest
 from jobsched.domain.errors import PermanentError
 from jobsched.domain.models import HttpTarget
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 from jobsched.targets import DestinationPolicy, HttpTargetClient, Invocation
 
 INTERNAL = {
@@ -226,9 +227,9 @@ def test_worker_ends_a_metadata_target_dead_without_connecting(api, container, n
     job_id = created.body["jobId"]
     key = f"{job_id}@2026-11-02T08:00:00Z"
 
-    result = container.worker.process(Delivery(key, job_id, "2026-11-02T08:00:00Z", "default"))
+    result = container.worker.process(Received(key, job_id, "2026-11-02T08:00:00Z", "default"))
 
-    assert result.outcome is Outcome.DEAD
+    assert result.outcome is AttemptOutcome.DEAD
     run = container.runs.get_by_key(key)
     assert run.state is RunState.DEAD and run.attempt == 1  # a permanent error: never retried
     assert run.last_error_class == "Refused"
@@ -251,7 +252,7 @@ def test_worker_refuses_a_name_resolving_to_the_metadata_endpoint(api, container
     )
     job_id = created.body["jobId"]
     key = f"{job_id}@2026-11-02T08:00:00Z"
-    result = container.worker.process(Delivery(key, job_id, "2026-11-02T08:00:00Z", "default"))
-    assert result.outcome is Outcome.DEAD
+    result = container.worker.process(Received(key, job_id, "2026-11-02T08:00:00Z", "default"))
+    assert result.outcome is AttemptOutcome.DEAD
     assert container.runs.get_by_key(key).last_error_class == "Refused"
     assert network_log == ["resolve metadata.test"]  # looked up once, never connected

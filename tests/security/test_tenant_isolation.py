@@ -10,7 +10,8 @@ from urllib.parse import quote
 
 import pytest
 from jobsched.domain.errors import PermanentError
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
 from tests.helpers import make_worker
@@ -39,8 +40,8 @@ def owned(api, worker):
     assert job.status == 201, job
     job_id = job.body["jobId"]
     dead_key = f"{job_id}@{NOW}"
-    outcome = worker.process(Delivery(dead_key, job_id, NOW, "default")).outcome
-    assert outcome is Outcome.DEAD
+    outcome = worker.process(Received(dead_key, job_id, NOW, "default")).outcome
+    assert outcome is AttemptOutcome.DEAD
 
     ext = api.post("/v1/jobs", {"name": "e", "type": "ext", "runAt": NOW})
     assert ext.status == 201, ext

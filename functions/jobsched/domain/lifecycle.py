@@ -29,7 +29,7 @@ from .budget import (
 )
 from .instants import format_instant
 from .jitter import retry_delay_seconds
-from .models import Delivery
+from .models import DeliveryGuarantee
 from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
 from .transitions import TransitionRefused, can_move, transition
 
@@ -113,7 +113,7 @@ def attempt_refusal(run: Run, at: datetime) -> Refusal | None:
     - attempts: at most `retry.maxAttempts` in the series;
     - age: none starts more than `retry.maxAgeSeconds` after the series began."""
     retry = run.policies.retry
-    if run.policies.delivery is Delivery.AT_MOST_ONCE and run.effect_started_at is not None:
+    if run.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE and run.effect_started_at is not None:
         return Refusal("AtMostOnce", "an earlier attempt started the effect and did not finish")
     if run.attempt >= retry.max_attempts:
         return Refusal("RetriesExhausted", f"all {retry.max_attempts} attempts were used")
@@ -169,7 +169,7 @@ def record_in_progress(run: Run, *, now: datetime, until: datetime) -> Run:
     (`effects.effect_verdict` said START). An at-most-once run is marked started in the same
     write. No transition: the lease holder's own note."""
     updates: dict[str, Any] = {"effect_fence": run.fence, "effect_until": until, "updated_at": now}
-    if run.policies.delivery is Delivery.AT_MOST_ONCE:
+    if run.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
         updates["effect_started_at"] = now
     return run.model_copy(update=updates)
 
@@ -393,7 +393,7 @@ def requeue(run: Run, *, now: datetime, actor: str) -> Run:
 def effect_may_have_run(run: Run) -> bool:
     """An at-most-once run one of whose attempts may have started its effect: reopening it
     would start the effect again."""
-    return run.policies.delivery is Delivery.AT_MOST_ONCE and (
+    return run.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE and (
         run.effect_started_at is not None or run.last_error_class == "AtMostOnce"
     )
 
@@ -429,6 +429,6 @@ def touch(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -
 
 @transition("note")
 def note(run: Run, *, now: datetime, actor: str, reason: str, **changes: Any) -> Run:
-    """An unrecorded write that keeps the state (a chain release, a deferral's repair-deadline
+    """An unrecorded write that keeps the state (unblocking a chained run, a deferral's repair-deadline
     move): bookkeeping that a history entry per occurrence would only bloat."""
     return run.model_copy(update={**changes, "updated_at": now})

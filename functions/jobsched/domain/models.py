@@ -90,7 +90,9 @@ class DstFold(StrEnum):
     LAST = "last"
 
 
-class Delivery(StrEnum):
+class DeliveryGuarantee(StrEnum):
+    """How often a run's effect may happen: at least once (retried), or at most once."""
+
     AT_LEAST_ONCE = "at-least-once"
     AT_MOST_ONCE = "at-most-once"
 
@@ -181,7 +183,7 @@ class Policies(Model):
     catch_up_window_seconds: int = Field(default=3600, ge=0, le=31 * 86400)
     overlap: Overlap = Overlap.ALLOW
     retry: RetryPolicy = RetryPolicy()
-    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    delivery: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
     jitter_seconds: int = Field(default=0, ge=0, le=3600)
     timeout_seconds: int = Field(default=300, ge=1, le=43200)
     pause_on_failure: bool = False

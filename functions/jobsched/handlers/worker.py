@@ -22,7 +22,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ..domain.metrics import Unit
 from ..observability import log_metrics, logger, tracer
-from ..services.worker import Delivery, Outcome, Worker, parse_sent_at
+from ..services.attempt import AttemptOutcome
+from ..services.worker import Received, Worker, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
 
@@ -55,7 +56,9 @@ class ConcurrentBatchProcessor(BatchProcessor):
 
 # Outcomes worth a log line of their own; the rest are counted in the batch's line (each
 # run's history already records who did what, when, under which fence).
-LOGGED_OUTCOMES = frozenset({Outcome.RETRY_SCHEDULED, Outcome.DEAD, Outcome.CANCELLED, Outcome.SKIPPED})
+LOGGED_OUTCOMES = frozenset(
+    {AttemptOutcome.RETRY_SCHEDULED, AttemptOutcome.DEAD, AttemptOutcome.CANCELLED, AttemptOutcome.SKIPPED}
+)
 
 
 class BatchOutcomes:
@@ -70,10 +73,10 @@ class BatchOutcomes:
             self.outcomes[outcome] += 1
 
 
-def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None) -> Delivery:
+def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None) -> Received:
     message = message or RunMessage.from_json(record.body)
     attributes = record.raw_event.get("attributes") or {}
-    return Delivery(
+    return Received(
         run_key=message.run_key,
         job_id=message.job_id,
         scheduled_for=message.scheduled_for,

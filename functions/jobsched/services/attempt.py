@@ -46,7 +46,7 @@ from ..domain.effects import EffectDecision, effect_verdict, excluded_until, rec
 from ..domain.errors import AmbiguousError, ExecutionError
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
-from ..domain.models import Delivery as DeliveryGuarantee
+from ..domain.models import DeliveryGuarantee
 from ..domain.overlap import OVERLAP_WALK_LIMIT, OverlapVerdict, applies, earlier_run_key, overlap_verdict
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState
 from ..observability import logger

@@ -4,7 +4,7 @@ external-worker lease API and the reconciler end, cancel, skip or kill a run.
 Each method takes the run as read, applies one pure transition from `domain.lifecycle`, and
 commits it with the store's state (and, for a lease holder, fence) condition. What follows a
 terminal state is done here once for every writer: the job's counters, a dead run's DLQ copy
-and pause-on-failure, and the release of a run chained behind the one that ended."""
+and pause-on-failure, and unblocking the run chained behind the one that ended."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ class Completer:
         if run.state is RunState.DEAD:
             self._after_dead(run)
         if run.blocks:
-            self.release_successor(run)
+            self.unblock_successor(run)
 
     def _after_dead(self, run: Run) -> None:
         """A dead run's DLQ copy (so the depth alarm fires) and pause-on-failure."""
@@ -199,9 +199,9 @@ class Completer:
         if run.policies.pause_on_failure:
             self._pause_job(run)
 
-    def release_successor(self, run: Run) -> None:
+    def unblock_successor(self, run: Run) -> None:
         """Let the run chained behind this one be published (best effort: the reconciler
-        releases it later if this fails)."""
+        unblocks it later if this fails)."""
         assert run.blocks is not None
         successor = self._runs.get_by_key(run.blocks)
         if successor is None or successor.blocked_by != run.run_key or not successor.is_open:
@@ -210,12 +210,12 @@ class Completer:
         try:
             self._runs.commit(
                 successor,
-                lambda r: lifecycle.touch(r, now=now, actor="release", reason="unblocked", blocked_by=None),
+                lambda r: lifecycle.touch(r, now=now, actor="unblock", reason="unblocked", blocked_by=None),
             )
         except RunChanged:
             pass  # moved meanwhile (cancelled, or released by the reconciler)
         except Exception:
-            logger.exception("could not release the chained run", extra={"run_key": run.blocks})
+            logger.exception("could not unblock the chained run", extra={"run_key": run.blocks})
 
     def _pause_job(self, run: Run) -> None:
         job = self._definitions.get(run.job_id)

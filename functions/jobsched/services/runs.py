@@ -126,7 +126,7 @@ class RunService:
         Without overlap ("skip"/"buffer-one") the runs are chained: each waits on the previous
         occurrence's run through `blocked_by`, and each names its successor in `blocks`. The
         outbox does not publish a blocked run and it is not claimable; when a run ends, the
-        completion releases its successor, and the reconciler releases any a lost release
+        completion unblocks its successor, and the reconciler unblocks any a lost unblocking
         left behind. An occurrence that already had a run is left alone (its successor is
         then released by the reconciler once that run is terminal)."""
         now = self._clock.now()

@@ -17,7 +17,7 @@ from ...domain.instants import ClientInstant
 from ...domain.models import (
     JOB_TYPE_PATTERN,
     WRITE,
-    Delivery,
+    DeliveryGuarantee,
     DstPolicy,
     Job,
     JobSpec,
@@ -111,7 +111,7 @@ class JobBody(ApiModel):
     dst: DstPolicy | None = None
     max_attempts: StrictInt | None = None
     retry: RetryBody | None = None
-    delivery: Delivery | None = None
+    delivery: DeliveryGuarantee | None = None
     jitter_seconds: StrictInt | None = None
     timeout_seconds: StrictInt | None = None
     pause_on_failure: StrictBool | None = None

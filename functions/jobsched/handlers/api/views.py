@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ...domain.instants import Instant
-from ...domain.models import Delivery, DstPolicy, Job, JobState, Misfire, Overlap, Priority, Target
+from ...domain.models import DeliveryGuarantee, DstPolicy, Job, JobState, Misfire, Overlap, Priority, Target
 from ...domain.runs import Run, RunState, Transition, Trigger
 from .base import ApiModel
 
@@ -55,7 +55,7 @@ class JobFieldsView(View):
     dst: DstPolicy
     max_attempts: int
     retry: RetryView
-    delivery: Delivery
+    delivery: DeliveryGuarantee
     jitter_seconds: int
     timeout_seconds: int
     pause_on_failure: bool
