@@ -121,7 +121,7 @@ def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Respo
 
 @router.post(
     "/v1/jobs/<job_id>/signing-secret",
-    responses=documented({200: ("a new signing secret, shown this once", SigningSecretView)}, ERRORS),
+    responses=documented({200: ("a new signing secret, shown this once", SigningSecretView)}, CHANGE_ERRORS),
 )
 def rotate_signing_secret(job_id: Annotated[str, JOB_ID]) -> Response[SigningSecretView]:
     """A new secret signs every delivery from now on; the ones before it keep signing beside it
