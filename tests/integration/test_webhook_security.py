@@ -488,9 +488,8 @@ def test_bad_header_values_are_refused_naming_the_field(api, system, now, header
     assert response.status == 400, response
     [error] = response.body["errors"]
     assert error["field"] == field and rule in error["rule"], error
-    for value in ("abc", "dXNlcjpwYXNz", "AKIAIOSFODNN7EXAMPLE", "sid="):
-        if not (field.endswith("valueFrom") or "ssm" in json.dumps(headers)):
-            assert value not in error["rule"]
+    for literal in (v for v in headers.values() if isinstance(v, str)):
+        assert literal not in json.dumps(response.body)  # a refused value is never echoed back
 
 
 def test_a_secret_not_granted_to_the_tenant_is_refused_when_the_job_is_written(
