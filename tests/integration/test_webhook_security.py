@@ -555,6 +555,16 @@ def test_a_missing_secret_is_permanent_and_names_the_header_not_a_value(system, 
     assert "X-Api-Key" in failed.value.message and "ResourceNotFoundException" in failed.value.message
 
 
+def test_a_secret_in_another_region_is_permanent_and_says_so(system, arns):
+    elsewhere = arns["token"].replace(":us-east-1:", ":eu-west-1:")
+    grants = {"tenant-a": (elsewhere,)}
+    target = HttpTarget(
+        kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": elsewhere}}
+    )
+    with pytest.raises(PermanentError, match="is in eu-west-1; this worker reads secrets of us-east-1"):
+        SecretReader(boto3.client, grants).header_values("tenant-a", target)
+
+
 def test_a_literal_credential_stored_before_the_rule_is_redacted_and_must_be_replaced(api, system, now):
     """Jobs written before literals were refused still read; no answer shows the literal, and
     a change must replace it with a reference rather than write the redaction back."""

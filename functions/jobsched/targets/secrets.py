@@ -113,6 +113,14 @@ class SecretReader:
             raise PermanentError(exc.message, error_class="TargetNotGranted") from None
         where = f"the secret of header '{header}' ({ref.value_from})"
         provider = self._provider(ref.store)
+        region = ref.value_from.split(":")[3]
+        ours = getattr(getattr(provider.client, "meta", None), "region_name", None)
+        if ours and region != ours:
+            # The client would ask its own region's service, which answers "not found".
+            raise PermanentError(
+                f"{where} is in {region}; this worker reads secrets of {ours}",
+                error_class="SecretUnavailable",
+            )
         try:
             if isinstance(provider, SSMProvider):
                 raw: Any = provider.get(ref.value_from, max_age=self._max_age, decrypt=True)
