@@ -47,6 +47,11 @@ _ARN = re.compile(
 )
 
 
+def _service_of(arn: str) -> str:
+    parts = arn.split(":")
+    return parts[2] if len(parts) > 2 else ""
+
+
 def target_service(arn: str) -> str | None:
     """lambda | sqs | events | states for a target ARN (placeholders allowed), else None."""
     match = _ARN.match(arn)
@@ -84,6 +89,10 @@ class Config:
     target_arns: tuple[str, ...] = DEFAULT_TARGET_ARNS
     http_allow_destinations: tuple[str, ...] = _runtime_default("http_allow_destinations")
     handler_modules: tuple[str, ...] = _runtime_default("handler_modules")  # modules in the asset
+    # Tenant id -> ARN patterns granted to it (`*` wildcards); nothing by default. The worker's
+    # policy reads exactly the secrets granted here (see secret_patterns).
+    tenant_targets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    secret_cache_seconds: int = _runtime_default("secret_cache_seconds")
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
@@ -268,6 +277,13 @@ class Config:
     def targets_for(self, service: str) -> list[str]:
         return [arn for arn in self.target_arns if target_service(arn) == service]
 
+    def secret_patterns(self, service: str) -> list[str]:
+        """The ARN patterns of `service` (secretsmanager | ssm) granted to any tenant: what the
+        worker may read, and nothing else. Sorted, without repeats."""
+        return sorted(
+            {p for patterns in self.tenant_targets.values() for p in patterns if _service_of(p) == service}
+        )
+
     @classmethod
     def from_context(cls, node: Node) -> Config:
         values: dict[str, Any] = {}
@@ -298,6 +314,8 @@ _FIELDS: dict[str, str] = {
     "targetArns": "list",
     "httpAllowDestinations": "list",
     "handlerModules": "list",
+    "tenantTargets": "grants",
+    "secretCacheSeconds": "int",
     "workerConcurrency": "map",
     "workerBatchSize": "map",
     "workerBatchWindowSeconds": "map",
@@ -332,6 +350,8 @@ RUNTIME_FIELDS = (
     "lease_seconds",
     "http_allow_destinations",
     "handler_modules",
+    "tenant_targets",
+    "secret_cache_seconds",
 )
 CONTEXT_KEYS = tuple(_FIELDS)
 
@@ -366,6 +386,14 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
             if isinstance(raw, str):
                 raw = json.loads(raw)
             return {str(k): int(v) for k, v in dict(raw).items()}
+        if kind == "grants":
+            if isinstance(raw, str):
+                raw = json.loads(raw)
+            grants = dict(raw)
+            for tenant, patterns in grants.items():
+                if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+                    raise ValueError(f"'{tenant}' must map to a list of ARN patterns")
+            return {str(k): tuple(v) for k, v in grants.items()}
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"context '{name}': cannot read {raw!r} as {kind}: {exc}") from None
     raise AssertionError(kind)

@@ -4,6 +4,7 @@ actions in infra.permissions, and the environment generated from jobsched.settin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aws_cdk import Duration, Fn, RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -39,6 +40,9 @@ ARCHITECTURE = lambda_.Architecture.ARM_64
 # retrying: the next tick, a minute later, finds the same work (sweeps keep no watermark).
 # Lambda's defaults would retry a failure twice and keep a throttled event for 6 hours.
 SCHEDULED = (SWEEPER, RECONCILER)
+# The keys kms:Decrypt names for secrets: any key (a tenant's secret may be under its own key,
+# in its own account); the statement's conditions allow decrypting granted secrets only.
+SECRET_KEYS = "arn:${AWS::Partition}:kms:*:*:key/*"
 TICK_ASYNC_RETRIES = 0
 TICK_MAX_EVENT_AGE = Duration.seconds(60)
 
@@ -176,8 +180,24 @@ class Functions(Construct):
                 if not resources:
                     continue  # e.g. no target ARNs allowed for a service
                 role.add_to_principal_policy(
-                    iam.PolicyStatement(actions=list(grant.actions), resources=resources)
+                    iam.PolicyStatement(
+                        actions=list(grant.actions), resources=resources, conditions=self._conditions(grant)
+                    )
                 )
+
+    def _conditions(self, grant: permissions.Grant) -> dict[str, Any] | None:
+        """kms:Decrypt only through the service holding a granted secret, for that secret: the
+        encryption context each service binds to a secret's data key names the secret."""
+        if grant.decrypting_for is None:
+            return None
+        context_key = {"secretsmanager": "SecretARN", "ssm": "PARAMETER_ARN"}[grant.decrypting_for]
+        patterns = [Fn.sub(p) if "${" in p else p for p in self._config.secret_patterns(grant.decrypting_for)]
+        return {
+            "StringEquals": {
+                "kms:ViaService": Fn.sub(f"{grant.decrypting_for}.${{AWS::Region}}.amazonaws.com")
+            },
+            "StringLike": {f"kms:EncryptionContext:{context_key}": patterns},
+        }
 
     def _arns(self, function: str, res: permissions.Res, extra: dict[str, Sequence[str]]) -> list[str]:
         tables = self._storage.tables
@@ -200,6 +220,10 @@ class Functions(Construct):
         if res.kind == "targets":
             configured = [Fn.sub(a) if "${" in a else a for a in self._config.targets_for(res.name)]
             return configured + list(extra.get(res.name, ()))
+        if res.kind == "secrets":
+            return [Fn.sub(p) if "${" in p else p for p in self._config.secret_patterns(res.name)]
+        if res.kind == "secret_keys":
+            return [Fn.sub(SECRET_KEYS)] if self._config.secret_patterns(res.name) else []
         if res.kind == "any":
             return ["*"]
         raise ValueError(f"unknown resource kind {res.kind}")

@@ -146,6 +146,8 @@ ROUTES = (
     Route("DELETE", "/v1/jobs/{id}", OPERATOR),
     Route("POST", "/v1/jobs/{id}/pause", OPERATOR),
     Route("POST", "/v1/jobs/{id}/resume", OPERATOR),
+    # Whoever may create a job (and so receives its signing secret) may rotate that secret.
+    Route("POST", "/v1/jobs/{id}/signing-secret", WRITER),
     Route("GET", "/v1/jobs/{id}/runs", READER),
     Route("GET", "/v1/jobs/{id}/summary", READER),
     Route("POST", "/v1/jobs/{id}/trigger", TRIGGER),

@@ -8,6 +8,7 @@ one the named code actually calls. `PLATFORM` lists what Lambda itself does with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from jobsched.store.schema import (
     CLAIM_INDEX,
@@ -28,7 +29,9 @@ from .names import API, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
 class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
-    kind: str  # table | index | stream | queue | dlq | outbox_failures | targets | log_group | any
+    # table | index | stream | queue | dlq | outbox_failures | targets | secrets | secret_keys
+    # | log_group | any
+    kind: str
     name: str = ""  # table spec logical id, queue key, or target service
     index: str = ""
 
@@ -54,6 +57,16 @@ def targets(service: str) -> Res:
     return Res("targets", service)
 
 
+def secrets(service: str) -> Res:
+    """The secrets (secretsmanager) or parameters (ssm) granted to some tenant (tenantTargets)."""
+    return Res("secrets", service)
+
+
+def secret_keys(service: str) -> Res:
+    """The KMS keys that may decrypt those, limited by a condition to decrypting them only."""
+    return Res("secret_keys", service)
+
+
 ANY = Res("any")
 LOG_GROUP = Res("log_group")  # the function's own log group
 STREAM_RUNS = Res("stream", RUNS.logical_id)
@@ -66,6 +79,9 @@ class Grant:
     resources: tuple[Res, ...]
     why: str
     via: tuple[str, ...] = ()  # "module:Qualname" of the code that makes the call
+    # Only through this service, for the secrets it holds that are granted (kms:ViaService and
+    # the encryption context the service puts on each secret's data key).
+    decrypting_for: Literal["secretsmanager", "ssm"] | None = None
 
 
 DEFS = table(DEFINITIONS)
@@ -76,6 +92,7 @@ _QUEUES = "jobsched.store.queues:RunQueues"
 _BATCH_GET = "jobsched.store.dynamo:batch_get"
 
 _COMPLETER = "jobsched.services.completion:Completer"
+_SECRET_READER = "jobsched.targets.secrets:SecretReader.value"
 _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
@@ -250,6 +267,18 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "Step Functions targets (context targetArns, plus the example state machine)",
             ("jobsched.targets.aws_targets:start_execution",),
         ),
+        Grant(
+            ("secretsmanager:GetSecretValue",),
+            (secrets("secretsmanager"),),
+            "HTTP target headers referenced by ARN: the secrets granted to tenants (tenantTargets)",
+            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.secrets:SecretsProvider._get"),
+        ),
+        Grant(
+            ("ssm:GetParameter",),
+            (secrets("ssm"),),
+            "HTTP target headers referenced by ARN: the parameters granted to tenants (tenantTargets)",
+            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
+        ),
     ),
 }
 
@@ -284,6 +313,20 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
             ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"),
             queues(*QUEUE_KEYS),
             "the event source mappings poll the priority queues",
+        ),
+        # Secrets Manager and SSM decrypt a customer-managed key's data with the caller's
+        # identity: allowed through that service only, for the granted secrets only.
+        Grant(
+            ("kms:Decrypt",),
+            (secret_keys("secretsmanager"),),
+            "Secrets Manager decrypts a granted secret kept under a customer-managed key",
+            decrypting_for="secretsmanager",
+        ),
+        Grant(
+            ("kms:Decrypt",),
+            (secret_keys("ssm"),),
+            "SSM decrypts a granted SecureString parameter kept under a customer-managed key",
+            decrypting_for="ssm",
         ),
     ),
 }

@@ -16,7 +16,7 @@ from .api import Api
 from .config import Config
 from .event_sources import EventSources
 from .examples import Examples
-from .functions import Functions
+from .functions import SECRET_KEYS, Functions
 from .layer_asset import layer_code
 from .monitoring import Monitoring
 from .names import (
@@ -140,6 +140,22 @@ class JobschedStack(Stack):
                     "Customer targets are named by jobs at run time; the allowed set is the "
                     "targetArns context (a name prefix by default), see the README, Deploy to AWS.",
                 )
+        for service in ("secretsmanager", "ssm"):
+            for arn in self.config.secret_patterns(service):
+                if "*" in arn:
+                    ack(
+                        worker_role,
+                        f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                        "Secrets that HTTP target headers reference are granted per tenant as ARN "
+                        "patterns (tenantTargets); the worker reads only those, see the README, Security.",
+                    )
+        if self.config.secret_patterns("secretsmanager") or self.config.secret_patterns("ssm"):
+            ack(
+                worker_role,
+                f"AwsSolutions-IAM5[Resource::{nag.render(SECRET_KEYS)}]",
+                "kms:Decrypt of a granted secret's key, wherever the tenant keeps it: conditioned on "
+                "kms:ViaService and on the encryption context naming a granted secret.",
+            )
         api = self.api
         if api.web_acl is None:
             ack(

@@ -13,6 +13,7 @@ that is missing (`MissingSettings`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from functools import lru_cache
@@ -43,6 +44,21 @@ def _csv(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_csv)]
+
+
+def _json_object(value: Any) -> Any:
+    """A JSON object in the environment; a mapping from Python."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"must be a JSON object: {exc}") from None
+    return value
+
+
+ArnPattern = Annotated[str, Field(pattern=r"^arn:[^\s]+$", max_length=2048)]
+# tenant id -> the ARN patterns (`*` wildcards) granted to it; nothing granted by default.
+TenantGrants = Annotated[dict[str, tuple[ArnPattern, ...]], BeforeValidator(_json_object)]
 
 
 class SettingsError(RuntimeError):
@@ -112,6 +128,11 @@ class Settings(BaseModel):
     lease_seconds: int = Field(60, alias="LEASE_SECONDS", ge=10, le=900)  # renewed by the heartbeat
     http_allow_destinations: Names = Field((), alias="HTTP_ALLOW_DESTINATIONS")  # CIDRs or host names
     handler_modules: Names = Field((), alias="HANDLER_MODULES")  # modules that register Python job handlers
+    # What each tenant's jobs may reference (secret ARNs of HTTP target headers), checked when
+    # a job is written and before every read. JSON: {"tenant-a": ["arn:aws:secretsmanager:...:secret:a/*"]}.
+    tenant_targets: TenantGrants = Field(default_factory=dict, alias="TENANT_TARGETS")
+    # How long the worker reuses a secret's value before reading it again (Powertools Parameters).
+    secret_cache_seconds: int = Field(300, alias="SECRET_CACHE_SECONDS", ge=0, le=3600)
     # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
     queue_urls: dict[str, str] = Field(default_factory=dict)
     dlq_urls: dict[str, str] = Field(default_factory=dict)
@@ -170,6 +191,8 @@ class Settings(BaseModel):
                 env[str(field.alias)] = "true" if value else "false"
             elif isinstance(value, tuple):
                 env[str(field.alias)] = ",".join(value)
+            elif isinstance(value, dict):
+                env[str(field.alias)] = json.dumps(value, separators=(",", ":"), sort_keys=True)
             else:
                 env[str(field.alias)] = str(value)
         return env
@@ -181,8 +204,8 @@ def environment_names() -> tuple[str, ...]:
     return (*names, *(q.env_var for q in QUEUES), *(q.dlq_env_var for q in QUEUES))
 
 
-# May legitimately be empty: the allow-list, the handler modules; local mode's endpoint.
-OPTIONAL = frozenset({"HTTP_ALLOW_DESTINATIONS", "HANDLER_MODULES", ENDPOINT_URL})
+# May legitimately be empty: the allow-list, the handler modules, the grants; local mode's endpoint.
+OPTIONAL = frozenset({"HTTP_ALLOW_DESTINATIONS", "HANDLER_MODULES", "TENANT_TARGETS", ENDPOINT_URL})
 
 
 def required_in_lambda() -> tuple[str, ...]:

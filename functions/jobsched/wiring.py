@@ -102,8 +102,16 @@ class Container:
     @cached_property
     def worker(self) -> Worker:
         from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
+        from .targets.secrets import SecretReader
+        from .targets.signing import DeliverySigner
 
-        http = HttpTargetClient(DestinationPolicy(list(self.settings.http_allow_destinations)))
+        http = HttpTargetClient(
+            DestinationPolicy(list(self.settings.http_allow_destinations)),
+            signer=DeliverySigner(self.definitions.signing_secrets, self.clock),
+            secrets=SecretReader(
+                client, self.settings.tenant_targets, max_age=self.settings.secret_cache_seconds
+            ),
+        )
         return Worker(
             self.definitions,
             self.runs,

@@ -32,6 +32,7 @@ RUNTIME_FIELDS = {
     "tenant_concurrency": "tenant_concurrency",
     "handler_modules": "handler_modules",
     "allow_destinations": "http_allow_destinations",
+    "tenant_targets": "tenant_targets",
 }
 
 
@@ -61,6 +62,8 @@ class LocalConfig:
     tenant_concurrency: int = _runtime_default("tenant_concurrency")
     handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
+    # Tenant id -> ARN patterns its jobs may name (secrets of HTTP headers); nothing by default.
+    tenant_targets: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path | None) -> LocalConfig:

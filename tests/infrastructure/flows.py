@@ -238,6 +238,8 @@ class Flows:
             "PATCH", f"/v1/jobs/{ok}", "/v1/jobs/{id}", {"payload": {"n": 1}}, headers={"if-match": etag}
         )
         self.call("POST", f"/v1/jobs/{self.jobs['paused']}/pause", "/v1/jobs/{id}/pause")
+        rotated = self.call("POST", f"/v1/jobs/{ok}/signing-secret", "/v1/jobs/{id}/signing-secret")
+        assert rotated.status == 200, rotated
         self.call("GET", "/openapi.json", "/openapi.json")
         self.call("GET", "/docs", "/docs")
 

@@ -40,6 +40,8 @@ OPERATIONS = {
     "lambda:InvokeFunction": ("invoke",),
     "events:PutEvents": ("put_events",),
     "states:StartExecution": ("start_execution",),
+    "secretsmanager:GetSecretValue": ("get_secret_value",),
+    "ssm:GetParameter": ("get_parameter",),
 }
 
 # Granted but not reached by the flows, each with why it is still needed.
@@ -85,6 +87,10 @@ def rendered(synth, function: str, res: permissions.Res) -> list[str]:
         if res.name == "states":
             configured.append(f"<{synth.logical_id(synth.stack.examples.run_target)}>")
         return configured
+    if res.kind == "secrets":
+        return [render({"Fn::Sub": a}) for a in synth.stack.config.secret_patterns(res.name)]
+    if res.kind == "secret_keys":
+        return ["arn:<AWS::Partition>:kms:*:*:key/*"] if synth.stack.config.secret_patterns(res.name) else []
     if res.kind == "any":
         return ["*"]
     raise AssertionError(res)

@@ -573,3 +573,54 @@ def test_missing_handler_is_permanent():
         TargetRunner(lambda service: None, HandlerRegistry(), client()).run(None, invocation())
     assert caught.value.error_class == "NoHandler"
     assert "report.build" in caught.value.message
+
+
+# --- signatures and secrets ---
+
+
+def signed_client(secrets_of: Any, **kw: Any) -> HttpTargetClient:
+    from jobsched.domain.instants import SystemClock
+    from jobsched.targets.signing import DeliverySigner
+
+    return client(signer=DeliverySigner(secrets_of, SystemClock()), **kw)
+
+
+def test_every_request_of_a_delivery_is_signed_even_after_a_303(receiver):
+    from jobsched.domain.signing import SigningSecrets
+    from standardwebhooks.webhooks import Webhook
+
+    signing = SigningSecrets.first("j_7hq2", "tenant-a", datetime.now(UTC))
+    secret = signing.current
+    assert secret is not None
+    there = receiver.url("/ok")
+    url = receiver.url(f"/redirect?code=303&to={there}")
+    signed_client(lambda job_id: signing if job_id == "j_7hq2" else None).send(target(url), invocation())
+    post, get = receiver.requests
+    assert post.method == "POST" and get.method == "GET" and get.body == b""
+    for request in (post, get):
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        assert headers["webhook-id"] == f"{RUN_KEY}#2"
+        Webhook(secret).verify(request.body, headers, json_parse=False)
+
+
+def test_target_headers_cannot_forge_the_signature(receiver):
+    forged = {"webhook-signature": "v1,forged", "Webhook-Id": "other"}
+    signed_client(lambda job_id: None).send(target(receiver.url("/ok"), headers=forged), invocation())
+    [request] = receiver.requests
+    assert request.header("webhook-signature") is None and request.header("webhook-id") is None
+
+
+def test_secrets_of_another_tenants_job_never_sign(receiver):
+    from jobsched.domain.signing import SigningSecrets
+
+    theirs = SigningSecrets.first("j_7hq2", "tenant-b", datetime.now(UTC))
+    with pytest.raises(PermanentError, match="another tenant"):
+        signed_client(lambda job_id: theirs).send(target(receiver.url("/ok")), invocation())
+    assert receiver.requests == []
+
+
+def test_a_referenced_header_without_a_secret_reader_fails_before_sending(receiver):
+    ref = {"valueFrom": "arn:aws:ssm:us-east-1:123456789012:parameter/x"}
+    with pytest.raises(PermanentError) as failed:
+        client().send(target(receiver.url("/ok"), headers={"X-Api-Key": ref}), invocation())
+    assert failed.value.error_class == "SecretUnavailable" and receiver.requests == []

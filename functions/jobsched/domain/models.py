@@ -12,7 +12,17 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -246,11 +256,125 @@ class LambdaTarget(Model):
         return _shaped(value, LAMBDA_QUALIFIER, "must be $LATEST, a version or an alias name", info)
 
 
+# A header's value read from a secret store at delivery time (targets.secrets), by full ARN:
+# the ARN is what the operator grants a tenant and what the worker's IAM policy names.
+SECRET_ARN = re.compile(
+    rf"{_PARTITION}:secretsmanager:{_REGION}:\d{{12}}:secret:[A-Za-z0-9/_+=.@-]{{1,512}}", re.ASCII
+)
+PARAMETER_ARN = re.compile(
+    rf"{_PARTITION}:ssm:{_REGION}:\d{{12}}:parameter/[A-Za-z0-9_.\-/]{{1,2048}}", re.ASCII
+)
+_ARN_SERVICE = re.compile(r"arn:[^:]*:([^:]*):", re.ASCII)
+SECRET_ARN_RULE = (
+    "must be the ARN of a Secrets Manager secret (arn:aws:secretsmanager:<region>:<account>:secret:<name>) "
+    "or of an SSM SecureString parameter (arn:aws:ssm:<region>:<account>:parameter/<name>)"
+)
+MAX_SECRET_PREFIX_CHARS = 64
+
+
+class SecretRef(Model):
+    """`{"valueFrom": "<ARN>"}` in place of a header's literal value: the worker reads the
+    secret just before the request, and nothing stores or shows its value. `jsonKey` picks
+    one field of a Secrets Manager secret holding a JSON object; `prefix` is literal text
+    sent before the value (`"Bearer "`)."""
+
+    value_from: str = Field(max_length=2048)
+    json_key: str | None = Field(default=None, min_length=1, max_length=256)
+    prefix: str | None = Field(default=None, max_length=MAX_SECRET_PREFIX_CHARS)
+
+    @field_validator("value_from")
+    @classmethod
+    def _a_secret_store_arn(cls, value: str) -> str:
+        if SECRET_ARN.fullmatch(value) or PARAMETER_ARN.fullmatch(value):
+            return value
+        service = _ARN_SERVICE.match(value)
+        if service is not None and service.group(1) not in ("secretsmanager", "ssm"):
+            raise ValueError(f"'{service.group(1)}' is not a secret store: {SECRET_ARN_RULE}")
+        raise ValueError(SECRET_ARN_RULE)
+
+    @field_validator("prefix")
+    @classmethod
+    def _printable_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not all(" " <= ch <= "~" for ch in value):
+            raise ValueError("must be printable ASCII (no CR, LF or other control characters)")
+        return value
+
+    @model_validator(mode="after")
+    def _json_key_needs_secrets_manager(self) -> SecretRef:
+        if self.json_key is not None and not SECRET_ARN.fullmatch(self.value_from):
+            raise rule_on(
+                "json_key", "applies to Secrets Manager secrets only (an SSM parameter is one value)"
+            )
+        return self
+
+    @property
+    def store(self) -> Literal["secretsmanager", "ssm"]:
+        return "secretsmanager" if SECRET_ARN.fullmatch(self.value_from) else "ssm"
+
+
+def _header_value(value: Any, info: ValidationInfo) -> Any:
+    """A literal string, or an object that is a SecretRef; a SecretRef's own errors come back
+    on its fields (`headers.<name>.valueFrom`), not as the two branches of a union."""
+    if isinstance(value, str | SecretRef):
+        return value  # a string is judged by the union (strict types stay strict)
+    if not isinstance(value, dict):
+        raise PydanticCustomError(
+            "header_value", 'must be a string or a secret reference {"valueFrom": "<ARN>"}'
+        )
+    try:
+        return SecretRef.model_validate(value, context=info.context)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        kind, context = first.get("type"), first.get("ctx") or {}
+        loc, rule = tuple(str(part) for part in first.get("loc", ())), str(first.get("msg"))
+        if kind == RULE_ON_FIELD:
+            loc, rule = (*loc, *context["loc"]), context["rule"]
+        elif kind == "value_error" and "error" in context:
+            rule = str(context["error"])
+        elif kind == "extra_forbidden":
+            rule = "is not a known field (valueFrom, jsonKey, prefix)"
+        raise rule_on(loc, rule) from None
+
+
+HeaderValue = Annotated[str | SecretRef, BeforeValidator(_header_value)]
+
+# Header names that carry credentials: their value must be a SecretRef, never a literal
+# (stored in the table, copied onto every run, returned by GET). Refused rather than masked:
+# a masked literal would still be stored, backed up and copied onto every run, and a client
+# that reads the masked value back and PATCHes it would overwrite its own credential.
+_CREDENTIAL_NAME = re.compile(
+    r"auth|token|secret|passw|pwd|credential|cookie|session|signature|jwt|bearer|apikey|api[-_]key|key$",
+    re.IGNORECASE,
+)
+# Literal values that are credentials whatever the header's name: an authorization scheme at
+# the start, or anywhere an AWS access key id, a JWT, a signing secret, a vendor token format.
+_AUTH_SCHEME = re.compile(r"\s*(?:bearer|basic|digest|negotiate|aws4-hmac-sha256)\s+\S", re.IGNORECASE)
+_TOKEN_FORM = re.compile(
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|eyJ[A-Za-z0-9_-]{8,}\.eyJ"
+    r"|whsec_|sk_live_|rk_live_|ghp_|gho_|github_pat_|xox[abprs]-|glpat-"
+)
+CREDENTIAL_RULE = (
+    "looks like a credential ({why}): give it as a secret reference "
+    '{{"valueFrom": "<Secrets Manager or SSM SecureString ARN>"}}, never as a literal value'
+)
+# Set by the scheduler on every delivery (Standard Webhooks signature).
+_SIGNATURE_HEADERS = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature"})
+
+
+def credential_reason(name: str, value: str) -> str | None:
+    """Why a literal header looks like a credential, or None. Never quotes the value."""
+    if _CREDENTIAL_NAME.search(name):
+        return "its name says it carries one"
+    if _AUTH_SCHEME.match(value) or _TOKEN_FORM.search(value):
+        return "its value has the form of a token or key"
+    return None
+
+
 class HttpTarget(Model):
     kind: Literal["http"]
     url: str = Field(max_length=2048)
     method: Literal["POST", "PUT", "PATCH", "GET", "DELETE"] = "POST"
-    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    headers: dict[str, HeaderValue] = Field(default_factory=dict, max_length=32)
     timeout_seconds: Annotated[float, Strict()] = Field(default=10.0, gt=0, le=900, allow_inf_nan=False)
 
     @field_validator("url")
@@ -265,23 +389,42 @@ class HttpTarget(Model):
 
     @field_validator("headers")
     @classmethod
-    def _no_reserved_headers(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+    def _no_reserved_headers(
+        cls, value: dict[str, str | SecretRef], info: ValidationInfo
+    ) -> dict[str, str | SecretRef]:
         reserved = {"idempotency-key", "host", "content-length", "content-type", "user-agent"}
         for name, header_value in value.items():
+            literal = header_value if isinstance(header_value, str) else header_value.prefix or ""
             if writing(info) and len(name) > MAX_HEADER_NAME_CHARS:
                 raise ValueError(f"a header name has at most {MAX_HEADER_NAME_CHARS} characters")
-            if writing(info) and len(header_value) > MAX_HEADER_VALUE_CHARS:
+            if writing(info) and len(literal) > MAX_HEADER_VALUE_CHARS:
                 raise ValueError(
-                    f"header '{name}' has {len(header_value)} characters; at most {MAX_HEADER_VALUE_CHARS}"
+                    f"header '{name}' has {len(literal)} characters; at most {MAX_HEADER_VALUE_CHARS}"
                 )
             lowered = name.lower()
             if lowered in reserved or lowered.startswith("x-jobsched-"):
                 raise ValueError(f"header '{name}' is set by the scheduler")
+            if writing(info) and lowered in _SIGNATURE_HEADERS:
+                raise ValueError(f"header '{name}' is set by the scheduler (the delivery's signature)")
             if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
                 raise ValueError(f"'{name}' is not a valid header name")
-            if any(ch in header_value for ch in "\r\n\x00"):
+            if any(ch in literal for ch in "\r\n\x00"):
                 raise ValueError(f"header '{name}' must not contain CR, LF or NUL")
         return value
+
+    @model_validator(mode="after")
+    def _credentials_by_reference(self, info: ValidationInfo) -> HttpTarget:
+        # A rule of writes: jobs stored before it keep their literal (the API masks it).
+        if writing(info):
+            for name, value in self.headers.items():
+                why = credential_reason(name, value) if isinstance(value, str) else None
+                if why is not None:
+                    raise rule_on(("headers", name), CREDENTIAL_RULE.format(why=why))
+        return self
+
+    @property
+    def secret_headers(self) -> dict[str, SecretRef]:
+        return {name: value for name, value in self.headers.items() if isinstance(value, SecretRef)}
 
 
 class SqsTarget(Model):

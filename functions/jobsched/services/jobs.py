@@ -19,6 +19,7 @@ from ..domain.errors import (
 from ..domain.instants import Clock, format_instant
 from ..domain.models import Job, JobSpec, JobState, ScheduleKind
 from ..domain.schedule import next_fire, upcoming
+from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, GuardTaken, Page
 
@@ -36,6 +37,8 @@ def new_job_id() -> str:
 class CreateResult:
     job: Job
     created: bool  # False when an idempotent retry returned the original job
+    # The job's webhook signing secret, on the answer that created it only (never on a replay).
+    signing_secret: str | None = None
 
 
 class JobService:
@@ -96,16 +99,18 @@ class JobService:
             created_at=now,
             updated_at=now,
         )
+        signing = SigningSecrets.first(job.job_id, tenant, now)
+        created = CreateResult(job, True, signing.current)
         if idempotency_key is None:
-            self._store.create(job, None, now, max_live=self.max_jobs_per_tenant)
+            self._store.create(job, None, now, max_live=self.max_jobs_per_tenant, signing=signing)
             self._materialize_soon(job)
-            return CreateResult(job, True)
+            return created
         guard = Guard(tenant, idempotency_key, job.job_id, body_hash, now + self._guard_ttl)
         for _ in range(_WRITE_ATTEMPTS):
             try:
-                self._store.create(job, guard, now, max_live=self.max_jobs_per_tenant)
+                self._store.create(job, guard, now, max_live=self.max_jobs_per_tenant, signing=signing)
                 self._materialize_soon(job)
-                return CreateResult(job, True)
+                return created
             except (GuardTaken, ConcurrentUpdate):
                 existing = self._store.get_guard(tenant, idempotency_key)
             if existing is None or existing.expires_at < now:
@@ -118,6 +123,26 @@ class JobService:
             if original is not None:
                 return CreateResult(original, False)
         raise ConcurrentUpdate("idempotencyKey: concurrent requests with this key; retry")
+
+    # --- webhook signing ---
+
+    def rotate_signing_secret(self, tenant: str, job_id: str) -> SigningSecrets:
+        """A new signing secret for the job: the last of the secrets returned, shown this once.
+        The ones before it keep signing beside it for 24 hours (domain.signing.ROTATION_OVERLAP);
+        a job created before jobs had secrets gets its first. Raises NotFound (not this
+        tenant's job) or LimitExceeded (too many secrets signing at once)."""
+        self.get(tenant, job_id)
+        for _ in range(_WRITE_ATTEMPTS):
+            now = self._clock.now()
+            previous = self._store.signing_secrets(job_id)
+            rotated = previous.rotated(now) if previous else SigningSecrets.first(job_id, tenant, now)
+            try:
+                self._store.save_signing_secrets(rotated, previous=previous)
+            except ConcurrentUpdate:
+                continue
+            logger.info("signing secret rotated", extra={"job_id": job_id})
+            return rotated
+        raise ConcurrentUpdate(f"the signing secret of job {job_id} is being rotated concurrently; retry")
 
     # --- reads ---
 

@@ -9,10 +9,12 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import TypeAdapter
 
 from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState
+from ..domain.signing import SigningSecret, SigningSecrets
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -28,6 +30,11 @@ GUARD_PREFIX = "guard#"
 STATS_PREFIX = "stats#"
 LIVE_PREFIX = "live#"  # per tenant: how many jobs are ACTIVE or PAUSED (the quota)
 RATE_PREFIX = "rate#"  # per tenant and minute: API requests counted
+# Per job: its webhook signing secrets, an item of its own so that nothing that reads or
+# writes the job (its views, its runs' copy of the target, the sweeper) ever holds them.
+SIGNING_PREFIX = "signing#"
+_NOT_JOBS = (GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX, SIGNING_PREFIX)
+_SECRETS = TypeAdapter(tuple[SigningSecret, ...])
 LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
 # so they never contend with the job's rev-conditioned writes.
@@ -121,9 +128,18 @@ class DefinitionStore:
 
     # --- writes ---
 
-    def create(self, job: Job, guard: Guard | None, now: datetime, *, max_live: int = 0) -> None:
-        """Write a new job; with a guard (idempotency key) and/or a quota (the tenant's live-job
-        counter), all commit in one transaction or none does."""
+    def create(
+        self,
+        job: Job,
+        guard: Guard | None,
+        now: datetime,
+        *,
+        max_live: int = 0,
+        signing: SigningSecrets | None = None,
+    ) -> None:
+        """Write a new job; with a guard (idempotency key), a quota (the tenant's live-job
+        counter) and/or its signing secrets, all commit in one transaction or none does, so
+        a job never exists without the secret its creation answered with."""
         items: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -133,6 +149,16 @@ class DefinitionStore:
                 }
             }
         ]
+        if signing is not None:
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": self._signing_item(signing),
+                        "ConditionExpression": "attribute_not_exists(job_id)",
+                    }
+                }
+            )
         guard_at = quota_at = -1
         if guard is not None:
             guard_at = len(items)
@@ -247,6 +273,58 @@ class DefinitionStore:
                 raise
         return saved
 
+    # --- signing secrets ---
+
+    @staticmethod
+    def _signing_item(signing: SigningSecrets) -> dict[str, Any]:
+        return to_item(
+            {
+                "job_id": SIGNING_PREFIX + signing.job_id,
+                "signing_tenant": signing.tenant,  # not `tenant`: kept out of the tenant index
+                "rev": signing.rev,
+                "secrets": _SECRETS.dump_json(signing.secrets).decode(),
+            }
+        )
+
+    def signing_secrets(self, job_id: str) -> SigningSecrets | None:
+        """The job's signing secrets (strongly consistent: a job's first delivery may follow
+        its creation by milliseconds), or None for a job created before jobs had them."""
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": SIGNING_PREFIX + job_id}), ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        data = from_item(item)
+        return SigningSecrets(
+            job_id=job_id,
+            tenant=data["signing_tenant"],
+            secrets=_SECRETS.validate_json(data["secrets"]),
+            rev=int(data["rev"]),
+        )
+
+    def save_signing_secrets(self, signing: SigningSecrets, *, previous: SigningSecrets | None) -> None:
+        """Replace the secrets read as `previous` (None: there were none), or ConcurrentUpdate."""
+        saved = signing.model_copy(update={"rev": (previous.rev + 1) if previous else 0})
+        condition: dict[str, Any] = (
+            {
+                "ConditionExpression": "rev = :rev",
+                "ExpressionAttributeValues": to_item({":rev": previous.rev}),
+            }
+            if previous is not None
+            else {"ConditionExpression": "attribute_not_exists(job_id)"}
+        )
+        with translated_errors():
+            try:
+                self._db.put_item(TableName=self._table, Item=self._signing_item(saved), **condition)
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    raise ConcurrentUpdate(
+                        f"the signing secrets of job {signing.job_id} changed concurrently"
+                    ) from exc
+                raise
+
     def add_stats(self, job_id: str, **counts: int) -> None:
         counts = {k: v for k, v in counts.items() if v}
         if not counts:
@@ -297,7 +375,7 @@ class DefinitionStore:
                 TableName=self._table, Key=to_item({"job_id": job_id}), ConsistentRead=True
             )
         item = response.get("Item")
-        if not item or job_id.startswith((GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX)):
+        if not item or job_id.startswith(_NOT_JOBS):
             return None
         return self.job_from_item(item)
 

@@ -1,7 +1,9 @@
 """HTTP webhook target: one request per attempt, pinned to the addresses the policy vetted.
 
 The receiver gets the run key in `Idempotency-Key`, so a retried or redelivered attempt can
-be recognised and answered without repeating the effect."""
+be recognised and answered without repeating the effect, and a Standard Webhooks signature
+(targets.signing) proving the request is ours. Header values referenced by ARN are read just
+before the request (targets.secrets) and scrubbed from whatever the answer records."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from urllib3.util.ssl_match_hostname import CertificateError
 from ..domain.errors import AmbiguousError, ExecutionError, PermanentError, RetryableError
 from ..domain.models import HttpTarget
 from .invocation import Invocation
+from .secrets import SecretReader, scrub
+from .signing import WEBHOOK_HEADERS, DeliverySigner
 from .ssrf import Destination, DestinationPolicy
 
 RESULT_BODY_LIMIT = 4096  # bytes of response body kept in the run's result
@@ -34,27 +38,71 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # Set by the scheduler; a same-named target header is dropped rather than sent twice.
 _OWN_HEADERS = frozenset(
     {"idempotency-key", "content-type", "user-agent", "x-jobsched-run-key", "x-jobsched-attempt", "host"}
+    | WEBHOOK_HEADERS
 )
 
 
 class HttpTargetClient:
+    """`signer` signs every request (without one, requests go unsigned: tests of the transport
+    alone); `secrets` reads referenced header values (without one, a target that references a
+    secret fails permanently)."""
+
     def __init__(
         self,
         policy: DestinationPolicy | None = None,
         *,
         ssl_context: ssl.SSLContext | None = None,
         max_redirects: int = MAX_REDIRECTS,
+        signer: DeliverySigner | None = None,
+        secrets: SecretReader | None = None,
     ) -> None:
         self.policy = policy or DestinationPolicy()
         self._ssl_context = ssl_context
         self._max_redirects = max_redirects
+        self._signer = signer
+        self._secrets = secrets
 
     def send(self, target: HttpTarget, invocation: Invocation) -> dict[str, Any]:
-        """Returns {"status", "body"}; raises an ExecutionError subclass on any other outcome."""
+        """Returns {"status", "body"}; raises an ExecutionError subclass on any other outcome.
+        Neither ever carries the value of a referenced secret."""
         deadline = time.monotonic() + min(target.timeout_seconds, invocation.timeout_seconds)
-        extra = _checked_headers(target.headers)
+        referenced = self._referenced(target, invocation)
+        hidden = _hidden_values(target, referenced)
+        try:
+            return self._send(target, invocation, deadline, referenced, hidden)
+        except ExecutionError as exc:
+            exc.message = scrub(exc.message, hidden)
+            exc.args = (exc.message,)
+            raise
+        except Exception as exc:
+            if not hidden:
+                raise
+            # Recorded as the run's error (dispatch.TargetRunner): scrubbed, and without the
+            # chain, whose text is not ours to vouch for.
+            raise RetryableError(
+                scrub(str(exc), hidden) or type(exc).__name__, error_class=type(exc).__name__
+            ) from None
+
+    def _referenced(self, target: HttpTarget, invocation: Invocation) -> dict[str, str]:
+        if not target.secret_headers:
+            return {}
+        if self._secrets is None:
+            raise PermanentError("this worker cannot read secrets", error_class="SecretUnavailable")
+        return self._secrets.header_values(invocation.tenant, target)
+
+    def _send(
+        self,
+        target: HttpTarget,
+        invocation: Invocation,
+        deadline: float,
+        referenced: dict[str, str],
+        hidden: list[str],
+    ) -> dict[str, Any]:
+        literal = {name: value for name, value in target.headers.items() if isinstance(value, str)}
+        extra = _checked_headers({**literal, **referenced})
         url, method = target.url, target.method
         body = None if method == "GET" else invocation.envelope_json().encode()
+        signing = self._signer.secrets_for(invocation) if self._signer else []
         origin: tuple[str, str, int] | None = None
         for hop in range(self._max_redirects + 1):
             dest = self.policy.destination(url)  # every hop is vetted, redirects included
@@ -63,7 +111,13 @@ class HttpTargetClient:
             elif dest.origin != origin:
                 extra = {}  # target headers often carry credentials meant only for the first origin
             headers = {**extra, **_own_headers(dest, invocation, has_body=body is not None)}
-            status, location, content_type, data = self._exchange(dest, method, headers, body, deadline)
+            if self._signer is not None:
+                headers.update(self._signer.headers(signing, invocation, body))
+            status, location, content_type, data = self._exchange(
+                dest, method, headers, body, deadline, read_extra=max(map(len, hidden), default=0)
+            )
+            if hidden:
+                data = _scrubbed(data, hidden)
             if 200 <= status < 300:
                 return {"status": status, **_result_body(data, content_type)}
             if status in _REDIRECTS and location:
@@ -80,7 +134,14 @@ class HttpTargetClient:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _exchange(
-        self, dest: Destination, method: str, headers: dict[str, str], body: bytes | None, deadline: float
+        self,
+        dest: Destination,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        deadline: float,
+        *,
+        read_extra: int = 0,
     ) -> tuple[int, str | None, str, bytes]:
         """One request/response, trying each vetted address until one accepts the connection."""
         failure: Exception | None = None
@@ -101,7 +162,9 @@ class HttpTargetClient:
                     preload_content=False,
                 )
                 try:
-                    data = response.read(RESULT_BODY_LIMIT + 1)
+                    # Beyond the kept 4 KiB by a secret's length: an echoed secret cut at the
+                    # limit is still found whole, and scrubbed, before the cut.
+                    data = response.read(RESULT_BODY_LIMIT + 1 + read_extra)
                 finally:
                     response.release_conn()
                 return (
@@ -138,6 +201,25 @@ class HttpTargetClient:
                 ssl_context=self._ssl_context,
             )
         return HTTPConnectionPool(address, dest.port, timeout=t, maxsize=1, retries=False)
+
+
+def _hidden_values(target: HttpTarget, referenced: dict[str, str]) -> list[str]:
+    """Every secret value this delivery sends, with and without its literal prefix."""
+    hidden = set()
+    for name, value in referenced.items():
+        hidden.add(value)
+        prefix = target.secret_headers[name].prefix or ""
+        if prefix and value.startswith(prefix) and len(value) > len(prefix):
+            hidden.add(value[len(prefix) :])
+    return sorted(hidden, key=len, reverse=True)
+
+
+def _scrubbed(data: bytes, hidden: list[str]) -> bytes:
+    """The response with each secret (as UTF-8, and as JSON escapes it) replaced."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    forms = {form for value in hidden for form in (value, json.dumps(value)[1:-1])}
+    cleaned = scrub(text, sorted(forms, key=len, reverse=True))
+    return cleaned.encode("utf-8", errors="surrogateescape")
 
 
 def _checked_headers(headers: dict[str, str]) -> dict[str, str]:

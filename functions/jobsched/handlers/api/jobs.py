@@ -1,4 +1,5 @@
-"""Routes for jobs: create, list, read, change (JSON merge patch), cancel, pause, resume."""
+"""Routes for jobs: create, list, read, change (JSON merge patch), cancel, pause, resume, and
+rotate the webhook signing secret."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
 from ...domain.models import Job, JobSpec, JobState
+from ...targets.secrets import authorise_references
 from ...wiring import container
 from .common import (
     CHANGE_ERRORS,
@@ -25,11 +27,13 @@ from .common import (
 )
 from .identity import tenant_of
 from .requests import JobBody, merge_patch
-from .views import JobList, JobView
+from .views import CreatedJobView, JobList, JobView, SigningSecretView
 
 router = Router()
 
 ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
+# Answers that carry a secret are never kept by a cache on the way.
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 def view(job: Job, *, with_fire_times: bool = False) -> JobView:
@@ -44,19 +48,28 @@ def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Res
 @router.post(
     "/v1/jobs",
     responses=documented(
-        {201: ("created", JobView), 200: ("replayed: the job this idempotency key created", JobView)},
+        {
+            201: ("created, with the job's signing secret (shown this once)", CreatedJobView),
+            200: ("replayed: the job this idempotency key created, without its secret", JobView),
+        },
         CHANGE_ERRORS,
     ),
 )
 def create_job(
     body: Annotated[JobBody, Body()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", max_length=255)] = None,
-) -> Response[JobView]:
+) -> Response[CreatedJobView | JobView]:
     key = body.idempotency_key or idempotency_key
-    result = container().jobs.create(
-        tenant_of(router.current_event), body.to_spec(), idempotency_key=key, body_hash=body.body_hash()
-    )
-    return job_response(result.job, 201 if result.created else 200)
+    tenant = tenant_of(router.current_event)
+    spec = body.to_spec()
+    authorise_references(tenant, spec.target, container().settings.tenant_targets)
+    result = container().jobs.create(tenant, spec, idempotency_key=key, body_hash=body.body_hash())
+    if not result.created:
+        return job_response(result.job, 200)
+    assert result.signing_secret is not None  # every job is created with one
+    upcoming = container().jobs.next_fire_times(result.job, 1)
+    shown = CreatedJobView.created(result.job, upcoming, result.signing_secret)
+    return json_response(201, shown, {"ETag": f'"{result.job.version}"', **NO_STORE})
 
 
 @router.get("/v1/jobs", responses=documented({200: ("OK", JobList)}))
@@ -81,14 +94,15 @@ def update_job(
     job_id: Annotated[str, JOB_ID], patch: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
 ) -> Response[JobView]:
     version = required_if_match(if_match)
+    tenant = tenant_of(router.current_event)
 
     def build(job: Job) -> JobSpec:
         body, reset_anchor = merge_patch(job, patch)
-        return body.to_spec(None if reset_anchor else job.spec.schedule.anchor)
+        spec = body.to_spec(None if reset_anchor else job.spec.schedule.anchor)
+        authorise_references(tenant, spec.target, container().settings.tenant_targets)
+        return spec
 
-    return job_response(
-        container().jobs.update(tenant_of(router.current_event), job_id, version, build), with_next=True
-    )
+    return job_response(container().jobs.update(tenant, job_id, version, build), with_next=True)
 
 
 @router.delete("/v1/jobs/<job_id>", responses=ONE_JOB)
@@ -103,6 +117,17 @@ def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Respo
     return job_response(
         container().jobs.pause(tenant_of(router.current_event), job_id, parse_if_match(if_match))
     )
+
+
+@router.post(
+    "/v1/jobs/<job_id>/signing-secret",
+    responses=documented({200: ("a new signing secret, shown this once", SigningSecretView)}, CHANGE_ERRORS),
+)
+def rotate_signing_secret(job_id: Annotated[str, JOB_ID]) -> Response[SigningSecretView]:
+    """A new secret signs every delivery from now on; the ones before it keep signing beside it
+    for 24 hours, so receivers can switch without missing a delivery."""
+    rotated = container().jobs.rotate_signing_secret(tenant_of(router.current_event), job_id)
+    return json_response(200, SigningSecretView.of(rotated), NO_STORE)
 
 
 @router.post("/v1/jobs/<job_id>/resume", responses=ONE_JOB)

@@ -30,7 +30,7 @@ from ...domain.models import (
 )
 from .base import ApiModel, Seconds, StrictBool, StrictInt
 from .problems import validation_failed
-from .views import JobFieldsView
+from .views import REDACTED, JobFieldsView
 
 # --- durations: an ISO 8601 string or a number of seconds, and nothing else ---
 
@@ -223,6 +223,15 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
     merged = _merge(merged, patch)
     if "payload" in patch:
         merged["payload"] = patch["payload"]  # replaced whole, as documented: null sets null
+    target = merged.get("target")
+    headers = target.get("headers") if isinstance(target, dict) else None
+    for name, value in (headers or {}).items() if isinstance(headers, dict) else ():
+        if value == REDACTED:  # the base's redaction, never to be written back as a value
+            raise ValidationFailed(
+                f"target.http.headers.{name}",
+                "holds a credential stored as a literal before literals were refused; "
+                'replace it with a secret reference {"valueFrom": "<ARN>"} (or null to remove it)',
+            )
     try:
         body = JobBody.model_validate(merged)
     except ValidationError as exc:

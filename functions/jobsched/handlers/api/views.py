@@ -14,8 +14,20 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ...domain.instants import Instant
-from ...domain.models import DeliveryGuarantee, DstPolicy, Job, JobState, Misfire, Overlap, Priority, Target
+from ...domain.models import (
+    DeliveryGuarantee,
+    DstPolicy,
+    HttpTarget,
+    Job,
+    JobState,
+    Misfire,
+    Overlap,
+    Priority,
+    Target,
+    credential_reason,
+)
 from ...domain.runs import Run, RunState, Transition, Trigger
+from ...domain.signing import SigningSecrets
 from .base import ApiModel
 
 
@@ -26,6 +38,22 @@ class View(ApiModel):
 
 
 # --- jobs ---
+
+# Shown instead of a literal header value that looks like a credential: jobs written before
+# such literals were refused keep theirs, but no answer shows it.
+REDACTED = "[redacted]"
+
+
+def shown_target(target: Target | None) -> Target | None:
+    """The target as answers show it: every credential-looking literal header redacted
+    (secret references are shown as they are: an ARN, never a value)."""
+    if not isinstance(target, HttpTarget):
+        return target
+    headers = {
+        name: REDACTED if isinstance(value, str) and credential_reason(name, value) else value
+        for name, value in target.headers.items()
+    }
+    return target if headers == target.headers else target.model_copy(update={"headers": headers})
 
 
 class RetryView(View):
@@ -66,7 +94,7 @@ class JobFieldsView(View):
         return {
             "name": spec.name,
             "type": spec.type,
-            "target": spec.target,
+            "target": shown_target(spec.target),
             "payload": spec.payload,
             "run_at": schedule.at,
             "cron": schedule.cron,
@@ -120,6 +148,42 @@ class JobView(JobFieldsView):
             created_at=job.created_at,
             updated_at=job.updated_at,
             next_fire_times=list(upcoming) if with_fire_times else None,
+        )
+
+
+class CreatedJobView(JobView):
+    """The answer that creates a job: the job, and its webhook signing secret, shown this once."""
+
+    signing_secret: str = Field(
+        description="the job's Standard Webhooks signing secret (whsec_...); no other answer shows it"
+    )
+
+    @classmethod
+    def created(cls, job: Job, upcoming: Sequence[datetime], signing_secret: str) -> CreatedJobView:
+        shown = JobView.of(job, upcoming)
+        return cls(
+            **{name: getattr(shown, name) for name in JobView.model_fields}, signing_secret=signing_secret
+        )
+
+
+class SigningSecretView(View):
+    """A new signing secret, shown this once, and until when the ones before it keep signing."""
+
+    job_id: str
+    signing_secret: str = Field(description="the new Standard Webhooks signing secret (whsec_...)")
+    created_at: Instant
+    previous_secrets_retire_at: list[Instant] = Field(
+        description="when each secret it replaces stops signing (until then, each signs every delivery)"
+    )
+
+    @classmethod
+    def of(cls, signing: SigningSecrets) -> SigningSecretView:
+        *previous, current = signing.secrets
+        return cls(
+            job_id=signing.job_id,
+            signing_secret=current.secret,
+            created_at=current.created_at,
+            previous_secrets_retire_at=[s.retires_at for s in previous if s.retires_at is not None],
         )
 
 
