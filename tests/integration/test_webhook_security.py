@@ -22,7 +22,7 @@ import pytest
 from jobsched.domain.errors import PermanentError
 from jobsched.domain.models import HttpTarget, JobSpec
 from jobsched.services.attempt import AttemptOutcome
-from jobsched.services.worker import Received
+from jobsched.services.worker import Received as ReceivedMessage
 from jobsched.targets.secrets import SecretReader
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -176,7 +176,7 @@ def http_target(url: str, **fields: Any) -> dict[str, Any]:
 
 def deliver(system, key: str):
     job_id, instant = key.split("@", 1)
-    return system.worker.process(Received(key, job_id, instant, "default"))
+    return system.worker.process(ReceivedMessage(key, job_id, instant, "default"))
 
 
 def first_run_key(api: ApiClient, job_id: str) -> str:
