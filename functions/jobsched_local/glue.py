@@ -360,12 +360,20 @@ class QueueSource:
         self.most_in_flight = 0  # the highest number of invocations seen running at once
 
     def poll(self) -> int:
-        """Receive and invoke batches while a slot is free; the number of messages received."""
+        """Receive and invoke batches while a slot is free; the number of messages received.
+
+        A receive that fails frees its slot (and raises, for the loop to log); a batch whose
+        invocation cannot be started frees its slot and is made visible again at once,
+        rather than after the queue's visibility timeout."""
         received = 0
         if self._clock() < self._quiet_until:
             return 0
         while self._slots.acquire(blocking=False):
-            messages = self._receive()
+            try:
+                messages = self._receive()
+            except BaseException:
+                self._slots.release()
+                raise
             if not messages:
                 self._slots.release()
                 self._quiet_until = self._clock() + self._idle_seconds
@@ -377,8 +385,26 @@ class QueueSource:
             if self._concurrency == 1:
                 self._settle(messages)
                 break
-            self._spawn(functools.partial(self._settle, messages))
+            try:
+                self._spawn(functools.partial(self._settle, messages))
+            except BaseException:
+                with self._lock:
+                    self.in_flight -= 1
+                self._slots.release()
+                self._release(messages)
+                raise
         return received
+
+    def _release(self, messages: list[dict[str, Any]]) -> None:
+        """Make received messages visible again now (best effort: else their timeout does)."""
+        with contextlib.suppress(Exception):
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
 
     def _receive(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = self._sqs.receive_message(
