@@ -10,7 +10,9 @@ seconds it counts the runs still QUEUED that were last written more than 15 s be
 (their message is gone: a run's message is received within a second here) and prints the
 queues' visible, in-flight and delayed counts. Exit status 1 when any run was lost.
 
-Before the outbox marked runs QUEUED ahead of sending them, this lost 1 run of 150."""
+Measured on the 2-core machine with a load average of 11-15 from other work: before the
+outbox marked runs QUEUED ahead of sending them, 1 and 16 runs of 150 were lost (QUEUED,
+every queue empty); after, 0 of 150 in two runs."""
 
 from __future__ import annotations
 
