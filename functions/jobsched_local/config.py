@@ -15,6 +15,8 @@ from typing import Any
 from jobsched.settings import Settings
 from pydantic import ValidationError
 
+from .loopback import host_name, is_loopback
+
 DEV_KEY = "jobsched-dev-key"
 DEV_TENANT = "dev"
 
@@ -64,6 +66,11 @@ class LocalConfig:
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
     # Tenant id -> ARN patterns its jobs may name (secrets of HTTP headers); nothing by default.
     tenant_targets: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not is_loopback(host_name(self.host)):
+            # The moto server has no authentication: every tenant's data, to anyone who reaches it.
+            raise ValueError(f"host: {self.host!r} is not a loopback address (127.0.0.1, ::1 or localhost)")
 
     @classmethod
     def load(cls, path: str | Path | None) -> LocalConfig:

@@ -21,6 +21,7 @@ from jobsched_console import console_response
 from .apigw import rest_event
 from .background import BackgroundServer
 from .lambda_context import InvocationContext
+from .loopback import api_refusal
 
 log = logging.getLogger("jobsched_local")
 Handler = Callable[[dict[str, Any], Any], Any]
@@ -90,7 +91,8 @@ class HttpFront(BackgroundServer):
     """HTTP → API Gateway REST proxy event → `api` handler → HTTP response.
 
     Local auth: the `x-api-key` header maps to a tenant, which reaches the handler where an
-    authorizer would put it (`requestContext.authorizer.tenantId`)."""
+    authorizer would put it (`requestContext.authorizer.tenantId`). Requests from other sites
+    or addressed to another host name are refused first (loopback.api_refusal)."""
 
     def __init__(self, host: str, port: int, invoke: Invoker, tenant_for: Callable[[str | None], str | None]):
         front = self
@@ -113,6 +115,14 @@ class HttpFront(BackgroundServer):
         super().__init__(server, "api-front")
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        foreign = api_refusal(headers, int(self._server.server_address[1]))
+        if foreign is not None:
+            # Before the body is read and before any route, the console's files included.
+            request.close_connection = True
+            status, code, message = foreign
+            self._reply(request, status, {"code": code, "message": message}, {"Connection": "close"})
+            return
         length, refusal = body_length(request.headers.get_all("Content-Length"))
         if refusal is not None:
             # The body is never read: answer, then drop the connection it is still on.
@@ -132,7 +142,6 @@ class HttpFront(BackgroundServer):
             # The console's files need no key: the page asks for one and sends it itself.
             self._send(request, static.status, static.body, static.headers)
             return
-        headers = {k.lower(): v for k, v in request.headers.items()}
         tenant = self._tenant_for(headers.get("x-api-key"))
         # Every path needs the key, /docs and /openapi.json too: as every method of a deployed
         # stack needs a SigV4 signature.
@@ -351,12 +360,20 @@ class QueueSource:
         self.most_in_flight = 0  # the highest number of invocations seen running at once
 
     def poll(self) -> int:
-        """Receive and invoke batches while a slot is free; the number of messages received."""
+        """Receive and invoke batches while a slot is free; the number of messages received.
+
+        A receive that fails frees its slot (and raises, for the loop to log); a batch whose
+        invocation cannot be started frees its slot and is made visible again at once,
+        rather than after the queue's visibility timeout."""
         received = 0
         if self._clock() < self._quiet_until:
             return 0
         while self._slots.acquire(blocking=False):
-            messages = self._receive()
+            try:
+                messages = self._receive()
+            except BaseException:
+                self._slots.release()
+                raise
             if not messages:
                 self._slots.release()
                 self._quiet_until = self._clock() + self._idle_seconds
@@ -368,8 +385,26 @@ class QueueSource:
             if self._concurrency == 1:
                 self._settle(messages)
                 break
-            self._spawn(functools.partial(self._settle, messages))
+            try:
+                self._spawn(functools.partial(self._settle, messages))
+            except BaseException:
+                with self._lock:
+                    self.in_flight -= 1
+                self._slots.release()
+                self._release(messages)
+                raise
         return received
+
+    def _release(self, messages: list[dict[str, Any]]) -> None:
+        """Make received messages visible again now (best effort: else their timeout does)."""
+        with contextlib.suppress(Exception):
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
 
     def _receive(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = self._sqs.receive_message(

@@ -1,5 +1,9 @@
 """A moto server on loopback holding the same tables, streams and queues the stack defines.
 
+It binds a loopback address only, grants no CORS and serves the AWS SDKs and the CLI only:
+a request from a web page (an `Origin` or `Sec-Fetch-*` header) or addressed to another
+host name (DNS rebinding) is refused before moto sees it (loopback.LoopbackOnly).
+
 It runs single-threaded: moto's in-memory backends are not safe under concurrent requests.
 By default it runs in a process of its own (`MotoProcess`): it then serves calls on its own
 interpreter lock instead of sharing one with every worker thread waiting on it, which is what
@@ -21,10 +25,12 @@ from typing import Any
 
 import boto3
 from jobsched.store.schema import ALL_TABLES, QUEUES
+from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
 from .background import BackgroundServer
+from .loopback import LoopbackOnly, host_name, is_loopback
 from .moto_speedups import install as install_speedups
 from .moto_transactions import install as install_fast_transactions
 
@@ -33,10 +39,13 @@ def _moto_server(host: str, port: int, fd: int) -> Any:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call is noise
     install_fast_transactions()  # moto copies whole tables per transaction otherwise
     install_speedups()  # work per request that grows with the table, the queue, moto itself
+    # moto's own switch: its service apps are built without flask-cors (which answers every
+    # Origin); LoopbackOnly also takes any CORS header off what is answered.
+    werkzeug_app.DISABLE_GLOBAL_CORS = True
     return make_server(
         host,
         port,
-        DomainDispatcherApplication(create_backend_app),
+        LoopbackOnly(DomainDispatcherApplication(create_backend_app)),
         threaded=False,
         request_handler=MotoRequestHandler,
         fd=fd,
@@ -128,6 +137,9 @@ def _serve_child(host: str, port: int, fd: int) -> None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    if not is_loopback(host_name(host)):
+        # moto has no authentication: on any other address it serves every tenant's data.
+        raise ValueError(f"host {host!r}: the moto server binds a loopback address only")
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 import boto3
+import pytest
+from botocore.exceptions import EndpointConnectionError
 from jobsched_local.glue import Invoker, QueueSource
 
 SAFETY = 10  # seconds a wait may take before the test gives up (never reached when it passes)
@@ -116,3 +118,67 @@ def test_an_empty_receive_quiets_the_source_for_its_idle_time_and_no_message_is_
     sqs.send_message(QueueUrl=url, MessageBody="m1")
     assert source.poll() == 1  # while messages come, the source receives at every interval
     assert handler.bodies == ["m0", "m1"]
+
+
+class FailingReceives:
+    """An SQS client whose first `failures` receives fail as a dropped connection would."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self._inner = inner
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def receive_message(self, **request: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:5055")
+        return self._inner.receive_message(**request)
+
+
+def scratch_queue(name: str = "scratch") -> tuple[Any, str, str]:
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "300"})["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return sqs, url, arn
+
+
+def test_failed_receives_give_their_slots_back(aws):
+    sqs, url, arn = scratch_queue()
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    handler = BlockingHandler()
+    handler.release.set()
+    failing = FailingReceives(sqs, failures=2)
+    source = QueueSource(
+        failing, url, arn, Invoker("worker", handler, concurrent=True), region="us-east-1", max_concurrency=2
+    )
+    for _ in range(2):  # as many failures as the mapping has slots
+        with pytest.raises(EndpointConnectionError):
+            source.poll()
+    assert source.poll() == 1  # the queue is still served
+    assert handler.started.acquire(timeout=SAFETY)
+
+
+def test_a_batch_whose_invocation_cannot_start_is_visible_again_at_once(aws):
+    sqs, url, arn = scratch_queue()
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+
+    def no_threads_left(work):
+        raise RuntimeError("can't start new thread")
+
+    source = QueueSource(
+        sqs,
+        url,
+        arn,
+        Invoker("worker", BlockingHandler(), concurrent=True),
+        region="us-east-1",
+        max_concurrency=2,
+        spawn=no_threads_left,
+    )
+    with pytest.raises(RuntimeError):
+        source.poll()
+    assert source.in_flight == 0
+    # Not held for the queue's 300 s visibility timeout: received again at once.
+    (message,) = sqs.receive_message(QueueUrl=url).get("Messages", [])
+    assert message["Body"] == "m"

@@ -260,13 +260,29 @@ def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
     assert container.outbox.publish([run]) == []
     assert stored(container, run).state is RunState.QUEUED
     assert len([h for h in stored(container, run).history if h.actor == "outbox"]) == 1
+    assert len(sqs.entries()) == 1
     assert metric(container, "OutboxStaleTransition") == 1
 
 
 # --- failures ---
 
 
-def test_failed_entry_is_reported_and_run_stays_pending(container, clock, sqs):
+def put_back(container, run: Run) -> Run:
+    """The run as stored after a failed send: marked QUEUED, then put back to PENDING."""
+    after = stored(container, run)
+    assert after.state is RunState.PENDING and after.rev == run.rev + 2
+    mark, back = after.history[-2:]
+    assert (mark.actor, mark.source, mark.target) == ("outbox", run.state, RunState.QUEUED)
+    assert (back.actor, back.source, back.target, back.reason) == (
+        "outbox",
+        RunState.QUEUED,
+        RunState.PENDING,
+        "publish failed",
+    )
+    return after
+
+
+def test_failed_entry_is_reported_and_run_is_put_back_to_pending(container, clock, sqs):
     good = insert(container, make_run(clock, job_id="j_good"))
     bad = insert(container, make_run(clock, job_id="j_bad"))
     sqs.fail_entry_of = {bad.run_key}
@@ -274,7 +290,7 @@ def test_failed_entry_is_reported_and_run_stays_pending(container, clock, sqs):
     assert container.outbox.publish([good, bad]) == [bad.run_key]
 
     assert stored(container, good).state is RunState.QUEUED
-    assert stored(container, bad) == bad
+    put_back(container, bad)
     assert metric(container, "PublishFailed") == 1 and metric(container, "RunsPublished") == 1
 
 
@@ -283,7 +299,44 @@ def test_send_error_reports_every_run_of_the_batch(container, clock, sqs):
     sqs.raise_error = True
 
     assert sorted(container.outbox.publish(runs)) == sorted(r.run_key for r in runs)
-    assert all(stored(container, r) == r for r in runs)
+    for run in runs:
+        put_back(container, run)
+
+
+def test_a_put_back_run_is_published_again_from_its_own_record(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    sqs.raise_error = True
+    container.outbox.publish([run])
+    sqs.raise_error = False
+
+    # The put-back's stream record: published; the retried old record: stale, not sent again.
+    assert container.outbox.publish([put_back(container, run), run]) == []
+    assert stored(container, run).state is RunState.QUEUED
+    assert len(sqs.entries()) == 2  # the failed send and this one
+
+
+def test_failed_sends_in_a_row_leave_the_run_to_the_reconciler(container, clock, sqs):
+    from jobsched.domain import lifecycle
+    from jobsched.services.outbox import QUICK_RETRIES
+
+    run = insert(container, make_run(clock))
+    sqs.raise_error = True
+    for _ in range(QUICK_RETRIES):
+        assert container.outbox.publish([run]) == [run.run_key]
+        run = put_back(container, run)
+    sends = len(sqs.batches)
+
+    outcome = container.outbox.publish_detailed([run])
+    assert outcome.left_for_repair == [run.run_key] and outcome.failed == []
+    assert len(sqs.batches) == sends and stored(container, run) == run
+
+    # The reconciler's republish (a touch) starts the count again.
+    touched = container.runs.commit(
+        run, lambda r: lifecycle.touch(r, now=clock.now(), actor="reconciler", reason="republish")
+    )
+    sqs.raise_error = False
+    assert container.outbox.publish([touched]) == []
+    assert stored(container, run).state is RunState.QUEUED
 
 
 def test_unconfigured_queue_reports_failure(container, clock):
@@ -296,20 +349,30 @@ def test_unconfigured_queue_reports_failure(container, clock):
     assert stored(container, run).state is RunState.PENDING
 
 
-def test_run_claimed_before_outbox_marks_it_queued(container, clock, sqs):
+def test_run_claimed_before_outbox_marks_it_queued_is_not_sent(container, clock, sqs):
     run = insert(container, make_run(clock))
-
-    def worker_claims_first() -> None:
-        container.runs.commit(run, lambda r: claimed(r, at=clock.now(), lease_for=60, owner="w1"))
-
-    sqs.before_send = worker_claims_first
+    # A worker claimed it from an earlier message (a republish) before this record arrived.
+    container.runs.commit(run, lambda r: claimed(r, at=clock.now(), lease_for=60, owner="w1"))
 
     assert container.outbox.publish([run]) == []
 
     after = stored(container, run)
     assert after.state is RunState.LEASED
     assert all(h.actor != "outbox" for h in after.history)
+    assert sqs.batches == []
     assert metric(container, "OutboxStaleTransition") == 1
+
+
+def test_the_run_is_queued_before_its_message_is_sent(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    seen: list[Run] = []
+    sqs.before_send = lambda: seen.append(stored(container, run))
+
+    assert container.outbox.publish([run]) == []
+
+    # What a worker reads once the message is there is the run as the outbox leaves it.
+    assert [r.state for r in seen] == [RunState.QUEUED]
+    assert seen[0] == stored(container, run)
 
 
 # --- routing ---

@@ -37,10 +37,16 @@ def front() -> Iterator[tuple[HttpFront, Recorder]]:
         server.stop()
 
 
+# Stands for the front's own address in a request's Host header (any other is refused).
+OWN_HOST = "<own-host>"
+
+
 def exchange(front: HttpFront, head: str, body: bytes = b"") -> tuple[int, dict[str, str], Any]:
-    """Send one raw request; read the answer to its end (the server closes or it is complete).
-    The socket timeout only keeps a regression from hanging the suite."""
+    """Send one raw request (OWN_HOST in it replaced by the front's address); read the answer
+    to its end (the server closes or it is complete). The socket timeout only keeps a
+    regression from hanging the suite."""
     host, port = front.url.removeprefix("http://").split(":")
+    head = head.replace(OWN_HOST, f"{host}:{port}")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
         data = b""
@@ -65,7 +71,7 @@ def exchange(front: HttpFront, head: str, body: bytes = b"") -> tuple[int, dict[
 
 def post(length: str) -> str:
     return (
-        f"POST /v1/jobs HTTP/1.1\nHost: local\nx-api-key: {KEY}\n"
+        f"POST /v1/jobs HTTP/1.1\nHost: {OWN_HOST}\nx-api-key: {KEY}\n"
         f"Content-Type: application/json\nContent-Length: {length}\n"
     )
 
@@ -111,9 +117,9 @@ def test_a_body_within_the_cap_reaches_the_function(front):
 @pytest.mark.parametrize("path", ["/openapi.json", "/docs"])
 def test_the_document_needs_the_key_as_on_a_stack_it_needs_a_signature(front, path):
     server, recorder = front
-    status, _, body = exchange(server, f"GET {path} HTTP/1.1\nHost: local\n")
+    status, _, body = exchange(server, f"GET {path} HTTP/1.1\nHost: {OWN_HOST}\n")
     assert status == 401 and body["code"] == "unauthenticated"
-    status, _, _ = exchange(server, f"GET {path} HTTP/1.1\nHost: local\nx-api-key: {KEY}\n")
+    status, _, _ = exchange(server, f"GET {path} HTTP/1.1\nHost: {OWN_HOST}\nx-api-key: {KEY}\n")
     assert status == 200 and len(recorder.events) == 1
 
 

@@ -1,10 +1,18 @@
-"""The outbox: publishes runs that became PENDING or RETRY_WAIT to their queue, then marks them QUEUED.
+"""The outbox: marks runs that became PENDING or RETRY_WAIT as QUEUED, then publishes them to
+their queue.
+
+The mark comes first because it is the outbox's last write to the run: once a message is on
+a queue a worker may read the run and claim it at the rev it read, and a write landing
+between its read and its claim would fail the claim, which the worker takes for a run
+someone else has and acknowledges the message: the run would wait QUEUED with no message
+until the reconciler's 15 minutes. A run whose send fails is put back to PENDING (so QUEUED
+always means "a message was sent") and that write's stream record publishes it again, a few
+times in a row at most before it is left to the reconciler (60 s after it is due).
 
 The SQS delay is the timing wheel, so a run is published only once it is due within the
 SQS delay limit; runs further out are left PENDING and re-touched by the reconciler at
 `due_at - 900 s`. A run published twice is harmless (the worker's claim is conditional);
-a run that fails to publish is reported so the stream batch retries it, and beyond that
-the reconciler repairs it."""
+a run that fails to publish is also reported so the stream batch retries its record."""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ from datetime import datetime
 
 from ..domain.errors import JobschedError
 from ..domain.instants import Clock
-from ..domain.lifecycle import queued
+from ..domain.lifecycle import advance, queued
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import SQS_MAX_DELAY
 from ..domain.runs import Run, RunState
@@ -26,6 +34,11 @@ from ..store.runs import RunChanged, RunStore
 
 PUBLISHABLE = frozenset({RunState.PENDING, RunState.RETRY_WAIT})
 EXTERNAL = "external"  # not a queue: leased through the API
+ACTOR = "outbox"
+PUBLISH_FAILED = "publish failed"  # the reason of the QUEUED -> PENDING put-back
+# Failed sends in a row that the put-back's own stream record retries; after these the run
+# is left PENDING for the reconciler, whose republish starts the count again.
+QUICK_RETRIES = 3
 
 Router = Callable[[Run], str]
 
@@ -60,7 +73,9 @@ class PublishOutcome:
     published: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     skipped_far_future: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)  # sent, but the run had moved on before QUEUED
+    stale: list[str] = field(default_factory=list)  # not sent: the run had moved on before QUEUED
+    # Not sent: its last sends failed QUICK_RETRIES times in a row; the reconciler republishes it.
+    left_for_repair: list[str] = field(default_factory=list)
 
 
 class Outbox:
@@ -78,38 +93,57 @@ class Outbox:
         return self.publish_detailed(runs).failed
 
     def publish_detailed(self, runs: list[Run]) -> PublishOutcome:
+        """Mark each publishable run QUEUED, then send it (no write to a run after its send).
+
+        Takes runs as the stream delivered them (any revs, duplicates). Returns what became of
+        each: published, failed (not sent: put back to PENDING, or nothing was written), stale
+        (moved on since the image: not sent), skipped far in the future, left for repair.
+        Guarantees that a run this call leaves QUEUED was sent, unless putting it back failed
+        too (logged; the reconciler requeues it)."""
         now = self._clock.now()
         outcome = PublishOutcome()
-        by_queue: dict[str, list[tuple[Run, int]]] = {}
+        by_queue: dict[str, list[Run]] = {}
         for run in _latest_publishable(runs):
-            if self._route(run) == EXTERNAL:
+            route = self._route(run)
+            if route == EXTERNAL:
                 # External workers lease from the claimable index; QUEUED says "available".
                 (outcome.published if self._mark_queued(run, now) else outcome.stale).append(run.run_key)
                 continue
-            # A deferred run is published again when its worker asked (tenant limit, buffered).
-            visible_at = max(run.due_at, run.deferred_until or run.due_at)
-            delay = sqs_delay(visible_at, self._clock.precise())
-            if delay > SQS_MAX_DELAY.total_seconds():
+            if sqs_delay(visible_from(run), self._clock.precise()) > SQS_MAX_DELAY.total_seconds():
                 outcome.skipped_far_future.append(run.run_key)
                 continue
-            by_queue.setdefault(self._route(run), []).append((run, delay))
+            if _failed_sends_in_a_row(run) >= QUICK_RETRIES:
+                outcome.left_for_repair.append(run.run_key)
+                continue
+            try:
+                self._queues.url(route)
+            except JobschedError as exc:  # e.g. the queue is not configured: nothing is written
+                logger.error("publish failed", extra={"queue": route, "error": str(exc)})
+                outcome.failed.append(run.run_key)
+                continue
+            marked = self._mark_queued(run, now)
+            if marked is None:
+                outcome.stale.append(run.run_key)
+                continue
+            by_queue.setdefault(route, []).append(marked)
 
-        for queue, entries in by_queue.items():
+        for queue, marked_runs in by_queue.items():
+            # The delay from the clock as the batch is sent, after the marks.
+            entries = [(run, sqs_delay(visible_from(run), self._clock.precise())) for run in marked_runs]
             try:
                 failed = set(self._queues.publish(queue, entries))
-            except JobschedError as exc:  # e.g. the queue is not configured: nothing was sent
+            except Exception as exc:  # marked but maybe not sent: put back like a failed send
                 logger.error("publish failed", extra={"queue": queue, "error": str(exc)})
-                failed = {run.run_key for run, _ in entries}
-            for run, _ in entries:
+                failed = {run.run_key for run in marked_runs}
+            for run in marked_runs:
                 if run.run_key in failed:
                     outcome.failed.append(run.run_key)
+                    self._put_back(run, now)
                     continue
                 outcome.published.append(run.run_key)
                 lag = (now - run.due_at).total_seconds()
                 if lag > 0:
                     self._metrics.add("SchedulePublishLag", lag, Unit.SECONDS)
-                if not self._mark_queued(run, now):
-                    outcome.stale.append(run.run_key)
 
         for name, keys in (
             ("RunsPublished", outcome.published),
@@ -121,28 +155,70 @@ class Outbox:
                 self._metrics.add(name, len(keys))
         if outcome.failed:
             logger.warning("runs not published", extra={"run_keys": outcome.failed})
+        if outcome.left_for_repair:
+            logger.warning(
+                "runs left for the reconciler after failed publishes",
+                extra={"run_keys": outcome.left_for_repair},
+            )
         return outcome
 
-    def _mark_queued(self, run: Run, now: datetime) -> bool:
-        """False when the run moved on meanwhile (e.g. a worker claimed it first): nothing to do."""
+    def _mark_queued(self, run: Run, now: datetime) -> Run | None:
+        """The run as it is to be sent: QUEUED as stored, or, if the mark failed with an error,
+        as read (sent all the same: a worker may claim a PENDING run, and the reconciler
+        re-touches it if it stays PENDING). None when the run moved on meanwhile (a worker
+        claimed it, it was cancelled, a retried stream record of one already queued)."""
         try:
-            self._runs.commit(run, lambda r: queued(r, now=now, actor="outbox"))
+            return self._runs.commit(run, lambda r: queued(r, now=now, actor=ACTOR))
         except RunChanged:
-            return False
+            return None
         except Exception as exc:
-            # The message is on the queue and a worker may claim a PENDING run, so this is not a
-            # lost publish; the reconciler re-touches the run if it stays PENDING. Whatever the
-            # error, it is this run's alone: the rest of the batch is marked as usual.
+            # Whatever the error, it is this run's alone: the rest of the batch goes on.
             logger.warning(
-                "run sent but not marked QUEUED", extra={"run_key": run.run_key, "error": str(exc)}
+                "run not marked QUEUED; sending it as it is",
+                extra={"run_key": run.run_key, "error": str(exc)},
             )
-        return True
+            return run
+
+    def _put_back(self, run: Run, now: datetime) -> None:
+        """A marked run whose send failed: back to PENDING, so its stream record publishes it
+        again and QUEUED never stands for a message that was not sent."""
+        if run.state is not RunState.QUEUED:
+            return  # its mark had failed: still as it was
+        try:
+            self._runs.commit(
+                run, lambda r: advance(r, RunState.PENDING, now=now, actor=ACTOR, reason=PUBLISH_FAILED)
+            )
+        except RunChanged:
+            pass  # moved on (cancelled, ...): nothing waits on this publish any more
+        except Exception as exc:
+            logger.error(
+                "run QUEUED without a message; the reconciler requeues it",
+                extra={"run_key": run.run_key, "error": str(exc)},
+            )
+
+
+def _failed_sends_in_a_row(run: Run) -> int:
+    """How many put-backs after failed sends end the run's history, with nothing but the
+    outbox's own marks between them."""
+    count = 0
+    for entry in reversed(run.history):
+        if entry.actor != ACTOR:
+            break
+        if entry.reason == PUBLISH_FAILED:
+            count += 1
+    return count
 
 
 # SQS delays are whole seconds. Rounding up makes a message visible up to 1 s after its run
 # is due; allowing it to be visible this much early instead (the worker waits that out, so
 # nothing starts early) caps the lateness at 1 s minus this.
 EARLY_VISIBILITY = 0.25
+
+
+def visible_from(run: Run) -> datetime:
+    """When the run's message should become visible: when it is due, or, for a run a worker
+    deferred (tenant limit, buffered, not due), when that worker asked to look again."""
+    return max(run.due_at, run.deferred_until or run.due_at)
 
 
 def sqs_delay(due: datetime, now: datetime) -> int:
