@@ -330,3 +330,22 @@ def test_a_2xx_answer_that_cannot_be_stored_as_it_is_is_still_one_success(contai
         assert stored(container, run).result is not None
     finally:
         receiver.close()
+
+
+def test_a_claim_lost_to_a_write_that_left_the_run_claimable_claims_it_anyway(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The worker read the run PENDING; the outbox's QUEUED mark (or a repair's touch) landed
+    before its claim. The message must not be acknowledged as a duplicate: the run would sit
+    QUEUED with no message until the reconciler."""
+    from jobsched.domain import lifecycle
+
+    _, run = one_run(container, clock)
+    read = stored(container, run)
+    container.runs.commit(read, lambda r: lifecycle.queued(r, now=clock.now(), actor="outbox"))
+    real_get = container.runs.get_by_key
+    stale = [read]
+    monkeypatch.setattr(container.runs, "get_by_key", lambda key: stale.pop() if stale else real_get(key))
+    result = attempt(container, registry, "w").process(delivery(run))
+    assert result.outcome is AttemptOutcome.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1

@@ -80,11 +80,13 @@ def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_
     # The record stays the first attempt's, and no attempt was used up waiting for it.
     assert second.run.effect_fence == 1 and second.run.effect_until == T0 + timedelta(seconds=300)
     assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300) + RECORD_GRACE
-    assert seen["third"].outcome is AttemptOutcome.DEFERRED  # not due before the deadline: no write
+    # Not due before the deadline: deferred (handed back to the outbox, due as it was).
+    assert seen["third"].outcome is AttemptOutcome.DEFERRED
     assert ledger.effects[run.run_key] == 1
     # The first attempt's result was saved on the open run: the next attempt replays it.
     waiting = stored(container, run)
-    assert waiting.state is RunState.RETRY_WAIT and waiting.result is None
+    assert waiting.is_open and waiting.result is None
+    assert waiting.due_at == T0 + timedelta(seconds=300) + RECORD_GRACE
     assert waiting.saved_result == "first-result"
     clock.set(waiting.due_at)
     done = invocation(container, registry, "fourth", 900).process(delivery(run))

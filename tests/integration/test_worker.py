@@ -515,16 +515,16 @@ def test_a_slot_taken_for_a_claim_that_did_not_happen_is_given_back(container, c
     batch = make_worker(container, registry, tenant_concurrency=1).for_invocation(_Invocation())
     _, first = one_run(container, clock, name="first")
     _, second = one_run(container, clock, name="second")
-    real_claim = batch.attempts.claim
+    real_claim = batch.attempts.claim_or_current
     lost = []
 
     def lose_the_first_race(run, now, **kw):
         if not lost:
             lost.append(run.run_key)
-            return None  # another worker claimed it between the read and the claim
+            return None, None  # another worker claimed it between the read and the claim
         return real_claim(run, now, **kw)
 
-    batch.attempts.claim = lose_the_first_race
+    batch.attempts.claim_or_current = lose_the_first_race
     assert batch.process(delivery(first)).outcome is AttemptOutcome.DUPLICATE
     assert batch.process(delivery(second)).outcome is AttemptOutcome.SUCCEEDED
 

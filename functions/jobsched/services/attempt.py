@@ -222,16 +222,29 @@ class Attempts:
     # --- claim and check ---
 
     def claim(self, run: Run, now: datetime, *, owner: str, actor: str, lease_seconds: float) -> Run | None:
-        """The run leased to `owner` (a new fence), or None when another writer got there first."""
+        """The run leased to `owner` (a new fence), or None when another writer got there first.
+        See `claim_or_current` for the run as stored when the claim lost."""
+        return self.claim_or_current(run, now, owner=owner, actor=actor, lease_seconds=lease_seconds)[0]
+
+    def claim_or_current(
+        self, run: Run, now: datetime, *, owner: str, actor: str, lease_seconds: float
+    ) -> tuple[Run | None, Run | None]:
+        """(the leased run, None), or (None, the run as stored) when the claim lost to another
+        write: a claim is conditioned on the run as read, and a write that changed nothing a
+        claim depends on (the outbox's QUEUED mark, a repair's touch) makes it lose too; the
+        caller may admit and claim the stored run again."""
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
         try:
-            return self._runs.commit(
+            leased = self._runs.commit(
                 run,
                 lambda r: lifecycle.claim(r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds),
             )
-        except (RunChanged, lifecycle.TransitionRefused):
-            return None
+            return leased, None
+        except RunChanged as exc:
+            return None, exc.current
+        except lifecycle.TransitionRefused:
+            return None, None
 
     def check_job(self, leased: Run, *, actor: str) -> Ending | None:
         """Read after the claim: None to go on; otherwise the run was cancelled (job cancelled

@@ -56,6 +56,9 @@ DEFER_IN_PLACE = 60
 TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
 TENANT_WAIT_LONGEST = 30
 
+# Claims a delivery tries when each loses to a write that left the run claimable.
+CLAIM_TRIES = 3
+
 # Kept for callers that name the old spelling.
 Outcome = AttemptOutcome
 Result = AttemptResult
@@ -174,23 +177,43 @@ class Worker:
 
     def process(self, delivery: Received) -> AttemptResult:
         """The attempt `delivery` points at: admitted, claimed, checked, executed, completed
-        (services.attempt), or deferred. Raises what the store raises before the effect
-        (the message is then redelivered)."""
+        (services.attempt), or deferred. A claim lost to a write that left the run claimable
+        (the outbox's mark, a repair's touch) is tried again on the run as stored, so such a
+        write never costs the run its message. Raises what the store raises before the
+        effect (the message is then redelivered)."""
         run = self._runs.get_by_key(delivery.run_key)
-        now = self._clock.now()
-        admitted = self.attempts.admit(run, now, actor=self.actor)
-        if admitted.admission is Admission.NOTHING:
-            self._metrics.add("DuplicatesSuppressed")
-            return AttemptResult(AttemptOutcome.DUPLICATE, admitted.run)
-        assert run is not None
-        if admitted.admission is Admission.NOT_DUE:
-            return self._defer(run, delivery, admitted.wait_seconds, "not_due")
-        if admitted.admission is Admission.BUFFERED:
-            return self._defer(run, delivery, admitted.wait_seconds, "buffered")
-        if admitted.admission is Admission.ENDED:
-            assert admitted.ending is not None
-            return ended(admitted.ending)
+        for _ in range(CLAIM_TRIES):
+            now = self._clock.now()
+            admitted = self.attempts.admit(run, now, actor=self.actor)
+            if admitted.admission is Admission.NOTHING:
+                self._metrics.add("DuplicatesSuppressed")
+                return AttemptResult(AttemptOutcome.DUPLICATE, admitted.run)
+            assert run is not None
+            if admitted.admission is Admission.NOT_DUE:
+                return self._defer(run, delivery, admitted.wait_seconds, "not_due")
+            if admitted.admission is Admission.BUFFERED:
+                return self._defer(run, delivery, admitted.wait_seconds, "buffered")
+            if admitted.admission is Admission.ENDED:
+                assert admitted.ending is not None
+                return ended(admitted.ending)
+            claimed = self._claim(run, now, delivery)
+            if isinstance(claimed, AttemptResult):
+                return claimed
+            leased, current, start_lag = claimed
+            if leased is not None:
+                return self._run(leased, delivery, start_lag=start_lag)
+            if current is None or not lifecycle.claimable(current, self._clock.now()):
+                self._metrics.add("DuplicatesSuppressed")
+                return AttemptResult(AttemptOutcome.DUPLICATE, current or run)
+            run = current  # lost to a write that left it claimable: admit and claim it again
+        raise RetryableError(f"run {delivery.run_key} keeps changing; its message comes back")
 
+    def _claim(
+        self, run: Run, now: datetime, delivery: Received
+    ) -> AttemptResult | tuple[Run | None, Run | None, float]:
+        """Within the tenant's limit, after waiting out an early message: the claim's outcome
+        (leased, or the run as stored) with the start lag (seconds from due to the claim), or
+        the deferral when the tenant is at its limit."""
         slots = None
         if self.tenant_concurrency > 0:
             slots = self._tenant_slots or TenantSlots(self._runs, self.tenant_concurrency)
@@ -207,16 +230,15 @@ class Worker:
                 self._clock.sleep(min(early, CLOCK_SKEW.total_seconds()))
                 now = self._clock.now()
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
-        leased = self.attempts.claim(
+        leased, current = self.attempts.claim_or_current(
             run, now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
         )
-        if leased is None:
-            if slots is not None:
-                slots.give_back(run.tenant)
-            self._metrics.add("DuplicatesSuppressed")
-            return AttemptResult(AttemptOutcome.DUPLICATE, run)
-        logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
+        if leased is None and slots is not None:
+            slots.give_back(run.tenant)
+        return leased, current, start_lag
 
+    def _run(self, leased: Run, delivery: Received, *, start_lag: float) -> AttemptResult:
+        logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
         # Read after the claim: a pause or cancel acknowledged before this read stops the run.
         stopped = self.attempts.check_job(leased, actor=self.actor)
         if stopped is not None:
