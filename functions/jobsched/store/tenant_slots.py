@@ -41,14 +41,16 @@ records (a put per claim, a delete per release) are dropped by the outbox's even
 which Lambda does not bill. The tenant id (up to 256 printable characters, any of them
 hostile) appears only through its SHA-256, so a key is 70 bytes whatever the tenant.
 
-The limit changing while slots are held: raised, the new slots are simply free. Lowered
-from N to M, slots at M..N-1 are no longer taken; while k of them are still present the
-claimable slots are 0..M-k-1, so the tenant has at most M live leases as soon as no claimer
-uses the old limit (a deploy that changes it runs both for a moment: then at most N).
-Present slots past the limit are deleted once their holder is dead (`_reap`). The limit 0
-is no limit: `claim` is `RunStore.commit`, with no slot read or written. Leases claimed
-while the limit was 0 hold no slot and are not counted after it is set; they end with
-their lease.
+The limit changing while slots are held: raised, the new slots are simply free. Lowered,
+the slots past the new limit still count, so while any is present no claim is made: each
+claim that finds one first deletes those whose holder is dead and moves each live one into
+an absent slot below the limit (one transaction each; the holder keeps it under another
+index). Nothing creates a slot past the limit any more, so a claim made when none is
+present meets only the `limit` slots below it: exact again as soon as no claimer uses the
+old limit (a deploy that changes it runs both for a moment: then at most the higher). The
+limit 0 is no limit: `claim` is `RunStore.commit`, with no slot read or written. Leases
+claimed while the limit was 0 hold no slot and are not counted after it is set; they end
+with their lease.
 
 Cost, per claim of a tenant under its limit: one consistent Query of the tenant's slot
 partition (the slots held now, ~200 bytes each: 1 read unit up to ~20 held, 3 at 50) and
@@ -64,7 +66,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -113,6 +115,26 @@ class SlotHolder:
     run_sk: str
     fence: int
     lease_until: datetime
+
+    @classmethod
+    def of(cls, run: Run, index: int) -> SlotHolder:
+        """The holder a claim of `run` (as written, LEASED) records in slot `index`."""
+        assert run.lease_expires_at is not None
+        return cls(index, run.job_id, key_sk(run.run_key), run.fence, run.lease_expires_at)
+
+    def item(self, tenant: str) -> dict[str, Any]:
+        """The slot item recording this holder."""
+        return {
+            **slot_key(tenant, self.index),
+            **to_item(
+                {
+                    "run_job": self.run_job,
+                    "run_sk": self.run_sk,
+                    "run_fence": self.fence,
+                    "lease_until": format_instant(self.lease_until),
+                }
+            ),
+        }
 
     def is_run(self, run: Run) -> bool:
         return self.run_job == run.job_id and self.run_sk == key_sk(run.run_key)
@@ -163,6 +185,7 @@ class TenantSlots:
         *,
         steal_after: timedelta = STEAL_AFTER,
         attempts: int = CLAIM_ATTEMPTS,
+        rng: random.Random | None = None,
     ) -> None:
         if limit < 0:
             raise ValueError("limit must be 0 (no limit) or more")
@@ -172,6 +195,7 @@ class TenantSlots:
         self.limit = limit
         self.steal_after = steal_after
         self.attempts = attempts
+        self._random = rng or random.Random()  # which free slot to try (spreads claimers out)
 
     # --- claiming ---
 
@@ -201,10 +225,15 @@ class TenantSlots:
             raise ValueError(f"run {read.run_key}: a claim must leave the run LEASED with a lease")
         for _ in range(self.attempts):
             holders = self.holders(read.tenant)
-            take = self._choose(holders, read, now)
-            if take is None:
-                if self._reap(read.tenant, holders, now):
+            if any(h.index >= self.limit for h in holders):
+                # The limit was lowered: no claim until every slot past it is gone (deleted
+                # once dead, or moved below it), since they count as much as the slots below.
+                if self._settle_past_limit(read.tenant, holders, now):
                     continue
+                take = None
+            else:
+                take = self._choose(holders, read, now)
+            if take is None:
                 raise TenantAtLimit(
                     f"tenant {read.tenant!r} has {self.limit} runs under live leases (its limit)",
                     limit=self.limit,
@@ -220,18 +249,16 @@ class TenantSlots:
     def _choose(self, holders: list[SlotHolder], read: Run, now: datetime) -> _Take | None:
         """The slot to try: the run's own (its previous claim's, lease expired), else a random
         absent one (concurrent claimers spread out), else one whose holder may be dead."""
-        past_limit = sum(1 for h in holders if h.index >= self.limit)
-        usable = self.limit - past_limit
-        low = {h.index: h for h in holders if h.index < usable}
-        own = next((h for h in low.values() if h.is_run(read)), None)
+        present = {h.index: h for h in holders}
+        own = next((h for h in holders if h.is_run(read)), None)
         if own is not None:
             return _Take(own.index, own)
-        absent = [i for i in range(usable) if i not in low]
+        absent = [i for i in range(self.limit) if i not in present]
         if absent:
-            return _Take(random.choice(absent), None)
+            return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
-        stale = [h for h in low.values() if h.worth_checking(cutoff)]
-        return _Take((h := random.choice(stale)).index, h) if stale else None
+        stale = [h for h in holders if h.worth_checking(cutoff)]
+        return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
     def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
         """One claim transaction; the run as written, or None to try another slot."""
@@ -239,7 +266,7 @@ class TenantSlots:
         write = self._runs.prepare_put(slotted, read, holder=False)
         slot: dict[str, Any] = {
             "TableName": self._table,
-            "Item": self._slot_item(read.tenant, take.index, write.saved),
+            "Item": SlotHolder.of(write.saved, take.index).item(read.tenant),
         }
         if take.over is None:
             slot["ConditionExpression"] = "attribute_not_exists(job_id)"
@@ -291,20 +318,6 @@ class TenantSlots:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
 
-    def _slot_item(self, tenant: str, index: int, run: Run) -> dict[str, Any]:
-        assert run.lease_expires_at is not None
-        return {
-            **slot_key(tenant, index),
-            **to_item(
-                {
-                    "run_job": run.job_id,
-                    "run_sk": key_sk(run.run_key),
-                    "run_fence": run.fence,
-                    "lease_until": format_instant(run.lease_expires_at),
-                }
-            ),
-        }
-
     def _transact(self, items: list[dict[str, Any]]) -> _Cancelled | None:
         """Send the transaction: None when it committed, else why it was cancelled. A
         throttled item is a StorageUnavailable. botocore gives the call a ClientRequestToken,
@@ -345,28 +358,62 @@ class TenantSlots:
         except (ClientError, StorageUnavailable):
             pass  # another claimer renewed it, the slot moved on, or the store is busy
 
-    def _reap(self, tenant: str, holders: list[SlotHolder], now: datetime) -> bool:
-        """Delete slots past the limit (it was lowered) whose holder is dead: each one gone
-        makes one slot below the limit claimable. True when at least one went."""
+    def _settle_past_limit(self, tenant: str, holders: list[SlotHolder], now: datetime) -> bool:
+        """After the limit was lowered: delete the slots whose holder is dead (below the limit
+        too, to make room), and move each live one past the limit into an absent slot below
+        it (its holder keeps it; only the index changes). True when anything changed.
+
+        Exact because nothing creates a slot past the limit any more: a claim made while none
+        is present can only find, at its commit, the `limit` slots below it."""
         cutoff = now - self.steal_after
-        reaped = False
+        changed = False
+        left: list[SlotHolder] = []
         for holder in holders:
-            if holder.index < self.limit or not holder.worth_checking(cutoff):
-                continue
-            delete = {
-                "TableName": self._table,
-                "Key": slot_key(tenant, holder.index),
-                "ConditionExpression": _HOLDER_MATCHES,
-                "ExpressionAttributeNames": _HOLDER_NAMES,
-                "ExpressionAttributeValues": holder.matches(),
-            }
-            check = self._holder_dead(holder, now)
-            cancelled = self._transact([{"Delete": delete}, {"ConditionCheck": check}])
-            if cancelled is None:
-                reaped = True
-            elif cancelled.code(1) == "ConditionalCheckFailed":
-                self._renew_hint(tenant, holder, cancelled.item(1))
-        return reaped
+            if holder.worth_checking(cutoff) and self._reap(tenant, holder, now):
+                changed = True
+            else:
+                left.append(holder)
+        absent = [i for i in range(self.limit) if i not in {h.index for h in left}]
+        self._random.shuffle(absent)
+        for holder in (h for h in left if h.index >= self.limit):
+            if not absent:
+                break
+            changed |= self._move(tenant, holder, absent.pop())
+        return changed
+
+    def _reap(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
+        """Delete the slot if its holder is dead (as a takeover would judge it)."""
+        delete = {
+            "TableName": self._table,
+            "Key": slot_key(tenant, holder.index),
+            "ConditionExpression": _HOLDER_MATCHES,
+            "ExpressionAttributeNames": _HOLDER_NAMES,
+            "ExpressionAttributeValues": holder.matches(),
+        }
+        check = self._holder_dead(holder, now)
+        cancelled = self._transact([{"Delete": delete}, {"ConditionCheck": check}])
+        if cancelled is None:
+            return True
+        if cancelled.code(1) == "ConditionalCheckFailed":
+            self._renew_hint(tenant, holder, cancelled.item(1))
+        return False
+
+    def _move(self, tenant: str, holder: SlotHolder, to: int) -> bool:
+        """Move a holder's slot to the absent index `to`, in one transaction (its `release`
+        finds it there)."""
+        delete = {
+            "TableName": self._table,
+            "Key": slot_key(tenant, holder.index),
+            "ConditionExpression": _HOLDER_MATCHES,
+            "ExpressionAttributeNames": _HOLDER_NAMES,
+            "ExpressionAttributeValues": holder.matches(),
+        }
+        put = {
+            "TableName": self._table,
+            "Item": replace(holder, index=to).item(tenant),
+            "ConditionExpression": "attribute_not_exists(job_id)",
+        }
+        return self._transact([{"Delete": delete}, {"Put": put}]) is None
 
     # --- releasing ---
 
@@ -377,6 +424,9 @@ class TenantSlots:
         claim's fence (a completion, a failure, a hold, `in_progress_elsewhere`, the
         reconciler's `lease_expired`, a cancel), or any later version with that fence.
         Call it after each of those; a run without a slot (`tenant_slot` None) costs nothing.
+        Costs one conditional DeleteItem; when the slot is no longer where the claim put it
+        (moved below a lowered limit, taken over, released already), also a Query of the
+        tenant's slots to find it.
         Raises ValueError for a run still LEASED: its slot is still held.
         Never raises for a lost race or an unavailable store (it logs those): a slot whose
         release is lost is taken over once its hint has expired, so the cost of a lost
@@ -385,26 +435,33 @@ class TenantSlots:
             return False
         if run.state is RunState.LEASED:
             raise ValueError(f"run {run.run_key} is still LEASED: its slot is held")
-        key = slot_key(run.tenant, run.tenant_slot)
-        ours = _holder_values(run.job_id, key_sk(run.run_key), run.fence)
+        mine = SlotHolder(run.tenant_slot, run.job_id, key_sk(run.run_key), run.fence, run.updated_at)
+        try:
+            if self._delete(run.tenant, mine):
+                return True
+            moved = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == run.fence]
+            return any([self._delete(run.tenant, h) for h in moved])
+        except StorageUnavailable as exc:
+            logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
+            return False
+
+    def _delete(self, tenant: str, holder: SlotHolder) -> bool:
+        """Delete the slot if `holder` still holds it; False if it does not."""
         try:
             with translated_errors():
                 retry_conflicts(
                     lambda: self._db.delete_item(
                         TableName=self._table,
-                        Key=key,
+                        Key=slot_key(tenant, holder.index),
                         ConditionExpression=_HOLDER_MATCHES,
                         ExpressionAttributeNames=_HOLDER_NAMES,
-                        ExpressionAttributeValues=ours,
+                        ExpressionAttributeValues=holder.matches(),
                     )
                 )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
-                return False  # already released, or taken over since
+                return False
             raise
-        except StorageUnavailable as exc:
-            logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
-            return False
         return True
 
     # --- reading ---
