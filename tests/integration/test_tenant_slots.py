@@ -538,6 +538,14 @@ class CountingClient:
         return call
 
 
+def test_a_claim_under_no_limit_drops_the_slot_an_earlier_claim_took(runs, ddb):
+    (run,) = insert(runs, "j_unlimited")
+    slotted = claim(TenantSlots(runs, 1), run, T0)
+    again = claim(TenantSlots(runs, 0), slotted, T0 + timedelta(seconds=LEASE + 1))
+    assert again.tenant_slot is None
+    runs.extend_lease(again, T0 + timedelta(seconds=2 * LEASE))  # no slot: no live_at needed
+
+
 def test_limit_zero_is_no_limit_and_writes_no_slot(ddb):
     counting = CountingClient(ddb)
     runs = RunStore(counting, RUNS.default_name, 4)

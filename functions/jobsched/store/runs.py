@@ -14,7 +14,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -349,7 +348,7 @@ class RunStore:
             }
             if live_at is not None:
                 values[":live_at"] = format_instant(live_at)
-            request = {
+            request: dict[str, Any] = {
                 "TableName": self._table,
                 "Key": self._run_key(read),
                 # The open-index entry stays: a later lease only makes the run's repair
@@ -360,9 +359,13 @@ class RunStore:
                 "ExpressionAttributeValues": to_item(values),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
+
+            def extend(request: dict[str, Any] = request) -> Any:
+                return self._db.update_item(**request)
+
             with translated_errors():
                 try:
-                    retry_conflicts(partial(self._db.update_item, **request))
+                    retry_conflicts(extend)
                     return extended.model_copy(update={"rev": read.rev + 1})
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":

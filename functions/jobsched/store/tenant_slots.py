@@ -218,8 +218,8 @@ class TenantSlots:
         The caller must: extend the lease only with `RunStore.extend_lease(run, until,
         live_at=now)`, and call `release` with the run as written by the transition that
         takes it out of LEASED."""
-        if self.limit == 0:
-            return self._runs.commit(read, change)
+        if self.limit == 0:  # no slot: one a run kept from an earlier claim is not its own
+            return self._runs.commit(read, lambda r: change(r).model_copy(update={"tenant_slot": None}))
         leased = change(read)
         if leased.state is not RunState.LEASED or leased.lease_expires_at is None:
             raise ValueError(f"run {read.run_key}: a claim must leave the run LEASED with a lease")
