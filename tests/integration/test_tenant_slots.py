@@ -581,3 +581,24 @@ def test_release_refuses_a_run_still_leased(runs):
     (run,) = insert(runs, "j_early")
     with pytest.raises(ValueError, match="still LEASED"):
         slots.release(claim(slots, run, T0))
+
+
+def test_local_modes_transaction_rollback_undoes_a_refused_takeover(runs, ddb):
+    """Local mode replaces moto's whole-table backup with a snapshot of the items a transaction
+    names (jobsched_local.moto_transactions); a takeover refused by its ConditionCheck must
+    leave the slot and both runs as they were."""
+    from jobsched_local.moto_transactions import install
+
+    install()
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_lm1", "j_lm2")
+    holder = claim(slots, first, T0)
+    runs.extend_lease(holder, T0 + timedelta(seconds=300), live_at=T0 + timedelta(seconds=30))
+    before = ddb.scan(TableName=RUNS.default_name)["Items"]
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    after = ddb.scan(TableName=RUNS.default_name)["Items"]
+    renewed = [i for i in after if i["sk"]["S"].startswith("S#")]
+    assert renewed[0]["lease_until"]["S"] == format_instant(T0 + timedelta(seconds=300))  # the hint, only
+    unchanged = [i for i in after if not i["sk"]["S"].startswith("S#")]
+    assert sorted(map(str, unchanged)) == sorted(str(i) for i in before if not i["sk"]["S"].startswith("S#"))
