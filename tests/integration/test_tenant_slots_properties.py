@@ -162,8 +162,8 @@ def test_slots_stay_exact_coherent_and_not_stingy(aws):
     run_state_machine_as_test(
         SlotMachine,
         settings=settings(
-            max_examples=30,
-            stateful_step_count=25,
+            max_examples=20,
+            stateful_step_count=20,
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),

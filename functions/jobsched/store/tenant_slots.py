@@ -53,7 +53,7 @@ claimed while the limit was 0 hold no slot and are not counted after it is set; 
 with their lease.
 
 Cost, per claim of a tenant under its limit: one consistent Query of the tenant's slot
-partition (the slots held now, ~200 bytes each: 1 read unit up to ~20 held, 3 at 50) and
+partition (the slots held now, ~170 bytes each: 1 read unit up to ~24 held, 3 at 50) and
 one transaction (2 write units for the slot, 2 per KB of the run, where a plain claim pays
 1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit).
 Every claim and release of one tenant writes the same partition key: ~3 write units a run,
