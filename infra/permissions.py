@@ -90,6 +90,29 @@ _DEF_STORE = "jobsched.store.definitions:DefinitionStore"
 _RUN_STORE = "jobsched.store.runs:RunStore"
 _QUEUES = "jobsched.store.queues:RunQueues"
 _BATCH_GET = "jobsched.store.dynamo:batch_get"
+_SLOTS = "jobsched.store.tenant_slots:TenantSlots"
+# The tenant's concurrency slots (store.tenant_slots), items of the Runs table: read them,
+# take one in the claim's transaction (with a ConditionCheck on the holder's run item), move,
+# renew and release them. Claimers are the worker and the lease API; whoever takes a run out
+# of LEASED releases its slot, the reconciler included.
+_TENANT_SLOTS = Grant(
+    (
+        "dynamodb:Query",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:ConditionCheckItem",
+    ),
+    (RUNS_T,),
+    "claim a run with one of its tenant's concurrency slots in one transaction, release it",
+    (f"{_SLOTS}.holders", f"{_SLOTS}._transact", f"{_SLOTS}._renew_hint", f"{_SLOTS}._delete"),
+)
+_SLOT_RELEASE = Grant(
+    ("dynamodb:Query", "dynamodb:DeleteItem"),
+    (RUNS_T,),
+    "release the concurrency slot of a run whose lease expired",
+    (f"{_SLOTS}.holders", f"{_SLOTS}._delete"),
+)
 
 _COMPLETER = "jobsched.services.completion:Completer"
 _SECRET_READER = "jobsched.targets.secrets:SecretReader.value"
@@ -148,6 +171,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "the tenant's live-lease limit",
             (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable", f"{_RUN_STORE}.live_leases"),
         ),
+        _TENANT_SLOTS,
         _DEAD_COPY,
     ),
     SWEEPER: (
@@ -209,6 +233,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "after a run dies with its lease: the job's counter, and pause-on-failure",
             (f"{_DEF_STORE}.add_stats", f"{_DEF_STORE}.get", f"{_DEF_STORE}.save"),
         ),
+        _SLOT_RELEASE,
         _DEAD_COPY,
     ),
     WORKER: (
@@ -224,6 +249,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "count a tenant's live leases against its concurrency limit",
             (f"{_RUN_STORE}.live_leases",),
         ),
+        _TENANT_SLOTS,
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),

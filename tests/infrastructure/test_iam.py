@@ -14,8 +14,11 @@ from jobsched.store.schema import ALL_TABLES, QUEUES
 
 from infra import permissions
 from infra.names import (
+    API,
     FUNCTIONS,
     OUTBOX_FAILURE_QUEUE_ID,
+    RECONCILER,
+    WORKER,
     dlq_logical_id,
     queue_logical_id,
     table_logical_id,
@@ -33,6 +36,7 @@ OPERATIONS = {
     "dynamodb:PutItem": ("put_item", "transact_write_items"),
     "dynamodb:UpdateItem": ("update_item", "transact_write_items"),
     "dynamodb:DeleteItem": ("delete_item", "transact_write_items"),
+    "dynamodb:ConditionCheckItem": ("transact_write_items",),
     "dynamodb:Query": ("query",),
     "dynamodb:BatchGetItem": ("batch_get_item",),
     "sqs:SendMessage": ("send_message", "send_message_batch"),
@@ -45,7 +49,19 @@ OPERATIONS = {
 }
 
 # Granted but not reached by the flows, each with why it is still needed.
-NOT_EXERCISED: dict[tuple[str, str, str], str] = {}
+_RUNS_ARN = f"<{table_logical_id(SPECS['Runs'])}.Arn>"
+_SLOTS_UNWIRED = "store.tenant_slots, which the attempt pipeline is yet to call"
+NOT_EXERCISED: dict[tuple[str, str, str], str] = {
+    **{
+        (function, action, _RUNS_ARN): _SLOTS_UNWIRED
+        for function, actions in (
+            (WORKER, ("dynamodb:Query", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")),
+            (API, ("dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")),
+            (RECONCILER, ("dynamodb:Query", "dynamodb:DeleteItem")),
+        )
+        for action in actions
+    }
+}
 
 
 # --- what the template grants ---

@@ -117,6 +117,13 @@ class LimitExceeded(JobschedError):
     code = "limit_exceeded"
 
 
+class TenantAtLimit(LimitExceeded):
+    """Every one of the tenant's concurrency slots (TENANT_CONCURRENCY) is held by a live
+    lease, so no run of the tenant may be claimed now (store.tenant_slots)."""
+
+    code = "tenant_at_limit"
+
+
 class StaleFence(JobschedError):
     """A lease holder whose fence is no longer current tried to change a run."""
 

@@ -79,6 +79,9 @@ class Run(Model):
     policies: Policies = Policies()
     lease_owner: str | None = None
     lease_expires_at: Instant | None = None
+    # The tenant slot (store.tenant_slots) the run's latest claim took: held while that
+    # claim's fence is current and its lease live, released when the run leaves LEASED.
+    tenant_slot: int | None = None
     effect_started_at: Instant | None = None  # at-most-once: set before the effect
     first_attempt_at: Instant | None = None  # start of the current attempt series (max age)
     blocked_by: str | None = None  # waits for this run key to finish before it is published

@@ -6,11 +6,12 @@ import base64
 import binascii
 import hashlib
 import json
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
@@ -26,7 +27,14 @@ THROTTLING_CODES = {
     "RequestLimitExceeded",
     "InternalServerError",
     "ServiceUnavailable",
+    # A single-item write that met an ongoing transaction on its item, still refused after
+    # `retry_conflicts`: nothing was written, so the caller may send it again.
+    "TransactionConflictException",
 }
+
+T = TypeVar("T")
+CONFLICT_ATTEMPTS = 5
+CONFLICT_PAUSE = 0.02  # seconds; the first pause's ceiling, doubling per attempt (full jitter)
 
 
 def to_item(values: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +53,22 @@ def _plain(value: Any) -> Any:
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def retry_conflicts(write: Callable[[], T], *, attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """`write()` (one PutItem, UpdateItem or DeleteItem), sent again while DynamoDB refuses it
+    with TransactionConflictException: a transaction (a tenant-slot claim) holds the item for
+    the few milliseconds it takes. botocore does not retry that code, and the write was not
+    applied, so sending it again is safe. After `attempts` the error surfaces (a 503 through
+    `translated_errors`); every other outcome is returned or raised at once."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except ClientError as exc:
+            if error_code(exc) != "TransactionConflictException" or attempt == attempts - 1:
+                raise
+            time.sleep(random.uniform(0, CONFLICT_PAUSE * 2**attempt))
+    raise AssertionError("unreachable")
 
 
 @contextmanager

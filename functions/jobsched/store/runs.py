@@ -33,6 +33,7 @@ from .dynamo import (
     encode_cursor,
     error_code,
     from_item,
+    retry_conflicts,
     to_item,
     translated_errors,
 )
@@ -77,6 +78,31 @@ class RunChanged(ConcurrentUpdate):
     def __init__(self, message: str, current: Run | None) -> None:
         super().__init__(message)
         self.current = current
+
+
+@dataclass(frozen=True)
+class PreparedPut:
+    """A run write as `RunStore.prepare_put` builds it: `request` writes `saved` if the stored
+    run is still `read` (its rev and state, and for a holder its fence)."""
+
+    read: Run
+    saved: Run
+    request: dict[str, Any]
+    holder: bool
+
+    def refused(self, stored: dict[str, Any] | None, cause: Exception | None = None) -> Run:
+        """What a refusal of `request` means, given the item stored now (the refusal's
+        ALL_OLD image, None if the run is absent): `saved` when that item is our own write
+        (the SDK re-sent a request the table had already applied, and the condition then
+        failed against it), else RunChanged with the stored run.
+
+        Only a claim or a lease holder's write identifies its writer (its owner, its fence);
+        two other writers may write identical items, and each must learn that only one of
+        them did."""
+        if (self.holder or self.saved.state is RunState.LEASED) and stored == self.request["Item"]:
+            return self.saved
+        current = RunStore.from_item(stored) if stored else None
+        raise RunChanged(f"run {self.read.run_key} changed concurrently", current) from cause
 
 
 @dataclass(frozen=True)
@@ -125,6 +151,15 @@ class RunStore:
         self.shard_count = shard_count
         self.retention = retention
         self.timings = timings or RepairTimings()
+
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client this store writes with (store.tenant_slots shares it)."""
+        return self._db
+
+    @property
+    def table_name(self) -> str:
+        return self._table
 
     def open_shard_of(self, job_id: str) -> int:
         return zlib.crc32(job_id.encode()) % self.shard_count
@@ -208,10 +243,12 @@ class RunStore:
         """Create the run unless its key exists. False means another writer got there first."""
         with translated_errors():
             try:
-                self._db.put_item(
-                    TableName=self._table,
-                    Item=self.to_item(run),
-                    ConditionExpression="attribute_not_exists(sk)",
+                retry_conflicts(
+                    lambda: self._db.put_item(
+                        TableName=self._table,
+                        Item=self.to_item(run),
+                        ConditionExpression="attribute_not_exists(sk)",
+                    )
                 )
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":
@@ -254,70 +291,88 @@ class RunStore:
         return self._put(run, run, holder=False)
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
+        write = self.prepare_put(new, read, holder=holder)
+        with translated_errors():
+            try:
+                retry_conflicts(lambda: self._db.put_item(**write.request))
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                stored: Any = exc.response.get("Item")
+                return write.refused(stored, exc)
+        return write.saved
+
+    def prepare_put(self, new: Run, read: Run, *, holder: bool) -> PreparedPut:
+        """The conditional put of `new` over `read` that `commit` makes, unsent: its request is
+        a PutItem's arguments and equally a TransactWriteItems `Put` (store.tenant_slots sends
+        it with a tenant slot). The one place a run write's condition is built."""
         saved = new.model_copy(update={"rev": read.rev + 1})
         condition = "rev = :rev AND #state = :from"
         values: dict[str, Any] = {":rev": read.rev, ":from": read.state.value}
         if holder:
             condition += " AND fence = :fence"
             values[":fence"] = read.fence
-        item = self.to_item(saved)
-        with translated_errors():
-            try:
-                self._db.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames={"#state": "state"},
-                    ExpressionAttributeValues=to_item(values),
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
-                if (holder or saved.state is RunState.LEASED) and exc.response.get("Item") == item:
-                    # The SDK retried a request the table had already applied (a timeout after
-                    # the write), and the condition failed against our own write, which stands.
-                    # Only a claim or a lease holder's write identifies its writer (its owner,
-                    # its fence); two other writers may write identical items, and each must
-                    # learn that only one of them did.
-                    return saved
-                raise RunChanged(f"run {read.run_key} changed concurrently", self._stored(exc)) from exc
-        return saved
+        request = {
+            "TableName": self._table,
+            "Item": self.to_item(saved),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": to_item(values),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        return PreparedPut(read, saved, request, holder)
 
     def _stored(self, refused: ClientError) -> Run | None:
         """The run as stored, from a refused conditional write (ReturnValuesOnConditionCheckFailure)."""
         old: Any = refused.response.get("Item")
         return self.from_item(old) if old else None
 
-    def extend_lease(self, run: Run, until: datetime) -> Run:
+    def extend_lease(self, run: Run, until: datetime, *, live_at: datetime | None = None) -> Run:
         """Heartbeat: push the lease out while the fence is still ours; the run as written.
 
+        With `live_at` (the holder's clock now), a lease that has already expired at that
+        instant is not extended (RunChanged "lease expired"): once expired, the lease may
+        have lost its tenant slot (store.tenant_slots), and renewing it would make it live
+        again beside the run that took the slot. A run that holds a tenant slot
+        (`run.tenant_slot`) must be extended with `live_at`; ValueError otherwise.
+
         Like any holder write, it is re-applied to the stored run when only the rev moved."""
+        if run.tenant_slot is not None and live_at is None:
+            raise ValueError(f"run {run.run_key} holds a tenant slot: extend its lease with live_at")
+        condition = "fence = :fence AND #state = :leased AND rev = :rev"
+        if live_at is not None:
+            condition += " AND lease_expires_at > :live_at"
         read = run
         for _ in range(HOLDER_RETRIES):
             extended = heartbeat(read, until=until)
+            values: dict[str, Any] = {
+                ":one": 1,
+                ":fence": read.fence,
+                ":rev": read.rev,
+                ":leased": RunState.LEASED.value,
+                ":until": format_instant(until),
+                ":doc": run_doc(extended),
+            }
+            if live_at is not None:
+                values[":live_at"] = format_instant(live_at)
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": self._run_key(read),
+                # The open-index entry stays: a later lease only makes the run's repair
+                # deadline later, and the reconciler moves the entry when it gets there.
+                "UpdateExpression": "SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": {"#state": "state", "#doc": "doc"},
+                "ExpressionAttributeValues": to_item(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+
+            def extend(request: dict[str, Any] = request) -> Any:
+                return self._db.update_item(**request)
+
             with translated_errors():
                 try:
-                    self._db.update_item(
-                        TableName=self._table,
-                        Key=self._run_key(read),
-                        # The open-index entry stays: a later lease only makes the run's repair
-                        # deadline later, and the reconciler moves the entry when it gets there.
-                        UpdateExpression="SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
-                        ConditionExpression="fence = :fence AND #state = :leased AND rev = :rev",
-                        ExpressionAttributeNames={"#state": "state", "#doc": "doc"},
-                        ExpressionAttributeValues=to_item(
-                            {
-                                ":one": 1,
-                                ":fence": read.fence,
-                                ":rev": read.rev,
-                                ":leased": RunState.LEASED.value,
-                                ":until": format_instant(until),
-                                ":doc": run_doc(extended),
-                            }
-                        ),
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    )
+                    retry_conflicts(extend)
                     return extended.model_copy(update={"rev": read.rev + 1})
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":
@@ -325,6 +380,8 @@ class RunStore:
                     current = self._stored(exc)
             if current is None or current.state is not RunState.LEASED or current.fence != run.fence:
                 raise RunChanged(f"run {run.run_key} lease lost", current)
+            if live_at is not None and not current.lease_live(live_at):
+                raise RunChanged(f"run {run.run_key} lease expired", current)
             read = current
         raise RunChanged(f"run {run.run_key} keeps changing; try again", read)
 
@@ -335,12 +392,14 @@ class RunStore:
         because of it. False when the run changed meanwhile (its writer set the entry anew)."""
         with translated_errors():
             try:
-                self._db.update_item(
-                    TableName=self._table,
-                    Key=self._run_key(run),
-                    UpdateExpression="SET deadline_at = :to",
-                    ConditionExpression="rev = :rev AND attribute_exists(deadline_at)",
-                    ExpressionAttributeValues=to_item({":to": format_instant(to), ":rev": run.rev}),
+                retry_conflicts(
+                    lambda: self._db.update_item(
+                        TableName=self._table,
+                        Key=self._run_key(run),
+                        UpdateExpression="SET deadline_at = :to",
+                        ConditionExpression="rev = :rev AND attribute_exists(deadline_at)",
+                        ExpressionAttributeValues=to_item({":to": format_instant(to), ":rev": run.rev}),
+                    )
                 )
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":

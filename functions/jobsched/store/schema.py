@@ -107,6 +107,8 @@ DEFINITIONS = TableSpec(
 )
 
 # Runs: R#<scheduled_for> for a run, T#<scheduled_for>#<seq> for its transitions.
+# Partition slots#<sha256 of a tenant>, S#<n>: that tenant's concurrency slots
+# (store.tenant_slots); no index, TTL, listing or stream filter picks them up.
 OPEN_INDEX = "open"
 DEAD_INDEX = "dead_by_tenant"
 LEASED_INDEX = "leased_by_tenant"

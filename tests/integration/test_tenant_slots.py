@@ -1,0 +1,604 @@
+"""The tenant concurrency limit as slot items claimed with the run in one transaction, on moto:
+never more live leases than the limit, whatever the interleaving, a frozen holder, a lost
+release, a limit change or a hostile tenant id (store.tenant_slots)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from jobsched.domain import lifecycle
+from jobsched.domain.errors import StorageUnavailable, TenantAtLimit
+from jobsched.domain.instants import format_instant
+from jobsched.domain.runs import Run, RunState, created
+from jobsched.handlers.outbox import matches_filter
+from jobsched.store.runs import RunChanged, RunStore
+from jobsched.store.schema import RUNS
+from jobsched.store.tenant_slots import STEAL_AFTER, TenantSlots, slot_partition
+
+from tests.helpers import T0
+
+pytestmark = pytest.mark.integration
+
+LEASE = 60
+TENANT = "tenant-a"
+
+
+# --- building runs and claims ---
+
+
+def make_run(job_id: str, *, tenant: str = TENANT, at: datetime = T0) -> Run:
+    return created(
+        Run(
+            run_key=f"{job_id}@{format_instant(at)}",
+            job_id=job_id,
+            tenant=tenant,
+            job_type="ext",
+            scheduled_for=at,
+            due_at=at,
+            state=RunState.QUEUED,
+            definition_version=1,
+            created_at=at,
+            updated_at=at,
+        ),
+        actor="test",
+    )
+
+
+def insert(runs: RunStore, *keys: str, tenant: str = TENANT) -> list[Run]:
+    made = [make_run(key, tenant=tenant) for key in keys]
+    for run in made:
+        assert runs.insert(run)
+    return made
+
+
+def claim_change(now: datetime, owner: str = "w"):
+    return lambda r: lifecycle.claim(r, now=now, owner=owner, actor=f"worker:{owner}", lease_seconds=LEASE)
+
+
+def claim(slots: TenantSlots, run: Run, now: datetime, owner: str = "w") -> Run:
+    return slots.claim(run, claim_change(now, owner), now=now)
+
+
+def finish(runs: RunStore, slots: TenantSlots | None, leased: Run, now: datetime) -> Run:
+    """The holder's completion, then (unless `slots` is None: a lost release) the release."""
+    done = runs.commit(leased, lambda r: lifecycle.succeed(r, now=now, actor="w", result=None), holder=True)
+    if slots is not None:
+        slots.release(done)
+    return done
+
+
+def live_leases(client: Any, tenant: str, now: datetime) -> list[Run]:
+    """The tenant's runs under a live lease, read from the run items themselves (no index)."""
+    items = client.scan(TableName=RUNS.default_name)["Items"]
+    runs = [RunStore.from_item(i) for i in items if i["sk"]["S"].startswith("R#")]
+    return [r for r in runs if r.tenant == tenant and r.lease_live(now)]
+
+
+def slot_items(client: Any, tenant: str) -> list[dict[str, Any]]:
+    response = client.query(
+        TableName=RUNS.default_name,
+        KeyConditionExpression="job_id = :p",
+        ExpressionAttributeValues={":p": {"S": slot_partition(tenant)}},
+        ConsistentRead=True,
+    )
+    return response["Items"]
+
+
+@pytest.fixture
+def ddb(aws):
+    return boto3.client("dynamodb")
+
+
+@pytest.fixture
+def runs(ddb):
+    return RunStore(ddb, RUNS.default_name, 4)
+
+
+# --- exactness under concurrency ---
+
+
+class WatchingClient:
+    """Calls reach moto one at a time (moto is not thread-safe; threads still interleave
+    between calls, where the races live), and after each write, under the same lock, the
+    tenant's live leases are counted from the run items: the highest count at any instant."""
+
+    def __init__(self, inner: Any, tenant: str, now: datetime) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._watched = (tenant, now)
+        self.highest = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+        writes = name in ("put_item", "update_item", "delete_item", "transact_write_items")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                try:
+                    return attr(*args, **kwargs)
+                finally:
+                    if writes:
+                        live = len(live_leases(self._inner, *self._watched))
+                        self.highest = max(self.highest, live)
+
+        return call
+
+
+def test_threads_claiming_one_tenants_runs_at_once_never_exceed_the_limit(ddb):
+    watching = WatchingClient(ddb, TENANT, T0)
+    runs = RunStore(watching, RUNS.default_name, 4)
+    slots = TenantSlots(runs, 3)
+    pending = insert(runs, *(f"j_t{i}" for i in range(16)))
+    outcomes: list[str] = []
+    start = threading.Barrier(8)
+
+    def claimer(mine: list[Run]) -> None:
+        start.wait()
+        for run in mine:
+            try:
+                claim(slots, run, T0, owner=threading.current_thread().name)
+                outcomes.append("leased")
+            except TenantAtLimit:
+                outcomes.append("at_limit")
+
+    threads = [threading.Thread(target=claimer, args=(pending[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count("leased") == 3
+    assert outcomes.count("at_limit") == 13
+    assert watching.highest == 3
+    assert len(live_leases(ddb, TENANT, T0)) == 3
+    assert len(slot_items(ddb, TENANT)) == 3
+
+
+def test_threads_claiming_and_finishing_keep_every_instant_within_the_limit(ddb):
+    watching = WatchingClient(ddb, TENANT, T0)
+    runs = RunStore(watching, RUNS.default_name, 4)
+    slots = TenantSlots(runs, 2)
+    queue = insert(runs, *(f"j_c{i}" for i in range(12)))
+    lock = threading.Lock()
+    finished: list[str] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                run = queue.pop()
+            try:
+                leased = claim(slots, run, T0, owner=threading.current_thread().name)
+            except TenantAtLimit:
+                with lock:
+                    queue.insert(0, run)  # try it again later, as a deferral would
+                continue
+            finish(runs, slots, leased, T0)
+            finished.append(run.run_key)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(finished) == 12
+    assert watching.highest <= 2
+    assert slot_items(ddb, TENANT) == []  # every slot released
+
+
+# --- a holder frozen past its lease ---
+
+
+def test_a_holder_frozen_past_its_lease_loses_its_slot_and_cannot_renew_it(runs, ddb):
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_f1", "j_f2")
+    frozen = claim(slots, first, T0)
+
+    expired = T0 + timedelta(seconds=LEASE)
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, expired)  # expired, but not for `steal_after` yet
+    later = expired + STEAL_AFTER
+    taken = claim(slots, second, later)
+    assert taken.tenant_slot == frozen.tenant_slot == 0
+
+    # The holder wakes up: its lease cannot be made live again beside the run that took its slot.
+    with pytest.raises(RunChanged, match="lease expired"):
+        runs.extend_lease(frozen, later + timedelta(seconds=LEASE), live_at=later)
+    done = finish(runs, slots, frozen, later)  # its completion still lands (its fence is current)
+    assert done.state is RunState.SUCCEEDED
+    assert not slots.release(done)  # and frees nothing: the slot is the other run's now
+    assert [r.run_key for r in live_leases(ddb, TENANT, later)] == [taken.run_key]
+    assert slot_items(ddb, TENANT)[0]["run_job"]["S"] == "j_f2"
+
+
+def test_a_slotted_lease_is_extended_only_with_the_holders_clock(runs):
+    slots = TenantSlots(runs, 1)
+    (run,) = insert(runs, "j_clock")
+    leased = claim(slots, run, T0)
+    with pytest.raises(ValueError, match="live_at"):
+        runs.extend_lease(leased, T0 + timedelta(seconds=2 * LEASE))
+    renewed = runs.extend_lease(leased, T0 + timedelta(seconds=2 * LEASE), live_at=T0 + timedelta(seconds=30))
+    assert renewed.lease_expires_at == T0 + timedelta(seconds=2 * LEASE)
+
+
+def test_a_renewed_holder_keeps_its_slot_and_the_hint_follows_its_lease(runs, ddb):
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_r1", "j_r2")
+    holder = claim(slots, first, T0)
+    runs.extend_lease(holder, T0 + timedelta(seconds=120), live_at=T0 + timedelta(seconds=30))
+
+    at = T0 + timedelta(seconds=LEASE) + STEAL_AFTER  # the slot's hint says "check me"
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, at)  # the check finds the lease renewed
+    assert slot_items(ddb, TENANT)[0]["lease_until"]["S"] == format_instant(T0 + timedelta(seconds=120))
+    assert claim(slots, second, T0 + timedelta(seconds=120) + STEAL_AFTER).tenant_slot == 0
+
+
+# --- a lost release ---
+
+
+def test_a_lost_release_leaves_the_slot_unused_only_until_its_lease_would_have_ended(runs, ddb):
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_l1", "j_l2")
+    finish(runs, None, claim(slots, first, T0), T0 + timedelta(seconds=5))  # release lost
+
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, T0 + timedelta(seconds=10))
+    taken = claim(slots, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    assert taken.tenant_slot == 0
+    (slot,) = slot_items(ddb, TENANT)
+    assert (slot["run_job"]["S"], slot["run_fence"]["N"]) == ("j_l2", "1")
+
+
+def test_a_run_reclaimed_after_its_lease_expired_reuses_its_own_slot(runs, ddb):
+    slots = TenantSlots(runs, 2)
+    (run,) = insert(runs, "j_own")
+    first = claim(slots, run, T0)
+    again = claim(slots, first, T0 + timedelta(seconds=LEASE + 1), owner="w2")  # no takeover delay
+    assert (again.fence, again.tenant_slot) == (2, first.tenant_slot)
+    (slot,) = slot_items(ddb, TENANT)
+    assert slot["run_fence"]["N"] == "2"
+
+
+# --- no half claims ---
+
+
+class FailingClient:
+    """Passes calls through, except that transact_write_items can fail before or after it runs."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.crash_before = False
+        self.crash_after = False
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "transact_write_items":
+            return attr
+
+        def transact(**kwargs: Any) -> Any:
+            if self.crash_before:
+                raise ConnectionError("process died before the request left")
+            response = attr(**kwargs)
+            if self.crash_after:
+                raise ConnectionError("process died before the answer arrived")
+            return response
+
+        return transact
+
+
+def coherent(ddb: Any, tenant: str) -> bool:
+    """Every slot item names a run LEASED under its fence, and every slotted LEASED run's slot
+    item names it: a slot and its claim exist together or not at all."""
+    items = ddb.scan(TableName=RUNS.default_name)["Items"]
+    leased = {
+        (r.job_id, r.fence): r
+        for r in (RunStore.from_item(i) for i in items if i["sk"]["S"].startswith("R#"))
+        if r.tenant == tenant and r.state is RunState.LEASED and r.tenant_slot is not None
+    }
+    holders = {(i["run_job"]["S"], int(i["run_fence"]["N"])) for i in slot_items(ddb, tenant)}
+    return holders == set(leased)
+
+
+def test_a_crash_around_the_claim_leaves_either_both_writes_or_neither(ddb):
+    failing = FailingClient(ddb)
+    runs = RunStore(failing, RUNS.default_name, 4)
+    slots = TenantSlots(runs, 2)
+    first, second = insert(runs, "j_x1", "j_x2")
+
+    failing.crash_before = True
+    with pytest.raises(ConnectionError):
+        claim(slots, first, T0)
+    assert slot_items(ddb, TENANT) == [] and coherent(ddb, TENANT)
+
+    failing.crash_before, failing.crash_after = False, True
+    with pytest.raises(ConnectionError):
+        claim(slots, second, T0)
+    assert len(slot_items(ddb, TENANT)) == 1 and coherent(ddb, TENANT)
+
+
+def test_a_claim_of_a_run_that_changed_writes_no_slot_and_says_what_is_stored(runs, ddb):
+    slots = TenantSlots(runs, 2)
+    (run,) = insert(runs, "j_stale")
+    moved = runs.commit(run, lambda r: lifecycle.touch(r, now=T0, actor="outbox", reason="republish"))
+
+    with pytest.raises(RunChanged) as refused:
+        claim(slots, run, T0)
+    assert refused.value.current is not None and refused.value.current.rev == moved.rev
+    assert slot_items(ddb, TENANT) == [] and coherent(ddb, TENANT)
+
+
+def test_a_resent_claim_that_had_already_committed_is_the_claim(ddb):
+    """The SDK re-sends a request whose answer was lost; on AWS its ClientRequestToken makes
+    the repeat a no-op, and without it the repeat is refused by our own write: still a claim."""
+
+    class Resending(FailingClient):
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(self._inner, name)
+            if name != "transact_write_items":
+                return attr
+
+            def twice(**kwargs: Any) -> Any:
+                attr(**kwargs)
+                return attr(**kwargs)
+
+            return twice
+
+    runs = RunStore(Resending(ddb), RUNS.default_name, 4)
+    (run,) = insert(runs, "j_resent")
+    leased = TenantSlots(runs, 1).claim(run, claim_change(T0), now=T0)
+    assert leased.state is RunState.LEASED and coherent(ddb, TENANT)
+
+
+# --- what DynamoDB may answer that moto does not ---
+
+
+class CancellingClient:
+    """Cancels the next transactions with the given reason codes (one list per transaction),
+    as DynamoDB does under contention or throttling; then passes calls through."""
+
+    def __init__(self, inner: Any, *cancellations: list[str]) -> None:
+        self._inner = inner
+        self.cancellations = list(cancellations)
+        self.transactions = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "transact_write_items":
+            return attr
+
+        def transact(**kwargs: Any) -> Any:
+            self.transactions += 1
+            if self.cancellations:
+                codes = self.cancellations.pop(0)
+                raise ClientError(
+                    {
+                        "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+                        "CancellationReasons": [{"Code": c} for c in codes],
+                    },
+                    "TransactWriteItems",
+                )
+            return attr(**kwargs)
+
+        return transact
+
+
+def test_a_transaction_conflict_on_the_slot_is_retried_and_one_on_the_run_rereads_it(ddb):
+    cancelling = CancellingClient(ddb, ["TransactionConflict", "None"], ["None", "TransactionConflict"])
+    runs = RunStore(cancelling, RUNS.default_name, 4)
+    (run,) = insert(runs, "j_conflict")
+    leased = TenantSlots(runs, 2).claim(run, claim_change(T0), now=T0)
+    assert leased.state is RunState.LEASED and cancelling.transactions == 3
+
+
+def test_a_throttled_claim_is_a_storage_error_not_a_full_tenant(ddb):
+    runs = RunStore(CancellingClient(ddb, ["None", "ThrottlingError"]), RUNS.default_name, 4)
+    (run,) = insert(runs, "j_throttled")
+    with pytest.raises(StorageUnavailable):
+        TenantSlots(runs, 2).claim(run, claim_change(T0), now=T0)
+
+
+class ConflictingWrites:
+    """Refuses the first single-item writes with TransactionConflictException, as DynamoDB does
+    while a transaction holds the item (botocore does not retry that code)."""
+
+    def __init__(self, inner: Any, conflicts: int) -> None:
+        self._inner = inner
+        self.conflicts = conflicts
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("put_item", "update_item", "delete_item"):
+            return attr
+
+        def write(**kwargs: Any) -> Any:
+            if self.conflicts > 0:
+                self.conflicts -= 1
+                raise ClientError(
+                    {"Error": {"Code": "TransactionConflictException", "Message": "ongoing transaction"}},
+                    "PutItem",
+                )
+            return attr(**kwargs)
+
+        return write
+
+
+def test_a_run_write_that_meets_a_claim_transaction_is_sent_again(ddb):
+    plain = RunStore(ddb, RUNS.default_name, 4)
+    (run,) = insert(plain, "j_meets")
+    runs = RunStore(ConflictingWrites(ddb, 2), RUNS.default_name, 4)
+    moved = runs.commit(run, lambda r: lifecycle.touch(r, now=T0, actor="outbox", reason="republish"))
+    assert plain.get_by_key(run.run_key) == moved
+
+
+def test_a_run_write_that_keeps_meeting_transactions_is_a_503(ddb):
+    plain = RunStore(ddb, RUNS.default_name, 4)
+    (run,) = insert(plain, "j_blocked")
+    runs = RunStore(ConflictingWrites(ddb, 99), RUNS.default_name, 4)
+    with pytest.raises(StorageUnavailable):
+        runs.commit(run, lambda r: lifecycle.touch(r, now=T0, actor="outbox", reason="republish"))
+
+
+# --- hostile tenant ids ---
+
+HOSTILE = ('a"b\\c#S#0 slots#' + "é✓𝄞" * 40 + "x" * 256)[:256]
+
+
+def test_a_256_character_hostile_tenant_id_gets_its_own_slots_under_a_fixed_size_key(runs, ddb):
+    twin = HOSTILE[:-1] + "y"  # differs in the last character only
+    slots = TenantSlots(runs, 1)
+    (mine,) = insert(runs, "j_h1", tenant=HOSTILE)
+    (theirs,) = insert(runs, "j_h2", tenant=twin)
+    assert claim(slots, mine, T0).tenant_slot == 0
+    assert claim(slots, theirs, T0).tenant_slot == 0  # another tenant: its own slot 0
+    (extra,) = insert(runs, "j_h3", tenant=HOSTILE)
+    with pytest.raises(TenantAtLimit):
+        claim(slots, extra, T0)
+    assert len(slot_partition(HOSTILE)) == len(slot_partition("t")) == 70
+    assert slot_partition(HOSTILE) != slot_partition(twin)
+    assert len(slot_items(ddb, HOSTILE)) == len(slot_items(ddb, twin)) == 1
+
+
+def test_slot_items_are_in_no_index_listing_or_stream_filter(runs, ddb):
+    slots = TenantSlots(runs, 2)
+    (run,) = insert(runs, "j_quiet")
+    claim(slots, run, T0)
+    (item,) = slot_items(ddb, TENANT)
+    index_keys = {k.name for index in RUNS.indexes for k in (index.partition, index.sort) if k}
+    assert not index_keys & set(item)
+    assert "expires_at" not in item
+    record = {"eventName": "INSERT", "dynamodb": {"NewImage": item}}
+    assert not matches_filter(record)
+    assert runs.list_for_job(item["job_id"]["S"], limit=10, cursor=None).items == []
+
+
+# --- the limit changing while slots are held ---
+
+
+def test_a_lowered_limit_admits_no_claim_until_the_live_leases_are_below_it(runs, ddb):
+    held = [claim(TenantSlots(runs, 3), run, T0) for run in insert(runs, "j_d1", "j_d2", "j_d3")]
+    (waiting,) = insert(runs, "j_d4")
+    lowered = TenantSlots(runs, 1)
+    with pytest.raises(TenantAtLimit):
+        claim(lowered, waiting, T0)
+    for leased in held[:2]:
+        finish(runs, lowered, leased, T0)
+        with pytest.raises(TenantAtLimit):  # one still live: the limit of 1 is full
+            claim(lowered, waiting, T0)
+    finish(runs, lowered, held[2], T0)
+    assert claim(lowered, waiting, T0).tenant_slot == 0
+    assert len(live_leases(ddb, TENANT, T0)) == 1
+
+
+def test_a_lowered_limit_reaps_a_dead_holder_past_it(runs, ddb):
+    held = [claim(TenantSlots(runs, 3), run, T0) for run in insert(runs, "j_p1", "j_p2", "j_p3")]
+    (waiting,) = insert(runs, "j_p4")
+    lowered = TenantSlots(runs, 1)
+    for leased in held:
+        finish(runs, None, leased, T0)  # every release lost
+    later = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
+    assert claim(lowered, waiting, later).tenant_slot == 0
+    assert [i["sk"]["S"] for i in slot_items(ddb, TENANT)] == ["S#0"]
+
+
+def test_a_raised_limit_frees_new_slots_at_once(runs, ddb):
+    first, second, third = insert(runs, "j_u1", "j_u2", "j_u3")
+    claim(TenantSlots(runs, 1), first, T0)
+    with pytest.raises(TenantAtLimit):
+        claim(TenantSlots(runs, 1), second, T0)
+    raised = TenantSlots(runs, 3)
+    claim(raised, second, T0)
+    claim(raised, third, T0)
+    assert len(live_leases(ddb, TENANT, T0)) == 3
+
+
+class CountingClient:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_a_claim_under_no_limit_drops_the_slot_an_earlier_claim_took(runs, ddb):
+    (run,) = insert(runs, "j_unlimited")
+    slotted = claim(TenantSlots(runs, 1), run, T0)
+    again = claim(TenantSlots(runs, 0), slotted, T0 + timedelta(seconds=LEASE + 1))
+    assert again.tenant_slot is None
+    runs.extend_lease(again, T0 + timedelta(seconds=2 * LEASE))  # no slot: no live_at needed
+
+
+def test_limit_zero_is_no_limit_and_writes_no_slot(ddb):
+    counting = CountingClient(ddb)
+    runs = RunStore(counting, RUNS.default_name, 4)
+    slots = TenantSlots(runs, 0)
+    made = insert(runs, *(f"j_z{i}" for i in range(5)))
+    counting.calls.clear()
+    leased = [claim(slots, run, T0) for run in made]
+    assert counting.calls == ["put_item"] * 5  # each claim is the plain conditional put
+    assert all(r.tenant_slot is None for r in leased)
+    counting.calls.clear()
+    done = [finish(runs, slots, r, T0) for r in leased]
+    assert counting.calls == ["put_item"] * 5  # and no release is sent
+    assert all(not slots.release(r) for r in done)
+    assert slot_items(ddb, TENANT) == []
+
+
+def test_a_claim_under_the_limit_is_one_query_and_one_transaction_and_a_release_one_delete(ddb):
+    counting = CountingClient(ddb)
+    runs = RunStore(counting, RUNS.default_name, 4)
+    slots = TenantSlots(runs, 5)
+    (run,) = insert(runs, "j_cost")
+    counting.calls.clear()
+    leased = claim(slots, run, T0)
+    assert counting.calls == ["query", "transact_write_items"]
+    done = runs.commit(leased, lambda r: lifecycle.succeed(r, now=T0, actor="w", result=None), holder=True)
+    counting.calls.clear()
+    assert slots.release(done)
+    assert counting.calls == ["delete_item"]
+
+
+def test_release_refuses_a_run_still_leased(runs):
+    slots = TenantSlots(runs, 1)
+    (run,) = insert(runs, "j_early")
+    with pytest.raises(ValueError, match="still LEASED"):
+        slots.release(claim(slots, run, T0))
+
+
+def test_local_modes_transaction_rollback_undoes_a_refused_takeover(runs, ddb):
+    """Local mode replaces moto's whole-table backup with a snapshot of the items a transaction
+    names (jobsched_local.moto_transactions); a takeover refused by its ConditionCheck must
+    leave the slot and both runs as they were."""
+    from jobsched_local.moto_transactions import install
+
+    install()
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_lm1", "j_lm2")
+    holder = claim(slots, first, T0)
+    runs.extend_lease(holder, T0 + timedelta(seconds=300), live_at=T0 + timedelta(seconds=30))
+    before = ddb.scan(TableName=RUNS.default_name)["Items"]
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    after = ddb.scan(TableName=RUNS.default_name)["Items"]
+    renewed = [i for i in after if i["sk"]["S"].startswith("S#")]
+    assert renewed[0]["lease_until"]["S"] == format_instant(T0 + timedelta(seconds=300))  # the hint, only
+    unchanged = [i for i in after if not i["sk"]["S"].startswith("S#")]
+    assert sorted(map(str, unchanged)) == sorted(str(i) for i in before if not i["sk"]["S"].startswith("S#"))
