@@ -41,6 +41,7 @@ from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
+from jobsched.store.tenant_slots import TenantSlots
 
 from .checker import CLOCK_SKEW, FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
 from .faults import (
@@ -220,6 +221,12 @@ class World:
         self.injecting = True
         self.unanswered: list[tuple[TrackedJob, str]] = []  # changes the API kept failing: asked again
 
+        # Tenant slots are claimed in transactions: moto's own backs each one up by copying
+        # every table it names, which grows with the run; local mode's snapshot of the named
+        # items is the same rollback at a fixed cost.
+        from jobsched_local.moto_transactions import install
+
+        install()
         self.ddb: Any = boto3.client("dynamodb", region_name=REGION)
         self.sqs: Any = boto3.client("sqs", region_name=REGION)
         self.streams: Any = boto3.client("dynamodbstreams", region_name=REGION)
@@ -255,9 +262,8 @@ class World:
         self.jobs = JobService(
             api_defs, api_clock, materialize=api_materializer.materialize, on_resume=api_missed.on_resume
         )
-        self.run_service = RunService(
-            api_defs, api_runs, api_completer, api_clock, tenant_concurrency=config.lease_tenant_concurrency
-        )
+        lease_slots = TenantSlots(api_runs, config.lease_tenant_concurrency)
+        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock, slots=lease_slots)
 
         self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
         for _ in range(2):

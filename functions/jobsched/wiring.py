@@ -29,6 +29,7 @@ from .settings import Settings, settings
 from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
 from .store.runs import RunStore
+from .store.tenant_slots import TenantSlots
 
 
 @dataclass
@@ -124,6 +125,7 @@ class Container:
             idempotency_ttl=timedelta(days=1),
             metrics=self.metrics,
             completer=self.completer,
+            tenant_slots=self.tenant_slots,
         )
 
     # --- services added by later capabilities go below, one cached property each ---
@@ -134,7 +136,15 @@ class Container:
 
     @cached_property
     def completer(self) -> Completer:
-        return Completer(self.definitions, self.runs, self.queues, self.clock, self.metrics)
+        return Completer(
+            self.definitions, self.runs, self.queues, self.clock, self.metrics, slots=self.tenant_slots
+        )
+
+    @cached_property
+    def tenant_slots(self) -> TenantSlots | None:
+        """TENANT_CONCURRENCY as slot items beside the runs (None: no limit)."""
+        limit = self.settings.tenant_concurrency
+        return TenantSlots(self.runs, limit) if limit > 0 else None
 
     @cached_property
     def reconciler(self) -> Reconciler:
@@ -155,7 +165,7 @@ class Container:
             self.runs,
             self.completer,
             self.clock,
-            tenant_concurrency=self.settings.tenant_concurrency,
+            slots=self.tenant_slots,
         )
 
 

@@ -287,9 +287,9 @@ def test_a_deferral_never_sends_a_message_itself(container, clock, registry, mon
     limited = make_worker(container, registry, tenant_concurrency=1)
     _, busy = one_run(container, clock, name="a")
     _, waiting = one_run(container, clock, name="b")
-    from tests.helpers import claimed
+    from tests.integration.test_worker import hold_a_slot
 
-    container.runs.commit(busy, lambda _: claimed(busy, at=clock.now(), lease_for=3600, owner="x"))
+    hold_a_slot(container, clock, busy, limit=1)
     for receives in (1, 2, 3, 4, 5, 6, 7, 50):
         d = Received(
             waiting.run_key, waiting.job_id, delivery(waiting).scheduled_for, "default", receives, None, "rh"

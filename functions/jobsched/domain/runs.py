@@ -112,8 +112,14 @@ class Run(Model):
     finished_at: Instant | None = None
     history: list[Transition] = Field(default_factory=list)
     history_dropped: int = 0  # entries left out of `history` to keep the run in its byte budget
-    # The domain.transitions row that produced this run (stamped by lifecycle; not stored).
+    # The domain.transitions row that produced this run (stamped by lifecycle; not stored,
+    # and not part of its value: two runs are equal when their fields are).
     _rule: Any = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Run):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
 
     @property
     def is_open(self) -> bool:

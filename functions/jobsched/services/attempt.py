@@ -53,6 +53,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.run_idempotency import RunIdempotency, envelope
 from ..store.runs import RunChanged, RunStore
+from ..store.tenant_slots import TenantSlots
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 
@@ -156,6 +157,7 @@ class Attempts:
         *,
         metrics: Metrics = NO_METRICS,
         records_lifetime: timedelta = timedelta(days=1),
+        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -163,6 +165,7 @@ class Attempts:
         self._clock = clock
         self._metrics = metrics
         self.records_lifetime = records_lifetime
+        self._slots = slots
 
     @property
     def completer(self) -> Completer:
@@ -232,15 +235,19 @@ class Attempts:
         """(the leased run, None), or (None, the run as stored) when the claim lost to another
         write: a claim is conditioned on the run as read, and a write that changed nothing a
         claim depends on (the outbox's QUEUED mark, a repair's touch) makes it lose too; the
-        caller may admit and claim the stored run again."""
+        caller may admit and claim the stored run again. With a tenant limit the claim takes
+        one of the tenant's slots in the same write (store.tenant_slots).
+        Raises TenantAtLimit when the tenant's slots are all held: nothing was written."""
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
+
+        def change(r: Run) -> Run:
+            return lifecycle.claim(r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds)
+
         try:
-            leased = self._runs.commit(
-                run,
-                lambda r: lifecycle.claim(r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds),
-            )
-            return leased, None
+            if self._slots is not None and self._slots.limit > 0:
+                return self._slots.claim(run, change, now=now), None
+            return self._runs.commit(run, change), None
         except RunChanged as exc:
             return None, exc.current
         except lifecycle.TransitionRefused:

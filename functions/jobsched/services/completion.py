@@ -23,6 +23,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
+from ..store.tenant_slots import TenantSlots
 
 # The job counter and the metric each terminal state adds to (SKIPPED: by its reason).
 _COUNTERS = {
@@ -54,12 +55,15 @@ class Completer:
         queues: RunQueues,
         clock: Clock,
         metrics: Metrics = NO_METRICS,
+        *,
+        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
         self._queues = queues
         self._clock = clock
         self._metrics = metrics
+        self._slots = slots  # the tenant slot of a run leaving LEASED is released here
 
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
@@ -139,6 +143,8 @@ class Completer:
             )
             self._metrics.add("StaleFencesRejected")
             return Ending(None, None, error_class, current)
+        if self._slots is not None and run.state is RunState.LEASED and saved.state is not RunState.LEASED:
+            self._slots.release(saved)  # best effort: a lost release is taken over after the lease
         self.after(saved)
         return Ending(
             saved.state, saved, saved.last_error_class if saved.state is RunState.DEAD else error_class

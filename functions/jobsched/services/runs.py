@@ -20,6 +20,7 @@ from ..domain.errors import (
     PermanentError,
     RetryableError,
     StaleFence,
+    TenantAtLimit,
     ValidationFailed,
 )
 from ..domain.instants import Clock, format_instant
@@ -29,6 +30,7 @@ from ..domain.schedule import fires_between
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore
+from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
 
@@ -66,15 +68,14 @@ class RunService:
         clock: Clock,
         *,
         max_backfill: int = 1000,
-        tenant_concurrency: int = 0,
+        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
         self._completer = completer
         self._clock = clock
-        self._attempts = Attempts(definitions, runs, completer, clock)
+        self._attempts = Attempts(definitions, runs, completer, clock, slots=slots)
         self.max_backfill = max_backfill
-        self.tenant_concurrency = tenant_concurrency  # live leases per tenant, 0 = no limit
 
     # --- reads ---
 
@@ -224,13 +225,10 @@ class RunService:
         self, tenant: str, types: list[str], max_runs: int, lease_seconds: int, worker: str
     ) -> list[Run]:
         """Lease up to `max_runs` due, target-less runs of the tenant's given types, within
-        the tenant's live-lease limit (TENANT_CONCURRENCY), shared with the Lambda worker."""
+        the tenant's live-lease limit (TENANT_CONCURRENCY, exact: each claim takes one of the
+        tenant's slots in the same write, shared with the Lambda worker): fewer, or none,
+        when the tenant is at its limit."""
         now = self._clock.now()
-        if self.tenant_concurrency > 0:
-            live = self._runs.live_leases(tenant, now, up_to=self.tenant_concurrency)
-            max_runs = min(max_runs, self.tenant_concurrency - live)
-            if max_runs <= 0:
-                return []
         actor = lease_actor(worker)
         jobs: dict[str, Job | None] = {}
         leased: list[Run] = []
@@ -251,7 +249,10 @@ class RunService:
                         break
                     if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
                         continue  # the index is eventually consistent; the run item is the truth
-                    usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
+                    try:
+                        usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
+                    except TenantAtLimit:
+                        return leased  # every slot is held: what was leased so far
                     if usable is not None:
                         leased.append(usable)
                 if len(leased) >= max_runs or cursor is None:
@@ -292,9 +293,12 @@ class RunService:
     def heartbeat(self, tenant: str, run_key: str, fence: int, lease_seconds: int) -> Run:
         """Extend the lease while `fence` is current."""
         run = self._held(tenant, run_key, fence)
-        until = self._clock.now() + timedelta(seconds=lease_seconds)
+        now = self._clock.now()
+        until = now + timedelta(seconds=lease_seconds)
         try:
-            return self._runs.extend_lease(run, until)
+            # An expired lease is never renewed (its tenant slot may have been taken over):
+            # the worker learns it lost the lease (409 stale_fence).
+            return self._runs.extend_lease(run, until, live_at=now)
         except RunChanged as exc:
             raise _stale(run_key, fence, exc.current) from None
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..domain import lifecycle
-from ..domain.errors import RetryableError
+from ..domain.errors import RetryableError, TenantAtLimit
 from ..domain.instants import Clock, from_epoch
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import CLAIMABLE_STATES, Run
@@ -29,6 +29,7 @@ from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
 from ..store.schema import QUEUES
+from ..store.tenant_slots import TenantSlots
 from ..targets import TargetRunner
 from .attempt import (
     CLOCK_SKEW,
@@ -85,39 +86,6 @@ class Received:
 Delivery = Received  # the message's former name
 
 
-class TenantSlots:
-    """A tenant's free lease slots (its concurrency limit less its live leases), counted once
-    for a batch and then handed out to the batch's records. The count is as good as the
-    index it reads (see the README's Limits: a soft limit under concurrency)."""
-
-    def __init__(self, runs: RunStore, limit: int) -> None:
-        self._runs = runs
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._counting: dict[str, threading.Lock] = {}
-        self._free: dict[str, int] = {}
-
-    def take(self, tenant: str, now: datetime) -> bool:
-        """A slot for one claim of `tenant`'s, if it has one free."""
-        with self._lock:
-            counting = self._counting.setdefault(tenant, threading.Lock())
-        with counting:
-            if tenant not in self._free:
-                live = self._runs.live_leases(tenant, now, up_to=self._limit)
-                with self._lock:
-                    self._free[tenant] = self._limit - live
-        with self._lock:
-            if self._free[tenant] <= 0:
-                return False
-            self._free[tenant] -= 1
-            return True
-
-    def give_back(self, tenant: str) -> None:
-        """The slot was not used: the claim it was taken for did not happen."""
-        with self._lock:
-            self._free[tenant] += 1
-
-
 class Worker:
     def __init__(
         self,
@@ -133,6 +101,7 @@ class Worker:
         idempotency_ttl: timedelta = timedelta(days=1),
         metrics: Metrics = NO_METRICS,
         completer: Completer | None = None,
+        tenant_slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -143,23 +112,28 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
         self._metrics = metrics
-        self._completer = completer or Completer(definitions, runs, queues, clock, metrics)
+        # The tenant limit, exact: a claim and a tenant slot are one write (store.tenant_slots).
+        slots = tenant_slots or (TenantSlots(runs, tenant_concurrency) if tenant_concurrency > 0 else None)
+        self._completer = completer or Completer(definitions, runs, queues, clock, metrics, slots=slots)
         self.attempts = Attempts(
-            definitions, runs, self._completer, clock, metrics=metrics, records_lifetime=idempotency_ttl
+            definitions,
+            runs,
+            self._completer,
+            clock,
+            metrics=metrics,
+            records_lifetime=idempotency_ttl,
+            slots=slots,
         )
         # Without a Lambda context: the longest a Lambda invocation may last.
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
         # Receives a message may spend on deferrals before the run is handed to the outbox.
         self.deferral_receives = {q.key: q.deferral_receives for q in QUEUES}
-        # One invocation's tenant slots (see bind); unbound, every delivery counts afresh.
-        self._tenant_slots: TenantSlots | None = None
 
     def bind(self, context: Any) -> None:
         """Per invocation: who we are and how long we have (the deadline an attempt's
         in-progress record promises)."""
         self.worker_id = context.aws_request_id
         self.remaining_seconds = lambda: context.get_remaining_time_in_millis() / 1000
-        self._tenant_slots = TenantSlots(self._runs, self.tenant_concurrency)
 
     def for_invocation(self, context: Any) -> Worker:
         """This worker bound to one invocation, leaving this one as it was: invocations that
@@ -211,16 +185,9 @@ class Worker:
     def _claim(
         self, run: Run, now: datetime, delivery: Received
     ) -> AttemptResult | tuple[Run | None, Run | None, float]:
-        """Within the tenant's limit, after waiting out an early message: the claim's outcome
-        (leased, or the run as stored) with the start lag (seconds from due to the claim), or
-        the deferral when the tenant is at its limit."""
-        slots = None
-        if self.tenant_concurrency > 0:
-            slots = self._tenant_slots or TenantSlots(self._runs, self.tenant_concurrency)
-            if not slots.take(run.tenant, now):
-                self._metrics.add("TenantThrottled")
-                waited = (now - run.due_at).total_seconds()
-                return self._defer(run, delivery, tenant_wait(waited), "tenant_limit")
+        """After waiting out an early message: the claim's outcome (leased, or the run as
+        stored) with the start lag (seconds from due to the claim), or the deferral when the
+        tenant is at its limit (the claim took none of its slots)."""
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
@@ -230,11 +197,14 @@ class Worker:
                 self._clock.sleep(min(early, CLOCK_SKEW.total_seconds()))
                 now = self._clock.now()
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
-        leased, current = self.attempts.claim_or_current(
-            run, now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
-        )
-        if leased is None and slots is not None:
-            slots.give_back(run.tenant)
+        try:
+            leased, current = self.attempts.claim_or_current(
+                run, now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
+            )
+        except TenantAtLimit:
+            self._metrics.add("TenantThrottled")
+            waited = (now - run.due_at).total_seconds()
+            return self._defer(run, delivery, tenant_wait(waited), "tenant_limit")
         return leased, current, start_lag
 
     def _run(self, leased: Run, delivery: Received, *, start_lag: float) -> AttemptResult:
@@ -296,9 +266,11 @@ class Worker:
         """Extend the lease, and the message's visibility, while the effect runs. False once
         the fence is no longer ours."""
         run = lease.run
-        until = self._clock.now() + timedelta(seconds=self.lease_seconds)
+        now = self._clock.now()
+        until = now + timedelta(seconds=self.lease_seconds)
         try:
-            lease.update(self._runs.extend_lease(run, until))
+            # Never revives an expired lease: its tenant slot may have been taken over.
+            lease.update(self._runs.extend_lease(run, until, live_at=now))
         except RunChanged:
             return False
         if delivery is not None and delivery.receipt_handle:
