@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsched.domain.models import Delivery, Job, JobState, ScheduleKind
+from jobsched.domain.models import DeliveryGuarantee, Job, JobState, ScheduleKind
 from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
 from jobsched.domain.schedule import fires_between
 from jobsched.store.runs import RunStore
@@ -378,7 +378,7 @@ def _check_effects(evidence: Evidence, runs: dict[str, Run], figures: Figures) -
         if run is None:
             continue
         limit = run.policies.retry.max_attempts
-        if run.policies.delivery is Delivery.AT_MOST_ONCE:
+        if run.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
             limit = 1  # the effect is marked started before the call: never a second call
         recorded = _history_series(run)
         for index, series in enumerate(_series(calls, evidence.redrives.get(run_key, []))):

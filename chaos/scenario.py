@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from jobsched.domain.cron import zone
 from jobsched.domain.models import (
     MAX_PAYLOAD_BYTES,
-    Delivery,
+    DeliveryGuarantee,
     DstFold,
     DstGap,
     DstPolicy,
@@ -119,7 +119,7 @@ def _spec(rng: random.Random, index: int, created: datetime, end: datetime, dst_
             base_seconds=1.0,
             cap_seconds=float(rng.choice([4, 10, 20])),
         ),
-        delivery=Delivery.AT_MOST_ONCE if rng.random() < 0.15 else Delivery.AT_LEAST_ONCE,
+        delivery=DeliveryGuarantee.AT_MOST_ONCE if rng.random() < 0.15 else DeliveryGuarantee.AT_LEAST_ONCE,
         jitter_seconds=0 if rng.random() < 0.7 else rng.randint(1, 10),
     )
     return JobSpec(
