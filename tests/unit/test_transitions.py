@@ -112,3 +112,19 @@ def test_only_the_lease_holders_rows_are_fenced():
         "in_progress_elsewhere",
         "hold",
     }
+
+
+def test_the_overlap_policy_judges_only_runs_never_claimed():
+    from jobsched.domain.models import Overlap, Policies
+    from jobsched.domain.overlap import applies
+
+    policies = Policies(overlap=Overlap.SKIP)
+    fresh = run(
+        RunState.QUEUED, fence=0, attempt=0, policies=policies, previous_run_key="j_x@2026-11-02T07:59:00Z"
+    )
+    assert applies(fresh)
+    # A retry, or a lease being taken over, has started: skipping it now would drop a run
+    # whose effect may have happened (and a LEASED run cannot be skipped at all).
+    assert not applies(fresh.model_copy(update={"state": RunState.RETRY_WAIT, "fence": 1}))
+    assert not applies(fresh.model_copy(update={"state": RunState.LEASED, "fence": 1}))
+    assert not applies(fresh.model_copy(update={"previous_run_key": None}))

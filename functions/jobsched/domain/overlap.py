@@ -27,9 +27,11 @@ class OverlapVerdict(StrEnum):
 
 
 def applies(run: Run) -> bool:
-    """Whether the overlap policy judges `run` at all: scheduled runs of a job whose policy
-    is not `allow` (manual runs and backfills are outside it; backfills are chained)."""
-    return run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None
+    """Whether the overlap policy judges `run` at all: a scheduled run of a job whose policy
+    is not `allow`, never claimed yet (fence 0: a run that has started, a retry, a
+    reclaimed lease, is past the point where it could be skipped). Manual runs and backfills
+    are outside it (backfills are chained)."""
+    return run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None and run.fence == 0
 
 
 def earlier_run_key(run: Run) -> str | None:
