@@ -424,3 +424,61 @@ def test_a_compacted_history_keeps_where_each_kept_entry_started(api, container,
     for before, entry in zip(run.history[1:], run.history[2:], strict=False):
         assert entry.source is before.target
     assert run.history[1].source is not RunState.PENDING, run.history[1]
+
+
+# --- nextRunAt and nextFireTimes: the instants the job will fire at ---
+
+
+def _at(seconds):
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("policy", ["run-once", "skip"])
+def test_resume_after_a_long_pause_answers_the_next_instant_that_will_fire(api, container, clock, policy):
+    """Paused 161 s, longer than the runs made ahead: the resume's nextRunAt is the next
+    occurrence to come, never the cursor the pause left behind (44 s in the past)."""
+    job_id = create(api, type="tick", runAt=None, every=2, missedRuns=policy)["jobId"]
+    clock.advance(10)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.advance(161)  # now T0+171
+    resumed = api.post(f"/v1/jobs/{job_id}/resume").body
+    expected = [_at(s) for s in range(172, 182, 2)]
+    assert resumed["nextRunAt"] == expected[0]
+    assert resumed["nextFireTimes"] == expected
+    assert api.get(f"/v1/jobs/{job_id}").body["nextFireTimes"] == expected
+    (listed,) = [j for j in api.get("/v1/jobs").body["items"] if j["jobId"] == job_id]
+    assert listed["nextRunAt"] == expected[0]
+    # Each of them fires: its run is made and waiting, none of them skipped.
+    runs = {format_run(r.scheduled_for): r for r in runs_of(container, job_id)}
+    assert all(runs[t].state is RunState.PENDING for t in expected)
+
+
+def format_run(instant):
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_next_fire_times_leave_out_a_run_made_ahead_that_will_not_fire(api):
+    job_id = create(api, type="tick", runAt=None, every=60)["jobId"]
+    # The API made the horizon's runs at creation: T0, T0+60 s, T0+120 s.
+    cancelled = api.post(f"/v1/runs/{quote(f'{job_id}@{_at(60)}', safe='')}/cancel")
+    assert cancelled.status == 200, cancelled
+    body = api.get(f"/v1/jobs/{job_id}").body
+    assert body["nextFireTimes"] == [_at(s) for s in (0, 120, 180, 240, 300)]
+
+
+def test_a_paused_job_names_no_instant_it_will_fire_at(api):
+    job_id = create(api, type="tick", runAt=None, every=60)["jobId"]
+    paused = api.post(f"/v1/jobs/{job_id}/pause").body
+    assert paused["nextRunAt"] is None
+    body = api.get(f"/v1/jobs/{job_id}").body
+    assert body["nextRunAt"] is None and body["nextFireTimes"] == []
+    assert api.get(f"/v1/jobs/{job_id}/summary").body["nextFireTimes"] == []
+
+
+def test_a_one_time_job_made_ahead_names_its_run_until_it_fires(api, clock):
+    job = create(api, type="tick", runAt=_at(60))
+    body = api.get(f"/v1/jobs/{job['jobId']}").body
+    assert body["state"] == "COMPLETED"  # its one run is made: nothing left to schedule
+    assert body["nextRunAt"] == _at(60) and body["nextFireTimes"] == [_at(60)]
+    clock.advance(61)
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["nextFireTimes"] == []
