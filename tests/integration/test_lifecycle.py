@@ -482,3 +482,84 @@ def test_a_one_time_job_made_ahead_names_its_run_until_it_fires(api, clock):
     assert body["nextRunAt"] == _at(60) and body["nextFireTimes"] == [_at(60)]
     clock.advance(61)
     assert api.get(f"/v1/jobs/{job['jobId']}").body["nextFireTimes"] == []
+
+
+# --- run-once after a pause: the chosen occurrence runs exactly once, whatever the order ---
+
+
+def _hourly_from_ten_seconds(api, container):
+    """A job whose only occurrence in the pause below is T0+10 s (the next is an hour later),
+    and a worker that records every effect."""
+    from jobsched.targets import HandlerRegistry
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+    job_id = create(api, type="tick", runAt=None, every=3600, startAt=_at(10))["jobId"]
+    return job_id, f"{job_id}@{_at(10)}", make_worker(container, registry), effects
+
+
+def _run(container, key):
+    return container.runs.get_by_key(key)
+
+
+@pytest.mark.parametrize("resume_lands", ["between the read and the hold", "before the read"])
+def test_a_run_leased_when_the_job_resumes_still_runs_once(api, container, clock, monkeypatch, resume_lands):
+    """The missed occurrence is LEASED at the resume: its worker read the job while it was
+    still paused and holds it after the resume (settled by the reconciler), or read it
+    resumed and runs it. Either way it runs, once."""
+    job_id, key, worker, effects = _hourly_from_ten_seconds(api, container)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    real_get = container.definitions.get
+
+    def the_resume_comes_at_the_workers_job_read(wanted):
+        monkeypatch.setattr(container.definitions, "get", real_get)  # once
+        before = real_get(wanted)
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+        return before if resume_lands == "between the read and the hold" else real_get(wanted)
+
+    monkeypatch.setattr(container.definitions, "get", the_resume_comes_at_the_workers_job_read)
+    first = _deliver(worker, _run(container, key))
+    if resume_lands == "between the read and the hold":
+        assert first.outcome is Outcome.HELD and _run(container, key).blocked_by == "job-paused"
+        clock.advance(21)  # a fresh hold is settled at the next tick, not five minutes later
+        container.reconciler.reconcile_all()
+        assert _run(container, key).state is RunState.PENDING and _run(container, key).blocked_by is None
+        assert _deliver(worker, _run(container, key)).outcome is Outcome.SUCCEEDED
+    else:
+        assert first.outcome is Outcome.SUCCEEDED
+    assert effects == [key]
+    assert _run(container, key).state is RunState.SUCCEEDED
+    clock.advance(600)
+    container.reconciler.reconcile_all()
+    assert effects == [key] and container.definitions.get_stats(job_id).get("missed", 0) == 0
+
+
+@pytest.mark.parametrize("first", ["reconciler", "resume"])
+def test_a_held_run_settled_while_the_job_resumes_runs_once(api, container, clock, monkeypatch, first):
+    """Held while paused, the missed occurrence is settled by the reconciler at the very
+    moment the resume decides it (after the resume's write, before or after its decisions):
+    both decide it the same way, and it runs once."""
+    job_id, key, worker, effects = _hourly_from_ten_seconds(api, container)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    assert _deliver(worker, _run(container, key)).outcome is Outcome.HELD
+    clock.set(T0 + timedelta(seconds=400))  # the hold is overdue for the reconciler
+    real_on_resume = container.jobs._on_resume
+
+    def settled_alongside(paused, resumed):
+        if first == "reconciler":
+            container.reconciler.reconcile_all()
+        real_on_resume(paused, resumed)
+        if first == "resume":
+            container.reconciler.reconcile_all()
+
+    monkeypatch.setattr(container.jobs, "_on_resume", settled_alongside)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    run = _run(container, key)
+    assert run.state is RunState.PENDING and run.blocked_by is None
+    assert _deliver(worker, run).outcome is Outcome.SUCCEEDED
+    assert effects == [key]

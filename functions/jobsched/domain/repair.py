@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .lifecycle import series_started_at
-from .runs import Run, RunState
+from .runs import PAUSED_HOLD, Run, RunState
 
 SQS_MAX_DELAY = timedelta(seconds=900)
 
@@ -20,6 +20,7 @@ class RepairTimings:
     queue_dwell: timedelta = timedelta(minutes=15)  # QUEUED but never claimed
     lease_grace: timedelta = timedelta(seconds=30)  # LEASED past its lease expiry
     blocked_check: timedelta = timedelta(minutes=5)  # buffered run waiting on another
+    hold_check: timedelta = timedelta(seconds=20)  # just held for a paused job: resumed meanwhile?
 
 
 def repair_deadline(run: Run, timings: RepairTimings, *, waits_for_lease: bool = False) -> datetime | None:
@@ -33,6 +34,10 @@ def repair_deadline(run: Run, timings: RepairTimings, *, waits_for_lease: bool =
     state = run.state
     if state in (RunState.PENDING, RunState.RETRY_WAIT):
         if run.blocked_by:
+            if run.blocked_by == PAUSED_HOLD and run.history and run.history[-1].at == run.updated_at:
+                # Just held (a recorded transition; the reconciler's deferrals are not): a
+                # resume may have come just before the hold landed, so settle it soon.
+                return run.updated_at + timings.hold_check
             return run.updated_at + timings.blocked_check
         if run.due_at - run.updated_at > SQS_MAX_DELAY:
             # Too far out for an SQS delay: the outbox leaves it; the reconciler re-touches it later.

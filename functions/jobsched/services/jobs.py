@@ -17,7 +17,7 @@ from ..domain.errors import (
     VersionMismatch,
 )
 from ..domain.instants import Clock, format_instant
-from ..domain.models import Job, JobSpec, JobState, ScheduleKind
+from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Trigger
 from ..domain.schedule import next_fire, upcoming
 from ..observability import logger
@@ -56,6 +56,7 @@ class JobService:
         requests_per_second: int = 0,
         on_resume: Callable[[Job, Job], None] | None = None,
         runs: RunStore | None = None,
+        plan_missed: Callable[[Job, datetime], MissedWindow | None] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -65,6 +66,7 @@ class JobService:
         self.requests_per_second = requests_per_second
         self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
         self._runs = runs  # the runs made ahead, for the instants the job will fire at
+        self._plan_missed = plan_missed  # decides, on resume, which occurrences of the pause run
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""
@@ -212,15 +214,20 @@ class JobService:
 
     def resume(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
         """Every occurrence that fell while paused is missed: `missed_until` tells the sweeper
-        (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness), and
-        the runs already made for them are decided now (see services/missed.py)."""
+        (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness). Which
+        of them run is decided before the write and written with it (`missed_windows`), and
+        the runs already made for them are then decided by it (see services/missed.py)."""
 
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.ACTIVE:
                 return job
             if job.state is not JobState.PAUSED:
                 raise Conflict(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
-            return _bump(job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now)
+            window = self._plan_missed(job, now) if self._plan_missed is not None else None
+            windows = [*job.missed_windows, window][-MAX_MISSED_WINDOWS:] if window else job.missed_windows
+            return _bump(
+                job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now, missed_windows=windows
+            )
 
         return self._change(tenant, job_id, if_match, change, after=self._decide_missed)
 
