@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
+import pytest
 from jobsched.domain.instants import format_instant
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.metrics import Unit
@@ -679,3 +680,37 @@ def test_a_hostile_tenant_with_many_overdue_runs_pushes_no_other_tenants_repair_
         assert later <= 15  # the tenant's share a tick, whatever its backlog
         hog_repaired += later
     assert hog_repaired == 90  # and all of it, in turn
+
+
+# --- how soon a stranded run is repaired ---
+
+TICK = 60  # the reconciler's EventBridge schedule: one tick a minute
+RESTART_GOAL = 90  # a stranded run starts again within 90 s of when it should have
+PUBLISH_PATH = 10  # stream, outbox and a worker's receive after the repair, generously
+
+
+def _first_repair(container, clock, run: Run, start: datetime, phase: int) -> datetime:
+    """Tick every minute from start + phase until the run is repaired; when it was."""
+    tick = start + timedelta(seconds=phase)
+    while tick < start + timedelta(minutes=10):
+        clock.set(tick)
+        if run.run_key in container.reconciler.reconcile_all().repaired:
+            return tick
+        tick += timedelta(seconds=TICK)
+    raise AssertionError(f"{run.run_key} not repaired within 10 minutes")
+
+
+@pytest.mark.parametrize("phase", [0, 1, 19, 20, 21, 40, 59])
+def test_a_lost_publish_is_repaired_in_time_to_start_within_90_s_of_due(container, clock, phase):
+    run = insert(container, make_run(job_id=f"j_late{phase}", at=T0 - timedelta(seconds=120), due_in=120))
+    repaired = _first_repair(container, clock, run, T0, phase)
+    assert (repaired - run.due_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+
+
+@pytest.mark.parametrize("phase", [0, 1, 9, 10, 11, 29, 40, 59])
+def test_a_dead_workers_run_is_repaired_in_time_to_start_within_90_s_of_its_lease(container, clock, phase):
+    run = insert(container, leased(job_id=f"j_died{phase}", lease_for=60))
+    assert run.lease_expires_at is not None
+    repaired = _first_repair(container, clock, run, run.lease_expires_at, phase)
+    assert (repaired - run.lease_expires_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+    assert stored(container, run).state is RunState.RETRY_WAIT  # due at once: published now
