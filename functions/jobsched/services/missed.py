@@ -3,15 +3,15 @@
 An occurrence whose instant falls while its job is paused is missed, however late it is.
 Some of them already have runs (made ahead by the API horizon or `sweepAheadSeconds`): a
 worker that meets one while the job is paused holds it (PENDING, not published, not
-claimable). The resume decides, in the same write that makes the job active, which occurrences of the
-pause run (`MissedWindow`, kept on the job): `skip` runs none, `run-once` only the latest
-occurrence inside `catchUpWindow` (which may be one the sweeper has yet to make), `catch-up`
-each one inside the window; every other one becomes SKIPPED (reason `paused`) and counts in
-the job's `missed` counter. Whoever then meets a run of the pause — the resume deciding the
-runs it read, the reconciler settling a hold that landed after — applies that one decision,
-so the chosen occurrence runs exactly once in whatever order they get to it. The
-occurrences that have no run yet are left to the sweeper, which treats everything before
-`missed_until` (the resume instant) as missed under the same policy."""
+claimable). The resume decides, in the same write that makes the job active, which
+occurrences of the pause run (`MissedWindow`, kept on the job): `skip` runs none, `run-once`
+only the latest occurrence inside `catchUpWindow` (which may be one the sweeper has yet to
+make), `catch-up` each one inside the window; every other one becomes SKIPPED (reason
+`paused`) and counts in the job's `missed` counter. Whoever then meets a run of the pause —
+the resume deciding the runs it read, the reconciler settling a hold that landed after —
+applies that one decision, so the chosen occurrence runs exactly once in whatever order they
+get to it. The occurrences that have no run yet are left to the sweeper, which treats
+everything before `missed_until` (the resume instant) as missed under the same policy."""
 
 from __future__ import annotations
 
