@@ -80,6 +80,8 @@ class Container:
             max_jobs_per_tenant=self.settings.max_jobs_per_tenant,
             requests_per_second=self.settings.tenant_requests_per_second,
             on_resume=self.missed_runs.on_resume,
+            runs=self.runs,
+            plan_missed=self.missed_runs.window,
         )
 
     @cached_property

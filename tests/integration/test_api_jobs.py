@@ -81,7 +81,11 @@ def test_cron_defaults_to_utc(api):
 
 def test_once_in_past_within_catch_up_window_is_accepted(api):
     body = create(api, cron=None, timeZone=None, runAt="2026-11-02T07:59:00Z", catchUpWindow="PT5M")
-    assert body["nextRunAt"] == "2026-11-02T07:59:00Z"
+    assert body["runAt"] == "2026-11-02T07:59:00Z"
+    # It runs at once, late: nextRunAt names only instants still to come, never a past one.
+    assert body["nextRunAt"] is None
+    (run,) = api.get(f"/v1/jobs/{body['jobId']}/runs").body["items"]
+    assert run["scheduledFor"] == "2026-11-02T07:59:00Z" and run["state"] == "PENDING"
 
 
 BAD_INPUT = [

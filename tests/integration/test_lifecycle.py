@@ -425,3 +425,142 @@ def test_a_compacted_history_keeps_where_each_kept_entry_started(api, container,
     for before, entry in zip(run.history[1:], run.history[2:], strict=False):
         assert entry.source is before.target
     assert run.history[1].source is not RunState.PENDING, run.history[1]
+
+
+# --- nextRunAt and nextFireTimes: the instants the job will fire at ---
+
+
+def _at(seconds):
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("policy", ["run-once", "skip"])
+def test_resume_after_a_long_pause_answers_the_next_instant_that_will_fire(api, container, clock, policy):
+    """Paused 161 s, longer than the runs made ahead: the resume's nextRunAt is the next
+    occurrence to come, never the cursor the pause left behind (44 s in the past)."""
+    job_id = create(api, type="tick", runAt=None, every=2, missedRuns=policy)["jobId"]
+    clock.advance(10)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.advance(161)  # now T0+171
+    resumed = api.post(f"/v1/jobs/{job_id}/resume").body
+    expected = [_at(s) for s in range(172, 182, 2)]
+    assert resumed["nextRunAt"] == expected[0]
+    assert resumed["nextFireTimes"] == expected
+    assert api.get(f"/v1/jobs/{job_id}").body["nextFireTimes"] == expected
+    (listed,) = [j for j in api.get("/v1/jobs").body["items"] if j["jobId"] == job_id]
+    assert listed["nextRunAt"] == expected[0]
+    # Each of them fires: its run is made and waiting, none of them skipped.
+    runs = {format_run(r.scheduled_for): r for r in runs_of(container, job_id)}
+    assert all(runs[t].state is RunState.PENDING for t in expected)
+
+
+def format_run(instant):
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_next_fire_times_leave_out_a_run_made_ahead_that_will_not_fire(api):
+    job_id = create(api, type="tick", runAt=None, every=60)["jobId"]
+    # The API made the horizon's runs at creation: T0, T0+60 s, T0+120 s.
+    cancelled = api.post(f"/v1/runs/{quote(f'{job_id}@{_at(60)}', safe='')}/cancel")
+    assert cancelled.status == 200, cancelled
+    body = api.get(f"/v1/jobs/{job_id}").body
+    assert body["nextFireTimes"] == [_at(s) for s in (0, 120, 180, 240, 300)]
+
+
+def test_a_paused_job_names_no_instant_it_will_fire_at(api):
+    job_id = create(api, type="tick", runAt=None, every=60)["jobId"]
+    paused = api.post(f"/v1/jobs/{job_id}/pause").body
+    assert paused["nextRunAt"] is None
+    body = api.get(f"/v1/jobs/{job_id}").body
+    assert body["nextRunAt"] is None and body["nextFireTimes"] == []
+    assert api.get(f"/v1/jobs/{job_id}/summary").body["nextFireTimes"] == []
+
+
+def test_a_one_time_job_made_ahead_names_its_run_until_it_fires(api, clock):
+    job = create(api, type="tick", runAt=_at(60))
+    body = api.get(f"/v1/jobs/{job['jobId']}").body
+    assert body["state"] == "COMPLETED"  # its one run is made: nothing left to schedule
+    assert body["nextRunAt"] == _at(60) and body["nextFireTimes"] == [_at(60)]
+    clock.advance(61)
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["nextFireTimes"] == []
+
+
+# --- run-once after a pause: the chosen occurrence runs exactly once, whatever the order ---
+
+
+def _hourly_from_ten_seconds(api, container):
+    """A job whose only occurrence in the pause below is T0+10 s (the next is an hour later),
+    and a worker that records every effect."""
+    from jobsched.targets import HandlerRegistry
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+    job_id = create(api, type="tick", runAt=None, every=3600, startAt=_at(10))["jobId"]
+    return job_id, f"{job_id}@{_at(10)}", make_worker(container, registry), effects
+
+
+def _run(container, key):
+    return container.runs.get_by_key(key)
+
+
+@pytest.mark.parametrize("resume_lands", ["between the read and the hold", "before the read"])
+def test_a_run_leased_when_the_job_resumes_still_runs_once(api, container, clock, monkeypatch, resume_lands):
+    """The missed occurrence is LEASED at the resume: its worker read the job while it was
+    still paused and holds it after the resume (settled by the reconciler), or read it
+    resumed and runs it. Either way it runs, once."""
+    job_id, key, worker, effects = _hourly_from_ten_seconds(api, container)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    real_get = container.definitions.get
+
+    def the_resume_comes_at_the_workers_job_read(wanted):
+        monkeypatch.setattr(container.definitions, "get", real_get)  # once
+        before = real_get(wanted)
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+        return before if resume_lands == "between the read and the hold" else real_get(wanted)
+
+    monkeypatch.setattr(container.definitions, "get", the_resume_comes_at_the_workers_job_read)
+    first = _deliver(worker, _run(container, key))
+    if resume_lands == "between the read and the hold":
+        assert first.outcome is AttemptOutcome.HELD and _run(container, key).blocked_by == "job-paused"
+        clock.advance(21)  # a fresh hold is settled at the next tick, not five minutes later
+        container.reconciler.reconcile_all()
+        assert _run(container, key).state is RunState.PENDING and _run(container, key).blocked_by is None
+        assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.SUCCEEDED
+    else:
+        assert first.outcome is AttemptOutcome.SUCCEEDED
+    assert effects == [key]
+    assert _run(container, key).state is RunState.SUCCEEDED
+    clock.advance(600)
+    container.reconciler.reconcile_all()
+    assert effects == [key] and container.definitions.get_stats(job_id).get("missed", 0) == 0
+
+
+@pytest.mark.parametrize("first", ["reconciler", "resume"])
+def test_a_held_run_settled_while_the_job_resumes_runs_once(api, container, clock, monkeypatch, first):
+    """Held while paused, the missed occurrence is settled by the reconciler at the very
+    moment the resume decides it (after the resume's write, before or after its decisions):
+    both decide it the same way, and it runs once."""
+    job_id, key, worker, effects = _hourly_from_ten_seconds(api, container)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.HELD
+    clock.set(T0 + timedelta(seconds=400))  # the hold is overdue for the reconciler
+    real_on_resume = container.jobs._on_resume
+
+    def settled_alongside(paused, resumed):
+        if first == "reconciler":
+            container.reconciler.reconcile_all()
+        real_on_resume(paused, resumed)
+        if first == "resume":
+            container.reconciler.reconcile_all()
+
+    monkeypatch.setattr(container.jobs, "_on_resume", settled_alongside)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    run = _run(container, key)
+    assert run.state is RunState.PENDING and run.blocked_by is None
+    assert _deliver(worker, run).outcome is AttemptOutcome.SUCCEEDED
+    assert effects == [key]

@@ -7,10 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
+import pytest
 from jobsched.domain.instants import format_instant
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.metrics import Unit
 from jobsched.domain.models import DeliveryGuarantee, HttpTarget, Policies, RetryPolicy
+from jobsched.domain.repair import RepairTimings
 from jobsched.domain.runs import Run, RunState, created
 from jobsched.handlers.outbox import matches_filter
 from jobsched.services.reconciler import Reconciler
@@ -20,6 +22,8 @@ from jobsched.store.schema import RUNS
 from tests.helpers import T0, claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
+PUBLISH_GRACE = int(RepairTimings().publish_grace.total_seconds())  # 20 s
+LEASE_GRACE = int(RepairTimings().lease_grace.total_seconds())  # 10 s
 
 
 def make_run(
@@ -104,12 +108,12 @@ def test_unpublished_pending_run_is_retouched_after_the_grace_and_not_before(con
     run = insert(container, make_run())
     before = raw_item(run)
 
-    clock.set(T0 + timedelta(seconds=59))
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE - 1))
     report = container.reconciler.reconcile_all()
     assert report.examined == 0 and report.repaired == []
     assert raw_item(run) == before
 
-    clock.set(T0 + timedelta(seconds=60))
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
     report = container.reconciler.reconcile_all()
 
     assert report.republish == 1 and report.repaired == [run.run_key]
@@ -127,17 +131,17 @@ def test_unpublished_pending_run_is_retouched_after_the_grace_and_not_before(con
     # The write changes the item, so the stream emits a record the outbox's filter lets through.
     item = raw_item(run)
     assert item != before
-    assert item["deadline_at"]["S"] == format_instant(clock.now() + timedelta(seconds=60))
+    assert item["deadline_at"]["S"] == format_instant(clock.now() + timedelta(seconds=PUBLISH_GRACE))
     assert matches_filter(as_stream_record(item, "1"))
 
 
 def test_retouched_run_is_not_repaired_again_within_the_grace(container, clock):
     run = insert(container, make_run())
-    clock.set(T0 + timedelta(seconds=60))
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
     container.reconciler.reconcile_all()
-    clock.set(T0 + timedelta(seconds=119))
+    clock.set(T0 + timedelta(seconds=2 * PUBLISH_GRACE - 1))
     assert container.reconciler.reconcile_all().repaired == []
-    clock.set(T0 + timedelta(seconds=120))
+    clock.set(T0 + timedelta(seconds=2 * PUBLISH_GRACE))
     assert container.reconciler.reconcile_all().repaired == [run.run_key]
     assert len(reconciler_entries(stored(container, run))) == 2
 
@@ -197,10 +201,10 @@ def test_queued_run_with_future_due_waits_for_due_plus_dwell(container, clock):
 def test_expired_lease_with_attempts_left_goes_to_retry_wait(container, clock):
     run = insert(container, leased(attempt=1))
 
-    clock.set(T0 + timedelta(seconds=60 + 29))
+    clock.set(T0 + timedelta(seconds=60 + LEASE_GRACE - 1))
     assert container.reconciler.reconcile_all().repaired == []
 
-    clock.set(T0 + timedelta(seconds=60 + 30))
+    clock.set(T0 + timedelta(seconds=60 + LEASE_GRACE))
     report = container.reconciler.reconcile_all()
 
     assert report.lease_expired == 1
@@ -422,8 +426,8 @@ def test_repairs_emit_metrics_by_kind(container, clock):
     assert recorded.values("RepairsMade", kind="republish") == [1.0]
     assert recorded.values("RepairsMade", kind="requeue") == [1.0]
     assert ("RepairsMade", Unit.COUNT, ("kind",)) in recorded.shapes()
-    # 60 s past the publish deadline, 5 min past the dwell deadline.
-    assert sorted(recorded.values("RepairLatency")) == [60.0, 300.0]
+    # 2 min past due (the publish deadline is due + the grace), 5 min past the dwell deadline.
+    assert sorted(recorded.values("RepairLatency")) == [120.0 - PUBLISH_GRACE, 300.0]
 
 
 # --- the handler ---
@@ -505,9 +509,10 @@ def test_pending_run_never_published_reaches_the_queue_after_repair(container, c
     url = aws["urls"]["default"]
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
 
-    clock.set(T0 + timedelta(seconds=89))  # due at +30: a lost publish shows 60 s after that
+    # Due at +30: a lost publish shows the publish grace after that.
+    clock.set(T0 + timedelta(seconds=30 + PUBLISH_GRACE - 1))
     assert container.reconciler.reconcile_all().repaired == []
-    clock.set(T0 + timedelta(seconds=90))
+    clock.set(T0 + timedelta(seconds=30 + PUBLISH_GRACE))
     assert container.reconciler.reconcile_all().repaired == [run.run_key]
 
     (retouch,) = stream_records_since(1)
@@ -564,7 +569,7 @@ def test_queued_run_for_external_workers_waits_until_its_max_age(container, cloc
 def test_the_usual_path_leaves_the_open_index_entry_where_insert_put_it(container, clock):
     run = insert(container, make_run(job_id="j_chk1", due_in=120))
     entry = raw_item(run)["deadline_at"]
-    assert entry["S"] == format_instant(run.due_at + timedelta(seconds=60))
+    assert entry["S"] == format_instant(run.due_at + timedelta(seconds=PUBLISH_GRACE))
 
     clock.set(T0 + timedelta(seconds=1))
     queued = container.runs.commit(
@@ -580,13 +585,13 @@ def test_a_run_still_leased_at_its_check_time_has_its_entry_moved_once_and_can_s
     container, clock
 ):
     run = insert(container, leased(job_id="j_chk2", lease_for=600))
-    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=60))
+    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=PUBLISH_GRACE))
 
     clock.set(T0 + timedelta(seconds=61))
     report = container.reconciler.reconcile_all()
     assert (report.examined, report.moved, report.repaired) == (1, 1, [])
     after = raw_item(run)
-    assert after["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=630))
+    assert after["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=600 + LEASE_GRACE))
     assert stored(container, run) == run  # bookkeeping only: rev and history unchanged
 
     clock.set(T0 + timedelta(seconds=120))
@@ -605,4 +610,107 @@ def test_moving_the_entry_of_a_run_that_changed_meanwhile_does_nothing(container
     clock.set(T0 + timedelta(seconds=10))
     container.runs.extend_lease(run, T0 + timedelta(seconds=900))
     assert container.runs.move_check(run, T0 + timedelta(seconds=630)) is False
-    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=60))
+    assert raw_item(run)["deadline_at"]["S"] == format_instant(T0 + timedelta(seconds=PUBLISH_GRACE))
+
+
+# --- what one job and one tenant may cost a shard ---
+
+
+def test_a_never_leased_external_run_is_looked_at_once_before_its_max_age(container, clock):
+    """An external job's run that nobody leases waits in the claimable index: nothing repairs
+    it until its max age, so the reconciler reads it once (its usual check, 20 s after due) and
+    then only when it dies, not every 15 minutes for its whole day."""
+    external = make_run(state=RunState.QUEUED).model_copy(update={"target": None, "job_type": "render.video"})
+    insert(container, external)
+    looked = 0
+    for _ in range(24 * 4):  # a day of ticks, one every 15 minutes
+        clock.advance(15 * 60)
+        looked += container.reconciler.reconcile_all().examined
+    assert looked == 2  # its usual check, then its death
+    after = stored(container, external)
+    assert after.state is RunState.DEAD and after.last_error_class == "Unclaimed"
+
+
+def _jobs_in_one_shard(container, prefix: str, count: int, shard: int) -> list[str]:
+    found, n = [], 0
+    while len(found) < count:
+        job_id = f"j_{prefix}{n}"
+        n += 1
+        if container.runs.open_shard_of(job_id) == shard:
+            found.append(job_id)
+    return found
+
+
+def test_a_hostile_tenant_with_many_overdue_runs_pushes_no_other_tenants_repair_back(container, clock):
+    """Three jobs of one tenant hold 90 runs whose leases expired long ago, ahead of another
+    tenant's run in the same shard: the other tenant's run is repaired at the first tick, and
+    the hostile tenant gets no more than its share of the shard per tick."""
+    shard = container.runs.open_shard_of("j_victim")
+    for job_id in _jobs_in_one_shard(container, "hog", 3, shard):
+        for i in range(30):
+            hog = leased(job_id=job_id, lease_for=-600 - i).model_copy(update={"tenant": "hog"})
+            insert(
+                container,
+                hog.model_copy(
+                    update={
+                        "run_key": f"{job_id}@{format_instant(T0 + timedelta(seconds=i))}",
+                        "scheduled_for": T0 + timedelta(seconds=i),
+                    }
+                ),
+            )
+    victim = insert(
+        container, leased(job_id="j_victim", lease_for=-60).model_copy(update={"tenant": "tenant-b"})
+    )
+    reconciler = Reconciler(
+        container.runs,
+        clock,
+        shard_count=4,
+        batch_limit=10,
+        max_per_shard=40,
+        max_per_job=5,
+        max_per_tenant=15,
+    )
+
+    first = reconciler.reconcile_shard(shard)
+    assert victim.run_key in first.repaired
+    assert stored(container, victim).state is RunState.RETRY_WAIT
+    assert len([k for k in first.repaired if not k.startswith("j_victim")]) == 15
+    hog_repaired = len(first.repaired) - 1
+    while later := reconciler.reconcile_shard(shard).examined:
+        assert later <= 15  # the tenant's share a tick, whatever its backlog
+        hog_repaired += later
+    assert hog_repaired == 90  # and all of it, in turn
+
+
+# --- how soon a stranded run is repaired ---
+
+TICK = 60  # the reconciler's EventBridge schedule: one tick a minute
+RESTART_GOAL = 90  # a stranded run starts again within 90 s of when it should have
+PUBLISH_PATH = 10  # stream, outbox and a worker's receive after the repair, generously
+
+
+def _first_repair(container, clock, run: Run, start: datetime, phase: int) -> datetime:
+    """Tick every minute from start + phase until the run is repaired; when it was."""
+    tick = start + timedelta(seconds=phase)
+    while tick < start + timedelta(minutes=10):
+        clock.set(tick)
+        if run.run_key in container.reconciler.reconcile_all().repaired:
+            return tick
+        tick += timedelta(seconds=TICK)
+    raise AssertionError(f"{run.run_key} not repaired within 10 minutes")
+
+
+@pytest.mark.parametrize("phase", [0, 1, 19, 20, 21, 40, 59])
+def test_a_lost_publish_is_repaired_in_time_to_start_within_90_s_of_due(container, clock, phase):
+    run = insert(container, make_run(job_id=f"j_late{phase}", at=T0 - timedelta(seconds=120), due_in=120))
+    repaired = _first_repair(container, clock, run, T0, phase)
+    assert (repaired - run.due_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+
+
+@pytest.mark.parametrize("phase", [0, 1, 9, 10, 11, 29, 40, 59])
+def test_a_dead_workers_run_is_repaired_in_time_to_start_within_90_s_of_its_lease(container, clock, phase):
+    run = insert(container, leased(job_id=f"j_died{phase}", lease_for=60))
+    assert run.lease_expires_at is not None
+    repaired = _first_repair(container, clock, run, run.lease_expires_at, phase)
+    assert (repaired - run.lease_expires_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+    assert stored(container, run).state is RunState.RETRY_WAIT  # due at once: published now

@@ -509,6 +509,31 @@ class JobSpec(Model):
         return self
 
 
+class MissedWindow(Model):
+    """What a resume decided for the occurrences that fell while its job was paused, kept on
+    the job so that every decider (the resume itself, and the reconciler settling a run held
+    after it) decides each of them the same way, in whatever order they get to it."""
+
+    paused_at: Instant
+    resumed_at: Instant  # occurrences t with paused_at <= t < resumed_at were missed
+    policy: Misfire
+    run_from: Instant  # resumed_at - catchUpWindow: older ones expired
+    chosen: Instant | None = None  # run-once: the one occurrence that runs
+
+    def runs(self, scheduled_for: datetime) -> bool | None:
+        """Whether the occurrence runs; None when it did not fall in this pause."""
+        if not self.paused_at <= scheduled_for < self.resumed_at:
+            return None
+        if self.policy is Misfire.SKIP or scheduled_for < self.run_from:
+            return False
+        if self.policy is Misfire.RUN_ONCE:
+            return scheduled_for == self.chosen
+        return True
+
+
+MAX_MISSED_WINDOWS = 4  # the latest pauses' decisions kept on a job
+
+
 class Job(Model):
     """A stored job: the spec plus identity, lifecycle state, version and scheduling cursor."""
 
@@ -528,6 +553,16 @@ class Job(Model):
     # After a resume: every occurrence before this instant fell while paused and is missed,
     # however late (the 60 s lateness rule is for downtime only); cleared once swept past.
     missed_until: Instant | None = None
+    missed_windows: list[MissedWindow] = []  # the latest resumes' decisions, oldest first
+
+    def missed_verdict(self, scheduled_for: datetime) -> bool | None:
+        """Whether a scheduled occurrence that fell in one of the job's recorded pauses runs
+        (the resume's decision); None when it fell in none of them."""
+        for window in reversed(self.missed_windows):
+            verdict = window.runs(scheduled_for)
+            if verdict is not None:
+                return verdict
+        return None
 
     @property
     def is_due_indexed(self) -> bool:

@@ -17,15 +17,21 @@ from ..domain.errors import (
     VersionMismatch,
 )
 from ..domain.instants import Clock, format_instant
-from ..domain.models import Job, JobSpec, JobState, ScheduleKind
+from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
+from ..domain.runs import Trigger
 from ..domain.schedule import next_fire, upcoming
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, GuardTaken, Page
+from ..store.runs import RunStore
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
 _WRITE_ATTEMPTS = 5
 _BASE32 = "0123456789abcdefghjkmnpqrstvwxyz"
+# Reading the runs made ahead for nextFireTimes: a page holds this many more than asked for
+# (room for runs that ended early), and at most this many pages are read.
+_ENDED_SLACK = 8
+_WAITING_PAGES = 4
 
 
 def new_job_id() -> str:
@@ -52,6 +58,8 @@ class JobService:
         max_jobs_per_tenant: int = 0,
         requests_per_second: int = 0,
         on_resume: Callable[[Job, Job], None] | None = None,
+        runs: RunStore | None = None,
+        plan_missed: Callable[[Job, datetime], MissedWindow | None] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -60,6 +68,8 @@ class JobService:
         self.max_jobs_per_tenant = max_jobs_per_tenant
         self.requests_per_second = requests_per_second
         self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
+        self._runs = runs  # the runs made ahead, for the instants the job will fire at
+        self._plan_missed = plan_missed  # decides, on resume, which occurrences of the pause run
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""
@@ -156,18 +166,48 @@ class JobService:
         return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor)
 
     def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
-        if job.state is not JobState.ACTIVE and job.state is not JobState.PAUSED:
+        """The next `count` instants at which the job will fire, ascending (`nextFireTimes`;
+        the first is `nextRunAt`): scheduled occurrences at or after now that are going to run.
+
+        - Never in the past: an occurrence the job runs late (the one `run-once` runs after a
+          resume, a backlog after downtime) is not one it will fire at, however soon it runs.
+        - An occurrence made ahead as a run (the horizon, `sweepAheadSeconds`) counts while
+          its run is still waiting; once that run has ended (cancelled, skipped) it does not.
+        - None while the job is paused (nothing fires until it is resumed) or cancelled; a
+          completed job lists only the runs it made ahead that are still to fire.
+        - `maxRuns` and `endAt` are honoured: a run made ahead is one of the runs counted."""
+        if count <= 0 or job.state not in (JobState.ACTIVE, JobState.COMPLETED):
             return []
-        after = self._clock.now() - timedelta(seconds=1)
-        if job.next_run_at is not None and job.next_run_at <= after:
-            after = job.next_run_at - timedelta(seconds=1)  # overdue: the sweeper has not run it yet
-        times = upcoming(job.spec.schedule, after, count)
-        limit = job.spec.schedule.max_runs
-        if limit is not None:
-            # Runs already materialised but not yet due are counted in runs_created and listed here.
-            waiting = sum(1 for t in times if job.last_run_at is not None and t <= job.last_run_at)
-            times = times[: max(0, limit - job.runs_created + waiting)]
-        return times
+        now = self._clock.now()
+        cursor = job.next_run_at if job.state is JobState.ACTIVE else None
+        # Runs are made in order, so every one made so far is before the cursor (the first
+        # occurrence not made yet); the ones at or after now are the runs made ahead.
+        made = self._waiting_runs(job, now, count)
+        later: list[datetime] = []
+        if cursor is not None:
+            left = count
+            limit = job.spec.schedule.max_runs
+            if limit is not None:
+                left = min(left, max(0, limit - job.runs_created))
+            later = upcoming(job.spec.schedule, max(now, cursor) - timedelta(seconds=1), left)
+        return sorted({*made, *later})[:count]
+
+    def _waiting_runs(self, job: Job, now: datetime, count: int) -> list[datetime]:
+        """Instants >= now of the job's scheduled runs made ahead and still open (at most
+        `count`, a few small pages read at most; none read when nothing was made ahead)."""
+        if self._runs is None or job.last_run_at is None or job.last_run_at < now:
+            return []
+        end = job.last_run_at + timedelta(seconds=1)
+        found: list[datetime] = []
+        start = now
+        page = count + _ENDED_SLACK
+        for _ in range(_WAITING_PAGES):
+            runs = self._runs.scheduled_between(job.job_id, start, end, limit=page)
+            found += [r.scheduled_for for r in runs if r.trigger is Trigger.SCHEDULE and r.is_open]
+            if len(found) >= count or len(runs) < page:
+                break
+            start = runs[-1].scheduled_for + timedelta(seconds=1)
+        return found[:count]
 
     # --- changes ---
 
@@ -199,15 +239,20 @@ class JobService:
 
     def resume(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
         """Every occurrence that fell while paused is missed: `missed_until` tells the sweeper
-        (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness), and
-        the runs already made for them are decided now (see services/missed.py)."""
+        (next_run_at is kept, so it applies `missedRuns` to them whatever their lateness). Which
+        of them run is decided before the write and written with it (`missed_windows`), and
+        the runs already made for them are then decided by it (see services/missed.py)."""
 
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.ACTIVE:
                 return job
             if job.state is not JobState.PAUSED:
                 raise Conflict(f"job {job_id} is {job.state.value}; only a PAUSED job can be resumed")
-            return _bump(job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now)
+            window = self._plan_missed(job, now) if self._plan_missed is not None else None
+            windows = [*job.missed_windows, window][-MAX_MISSED_WINDOWS:] if window else job.missed_windows
+            return _bump(
+                job, now, state=JobState.ACTIVE, paused_at=None, missed_until=now, missed_windows=windows
+            )
 
         return self._change(tenant, job_id, if_match, change, after=self._decide_missed)
 

@@ -3,12 +3,15 @@
 An occurrence whose instant falls while its job is paused is missed, however late it is.
 Some of them already have runs (made ahead by the API horizon or `sweepAheadSeconds`): a
 worker that meets one while the job is paused holds it (PENDING, not published, not
-claimable). On resume this module decides every held or still-waiting run of the pause:
-`skip` runs none, `run-once` runs only the latest occurrence inside `catchUpWindow` (which
-may be one the sweeper has yet to make), `catch-up` runs each one inside the window; every
-other one becomes SKIPPED (reason `paused`) and counts in the job's `missed` counter. The
-occurrences that have no run yet are left to the sweeper, which treats everything before
-`missed_until` (the resume instant) as missed under the same policy."""
+claimable). The resume decides, in the same write that makes the job active, which
+occurrences of the pause run (`MissedWindow`, kept on the job): `skip` runs none, `run-once`
+only the latest occurrence inside `catchUpWindow` (which may be one the sweeper has yet to
+make), `catch-up` each one inside the window; every other one becomes SKIPPED (reason
+`paused`) and counts in the job's `missed` counter. Whoever then meets a run of the pause —
+the resume deciding the runs it read, the reconciler settling a hold that landed after —
+applies that one decision, so the chosen occurrence runs exactly once in whatever order they
+get to it. The occurrences that have no run yet are left to the sweeper, which treats
+everything before `missed_until` (the resume instant) as missed under the same policy."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from datetime import datetime, timedelta
 
 from ..domain import lifecycle
 from ..domain.instants import Clock
-from ..domain.models import Job, JobState, Misfire
+from ..domain.models import Job, JobState, Misfire, MissedWindow
 from ..domain.runs import PAUSED_HOLD, Run, RunState, Trigger
 from ..domain.schedule import latest_fire_before
 from ..observability import logger
@@ -48,47 +51,78 @@ class MissedRuns:
         self._completer = completer
         self._clock = clock
 
-    def on_resume(self, paused: Job, resumed: Job) -> None:
-        """Decide the runs of occurrences in [paused_at, resumed_at) that have not started."""
-        resumed_at = resumed.missed_until
-        if paused.paused_at is None or resumed_at is None:
-            return
-        runs = [
-            r
-            for r in self._runs.scheduled_between(
-                paused.job_id, paused.paused_at, resumed_at, limit=MAX_RUNS_DECIDED
-            )
-            if r.trigger is Trigger.SCHEDULE and r.is_open and r.state is not RunState.LEASED
-        ]
-        if not runs:
-            return
-        policies = resumed.spec.policies
-        window_edge = resumed_at - timedelta(seconds=policies.catch_up_window_seconds)
-        missed = [r.scheduled_for for r in runs]
+    def window(self, paused: Job, resumed_at: datetime) -> MissedWindow | None:
+        """What resuming `paused` at `resumed_at` decides, written with the resume itself:
+        which occurrences of [paused_at, resumed_at) run. `run-once` chooses the latest inside
+        `catchUpWindow` among the runs still open (a run leased at this moment included: its
+        worker either runs it now or holds it, and the hold is then settled by this choice) and
+        the latest occurrence not made yet."""
+        if paused.paused_at is None:
+            return None
+        policies = paused.spec.policies
+        run_from = resumed_at - timedelta(seconds=policies.catch_up_window_seconds)
+        missed = [r.scheduled_for for r in self._open_runs(paused.job_id, paused.paused_at, resumed_at)]
         # Occurrences the sweeper has not made yet are all later than those made ahead.
         if paused.next_run_at is not None and paused.next_run_at < resumed_at:
             latest_unmade = latest_fire_before(
-                resumed.spec.schedule, resumed_at, not_before=paused.next_run_at
+                paused.spec.schedule, resumed_at, not_before=max(paused.next_run_at, paused.paused_at)
             )
             if latest_unmade is not None:
                 missed.append(latest_unmade)
-        run_these = chosen(policies.misfire, missed, window_edge)
-        for run in runs:
-            self._decide(run, run.scheduled_for in run_these)
+        run_these = chosen(policies.misfire, missed, run_from)
+        return MissedWindow(
+            paused_at=paused.paused_at,
+            resumed_at=resumed_at,
+            policy=policies.misfire,
+            run_from=run_from,
+            chosen=max(run_these) if policies.misfire is Misfire.RUN_ONCE and run_these else None,
+        )
+
+    def on_resume(self, paused: Job, resumed: Job) -> None:
+        """Decide, by the window the resume wrote, the runs of occurrences in [paused_at,
+        resumed_at) that have not started. A LEASED run is its worker's: it runs it (the job
+        is active again) or holds it, and `settle_held` decides the hold the same way."""
+        if resumed.missed_until is None:
+            return
+        window = next(
+            (w for w in reversed(resumed.missed_windows) if w.resumed_at == resumed.missed_until), None
+        )
+        if window is None:
+            # Not decided with the resume (a JobService without `plan_missed`): decided now,
+            # and a hold landing after this is settled alone (see settle_held).
+            window = self.window(paused, resumed.missed_until)
+            if window is None:
+                return
+        for run in self._open_runs(resumed.job_id, window.paused_at, window.resumed_at):
+            if run.state is not RunState.LEASED:
+                self._decide(run, window.runs(run.scheduled_for) is True)
 
     def settle_held(self, run: Run) -> Run | None:
-        """A held run the resume did not decide (it crashed, or the run was held just after):
-        None while the job is still paused; cancelled with its job; otherwise decided alone."""
+        """A held run the resume did not decide (its hold landed after the resume read the
+        runs, or the resume stopped part-way): None while the job is still paused; cancelled
+        with its job; otherwise decided as its job's resume decided its occurrence
+        (`missed_windows`). One that fell in no recorded pause is decided alone, where only
+        catch-up can say yes."""
         job = self._definitions.get(run.job_id)
         if job is not None and job.state is JobState.PAUSED:
             return None
         if job is None or job.state in (JobState.CANCELLED, JobState.COMPLETED):
             return self._completer.cancel(run, "job ended while paused", actor=ACTOR).run
-        policies = job.spec.policies
-        edge = (job.missed_until or self._clock.now()) - timedelta(seconds=policies.catch_up_window_seconds)
-        # Alone, only catch-up can say yes: run-once's one run was chosen when the job resumed.
-        run_it = policies.misfire is Misfire.CATCH_UP and run.scheduled_for >= edge
-        return self._decide(run, run_it)
+        verdict = job.missed_verdict(run.scheduled_for)
+        if verdict is None:
+            policies = job.spec.policies
+            edge = (job.missed_until or self._clock.now()) - timedelta(
+                seconds=policies.catch_up_window_seconds
+            )
+            verdict = policies.misfire is Misfire.CATCH_UP and run.scheduled_for >= edge
+        return self._decide(run, verdict)
+
+    def _open_runs(self, job_id: str, start: datetime, end: datetime) -> list[Run]:
+        return [
+            r
+            for r in self._runs.scheduled_between(job_id, start, end, limit=MAX_RUNS_DECIDED)
+            if r.trigger is Trigger.SCHEDULE and r.is_open
+        ]
 
     def _decide(self, run: Run, run_it: bool) -> Run | None:
         now = self._clock.now()

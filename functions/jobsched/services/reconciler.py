@@ -6,7 +6,8 @@ or that another reconciler repaired first, is skipped rather than repaired twice
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from ..domain.repair import repair_deadline
 from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.runs import RunChanged, RunStore
+from .sweeper import round_robin
 
 ACTOR = "reconciler"
 
@@ -29,6 +31,8 @@ LEASE_EXPIRED_KIND = "lease_expired"
 UNBLOCKED = "unblocked"
 KINDS = (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND, UNBLOCKED)
 DEFERRED = "deferred"  # not a repair: a blocked run whose blocker is still open
+# Jobs whose tenant a reconciler remembers (a job id and a tenant id: ~5 MB at most).
+MAX_KNOWN_JOBS = 50_000
 
 
 @dataclass
@@ -44,6 +48,7 @@ class RepairReport:
     stale: int = 0  # moved on since the index read; left alone
     moved: int = 0  # open but not overdue yet: its index entry moved to its deadline
     failed: int = 0  # a repair raised: logged, counted (RepairsFailed), the shard went on
+    capped: int = 0  # overdue, left for the next tick: past its job's, tenant's or shard's share
     repaired: list[str] = field(default_factory=list)
     failed_keys: list[str] = field(default_factory=list)
 
@@ -52,7 +57,7 @@ class RepairReport:
 
     def add(self, other: RepairReport) -> None:
         self.shards += other.shards
-        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved", "failed"):
+        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved", "failed", "capped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.repaired += other.repaired
         self.failed_keys += other.failed_keys
@@ -67,12 +72,24 @@ class RepairReport:
             "stale": self.stale,
             "moved": self.moved,
             "failed": self.failed,
+            "capped": self.capped,
             "repaired": list(self.repaired),
             "failedKeys": list(self.failed_keys),
         }
 
 
 class Reconciler:
+    """Repairs a shard's overdue runs each tick, with a bounded share for each job and tenant.
+
+    A tick reads the keys of the shard's overdue entries (the keys-only index: about 100 bytes
+    an entry, up to `max_keys_per_shard`), then reads and repairs the runs behind them taking
+    tenants in turn, and within a tenant its jobs in turn: at most `max_per_job` runs of one
+    job and `max_per_tenant` of one tenant a tick, `max_per_shard` in all. What a job or tenant
+    has beyond its share waits for the next tick at the cost of its keys only, so a tenant
+    with thousands of overdue runs in a shard pushes no other tenant's repair back. A job's
+    tenant is learnt from its first run read (and kept: it never changes); until then the
+    job is a tenant of its own."""
+
     def __init__(
         self,
         runs: RunStore,
@@ -81,6 +98,10 @@ class Reconciler:
         shard_count: int,
         batch_limit: int = 100,
         max_per_shard: int = 2000,
+        max_per_job: int = 100,
+        max_per_tenant: int = 500,
+        max_keys_per_shard: int = 10_000,
+        key_page: int = 1000,
         on_dead: Callable[[Run], None] | None = None,
         is_external: Callable[[Run], bool] | None = None,
         settle_held: Callable[[Run], Run | None] | None = None,
@@ -92,12 +113,17 @@ class Reconciler:
         self.shard_count = shard_count
         self.batch_limit = batch_limit
         self.max_per_shard = max_per_shard  # bounds one invocation; the rest waits for the next tick
+        self.max_per_job = max_per_job
+        self.max_per_tenant = max_per_tenant
+        self.max_keys_per_shard = max_keys_per_shard
+        self.key_page = key_page
         self._on_dead = on_dead  # what follows a death: job counters, DLQ copy, pause-on-failure
         # Decides a run held for a paused job once the job is no longer paused (None: still held).
         self._settle_held = settle_held
         # Runs for external workers wait in the claimable index, not on a queue: waiting long
         # is not a lost message, and only the retry policy's max age ends the wait.
         self._is_external = is_external or (lambda run: False)
+        self._tenants: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, most recent last
 
     def reconcile_all(self) -> RepairReport:
         report = RepairReport()
@@ -108,24 +134,98 @@ class Reconciler:
     def reconcile_shard(self, shard: int) -> RepairReport:
         now = self._clock.now()
         report = RepairReport(shards=[shard])
-        cursor: dict[str, Any] | None = None
-        while report.examined < self.max_per_shard:
-            limit = min(self.batch_limit, self.max_per_shard - report.examined)
-            page, cursor = self._runs.overdue(shard, now, limit=limit, cursor=cursor)
-            for run in page:
-                report.examined += 1
-                try:
-                    self._apply(run, now, report)
-                except Exception:
-                    # One run must never stop the repairs of the others in its shard (another
-                    # tenant's, often): record it, count it (RepairsFailed alarms) and go on.
-                    logger.exception("repair failed", extra={"run_key": run.run_key, "tenant": run.tenant})
-                    report.failed += 1
-                    report.failed_keys.append(run.run_key)
-            if cursor is None:
-                break
+        taken: Counter[str] = Counter()  # keys chosen this tick, per tenant (or job, until known)
+        applied: Counter[str] = Counter()  # runs looked at this tick, per tenant
+        batch: list[dict[str, Any]] = []
+        for key in self._in_turn(self._overdue_keys(shard, now), report):
+            if report.examined + len(batch) >= self.max_per_shard:
+                report.capped += 1
+                continue
+            lane = self._lane(key)
+            if taken[lane] >= self.max_per_tenant:
+                report.capped += 1
+                continue
+            taken[lane] += 1
+            batch.append(key)
+            if len(batch) >= self.batch_limit:
+                self._repair_batch(batch, now, report, taken, applied)
+                batch = []
+        if batch:
+            self._repair_batch(batch, now, report, taken, applied)
         self._emit(report)
         return report
+
+    def _overdue_keys(self, shard: int, now: datetime) -> list[dict[str, Any]]:
+        keys: list[dict[str, Any]] = []
+        cursor: dict[str, Any] | None = None
+        while len(keys) < self.max_keys_per_shard:
+            limit = min(self.key_page, self.max_keys_per_shard - len(keys))
+            page, cursor = self._runs.overdue_keys(shard, now, limit=limit, cursor=cursor)
+            keys += page
+            if cursor is None:
+                break
+        return keys
+
+    def _in_turn(self, keys: list[dict[str, Any]], report: RepairReport) -> Iterator[dict[str, Any]]:
+        """The keys, at most `max_per_job` of each job, tenants in turn and within a tenant
+        its jobs in turn (each job's oldest first)."""
+        shares: dict[str, list[dict[str, Any]]] = {}
+        for key in keys:
+            share = shares.setdefault(_job_of(key), [])
+            if len(share) < self.max_per_job:
+                share.append(key)
+            else:
+                report.capped += 1
+        by_tenant: dict[str, list[dict[str, Any]]] = {}
+        for job_id, share in shares.items():
+            by_tenant.setdefault(self._tenants.get(job_id, job_id), []).extend(share)
+        lanes = [list(round_robin(share, key=_job_of)) for share in by_tenant.values()]
+        return round_robin((key for lane in lanes for key in lane), key=self._lane)
+
+    def _lane(self, key: dict[str, Any]) -> str:
+        job_id = _job_of(key)
+        return self._tenants.get(job_id, job_id)
+
+    def _repair_batch(
+        self,
+        keys: list[dict[str, Any]],
+        now: datetime,
+        report: RepairReport,
+        taken: Counter[str],
+        applied: Counter[str],
+    ) -> None:
+        """Read and repair one batch. `taken` counts the keys chosen per lane (tenant, or job
+        while its tenant is unknown), `applied` the runs looked at per tenant."""
+        try:
+            runs = self._runs.read_keys(keys)
+        except Exception:
+            logger.exception("reading overdue runs failed", extra={"count": len(keys)})
+            report.failed += len(keys)
+            return
+        for run in runs:
+            if run.job_id not in self._tenants:
+                # Learnt now: from here on the job's keys count against its tenant.
+                self._remember(run.job_id, run.tenant)
+                taken[run.tenant] += taken.pop(run.job_id, 0)
+            if applied[run.tenant] >= self.max_per_tenant:
+                report.capped += 1  # read before its tenant was known; repaired next tick
+                continue
+            applied[run.tenant] += 1
+            report.examined += 1
+            try:
+                self._apply(run, now, report)
+            except Exception:
+                # One run must never stop the repairs of the others in its shard (another
+                # tenant's, often): record it, count it (RepairsFailed alarms) and go on.
+                logger.exception("repair failed", extra={"run_key": run.run_key, "tenant": run.tenant})
+                report.failed += 1
+                report.failed_keys.append(run.run_key)
+
+    def _remember(self, job_id: str, tenant: str) -> None:
+        self._tenants[job_id] = tenant
+        self._tenants.move_to_end(job_id)
+        while len(self._tenants) > MAX_KNOWN_JOBS:
+            self._tenants.popitem(last=False)
 
     def repair(self, run: Run, now: datetime | None = None) -> str | None:
         """Repair one run as read; returns the kind of repair made, or None if none was needed or possible."""
@@ -137,7 +237,7 @@ class Reconciler:
     # --- one run ---
 
     def _apply(self, run: Run, now: datetime, report: RepairReport) -> None:
-        deadline = repair_deadline(run, self._runs.timings)
+        deadline = repair_deadline(run, self._runs.timings, waits_for_lease=self._runs.waits_for_lease(run))
         if deadline is None:
             return  # closed since the index was read
         if deadline > now:
@@ -251,3 +351,7 @@ def _requeues_since_claim(run: Run) -> int:
         if entry.reason == "requeue":
             count += 1
     return count
+
+
+def _job_of(key: dict[str, Any]) -> str:
+    return str(key["job_id"]["S"])

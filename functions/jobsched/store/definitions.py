@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
-from ..domain.models import Job, JobSpec, JobState
+from ..domain.models import Job, JobSpec, JobState, MissedWindow
 from ..domain.signing import SigningSecret, SigningSecrets
 from .dynamo import (
     batch_get,
@@ -67,6 +67,9 @@ def guard_id(tenant: str, key: str) -> str:
     return GUARD_PREFIX + hashlib.sha256(f"{tenant}\x00{key}".encode()).hexdigest()
 
 
+_WINDOWS = TypeAdapter(list[MissedWindow])
+
+
 class DefinitionStore:
     def __init__(self, client: Any, table_name: str, shard_count: int) -> None:
         self._db = client
@@ -100,6 +103,8 @@ class DefinitionStore:
             instant = getattr(job, name)
             if instant is not None:
                 values[name] = format_instant(instant)
+        if job.missed_windows:
+            values["missed_windows"] = _WINDOWS.dump_json(job.missed_windows, exclude_none=True).decode()
         if job.is_due_indexed:
             values["due_shard"] = self.shard_of(job.job_id)
         return to_item(values)
@@ -124,6 +129,9 @@ class DefinitionStore:
             last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
             paused_at=parse_instant(data["paused_at"]) if data.get("paused_at") else None,
             missed_until=parse_instant(data["missed_until"]) if data.get("missed_until") else None,
+            missed_windows=_WINDOWS.validate_json(data["missed_windows"])
+            if data.get("missed_windows")
+            else [],
         )
 
     # --- writes ---

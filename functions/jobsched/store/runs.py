@@ -161,6 +161,10 @@ class RunStore:
     def table_name(self) -> str:
         return self._table
 
+    def waits_for_lease(self, run: Run) -> bool:
+        """A run for external workers: no target, and a type no handler here runs."""
+        return run.target is None and self._is_external(run)
+
     def open_shard_of(self, job_id: str) -> int:
         return zlib.crc32(job_id.encode()) % self.shard_count
 
@@ -180,16 +184,11 @@ class RunStore:
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
-        check = check_at(run, self.timings)
+        check = check_at(run, self.timings, waits_for_lease=self.waits_for_lease(run))
         if check is not None:
             values["open_shard"] = self.open_shard_of(run.job_id)
             values["deadline_at"] = format_instant(check)
-        if (
-            run.target is None
-            and run.state in CLAIMABLE_STATES
-            and not run.blocked_by
-            and self._is_external(run)
-        ):
+        if run.state in CLAIMABLE_STATES and not run.blocked_by and self.waits_for_lease(run):
             values["claim_key"] = claim_key(run.tenant, run.job_type)
         if run.state is RunState.LEASED and run.lease_expires_at is not None:
             values["leased_tenant"] = run.tenant
@@ -469,6 +468,14 @@ class RunStore:
         self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None
     ) -> tuple[list[Run], dict[str, Any] | None]:
         """Open runs of a shard whose repair deadline has passed (the reconciler's work list)."""
+        keys, cursor = self.overdue_keys(shard, now, limit=limit, cursor=cursor)
+        return self.read_keys(keys), cursor
+
+    def overdue_keys(
+        self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The keys (`job_id`, `sk`) of a shard's overdue runs, oldest check first: one page of
+        the keys-only index (about 100 bytes an entry), the runs themselves not read."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": OPEN_INDEX,
@@ -480,10 +487,13 @@ class RunStore:
             request["ExclusiveStartKey"] = cursor
         with translated_errors():
             response = self._db.query(**request)
-        # The index holds keys only: read the runs themselves (consistently, so a run repaired
-        # or finished since the index entry was written is seen as it is now).
-        items = self._read_entries(response.get("Items", []))
-        return self._readable(items), response.get("LastEvaluatedKey")
+        keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in response.get("Items", [])]
+        return keys, response.get("LastEvaluatedKey")
+
+    def read_keys(self, keys: list[dict[str, Any]]) -> list[Run]:
+        """The runs at these keys (an index's entries), read consistently, so a run repaired or
+        finished since its entry was written is seen as it is now."""
+        return self._readable(self._read_entries(keys))
 
     def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
