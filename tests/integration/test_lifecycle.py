@@ -77,7 +77,9 @@ def test_completion_racing_a_heartbeat_of_the_same_lease_succeeds(api, container
     def heartbeat_lands_first(new, read, *, holder):
         if not raced and new.state is RunState.SUCCEEDED:
             raced.append(True)
-            runs.extend_lease(read, read.lease_expires_at + timedelta(seconds=60))  # rev moves
+            runs.extend_lease(
+                read, read.lease_expires_at + timedelta(seconds=60), live_at=read.updated_at
+            )  # rev moves
         return real_put(new, read, holder=holder)
 
     monkeypatch.setattr(runs, "_put", heartbeat_lands_first)
@@ -119,7 +121,7 @@ def test_redriven_external_run_is_not_killed_for_its_old_age(api, container, clo
 
 
 def test_lease_api_hands_out_no_more_than_the_tenant_concurrency(api, container):
-    container.run_service.tenant_concurrency = 5
+    container.tenant_slots.limit = 5
     for i in range(12):
         create(api, name=f"n{i}", runAt=f"2026-11-02T07:59:{i:02d}Z")
     assert len(claim(api, max=10)) == 5
