@@ -566,3 +566,36 @@ def test_a_held_run_settled_while_the_job_resumes_runs_once(api, container, cloc
     assert run.state is RunState.PENDING and run.blocked_by is None
     assert _deliver(worker, run).outcome is AttemptOutcome.SUCCEEDED
     assert effects == [key]
+
+
+@pytest.mark.parametrize("policy", ["run-once", "skip"])
+def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the_resume(
+    api, container, clock, monkeypatch, policy
+):
+    """Every 10 s, paused over three occurrences: a worker claims the first of them just
+    before the resume and reads the job just after it. The resume's decision (`run-once`:
+    only the latest runs; `skip`: none) holds for that run too: it is SKIPPED as missed, no
+    effect."""
+    from jobsched.targets import HandlerRegistry
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+    worker = make_worker(container, registry)
+    job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns=policy)["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=35))  # 10, 20 and 30 s fell in the pause
+    first = f"{job_id}@{_at(10)}"
+    real_get = container.definitions.get
+
+    def resumed_at_the_workers_job_read(wanted):
+        monkeypatch.setattr(container.definitions, "get", real_get)  # once
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+        return real_get(wanted)
+
+    monkeypatch.setattr(container.definitions, "get", resumed_at_the_workers_job_read)
+    result = _deliver(worker, _run(container, first))
+    assert result.outcome is AttemptOutcome.SKIPPED
+    assert _run(container, first).state is RunState.SKIPPED and _run(container, first).reason == "paused"
+    assert first not in effects

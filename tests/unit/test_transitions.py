@@ -49,6 +49,7 @@ ARGS = {
     "fail": {"now": T0, "actor": "worker:w", "error_class": "E", "message": "m", "retryable": True},
     "in_progress_elsewhere": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=9)},
     "hold": {"now": T0, "actor": "worker:w"},
+    "missed": {"now": T0, "actor": "worker:w"},
     "save_result": {"now": T0, "result": 1},
     "lease_expired": {"now": T0 + timedelta(hours=1), "actor": "reconciler"},
     "refused": {"refusal": lifecycle.Refusal("MaxAge", "too old"), "now": T0, "actor": "reconciler"},
@@ -111,6 +112,7 @@ def test_only_the_lease_holders_rows_are_fenced():
         "fail",
         "in_progress_elsewhere",
         "hold",
+        "missed",
     }
 
 

@@ -30,7 +30,7 @@ from .budget import (
 from .instants import format_instant
 from .jitter import retry_delay_seconds
 from .models import DeliveryGuarantee
-from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
+from .runs import CLAIMABLE_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, Trigger
 from .transitions import TransitionRefused, can_move, transition
 
 
@@ -380,6 +380,27 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
         attempt=max(0, run.attempt - 1),
         lease_owner=None,
         lease_expires_at=None,
+        **_effect_released(run),
+    )
+
+
+def first_attempt(run: Run) -> bool:
+    """The run's first attempt of its first series: a scheduled run never tried before."""
+    return run.trigger is Trigger.SCHEDULE and run.attempt == 1 and run.redrives == 0
+
+
+@transition("missed")
+def missed(run: Run, *, now: datetime, actor: str) -> Run:
+    """Claimed after its job's resume decided, under `missedRuns`, that this occurrence (it
+    fell while the job was paused) does not run: SKIPPED as missed, no effect started. The
+    attempt it had just begun is given back."""
+    return advance(
+        run,
+        RunState.SKIPPED,
+        now=now,
+        actor=actor,
+        reason="paused",
+        attempt=max(0, run.attempt - 1),
         **_effect_released(run),
     )
 

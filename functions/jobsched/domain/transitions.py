@@ -96,6 +96,13 @@ TRANSITIONS: dict[str, Rule] = {
             "the job was found paused before the effect",
         ),
         _rule(
+            "missed",
+            frozenset({_S.LEASED}),
+            frozenset({_S.SKIPPED}),
+            Writer.HOLDER,
+            "first attempt; the job's resume decided this occurrence of its pause does not run",
+        ),
+        _rule(
             "save_result",
             _OPEN | {_S.DEAD},
             _NONE,
