@@ -760,3 +760,30 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     assert len(documents[0]["StartLag"]) == len(documents[0]["QueueDwell"]) == 4
     (directive,) = documents[0]["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "jobsched" and directive["Dimensions"] == [["service", "priority"]]
+
+
+def test_a_dead_workers_message_comes_back_just_after_its_lease(container, clock, worker):
+    """The heartbeat keeps the message invisible only just past the lease it renews: when the
+    worker dies, the run is delivered again moments after its lease expired, with no repair."""
+    from chaos.faults import sqs_on_clock
+    from jobsched.services.attempt import _Lease
+
+    _, run = one_run(container, clock)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=300)["Messages"]
+        leased = claimed_by(worker, container.runs.get_by_key(run.run_key), clock.now())
+        d = Received(
+            run.run_key,
+            run.job_id,
+            delivery(run).scheduled_for,
+            "default",
+            receipt_handle=message["ReceiptHandle"],
+        )
+        assert worker.heartbeat(_Lease(leased), d)  # its last renewal: then it dies
+        clock.advance(worker.lease_seconds + 4)
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        clock.advance(2)
+        assert len(sqs.receive_message(QueueUrl=url).get("Messages", [])) == 1

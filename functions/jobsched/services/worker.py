@@ -57,6 +57,8 @@ DEFER_IN_PLACE = 60
 TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
 TENANT_WAIT_LONGEST = 30
 
+# Seconds a heartbeat keeps the message invisible beyond the lease it renews.
+MESSAGE_AFTER_LEASE = 5
 # Claims a delivery tries when each loses to a write that left the run claimable.
 CLAIM_TRIES = 3
 
@@ -275,9 +277,13 @@ class Worker:
             return False
         if delivery is not None and delivery.receipt_handle:
             with contextlib.suppress(Exception):
-                # Twice the lease: SQS must not redeliver while the lease is being renewed.
+                # Just past the lease: renewed every third of it, the message never comes back
+                # while this worker lives; if it dies, the message comes back moments after
+                # its lease has expired and the run starts again without waiting for a repair.
                 url = self._queues.url(delivery.queue)
-                self._queues.change_visibility(url, delivery.receipt_handle, 2 * self.lease_seconds)
+                self._queues.change_visibility(
+                    url, delivery.receipt_handle, self.lease_seconds + MESSAGE_AFTER_LEASE
+                )
         return True
 
 
