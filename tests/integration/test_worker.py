@@ -765,8 +765,9 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
 def test_a_dead_workers_message_comes_back_just_after_its_lease(container, clock, worker):
     """The heartbeat keeps the message invisible only just past the lease it renews: when the
     worker dies, the run is delivered again moments after its lease expired, with no repair."""
-    from chaos.faults import sqs_on_clock
     from jobsched.services.attempt import _Lease
+
+    from chaos.faults import sqs_on_clock
 
     _, run = one_run(container, clock)
     sqs = boto3.client("sqs")
