@@ -15,7 +15,6 @@ from jobsched.store.schema import (
     DEAD_INDEX,
     DEFINITIONS,
     DUE_INDEX,
-    LEASED_INDEX,
     OPEN_INDEX,
     RUNS,
     TENANT_INDEX,
@@ -93,8 +92,8 @@ _BATCH_GET = "jobsched.store.dynamo:batch_get"
 _SLOTS = "jobsched.store.tenant_slots:TenantSlots"
 # The tenant's concurrency slots (store.tenant_slots), items of the Runs table: read them,
 # take one in the claim's transaction (with a ConditionCheck on the holder's run item), move,
-# renew and release them. Claimers are the worker and the lease API; whoever takes a run out
-# of LEASED releases its slot, the reconciler included.
+# renew and release them. Claimers are the worker and the lease API, whose completions
+# release the slot; a lease the reconciler ends is taken over once it has expired.
 _TENANT_SLOTS = Grant(
     (
         "dynamodb:Query",
@@ -107,13 +106,6 @@ _TENANT_SLOTS = Grant(
     "claim a run with one of its tenant's concurrency slots in one transaction, release it",
     (f"{_SLOTS}.holders", f"{_SLOTS}._transact", f"{_SLOTS}._renew_hint", f"{_SLOTS}._delete"),
 )
-_SLOT_RELEASE = Grant(
-    ("dynamodb:Query", "dynamodb:DeleteItem"),
-    (RUNS_T,),
-    "release the concurrency slot of a run whose lease expired",
-    (f"{_SLOTS}.holders", f"{_SLOTS}._delete"),
-)
-
 _COMPLETER = "jobsched.services.completion:Completer"
 _SECRET_READER = "jobsched.targets.secrets:SecretReader.value"
 _DEAD_COPY = Grant(
@@ -166,10 +158,9 @@ CODE: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("dynamodb:Query",),
-            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX), index(RUNS, LEASED_INDEX)),
-            "a tenant's dead letters; due target-less runs an external worker may lease, within "
-            "the tenant's live-lease limit",
-            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable", f"{_RUN_STORE}.live_leases"),
+            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX)),
+            "a tenant's dead letters; due target-less runs an external worker may lease",
+            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable"),
         ),
         _TENANT_SLOTS,
         _DEAD_COPY,
@@ -213,13 +204,13 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:Query",),
             (index(RUNS, OPEN_INDEX),),
             "open runs past their repair deadline",
-            (f"{_RUN_STORE}.overdue",),
+            (f"{_RUN_STORE}.overdue_keys",),
         ),
         Grant(
             ("dynamodb:BatchGetItem",),
             (RUNS_T,),
             "read the runs found in the keys-only open index",
-            (f"{_RUN_STORE}.overdue", _BATCH_GET),
+            (f"{_RUN_STORE}.read_keys", _BATCH_GET),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem"),
@@ -233,7 +224,6 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "after a run dies with its lease: the job's counter, and pause-on-failure",
             (f"{_DEF_STORE}.add_stats", f"{_DEF_STORE}.get", f"{_DEF_STORE}.save"),
         ),
-        _SLOT_RELEASE,
         _DEAD_COPY,
     ),
     WORKER: (
@@ -243,12 +233,6 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "claim with a fence, heartbeat, save the effect's result and complete under the fence",
             (f"{_RUN_STORE}.get", f"{_RUN_STORE}._put", f"{_RUN_STORE}.extend_lease"),
         ),
-        Grant(
-            ("dynamodb:Query",),
-            (index(RUNS, LEASED_INDEX),),
-            "count a tenant's live leases against its concurrency limit",
-            (f"{_RUN_STORE}.live_leases",),
-        ),
         _TENANT_SLOTS,
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
@@ -257,16 +241,10 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_DEF_STORE}.get", f"{_DEF_STORE}.save", f"{_DEF_STORE}.add_stats"),
         ),
         Grant(
-            ("sqs:SendMessage",),
-            queues(*QUEUE_KEYS),
-            "defer a run that is not due yet, buffered, or over its tenant's limit",
-            (f"{_QUEUES}.publish",),
-        ),
-        Grant(
             ("sqs:ChangeMessageVisibility",),
             queues(*QUEUE_KEYS),
-            "the heartbeat keeps the message invisible while the lease is renewed",
-            (f"{_QUEUES}.release",),
+            "defer a run in place; the heartbeat keeps the message invisible while the lease lives",
+            (f"{_QUEUES}.change_visibility",),
         ),
         _DEAD_COPY,
         Grant(

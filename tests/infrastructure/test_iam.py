@@ -50,14 +50,15 @@ OPERATIONS = {
 
 # Granted but not reached by the flows, each with why it is still needed.
 _RUNS_ARN = f"<{table_logical_id(SPECS['Runs'])}.Arn>"
-_SLOTS_UNWIRED = "store.tenant_slots, which the attempt pipeline is yet to call"
+_SLOTS_UNWIRED = (
+    "a slot takeover's ConditionCheck on the holder's run: the flows never meet an expired holder"
+)
 NOT_EXERCISED: dict[tuple[str, str, str], str] = {
     **{
         (function, action, _RUNS_ARN): _SLOTS_UNWIRED
         for function, actions in (
-            (WORKER, ("dynamodb:Query", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")),
-            (API, ("dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")),
-            (RECONCILER, ("dynamodb:Query", "dynamodb:DeleteItem")),
+            (WORKER, ("dynamodb:ConditionCheckItem",)),
+            (API, ("dynamodb:ConditionCheckItem",)),
         )
         for action in actions
     }

@@ -37,7 +37,7 @@ from .dynamo import (
     to_item,
     translated_errors,
 )
-from .schema import CLAIM_INDEX, DEAD_INDEX, LEASED_INDEX, OPEN_INDEX
+from .schema import CLAIM_INDEX, DEAD_INDEX, OPEN_INDEX
 
 RUN_PREFIX = "R#"
 
@@ -526,19 +526,6 @@ class RunStore:
         # Keys-only index: read the runs, and keep those still waiting to be claimed.
         items = self._read_entries(response.get("Items", []))
         return self._readable([i for i in items if "claim_key" in i]), response.get("LastEvaluatedKey")
-
-    def live_leases(self, tenant: str, now: datetime, *, up_to: int) -> int:
-        """How many runs of the tenant hold a live lease, counted up to `up_to` (enough for a limit)."""
-        with translated_errors():
-            response = self._db.query(
-                TableName=self._table,
-                IndexName=LEASED_INDEX,
-                KeyConditionExpression="leased_tenant = :t AND lease_expires_at > :now",
-                ExpressionAttributeValues=to_item({":t": tenant, ":now": format_instant(now)}),
-                Select="COUNT",
-                Limit=up_to,
-            )
-        return int(response.get("Count", 0))
 
     def list_dead(self, tenant: str, *, limit: int, cursor: str | None) -> RunPage:
         """A tenant's dead-lettered runs, most recent first."""

@@ -111,6 +111,8 @@ DEFINITIONS = TableSpec(
 # (store.tenant_slots); no index, TTL, listing or stream filter picks them up.
 OPEN_INDEX = "open"
 DEAD_INDEX = "dead_by_tenant"
+# No code reads this index since the tenant limit moved to slots (store.tenant_slots); it
+# stays until a release removes it on its own (one GSI per table update).
 LEASED_INDEX = "leased_by_tenant"
 CLAIM_INDEX = "claimable"
 RUNS = TableSpec(
