@@ -17,7 +17,6 @@ from infra.names import (
     API,
     FUNCTIONS,
     OUTBOX_FAILURE_QUEUE_ID,
-    RECONCILER,
     WORKER,
     dlq_logical_id,
     queue_logical_id,
