@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .aws import client
+from .domain.grants import Grants
 from .domain.instants import Clock, SystemClock
 from .domain.metrics import Metrics
 from .domain.runs import Run
@@ -29,6 +31,9 @@ from .settings import Settings, settings
 from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
 from .store.runs import RunStore
+
+if TYPE_CHECKING:
+    from .targets import TargetAuthority
 
 
 @dataclass
@@ -79,7 +84,24 @@ class Container:
             max_jobs_per_tenant=self.settings.max_jobs_per_tenant,
             requests_per_second=self.settings.tenant_requests_per_second,
             on_resume=self.missed_runs.on_resume,
+            authorize_target=self.target_authority.check_write,
         )
+
+    @cached_property
+    def grants(self) -> Callable[[], Grants]:
+        """The operator's target grants as they are now (jobsched.targets.grant_source)."""
+        from .targets.grant_source import ParameterGrants
+
+        if self.settings.target_grants_parameter:
+            return ParameterGrants(self.settings.target_grants_parameter, client("ssm"))
+        fixed = Grants(self.settings.target_grants)
+        return lambda: fixed
+
+    @cached_property
+    def target_authority(self) -> TargetAuthority:
+        from .targets import TargetAuthority
+
+        return TargetAuthority(self.grants)
 
     @cached_property
     def missed_runs(self) -> MissedRuns:
@@ -101,14 +123,17 @@ class Container:
 
     @cached_property
     def worker(self) -> Worker:
-        from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
+        from .targets import AssumedRoles, DestinationPolicy, HttpTargetClient, TargetRunner
 
         http = HttpTargetClient(DestinationPolicy(list(self.settings.http_allow_destinations)))
+        # Assumed credentials expire by the wall clock, whatever clock the scheduler runs on.
+        roles = AssumedRoles(lambda: client("sts"), SystemClock())
+        runner = TargetRunner(client, http=http, authority=self.target_authority, roles=roles)
         return Worker(
             self.definitions,
             self.runs,
             self.queues,
-            TargetRunner(client, http=http),
+            runner,
             self.clock,
             worker_id="local",
             lease_seconds=self.settings.lease_seconds,

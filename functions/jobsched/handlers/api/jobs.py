@@ -30,6 +30,7 @@ from .views import JobList, JobView
 router = Router()
 
 ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
+NOT_GRANTED = 403  # target_not_granted: the job names a target its tenant was not granted
 
 
 def view(job: Job, *, with_fire_times: bool = False) -> JobView:
@@ -45,7 +46,7 @@ def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Res
     "/v1/jobs",
     responses=documented(
         {201: ("created", JobView), 200: ("replayed: the job this idempotency key created", JobView)},
-        CHANGE_ERRORS,
+        (*CHANGE_ERRORS, NOT_GRANTED),
     ),
 )
 def create_job(
@@ -76,7 +77,9 @@ def get_job(job_id: Annotated[str, JOB_ID]) -> Response[JobView]:
     return job_response(container().jobs.get(tenant_of(router.current_event), job_id), with_next=True)
 
 
-@router.patch("/v1/jobs/<job_id>", responses=ONE_JOB)
+@router.patch(
+    "/v1/jobs/<job_id>", responses=documented({200: ("OK", JobView)}, (*VERSIONED_ERRORS, NOT_GRANTED))
+)
 def update_job(
     job_id: Annotated[str, JOB_ID], patch: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
 ) -> Response[JobView]:
