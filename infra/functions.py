@@ -73,19 +73,21 @@ POWERTOOLS_ENVIRONMENT = {
 }
 
 
-def runtime_settings(config: Config, storage: Storage, queues: Queues) -> Settings:
+def runtime_settings(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> Settings:
     """The settings every function runs with: the config's, pointed at this stack's resources."""
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
         runs_table=storage.table(RUNS).table_name,
         queue_urls={q.key: queues.queues[q.key].queue_url for q in QUEUES},
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
+        target_grants_parameter=grants_parameter,
     )
 
 
-def environment(config: Config, storage: Storage, queues: Queues) -> dict[str, str]:
+def environment(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> dict[str, str]:
     """Generated from the runtime settings model: every variable it reads, and Powertools'."""
-    return {**runtime_settings(config, storage, queues).lambda_environment(), **POWERTOOLS_ENVIRONMENT}
+    settings = runtime_settings(config, storage, queues, grants_parameter)
+    return {**settings.lambda_environment(), **POWERTOOLS_ENVIRONMENT}
 
 
 class Functions(Construct):
@@ -97,10 +99,12 @@ class Functions(Construct):
         config: Config,
         storage: Storage,
         queues: Queues,
+        grants_parameter: str,
         layer_code_factory: Callable[[], lambda_.Code] = layer_code,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
+        self._grants_parameter_arn: str | None = None
         self._storage = storage
         self._queues = queues
         self.layer = lambda_.LayerVersion(
@@ -113,7 +117,7 @@ class Functions(Construct):
         )
         packages = code_asset_packages(config.handler_modules)
         code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(code_asset_patterns(packages)))
-        env = environment(config, storage, queues)
+        env = environment(config, storage, queues, grants_parameter)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -166,8 +170,11 @@ class Functions(Construct):
         self.roles[spec.name] = role
         self.log_groups[spec.name] = log_group
 
-    def grant_all(self, extra_targets: dict[str, Sequence[str]] | None = None) -> None:
+    def grant_all(
+        self, grants_parameter_arn: str, extra_targets: dict[str, Sequence[str]] | None = None
+    ) -> None:
         """Attach the statements of infra.permissions to each role (after every resource exists)."""
+        self._grants_parameter_arn = grants_parameter_arn
         for name, role in self.roles.items():
             for grant in permissions.grants(name):
                 resources = [
@@ -176,7 +183,11 @@ class Functions(Construct):
                 if not resources:
                     continue  # e.g. no target ARNs allowed for a service
                 role.add_to_principal_policy(
-                    iam.PolicyStatement(actions=list(grant.actions), resources=resources)
+                    iam.PolicyStatement(
+                        actions=list(grant.actions),
+                        resources=resources,
+                        conditions={k: dict(v) for k, v in grant.conditions} or None,
+                    )
                 )
 
     def _arns(self, function: str, res: permissions.Res, extra: dict[str, Sequence[str]]) -> list[str]:
@@ -200,6 +211,11 @@ class Functions(Construct):
         if res.kind == "targets":
             configured = [Fn.sub(a) if "${" in a else a for a in self._config.targets_for(res.name)]
             return configured + list(extra.get(res.name, ()))
+        if res.kind == "roles":
+            return [Fn.sub(a) if "${" in a else a for a in self._config.assumable_roles]
+        if res.kind == "grants_parameter":
+            assert self._grants_parameter_arn is not None
+            return [self._grants_parameter_arn]
         if res.kind == "any":
             return ["*"]
         raise ValueError(f"unknown resource kind {res.kind}")

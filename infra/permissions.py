@@ -28,7 +28,9 @@ from .names import API, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
 class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
-    kind: str  # table | index | stream | queue | dlq | outbox_failures | targets | log_group | any
+    # table | index | stream | queue | dlq | outbox_failures | targets | roles | grants_parameter
+    # | log_group | any
+    kind: str
     name: str = ""  # table spec logical id, queue key, or target service
     index: str = ""
 
@@ -55,6 +57,8 @@ def targets(service: str) -> Res:
 
 
 ANY = Res("any")
+ROLES = Res("roles")  # assumableRoles: the roles tenants may name
+GRANTS_PARAMETER = Res("grants_parameter")
 LOG_GROUP = Res("log_group")  # the function's own log group
 STREAM_RUNS = Res("stream", RUNS.logical_id)
 OUTBOX_FAILURES = Res("outbox_failures")
@@ -66,6 +70,8 @@ class Grant:
     resources: tuple[Res, ...]
     why: str
     via: tuple[str, ...] = ()  # "module:Qualname" of the code that makes the call
+    # IAM conditions: ((operator, ((key, value), ...)), ...)
+    conditions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
 
 DEFS = table(DEFINITIONS)
@@ -76,6 +82,18 @@ _QUEUES = "jobsched.store.queues:RunQueues"
 _BATCH_GET = "jobsched.store.dynamo:batch_get"
 
 _COMPLETER = "jobsched.services.completion:Completer"
+_READ_GRANTS = Grant(
+    ("ssm:GetParameter",),
+    (GRANTS_PARAMETER,),
+    "the operator's target grants, checked when a job is written and before each effect",
+    ("jobsched.targets.grant_source:ParameterGrants.__call__",),
+)
+# A tenant's role is assumed only with its ExternalId and our SourceIdentity: a call without
+# them (a bug, a role trusting the account without an ExternalId condition) is refused.
+ASSUME_CONDITIONS = (
+    ("Null", (("sts:ExternalId", "false"),)),
+    ("StringLike", (("sts:SourceIdentity", "jobsched.*"),)),
+)
 _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
@@ -132,6 +150,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable", f"{_RUN_STORE}.live_leases"),
         ),
         _DEAD_COPY,
+        _READ_GRANTS,
     ),
     SWEEPER: (
         Grant(
@@ -226,29 +245,39 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_QUEUES}.release",),
         ),
         _DEAD_COPY,
+        _READ_GRANTS,
         Grant(
             ("lambda:InvokeFunction",),
             (targets("lambda"),),
-            "Lambda targets (context targetArns)",
+            "Lambda targets granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:invoke_lambda",),
         ),
         Grant(
             ("sqs:SendMessage",),
             (targets("sqs"),),
-            "SQS targets (context targetArns)",
+            "SQS targets granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:send_sqs",),
         ),
         Grant(
             ("events:PutEvents",),
             (targets("events"),),
-            "EventBridge targets (context targetArns)",
+            "EventBridge buses granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:put_event",),
         ),
         Grant(
             ("states:StartExecution",),
             (targets("states"),),
-            "Step Functions targets (context targetArns, plus the example state machine)",
+            "Step Functions targets granted to some tenant (context tenantTargets, and the "
+            "example machine to the example's caller)",
             ("jobsched.targets.aws_targets:start_execution",),
+        ),
+        Grant(
+            ("sts:AssumeRole", "sts:SetSourceIdentity"),
+            (ROLES,),
+            "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
+            "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
+            ("jobsched.targets.roles:AssumedRoles._assume",),
+            ASSUME_CONDITIONS,
         ),
     ),
 }
