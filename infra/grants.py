@@ -38,9 +38,12 @@ class TargetGrants(Construct):
         stack = Stack.of(self)
         self.name = parameter_name(stack.stack_name)
         # The home is the deploy's own (set below); any home validates the patterns here.
-        document = config.grants_document(CHECK_HOME).model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        document = config.grants_document(CHECK_HOME).model_dump(
+            mode="json", by_alias=True, exclude_defaults=True
+        )
         tenants = [
-            {**t, "targets": [_resolved(p) for p in t.get("targets", [])]} for t in document.get("tenants", [])
+            {**t, "targets": [_resolved(p) for p in t.get("targets", [])]}
+            for t in document.get("tenants", [])
         ]
         value = {
             "home": {"partition": Aws.PARTITION, "region": Aws.REGION, "account": Aws.ACCOUNT_ID},

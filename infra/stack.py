@@ -94,9 +94,14 @@ class JobschedStack(Stack):
         # The example machine that creates jobs is a tenant (its role); it may start the example
         # target machine, and no other tenant may.
         run_target = self.examples.run_target.state_machine_arn
-        self.example_tenant = Fn.join("", [Aws.ACCOUNT_ID, "/role/", self.examples.create_schedule.role.role_name])
+        self.example_tenant = Fn.join(
+            "", [Aws.ACCOUNT_ID, "/role/", self.examples.create_schedule.role.role_name]
+        )
         self.grants = TargetGrants(
-            self, "TargetGrants", config=config, extra=[{"tenant": self.example_tenant, "targets": [run_target]}]
+            self,
+            "TargetGrants",
+            config=config,
+            extra=[{"tenant": self.example_tenant, "targets": [run_target]}],
         )
         self.functions.grant_all(self.grants.parameter.parameter_arn, {"states": [run_target]})
         self._outputs()
@@ -141,7 +146,9 @@ class JobschedStack(Stack):
                 "ListStreams) support no resource-level permissions.",
             )
         worker_role = self.functions.roles["worker"]
-        granted = {p for service in ("lambda", "sqs", "events", "states") for p in self.config.targets_for(service)}
+        granted = {
+            p for service in ("lambda", "sqs", "events", "states") for p in self.config.targets_for(service)
+        }
         for arn in sorted(granted):
             if "*" in arn:
                 ack(

@@ -95,7 +95,9 @@ class LocalConfig:
             values["target_grants"] = self.target_grants()
         except ValidationError as exc:
             rules = "; ".join(str(e["msg"]) for e in exc.errors())
-            raise ValueError(f"invalid local settings: tenant_targets/tenant_event_sources: {rules}") from None
+            raise ValueError(
+                f"invalid local settings: tenant_targets/tenant_event_sources: {rules}"
+            ) from None
         try:
             return Settings(**values, **resources)
         except ValidationError as exc:
