@@ -61,5 +61,5 @@ class TargetGrants(Construct):
             parameter_name=self.name,
             string_value=stack.to_json_string(value),
             tier=tier,
-            description="jobsched: what each tenant may target (tenantTargets, tenantEventSources, assumableRoles)",
+            description="jobsched: what each tenant may target (tenantTargets, assumableRoles, ...)",
         )
