@@ -176,7 +176,7 @@ class ApiClient:
 
 
 @contextmanager
-def fast_local_mode(api_keys: dict[str, str]) -> Iterator[Any]:
+def fast_local_mode(api_keys: dict[str, str], **settings: Any) -> Iterator[Any]:
     """Local mode on free ports, ticking every second, for the suites that drive it over HTTP
     (e2e, browser). The sweep horizon (120 s by default) is how far ahead runs are made: an
     every-2s job would queue 60 of them, and moto's SQS slows with queue depth; the behaviour
@@ -191,6 +191,7 @@ def fast_local_mode(api_keys: dict[str, str]) -> Iterator[Any]:
         reconcile_seconds=2,
         horizon_seconds=15,
         api_keys=api_keys,
+        **settings,  # e.g. tenant_targets
     )
     runtime = LocalRuntime(config).start()
     try:
