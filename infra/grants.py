@@ -63,3 +63,23 @@ class TargetGrants(Construct):
             tier=tier,
             description="jobsched: what each tenant may target (tenantTargets, assumableRoles, ...)",
         )
+
+
+def trust_policy(worker_role_arn: str, external_id: str) -> dict[str, Any]:
+    """The trust policy a tenant puts on its role (README, Security): the scheduler's worker
+    role may assume it, set its source identity, and only with the tenant's ExternalId
+    (jobsched.targets.roles.external_id)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": worker_role_arn},
+                "Action": ["sts:AssumeRole", "sts:SetSourceIdentity"],
+                "Condition": {
+                    "StringEquals": {"sts:ExternalId": external_id},
+                    "StringLike": {"sts:SourceIdentity": "jobsched.*"},
+                },
+            }
+        ],
+    }

@@ -33,9 +33,11 @@ from .names import (
     OUTPUT_DASHBOARD,
     OUTPUT_DEAD_LETTER_ALARMS,
     OUTPUT_RUN_TARGET_SM,
+    OUTPUT_WORKER_FUNCTION_ROLE,
     PYTHON_VERSION,
     REST_API_LOGICAL_ID,
     ROUTES,
+    WORKER,
     output_policy,
 )
 from .queues import Queues
@@ -125,6 +127,12 @@ class JobschedStack(Stack):
         CfnOutput(self, OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CREATE_SCHEDULE_SM, value=self.examples.create_schedule.state_machine_arn)
         CfnOutput(self, OUTPUT_RUN_TARGET_SM, value=self.examples.run_target.state_machine_arn)
+        CfnOutput(
+            self,
+            OUTPUT_WORKER_FUNCTION_ROLE,
+            value=self.functions.roles[WORKER].role_arn,
+            description="the principal a tenant's role trusts, with sts:ExternalId = its tenant's",
+        )
         for role in API_ROLES:
             CfnOutput(self, output_policy(role), value=self.api.policies[role].managed_policy_arn)
 
