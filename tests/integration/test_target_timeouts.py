@@ -18,9 +18,9 @@ from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 from jobsched import aws
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
+from jobsched.domain.grants import Grants, GrantsDocument
 from jobsched.domain.models import LambdaTarget
 from jobsched.settings import settings
-from jobsched.domain.grants import Grants, GrantsDocument
 from jobsched.targets import HttpTargetClient, Invocation, TargetAuthority, TargetRunner
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:jobsched-target-slow"

@@ -76,7 +76,7 @@ def test_the_grants_come_from_one_place_and_break_a_rule_by_name():
                 "TARGET_GRANTS": '{"assumableRoles": ["arn:aws:iam::*:role/r"]}',
             }
         )
-    with pytest.raises(InvalidSettings, match="TARGET_GRANTS: .*ARN pattern"):
+    with pytest.raises(InvalidSettings, match=r"TARGET_GRANTS: .*ARN pattern"):
         Settings.from_env({"TARGET_GRANTS": '{"tenants": [{"tenant": "t", "targets": ["arn:aws:s3:::b"]}]}'})
     assert Settings.from_env({}).target_grants == GrantsDocument()  # nothing granted
 

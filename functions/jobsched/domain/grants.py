@@ -25,7 +25,6 @@ from .models import Model
 # The services whose ARNs a grant may name. Extend it for another kind of granted resource
 # (the stack derives the worker's IAM statements for these four).
 GRANTABLE_SERVICES = ("lambda", "sqs", "events", "states")
-PLACEHOLDERS = ("${AWS::Partition}", "${AWS::Region}", "${AWS::AccountId}")
 MAX_TENANT_CHARS = 256
 MAX_PATTERN_CHARS = 2048
 DIGEST_CHARS = 32  # 128 bits of SHA-256: no two tenants share one

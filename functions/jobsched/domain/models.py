@@ -217,7 +217,7 @@ EVENT_BUS = re.compile(
     rf"(?:{_PARTITION}:events:{_REGION}:\d{{12}}:event-bus/)?[/.\-_A-Za-z0-9]{{1,256}}", re.ASCII
 )
 # IAM: a path of up to 512 characters and a name of up to 64, both of [\w+=,.@-] (and / in the path).
-ROLE_ARN = re.compile(rf"{_PARTITION}:iam::\d{{12}}:role/(?:[\w+=,.@-]+/){{0,}}[\w+=,.@-]{{1,64}}", re.ASCII)
+ROLE_ARN = re.compile(rf"{_PARTITION}:iam::\d{{12}}:role/(?:[\w+=,.@-]+/)*[\w+=,.@-]{{1,64}}", re.ASCII)
 ROLE_RULE = "must be an IAM role ARN: arn:aws:iam::<account>:role/<path/><name>"
 
 
@@ -237,9 +237,7 @@ class RoleTarget(Model):
     @field_validator("role_arn")
     @classmethod
     def _role(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and writing(info) and (len(value) > 2048 or not ROLE_ARN.fullmatch(value)):
-            raise ValueError(ROLE_RULE)
-        return value
+        return _shaped(value, ROLE_ARN, ROLE_RULE, info)
 
 
 class LambdaTarget(RoleTarget):
