@@ -23,8 +23,16 @@ DEPLOYED = pytest.StashKey[Target]()
 TENANTS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 # What local mode's operator grants (test_target_grants_e2e): each tenant its own queues.
 TENANT_TARGETS = {
-    "tenant-a": ["arn:aws:sqs:us-east-1:123456789012:e2e-grants-a-*"],
-    "tenant-b": ["arn:aws:sqs:us-east-1:123456789012:e2e-grants-b-*"],
+    tenant: [
+        f"arn:aws:{service}:us-east-1:123456789012:{kind}e2e-grants-{tenant[-1]}-*"
+        for service, kind in (
+            ("sqs", ""),
+            ("lambda", "function:"),
+            ("states", "stateMachine:"),
+            ("events", "event-bus/"),
+        )
+    ]
+    for tenant in ("tenant-a", "tenant-b")
 }
 HERE = Path(__file__).parent
 

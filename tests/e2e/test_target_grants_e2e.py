@@ -80,3 +80,62 @@ def test_a_role_target_lands_in_the_tenants_own_account(target: Target, client_a
     (message,) = receive(own, url, target)
     assert json.loads(message["Body"])["runKey"].startswith(job["jobId"] + "@")
     target.wait(lambda: runs_in(client_a, job["jobId"], "SUCCEEDED"), what="the run to succeed")
+
+
+def foreign_targets(target: Target) -> dict[str, dict[str, Any]]:
+    """Tenant B's resource of each kind (its queue, machine and bus exist in moto)."""
+    sqs = moto(target, "sqs")
+    queue = sqs.create_queue(QueueName=unique("e2e-grants-b"))["QueueUrl"]
+    machine = moto(target, "stepfunctions").create_state_machine(
+        name=unique("e2e-grants-b"),
+        definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/flow",
+    )["stateMachineArn"]
+    bus = unique("e2e-grants-b")
+    moto(target, "events").create_event_bus(Name=bus)
+    return {
+        "target.functionArn": {
+            "kind": "lambda",
+            "functionArn": f"arn:aws:lambda:us-east-1:123456789012:function:{unique('e2e-grants-b')}",
+        },
+        "target.queueUrl": {"kind": "sqs", "queueUrl": canonical(queue)},
+        "target.stateMachineArn": {"kind": "stepfunctions", "stateMachineArn": machine},
+        "target.eventBusName": {"kind": "eventbridge", "eventBusName": bus},
+    }
+
+
+def test_no_kind_of_another_tenants_target_is_accepted(target: Target, client_a: ApiClient) -> None:
+    for field, spec in foreign_targets(target).items():
+        with pytest.raises(ApiError) as refused:
+            one_run(client_a, spec)
+        assert refused.value.status == 403 and refused.value.errors[0]["field"] == field, field
+
+
+def test_a_granted_machine_and_bus_get_the_run(target: Target, client_a: ApiClient) -> None:
+    states, events, sqs = moto(target, "stepfunctions"), moto(target, "events"), moto(target, "sqs")
+    machine = states.create_state_machine(
+        name=unique("e2e-grants-a"),
+        definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/flow",
+    )["stateMachineArn"]
+    bus = unique("e2e-grants-a")
+    events.create_event_bus(Name=bus)
+    inbox = sqs.create_queue(QueueName=unique("events"))["QueueUrl"]
+    inbox_arn = sqs.get_queue_attributes(QueueUrl=inbox, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(
+        Name="all", EventBusName=bus, EventPattern=json.dumps({"source": [{"prefix": "jobsched."}]})
+    )
+    events.put_targets(Rule="all", EventBusName=bus, Targets=[{"Id": "q", "Arn": inbox_arn}])
+
+    started = one_run(client_a, {"kind": "stepfunctions", "stateMachineArn": machine})
+    sent = one_run(client_a, {"kind": "eventbridge", "eventBusName": bus})
+    for job in (started, sent):
+        target.wait(lambda job=job: runs_in(client_a, job["jobId"], "SUCCEEDED"), what="the run to succeed")
+    (execution,) = states.list_executions(stateMachineArn=machine)["executions"]
+    assert execution["name"].startswith(started["jobId"])
+    (message,) = receive(sqs, inbox, target)
+    event = json.loads(message["Body"])
+    assert event["detail"]["jobId"] == sent["jobId"]
+    assert event["source"].startswith("jobsched.") and len(event["source"]) == 41  # tenant-a's own
