@@ -52,6 +52,7 @@ class JobService:
         max_jobs_per_tenant: int = 0,
         requests_per_second: int = 0,
         on_resume: Callable[[Job, Job], None] | None = None,
+        authorize_target: Callable[[str, object], None] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -60,6 +61,13 @@ class JobService:
         self.max_jobs_per_tenant = max_jobs_per_tenant
         self.requests_per_second = requests_per_second
         self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
+        # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field. Every
+        # write of a target is checked (create, update); without one nothing is checked.
+        self._authorize_target = authorize_target
+
+    def _authorize(self, tenant: str, spec: JobSpec) -> None:
+        if self._authorize_target is not None and spec.target is not None:
+            self._authorize_target(tenant, spec.target)
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""
@@ -89,6 +97,7 @@ class JobService:
     def create(
         self, tenant: str, spec: JobSpec, *, idempotency_key: str | None = None, body_hash: str = ""
     ) -> CreateResult:
+        self._authorize(tenant, spec)
         now = self._clock.now()
         spec = with_anchor(spec, now)
         job = Job(
@@ -178,6 +187,7 @@ class JobService:
             if job.state in (JobState.CANCELLED, JobState.COMPLETED):
                 raise Conflict(f"job {job_id} is {job.state.value} and can no longer change")
             spec = build(job)
+            self._authorize(tenant, spec)  # the target as it now stands, changed or not
             updates: dict[str, object] = {"spec": spec}
             if spec.schedule != job.spec.schedule:
                 spec = with_anchor(spec, now)
