@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constructs import Node
+from jobsched.domain.grants import SECRET_SERVICES, GrantsDocument, service_of
+from jobsched.domain.grants import TARGET_SERVICES as GRANTED_TARGET_SERVICES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
 from pydantic import ValidationError
@@ -30,32 +32,27 @@ INVOCATIONS_PER_POLLER = 10
 POLLERS_MIN_RANGE = (2, 200)
 POLLERS_MAX_LIMIT = 2000
 
-# Where customer targets may live unless `targetArns` says otherwise: resources of this
-# account and region whose names start with `jobsched-target-`, and the default event bus.
-# The prefix keeps jobs from aiming at the scheduler's own queues and functions.
-TARGET_PREFIX = "jobsched-target-"
-DEFAULT_TARGET_ARNS = (
-    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + TARGET_PREFIX + "*",
-    "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:" + TARGET_PREFIX + "*",
-    "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default",
-    "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:" + TARGET_PREFIX + "*",
-)
-TARGET_SERVICES = ("lambda", "sqs", "events", "states")
-_ARN = re.compile(
-    r"^arn:(?:\$\{AWS::Partition\}|aws[\w-]*):(lambda|sqs|events|states):"
-    r"(?:\$\{AWS::Region\}|[\w*-]*):(?:\$\{AWS::AccountId\}|\d{12}|\*|):.+$"
-)
-
-
-def _service_of(arn: str) -> str:
-    parts = arn.split(":")
-    return parts[2] if len(parts) > 2 else ""
+# Targets are granted per tenant (tenantTargets, jobsched.domain.grants): the worker's role
+# may reach the union of every tenant's patterns, and the code lets each tenant reach only its
+# own. `targetArns`, which let every tenant reach one shared set, is gone. The same grants name
+# the secrets (secretsmanager, ssm) HTTP headers may reference, and the worker's role reads
+# exactly those.
+TARGET_SERVICES = GRANTED_TARGET_SERVICES
+# Stands in for the deployment's home while the patterns are checked at synth (placeholders
+# are resolved by the functions, from the home the deploy writes into the grants parameter).
+CHECK_HOME = {"partition": "aws", "region": "us-east-1", "account": "000000000000"}
+# SSM parameter tiers: standard holds 4 KB, advanced 8 KB.
+STANDARD_PARAMETER_BYTES = 4096
+ADVANCED_PARAMETER_BYTES = 8192
+# What the deploy adds to the document beyond the operator's maps: the home and the example
+# machine's grant, at their longest (partition, region, account, role and machine names).
+GRANTS_OVERHEAD_BYTES = 600
 
 
 def target_service(arn: str) -> str | None:
-    """lambda | sqs | events | states for a target ARN (placeholders allowed), else None."""
-    match = _ARN.match(arn)
-    return match.group(1) if match else None
+    """lambda | sqs | events | states | secretsmanager | ssm for a granted ARN pattern
+    (placeholders allowed), else None."""
+    return service_of(arn)
 
 
 MIN_TENANTS_AT_LIMIT = 3  # so two tenants at their request limit leave room for the rest
@@ -86,12 +83,15 @@ class Config:
     lease_seconds: int = _runtime_default("lease_seconds")
     fair_queues: bool = _runtime_default("fair_queues")
     alarm_email: str | None = None
-    target_arns: tuple[str, ...] = DEFAULT_TARGET_ARNS
+    # Tenant id -> ARN patterns it may target without a role of its own, or whose secrets its
+    # HTTP headers may reference (nothing by default; the worker's policy reaches the union);
+    # tenant id -> EventBridge sources beyond its own jobsched.<digest>; the roles the worker
+    # may assume for tenants that name one (nothing by default).
+    tenant_targets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tenant_event_sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    assumable_roles: tuple[str, ...] = ()
     http_allow_destinations: tuple[str, ...] = _runtime_default("http_allow_destinations")
     handler_modules: tuple[str, ...] = _runtime_default("handler_modules")  # modules in the asset
-    # Tenant id -> ARN patterns granted to it (`*` wildcards); nothing by default. The worker's
-    # policy reads exactly the secrets granted here (see secret_patterns).
-    tenant_targets: dict[str, tuple[str, ...]] = field(default_factory=dict)
     secret_cache_seconds: int = _runtime_default("secret_cache_seconds")
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
@@ -195,8 +195,23 @@ class Config:
             f"apiMaxBodyBytes must be 0 (no web ACL) or 1..{MAX_API_BODY_BYTES}: a larger body may "
             "not fit Lambda's 6 MB event once escaped, and comes back as a 500",
         )
-        for arn in self.target_arns:
-            _check(bool(_ARN.match(arn)), f"targetArns: '{arn}' is not a lambda, sqs, events or states ARN")
+        try:
+            self.grants_document(CHECK_HOME)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            key = {"targets": "tenantTargets", "event_sources": "tenantEventSources"}.get(
+                str(error["loc"][-1]) if error["loc"] else "", "assumableRoles"
+            )
+            if error["loc"] and error["loc"][0] == "tenants" and error["loc"][-1] == "tenant":
+                key = "tenantTargets"
+            raise ConfigError(f"{key}: {error['msg']}") from None
+        size = self.grants_bytes()
+        _check(
+            size <= ADVANCED_PARAMETER_BYTES,
+            f"tenantTargets, tenantEventSources and assumableRoles take about {size} bytes; the "
+            f"grants parameter holds {ADVANCED_PARAMETER_BYTES}: use wildcards, or let tenants "
+            "bring a roleArn of their own",
+        )
         # The stack's sweeper runs every minute (local mode may tick faster, with a shorter horizon).
         _check(self.horizon_seconds >= 60, "horizonSeconds must be >= 60: the sweeper runs every minute")
         try:
@@ -275,18 +290,33 @@ class Config:
         return reserved
 
     def targets_for(self, service: str) -> list[str]:
-        return [arn for arn in self.target_arns if target_service(arn) == service]
+        """Every tenant's patterns for `service`: what the worker's own role may reach."""
+        patterns = (p for arns in self.tenant_targets.values() for p in arns)
+        return sorted({p for p in patterns if target_service(p) == service})
+
+    def grants_document(self, home: dict[str, Any] | None = None) -> GrantsDocument:
+        """The operator's grants as the functions read them (validated by the runtime model)."""
+        return GrantsDocument.from_maps(
+            self.tenant_targets, self.tenant_event_sources, self.assumable_roles, home
+        )
+
+    def grants_bytes(self) -> int:
+        """The grants parameter's size at most, once the deploy has resolved its home."""
+        text = self.grants_document(CHECK_HOME).model_dump_json(by_alias=True, exclude_defaults=True)
+        return len(text.encode()) + GRANTS_OVERHEAD_BYTES
 
     def secret_patterns(self, service: str) -> list[str]:
         """The ARN patterns of `service` (secretsmanager | ssm) granted to any tenant: what the
         worker may read, and nothing else. Sorted, without repeats."""
-        return sorted(
-            {p for patterns in self.tenant_targets.values() for p in patterns if _service_of(p) == service}
-        )
+        assert service in SECRET_SERVICES, service
+        return self.targets_for(service)
 
     @classmethod
     def from_context(cls, node: Node) -> Config:
         values: dict[str, Any] = {}
+        for gone, instead in _REPLACED.items():
+            if node.try_get_context(gone) not in (None, "", []):
+                raise ConfigError(instead)
         for name, kind in _FIELDS.items():
             raw = node.try_get_context(name)
             if raw is None or raw == "":
@@ -311,10 +341,11 @@ _FIELDS: dict[str, str] = {
     "leaseSeconds": "int",
     "fairQueues": "bool",
     "alarmEmail": "str",
-    "targetArns": "list",
+    "tenantTargets": "grants",
+    "tenantEventSources": "grants",
+    "assumableRoles": "list",
     "httpAllowDestinations": "list",
     "handlerModules": "list",
-    "tenantTargets": "grants",
     "secretCacheSeconds": "int",
     "workerConcurrency": "map",
     "workerBatchSize": "map",
@@ -336,6 +367,13 @@ _FIELDS: dict[str, str] = {
     "billingMode": "str",
     "provisionedCapacity": "map",
 }
+# Context keys that no longer exist, with what replaces them: refused rather than ignored.
+_REPLACED = {
+    "targetArns": (
+        "targetArns is replaced by tenantTargets (tenant id -> ARN patterns): it let every "
+        "tenant reach every listed target; grant each tenant its own (README, Targets)"
+    ),
+}
 BILLING_MODES = ("on-demand", "provisioned")
 # Config fields the functions read at run time: same names as jobsched.settings.Settings fields.
 RUNTIME_FIELDS = (
@@ -350,7 +388,6 @@ RUNTIME_FIELDS = (
     "lease_seconds",
     "http_allow_destinations",
     "handler_modules",
-    "tenant_targets",
     "secret_cache_seconds",
 )
 CONTEXT_KEYS = tuple(_FIELDS)
@@ -386,14 +423,15 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
             if isinstance(raw, str):
                 raw = json.loads(raw)
             return {str(k): int(v) for k, v in dict(raw).items()}
-        if kind == "grants":
+        if kind == "grants":  # tenant id -> list of patterns
             if isinstance(raw, str):
                 raw = json.loads(raw)
-            grants = dict(raw)
-            for tenant, patterns in grants.items():
-                if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
-                    raise ValueError(f"'{tenant}' must map to a list of ARN patterns")
-            return {str(k): tuple(v) for k, v in grants.items()}
+            grants = {}
+            for tenant, patterns in dict(raw).items():
+                if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
+                    raise TypeError(f"the patterns of tenant {tenant!r} must be a list")
+                grants[str(tenant)] = tuple(str(p) for p in patterns)
+            return grants
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"context '{name}': cannot read {raw!r} as {kind}: {exc}") from None
     raise AssertionError(kind)

@@ -77,19 +77,21 @@ POWERTOOLS_ENVIRONMENT = {
 }
 
 
-def runtime_settings(config: Config, storage: Storage, queues: Queues) -> Settings:
+def runtime_settings(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> Settings:
     """The settings every function runs with: the config's, pointed at this stack's resources."""
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
         runs_table=storage.table(RUNS).table_name,
         queue_urls={q.key: queues.queues[q.key].queue_url for q in QUEUES},
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
+        target_grants_parameter=grants_parameter,
     )
 
 
-def environment(config: Config, storage: Storage, queues: Queues) -> dict[str, str]:
+def environment(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> dict[str, str]:
     """Generated from the runtime settings model: every variable it reads, and Powertools'."""
-    return {**runtime_settings(config, storage, queues).lambda_environment(), **POWERTOOLS_ENVIRONMENT}
+    settings = runtime_settings(config, storage, queues, grants_parameter)
+    return {**settings.lambda_environment(), **POWERTOOLS_ENVIRONMENT}
 
 
 class Functions(Construct):
@@ -101,10 +103,12 @@ class Functions(Construct):
         config: Config,
         storage: Storage,
         queues: Queues,
+        grants_parameter: str,
         layer_code_factory: Callable[[], lambda_.Code] = layer_code,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
+        self._grants_parameter_arn: str | None = None
         self._storage = storage
         self._queues = queues
         self.layer = lambda_.LayerVersion(
@@ -117,7 +121,7 @@ class Functions(Construct):
         )
         packages = code_asset_packages(config.handler_modules)
         code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(code_asset_patterns(packages)))
-        env = environment(config, storage, queues)
+        env = environment(config, storage, queues, grants_parameter)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -170,8 +174,11 @@ class Functions(Construct):
         self.roles[spec.name] = role
         self.log_groups[spec.name] = log_group
 
-    def grant_all(self, extra_targets: dict[str, Sequence[str]] | None = None) -> None:
+    def grant_all(
+        self, grants_parameter_arn: str, extra_targets: dict[str, Sequence[str]] | None = None
+    ) -> None:
         """Attach the statements of infra.permissions to each role (after every resource exists)."""
+        self._grants_parameter_arn = grants_parameter_arn
         for name, role in self.roles.items():
             for grant in permissions.grants(name):
                 resources = [
@@ -186,10 +193,11 @@ class Functions(Construct):
                 )
 
     def _conditions(self, grant: permissions.Grant) -> dict[str, Any] | None:
-        """kms:Decrypt only through the service holding a granted secret, for that secret: the
-        encryption context each service binds to a secret's data key names the secret."""
+        """The grant's own conditions (sts:ExternalId on AssumeRole), or for kms:Decrypt: only
+        through the service holding a granted secret, for that secret (the encryption context
+        each service binds to a secret's data key names the secret)."""
         if grant.decrypting_for is None:
-            return None
+            return {k: dict(v) for k, v in grant.conditions} or None
         context_key = {"secretsmanager": "SecretARN", "ssm": "PARAMETER_ARN"}[grant.decrypting_for]
         patterns = [Fn.sub(p) if "${" in p else p for p in self._config.secret_patterns(grant.decrypting_for)]
         return {
@@ -224,6 +232,11 @@ class Functions(Construct):
             return [Fn.sub(p) if "${" in p else p for p in self._config.secret_patterns(res.name)]
         if res.kind == "secret_keys":
             return [Fn.sub(SECRET_KEYS)] if self._config.secret_patterns(res.name) else []
+        if res.kind == "roles":
+            return [Fn.sub(a) if "${" in a else a for a in self._config.assumable_roles]
+        if res.kind == "grants_parameter":
+            assert self._grants_parameter_arn is not None
+            return [self._grants_parameter_arn]
         if res.kind == "any":
             return ["*"]
         raise ValueError(f"unknown resource kind {res.kind}")

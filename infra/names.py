@@ -177,6 +177,7 @@ OUTPUT_DEAD_LETTER_ALARMS = "DeadLetterAlarmNames"
 OUTPUT_DASHBOARD = "DashboardName"
 OUTPUT_CREATE_SCHEDULE_SM = "CreateScheduleStateMachineArn"
 OUTPUT_RUN_TARGET_SM = "RunTargetStateMachineArn"
+OUTPUT_WORKER_FUNCTION_ROLE = "WorkerFunctionRoleArn"  # the principal a tenant's role trusts
 
 
 def output_policy(role: str) -> str:

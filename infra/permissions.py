@@ -29,6 +29,7 @@ class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
     # table | index | stream | queue | dlq | outbox_failures | targets | secrets | secret_keys
+    # | roles | grants_parameter
     # | log_group | any
     kind: str
     name: str = ""  # table spec logical id, queue key, or target service
@@ -67,6 +68,8 @@ def secret_keys(service: str) -> Res:
 
 
 ANY = Res("any")
+ROLES = Res("roles")  # assumableRoles: the roles tenants may name
+GRANTS_PARAMETER = Res("grants_parameter")
 LOG_GROUP = Res("log_group")  # the function's own log group
 STREAM_RUNS = Res("stream", RUNS.logical_id)
 OUTBOX_FAILURES = Res("outbox_failures")
@@ -78,6 +81,8 @@ class Grant:
     resources: tuple[Res, ...]
     why: str
     via: tuple[str, ...] = ()  # "module:Qualname" of the code that makes the call
+    # IAM conditions: ((operator, ((key, value), ...)), ...)
+    conditions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     # Only through this service, for the secrets it holds that are granted (kms:ViaService and
     # the encryption context the service puts on each secret's data key).
     decrypting_for: Literal["secretsmanager", "ssm"] | None = None
@@ -108,6 +113,18 @@ _TENANT_SLOTS = Grant(
 )
 _COMPLETER = "jobsched.services.completion:Completer"
 _SECRET_READER = "jobsched.targets.secrets:SecretReader.value"
+_READ_GRANTS = Grant(
+    ("ssm:GetParameter",),
+    (GRANTS_PARAMETER,),
+    "the operator's target grants, checked when a job is written and before each effect",
+    ("jobsched.targets.grant_source:ParameterGrants.__call__",),
+)
+# A tenant's role is assumed only with its ExternalId and our SourceIdentity: a call without
+# them (a bug, a role trusting the account without an ExternalId condition) is refused.
+ASSUME_CONDITIONS = (
+    ("Null", (("sts:ExternalId", "false"),)),
+    ("StringLike", (("sts:SourceIdentity", "jobsched.*"),)),
+)
 _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
@@ -164,6 +181,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
         ),
         _TENANT_SLOTS,
         _DEAD_COPY,
+        _READ_GRANTS,
     ),
     SWEEPER: (
         Grant(
@@ -247,28 +265,30 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_QUEUES}.change_visibility",),
         ),
         _DEAD_COPY,
+        _READ_GRANTS,
         Grant(
             ("lambda:InvokeFunction",),
             (targets("lambda"),),
-            "Lambda targets (context targetArns)",
+            "Lambda targets granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:invoke_lambda",),
         ),
         Grant(
             ("sqs:SendMessage",),
             (targets("sqs"),),
-            "SQS targets (context targetArns)",
+            "SQS targets granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:send_sqs",),
         ),
         Grant(
             ("events:PutEvents",),
             (targets("events"),),
-            "EventBridge targets (context targetArns)",
+            "EventBridge buses granted to some tenant (context tenantTargets)",
             ("jobsched.targets.aws_targets:put_event",),
         ),
         Grant(
             ("states:StartExecution",),
             (targets("states"),),
-            "Step Functions targets (context targetArns, plus the example state machine)",
+            "Step Functions targets granted to some tenant (context tenantTargets, and the "
+            "example machine to the example's caller)",
             ("jobsched.targets.aws_targets:start_execution",),
         ),
         Grant(
@@ -282,6 +302,14 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (secrets("ssm"),),
             "HTTP target headers referenced by ARN: the parameters granted to tenants (tenantTargets)",
             (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
+        ),
+        Grant(
+            ("sts:AssumeRole", "sts:SetSourceIdentity"),
+            (ROLES,),
+            "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
+            "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
+            ("jobsched.targets.roles:AssumedRoles._assume",),
+            ASSUME_CONDITIONS,
         ),
     ),
 }

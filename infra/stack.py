@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import Aws, CfnOutput, Fn, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
@@ -17,6 +17,8 @@ from .config import Config
 from .event_sources import EventSources
 from .examples import Examples
 from .functions import SECRET_KEYS, Functions
+from .grants import TargetGrants
+from .grants import parameter_name as grants_parameter_name
 from .layer_asset import layer_code
 from .monitoring import Monitoring
 from .names import (
@@ -31,9 +33,11 @@ from .names import (
     OUTPUT_DASHBOARD,
     OUTPUT_DEAD_LETTER_ALARMS,
     OUTPUT_RUN_TARGET_SM,
+    OUTPUT_WORKER_FUNCTION_ROLE,
     PYTHON_VERSION,
     REST_API_LOGICAL_ID,
     ROUTES,
+    WORKER,
     output_policy,
 )
 from .queues import Queues
@@ -66,6 +70,7 @@ class JobschedStack(Stack):
             config=config,
             storage=self.storage,
             queues=self.queues,
+            grants_parameter=grants_parameter_name(self.stack_name),
             layer_code_factory=layer_code_factory,
         )
         self.event_sources = EventSources(
@@ -88,8 +93,19 @@ class JobschedStack(Stack):
             api=self.api,
         )
         self.examples = Examples(self, "Examples", api=self.api, log_retention_days=config.log_retention_days)
-        # The example target machine is always startable, whatever targetArns allows.
-        self.functions.grant_all({"states": [self.examples.run_target.state_machine_arn]})
+        # The example machine that creates jobs is a tenant (its role); it may start the example
+        # target machine, and no other tenant may.
+        run_target = self.examples.run_target.state_machine_arn
+        self.example_tenant = Fn.join(
+            "", [Aws.ACCOUNT_ID, "/role/", self.examples.create_schedule.role.role_name]
+        )
+        self.grants = TargetGrants(
+            self,
+            "TargetGrants",
+            config=config,
+            extra=[{"tenant": self.example_tenant, "targets": [run_target]}],
+        )
+        self.functions.grant_all(self.grants.parameter.parameter_arn, {"states": [run_target]})
         self._outputs()
         self._acknowledgements()
 
@@ -111,6 +127,12 @@ class JobschedStack(Stack):
         CfnOutput(self, OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CREATE_SCHEDULE_SM, value=self.examples.create_schedule.state_machine_arn)
         CfnOutput(self, OUTPUT_RUN_TARGET_SM, value=self.examples.run_target.state_machine_arn)
+        CfnOutput(
+            self,
+            OUTPUT_WORKER_FUNCTION_ROLE,
+            value=self.functions.roles[WORKER].role_arn,
+            description="the principal a tenant's role trusts, with sts:ExternalId = its tenant's",
+        )
         for role in API_ROLES:
             CfnOutput(self, output_policy(role), value=self.api.policies[role].managed_policy_arn)
 
@@ -132,13 +154,26 @@ class JobschedStack(Stack):
                 "ListStreams) support no resource-level permissions.",
             )
         worker_role = self.functions.roles["worker"]
-        for arn in self.config.target_arns:
+        granted = {
+            p for service in ("lambda", "sqs", "events", "states") for p in self.config.targets_for(service)
+        }
+        for arn in sorted(granted):
             if "*" in arn:
                 ack(
                     worker_role,
                     f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
-                    "Customer targets are named by jobs at run time; the allowed set is the "
-                    "targetArns context (a name prefix by default), see the README, Deploy to AWS.",
+                    "Customer targets are named by jobs at run time; the worker reaches the "
+                    "patterns the operator granted to some tenant (tenantTargets), and its code "
+                    "lets each tenant reach only its own (README, Targets).",
+                )
+        for arn in self.config.assumable_roles:
+            if "*" in arn:
+                ack(
+                    worker_role,
+                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                    "Tenants name their own roles; the worker may assume those the operator "
+                    "allows (assumableRoles), only with the tenant's sts:ExternalId, and each "
+                    "role's trust policy decides which tenant may use it (README, Security).",
                 )
         for service in ("secretsmanager", "ssm"):
             for arn in self.config.secret_patterns(service):

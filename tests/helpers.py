@@ -27,6 +27,27 @@ CALLER_AWS_ENVIRONMENT = {
 
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 
+# Where bare target names resolve in the tests: moto's account and region.
+HOME = {"partition": "aws", "region": "us-east-1", "account": "123456789012"}
+# Every lambda, sqs, events and states ARN anywhere: for tests about something else than grants.
+ANY_AWS_TARGET = tuple(f"arn:*:{service}:*:*:*" for service in ("lambda", "sqs", "events", "states"))
+
+
+def grant(
+    container: Any,
+    tenant_targets: dict[str, Any],
+    tenant_event_sources: dict[str, Any] | None = None,
+    assumable_roles: tuple[str, ...] = (),
+) -> None:
+    """Give `container` these grants (jobsched.domain.grants), as the operator's configuration
+    would: the services built from them are rebuilt on next use."""
+    from jobsched.domain.grants import GrantsDocument
+
+    document = GrantsDocument.from_maps(tenant_targets, tenant_event_sources, assumable_roles, HOME)
+    container.settings = container.settings.model_copy(update={"target_grants": document})
+    for built in ("grants", "target_authority", "jobs", "worker"):
+        container.__dict__.pop(built, None)
+
 
 def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any) -> Any:
     """A worker on the container's stores and queues, running `registry`'s Python handlers,
@@ -155,7 +176,7 @@ class ApiClient:
 
 
 @contextmanager
-def fast_local_mode(api_keys: dict[str, str]) -> Iterator[Any]:
+def fast_local_mode(api_keys: dict[str, str], **settings: Any) -> Iterator[Any]:
     """Local mode on free ports, ticking every second, for the suites that drive it over HTTP
     (e2e, browser). The sweep horizon (120 s by default) is how far ahead runs are made: an
     every-2s job would queue 60 of them, and moto's SQS slows with queue depth; the behaviour
@@ -170,6 +191,7 @@ def fast_local_mode(api_keys: dict[str, str]) -> Iterator[Any]:
         reconcile_seconds=2,
         horizon_seconds=15,
         api_keys=api_keys,
+        **settings,  # e.g. tenant_targets
     )
     runtime = LocalRuntime(config).start()
     try:

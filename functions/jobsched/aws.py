@@ -33,7 +33,7 @@ EFFECT_CONNECT_TIMEOUT = 3
 EFFECT_MAX_ATTEMPTS = 3  # of a request that provably did not run (see _retry_if_not_run)
 EFFECT_BACKOFF_BASE = 0.1  # seconds; full jitter, doubling per attempt
 MAX_EFFECT_TIMEOUT = 900  # Lambda's longest synchronous invocation
-EFFECT_CLIENT_CACHE = 64  # clients kept per process (all services, all timeout buckets)
+EFFECT_CLIENT_CACHE = 128  # clients kept per process (all services, timeout buckets and role sessions)
 
 # Error codes that mean "refused before it was run" (the request is safe to send again).
 _NOT_RUN_CODES = frozenset(
@@ -76,8 +76,17 @@ def effect_client(service: str, timeout_seconds: float) -> Any:
     return _effect_client(service, timeout_bucket(timeout_seconds), settings().endpoint_url)
 
 
+def role_effect_client(service: str, timeout_seconds: float, credentials: Any) -> Any:
+    """`effect_client`, calling with a tenant's assumed-role credentials
+    (jobsched.targets.roles.Credentials); one client per session, kept while it is used."""
+    keys = (credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
+    return _effect_client(service, timeout_bucket(timeout_seconds), settings().endpoint_url, keys)
+
+
 @lru_cache(maxsize=EFFECT_CLIENT_CACHE)
-def _effect_client(service: str, read_timeout: int, endpoint_url: str | None) -> Any:
+def _effect_client(
+    service: str, read_timeout: int, endpoint_url: str | None, keys: tuple[str, str, str] | None = None
+) -> Any:
     config = Config(
         # botocore's own retries off (standard mode retries read timeouts); ours below.
         retries={"mode": "standard", "total_max_attempts": 1},
@@ -85,8 +94,13 @@ def _effect_client(service: str, read_timeout: int, endpoint_url: str | None) ->
         read_timeout=read_timeout,
         tcp_keepalive=True,  # a long synchronous invoke keeps its connection alive
     )
+    signing: dict[str, str] = {}
+    if keys is not None:
+        signing = dict(
+            zip(("aws_access_key_id", "aws_secret_access_key", "aws_session_token"), keys, strict=True)
+        )
     with _BUILDING:
-        made = boto3.client(service, config=config, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+        made = boto3.client(service, config=config, endpoint_url=endpoint_url, **signing)  # type: ignore[call-overload]
     made.meta.events.register(
         f"needs-retry.{made.meta.service_model.service_id.hyphenize()}", _retry_if_not_run
     )

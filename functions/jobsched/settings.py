@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from .domain.grants import GrantsDocument
 from .store.schema import DEFINITIONS, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
@@ -44,21 +45,6 @@ def _csv(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_csv)]
-
-
-def _json_object(value: Any) -> Any:
-    """A JSON object in the environment; a mapping from Python."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"must be a JSON object: {exc}") from None
-    return value
-
-
-ArnPattern = Annotated[str, Field(pattern=r"^arn:[^\s]+$", max_length=2048)]
-# tenant id -> the ARN patterns (`*` wildcards) granted to it; nothing granted by default.
-TenantGrants = Annotated[dict[str, tuple[ArnPattern, ...]], BeforeValidator(_json_object)]
 
 
 class SettingsError(RuntimeError):
@@ -128,9 +114,12 @@ class Settings(BaseModel):
     lease_seconds: int = Field(60, alias="LEASE_SECONDS", ge=10, le=900)  # renewed by the heartbeat
     http_allow_destinations: Names = Field((), alias="HTTP_ALLOW_DESTINATIONS")  # CIDRs or host names
     handler_modules: Names = Field((), alias="HANDLER_MODULES")  # modules that register Python job handlers
-    # What each tenant's jobs may reference (secret ARNs of HTTP target headers), checked when
-    # a job is written and before every read. JSON: {"tenant-a": ["arn:aws:secretsmanager:...:secret:a/*"]}.
-    tenant_targets: TenantGrants = Field(default_factory=dict, alias="TENANT_TARGETS")
+    # What the operator granted each tenant (jobsched.domain.grants): the AWS targets its jobs
+    # may call and the secrets their HTTP headers may reference. In the stack an SSM
+    # parameter's name (Lambda's environment holds 4 KB in all), in local mode and tests the
+    # document itself as JSON. Neither: nothing is granted.
+    target_grants_parameter: str | None = Field(None, alias="TARGET_GRANTS_PARAMETER", min_length=1)
+    target_grants: GrantsDocument = Field(default_factory=GrantsDocument, alias="TARGET_GRANTS")
     # How long the worker reuses a secret's value before reading it again (Powertools Parameters).
     secret_cache_seconds: int = Field(300, alias="SECRET_CACHE_SECONDS", ge=0, le=3600)
     # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
@@ -150,6 +139,20 @@ class Settings(BaseModel):
         if "dlq_urls" not in values:
             values["dlq_urls"] = {q.key: values[q.dlq_env_var] for q in QUEUES if q.dlq_env_var in values}
         return values
+
+    @field_validator("target_grants", mode="before")
+    @classmethod
+    def _grants_json(cls, value: Any) -> Any:
+        return GrantsDocument.model_validate_json(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source_of_grants(self) -> Settings:
+        if self.target_grants_parameter and self.target_grants != GrantsDocument():
+            raise PydanticCustomError(
+                "two_grant_sources",
+                "set TARGET_GRANTS_PARAMETER or TARGET_GRANTS, not both",
+            )
+        return self
 
     @field_validator("sweep_ahead_seconds")
     @classmethod
@@ -187,6 +190,9 @@ class Settings(BaseModel):
                 env.update({q.dlq_env_var: value[q.key] for q in QUEUES if q.key in value})
             elif value is None:
                 continue  # endpoint_url outside local mode
+            elif isinstance(value, GrantsDocument):
+                if value != GrantsDocument():
+                    env[str(field.alias)] = value.model_dump_json(by_alias=True, exclude_defaults=True)
             elif isinstance(value, bool):
                 env[str(field.alias)] = "true" if value else "false"
             elif isinstance(value, tuple):
@@ -204,8 +210,11 @@ def environment_names() -> tuple[str, ...]:
     return (*names, *(q.env_var for q in QUEUES), *(q.dlq_env_var for q in QUEUES))
 
 
-# May legitimately be empty: the allow-list, the handler modules, the grants; local mode's endpoint.
-OPTIONAL = frozenset({"HTTP_ALLOW_DESTINATIONS", "HANDLER_MODULES", "TENANT_TARGETS", ENDPOINT_URL})
+# May legitimately be empty: the allow-list, the handler modules; local mode's endpoint; the
+# grants (the stack sets the parameter, local mode the document).
+OPTIONAL = frozenset(
+    {"HTTP_ALLOW_DESTINATIONS", "HANDLER_MODULES", ENDPOINT_URL, "TARGET_GRANTS_PARAMETER", "TARGET_GRANTS"}
+)
 
 
 def required_in_lambda() -> tuple[str, ...]:

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .aws import client
+from .domain.grants import Grants
 from .domain.instants import Clock, SystemClock
 from .domain.metrics import Metrics
 from .domain.runs import Run
@@ -30,6 +32,9 @@ from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
 from .store.runs import RunStore
 from .store.tenant_slots import TenantSlots
+
+if TYPE_CHECKING:
+    from .targets import TargetAuthority
 
 
 @dataclass
@@ -82,7 +87,26 @@ class Container:
             on_resume=self.missed_runs.on_resume,
             runs=self.runs,
             plan_missed=self.missed_runs.window,
+            authorize_target=self.target_authority.check_write,
         )
+
+    @cached_property
+    def grants(self) -> Callable[[], Grants]:
+        """The operator's grants as they are now (jobsched.targets.grant_source): the AWS
+        targets and the secret references each tenant may name, checked at write and again
+        before each effect or secret read."""
+        from .targets.grant_source import ParameterGrants
+
+        if self.settings.target_grants_parameter:
+            return ParameterGrants(self.settings.target_grants_parameter, client("ssm"))
+        fixed = Grants(self.settings.target_grants)
+        return lambda: fixed
+
+    @cached_property
+    def target_authority(self) -> TargetAuthority:
+        from .targets import TargetAuthority
+
+        return TargetAuthority(self.grants)
 
     @cached_property
     def missed_runs(self) -> MissedRuns:
@@ -104,22 +128,24 @@ class Container:
 
     @cached_property
     def worker(self) -> Worker:
-        from .targets import DestinationPolicy, HttpTargetClient, TargetRunner
+        from .targets import AssumedRoles, DestinationPolicy, HttpTargetClient, TargetRunner
         from .targets.secrets import SecretReader
         from .targets.signing import DeliverySigner
 
         http = HttpTargetClient(
             DestinationPolicy(list(self.settings.http_allow_destinations)),
             signer=DeliverySigner(self.definitions.signing_secrets, self.clock),
-            secrets=SecretReader(
-                client, self.settings.tenant_targets, max_age=self.settings.secret_cache_seconds
-            ),
+            # Secret references are authorised with the same grants as AWS targets.
+            secrets=SecretReader(client, self.grants, max_age=self.settings.secret_cache_seconds),
         )
+        # Assumed credentials expire by the wall clock, whatever clock the scheduler runs on.
+        roles = AssumedRoles(lambda: client("sts"), SystemClock())
+        runner = TargetRunner(client, http=http, authority=self.target_authority, roles=roles)
         return Worker(
             self.definitions,
             self.runs,
             self.queues,
-            TargetRunner(client, http=http),
+            runner,
             self.clock,
             worker_id="local",
             lease_seconds=self.settings.lease_seconds,

@@ -12,13 +12,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from jobsched.domain.grants import GrantsDocument
 from jobsched.settings import Settings
+from jobsched.targets.authority import partition_of
 from pydantic import ValidationError
 
 from .loopback import host_name, is_loopback
 
 DEV_KEY = "jobsched-dev-key"
 DEV_TENANT = "dev"
+MOTO_ACCOUNT = "123456789012"  # where bare target names resolve: moto's default account
+# Local mode has no IAM (moto's STS assumes any role): any role may be named, and each is
+# still assumed with the tenant's ExternalId, as in the stack.
+LOCAL_ASSUMABLE_ROLES = ("arn:*:iam::*:role/*",)
 
 
 def _runtime_default(name: str) -> Any:
@@ -34,7 +40,6 @@ RUNTIME_FIELDS = {
     "tenant_concurrency": "tenant_concurrency",
     "handler_modules": "handler_modules",
     "allow_destinations": "http_allow_destinations",
-    "tenant_targets": "tenant_targets",
 }
 
 
@@ -64,8 +69,11 @@ class LocalConfig:
     tenant_concurrency: int = _runtime_default("tenant_concurrency")
     handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
-    # Tenant id -> ARN patterns its jobs may name (secrets of HTTP headers); nothing by default.
+    # Tenant id -> ARN patterns (* wildcards) it may target without a role of its own, or whose
+    # secrets its HTTP headers may reference, and -> EventBridge sources beyond its own
+    # jobsched.<digest>; nothing granted by default.
     tenant_targets: dict[str, list[str]] = field(default_factory=dict)
+    tenant_event_sources: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not is_loopback(host_name(self.host)):
@@ -92,6 +100,13 @@ class LocalConfig:
         if values["sweep_ahead_seconds"] is None:
             values["sweep_ahead_seconds"] = self.horizon_seconds
         try:
+            values["target_grants"] = self.target_grants()
+        except ValidationError as exc:
+            rules = "; ".join(str(e["msg"]) for e in exc.errors())
+            raise ValueError(
+                f"invalid local settings: tenant_targets/tenant_event_sources: {rules}"
+            ) from None
+        try:
             return Settings(**values, **resources)
         except ValidationError as exc:
             local_name = {field: name for name, field in RUNTIME_FIELDS.items()}
@@ -100,6 +115,13 @@ class LocalConfig:
                 for e in exc.errors()
             ]
             raise ValueError("invalid local settings: " + "; ".join(problems)) from None
+
+    def target_grants(self) -> GrantsDocument:
+        """The grants the functions get: these maps, in moto's account and this region."""
+        home = {"partition": partition_of(self.region), "region": self.region, "account": MOTO_ACCOUNT}
+        return GrantsDocument.from_maps(
+            self.tenant_targets, self.tenant_event_sources, LOCAL_ASSUMABLE_ROLES, home
+        )
 
     def tenant_for(self, api_key: str | None) -> str | None:
         return self.api_keys.get(api_key or "")

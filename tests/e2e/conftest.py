@@ -21,6 +21,19 @@ from .targets import AWS, Target, aws_target, chosen, local_target
 DEPLOYED = pytest.StashKey[Target]()
 
 TENANTS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+# What local mode's operator grants (test_target_grants_e2e): each tenant its own queues.
+TENANT_TARGETS = {
+    tenant: [
+        f"arn:aws:{service}:us-east-1:123456789012:{kind}e2e-grants-{tenant[-1]}-*"
+        for service, kind in (
+            ("sqs", ""),
+            ("lambda", "function:"),
+            ("states", "stateMachine:"),
+            ("events", "event-bus/"),
+        )
+    ]
+    for tenant in ("tenant-a", "tenant-b")
+}
 HERE = Path(__file__).parent
 
 
@@ -58,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # runs (its loops would otherwise keep polling whatever AWS mock comes next).
 @pytest.fixture(scope="package")
 def runtime() -> Iterator[Any]:
-    with fast_local_mode(dict(TENANTS)) as rt:
+    with fast_local_mode(dict(TENANTS), tenant_targets=TENANT_TARGETS) as rt:
         yield rt
 
 

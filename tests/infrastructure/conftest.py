@@ -63,8 +63,12 @@ def largest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="session")
 def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """The stack with the opt-ins and non-default settings the tests compare against (cdk-nag on)."""
+    from tests.infrastructure.flows import FLOW_CONTEXT
+
+    # Grants too: the flows' targets and roles, which the IAM tests hold the worker's role to.
     return synthesize(
-        tmp_path_factory.mktemp("variant"), {"logRetentionDays": 7, "apiGatewayAccountRole": True}
+        tmp_path_factory.mktemp("variant"),
+        {"logRetentionDays": 7, "apiGatewayAccountRole": True, **FLOW_CONTEXT},
     )
 
 

@@ -38,8 +38,27 @@ ACCOUNT = "123456789012"
 TARGET_QUEUE = "jobsched-target-inbox"
 TARGET_FUNCTION = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:jobsched-target-report"
 TARGET_MACHINE = "jobsched-target-flow"
-SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions")
+# A tenant's own account and role: the flows' roleArn target sends to a queue there.
+TENANT_ACCOUNT = "111111111111"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/jobsched-target-flow"
+TENANT_QUEUE = "tenant-inbox"
+# What the operator grants in the stack the IAM tests hold the flows against (the `variant`
+# synth): tenant-a's targets in this account, and the tenants' roles.
+FLOW_CONTEXT: dict[str, Any] = {
+    "tenantTargets": {
+        "tenant-a": [
+            "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:jobsched-target-*",
+            "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:jobsched-target-*",
+            "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default",
+            "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:jobsched-target-*",
+        ]
+    },
+    "assumableRoles": ["arn:${AWS::Partition}:iam::*:role/jobsched-target-*"],
+}
+GRANTS_PARAMETER = "/Jobsched/target-grants"
+SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions", "ssm", "sts")
 HARNESS = "harness"
+ASSUMED = "worker, as the tenant's role"  # calls made with a tenant's assumed credentials
 SHARDS = 4
 
 
@@ -80,6 +99,10 @@ class Recorder:
     def before_parameter_build(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         service = model.service_model.service_name
         self.calls.append(Call(self.current, service, model.name, copy.deepcopy(params)))
+
+    def as_assumed(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        service = model.service_model.service_name
+        self.calls.append(Call(ASSUMED, service, model.name, copy.deepcopy(params)))
 
     def by_function(self, function: str) -> list[Call]:
         return [c for c in self.calls if c.function == function]
@@ -124,6 +147,24 @@ class Flows:
             definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/jobsched-target-flow",
         )["stateMachineArn"]
+        # The grants as the deploy writes them, and a queue in the tenant's own account.
+        from infra.config import Config
+
+        document = Config(**{_snake(k): _tupled(v) for k, v in FLOW_CONTEXT.items()}).grants_document(
+            {"partition": "aws", "region": REGION, "account": ACCOUNT}
+        )
+        boto3.client("ssm").put_parameter(
+            Name=GRANTS_PARAMETER, Type="String", Value=document.model_dump_json(by_alias=True)
+        )
+        tenant = boto3.client("sts").assume_role(RoleArn=TENANT_ROLE, RoleSessionName="harness")[
+            "Credentials"
+        ]
+        self.tenant_queue_url = boto3.client(
+            "sqs",
+            aws_access_key_id=tenant["AccessKeyId"],
+            aws_secret_access_key=tenant["SecretAccessKey"],
+            aws_session_token=tenant["SessionToken"],
+        ).create_queue(QueueName=TENANT_QUEUE)["QueueUrl"]
 
         aws_clients.client.cache_clear()
         for service in SERVICES:
@@ -143,6 +184,15 @@ class Flows:
 
         self._effect_patch = mock.patch.object(aws_clients, "effect_client", recorded_effect_client)
         self._effect_patch.start()
+        make_role_client = aws_clients.role_effect_client
+
+        def recorded_role_client(service: str, timeout_seconds: float, credentials: Any) -> Any:
+            client = make_role_client(service, timeout_seconds, credentials)
+            client.meta.events.register("before-parameter-build", recorder.as_assumed, unique_id="flows")
+            return client
+
+        self._role_patch = mock.patch.object(aws_clients, "role_effect_client", recorded_role_client)
+        self._role_patch.start()
 
         self._registered = ["iamflow.ok", "iamflow.slow", "iamflow.fail"]
         registry.add("iamflow.ok", lambda payload, invocation: {"done": invocation.run_key})
@@ -152,7 +202,11 @@ class Flows:
         # deployable minimum, so set past the model's validation. Sweeps make runs to the
         # horizon only, so each sweep of the flows finds a job due.
         settings = Settings(
-            shard_count=SHARDS, sweep_ahead_seconds=120, queue_urls=urls["urls"], dlq_urls=urls["dlq_urls"]
+            shard_count=SHARDS,
+            sweep_ahead_seconds=120,
+            queue_urls=urls["urls"],
+            dlq_urls=urls["dlq_urls"],
+            target_grants_parameter=GRANTS_PARAMETER,
         ).model_copy(update={"lease_seconds": 3})
         self.container = wiring.Container(settings, self.clock)
         wiring.override(self.container)
@@ -169,6 +223,7 @@ class Flows:
             registry._handlers.pop(name, None)
         wiring.override(None)
         self._effect_patch.stop()
+        self._role_patch.stop()
         aws_clients.client.cache_clear()
         aws_clients._effect_client.cache_clear()
 
@@ -226,11 +281,16 @@ class Flows:
             "lambda": {"kind": "lambda", "functionArn": TARGET_FUNCTION},
             "eventbridge": {"kind": "eventbridge"},
             "stepfunctions": {"kind": "stepfunctions", "stateMachineArn": self.target_machine_arn},
+            "own-role": {"kind": "sqs", "queueUrl": self.tenant_queue_url, "roleArn": TENANT_ROLE},
         }
         priorities = {"sqs": "high", "lambda": "low"}  # every priority queue sees traffic
         for kind, target in targets.items():
             body = {"type": "iamflow.target", "runAt": soon, "target": target}
             self.create(kind, {**body, "priority": priorities.get(kind, "default")})
+        refused = {"type": "iamflow.target", "runAt": soon, "target": {**targets["lambda"]}}
+        with self.recorder.acting_as(API):
+            response = ApiClient("tenant-b").post("/v1/jobs", {"name": "not granted", **refused})
+        assert response.status == 403, response  # tenant-b was granted nothing
         ok = self.jobs["ok"]
         self.call("GET", "/v1/jobs", "/v1/jobs")
         etag = self.call("GET", f"/v1/jobs/{ok}", "/v1/jobs/{id}").headers["ETag"]
@@ -333,6 +393,9 @@ class Flows:
     def run_worker(self) -> int:
         from jobsched.handlers import worker
 
+        # The worker is a function of its own: it reads the grants itself, not from the API's cache.
+        for built in ("grants", "target_authority", "worker", "jobs"):
+            self.container.__dict__.pop(built, None)
         delivered = 0
         for key, url in self.queue_urls.items():
             while True:
@@ -440,6 +503,18 @@ class Flows:
         self.crash_holding_a_lease()
         self.clock.advance(3600)
         self.run_reconciler()
+
+
+def _snake(name: str) -> str:
+    import re
+
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: tuple(v) for k, v in value.items()}
+    return tuple(value)
 
 
 def record_all_flows(function_env: dict[str, str] | None = None) -> Recorder:

@@ -43,7 +43,16 @@ def test_cli_strings_are_coerced():
         Node(  # type: ignore[arg-type]
             shardCount="32",
             fairQueues="false",
-            targetArns="arn:aws:sqs:eu-west-1:123456789012:a,arn:aws:lambda:eu-west-1:123456789012:function:b",
+            tenantTargets=json.dumps(
+                {
+                    "acme": ["arn:aws:sqs:eu-west-1:123456789012:a"],
+                    "beta": [
+                        "arn:aws:lambda:eu-west-1:123456789012:function:b",
+                        "arn:aws:sqs:eu-west-1:123456789012:a",
+                    ],
+                }
+            ),
+            assumableRoles="arn:aws:iam::*:role/jobsched-target-*",
             workerConcurrency='{"low": 8}',
             alarmEmail="ops@example.com",
         )
@@ -51,6 +60,8 @@ def test_cli_strings_are_coerced():
     assert config.shard_count == 32 and config.fair_queues is False
     assert config.targets_for("sqs") == ["arn:aws:sqs:eu-west-1:123456789012:a"]
     assert config.targets_for("lambda") == ["arn:aws:lambda:eu-west-1:123456789012:function:b"]
+    assert config.tenant_targets["acme"] == ("arn:aws:sqs:eu-west-1:123456789012:a",)
+    assert config.assumable_roles == ("arn:aws:iam::*:role/jobsched-target-*",)
     assert config.worker_concurrency == {"high": 50, "default": 100, "low": 8}  # a partial map merges
 
 
@@ -62,7 +73,23 @@ def test_cli_strings_are_coerced():
         ({"shardsPerSweep": "99"}, "shardsPerSweep"),
         ({"workerConcurrency": '{"low": 1}'}, "workerConcurrency.low"),
         ({"workerBatchSize": '{"high": 11}'}, "workerBatchSize.high"),
-        ({"targetArns": "arn:aws:s3:::bucket"}, "targetArns"),
+        ({"targetArns": "arn:aws:sqs:eu-west-1:123456789012:a"}, "targetArns is replaced by tenantTargets"),
+        ({"tenantTargets": '{"acme": ["arn:aws:s3:::bucket"]}'}, "tenantTargets: .*is not a lambda, sqs"),
+        ({"tenantTargets": '{"acme": "arn:aws:sqs:eu-west-1:123456789012:a"}'}, "must be a list"),
+        ({"tenantTargets": json.dumps({"x" * 257: []})}, "tenantTargets: .*printable"),
+        ({"tenantEventSources": '{"acme": ["has space"]}'}, "tenantEventSources"),
+        ({"assumableRoles": "arn:aws:sqs:eu-west-1:123456789012:a"}, "assumableRoles: .*IAM role"),
+        (
+            {
+                "tenantTargets": json.dumps(
+                    {
+                        f"t{i}": [f"arn:aws:sqs:eu-west-1:123456789012:q{i}" for i in range(9)]
+                        for i in range(20)
+                    }
+                )
+            },
+            "grants parameter holds 8192",
+        ),
         ({"alarmEmail": "nobody"}, "alarmEmail"),
         ({"shardCount": "many"}, "shardCount"),
         ({"sweepAheadSeconds": "60"}, "sweepAheadSeconds"),
@@ -126,8 +153,18 @@ def test_the_workers_reservation_counts_against_the_account_once():
         Config.from_context(Node(**context, accountConcurrency="4254"))  # type: ignore[arg-type]
 
 
-def test_default_targets_cover_every_target_service():
-    assert {target_service(a) for a in Config().target_arns} == {"lambda", "sqs", "events", "states"}
+def test_nothing_is_granted_by_default():
+    config = Config.from_context(Node(**json.loads(CDK_JSON.read_text())["context"]))  # type: ignore[arg-type]
+    assert config.tenant_targets == {} and config.assumable_roles == () and config.tenant_event_sources == {}
+    assert all(config.targets_for(service) == [] for service in ("lambda", "sqs", "events", "states"))
+
+
+def test_target_service_names_each_grantable_service():
+    assert (
+        target_service("arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:x")
+        == "states"
+    )
+    assert target_service("arn:aws:s3:::bucket") is None
 
 
 def test_cdk_json_pins_the_recommended_feature_flags_of_the_installed_cdk():
@@ -151,6 +188,8 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     }
     # Every setting the functions read from plain values is a context key (the rest are resources).
     plain = {"definitions_table", "runs_table", "queue_urls", "dlq_urls", "endpoint_url"}
+    # The grants: a resource (the SSM parameter) in the stack, the document in local mode.
+    plain |= {"target_grants_parameter", "target_grants"}
     assert set(Settings.model_fields) - plain == set(RUNTIME_FIELDS)
     # The shipped cdk.json shows those defaults.
     context = json.loads(CDK_JSON.read_text())["context"]

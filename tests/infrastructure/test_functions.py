@@ -31,7 +31,8 @@ from infra.names import (
 )
 
 # Read only in local mode, where the functions talk to a moto server.
-LOCAL_ONLY = {"JOBSCHED_AWS_ENDPOINT_URL"}
+# The grants document itself: local mode and tests only (the stack sets the parameter's name).
+LOCAL_ONLY = {"JOBSCHED_AWS_ENDPOINT_URL", "TARGET_GRANTS"}
 # Set by the Lambda runtime itself.
 RUNTIME_PROVIDED = {"AWS_LAMBDA_FUNCTION_NAME"}
 
@@ -181,6 +182,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
     """Nothing hand-listed: the template's variables are Settings.lambda_environment() of the
     infra config (resources as references) plus Powertools' own, on every function."""
     from infra.functions import POWERTOOLS_ENVIRONMENT
+    from infra.grants import parameter_name as grants_parameter_name
     from tests.infrastructure.synth import synthesize
 
     built = synthesize(tmp_path, context, checks=False) if context else synth
@@ -190,6 +192,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         runs_table="ref:" + table_logical_id(RUNS),
         queue_urls={q.key: "ref:" + queue_logical_id(q.key) for q in QUEUES},
         dlq_urls={q.key: "ref:" + dlq_logical_id(q.key) for q in QUEUES},
+        target_grants_parameter=grants_parameter_name(built.stack.stack_name),
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")
@@ -202,6 +205,9 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
     assert parsed.shard_count == config.shard_count and parsed.fair_queues == config.fair_queues
     assert parsed.horizon_seconds == config.horizon_seconds
     assert parsed.http_allow_destinations == config.http_allow_destinations
+    # The grants are not in the environment (4 KB in all): the functions read the parameter.
+    assert "TARGET_GRANTS" not in plain
+    assert parsed.target_grants_parameter == grants_parameter_name(built.stack.stack_name)
 
 
 def function_of(synth, name: str) -> str:

@@ -1,6 +1,10 @@
 """IAM parity: each function's role holds exactly the statements of infra.permissions; every
 AWS call the handlers make in the moto flows (tests/infrastructure/flows.py) is granted; and
-every granted action is one the named code calls, and the flows exercise it."""
+every granted action is one the named code calls, and the flows exercise it.
+
+The parity tests hold the `variant` stack, which grants tenant-a the flows' targets
+(flows.FLOW_CONTEXT); the default stack grants no targets at all. Calls the worker makes
+with a tenant's assumed role are that role's business, not the worker role's."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from infra.names import (
     queue_logical_id,
     table_logical_id,
 )
-from tests.infrastructure.flows import ACCOUNT, REGION, Call
+from tests.infrastructure.flows import ACCOUNT, ASSUMED, GRANTS_PARAMETER, REGION, TENANT_ROLE, Call
 from tests.infrastructure.synth import render
 
 NAMES = [f.name for f in FUNCTIONS]
@@ -44,7 +48,9 @@ OPERATIONS = {
     "events:PutEvents": ("put_events",),
     "states:StartExecution": ("start_execution",),
     "secretsmanager:GetSecretValue": ("get_secret_value",),
-    "ssm:GetParameter": ("get_parameter",),
+    "ssm:GetParameter": ("get_parameter", "get"),  # Powertools' SSMProvider.get
+    "sts:AssumeRole": ("assume_role",),
+    "sts:SetSourceIdentity": ("assume_role",),  # AssumeRole with SourceIdentity
 }
 
 # Granted but not reached by the flows, each with why it is still needed.
@@ -80,7 +86,9 @@ def granted(synth, function: str) -> set[tuple[str, str]]:
                 statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
             )
             pairs |= {(a, render(r)) for a in actions for r in resources}
-    return pairs
+    # Ref of an SSM parameter is its name.
+    parameter = f"<{synth.logical_id(synth.stack.grants.parameter)}>"
+    return {(a, r.replace(parameter, synth.stack.grants.name)) for a, r in pairs}
 
 
 def rendered(synth, function: str, res: permissions.Res) -> list[str]:
@@ -107,6 +115,10 @@ def rendered(synth, function: str, res: permissions.Res) -> list[str]:
         return [render({"Fn::Sub": a}) for a in synth.stack.config.secret_patterns(res.name)]
     if res.kind == "secret_keys":
         return ["arn:<AWS::Partition>:kms:*:*:key/*"] if synth.stack.config.secret_patterns(res.name) else []
+    if res.kind == "roles":
+        return [render({"Fn::Sub": a}) for a in synth.stack.config.assumable_roles]
+    if res.kind == "grants_parameter":
+        return [f"arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter{synth.stack.grants.name}"]
     if res.kind == "any":
         return ["*"]
     raise AssertionError(res)
@@ -123,8 +135,81 @@ def expected(synth, function: str, grants: tuple[permissions.Grant, ...]) -> set
 
 
 @pytest.mark.parametrize("function", NAMES)
-def test_role_holds_exactly_the_permission_table(synth, function):
+def test_role_holds_exactly_the_permission_table(variant, function):
+    assert granted(variant, function) == expected(variant, function, permissions.grants(function))
+
+
+@pytest.mark.parametrize("function", NAMES)
+def test_the_default_stack_holds_the_table_too(synth, function):
     assert granted(synth, function) == expected(synth, function, permissions.grants(function))
+
+
+def worker_statements(synth) -> list[dict[str, Any]]:
+    role = synth.logical_id(synth.stack.functions.roles["worker"])
+    return [
+        statement
+        for policy in synth.of_type("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_the_default_stack_grants_no_tenant_any_target(synth):
+    """Nothing tenant-wide: no function, bus or role is reachable, the worker's queues only
+    its own, and the only state machine the example's own target (granted to the example)."""
+    actions = {
+        (a, render(r))
+        for s in worker_statements(synth)
+        for a in _listed(s["Action"])
+        for r in _listed(s["Resource"])
+    }
+    assert not [pair for pair in actions if pair[0] in ("lambda:InvokeFunction", "events:PutEvents")]
+    assert not [pair for pair in actions if pair[0].startswith("sts:")]
+    assert {r for a, r in actions if a == "states:StartExecution"} == {
+        f"<{synth.logical_id(synth.stack.examples.run_target)}>"
+    }
+    own = {f"<{queue_logical_id(q.key)}.Arn>" for q in QUEUES} | {
+        f"<{dlq_logical_id(q.key)}.Arn>" for q in QUEUES
+    }
+    assert {r for a, r in actions if a == "sqs:SendMessage"} <= own
+    assert not any("jobsched-target-" in r for _, r in actions)
+
+
+def test_the_worker_assumes_roles_only_with_an_external_id_and_its_source_identity(variant):
+    statements = [
+        s for s in worker_statements(variant) if any(a.startswith("sts:") for a in _listed(s["Action"]))
+    ]
+    assert statements, "assumableRoles is set in the variant"
+    for statement in statements:
+        assert sorted(_listed(statement["Action"])) == ["sts:AssumeRole", "sts:SetSourceIdentity"]
+        assert statement["Condition"] == {
+            "Null": {"sts:ExternalId": "false"},
+            "StringLike": {"sts:SourceIdentity": "jobsched.*"},
+        }
+        assert [render(r) for r in _listed(statement["Resource"])] == [
+            render({"Fn::Sub": r}) for r in variant.stack.config.assumable_roles
+        ]
+
+
+def test_the_grants_parameter_carries_the_home_and_the_example_grant(variant):
+    """The document the functions read: the operator's grants, the deploy's home, and the
+    example machine's caller granted the example target (and nothing else)."""
+    (parameter,) = variant.of_type("AWS::SSM::Parameter").values()
+    props = parameter["Properties"]
+    assert props["Name"] == variant.stack.grants.name and props["Tier"] == "Standard"
+    text = render(props["Value"])
+    assert (
+        '"home":{"partition":"<AWS::Partition>","region":"<AWS::Region>","account":"<AWS::AccountId>"}'
+        in text
+    )
+    role = variant.logical_id(variant.stack.examples.create_schedule.role)
+    machine = variant.logical_id(variant.stack.examples.run_target)
+    assert f'{{"tenant":"<AWS::AccountId>/role/<{role}>","targets":["<{machine}>"]}}' in text
+    assert '"tenant":"tenant-a"' in text and "jobsched-target-*" in text
 
 
 # --- what the code does ---
@@ -160,6 +245,13 @@ def requests(call: Call) -> list[tuple[str, str]]:
         return [("events:PutEvents", _bus(e.get("EventBusName", "default"))) for e in params["Entries"]]
     if call.service == "stepfunctions" and call.operation == "StartExecution":
         return [("states:StartExecution", params["stateMachineArn"])]
+    if call.service == "ssm" and call.operation == "GetParameter":
+        return [("ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter{params['Name']}")]
+    if call.service == "sts" and call.operation == "AssumeRole":
+        needed = [("sts:AssumeRole", params["RoleArn"])]
+        if params.get("SourceIdentity"):
+            needed.append(("sts:SetSourceIdentity", params["RoleArn"]))
+        return needed
     return [(f"{call.service}:{call.operation}", "unmapped")]
 
 
@@ -200,10 +292,10 @@ def covers(grant: tuple[str, str], request: tuple[str, str]) -> bool:
 
 
 @pytest.mark.parametrize("function", NAMES)
-def test_every_call_the_function_makes_is_granted(synth, recorded, function):
+def test_every_call_the_function_makes_is_granted(variant, recorded, function):
     calls = recorded.by_function(function)
     assert calls, f"the flows exercise {function}"
-    allowed = granted(synth, function)
+    allowed = granted(variant, function)
     missing = sorted(
         {req for call in calls for req in requests(call) if not any(covers(g, req) for g in allowed)}
     )
@@ -211,10 +303,10 @@ def test_every_call_the_function_makes_is_granted(synth, recorded, function):
 
 
 @pytest.mark.parametrize("function", NAMES)
-def test_every_granted_code_action_is_exercised(synth, recorded, function):
+def test_every_granted_code_action_is_exercised(variant, recorded, function):
     reached = {(a, family(r)) for call in recorded.by_function(function) for a, r in requests(call)}
-    code = expected(synth, function, permissions.CODE[function])
-    stack_refs = {f"<{synth.logical_id(synth.stack.examples.run_target)}>"}
+    code = expected(variant, function, permissions.CODE[function])
+    stack_refs = {f"<{variant.logical_id(variant.stack.examples.run_target)}>"}
     idle = sorted(
         grant
         for grant in code
@@ -253,9 +345,21 @@ def test_the_calls_map_to_known_actions(recorded):
     assert unmapped == []
 
 
-def test_the_exceptions_are_still_granted_and_still_unreached(synth, recorded):
+def test_calls_with_a_tenants_role_are_made_with_its_credentials_only(recorded):
+    """The worker assumed the tenant's role with its ExternalId, and sent with that role's
+    credentials to the tenant's own queue (an account the worker's role has no grant in)."""
+    (assume,) = [c for c in recorded.by_function("worker") if c.operation == "AssumeRole"]
+    assert assume.params["RoleArn"] == TENANT_ROLE and assume.params["ExternalId"] == "tenant-a"
+    sent = [c for c in recorded.calls if c.function == ASSUMED]
+    assert [(c.service, c.operation) for c in sent] == [("sqs", "SendMessage")]
+    assert "/111111111111/" in sent[0].params["QueueUrl"]
+    reads = [c for c in recorded.calls if c.operation == "GetParameter"]
+    assert reads and {c.params["Name"] for c in reads} == {GRANTS_PARAMETER}
+
+
+def test_the_exceptions_are_still_granted_and_still_unreached(variant, recorded):
     for function, action, resource in NOT_EXERCISED:
-        assert (action, resource) in granted(synth, function)
+        assert (action, resource) in granted(variant, function)
         reached = {req for call in recorded.by_function(function) for req in requests(call)}
         assert not any(covers((action, resource), req) for req in reached), (
             "exercised now: drop the exception"

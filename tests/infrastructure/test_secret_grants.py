@@ -1,7 +1,8 @@
 """The worker reads only the secrets the operator granted to some tenant (context
 tenantTargets): GetSecretValue and GetParameter on exactly those ARN patterns, kms:Decrypt only
 through those services for those secrets, and nothing at all when nothing is granted. The
-grants reach the functions as TENANT_TARGETS, which the API and the worker check per tenant."""
+grants reach the functions in the grants parameter (infra.grants), the same document that
+grants AWS targets, which the API and the worker check per tenant."""
 
 from __future__ import annotations
 
@@ -46,10 +47,26 @@ def resources_of(statement: dict[str, Any]) -> list[str]:
     return sorted(render(r) for r in (resource if isinstance(resource, list) else [resource]))
 
 
+def secret_statements(synth: Synth, function: str) -> list[dict[str, Any]]:
+    """The function's statements that read secrets, without its read of the grants parameter
+    (ssm:GetParameter on /<stack>/target-grants, which holds no secret; the policy may merge it
+    into the statement that reads granted parameters)."""
+    own = f"<{synth.logical_id(synth.stack.grants.parameter)}>"
+    found = []
+    for statement in statements(synth, function):
+        if not actions_of(statement) & SECRET_ACTIONS:
+            continue
+        resource = statement["Resource"]
+        kept = [r for r in (resource if isinstance(resource, list) else [resource]) if own not in render(r)]
+        if kept:
+            found.append({**statement, "Resource": kept})
+    return found
+
+
 def test_the_worker_reads_exactly_the_granted_secrets(granted):
     assert granted.error is None, granted.error
     by_action: dict[str, list[dict[str, Any]]] = {}
-    for statement in statements(granted, "worker"):
+    for statement in secret_statements(granted, "worker"):
         for action in actions_of(statement) & SECRET_ACTIONS:
             by_action.setdefault(action, []).append(statement)
     [read_secret] = by_action["secretsmanager:GetSecretValue"]
@@ -75,21 +92,28 @@ def test_the_worker_reads_exactly_the_granted_secrets(granted):
 
 def test_no_other_function_reads_secrets(granted):
     for function in ("api", "sweeper", "outbox", "reconciler"):
-        assert not any(actions_of(s) & SECRET_ACTIONS for s in statements(granted, function)), function
+        assert secret_statements(granted, function) == [], function
 
 
 def test_nothing_is_readable_when_nothing_is_granted(synth):
-    assert not any(actions_of(s) & SECRET_ACTIONS for s in statements(synth, "worker"))
-    assert "TENANT_TARGETS" not in function_environment(synth) or function_environment(synth)[
-        "TENANT_TARGETS"
-    ] in (
-        "",
-        "{}",
-    )
+    assert secret_statements(synth, "worker") == []
 
 
 def test_the_functions_check_the_same_grants_per_tenant(granted):
+    """The grants reach the functions only through the grants parameter, not the environment
+    (Lambda's 4 KB): the secrets and the AWS targets of each tenant in one document."""
+    from jobsched.domain.grants import Grants, GrantsDocument
     from jobsched.settings import Settings
 
-    shipped = Settings.from_env(function_environment(granted)).tenant_targets
-    assert {tenant: list(patterns) for tenant, patterns in shipped.items()} == GRANTS
+    environment = function_environment(granted)
+    assert "TENANT_TARGETS" not in environment and "TARGET_GRANTS" not in environment
+    assert Settings.from_env(environment).target_grants_parameter == granted.stack.grants.name
+    (parameter,) = granted.of_type("AWS::SSM::Parameter").values()
+    document = json.loads(render(parameter["Properties"]["Value"]))
+    shipped = {t["tenant"]: t["targets"] for t in document["tenants"] if t["tenant"] in GRANTS}
+    assert shipped == {tenant: list(dict.fromkeys(patterns)) for tenant, patterns in GRANTS.items()}
+    # The functions read it as one document: the secrets and the targets of a tenant together.
+    (tenant_a,) = [t for t in document["tenants"] if t["tenant"] == "tenant-a"]
+    read = Grants(GrantsDocument.model_validate({"tenants": [tenant_a]}))
+    assert read.allows("tenant-a", SECRET_A.replace("*", "hook-AbCdEf"))
+    assert read.allows("tenant-a", "arn:aws:lambda:eu-west-1:123456789012:function:tenant-a-report")

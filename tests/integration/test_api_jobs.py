@@ -10,6 +10,8 @@ import boto3
 import pytest
 from jobsched.store.schema import DEFINITIONS
 
+from tests.helpers import ANY_AWS_TARGET, grant
+
 CRON_JOB = {
     "name": "nightly report",
     "type": "report.build",
@@ -267,7 +269,8 @@ BAD_TARGETS = [
 
 
 @pytest.mark.parametrize("target", GOOD_TARGETS, ids=lambda t: str(list(t.values())[-1]))
-def test_target_shapes_aws_accepts_are_accepted(api, target):
+def test_target_shapes_aws_accepts_are_accepted(api, container, target):
+    grant(container, {"tenant-a": ANY_AWS_TARGET})
     assert create(api, target=target)["target"]["kind"] == target["kind"]
 
 
@@ -278,7 +281,8 @@ def test_target_of_the_wrong_shape_is_refused_when_written(api, target, field):
     assert [e["field"] for e in response.body["errors"]] == [field]
 
 
-def test_a_patch_checks_the_target_too(api):
+def test_a_patch_checks_the_target_too(api, container):
+    grant(container, {"tenant-a": ANY_AWS_TARGET})
     job = create(api, target={"kind": "lambda", "functionArn": "remind"})
     response = api.patch(
         f"/v1/jobs/{job['jobId']}", {"target": {"functionArn": "no such thing!"}}, headers={"If-Match": "1"}
@@ -614,7 +618,8 @@ def test_patch_merges_nested_objects_and_null_removes(api):
     assert response.body["dst"] == {"gap": "skip", "fold": "first"}  # fold back to its default
 
 
-def test_patch_to_another_target_kind_replaces_the_target(api):
+def test_patch_to_another_target_kind_replaces_the_target(api, container):
+    grant(container, {"tenant-a": ANY_AWS_TARGET})
     job = create(api, target={"kind": "http", "url": "https://example.com/hook"})
     arn = "arn:aws:lambda:eu-west-1:123456789012:function:f"
     response = api.patch(

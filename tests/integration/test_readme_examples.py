@@ -17,7 +17,7 @@ from typing import Any
 
 from jobsched.domain.instants import ManualClock
 
-from tests.helpers import ApiClient
+from tests.helpers import ApiClient, grant
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -158,7 +158,18 @@ def test_readme_has_an_example_for_every_route():
     assert not missing, f"routes without a README example: {sorted(missing)}"
 
 
-def test_readme_examples_run_in_order(api: ApiClient, clock: ManualClock):
+# What the README's examples assume the operator granted their tenant (README, Targets).
+README_GRANTS = {
+    "tenant-a": [
+        "arn:aws:lambda:eu-west-1:123456789012:function:remind",
+        "arn:aws:sqs:eu-west-1:123456789012:inventory",
+        "arn:aws:events:us-east-1:123456789012:event-bus/default",
+    ]
+}
+
+
+def test_readme_examples_run_in_order(api: ApiClient, clock: ManualClock, container: Any):
+    grant(container, README_GRANTS)
     examples = readme_examples()
     assert any(e.capture == ("JOB", ".jobId") for e in examples), "no `JOB=$(curl ... | jq -r .jobId)`"
     variables: dict[str, str] = {}

@@ -18,9 +18,10 @@ from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 from jobsched import aws
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
+from jobsched.domain.grants import Grants, GrantsDocument
 from jobsched.domain.models import LambdaTarget
 from jobsched.settings import settings
-from jobsched.targets import HttpTargetClient, Invocation, TargetRunner
+from jobsched.targets import HttpTargetClient, Invocation, TargetAuthority, TargetRunner
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:jobsched-target-slow"
 INVOKE_PATH = "/2015-03-31/functions/"
@@ -118,8 +119,10 @@ def invocation(timeout: float) -> Invocation:
 
 
 def runner() -> TargetRunner:
-    """As the worker is wired: the process's client factory, jobsched.aws.client."""
-    return TargetRunner(aws.client, http=HttpTargetClient())
+    """As the worker is wired: the process's client factory, jobsched.aws.client; the tenant
+    is granted the slow function."""
+    granted = Grants(GrantsDocument.from_maps({"tenant-a": [FUNCTION]}))
+    return TargetRunner(aws.client, http=HttpTargetClient(), authority=TargetAuthority(lambda: granted))
 
 
 TARGET = LambdaTarget(kind="lambda", function_arn=FUNCTION)

@@ -16,11 +16,13 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
+from jobsched.domain.grants import Grants, GrantsDocument, own_event_source
 from jobsched.domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
 from jobsched.targets import (
     HandlerRegistry,
     HttpTargetClient,
     Invocation,
+    TargetAuthority,
     TargetRunner,
     classify_client_error,
     execution_arn,
@@ -52,10 +54,29 @@ def invocation(**overrides: Any) -> Invocation:
     return Invocation(**fields)
 
 
+# These tests are about the calls themselves: the tenant is granted this account's targets.
+EVERYTHING_HERE = Grants(
+    GrantsDocument.from_maps(
+        {
+            "tenant-a": [
+                f"arn:aws:{service}:us-east-1:{ACCOUNT}:*"
+                for service in ("lambda", "sqs", "events", "states")
+            ]
+        },
+        {"tenant-a": ["acme.*"]},
+        home={"partition": "aws", "region": "us-east-1", "account": ACCOUNT},
+    )
+)
+OWN_SOURCE = own_event_source("tenant-a")
+
+
 def runner_for(**clients: Any) -> TargetRunner:
     """A runner whose factory serves the given clients and fresh moto-backed ones otherwise."""
     return TargetRunner(
-        lambda service: clients.get(service) or boto3.client(service), HandlerRegistry(), HttpTargetClient()
+        lambda service: clients.get(service) or boto3.client(service),
+        HandlerRegistry(),
+        HttpTargetClient(),
+        authority=TargetAuthority(lambda: EVERYTHING_HERE),
     )
 
 
@@ -173,7 +194,7 @@ def test_eventbridge_delivers_the_envelope_as_detail_through_a_rule(moto):
     url = sqs.create_queue(QueueName="events")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.create_event_bus(Name="jobs")
-    events.put_rule(Name="runs", EventBusName="jobs", EventPattern=json.dumps({"source": ["jobsched"]}))
+    events.put_rule(Name="runs", EventBusName="jobs", EventPattern=json.dumps({"source": [OWN_SOURCE]}))
     events.put_targets(Rule="runs", EventBusName="jobs", Targets=[{"Id": "q", "Arn": queue_arn}])
 
     inv = invocation()
@@ -182,7 +203,7 @@ def test_eventbridge_delivers_the_envelope_as_detail_through_a_rule(moto):
     [message] = receive_all(url)
     event = json.loads(message["Body"])
     assert result == {"eventId": event["id"]}
-    assert event["source"] == "jobsched"
+    assert event["source"] == OWN_SOURCE  # the tenant's own: jobsched.<digest>
     assert event["detail-type"] == "jobsched.run"
     assert event["detail"] == inv.envelope()  # consumers dedupe on detail.runKey
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,13 +20,14 @@ from urllib.parse import quote, urlsplit
 import boto3
 import pytest
 from jobsched.domain.errors import PermanentError
+from jobsched.domain.grants import Grants, GrantsDocument
 from jobsched.domain.models import HttpTarget, JobSpec
 from jobsched.services.attempt import AttemptOutcome
 from jobsched.services.worker import Received as ReceivedMessage
 from jobsched.targets.secrets import SecretReader
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.helpers import ApiClient, create_queues
+from tests.helpers import ApiClient, create_queues, grant
 
 SECRET_VALUE = "tok-9f2c41d7e85b3a60"  # what the receiver must get and nothing else may show
 PARAMETER_VALUE = "key-51c0e7a2b9d4f386"
@@ -113,6 +114,12 @@ def stores():
     aws_clients.client.cache_clear()
 
 
+def granted(tenant_targets: dict[str, Any]) -> Callable[[], Grants]:
+    """The grants SecretReader checks before every read, as the container gives them."""
+    fixed = Grants(GrantsDocument.from_maps(tenant_targets))
+    return lambda: fixed
+
+
 GRANTS = {
     "tenant-a": (
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:tenant-a/*",
@@ -142,7 +149,7 @@ def system(stores, now):
         queue_urls=queues["urls"],
         dlq_urls=queues["dlq_urls"],
         http_allow_destinations=("127.0.0.1/32",),
-        tenant_targets=GRANTS,
+        target_grants=GrantsDocument.from_maps(GRANTS),
     )
     built = wiring.Container(settings, ManualClock(now), RecordedMetrics())
     wiring.override(built)
@@ -527,7 +534,7 @@ def test_a_grant_withdrawn_after_the_write_stops_the_delivery_before_any_request
         ),
     )
     assert created.status == 201, created
-    system.settings.tenant_targets.clear()  # the operator withdrew every grant
+    grant(system, {})  # the operator withdrew every grant
     key = first_run_key(api, created.body["jobId"])
     assert deliver(system, key).outcome is AttemptOutcome.DEAD
     assert receiver.requests == []
@@ -536,7 +543,7 @@ def test_a_grant_withdrawn_after_the_write_stops_the_delivery_before_any_request
 
 
 def test_a_cached_secret_is_still_authorised_for_every_tenant_that_asks(system, arns):
-    reader = SecretReader(boto3.client, GRANTS, max_age=300)
+    reader = SecretReader(boto3.client, granted(GRANTS), max_age=300)
     target = HttpTarget(
         kind="http", url="https://example.com", headers={"Authorization": {"valueFrom": arns["token"]}}
     )
@@ -547,8 +554,55 @@ def test_a_cached_secret_is_still_authorised_for_every_tenant_that_asks(system, 
     assert SECRET_VALUE not in refused.value.message
 
 
+def test_a_grant_withdrawn_stops_a_reader_that_already_holds_the_value(system, arns):
+    """The reader asks for the grants as they are now on every read: a long-lived worker whose
+    cache still holds the value reads nothing once the grant is gone."""
+    current = {"grants": granted(GRANTS)()}
+    reader = SecretReader(boto3.client, lambda: current["grants"], max_age=300)
+    target = HttpTarget(
+        kind="http", url="https://example.com", headers={"Authorization": {"valueFrom": arns["token"]}}
+    )
+    assert reader.header_values("tenant-a", target) == {"Authorization": SECRET_VALUE}  # now cached
+    current["grants"] = Grants()  # the operator withdrew every grant
+    with pytest.raises(PermanentError) as refused:
+        reader.header_values("tenant-a", target)
+    assert refused.value.error_class == "TargetNotGranted"
+
+
+def test_secret_grants_reach_the_functions_in_the_grants_parameter(stores, arns, now):
+    """As the stack ships them: one SSM parameter holds every grant, AWS targets and secrets
+    alike, and the API authorises a header's reference with it."""
+    from jobsched import wiring
+    from jobsched.domain.instants import ManualClock
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.settings import Settings
+
+    queues, _ = stores
+    document = GrantsDocument.from_maps(
+        GRANTS, home={"partition": "aws", "region": "us-east-1", "account": "123456789012"}
+    )
+    boto3.client("ssm").put_parameter(
+        Name="/jobsched-test/target-grants", Value=document.model_dump_json(by_alias=True), Type="String"
+    )
+    settings = Settings(
+        shard_count=4,
+        queue_urls=queues["urls"],
+        dlq_urls=queues["dlq_urls"],
+        target_grants_parameter="/jobsched-test/target-grants",
+    )
+    wiring.override(wiring.Container(settings, ManualClock(now), RecordedMetrics()))
+    try:
+        headers = {"Authorization": {"valueFrom": arns["token"]}}  # tenant-a's
+        body = job_body(now, http_target("https://example.com/h", headers=headers))
+        assert ApiClient("tenant-a").post("/v1/jobs", body).status == 201
+        refused = ApiClient("tenant-b").post("/v1/jobs", body)
+        assert refused.status == 403 and refused.body["code"] == "target_not_granted", refused
+    finally:
+        wiring.override(None)
+
+
 def test_a_missing_secret_is_permanent_and_names_the_header_not_a_value(system, arns):
-    reader = SecretReader(boto3.client, GRANTS)
+    reader = SecretReader(boto3.client, granted(GRANTS))
     gone = arns["token"].rsplit(":", 1)[0] + ":tenant-a/deleted-AbCdEf"
     target = HttpTarget(kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": gone}})
     with pytest.raises(PermanentError) as failed:
@@ -564,7 +618,7 @@ def test_a_secret_in_another_region_is_permanent_and_says_so(system, arns):
         kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": elsewhere}}
     )
     with pytest.raises(PermanentError, match="is in eu-west-1; this worker reads secrets of us-east-1"):
-        SecretReader(boto3.client, grants).header_values("tenant-a", target)
+        SecretReader(boto3.client, granted(grants)).header_values("tenant-a", target)
 
 
 def test_a_literal_credential_stored_before_the_rule_is_redacted_and_must_be_replaced(api, system, now):

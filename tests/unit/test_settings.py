@@ -3,7 +3,10 @@ by its variable and rule; and its serialisation reads back as the same settings.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from jobsched.domain.grants import GrantsDocument
 from jobsched.settings import (
     IN_LAMBDA,
     REQUIRED_IN_LAMBDA,
@@ -51,11 +54,33 @@ def test_the_lambda_environment_reads_back_as_the_same_settings():
         queue_urls={q.key: f"url-{q.key}" for q in QUEUES},
         dlq_urls={q.key: f"dlq-{q.key}" for q in QUEUES},
         endpoint_url="http://127.0.0.1:5055",
+        target_grants=GrantsDocument.from_maps(
+            {"t": ["arn:aws:sqs:*:*:q"]}, {"t": ["com.t.*"]}, ("arn:aws:iam::*:role/r",)
+        ),
     )
     env = settings.lambda_environment()
-    assert set(env) == set(environment_names())
+    # The grants come from one of two variables: the document (here) or the stack's parameter.
+    assert set(env) == set(environment_names()) - {"TARGET_GRANTS_PARAMETER"}
     assert all(isinstance(v, str) for v in env.values())
     assert Settings.from_env(env) == settings
+    in_the_stack = settings.model_copy(
+        update={"target_grants": GrantsDocument(), "target_grants_parameter": "/s/g"}
+    )
+    env = in_the_stack.lambda_environment()
+    assert "TARGET_GRANTS" not in env and Settings.from_env(env) == in_the_stack
+
+
+def test_the_grants_come_from_one_place_and_break_a_rule_by_name():
+    with pytest.raises(InvalidSettings, match="set TARGET_GRANTS_PARAMETER or TARGET_GRANTS, not both"):
+        Settings.from_env(
+            {
+                "TARGET_GRANTS_PARAMETER": "/s/g",
+                "TARGET_GRANTS": '{"assumableRoles": ["arn:aws:iam::*:role/r"]}',
+            }
+        )
+    with pytest.raises(InvalidSettings, match=r"TARGET_GRANTS: .*ARN pattern"):
+        Settings.from_env({"TARGET_GRANTS": '{"tenants": [{"tenant": "t", "targets": ["arn:aws:s3:::b"]}]}'})
+    assert Settings.from_env({}).target_grants == GrantsDocument()  # nothing granted
 
 
 @pytest.mark.parametrize(
@@ -122,3 +147,38 @@ def test_local_mode_may_tick_faster_with_a_shorter_horizon():
     # The stack's sweeper runs every minute (infra.config requires horizonSeconds >= 60); local
     # mode's tick is its own (the e2e suite ticks every second with a 15 s horizon).
     assert LocalConfig(horizon_seconds=15, sweep_seconds=1).runtime_settings().horizon_seconds == 15
+
+
+def test_local_mode_grants_come_from_its_json_config(tmp_path):
+    from jobsched.domain.grants import Grants
+
+    path = tmp_path / "local.json"
+    path.write_text('{"tenant_targets": {"acme": ["arn:aws:sqs:us-east-1:123456789012:acme-*"]}}')
+    grants = Grants(LocalConfig.load(path).runtime_settings().target_grants)
+    assert grants.allows("acme", "arn:aws:sqs:us-east-1:123456789012:acme-in")
+    assert not grants.allows("globex", "arn:aws:sqs:us-east-1:123456789012:acme-in")
+    assert grants.home is not None and grants.home.account == "123456789012"  # moto's
+    assert not Grants(LocalConfig().runtime_settings().target_grants).allows(
+        "dev", "arn:aws:sqs:us-east-1:1:q"
+    )
+    path.write_text('{"tenant_targets": {"acme": ["arn:aws:s3:::bucket"]}}')
+    with pytest.raises(ValueError, match="tenant_targets"):
+        LocalConfig.load(path)
+
+
+def test_local_mode_grants_secrets_in_the_same_tenant_targets(tmp_path):
+    """One map grants a tenant its AWS targets and the secrets its HTTP headers reference."""
+    from jobsched.domain.grants import Grants
+
+    path = tmp_path / "local.json"
+    patterns = [
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/*",
+        "arn:aws:ssm:us-east-1:123456789012:parameter/acme/*",
+        "arn:aws:sqs:us-east-1:123456789012:acme-*",
+    ]
+    path.write_text(json.dumps({"tenant_targets": {"acme": patterns}}))
+    grants = Grants(LocalConfig.load(path).runtime_settings().target_grants)
+    assert grants.allows("acme", "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/hook-AbCdEf")
+    assert grants.allows("acme", "arn:aws:ssm:us-east-1:123456789012:parameter/acme/api-key")
+    assert grants.allows("acme", "arn:aws:sqs:us-east-1:123456789012:acme-in")
+    assert not grants.allows("globex", "arn:aws:ssm:us-east-1:123456789012:parameter/acme/api-key")

@@ -56,18 +56,6 @@ class Unauthenticated(JobschedError):
     code = "unauthenticated"
 
 
-class TargetNotGranted(JobschedError):
-    """The job names something (a target, a secret) the operator has not granted its tenant.
-    Names the field; says nothing about whether the thing exists."""
-
-    status = 403
-    code = "target_not_granted"
-
-    def __init__(self, field: str, rule: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {rule}", errors=[{"field": field, "rule": rule}])
-
-
 class NotFound(JobschedError):
     """Missing, or owned by another tenant: the two are indistinguishable on purpose."""
 

@@ -228,6 +228,9 @@ STATE_MACHINE_ARN = re.compile(
 EVENT_BUS = re.compile(
     rf"(?:{_PARTITION}:events:{_REGION}:\d{{12}}:event-bus/)?[/.\-_A-Za-z0-9]{{1,256}}", re.ASCII
 )
+# IAM: a path of up to 512 characters and a name of up to 64, both of [\w+=,.@-] (and / in the path).
+ROLE_ARN = re.compile(rf"{_PARTITION}:iam::\d{{12}}:role/(?:[\w+=,.@-]+/)*[\w+=,.@-]{{1,64}}", re.ASCII)
+ROLE_RULE = "must be an IAM role ARN: arn:aws:iam::<account>:role/<path/><name>"
 
 
 def _shaped(value: str | None, pattern: re.Pattern[str], rule: str, info: ValidationInfo) -> str | None:
@@ -236,7 +239,20 @@ def _shaped(value: str | None, pattern: re.Pattern[str], rule: str, info: Valida
     return value
 
 
-class LambdaTarget(Model):
+class RoleTarget(Model):
+    """An AWS target. With `role_arn` the worker assumes that role (ExternalId = the tenant's
+    external id, see jobsched.targets.roles) and calls the target with its credentials;
+    without one, the target must be granted to the tenant by the operator."""
+
+    role_arn: str | None = Field(default=None, max_length=2048)
+
+    @field_validator("role_arn")
+    @classmethod
+    def _role(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _shaped(value, ROLE_ARN, ROLE_RULE, info)
+
+
+class LambdaTarget(RoleTarget):
     kind: Literal["lambda"]
     function_arn: str = Field(min_length=1, max_length=256)
     qualifier: str | None = Field(default=None, max_length=128)
@@ -427,7 +443,7 @@ class HttpTarget(Model):
         return {name: value for name, value in self.headers.items() if isinstance(value, SecretRef)}
 
 
-class SqsTarget(Model):
+class SqsTarget(RoleTarget):
     kind: Literal["sqs"]
     queue_url: str = Field(min_length=1, max_length=1024)
     message_group_id: str | None = Field(default=None, max_length=128)
@@ -439,10 +455,11 @@ class SqsTarget(Model):
         return _shaped(value, SQS_QUEUE_URL, rule, info) or value
 
 
-class EventBridgeTarget(Model):
+class EventBridgeTarget(RoleTarget):
     kind: Literal["eventbridge"]
     event_bus_name: str = Field(default="default", min_length=1, max_length=1600)
-    source: str = Field(default="jobsched", min_length=1, max_length=256)
+    # None: the tenant's own source, jobsched.<tenant digest> (jobsched.domain.grants).
+    source: str | None = Field(default=None, min_length=1, max_length=256)
     detail_type: str = Field(default="jobsched.run", min_length=1, max_length=128)
 
     @field_validator("event_bus_name")
@@ -455,7 +472,7 @@ class EventBridgeTarget(Model):
         return _shaped(value, EVENT_BUS, rule, info) or value
 
 
-class StepFunctionsTarget(Model):
+class StepFunctionsTarget(RoleTarget):
     kind: Literal["stepfunctions"]
     state_machine_arn: str = Field(min_length=1, max_length=256)
 

@@ -60,6 +60,7 @@ class JobService:
         on_resume: Callable[[Job, Job], None] | None = None,
         runs: RunStore | None = None,
         plan_missed: Callable[[Job, datetime], MissedWindow | None] | None = None,
+        authorize_target: Callable[[str, object], None] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -70,6 +71,13 @@ class JobService:
         self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
         self._runs = runs  # the runs made ahead, for the instants the job will fire at
         self._plan_missed = plan_missed  # decides, on resume, which occurrences of the pause run
+        # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field. Every
+        # write of a target is checked (create, update); without one nothing is checked.
+        self._authorize_target = authorize_target
+
+    def _authorize(self, tenant: str, spec: JobSpec) -> None:
+        if self._authorize_target is not None and spec.target is not None:
+            self._authorize_target(tenant, spec.target)
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""
@@ -99,6 +107,7 @@ class JobService:
     def create(
         self, tenant: str, spec: JobSpec, *, idempotency_key: str | None = None, body_hash: str = ""
     ) -> CreateResult:
+        self._authorize(tenant, spec)
         now = self._clock.now()
         spec = with_anchor(spec, now)
         job = Job(
@@ -218,6 +227,7 @@ class JobService:
             if job.state in (JobState.CANCELLED, JobState.COMPLETED):
                 raise Conflict(f"job {job_id} is {job.state.value} and can no longer change")
             spec = build(job)
+            self._authorize(tenant, spec)  # the target as it now stands, changed or not
             updates: dict[str, object] = {"spec": spec}
             if spec.schedule != job.spec.schedule:
                 spec = with_anchor(spec, now)

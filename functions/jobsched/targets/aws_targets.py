@@ -28,6 +28,7 @@ from botocore.exceptions import (
 )
 
 from ..domain.errors import AmbiguousError, ExecutionError, PermanentError, RetryableError
+from ..domain.grants import own_event_source
 from ..domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
 from .invocation import Invocation
 
@@ -195,8 +196,10 @@ def send_sqs(client: Any, target: SqsTarget, invocation: Invocation) -> dict[str
 
 
 def put_event(client: Any, target: EventBridgeTarget, invocation: Invocation) -> dict[str, Any]:
+    """`Source` is the target's, or the tenant's own (jobsched.<tenant digest>)."""
+    source = target.source if target.source is not None else own_event_source(invocation.tenant)
     entry = {
-        "Source": target.source,
+        "Source": source,
         "DetailType": target.detail_type,
         "Detail": invocation.envelope_json(),
         "EventBusName": target.event_bus_name,

@@ -8,18 +8,17 @@ returned, and `scrub` removes it from whatever the receiver answers before that 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aws_lambda_powertools.utilities.parameters import SecretsProvider, SSMProvider
 from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError, TransformParameterError
 from botocore.exceptions import ClientError
 
-from ..domain.errors import PermanentError, RetryableError, TargetNotGranted
+from ..domain.errors import PermanentError, RetryableError
+from ..domain.grants import Grants, TargetNotGranted
 from ..domain.models import MAX_HEADER_VALUE_CHARS, HttpTarget, SecretRef
 
-Grants = Mapping[str, Sequence[str]]  # tenant -> ARN patterns granted to it (`*` matches any run)
 ClientFactory = Callable[[str], Any]
 
 DEFAULT_MAX_AGE = 300  # seconds a secret's value is reused before it is read again
@@ -49,19 +48,14 @@ _PERMANENT_CODES = frozenset(
 # --- authorisation -----------------------------------------------------------------------
 
 
-def arn_granted(patterns: Sequence[str], arn: str) -> bool:
-    """Whether `arn` matches one of `patterns`, in which `*` matches any run of characters
-    (colons and slashes included) and everything else matches itself."""
-    return any(re.fullmatch(".*".join(map(re.escape, p.split("*"))), arn) for p in patterns)
-
-
 def authorise_secret(tenant: str, arn: str, *, field: str, grants: Grants) -> None:
     """The one check of a secret reference, when a job is written and again before every read.
 
     Takes the tenant, the secret's ARN, the field that names it (API spelling) and the
-    operator's grants. Raises TargetNotGranted (403 `target_not_granted`) naming the field
-    unless the ARN is granted to that tenant; nothing is granted by default."""
-    if not arn_granted(grants.get(tenant, ()), arn):
+    operator's grants (jobsched.domain.grants, the same `tenantTargets` that grant AWS
+    targets). Raises TargetNotGranted (403 `target_not_granted`) naming the field unless
+    `grants.allows(tenant, arn)`; nothing is granted by default."""
+    if not grants.allows(tenant, arn):
         raise TargetNotGranted(field, "this secret is not granted to the tenant (tenantTargets)")
 
 
@@ -82,9 +76,13 @@ def authorise_references(tenant: str, target: Any, grants: Grants) -> None:
 
 class SecretReader:
     """Reads the referenced header values of one delivery. `clients` builds boto3 clients (the
-    process's factory: local mode points it at moto); a client is built on first use only."""
+    process's factory: local mode points it at moto); a client is built on first use only.
+    `grants` gives the operator's grants as they are now; it is called before every read, so
+    a grant withdrawn since the job was written (or since the value was cached) stops the read."""
 
-    def __init__(self, clients: ClientFactory, grants: Grants, *, max_age: int = DEFAULT_MAX_AGE) -> None:
+    def __init__(
+        self, clients: ClientFactory, grants: Callable[[], Grants], *, max_age: int = DEFAULT_MAX_AGE
+    ) -> None:
         self._clients = clients
         self._grants = grants
         self._max_age = max_age
@@ -108,7 +106,7 @@ class SecretReader:
 
     def value(self, tenant: str, header: str, ref: SecretRef) -> str:
         try:
-            authorise_secret(tenant, ref.value_from, field=header_field(header), grants=self._grants)
+            authorise_secret(tenant, ref.value_from, field=header_field(header), grants=self._grants())
         except TargetNotGranted as exc:
             raise PermanentError(exc.message, error_class="TargetNotGranted") from None
         where = f"the secret of header '{header}' ({ref.value_from})"

@@ -34,6 +34,7 @@ router = Router()
 ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
 # Answers that carry a secret are never kept by a cache on the way.
 NO_STORE = {"Cache-Control": "no-store"}
+NOT_GRANTED = 403  # target_not_granted: the job names a target or secret its tenant was not granted
 
 
 def view(job: Job, *, with_fire_times: bool = False) -> JobView:
@@ -52,7 +53,7 @@ def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Res
             201: ("created, with the job's signing secret (shown this once)", CreatedJobView),
             200: ("replayed: the job this idempotency key created, without its secret", JobView),
         },
-        CHANGE_ERRORS,
+        (*CHANGE_ERRORS, NOT_GRANTED),
     ),
 )
 def create_job(
@@ -62,7 +63,7 @@ def create_job(
     key = body.idempotency_key or idempotency_key
     tenant = tenant_of(router.current_event)
     spec = body.to_spec()
-    authorise_references(tenant, spec.target, container().settings.tenant_targets)
+    authorise_references(tenant, spec.target, container().grants())
     result = container().jobs.create(tenant, spec, idempotency_key=key, body_hash=body.body_hash())
     if not result.created:
         return job_response(result.job, 200)
@@ -89,7 +90,9 @@ def get_job(job_id: Annotated[str, JOB_ID]) -> Response[JobView]:
     return job_response(container().jobs.get(tenant_of(router.current_event), job_id), with_next=True)
 
 
-@router.patch("/v1/jobs/<job_id>", responses=ONE_JOB)
+@router.patch(
+    "/v1/jobs/<job_id>", responses=documented({200: ("OK", JobView)}, (*VERSIONED_ERRORS, NOT_GRANTED))
+)
 def update_job(
     job_id: Annotated[str, JOB_ID], patch: Annotated[dict[str, Any], Body()], if_match: IfMatch = None
 ) -> Response[JobView]:
@@ -99,7 +102,7 @@ def update_job(
     def build(job: Job) -> JobSpec:
         body, reset_anchor = merge_patch(job, patch)
         spec = body.to_spec(None if reset_anchor else job.spec.schedule.anchor)
-        authorise_references(tenant, spec.target, container().settings.tenant_targets)
+        authorise_references(tenant, spec.target, container().grants())
         return spec
 
     return job_response(container().jobs.update(tenant, job_id, version, build), with_next=True)

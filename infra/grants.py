@@ -1,0 +1,85 @@
+"""The operator's target grants, as one SSM parameter the api and worker functions read.
+
+Not an environment variable: Lambda holds 4 KB of variables per function, all of them
+together, and a grants map outgrows that with a few dozen tenants. Not a file in the code
+asset: the deploy resolves the stack's partition, region and account into the parameter (the
+home bare target names resolve in), and the example machine's grant names its caller's role,
+both of which exist only as CloudFormation tokens at synth. The functions read it with
+Powertools Parameters, cached for a minute (jobsched.targets.grant_source)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aws_cdk import Aws, Fn, Stack
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from .config import CHECK_HOME, STANDARD_PARAMETER_BYTES, Config
+
+
+def parameter_name(stack_name: str) -> str:
+    return f"/{stack_name}/target-grants"
+
+
+def _resolved(pattern: str) -> str:
+    """`${AWS::Region}` and the like resolved by the deploy (as in the worker's policy)."""
+    return Fn.sub(pattern) if "${" in pattern else pattern
+
+
+class TargetGrants(Construct):
+    """`extra`: grants the stack itself adds (the example machine's caller), tokens allowed."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, extra: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.name = parameter_name(stack.stack_name)
+        # The home is the deploy's own (set below); any home validates the patterns here.
+        document = config.grants_document(CHECK_HOME).model_dump(
+            mode="json", by_alias=True, exclude_defaults=True
+        )
+        tenants = [
+            {**t, "targets": [_resolved(p) for p in t.get("targets", [])]}
+            for t in document.get("tenants", [])
+        ]
+        value = {
+            "home": {"partition": Aws.PARTITION, "region": Aws.REGION, "account": Aws.ACCOUNT_ID},
+            "tenants": [*tenants, *extra],
+            "assumableRoles": [_resolved(p) for p in document.get("assumableRoles", [])],
+        }
+        tier = (
+            ssm.ParameterTier.STANDARD
+            if config.grants_bytes() <= STANDARD_PARAMETER_BYTES
+            else ssm.ParameterTier.ADVANCED
+        )
+        self.parameter = ssm.StringParameter(
+            self,
+            "Parameter",
+            parameter_name=self.name,
+            string_value=stack.to_json_string(value),
+            tier=tier,
+            description="jobsched: what each tenant may target (tenantTargets, assumableRoles, ...)",
+        )
+
+
+def trust_policy(worker_role_arn: str, external_id: str) -> dict[str, Any]:
+    """The trust policy a tenant puts on its role (README, Security): the scheduler's worker
+    role may assume it, set its source identity, and only with the tenant's ExternalId
+    (jobsched.targets.roles.external_id)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": worker_role_arn},
+                "Action": ["sts:AssumeRole", "sts:SetSourceIdentity"],
+                "Condition": {
+                    "StringEquals": {"sts:ExternalId": external_id},
+                    "StringLike": {"sts:SourceIdentity": "jobsched.*"},
+                },
+            }
+        ],
+    }

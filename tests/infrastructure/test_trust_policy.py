@@ -1,0 +1,81 @@
+"""The trust policy the README tells a tenant to put on its role is the one infra.grants
+writes, names the stack's worker role (an output), and admits exactly the AssumeRole the
+worker makes for that tenant: not another tenant's, not one without a source identity."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from typing import Any
+
+import pytest
+from jobsched.domain.instants import ManualClock
+from jobsched.targets import AssumedRoles, external_id
+
+from infra.grants import trust_policy
+from infra.names import OUTPUT_WORKER_FUNCTION_ROLE, ROOT
+from tests.helpers import T0
+
+ROLE = "arn:aws:iam::210987654321:role/jobsched-target-reports"
+WORKER = "arn:aws:iam::123456789012:role/Jobsched-FunctionsWorkerFunctionRole-ABC"
+
+
+def readme_policy() -> dict[str, Any]:
+    text = (ROOT / "README.md").read_text()
+    section = re.search(r"^### AWS targets act with the tenant's authority\n(.*?)(?=^##)", text, re.M | re.S)
+    assert section, "README: no '### AWS targets act with the tenant's authority'"
+    (block,) = re.findall(r"```json\n(.*?)```", section.group(1), re.S)
+    return dict(json.loads(block))
+
+
+def admits(policy: dict[str, Any], principal: str, request: dict[str, Any]) -> bool:
+    """IAM's evaluation of this one-statement trust policy, for the keys it uses."""
+    (statement,) = policy["Statement"]
+    if statement["Effect"] != "Allow" or statement["Principal"]["AWS"] != principal:
+        return False
+    if not {"sts:AssumeRole", "sts:SetSourceIdentity"} <= set(statement["Action"]):
+        return False
+    equals = statement["Condition"]["StringEquals"]
+    like = statement["Condition"]["StringLike"]
+    return request.get("ExternalId") == equals["sts:ExternalId"] and fnmatch.fnmatchcase(
+        request.get("SourceIdentity") or "", like["sts:SourceIdentity"]
+    )
+
+
+def test_the_readme_policy_is_the_one_the_code_writes():
+    placeholder = trust_policy("<WorkerFunctionRoleArn>", "<your external id>")
+    assert readme_policy() == placeholder
+
+
+def test_the_principal_to_trust_is_a_stack_output(synth):
+    output = synth.template["Outputs"][OUTPUT_WORKER_FUNCTION_ROLE]
+    worker = synth.logical_id(synth.stack.functions.roles["worker"])
+    assert output["Value"] == {"Fn::GetAtt": [worker, "Arn"]}
+
+
+class Sts:
+    def __init__(self, policy: dict[str, Any]) -> None:
+        self.policy = policy
+        self.admitted: list[bool] = []
+
+    def assume_role(self, **request: Any) -> dict[str, Any]:
+        self.admitted.append(admits(self.policy, WORKER, request))
+        return {
+            "Credentials": {
+                "AccessKeyId": "A",
+                "SecretAccessKey": "s",
+                "SessionToken": "t",
+                "Expiration": T0.replace(year=T0.year + 1),
+            }
+        }
+
+
+@pytest.mark.parametrize("tenant", ["123456789012/role/reports", "acme corp", "é" * 256, "sha256:x"])
+def test_the_policy_admits_its_tenants_assume_and_no_other(tenant):
+    sts = Sts(trust_policy(WORKER, external_id(tenant)))
+    roles = AssumedRoles(lambda: sts, ManualClock(T0))
+    roles.credentials(ROLE, tenant)
+    roles.credentials(ROLE, tenant + "x")  # another tenant naming the same role
+    assert sts.admitted == [True, False]
+    assert not admits(sts.policy, WORKER, {"ExternalId": external_id(tenant)})  # no source identity

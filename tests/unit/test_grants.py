@@ -1,0 +1,435 @@
+"""The grants' pure matching (jobsched.domain.grants), how a target becomes the ARNs a grant
+must cover (jobsched.targets.authority), and the STS fields and credential cache of a
+tenant's role (jobsched.targets.roles)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, ParamValidationError, ReadTimeoutError
+from hypothesis import given
+from hypothesis import strategies as st
+from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
+from jobsched.domain.grants import Grants, GrantsDocument, own_event_source, tenant_digest
+from jobsched.domain.instants import ManualClock
+from jobsched.domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
+from jobsched.targets import AssumedRoles, external_id, session_identity
+from jobsched.targets.authority import TargetAuthority, queue_arn
+from pydantic import ValidationError
+
+from tests.helpers import HOME, T0
+
+ACCOUNT = HOME["account"]
+
+
+def grants(
+    targets: dict[str, list[str]], sources: dict[str, list[str]] | None = None, roles: tuple[str, ...] = ()
+) -> Grants:
+    return Grants(GrantsDocument.from_maps(targets, sources, roles, HOME))
+
+
+# --- matching ---
+
+
+def test_nothing_is_granted_by_default():
+    assert not Grants().allows("tenant-a", "arn:aws:sqs:us-east-1:123456789012:q")
+    assert not Grants().may_assume("arn:aws:iam::123456789012:role/r")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "arn", "allowed"),
+    [
+        ("arn:aws:sqs:us-east-1:123456789012:acme-*", "arn:aws:sqs:us-east-1:123456789012:acme-in", True),
+        ("arn:aws:sqs:us-east-1:123456789012:acme-*", "arn:aws:sqs:us-east-1:123456789012:ACME-in", False),
+        ("arn:aws:sqs:us-east-1:123456789012:acme-*", "arn:aws:sqs:us-east-1:123456789012:acm", False),
+        ("arn:aws:sqs:us-east-1:123456789012:acme", "arn:aws:sqs:us-east-1:123456789012:acme-in", False),
+        ("arn:aws:sqs:us-east-1:123456789012:acme", "xarn:aws:sqs:us-east-1:123456789012:acme", False),
+        ("arn:aws:sqs:*:123456789012:acme", "arn:aws:sqs:eu-west-1:123456789012:acme", True),
+        # * spans : and / as in IAM: an unqualified grant does not cover a qualifier unless it ends in *
+        (
+            "arn:aws:lambda:us-east-1:123456789012:function:f",
+            "arn:aws:lambda:us-east-1:123456789012:function:f:prod",
+            False,
+        ),
+        (
+            "arn:aws:lambda:us-east-1:123456789012:function:f*",
+            "arn:aws:lambda:us-east-1:123456789012:function:f:prod",
+            True,
+        ),
+        (
+            "arn:aws:sqs:us-east-1:123456789012:a.b",
+            "arn:aws:sqs:us-east-1:123456789012:aXb",
+            False,
+        ),  # . is literal
+        (
+            "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:q",
+            "arn:aws:sqs:us-east-1:123456789012:q",
+            True,
+        ),
+        (
+            "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:q",
+            "arn:aws:sqs:eu-west-1:123456789012:q",
+            False,
+        ),
+    ],
+)
+def test_patterns_match_the_whole_arn(pattern, arn, allowed):
+    assert grants({"t": [pattern]}).allows("t", arn) is allowed
+
+
+def test_a_grant_is_for_exactly_its_tenant():
+    found = grants({"acme": ["arn:aws:sqs:*:*:*"]})
+    assert found.allows("acme", "arn:aws:sqs:us-east-1:123456789012:q")
+    for other in ("acme ", "Acme", "acm", "acme/x", "123456789012/role/acme"):
+        assert not found.allows(other, "arn:aws:sqs:us-east-1:123456789012:q"), other
+
+
+def test_a_tenant_listed_twice_gets_the_union():
+    document = GrantsDocument.model_validate(
+        {
+            "tenants": [
+                {"tenant": "t", "targets": ["arn:aws:sqs:*:*:a"]},
+                {"tenant": "t", "targets": ["arn:aws:sqs:*:*:b"]},
+            ]
+        }
+    )
+    assert Grants(document).allows("t", "arn:aws:sqs:x:1:a") and Grants(document).allows(
+        "t", "arn:aws:sqs:x:1:b"
+    )
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "arn:aws:s3:::bucket",  # not a target service
+        "arn:aws:*:us-east-1:123456789012:x",  # a wildcard service
+        "arn:aws:sqs:us-east-1:123456789012:has space",
+        "arn:aws:sqs:us-east-1:123456789012:",
+        "sqs:us-east-1:123456789012:q",
+        "arn:aws:sqs:us-east-1:1234:q",
+        "arn:aws:sqs:us-east-1:123456789012:" + "q" * 2048,
+    ],
+)
+def test_bad_patterns_are_refused(pattern):
+    with pytest.raises(ValidationError, match="ARN pattern"):
+        GrantsDocument.from_maps({"t": [pattern]}, home=HOME)
+
+
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/hook-AbCdEf"
+PARAMETER = "arn:aws:ssm:us-east-1:123456789012:parameter/acme/api-key"
+
+
+def test_secrets_and_parameters_are_granted_like_targets():
+    """One document grants the AWS targets and the secrets a tenant's headers reference."""
+    granted = grants(
+        {
+            "acme": [
+                "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:acme/*",
+                "arn:aws:ssm:*:*:parameter/acme/*",
+                "arn:aws:sqs:us-east-1:123456789012:acme-*",
+            ]
+        }
+    )
+    assert granted.allows("acme", SECRET) and granted.allows("acme", PARAMETER)
+    assert granted.allows("acme", "arn:aws:sqs:us-east-1:123456789012:acme-in")
+    assert not granted.allows("other", SECRET)
+    assert not granted.allows("acme", SECRET.replace("acme/", "other/"))
+    assert not granted.allows("acme", SECRET.replace("us-east-1", "eu-west-1"))  # the home's region
+
+
+def test_a_secret_reference_is_authorised_by_the_grants():
+    from jobsched.domain.grants import TargetNotGranted
+    from jobsched.domain.models import HttpTarget
+    from jobsched.targets.secrets import authorise_references, authorise_secret
+
+    granted = grants({"acme": ["arn:aws:secretsmanager:*:*:secret:acme/*"]})
+    authorise_secret("acme", SECRET, field="f", grants=granted)
+    with pytest.raises(TargetNotGranted) as refused:
+        authorise_secret("other", SECRET, field="target.http.headers.X.valueFrom", grants=granted)
+    assert refused.value.status == 403 and refused.value.code == "target_not_granted"
+    assert refused.value.field == "target.http.headers.X.valueFrom"
+    target = HttpTarget(
+        kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": PARAMETER}}
+    )
+    with pytest.raises(TargetNotGranted, match=r"target\.http\.headers\.X-Api-Key\.valueFrom"):
+        authorise_references("acme", target, granted)
+
+
+def test_placeholders_need_a_home_and_tenants_must_be_printable():
+    with pytest.raises(ValidationError, match="placeholder"):
+        GrantsDocument.from_maps({"t": ["arn:aws:sqs:${AWS::Region}:123456789012:q"]})
+    with pytest.raises(ValidationError, match="printable"):
+        GrantsDocument.from_maps({"t\n": ["arn:aws:sqs:us-east-1:123456789012:q"]})
+    with pytest.raises(ValidationError, match="printable"):
+        GrantsDocument.from_maps({"x" * 257: []})
+
+
+def test_sources_are_the_tenants_own_or_granted():
+    found = grants({}, {"acme": ["com.acme.*"]})
+    own = own_event_source("acme")
+    assert own == "jobsched." + tenant_digest("acme") and len(own) == 41
+    assert found.allows_source("acme", own) and found.allows_source("acme", own + ".billing")
+    assert not found.allows_source("acme", own + "x")
+    assert not found.allows_source("acme", own_event_source("other"))
+    assert found.allows_source("acme", "com.acme.orders") and not found.allows_source(
+        "other", "com.acme.orders"
+    )
+
+
+@given(st.text(min_size=1, max_size=256), st.text(min_size=1, max_size=256))
+def test_no_tenants_own_source_covers_another_tenants(a, b):
+    if a != b:
+        assert not Grants().allows_source(a, own_event_source(b))
+
+
+# --- targets -> ARNs ---
+
+
+def authority(targets: dict[str, list[str]], **kw: Any) -> TargetAuthority:
+    found = grants(targets, **kw)
+    return TargetAuthority(lambda: found)
+
+
+@pytest.mark.parametrize(
+    ("name", "qualifier", "arns"),
+    [
+        ("remind", None, ["arn:aws:lambda:us-east-1:123456789012:function:remind"]),
+        ("remind:live", None, ["arn:aws:lambda:us-east-1:123456789012:function:remind:live"]),
+        ("remind", "7", ["arn:aws:lambda:us-east-1:123456789012:function:remind:7"]),
+        ("999999999999:function:remind", None, ["arn:aws:lambda:us-east-1:999999999999:function:remind"]),
+        (
+            "arn:aws:lambda:eu-west-1:999999999999:function:remind:live",
+            "prod",
+            [
+                "arn:aws:lambda:eu-west-1:999999999999:function:remind:live",
+                "arn:aws:lambda:eu-west-1:999999999999:function:remind:prod",
+            ],
+        ),
+    ],
+)
+def test_a_function_is_judged_by_the_arn_invoke_acts_on(name, qualifier, arns):
+    from jobsched.targets.authority import lambda_arns
+
+    target = LambdaTarget(kind="lambda", function_arn=name, qualifier=qualifier)
+    assert lambda_arns(target, GrantsDocument.from_maps(home=HOME).home) == arns
+    # Every ARN must be granted: one of two qualifiers is not enough.
+    if len(arns) == 2:
+        assert authority({"t": [arns[0]]}).refusal("t", target) is not None
+        assert authority({"t": arns}).refusal("t", target) is None
+
+
+def test_an_account_in_a_partial_name_is_not_the_deployments():
+    """`999999999999:function:remind` is another account's function, not ours of that name."""
+    target = LambdaTarget(kind="lambda", function_arn="999999999999:function:remind")
+    assert (
+        authority({"t": [f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:remind"]}).refusal("t", target)
+        is not None
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "arn"),
+    [
+        ("https://sqs.eu-west-1.amazonaws.com/123456789012/q", "arn:aws:sqs:eu-west-1:123456789012:q"),
+        (
+            "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q",
+            "arn:aws-cn:sqs:cn-north-1:123456789012:q",
+        ),
+        (
+            "https://sqs.us-gov-west-1.amazonaws.com/123456789012/q",
+            "arn:aws-us-gov:sqs:us-gov-west-1:123456789012:q",
+        ),
+        (
+            "https://eu-west-1.queue.amazonaws.com/123456789012/q.fifo",
+            "arn:aws:sqs:eu-west-1:123456789012:q.fifo",
+        ),
+        ("https://queue.amazonaws.com/123456789012/q", "arn:aws:sqs:us-east-1:123456789012:q"),
+        ("https://sqs-fips.us-east-2.amazonaws.com/123456789012/q", "arn:aws:sqs:us-east-2:123456789012:q"),
+    ],
+)
+def test_a_queue_url_names_its_arn(url, arn):
+    assert queue_arn(url) == arn
+
+
+def test_bare_names_need_the_deployments_home():
+    found = Grants(GrantsDocument.from_maps({"t": ["arn:aws:lambda:*:*:function:*"]}))  # no home
+    refusal = TargetAuthority(lambda: found).refusal("t", LambdaTarget(kind="lambda", function_arn="remind"))
+    assert refusal is not None and refusal.field == "target.functionArn" and "full ARN" in refusal.rule
+
+
+def test_each_kind_names_its_field():
+    nothing = authority({})
+    cases = [
+        (LambdaTarget(kind="lambda", function_arn="f"), "target.functionArn"),
+        (
+            SqsTarget(kind="sqs", queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/q"),
+            "target.queueUrl",
+        ),
+        (EventBridgeTarget(kind="eventbridge"), "target.eventBusName"),
+        (
+            StepFunctionsTarget(
+                kind="stepfunctions", state_machine_arn=f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:m"
+            ),
+            "target.stateMachineArn",
+        ),
+        (
+            SqsTarget(kind="sqs", queue_url="https://x", role_arn="arn:aws:iam::123456789012:role/r"),
+            "target.roleArn",
+        ),
+    ]
+    for target, field in cases:
+        found = nothing.refusal("t", target)
+        assert found is not None and found.field == field, target
+        assert found.to_error().status == 403 and found.to_error().code == "target_not_granted"
+        assert found.to_failure().error_class == "TargetNotGranted" and not found.to_failure().retryable
+
+
+def test_the_default_bus_needs_its_grant_and_the_source_its_own():
+    bus = f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/default"
+    assert authority({"t": [bus]}).refusal("t", EventBridgeTarget(kind="eventbridge")) is None
+    found = authority({"t": [bus]}).refusal("t", EventBridgeTarget(kind="eventbridge", source="jobsched"))
+    assert found is not None and found.field == "target.source" and own_event_source("t") in found.rule
+
+
+# --- the STS fields ---
+
+STS_EXTERNAL_ID = re.compile(r"[\w+=,.@:/-]{2,1224}", re.ASCII)
+STS_NAME = re.compile(r"[\w+=,.@-]{2,64}", re.ASCII)
+
+
+@given(st.text(min_size=1, max_size=256).filter(str.isprintable))
+def test_every_tenant_id_makes_valid_sts_fields(tenant):
+    assert STS_EXTERNAL_ID.fullmatch(external_id(tenant))
+    assert STS_NAME.fullmatch(session_identity(tenant))
+
+
+@given(st.text(min_size=1, max_size=256), st.text(min_size=1, max_size=256))
+def test_two_tenants_never_share_an_external_id(a, b):
+    if a != b:
+        assert external_id(a) != external_id(b)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "expected"),
+    [
+        ("tenant-a", "tenant-a"),
+        ("123456789012/role/ci", "123456789012/role/ci"),  # IAM principals' tenants fit as they are
+        ("a", "sha256:" + __import__("hashlib").sha256(b"a").hexdigest()),  # too short for STS
+        ("acme corp", "sha256:" + __import__("hashlib").sha256(b"acme corp").hexdigest()),
+        ("x" * 256, "x" * 256),
+    ],
+)
+def test_the_external_id_is_the_tenant_where_it_fits(tenant, expected):
+    assert external_id(tenant) == expected
+
+
+def test_a_tenant_named_like_a_digest_does_not_get_that_digest():
+    victim = "acme corp"
+    impostor = external_id(victim)  # a tenant that chose this id as its name
+    assert external_id(impostor) != external_id(victim)
+
+
+# --- the credential cache ---
+
+
+class FakeSts:
+    def __init__(self, clock: ManualClock, fail: Exception | None = None, delay: float = 0.0) -> None:
+        self.clock, self.fail, self.delay = clock, fail, delay
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def assume_role(self, **params: Any) -> dict[str, Any]:
+        with self._lock:
+            self.calls.append(params)
+            n = len(self.calls)
+        time.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return {
+            "Credentials": {
+                "AccessKeyId": f"ASIA{n}",
+                "SecretAccessKey": "s",
+                "SessionToken": "t",
+                "Expiration": self.clock.now() + timedelta(seconds=params["DurationSeconds"]),
+            }
+        }
+
+
+def test_credentials_are_cached_per_role_and_tenant_until_near_expiry():
+    clock = ManualClock(T0)
+    sts = FakeSts(clock)
+    roles = AssumedRoles(lambda: sts, clock)
+    first = roles.credentials("arn:aws:iam::1:role/r", "a")
+    assert roles.credentials("arn:aws:iam::1:role/r", "a") == first
+    assert roles.credentials("arn:aws:iam::1:role/r", "b") != first  # another tenant, another session
+    assert roles.credentials("arn:aws:iam::1:role/other", "a") != first
+    assert [c["ExternalId"] for c in sts.calls] == [external_id("a"), external_id("b"), external_id("a")]
+    clock.advance(3600 - 5 * 60 - 1)
+    assert roles.credentials("arn:aws:iam::1:role/r", "a") == first  # still more than 5 minutes left
+    clock.advance(2)
+    assert roles.credentials("arn:aws:iam::1:role/r", "a") != first  # renewed before it expires
+    assert len(sts.calls) == 4
+
+
+def test_concurrent_runs_of_one_tenant_wait_for_one_assume():
+    clock = ManualClock(T0)
+    sts = FakeSts(clock, delay=0.2)
+    roles = AssumedRoles(lambda: sts, clock)
+    got: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(roles.credentials("arn:aws:iam::1:role/r", "a")))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(sts.calls) == 1 and len(set(got)) == 1 and len(got) == 8
+
+
+def test_the_assume_request_carries_the_tenants_fields():
+    clock = ManualClock(T0)
+    sts = FakeSts(clock)
+    AssumedRoles(lambda: sts, clock).credentials("arn:aws:iam::1:role/r", "acme corp")
+    (call,) = sts.calls
+    assert call == {
+        "RoleArn": "arn:aws:iam::1:role/r",
+        "RoleSessionName": session_identity("acme corp"),
+        "ExternalId": external_id("acme corp"),
+        "SourceIdentity": session_identity("acme corp"),
+        "DurationSeconds": 3600,
+    }
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "AssumeRole",
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "error_class"),
+    [
+        (_client_error("AccessDenied", 403), PermanentError, "AssumeRoleDenied"),
+        (_client_error("ValidationError", 400), PermanentError, "AssumeRoleInvalid"),
+        (_client_error("RegionDisabledException", 403), PermanentError, "AssumeRoleInvalid"),
+        (_client_error("Throttling", 400), RetryableError, "AssumeRoleUnavailable"),
+        (_client_error("ServiceUnavailable", 503), RetryableError, "AssumeRoleUnavailable"),
+        (_client_error("ExpiredToken", 400), RetryableError, "AssumeRoleUnavailable"),  # our own credentials
+        (ReadTimeoutError(endpoint_url="https://sts"), RetryableError, "AssumeRoleUnavailable"),
+        (ParamValidationError(report="bad"), PermanentError, "AssumeRoleInvalid"),
+    ],
+)
+def test_a_failed_assume_is_classed_and_never_ambiguous(error, kind, error_class):
+    clock = ManualClock(T0)
+    roles = AssumedRoles(lambda: FakeSts(clock, fail=error), clock)
+    with pytest.raises(kind) as caught:
+        roles.credentials("arn:aws:iam::1:role/r", "a")
+    assert caught.value.error_class == error_class
+    assert not isinstance(caught.value, AmbiguousError)  # nothing reached the target
