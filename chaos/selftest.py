@@ -44,9 +44,9 @@ WORLDS: dict[str, ChaosConfig] = {
     # Pauses resumed soon after (their occurrences were made ahead), mostly `run-once`.
     "pauses": ChaosConfig(
         seed=11,
-        runs=40,
-        window_seconds=150,
-        faults=replace(QUIET, control=0.1),
+        runs=80,
+        window_seconds=200,
+        faults=replace(QUIET, control=0.08),
         resume_after=(15, 60),
         cancel_share=0.0,
         hog=False,
