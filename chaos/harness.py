@@ -432,7 +432,7 @@ class World:
                 if paused:
                     kind = "resume" if rng.random() < 0.7 else "cancel"
                 else:
-                    kind = "cancel" if rng.random() < self.config.cancel_share else "pause"
+                    kind = "pause" if rng.random() < 1 - self.config.cancel_share else "cancel"
                 self._lifecycle(tracked, kind)
         if rng.random() < self.rates.redrive:
             dead = sorted(k for k, r in self.audit.latest.items() if r.state is RunState.DEAD)
