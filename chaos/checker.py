@@ -668,8 +668,11 @@ def _check_missed(evidence: Evidence, by_job: dict[str, list[Run]], figures: Fig
                     should: bool | None = False
                 elif policies.misfire is Misfire.CATCH_UP:
                     should = True if in_window else (False if before_window else None)
-                elif near_end or instant != latest_inside:
+                elif instant != latest_inside:
                     should = False if (in_window or before_window) else None
+                elif near_end:
+                    # The one to run is this or the one at the resume, by the API's own clock.
+                    should = None
                 else:
                     should = True if in_window else (False if before_window else None)
                 if should is not None and did != should:
