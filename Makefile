@@ -146,3 +146,10 @@ RUNS ?= 1000
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos --seed $(SEED) --runs $(RUNS)
+
+# Every mutant of the pipeline (chaos/mutants.py) must make the checker fail on its figure;
+# one the checker survives fails the target. `make test` runs it too, as
+# tests/chaos/test_chaos.py::test_every_mutant_of_the_pipeline_is_caught.
+.PHONY: chaos-selftest
+chaos-selftest: $(STAMP)
+	$(BIN)/python -m chaos.selftest

@@ -30,7 +30,17 @@ throttling (ProvisionedThroughputExceededException / ThrottlingException) on ran
 DynamoDB and SQS calls of every component; pauses, resumes, cancels and redrives through
 the services. After the window the faults stop and the loop runs until no run is open.
 
+Production's shape. Each worker invocation gets a Lambda context whose remaining time runs
+on the simulated clock, and the worker is bound to it (`Worker.for_invocation`) as the
+handler binds it; the tenant limit is on for the worker and the lease API together; an
+external fleet leases `chaos.external` runs through the lease API and works on each for a
+few seconds.
+
+Evidence. The targets (the Python handlers, the fleet, the hog) record every call in the
+effect ledger with its start and end, beside the code under test; a repeat after a dead
+invocation is excused by that invocation's own deadline, never by what its claim recorded.
 The verdict (`checker`) is one line of figures; the must-be-0 ones fail the run.
+`chaos.mutants` and `chaos.selftest` prove that each figure can fail.
 """
 
 from .checker import MUST_BE_ZERO, Figures, Violation

@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from .harness import BROKEN_VARIANTS, ChaosConfig, run_chaos
+from .harness import ChaosConfig, run_chaos
+from .mutants import BY_NAME
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,9 +15,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--runs", type=int, default=1000, help="occurrences to schedule (default 1000)")
     parser.add_argument("--window", type=int, default=None, help="simulated seconds of injected faults")
-    parser.add_argument("--broken", choices=BROKEN_VARIANTS, default=None, help="prove the checker can fail")
     parser.add_argument(
-        "--tenant-concurrency", type=int, default=0, help="worker's per-tenant lease limit (0: off)"
+        "--mutant", choices=sorted(BY_NAME), default=None, help="run a mutant of the pipeline (chaos.mutants)"
+    )
+    parser.add_argument(
+        "--tenant-concurrency",
+        type=int,
+        default=4,
+        help="TENANT_CONCURRENCY, worker and lease API (0: off)",
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -26,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         runs=args.runs,
         window_seconds=args.window,
-        broken=args.broken,
+        mutant=args.mutant,
         tenant_concurrency=args.tenant_concurrency,
         verbose=args.verbose,
     )

@@ -1,7 +1,44 @@
 """What a chaos run is judged on. The inputs are independent of the code under test where
-possible: the effect ledger (what handlers did), the Runs table stream (every write, with
-old and new image), the schedule math over the window, and the harness's own record of
-when each pause, resume and cancel was acknowledged."""
+possible: the effect ledger (what the targets did, with start and end), the Runs table stream
+(every write, with old and new image), the schedule math over the window, the harness's own
+record of when each pause, resume and cancel was acknowledged, and the deadline of every
+invocation the harness made (its fake Lambda context's, in true time).
+
+Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
+
+- `lost`: an occurrence of an ACTIVE job in the window with neither a run nor a SKIPPED
+  record covering it; `phantom_runs`: a scheduled run that is no occurrence of its schedule.
+- `duplicate_effects`: a run whose target acted more than once, except one repeat per
+  invocation that died between a successful effect and the completion that records it (or
+  was frozen there past its deadline), made after that invocation's deadline less twice the
+  clock skew (the dead claim's clock and the repeat's). Nothing else is excused.
+- `missing_effects`: a run that became SUCCEEDED although no target ever acted for it.
+- `dead_untried`: a run that became DEAD in an attempt series with no claim in its history
+  and no target call: the only reasons a run may die untried are `MaxAge` and `Unclaimed`,
+  and only once that series is really `retry.maxAgeSeconds` old. A permanent error is an
+  attempt (a call); `AtMostOnce`, `RetriesExhausted` and `LeaseExpired` follow claims.
+- `stale_fence_writes`: a holder's write under a fence that is not the latest claim's, a
+  fence going back, or a history rewritten (checked on every stream record and at the end).
+- `attempts_over_policy`: more target calls in one attempt series than the policy allows
+  (one under `at-most-once`), a claim past `maxAttempts`, or a call after a recorded
+  permanent error.
+- `effects_after_pause`: a target call that started after a pause or cancel of its job was
+  acknowledged (and not undone).
+- `overlap_violations`: a run of a `skip` or `buffer-one` job whose target call started
+  while an earlier run of the same job was executing: between that run's first call and
+  the end of its last (a run waiting for its retry is still open, README *Policies*). Only
+  each run's first attempt series counts (a redrive is a new decision).
+- `missed_run_violations`: an occurrence inside an acknowledged pause (more than the skew
+  from either end) that was neither run nor recorded SKIPPED as the job's `missedRuns`
+  says: `skip` runs none; `run-once` runs only the latest one inside the catch-up window;
+  `catch-up` runs each one inside it; every other one is SKIPPED.
+- `tenant_limit_exceeded`: a target call that started while the tenant already had its
+  `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
+- `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
+  EARLY_ALLOWANCE.
+- `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
+  held while its job is paused, when the run stops; `oversize_items`: a write refused at
+  DynamoDB's 400 KB item limit."""
 
 from __future__ import annotations
 
@@ -11,7 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsched.domain.models import DeliveryGuarantee, Job, JobState, ScheduleKind
+from jobsched.domain.models import DeliveryGuarantee, Job, JobState, Misfire, Overlap, ScheduleKind
 from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
 from jobsched.domain.schedule import fires_between
 from jobsched.store.runs import RunStore
@@ -20,6 +57,10 @@ from .ledger import PERMANENT, Call, Ledger
 
 ONE_SECOND = timedelta(seconds=1)
 CLOCK_SKEW = timedelta(seconds=3)  # the most a component's clock is off true time (harness)
+# A worker waits out a message up to 2 s early by its own clock (worker.CLOCK_SKEW); the
+# harness does not simulate waits, so a call may start that much before its due instant by
+# the worker's clock, which is itself up to CLOCK_SKEW off.
+EARLY_ALLOWANCE = CLOCK_SKEW + timedelta(seconds=2)
 HOLDERS = ("worker:", "lease:")  # actors that write under a lease they claimed
 MUST_BE_ZERO = (
     "lost",
@@ -30,6 +71,12 @@ MUST_BE_ZERO = (
     "effects_after_pause",
     "unbounded_open",
     "oversize_items",
+    "missing_effects",
+    "dead_untried",
+    "overlap_violations",
+    "missed_run_violations",
+    "tenant_limit_exceeded",
+    "early_effects",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -201,6 +248,12 @@ class Figures:
     effects_after_pause: int = 0
     unbounded_open: int = 0
     oversize_items: int = 0  # writes refused at DynamoDB's 400 KB item limit
+    missing_effects: int = 0
+    dead_untried: int = 0
+    overlap_violations: int = 0
+    missed_run_violations: int = 0
+    tenant_limit_exceeded: int = 0
+    early_effects: int = 0
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
     faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
@@ -227,6 +280,10 @@ class Figures:
             f" effects_repeated_after_deadline={self.effects_repeated_after_deadline}"
             f" repair_latency_p99={self.repair_latency_p99:.0f}s"
             f" oversize_items={self.oversize_items} max_item_bytes={self.max_item_bytes}"
+            f" missing_effects={self.missing_effects} dead_untried={self.dead_untried}"
+            f" overlap_violations={self.overlap_violations}"
+            f" missed_run_violations={self.missed_run_violations}"
+            f" tenant_limit_exceeded={self.tenant_limit_exceeded} early_effects={self.early_effects}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
@@ -257,9 +314,10 @@ class Evidence:
     oversize: list[str] = field(default_factory=list)  # writes refused at the item size limit
     max_item_bytes: int = 0
     faults: dict[str, int] = field(default_factory=dict)
-    # Run key -> the invocation deadline of each attempt that died after a successful effect,
-    # before its completion (by that worker's clock, within CLOCK_SKEW of true time).
+    # Run key -> the invocation deadline (true time, the harness's Lambda context) of each
+    # attempt that died after a successful effect, before its completion.
     unrecorded: dict[str, list[datetime | None]] = field(default_factory=dict)
+    tenant_limit: int = 0  # TENANT_CONCURRENCY (0: no limit)
 
 
 def check(evidence: Evidence) -> Figures:
@@ -275,7 +333,11 @@ def check(evidence: Evidence) -> Figures:
 
     _check_coverage(evidence, by_job, figures)
     _check_effects(evidence, runs, figures)
+    _check_overlap(evidence, by_job, figures)
+    _check_missed(evidence, by_job, figures)
+    _check_tenant_limit(evidence, figures)
     for run in evidence.runs:
+        _check_outcome(run, evidence, figures)
         for problem in _holder_violations(_checkable(run), None, 0):
             flag(Violation("stale_fence_writes", run.run_key, problem))
         _check_attempts(run, figures)
@@ -347,7 +409,7 @@ def _repeated_before_deadline(calls: list[Call], deadlines: list[datetime | None
     acted = sorted((call for call in calls if call.acted), key=lambda call: call.seq)
     unused = sorted(d for d in deadlines if d is not None)
     for repeat in acted[1:]:
-        excuse = next((d for d in unused if repeat.at >= d - CLOCK_SKEW), None)
+        excuse = next((d for d in unused if repeat.at >= d - 2 * CLOCK_SKEW), None)
         if excuse is None:
             return f"{len(acted)} effects; the one at {repeat.at:%H:%M:%S} is excused by no dead invocation"
         unused.remove(excuse)
@@ -364,6 +426,17 @@ def _check_effects(evidence: Evidence, runs: dict[str, Run], figures: Figures) -
             figures.effects_repeated_after_deadline += max(0, sum(1 for call in calls if call.acted) - 1)
         job_id = run_key.partition("@")[0]
         tracked = evidence.jobs.get(job_id)
+        known = runs.get(run_key)
+        for call in calls:
+            due = known.scheduled_for if known is not None else None
+            if due is not None and call.at < due - EARLY_ALLOWANCE:
+                flag(
+                    Violation(
+                        "early_effects",
+                        run_key,
+                        f"call of attempt {call.attempt} started {call.at:%H:%M:%S}, due {due:%H:%M:%S}",
+                    )
+                )
         if tracked is not None:
             for call in calls:
                 if tracked.stopped_at_seq(call.seq):
@@ -453,3 +526,182 @@ def _repair_latencies(runs: list[Run]) -> list[float]:
             if entry.actor == "reconciler":
                 latencies.append((entry.at - previous.at).total_seconds())
     return latencies
+
+
+# --- the new figures: outcomes, overlap, missed runs, the tenant limit ---
+
+UNTRIED_REASONS = ("MaxAge", "Unclaimed")  # may die with no attempt, once really that old
+
+
+def _check_outcome(run: Run, evidence: Evidence, figures: Figures) -> None:
+    """`missing_effects` and `dead_untried` for one run (see the module docstring)."""
+    flag = figures.violations.append
+    calls = evidence.ledger.calls.get(run.run_key, [])
+    if any(e.target is RunState.SUCCEEDED for e in run.history) and not any(c.acted for c in calls):
+        flag(Violation("missing_effects", run.run_key, f"SUCCEEDED with {len(calls)} calls, none acted"))
+    redrives = evidence.redrives.get(run.run_key, [])
+    call_series = _series(calls, redrives)
+    max_age = run.policies.retry.max_age_seconds
+    for index, history in enumerate(_history_series(run)):
+        deaths = [e for e in history if e.target is RunState.DEAD]
+        if not deaths:
+            continue
+        claimed = any(e.target is RunState.LEASED for e in history)
+        if index == 0 and run.history_dropped and run.attempt > 0:
+            claimed = True  # compaction dropped the early entries: the attempt counter says
+        called = index < len(call_series) and bool(call_series[index])
+        if claimed or called:
+            continue
+        death = deaths[0]
+        began = history[0].at if index > 0 else run.scheduled_for
+        age = (death.at - began).total_seconds()
+        if (
+            death.error_class in UNTRIED_REASONS
+            and max_age is not None
+            and age >= max_age - 2 * CLOCK_SKEW.total_seconds()
+        ):
+            continue
+        flag(
+            Violation(
+                "dead_untried",
+                run.run_key,
+                f"DEAD ({death.error_class}, {death.actor}, {death.at:%H:%M:%S}) with no claim and no call",
+            )
+        )
+
+
+def _span(calls: list[Call], redrives: list[int]) -> tuple[int, float, str] | None:
+    """The run's first attempt series as (first call's start, last call's end, the calls'
+    times) in sequencer order; a call still under way ends at infinity."""
+    first = [c for c in calls if not redrives or c.seq < redrives[0]]
+    if not first:
+        return None
+    first.sort(key=lambda c: c.seq)
+    end = max(float(c.end_seq) if c.finished else math.inf for c in first)
+    times = ", ".join(
+        f"{c.source} {c.at:%H:%M:%S}-{c.end_at:%H:%M:%S}" if c.end_at else f"{c.source} {c.at:%H:%M:%S}-"
+        for c in first
+    )
+    return first[0].seq, end, times
+
+
+def _check_overlap(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:
+    """No call of a `skip`/`buffer-one` run starts while an earlier run of its job executes."""
+    for mine in by_job.values():
+        policy = mine[0].policies.overlap
+        if policy not in (Overlap.SKIP, Overlap.BUFFER_ONE):
+            continue
+        spans = []
+        for run in mine:
+            calls = evidence.ledger.calls.get(run.run_key, [])
+            span = _span(calls, evidence.redrives.get(run.run_key, []))
+            if span is not None:
+                spans.append((span[0], span[1], span[2], run))
+        spans.sort(key=lambda s: s[0])
+        for index, (start, _, times, run) in enumerate(spans):
+            for other_start, other_end, other_times, other in spans[:index]:
+                if other_start < start < other_end:
+                    figures.violations.append(
+                        Violation(
+                            "overlap_violations",
+                            run.run_key,
+                            f"{policy.value}: its call ({times}) started while {other.run_key}"
+                            f" ({other.state.value}) was executing (calls {other_times})",
+                        )
+                    )
+                    break
+
+
+def _pause_windows(tracked: TrackedJob) -> list[tuple[datetime, datetime]]:
+    """(paused, resumed) true times of each acknowledged pause that a resume ended."""
+    windows: list[tuple[datetime, datetime]] = []
+    paused: datetime | None = None
+    for ack in sorted(tracked.acks, key=lambda a: a.seq):
+        if ack.kind == "pause" and paused is None:
+            paused = ack.at
+        elif ack.kind == "resume" and paused is not None:
+            windows.append((paused, ack.at))
+            paused = None
+        elif ack.kind == "cancel":
+            break
+    return windows
+
+
+def _check_missed(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:
+    """Each occurrence inside a pause is run or recorded SKIPPED as `missedRuns` says."""
+    margin = CLOCK_SKEW + ONE_SECOND
+    for job_id, tracked in evidence.jobs.items():
+        job = evidence.stored_jobs.get(job_id)
+        if job is None:
+            continue
+        mine = [r for r in by_job.get(job_id, []) if r.trigger.value == "schedule"]
+        at_instant = {run.scheduled_for: run for run in mine}
+        ranges = [(r.scheduled_for, r.skipped_through) for r in mine if r.skipped_through is not None]
+        policies = job.spec.policies
+        for paused, resumed in _pause_windows(tracked):
+            edge = resumed - timedelta(seconds=policies.catch_up_window_seconds)
+            inside = fires_between(job.spec.schedule, paused + margin, resumed - margin, 100_000)
+            if not inside:
+                continue
+            near_end = fires_between(job.spec.schedule, resumed - margin, resumed + margin, 10)
+
+            window = f"{policies.misfire.value}, paused {paused:%H:%M:%S}-{resumed:%H:%M:%S}"
+
+            def flag(instant: datetime, detail: str, window: str = window, job_id: str = job_id) -> None:
+                key = f"{job_id}@{instant:%Y-%m-%dT%H:%M:%SZ}"
+                figures.violations.append(Violation("missed_run_violations", key, f"{detail} ({window})"))
+
+            ran: dict[datetime, bool] = {}
+            for instant in inside:
+                run = at_instant.get(instant)
+                if run is not None and run.state is not RunState.SKIPPED:
+                    ran[instant] = True
+                elif run is not None or any(lo <= instant <= hi for lo, hi in ranges):
+                    ran[instant] = False
+                else:
+                    flag(instant, "neither run nor recorded SKIPPED")
+            latest_inside = max(inside)
+            for instant, did in ran.items():
+                in_window = instant >= edge + margin
+                before_window = instant < edge - margin
+                if policies.misfire is Misfire.SKIP:
+                    should: bool | None = False
+                elif policies.misfire is Misfire.CATCH_UP:
+                    should = True if in_window else (False if before_window else None)
+                elif instant != latest_inside:
+                    should = False if (in_window or before_window) else None
+                elif near_end:
+                    # The one to run is this or the one at the resume, by the API's own clock.
+                    should = None
+                else:
+                    should = True if in_window else (False if before_window else None)
+                if should is not None and did != should:
+                    flag(instant, "ran" if did else "SKIPPED instead of run")
+
+
+def _check_tenant_limit(evidence: Evidence, figures: Figures) -> None:
+    """No call starts while its tenant already has `tenant_limit` calls under way."""
+    limit = evidence.tenant_limit
+    if limit <= 0:
+        return
+    by_tenant: dict[str, list[Call]] = defaultdict(list)
+    for call in evidence.ledger.all_calls():
+        by_tenant[call.tenant].append(call)
+    for tenant, calls in by_tenant.items():
+        events: list[tuple[float, int, Call]] = []
+        for call in calls:
+            events.append((float(call.seq), 1, call))
+            events.append((float(call.end_seq) if call.finished else math.inf, -1, call))
+        events.sort(key=lambda e: (e[0], e[1]))
+        live = 0
+        for _, delta, call in events:
+            live += delta
+            if delta > 0 and live > limit:
+                figures.violations.append(
+                    Violation(
+                        "tenant_limit_exceeded",
+                        call.run_key,
+                        f"tenant {tenant}: call started at {call.at:%H:%M:%S} as call {live} under way"
+                        f" (limit {limit})",
+                    )
+                )

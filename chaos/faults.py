@@ -80,6 +80,25 @@ def sqs_on_clock(clock: ManualClock) -> Iterator[None]:
         yield
 
 
+class SimulatedLambdaContext:
+    """A Lambda context whose remaining time runs on the simulated clock: the invocation
+    ends at `deadline` (true time), whatever the worker's own clock says."""
+
+    def __init__(self, clock: ManualClock, deadline: datetime, request_id: str) -> None:
+        self._clock = clock
+        self.deadline = deadline
+        self.aws_request_id = request_id
+        self.function_name = "jobsched-worker"
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:jobsched-worker"
+        self.memory_limit_in_mb = 1024
+        self.log_group_name = "/aws/lambda/jobsched-worker"
+        self.log_stream_name = request_id
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - self._clock.now()).total_seconds() * 1000))
+
+
 class Throttle:
     """Decides, per call, whether a client raises a throttling error instead of answering."""
 
@@ -132,6 +151,7 @@ class Freeze:
         self.reached = threading.Event()
         self.thaw = threading.Event()
         self.fence: int | None = None
+        self.state: RunState | None = None  # the ending it was frozen writing
 
 
 class ChaosRunStore(RunStore):
@@ -162,6 +182,7 @@ class ChaosRunStore(RunStore):
         if finishing and freeze is not None and freeze.run_key == new.run_key:
             self.freeze = None
             freeze.fence = read.fence
+            freeze.state = new.state
             freeze.reached.set()
             freeze.thaw.wait()
         return super()._put(new, read, holder=holder)

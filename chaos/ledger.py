@@ -1,8 +1,17 @@
-"""The effect ledger: every handler call and every effect, in the order they happened.
+"""The effect ledger: every handler call and every effect, with when it started and ended.
 
-The Python job handlers registered here are the system under test's "targets": they act
-only through the ledger, so "one effect per run" and "no effect after a pause" are
-counted rather than assumed."""
+The targets in chaos are the harness's own: the Python job handlers registered here and the
+external worker that leases runs through the API. Each records what it did in the ledger as
+it does it, beside the code under test and never through it, so "one effect per run", "no
+effect after a pause", "no two runs of a `skip` job at once" and "no more effects of a
+tenant at once than its limit" are counted from what the targets saw, not from what the
+pipeline wrote down about itself.
+
+Each record carries two positions: simulated true time (`at`, `end_at`: the ManualClock,
+what the due-instant and deadline rules are judged on) and the sequencer's global order
+(`seq`, `end_seq`: one counter shared with the harness's acknowledgements). Time advances a
+whole simulated second between loop steps, so many effects share an instant; two effects
+were under way at once exactly when their [seq, end_seq] intervals intersect."""
 
 from __future__ import annotations
 
@@ -11,7 +20,7 @@ import random
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,8 +32,13 @@ OK = "chaos.ok"  # always acts
 FLAKY = "chaos.flaky"  # fails transiently now and then, else acts
 DOWN = "chaos.down"  # always fails transiently: retried until dead
 BAD = "chaos.bad"  # fails permanently: dead at once, never retried
+EXTERNAL = "chaos.external"  # no handler: the harness's external fleet leases it through the API
 JOB_TYPES = (OK, FLAKY, DOWN, BAD)
 PERMANENT = "HTTP400"  # the error class of BAD's failures
+
+# Where an effect was seen.
+HANDLER = "handler"  # a Python handler run by the Lambda worker
+LEASE = "lease"  # the harness's external worker, through the lease API
 
 
 class Sequencer:
@@ -41,12 +55,27 @@ class Sequencer:
 
 @dataclass(frozen=True)
 class Call:
+    """One call of a target for one attempt of one run: from `seq`/`at` to `end_seq`/`end_at`.
+    `acted` is False when the target failed before acting (no effect)."""
+
     run_key: str
     job_type: str
     attempt: int
     seq: int
-    at: datetime  # true simulated time
-    acted: bool  # False when the handler failed before acting
+    at: datetime  # true simulated time the call started
+    acted: bool
+    end_seq: int = 0  # 0 while the call is under way
+    end_at: datetime | None = None
+    tenant: str = ""
+    source: str = HANDLER
+
+    @property
+    def job_id(self) -> str:
+        return self.run_key.partition("@")[0]
+
+    @property
+    def finished(self) -> bool:
+        return self.end_seq > 0
 
 
 @dataclass
@@ -56,28 +85,44 @@ class Ledger:
     calls: dict[str, list[Call]] = field(default_factory=lambda: defaultdict(list))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, invocation: Invocation, acted: bool) -> None:
+    def begin(self, run_key: str, job_type: str, attempt: int, tenant: str, source: str = HANDLER) -> Call:
+        """A target call starts: recorded at once, so a call that never ends still shows."""
         with self.lock:
-            self.calls[invocation.run_key].append(
-                Call(
-                    invocation.run_key,
-                    invocation.job_type,
-                    invocation.attempt,
-                    self.sequencer.next(),
-                    self.now(),
-                    acted,
-                )
-            )
+            seq = self.sequencer.next()
+            call = Call(run_key, job_type, attempt, seq, self.now(), False, tenant=tenant, source=source)
+            self.calls[run_key].append(call)
+            return call
+
+    def end(self, call: Call, *, acted: bool) -> Call:
+        """The call ends; `acted`: whether it had its effect."""
+        with self.lock:
+            done = replace(call, acted=acted, end_seq=self.sequencer.next(), end_at=self.now())
+            calls = self.calls[call.run_key]
+            calls[calls.index(call)] = done
+            return done
+
+    def record(self, invocation: Invocation, acted: bool) -> None:
+        """A handler call that starts and ends at once."""
+        self.end(
+            self.begin(invocation.run_key, invocation.job_type, invocation.attempt, invocation.tenant),
+            acted=acted,
+        )
 
     def effects(self, run_key: str) -> int:
         return sum(1 for call in self.calls.get(run_key, []) if call.acted)
 
     def all_calls(self) -> list[Call]:
-        return [call for calls in self.calls.values() for call in calls]
+        with self.lock:
+            return [call for calls in self.calls.values() for call in calls]
 
 
 def chaos_registry(ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35) -> HandlerRegistry:
     registry = HandlerRegistry()
+    lock = threading.Lock()  # the handlers' draws, in one order whatever thread calls
+
+    def draw() -> float:
+        with lock:
+            return rng.random()
 
     @registry.register(OK)
     def ok(payload: Any, invocation: Invocation) -> Any:
@@ -86,7 +131,7 @@ def chaos_registry(ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35)
 
     @registry.register(FLAKY)
     def flaky(payload: Any, invocation: Invocation) -> Any:
-        if rng.random() < flaky_rate:
+        if draw() < flaky_rate:
             ledger.record(invocation, acted=False)
             raise RetryableError("downstream 503 (injected)", error_class="HTTP503")
         ledger.record(invocation, acted=True)

@@ -28,7 +28,7 @@ from jobsched.domain.models import (
 )
 from jobsched.domain.schedule import fires_between
 
-from .ledger import BAD, DOWN, FLAKY, OK
+from .ledger import BAD, DOWN, EXTERNAL, FLAKY, OK
 
 ZONES = ("Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC")
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -45,7 +45,21 @@ TRANSITIONS = (
 
 SECOND_CRONS = ("*/10 * * * * *", "*/15 * * * * *", "*/20 * * * * *", "5,35 * * * * *", "*/30 * * * * *")
 MINUTE_CRONS = ("* * * * *", "*/2 * * * *", "*/3 * * * *")
-TYPE_WEIGHTS = ((OK, 45), (FLAKY, 35), (DOWN, 10), (BAD, 10))
+TYPE_WEIGHTS = ((OK, 45), (FLAKY, 35), (DOWN, 10), (BAD, 10), (EXTERNAL, 10))
+
+
+@dataclass(frozen=True)
+class Mix:
+    """The weights the job mix is drawn with (the defaults make the full chaos run)."""
+
+    types: tuple[tuple[str, int], ...] = TYPE_WEIGHTS
+    overlap: tuple[int, int, int] = (70, 15, 15)  # allow, skip, buffer-one
+    misfire: tuple[int, int, int] = (1, 1, 1)  # skip, run-once, catch-up
+    max_attempts: tuple[int, int] = (1, 5)
+    base_seconds: float = 1.0  # of the retry backoff
+    kinds: tuple[int, int, int] = (15, 35, 50)  # once, rate, cron
+    rates: tuple[int, ...] = (7, 10, 15, 30, 45, 60, 90)  # a rate job's step, seconds
+    tenants: tuple[str, ...] = TENANTS
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,10 @@ class Plan:
         return self.start + timedelta(seconds=self.window_seconds)
 
 
-def plan(rng: random.Random, target_runs: int, window_seconds: int, transition: int) -> Plan:
+def plan(
+    rng: random.Random, target_runs: int, window_seconds: int, transition: int, mix: Mix | None = None
+) -> Plan:
+    mix = mix or Mix()
     start, dst_zone = TRANSITIONS[transition % len(TRANSITIONS)]
     end = start + timedelta(seconds=window_seconds)
     jobs: list[PlannedJob] = []
@@ -77,29 +94,29 @@ def plan(rng: random.Random, target_runs: int, window_seconds: int, transition: 
     while total < target_runs * 1.35:
         create_at = rng.randint(0, max(1, window_seconds // 6))
         created = start + timedelta(seconds=create_at)
-        spec = _spec(rng, len(jobs), created, end, dst_zone)
+        spec = _spec(rng, len(jobs), created, end, dst_zone, mix)
         schedule = spec.schedule
         if schedule.kind is ScheduleKind.RATE:
             schedule = schedule.model_copy(update={"anchor": created})
         count = len(fires_between(schedule, created - timedelta(seconds=1), end, 10_000))
         if count == 0:
             continue
-        jobs.append(PlannedJob(rng.choice(TENANTS), spec, create_at, count))
+        jobs.append(PlannedJob(rng.choice(mix.tenants), spec, create_at, count))
         total += count
     return Plan(start, dst_zone, window_seconds, jobs)
 
 
-def _spec(rng: random.Random, index: int, created: datetime, end: datetime, dst_zone: str) -> JobSpec:
-    kind = rng.choices(["once", "rate", "cron"], weights=[15, 35, 50])[0]
+def _spec(
+    rng: random.Random, index: int, created: datetime, end: datetime, dst_zone: str, mix: Mix
+) -> JobSpec:
+    kind = rng.choices(["once", "rate", "cron"], weights=mix.kinds)[0]
     schedule: Schedule
     if kind == "once":
         span = max(10, int((end - created).total_seconds()) - 30)
         at = created + timedelta(seconds=rng.randint(5, span))
         schedule = Schedule(kind=ScheduleKind.ONCE, at=at)
     elif kind == "rate":
-        schedule = Schedule(
-            kind=ScheduleKind.RATE, every_seconds=rng.choice([7, 10, 15, 30, 45, 60, 90]), end_at=end
-        )
+        schedule = Schedule(kind=ScheduleKind.RATE, every_seconds=rng.choice(mix.rates), end_at=end)
     else:
         zone_name = rng.choice([*ZONES, dst_zone, dst_zone])
         schedule = Schedule(
@@ -109,14 +126,14 @@ def _spec(rng: random.Random, index: int, created: datetime, end: datetime, dst_
             end_at=end,
             dst=DstPolicy(gap=rng.choice(list(DstGap)), fold=rng.choice(list(DstFold))),
         )
-    job_type = rng.choices([t for t, _ in TYPE_WEIGHTS], weights=[w for _, w in TYPE_WEIGHTS])[0]
+    job_type = rng.choices([t for t, _ in mix.types], weights=[w for _, w in mix.types])[0]
     policies = Policies(
-        misfire=rng.choice(list(Misfire)),
+        misfire=rng.choices([Misfire.SKIP, Misfire.RUN_ONCE, Misfire.CATCH_UP], weights=mix.misfire)[0],
         catch_up_window_seconds=rng.choice([60, 600, 3600]),
-        overlap=rng.choices(list(Overlap), weights=[70, 15, 15])[0],
+        overlap=rng.choices([Overlap.ALLOW, Overlap.SKIP, Overlap.BUFFER_ONE], weights=mix.overlap)[0],
         retry=RetryPolicy(
-            max_attempts=rng.randint(1, 5),
-            base_seconds=1.0,
+            max_attempts=rng.randint(*mix.max_attempts),
+            base_seconds=mix.base_seconds,
             cap_seconds=float(rng.choice([4, 10, 20])),
         ),
         delivery=DeliveryGuarantee.AT_MOST_ONCE if rng.random() < 0.15 else DeliveryGuarantee.AT_LEAST_ONCE,

@@ -1,0 +1,158 @@
+"""Mutants of the pipeline: each breaks one promise by patching ONE dotted name, and the
+checker must catch it on its figure. `make chaos-selftest` runs them (chaos.selftest); a
+mutant the checker survives fails the build.
+
+Every patch target is one dotted attribute in the MUTANTS table below, with what it breaks:
+when the pipeline is rewritten, re-point the target (and keep the replacement's meaning).
+A replacement is built from the original attribute, so a mutant breaks only some runs (a
+hash of the run key picks them) and the rest of the world runs as usual."""
+
+from __future__ import annotations
+
+import contextlib
+import pkgutil
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+Replacement = Callable[[Any], Any]  # the original attribute -> what replaces it
+
+
+def _some(run_key: str, one_in: int = 3) -> bool:
+    """A fixed share of the runs, picked by their key (the same runs every time)."""
+    return zlib.crc32(run_key.encode()) % one_in == 0
+
+
+def _success_without_effect(original: Any) -> Any:
+    def run(self: Any, target: Any, invocation: Any) -> Any:
+        if _some(invocation.run_key):
+            return {"acted": invocation.run_key}  # the handler is never called
+        return original(self, target, invocation)
+
+    return run
+
+
+def _dead_without_attempt(original: Any) -> Any:
+    from jobsched.domain.lifecycle import Refusal
+
+    def attempt_refusal(run: Any, at: Any) -> Any:
+        if run.attempt == 0 and _some(run.run_key):
+            return Refusal("RetriesExhausted", "mutant: refused before any attempt")
+        return original(run, at)
+
+    return attempt_refusal
+
+
+def _overlap_ignored(original: Any) -> Any:
+    from jobsched.domain.overlap import OverlapVerdict
+
+    def overlap_verdict(policy: Any, earlier: Any) -> Any:
+        return OverlapVerdict.RUN  # never skipped, never buffered
+
+    return overlap_verdict
+
+
+def _deadline_recorded_early(original: Any) -> Any:
+    def record_deadline(precise_now: Any, remaining_seconds: float, lifetime_seconds: float) -> Any:
+        return precise_now + timedelta(seconds=1)  # the record ends a second after it is written
+
+    return record_deadline
+
+
+def _missed_occurrence_dropped(original: Any) -> Any:
+    def chosen(policy: Any, missed: Any, window_edge: Any) -> set[Any]:
+        picked = original(policy, missed, window_edge)
+        return set() if len(picked) == 1 else picked  # run-once's one run is dropped
+
+    return chosen
+
+
+def _stale_fence_accepted(original: Any) -> Any:
+    from .faults import FINISHING
+
+    def put(self: Any, new: Any, read: Any, *, holder: bool) -> Any:
+        if not holder or new.state not in FINISHING:
+            return original(self, new, read, holder=holder)
+        current = self.get_by_key(new.run_key)
+        if current is None or current.fence == read.fence:
+            return original(self, new, read, holder=holder)
+        # A holder's ending lands on whatever is there now, whatever its fence.
+        blind = new.model_copy(update={"history": [*current.history, new.history[-1]]})
+        return original(self, blind, current, holder=False)
+
+    return put
+
+
+def _tenant_limit_ignored(original: Any) -> Any:
+    def claim(self: Any, read: Any, change: Any, *, now: Any) -> Any:
+        return self._runs.commit(read, change)  # claimed without taking a slot
+
+    return claim
+
+
+def _result_save_dropped(original: Any) -> Any:
+    def save(self: Any, current: Any, result: Any) -> bool:
+        return True  # says it saved, saved nothing
+
+    return save
+
+
+def _no_idempotency(original: Any) -> Any:
+    def record_of(key: str, run: Any, *, fence: int, now: Any) -> Any:
+        return None  # no in-progress record or saved result is ever found on the run
+
+    return record_of
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    target: str  # ONE dotted attribute: re-point it when the code it names moves
+    replacement: Replacement
+    figure: str  # the must-be-0 figure that must catch it
+    world: str  # which selftest world exercises it (chaos.selftest.WORLDS)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # A SUCCEEDED run whose handler was never called: the target runner answers by itself.
+    Mutant("success-without-effect", "jobsched.targets.TargetRunner.run",
+           _success_without_effect, "missing_effects", "policies"),
+    # A run declared DEAD before any attempt: the one refusal rule refuses a fresh run.
+    Mutant("dead-without-attempt", "jobsched.domain.lifecycle.attempt_refusal",
+           _dead_without_attempt, "dead_untried", "policies"),
+    # `skip`/`buffer-one` not applied (by the worker or the lease API: one pipeline).
+    Mutant("overlap-ignored", "jobsched.services.attempt.overlap_verdict",
+           _overlap_ignored, "overlap_violations", "policies"),
+    # The in-progress record ends a second after it is written, not at the deadline.
+    Mutant("deadline-recorded-early", "jobsched.services.attempt.record_deadline",
+           _deadline_recorded_early, "duplicate_effects", "deaths"),
+    # Resume under `run-once` runs none of the made-ahead runs of the pause.
+    Mutant("missed-occurrence-dropped", "jobsched.services.missed.chosen",
+           _missed_occurrence_dropped, "missed_run_violations", "pauses"),
+    # A holder's final write lands although another attempt's claim superseded its fence.
+    Mutant("stale-fence-accepted", "jobsched.store.runs.RunStore._put",
+           _stale_fence_accepted, "stale_fence_writes", "deaths"),
+    # A claim takes no tenant slot: the limit holds nobody back.
+    Mutant("tenant-limit-ignored", "jobsched.store.tenant_slots.TenantSlots.claim",
+           _tenant_limit_ignored, "tenant_limit_exceeded", "policies"),
+    # A lost-lease worker's result is not saved on the run: the holder acts again.
+    Mutant("result-save-dropped", "jobsched.store.run_idempotency.RunIdempotency.save",
+           _result_save_dropped, "duplicate_effects", "deaths"),
+    # The effect's records are never found: a second claim acts at once, nothing replays.
+    Mutant("no-idempotency", "jobsched.store.run_idempotency.record_of",
+           _no_idempotency, "duplicate_effects", "deaths"),
+)  # fmt: skip
+
+BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
+
+
+@contextlib.contextmanager
+def applied(name: str) -> Iterator[Mutant]:
+    """Patch the named mutant's one target for the duration."""
+    mutant = BY_NAME[name]
+    original = pkgutil.resolve_name(mutant.target)
+    with mock.patch(mutant.target, mutant.replacement(original)):
+        yield mutant

@@ -1,0 +1,139 @@
+"""`python -m chaos.selftest` (`make chaos-selftest`): every mutant in chaos.mutants must make
+the checker fail on its figure. Each mutant runs in a small world with only the faults it
+needs; the same world runs once unmutated, and a mutant is caught when its figure is above
+that baseline's (a baseline above 0 is a defect of the pipeline itself, printed as such).
+Exit 1 when any mutant survives."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .harness import ChaosConfig, FaultRates, Report, run_chaos
+from .ledger import DOWN, EXTERNAL, FLAKY, OK
+from .mutants import MUTANTS, Mutant
+from .scenario import Mix
+
+QUIET = FaultRates.none()
+
+# The worlds the mutants run in: small (a few dozen jobs, minutes of simulated time) and with
+# only the faults their mutants need.
+WORLDS: dict[str, ChaosConfig] = {
+    # skip/buffer-one jobs whose runs retry for longer than their schedule's step, and the
+    # external fleet filling a small tenant limit: no faults.
+    "policies": ChaosConfig(
+        seed=11,
+        runs=50,
+        window_seconds=120,
+        faults=QUIET,
+        tenant_concurrency=2,
+        hog=False,
+        mix=Mix(
+            types=((OK, 10), (FLAKY, 30), (DOWN, 30), (EXTERNAL, 30)),
+            overlap=(10, 45, 45),
+            max_attempts=(3, 5),
+            base_seconds=4.0,
+            kinds=(0, 1, 0),
+            rates=(5, 7, 10),
+            tenants=("acme", "globex"),
+        ),
+    ),
+    # Pauses resumed soon after (their occurrences were made ahead), mostly `run-once`.
+    "pauses": ChaosConfig(
+        seed=11,
+        runs=80,
+        window_seconds=200,
+        faults=replace(QUIET, control=0.08),
+        resume_after=(15, 60),
+        cancel_share=0.0,
+        hog=False,
+        mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), misfire=(1, 4, 1)),
+    ),
+    # Workers that die or freeze between their effect and its completion, and the copies of
+    # their messages that come back before the dead invocation's deadline.
+    "deaths": ChaosConfig(
+        seed=3,
+        runs=30,
+        window_seconds=150,
+        faults=replace(
+            QUIET,
+            freeze_worker=0.3,
+            max_frozen=8,
+            crash_before_completion=0.2,
+            duplicate_delivery=0.1,
+            late_duplicate=0.5,
+        ),
+        invocation_seconds=(300,),
+        thaw_seconds=(120, 240),
+        hog=False,
+        # Enough attempts that the one after a dead invocation's deadline is still allowed.
+        mix=Mix(types=((OK, 7), (FLAKY, 3)), overlap=(1, 0, 0), max_attempts=(4, 5)),
+    ),
+}
+
+
+@dataclass
+class Verdict:
+    mutant: Mutant
+    baseline: int
+    found: int
+    seconds: float
+
+    @property
+    def caught(self) -> bool:
+        return self.found > self.baseline
+
+
+def run_world(name: str, mutant: str | None = None) -> Report:
+    return run_chaos(replace(WORLDS[name], mutant=mutant), out=lambda line: None)
+
+
+def selftest(out: Callable[[str], None] = print, only: list[str] | None = None) -> list[Verdict]:
+    """Run every mutant (or those named in `only`) and its world's baseline."""
+    chosen = [m for m in MUTANTS if only is None or m.name in only]
+    baselines: dict[str, Report] = {}
+    verdicts: list[Verdict] = []
+    for mutant in chosen:
+        if mutant.world not in baselines:
+            started = time.monotonic()
+            baselines[mutant.world] = base = run_world(mutant.world)
+            out(f"world {mutant.world}: {base.figures.line()} ({time.monotonic() - started:.0f}s)")
+            for figure in sorted({m.figure for m in chosen if m.world == mutant.world}):
+                if getattr(base.figures, figure):
+                    out(f"  the unmutated pipeline already fails {figure}={getattr(base.figures, figure)}")
+        started = time.monotonic()
+        report = run_world(mutant.world, mutant.name)
+        verdict = Verdict(
+            mutant,
+            getattr(baselines[mutant.world].figures, mutant.figure),
+            getattr(report.figures, mutant.figure),
+            time.monotonic() - started,
+        )
+        verdicts.append(verdict)
+        out(
+            f"{'caught  ' if verdict.caught else 'SURVIVED'} {mutant.name:<26} {mutant.figure}"
+            f" {verdict.baseline} -> {verdict.found} ({mutant.target}; {verdict.seconds:.0f}s)"
+        )
+    return verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.selftest", description=__doc__)
+    parser.add_argument("mutants", nargs="*", help="only these (default: all)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    verdicts = selftest(only=args.mutants or None)
+    survived = [v.mutant.name for v in verdicts if not v.caught]
+    seconds = time.monotonic() - started
+    print(f"{len(verdicts) - len(survived)} of {len(verdicts)} mutants caught in {seconds:.0f}s")
+    if survived:
+        print(f"FAILED: the checker survived {', '.join(survived)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
