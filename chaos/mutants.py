@@ -137,7 +137,7 @@ MUTANTS: tuple[Mutant, ...] = (
            _stale_fence_accepted, "stale_fence_writes", "deaths"),
     # A claim takes no tenant slot: the limit holds nobody back.
     Mutant("tenant-limit-ignored", "jobsched.store.tenant_slots.TenantSlots.claim",
-           _tenant_limit_ignored, "tenant_limit_exceeded", "policies"),
+           _tenant_limit_ignored, "tenant_limit_exceeded", "limits"),
     # A lost-lease worker's result is not saved on the run: the holder acts again.
     Mutant("result-save-dropped", "jobsched.store.run_idempotency.RunIdempotency.save",
            _result_save_dropped, "duplicate_effects", "deaths"),

@@ -41,6 +41,25 @@ WORLDS: dict[str, ChaosConfig] = {
             tenants=("acme", "globex"),
         ),
     ),
+    # Overlapping jobs (`allow`) of one tenant, most of them leased by the external fleet, which
+    # works seconds on each: more of them due at once than the tenant's limit of 2.
+    "limits": ChaosConfig(
+        seed=11,
+        runs=60,
+        window_seconds=120,
+        faults=QUIET,
+        tenant_concurrency=2,
+        hog=False,
+        mix=Mix(
+            types=((OK, 20), (EXTERNAL, 80)),
+            overlap=(1, 0, 0),
+            max_attempts=(3, 5),
+            base_seconds=4.0,
+            kinds=(0, 1, 0),
+            rates=(5, 7, 10),
+            tenants=("acme",),
+        ),
+    ),
     # Pauses resumed soon after (their occurrences were made ahead), mostly `run-once`.
     "pauses": ChaosConfig(
         seed=11,
