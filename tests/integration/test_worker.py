@@ -486,17 +486,30 @@ def hold_a_slot(container, clock, run, *, limit, lease_for=3600):
 
 def test_a_batch_shares_its_tenants_free_slots_exactly(container, clock, registry, ledger, monkeypatch):
     """Limit 2, one lease held elsewhere, three of the tenant's runs in one batch at once: one
-    claims, two wait (each claim takes a tenant slot in the same write as the run)."""
+    claims, two wait (each claim takes a tenant slot in the same write as the run). The effect
+    that runs is held until the other two have been answered, so its slot stays taken."""
+    deferred = threading.Semaphore(0)
+
+    @registry.register("held")
+    def held(payload, invocation_):
+        for _ in range(2):
+            deferred.acquire(timeout=30)
+        ledger.effect(invocation_.run_key)
+        return "ok"
+
     batch = make_worker(container, registry, tenant_concurrency=2).for_invocation(_Invocation())
     _, busy = one_run(container, clock, name="busy")
     hold_a_slot(container, clock, busy, limit=2)
-    runs = [one_run(container, clock, name=f"r{i}")[1] for i in range(3)]
+    runs = [one_run(container, clock, job_type="held", name=f"r{i}")[1] for i in range(3)]
     start = threading.Barrier(3)
     results = []
 
     def record(run):
         start.wait()
-        results.append(batch.process(delivery(run)))
+        result = batch.process(delivery(run))
+        results.append(result)
+        if result.outcome is AttemptOutcome.DEFERRED:
+            deferred.release()
 
     threads = [threading.Thread(target=record, args=(run,)) for run in runs]
     for t in threads:
