@@ -255,7 +255,10 @@ class World:
         shards = config.shard_count
         api_clock = self._skewed()
         api_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
-        api_runs = RunStore(self._ddb(), RUNS.default_name, shards)
+        # Which target-less runs wait for external workers, as production wires it (the
+        # router's registry): the claimable index and the repair deadlines depend on it.
+        self.is_external = lambda run: self.registry.get(run.job_type) is None
+        api_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
         api_queues = self._queues(self.sqs_throttle)
         api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self.metrics)
@@ -271,19 +274,19 @@ class World:
         for _ in range(2):
             skewed = self._skewed()
             defs = ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
-            runs = RunStore(self._ddb(), RUNS.default_name, shards)
+            runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
             materializer = Materializer(defs, runs, skewed, horizon=HORIZON)
             self.sweepers.append((Sweeper(defs, materializer, skewed), defs, materializer))
         self.sweepers[0][1].before_save = self._sweeper_race
 
         self.outbox = Outbox(
-            RunStore(self._ddb(), RUNS.default_name, shards),
+            RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external),
             self._queues(self.publish_throttle),
             self._skewed(),
             priority_router(lambda job_type: self.registry.get(job_type) is not None),
         )
         reconciler_clock = self._skewed()
-        reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards)
+        reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         reconciler_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         completer = Completer(
             reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self.metrics
@@ -293,6 +296,7 @@ class World:
             reconciler_clock,
             shard_count=shards,
             on_dead=completer.after,
+            is_external=self.is_external,
             settle_held=MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock).settle_held,
         )
         self.workers = [self._worker(f"w{i}") for i in range(config.workers)]
@@ -317,7 +321,7 @@ class World:
         shards = self.config.shard_count
         return Worker(
             ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
-            ChaosRunStore(self._ddb(), RUNS.default_name, shards),
+            ChaosRunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external),
             self._queues(self.sqs_throttle, looping=True),
             TargetRunner(lambda service: None, registry=self.registry),
             self._skewed(),

@@ -15,7 +15,7 @@ RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
 # times the function's timeout, so a batch the poller received but could not hand over (the
 # function throttled) is retried by Lambda before SQS makes it visible again. 6 x 900 s =
 # 5400 s. While a run executes the worker's heartbeat sets the message's visibility to
-# twice the lease (120 s) and renews it, so a crashed worker's run is still picked up
+# the lease plus 5 s (65 s) and renews it, so a crashed worker's run is still picked up
 # within minutes; a record the worker reports as failed waits out the full 5400 s (the
 # reconciler requeues a run whose message dwells over 15 minutes sooner than that).
 VISIBILITY_PER_FUNCTION_TIMEOUT = 6

@@ -462,7 +462,7 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
     # Handed back to the outbox to be published after the wait; the worker sent nothing.
     assert stored(container, waiting).deferred_until == clock.now() + timedelta(seconds=1)
     assert queue_messages(container, "default") == 0
-    clock.advance(63)  # the held lease expired (and the takeover margin passed): room again
+    clock.advance(67)  # the held lease expired (and the takeover margin passed): room again
     assert limited.process(delivery(waiting)).outcome is AttemptOutcome.SUCCEEDED
 
 

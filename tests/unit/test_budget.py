@@ -77,6 +77,23 @@ def test_anything_becomes_storable_json_within_the_budget_without_raising(value)
     assert json.loads(text) == kept
 
 
+def test_a_value_whose_text_raises_or_whose_keys_collide_is_still_stored():
+    class Hostile:
+        def __str__(self) -> str:
+            raise AttributeError("no text")
+
+        def __repr__(self) -> str:
+            raise AttributeError("no repr")
+
+    kept = storable_result({"x": Hostile()})
+    assert kept["value"] == {"x": "<Hostile>"} and kept["dropped"]
+    collided = storable_result({1: "a", "1": "b"})
+    assert any("kept once" in note for note in collided["dropped"])
+    # The wrapper that says what was dropped stays within the budget too.
+    wrapped = storable_result({(i,): "x" * 20 for i in range(150)})
+    assert len(stored_text(wrapped).encode()) <= MAX_RESULT_BYTES
+
+
 def test_falsy_results_are_themselves():
     for value in (0, False, "", {}, [], None, 0.0):
         kept = storable_result(value)

@@ -87,12 +87,18 @@ def _plain(value: Any, depth: int, notes: set[str]) -> Any:
             name = key if isinstance(key, str) else json.dumps(_plain(key, depth + 1, notes))
             if not isinstance(key, str):
                 notes.add("a non-string key was kept as its JSON text")
-            out[_clean_text(name)] = _plain(item, depth + 1, notes)
+            name = _clean_text(name)
+            if name in out:
+                notes.add(f"keys that became the same text were kept once: {clip_bytes(name, 64)}")
+            out[name] = _plain(item, depth + 1, notes)
         return out
     if isinstance(value, list | tuple):
         return [_plain(item, depth + 1, notes) for item in value]
     notes.add(f"a {type(value).__name__} was kept as its text")
-    return _clean_text(str(value))
+    try:
+        return _clean_text(str(value))
+    except Exception:  # a __str__ that raises says nothing worth keeping
+        return f"<{type(value).__name__}>"
 
 
 def storable_result(value: Any) -> Any:
@@ -105,14 +111,14 @@ def storable_result(value: Any) -> Any:
     notes: set[str] = set()
     try:
         plain = _plain(value, 0, notes)
-        text = json.dumps(plain, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (_Unstorable, RecursionError, ValueError, TypeError) as exc:
-        return {"truncated": True, "dropped": [str(exc) or type(exc).__name__], "preview": _preview(value)}
+        kept: Any = {"value": plain, "dropped": sorted(notes)} if notes else plain
+        text = json.dumps(kept, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except Exception as exc:  # RecursionError is an Exception; nothing here may escape
+        reason = clip_bytes(str(exc) or type(exc).__name__, 256) or type(exc).__name__
+        return {"truncated": True, "dropped": [reason], "preview": _preview(value)}
     if len(text.encode("utf-8")) > MAX_RESULT_BYTES:
         return {"truncated": True, "preview": clip_bytes(text, RESULT_PREVIEW_BYTES)}
-    if notes:
-        return {"value": plain, "dropped": sorted(notes)}
-    return plain
+    return kept
 
 
 def _preview(value: Any) -> str:

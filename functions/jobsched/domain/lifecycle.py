@@ -137,8 +137,14 @@ def claimable(run: Run, now: datetime) -> bool:
 
 
 @transition("claim")
-def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float) -> Run:
+def claim(
+    run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: float, token: str | None = None
+) -> Run:
     """A worker takes the run: a new fence, the next attempt, a lease until now + lease_seconds.
+
+    `token` (random, one per claim) makes the claim's item its own: two claimers with the same
+    owner claiming from the same read in the same second would otherwise write identical
+    items, and the store would take the loser's refusal for a replay of its own write.
 
     The claim leaves the effect's idempotency record alone: an earlier attempt's in-progress
     record or saved result stays on the run for `effects.effect_verdict` to judge, and the
@@ -154,6 +160,7 @@ def claim(run: Run, *, now: datetime, owner: str, actor: str, lease_seconds: flo
         fence=run.fence + 1,
         attempt=run.attempt + 1,
         lease_owner=owner,
+        claim_token=token,
         lease_expires_at=now + timedelta(seconds=lease_seconds),
         first_attempt_at=run.first_attempt_at or now,
         error_class="LeaseExpired" if expired else None,

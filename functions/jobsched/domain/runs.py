@@ -78,6 +78,7 @@ class Run(Model):
     payload: Any = None
     policies: Policies = Policies()
     lease_owner: str | None = None
+    claim_token: str | None = None  # random per claim: tells two claims of one owner apart
     lease_expires_at: Instant | None = None
     # The tenant slot (store.tenant_slots) the run's latest claim took: held while that
     # claim's fence is current and its lease live, released when the run leaves LEASED.

@@ -25,6 +25,7 @@ recorded its deadline."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -241,8 +242,12 @@ class Attempts:
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
 
+        token = secrets.token_hex(8)
+
         def change(r: Run) -> Run:
-            return lifecycle.claim(r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds)
+            return lifecycle.claim(
+                r, now=now, owner=owner, actor=actor, lease_seconds=lease_seconds, token=token
+            )
 
         try:
             if self._slots is not None and self._slots.limit > 0:
@@ -337,7 +342,10 @@ class Attempts:
             event_key_jmespath="runKey", expires_after_seconds=int(self.records_lifetime.total_seconds())
         )
 
+        ran: list[bool] = []
+
         def effect(request: dict[str, Any]) -> dict[str, Any]:
+            ran.append(True)
             # What is kept of the answer: always storable (a success whose answer cannot be
             # kept as it is stays a success; `dropped` says what was changed).
             return envelope(storable_result(runner.run(leased.target, invocation)))
@@ -345,12 +353,13 @@ class Attempts:
         guarded = idempotent_function(
             data_keyword_argument="request", config=config, persistence_store=records
         )(effect)
-        beat = heartbeat(lease) if heartbeat is not None else None
         started = self._clock.now()
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
-        future = pool.submit(guarded, request={"runKey": leased.run_key})
+        beat = None
         try:
-            result = self._await(future, budget, lease, records, actor, left)
+            beat = heartbeat(lease) if heartbeat is not None else None
+            future = pool.submit(guarded, request={"runKey": leased.run_key})
+            result = self._await(future, budget, lease, records, actor, left, ran)
         finally:
             if beat is not None:
                 beat.stop()
@@ -366,19 +375,23 @@ class Attempts:
         records: RunIdempotency,
         actor: str,
         time_left: Callable[[], float],
+        ran: list[bool],
     ) -> AttemptResult:
         try:
             answer = future.result(timeout=budget)
         except FutureTimeout:
             # Stopped waiting: the failure keeps the in-progress record (the effect may still
             # be executing); a result it returns later is saved on the run for the next attempt.
-            ending = self._completer.fail(
-                lease.run,
-                EffectStillRunning(f"the effect did not finish within {budget:.0f} s"),
-                actor=actor,
-                effect_running=True,
-            )
-            self._outlast(future, time_left)
+            try:
+                ending = self._completer.fail(
+                    lease.run,
+                    EffectStillRunning(f"the effect did not finish within {budget:.0f} s"),
+                    actor=actor,
+                    effect_running=True,
+                )
+            finally:
+                # Even when the failure cannot be written: never return with the effect running.
+                self._outlast(future, time_left)
             return ended(ending)
         except IdempotencyAlreadyInProgressError:
             until = excluded_until(lease.run) or self._clock.now()
@@ -401,8 +414,13 @@ class Attempts:
             )
             raise (cause if isinstance(cause, Exception) else exc) from None
         if records.written is None:
-            # Replayed: the run holds an earlier attempt's saved result; no effect ran.
-            self._metrics.add("EffectResultsReplayed")
+            if ran:
+                # Powertools idempotency is disabled (POWERTOOLS_IDEMPOTENCY_DISABLED): the
+                # effect ran without its records; its completion still records it.
+                logger.error("idempotency is disabled: the effect ran without its records")
+            else:
+                # Replayed: the run holds an earlier attempt's saved result; no effect ran.
+                self._metrics.add("EffectResultsReplayed")
             ending = self._completer.succeed(lease.run, answer.get("result"), actor=actor)
             return ended(ending)
         if records.written.saved:

@@ -16,6 +16,7 @@ from ..domain.errors import (
     EffectMayRepeat,
     ExecutionError,
     FieldProblem,
+    JobschedError,
     NotFound,
     PermanentError,
     RetryableError,
@@ -230,8 +231,32 @@ class RunService:
         when the tenant is at its limit."""
         now = self._clock.now()
         actor = lease_actor(worker)
-        jobs: dict[str, Job | None] = {}
         leased: list[Run] = []
+        try:
+            self._lease_into(leased, tenant, types, max_runs, lease_seconds, worker, actor, now)
+        except TenantAtLimit:
+            pass  # every slot is held: what was leased so far (an empty list at the limit)
+        except JobschedError as exc:
+            # Runs leased so far are handed out: failing the call would strand them LEASED
+            # (an at-most-once one already marked started) until their leases expire.
+            if not leased:
+                raise
+            logger.warning("lease call cut short", extra={"tenant": tenant, "error": str(exc)})
+        return leased
+
+    def _lease_into(
+        self,
+        leased: list[Run],
+        tenant: str,
+        types: list[str],
+        max_runs: int,
+        lease_seconds: int,
+        worker: str,
+        actor: str,
+        now: datetime,
+    ) -> None:
+        """Append to `leased` what can be leased, oldest due first; raises TenantAtLimit at the
+        tenant's limit, or what the store raises."""
         for job_type in dict.fromkeys(types):
             if len(leased) >= max_runs:
                 break
@@ -249,25 +274,13 @@ class RunService:
                         break
                     if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
                         continue  # the index is eventually consistent; the run item is the truth
-                    try:
-                        usable = self._lease_one(run, now, lease_seconds, worker, actor, jobs)
-                    except TenantAtLimit:
-                        return leased  # every slot is held: what was leased so far
+                    usable = self._lease_one(run, now, lease_seconds, worker, actor)
                     if usable is not None:
                         leased.append(usable)
                 if len(leased) >= max_runs or cursor is None:
                     break
-        return leased
 
-    def _lease_one(
-        self,
-        run: Run,
-        now: datetime,
-        lease_seconds: int,
-        worker: str,
-        actor: str,
-        jobs: dict[str, Job | None],
-    ) -> Run | None:
+    def _lease_one(self, run: Run, now: datetime, lease_seconds: int, worker: str, actor: str) -> Run | None:
         """One attempt through the pipeline up to its effect (services.attempt): admitted
         (overlap policy, attempt refusal), claimed, its job checked, its effect decided; the
         leased run to hand out, or None if it is not handed out."""
@@ -277,11 +290,9 @@ class RunService:
         leased = self._attempts.claim(run, now, owner=worker, actor=actor, lease_seconds=lease_seconds)
         if leased is None:
             return None
-        # Read after the claim, as the Lambda worker does: a pause acknowledged before this read
-        # stops the run, one acknowledged after it cannot stop an effect already handed out.
-        if leased.job_id not in jobs:
-            jobs[leased.job_id] = self._definitions.get(leased.job_id)
-        if self._completer.before_effect(leased, jobs[leased.job_id], actor=actor) is not None:
+        # Read after this claim, as the Lambda worker does: a pause acknowledged before this
+        # read stops the run, one acknowledged after it cannot stop an effect already handed out.
+        if self._attempts.check_job(leased, actor=actor) is not None:
             return None
         try:
             handed = self._attempts.hand_out(leased, actor=actor)

@@ -72,6 +72,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..domain.effects import MAX_CLOCK_SKEW
 from ..domain.errors import StorageUnavailable, TenantAtLimit
 from ..domain.instants import format_instant, parse_instant
 from ..domain.runs import Run, RunState
@@ -84,7 +85,9 @@ SLOT_SK_PREFIX = "S#"
 # Transactions a claim sends before it gives up on a tenant whose slots keep changing.
 CLAIM_ATTEMPTS = 8
 # A holder's lease is taken over only this long after it expired (see the module docstring).
-STEAL_AFTER = timedelta(seconds=2)
+# Two clocks may differ by twice domain.effects.MAX_CLOCK_SKEW: a holder whose clock lags by
+# less can no longer renew a lease judged expired this long ago.
+STEAL_AFTER = 2 * MAX_CLOCK_SKEW
 # Cancellation reasons that mean "the store is throttling": the caller may retry later.
 _THROTTLED = {"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 _LOST = {"ConditionalCheckFailed", "TransactionConflict"}
