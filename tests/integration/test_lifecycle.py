@@ -599,3 +599,30 @@ def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the
     assert result.outcome is AttemptOutcome.SKIPPED
     assert _run(container, first).state is RunState.SKIPPED and _run(container, first).reason == "paused"
     assert first not in effects
+
+
+def test_a_late_sweep_runs_exactly_what_the_resume_decided(api, container, clock, monkeypatch):
+    """Catch-up within 30 s, paused past every run made ahead, and the resume's own
+    materialisation lost (throttled): the occurrences with no run yet are the sweeper's.
+    Sweeping 30 s after the resume, it must run the ones inside the resume's window
+    (270-290 s), not only those inside a window counted from its own sweep."""
+    job_id = create(
+        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="catch-up", catchUpWindow=30
+    )["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=300))
+    with monkeypatch.context() as lost:
+        lost.setattr(container.jobs, "_materialize", lambda job: None)
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    clock.set(T0 + timedelta(seconds=330))
+    container.sweeper.sweep()
+    runs = {r.scheduled_for: r for r in container.runs.list_for_job(job_id, limit=200, cursor=None).items}
+    for second in (270, 280, 290):
+        run = runs.get(T0 + timedelta(seconds=second))
+        assert run is not None and run.state is not RunState.SKIPPED, (second, run and run.state)
+    assert not any(
+        r.state is not RunState.SKIPPED and r.skipped_through is None
+        for at, r in runs.items()
+        if T0 + timedelta(seconds=130) <= at < T0 + timedelta(seconds=270)
+    )

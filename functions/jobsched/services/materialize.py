@@ -169,6 +169,11 @@ class Materializer:
             # Everything before the resume fell while the job was paused: missed however late.
             late_edge = max(late_edge, job.missed_until)
         window_edge = now - timedelta(seconds=policies.catch_up_window_seconds)
+        decided = job.missed_windows[-1] if job.missed_windows else None
+        if job.missed_until is not None and decided is not None and decided.resumed_at == job.missed_until:
+            # The resume decided its pause's occurrences (MissedWindow): its window edge holds
+            # for them, whatever this sweeper's clock (skewed, or sweeping late) says.
+            window_edge = decided.run_from
         skip_all_missed = policies.misfire is Misfire.SKIP
         expired_edge = late_edge if skip_all_missed else min(window_edge, late_edge)
 
