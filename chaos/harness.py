@@ -28,6 +28,7 @@ from jobsched.domain.instants import ManualClock
 from jobsched.domain.metrics import RecordedMetrics
 from jobsched.domain.models import Job, JobState
 from jobsched.domain.runs import Run, RunState
+from jobsched.services.attempt import AttemptResult
 from jobsched.services.completion import Completer
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
@@ -36,7 +37,7 @@ from jobsched.services.outbox import Outbox, priority_router
 from jobsched.services.reconciler import KINDS, Reconciler
 from jobsched.services.runs import RunService
 from jobsched.services.sweeper import Sweeper
-from jobsched.services.worker import Result, Worker
+from jobsched.services.worker import Worker
 from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
@@ -723,7 +724,7 @@ class World:
             bound = worker.for_invocation(context)
             self.bound = {(id(worker), context.aws_request_id): bound}  # the latest invocation's
         try:
-            result: Result = bound.process(delivery)
+            result: AttemptResult = bound.process(delivery)
         except UnrecordedEffectCrash as exc:
             self.faults["crash_before_completion"] += 1
             # Judged by the invocation's own deadline, not by what its claim recorded.

@@ -20,7 +20,8 @@ from botocore.exceptions import ClientError
 from jobsched import aws as aws_clients
 from jobsched.domain.grants import own_event_source
 from jobsched.domain.runs import RunState
-from jobsched.services.worker import Delivery, Outcome
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Received
 
 from tests.helpers import ApiClient, grant
 
@@ -142,7 +143,7 @@ def job(api: ApiClient, target: dict[str, Any], name: str = "j", **schedule: Any
 
 def run_once(container: Any, job_id: str) -> Any:
     key = f"{job_id}@{AT}"
-    return key, container.worker.process(Delivery(key, job_id, AT, "default"))
+    return key, container.worker.process(Received(key, job_id, AT, "default"))
 
 
 # --- at write ---
@@ -192,7 +193,7 @@ def test_the_openapi_document_lists_the_403(world, api):
 def test_a_granted_target_is_called_with_the_schedulers_own_role(world, api, container, kind):
     created = job(api, resources("tenant-a")[kind]["target"]).body
     key, result = run_once(container, created["jobId"])
-    assert result.outcome is Outcome.SUCCEEDED, container.runs.get_by_key(key).last_error_message
+    assert result.outcome is AttemptOutcome.SUCCEEDED, container.runs.get_by_key(key).last_error_message
     assert len(world.calls) == 1
 
 
@@ -201,7 +202,7 @@ def test_a_revoked_grant_fails_the_run_permanently_with_no_call(world, api, cont
     created = job(api, resources("tenant-a")[kind]["target"]).body
     grant(container, {**GRANTED, "tenant-a": []})  # the operator revokes A's grants
     key, result = run_once(container, created["jobId"])
-    assert result.outcome is Outcome.DEAD
+    assert result.outcome is AttemptOutcome.DEAD
     run = container.runs.get_by_key(key)
     assert run.state is RunState.DEAD and run.attempt == 1  # permanent: never retried
     assert run.last_error_class == "TargetNotGranted"
@@ -256,7 +257,7 @@ def test_the_operator_may_grant_a_source_and_revoke_it(world, api, container):
     )
     grant(container, GRANTED)  # revoked
     key, result = run_once(container, created.body["jobId"])
-    assert result.outcome is Outcome.DEAD
+    assert result.outcome is AttemptOutcome.DEAD
     assert container.runs.get_by_key(key).last_error_class == "TargetNotGranted"
     assert world.calls == []
 
@@ -308,7 +309,7 @@ def test_a_role_target_is_called_with_the_role_assumed_for_the_tenant(trust, api
     created = job(api, target)
     assert created.status == 201, created  # no grant needed: the role's trust decides
     key, result = run_once(container, created.body["jobId"])
-    assert result.outcome is Outcome.SUCCEEDED, container.runs.get_by_key(key).last_error_message
+    assert result.outcome is AttemptOutcome.SUCCEEDED, container.runs.get_by_key(key).last_error_message
     (assume,) = trust.calls
     assert assume["RoleArn"] == ROLE_A and assume["ExternalId"] == "tenant-a"
     assert assume["SourceIdentity"] == assume["RoleSessionName"] == own_event_source("tenant-a")
@@ -323,8 +324,8 @@ def test_the_assumed_credentials_are_reused_for_the_next_run(trust, api, contain
     target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}  # type: ignore[attr-defined]
     first = job(api, target, "first").body["jobId"]
     second = job(api, target, "second").body["jobId"]
-    assert run_once(container, first)[1].outcome is Outcome.SUCCEEDED
-    assert run_once(container, second)[1].outcome is Outcome.SUCCEEDED
+    assert run_once(container, first)[1].outcome is AttemptOutcome.SUCCEEDED
+    assert run_once(container, second)[1].outcome is AttemptOutcome.SUCCEEDED
     assert len(trust.calls) == 1  # one AssumeRole for both runs
     assert len({key for *_, key in world.calls}) == 1
 
@@ -338,7 +339,7 @@ def test_another_tenant_naming_a_role_gets_it_assumed_with_its_own_external_id(
     created = job(other_api, target)
     assert created.status == 201  # naming a role is allowed; using it is the role's decision
     key, result = run_once(container, created.body["jobId"])
-    assert result.outcome is Outcome.DEAD
+    assert result.outcome is AttemptOutcome.DEAD
     run = container.runs.get_by_key(key)
     assert run.last_error_class == "AssumeRoleDenied" and run.attempt == 1
     assert "'tenant-b'" in (run.last_error_message or "")  # names the ExternalId the role must trust

@@ -62,10 +62,6 @@ MESSAGE_AFTER_LEASE = 5
 # Claims a delivery tries when each loses to a write that left the run claimable.
 CLAIM_TRIES = 3
 
-# Kept for callers that name the old spelling.
-Outcome = AttemptOutcome
-Result = AttemptResult
-
 
 def tenant_wait(waited_seconds: float) -> int:
     """Seconds a run that has waited `waited_seconds` since due waits before looking again."""
@@ -83,9 +79,6 @@ class Received:
     receive_count: int = 1
     sent_at: datetime | None = None
     receipt_handle: str | None = None  # lets the heartbeat keep the message invisible
-
-
-Delivery = Received  # the message's former name
 
 
 class Worker:
