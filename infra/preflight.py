@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .names import FUNCTIONS_BY_NAME
+
 # Lambda keeps this much of the account's concurrency unreserved (PutFunctionConcurrency fails
 # past it).
 UNRESERVED_MINIMUM = 100
@@ -179,14 +181,8 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
             if (p.get("PointInTimeRecoverySpecification") or {}).get("PointInTimeRecoveryEnabled")
         ),
         ticks_per_minute=config.ticks_per_minute(),
-        memory_mb={name: spec_memory(name) for name in config.ticks_per_minute()},
+        memory_mb={name: FUNCTIONS_BY_NAME[name].memory_mb for name in config.ticks_per_minute()},
     )
-
-
-def spec_memory(name: str) -> int:
-    from .names import FUNCTIONS_BY_NAME
-
-    return FUNCTIONS_BY_NAME[name].memory_mb
 
 
 def required_bootstrap_version(template: dict[str, Any]) -> int | None:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from jobsched.store.definitions import SHARD_COUNT_ITEM
+from jobsched.store.schema import DEFINITIONS
 
 from .names import table_logical_id
 from .preflight import DYNAMODB_TABLES_QUOTA, AccountFacts, Plan, QuotaReading
@@ -15,7 +17,6 @@ from .preflight import DYNAMODB_TABLES_QUOTA, AccountFacts, Plan, QuotaReading
 # Clients by service name: boto3.Session.client, or a test's moto-backed one.
 ClientFactory = Callable[[str], Any]
 AWS_ERRORS = (ClientError, BotoCoreError)
-SHARD_COUNT_ITEM = "meta#shards"  # jobsched.store.definitions.SHARD_COUNT_ITEM
 
 
 def _error(exc: Exception) -> str:
@@ -97,8 +98,6 @@ def _read_stack(
         except AWS_ERRORS as exc:
             errors["lambda-reserved"] = _error(exc)
     found["reserved_by_stack_now"] = reserved
-    from jobsched.store.schema import DEFINITIONS
-
     table = physical.get(table_logical_id(DEFINITIONS))
     if table:
         try:
