@@ -239,6 +239,13 @@ def test_a_redeploy_gives_back_what_the_stack_reserves_today():
     assert check_lambda_concurrency(plan, redeploy).status is Status.OK
 
 
+def test_an_account_with_a_tiny_quota_can_deploy_a_stack_that_reserves_nothing():
+    reserving_nothing = Plan(stack_name="s", shard_count=4, account_concurrency=0, worker_ceilings=20)
+    tiny = AccountFacts(lambda_quota=10, lambda_unreserved=10)
+    check = check_lambda_concurrency(reserving_nothing, tiny)
+    assert check.status is Status.WARN and "throttled" in check.detail  # deployable, but slow
+
+
 def test_cost_at_rest_counts_what_is_billed_without_traffic(plan):
     check = cost_at_rest(plan, load_prices())
     assert check.status is Status.INFO
