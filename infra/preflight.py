@@ -28,6 +28,7 @@ ASSUMED_DEFAULTS = {
 }
 GSIS_PER_TABLE = 20  # DynamoDB's default global secondary indexes per table
 SQS_IN_FLIGHT_PER_QUEUE = 120_000  # standard queue, fixed
+RULES_PER_EVENT_BUS = 300  # EventBridge's default rules per event bus (adjustable)
 MINUTES_PER_MONTH = 730 * 60
 
 # Monthly list prices (us-east-1) of what is billed with no traffic, beyond bench/prices.json.
@@ -89,6 +90,7 @@ class Plan(BaseModel):
     billing_mode: str = "on-demand"
     provisioned_max: dict[str, int] = {}  # maxRead / maxWrite per table and per index
     worker_queues: int = 0
+    rules: int = 0  # EventBridge rules on the default bus (the every-minute ticks)
     alarms: int = 0
     kms_keys: int = 0
     web_acls: int = 0
@@ -125,6 +127,7 @@ class AccountFacts(BaseModel):
     bootstrap_version: int | None = None
     recorded_shard_count: int | None = None
     dynamodb_limits: dict[str, int] = {}  # DescribeLimits
+    rules_in_use: int | None = None  # EventBridge rules on the default bus today (ListRules)
     quotas: dict[str, QuotaReading] = {}
     errors: dict[str, str] = {}  # read -> the error it met
 
@@ -170,6 +173,7 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
         billing_mode=config.billing_mode,
         provisioned_max={"read": capacity["maxRead"], "write": capacity["maxWrite"]},
         worker_queues=len(config.worker_ceilings()),
+        rules=len(of_type("AWS::Events::Rule")),
         alarms=len(of_type("AWS::CloudWatch::Alarm")),
         kms_keys=len(of_type("AWS::KMS::Key")),
         web_acls=len(of_type("AWS::WAFv2::WebACL")),
@@ -390,6 +394,21 @@ def check_quotas(plan: Plan, facts: AccountFacts) -> list[Check]:
                 detail=f"on-demand: each table may take up to {limits['TableMaxReadCapacityUnits']} read and "
                 f"{limits['TableMaxWriteCapacityUnits']} write units a second (DescribeLimits); a new table "
                 "starts warm at 4,000 writes a second (the 1M-burst preset needs more: README, Performance)",
+            )
+        )
+    if facts.rules_in_use is not None:
+        total = facts.rules_in_use + plan.rules
+        checks.append(
+            Check(
+                name="eventbridge rules",
+                status=Status.OK if total <= RULES_PER_EVENT_BUS else Status.WARN,
+                detail=f"the stack adds {plan.rules} rules to the {facts.rules_in_use} on the default bus "
+                f"(a redeploy counts its own twice), of {RULES_PER_EVENT_BUS} (assumed default; aws "
+                "service-quotas list-service-quotas --service-code events shows yours)",
+                fix=None
+                if total <= RULES_PER_EVENT_BUS
+                else "raise shardsPerSweep (fewer sweeper targets), or Service Quotas > Amazon EventBridge > "
+                "Maximum number of rules",
             )
         )
     in_flight = plan.worker_ceilings * plan.worker_batch

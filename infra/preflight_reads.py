@@ -61,6 +61,11 @@ def read_facts(client: ClientFactory, plan: Plan) -> AccountFacts:
         facts["dynamodb_limits"] = {k: int(v) for k, v in limits.items() if k != "ResponseMetadata"}
     except AWS_ERRORS as exc:
         errors["dynamodb"] = _error(exc)
+    try:
+        pages = client("events").get_paginator("list_rules").paginate(EventBusName="default")
+        facts["rules_in_use"] = sum(len(page.get("Rules", [])) for page in pages)
+    except AWS_ERRORS as exc:
+        errors["events"] = _error(exc)
     quotas = client("service-quotas")
     try:
         quota = quotas.get_service_quota(ServiceCode="dynamodb", QuotaCode=DYNAMODB_TABLES_QUOTA)["Quota"]

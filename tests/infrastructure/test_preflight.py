@@ -223,6 +223,16 @@ def test_quotas_moto_cannot_answer_are_stated_as_assumed_with_how_to_check(plan,
     assert "DescribeLimits" in result["by_name"]["dynamodb throughput"].detail
 
 
+def test_eventbridge_rules_are_counted_against_the_bus_quota(plan, account):
+    assert plan.rules > 0
+    events = account.client("events")
+    assert checked(plan, account)["by_name"]["eventbridge rules"].status is Status.OK
+    for i in range(301 - plan.rules):
+        events.put_rule(Name=f"other-{i}", ScheduleExpression="rate(1 hour)")
+    check = checked(plan, account)["by_name"]["eventbridge rules"]
+    assert check.status is Status.WARN and "shardsPerSweep" in (check.fix or "")
+
+
 def test_provisioned_capacity_beyond_the_table_limit_blocks(plan, account):
     # moto's DescribeLimits: 10,000 units a table.
     greedy = plan.model_copy(
