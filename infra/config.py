@@ -130,9 +130,11 @@ class Config:
     iterator_age_alarm_seconds: int = 120
     log_retention_days: int = 30
     retain_data: bool = True
-    # The account's Lambda concurrency quota in the region (1000 by default; new accounts may
-    # have far less). The sweeper and the reconciler reserve what one tick needs out of it;
-    # 0 reserves nothing (for an account whose quota cannot spare it).
+    # The account's Lambda concurrency quota in the region, as `jobsched doctor` reads it
+    # (GetAccountSettings); 1000 when not given, AWS's usual default, but new accounts may have
+    # far less, and the preflight refuses a value above the real one. The sweeper and the
+    # reconciler reserve what one tick needs out of it, and synth refuses a stack whose
+    # reservations do not fit it; 0 reserves nothing (an account whose quota cannot spare it).
     account_concurrency: int = 1000
     # API Gateway writes execution and access logs through ONE role per account and region
     # (AWS::ApiGateway::Account). Creating it here would silently replace whatever role the
@@ -229,8 +231,13 @@ class Config:
                 reserved + ceilings + UNRESERVED_MINIMUM <= self.account_concurrency,
                 f"accountConcurrency {self.account_concurrency} cannot hold the sweeper's and "
                 f"reconciler's reservations ({reserved}), the worker ceilings ({ceilings}) and "
-                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved: raise the quota (and this "
-                "value), lower shardCount or workerConcurrency, or set accountConcurrency to 0",
+                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved (needs "
+                f"{reserved + ceilings + UNRESERVED_MINIMUM}). The quota is Lambda's 'Concurrent "
+                "executions' (L-B99A9384; `jobsched doctor` reads it): raise it in Service Quotas "
+                "(aws service-quotas request-service-quota-increase --service-code lambda "
+                f"--quota-code L-B99A9384 --desired-value {reserved + ceilings + UNRESERVED_MINIMUM}) "
+                "and pass the new value as accountConcurrency, lower shardCount or "
+                "workerConcurrency, or set accountConcurrency to 0 (reserves nothing)",
             )
         capacity = self.provisioned_capacity
         for kind in ("Read", "Write"):

@@ -26,6 +26,7 @@ SWEEP = {
     ("OccurrencesSkipped", COUNT, ()),
     ("OccurrenceConflicts", COUNT, ()),
     ("SweepFailures", COUNT, ()),
+    ("ShardCountBelowInUse", COUNT, ()),  # 0 unless shardCount was lowered: for its alarm
 }
 PUBLISH = {("RunsPublished", COUNT, ()), ("SchedulePublishLag", SECONDS, ())}
 WORK = {
