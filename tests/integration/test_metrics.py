@@ -37,7 +37,7 @@ WORK = {
     ("RetriesScheduled", COUNT, ()),
     ("DuplicatesSuppressed", COUNT, ()),
 }
-REPAIR = {("RepairsMade", COUNT, ("kind",)), ("RepairLatency", SECONDS, ())}
+REPAIR = {("RepairsMade", COUNT, ("kind",)), ("RepairLatency", SECONDS, ()), ("RepairLag", SECONDS, ())}
 
 
 @pytest.fixture

@@ -317,3 +317,52 @@ def test_a_throttled_batch_still_waits_out_six_worker_timeouts(container, clock)
     assert again["MessageId"] == received["MessageId"]
     assert again["Attributes"]["ApproximateReceiveCount"] == "2"
     assert queue_messages(container, "default", dlq=True) == 0
+
+
+class Killed(BaseException):
+    """The invocation dies where it is (out of memory, the runtime gone): nothing is caught."""
+
+
+def test_an_invocation_that_dies_before_its_claim_is_redelivered_within_a_minute(
+    container, clock, monkeypatch
+):
+    """With the deployed 5,400 s visibility timeout, a message whose invocation died before its
+    claim (and before any heartbeat) waited an hour and a half, or the reconciler's 15-minute
+    dwell, to run again. The handler holds every message of its batch for the lease (plus 5 s)
+    first: it comes back within about a minute."""
+    from jobsched.services.worker import MESSAGE_AFTER_LEASE
+
+    from chaos.faults import sqs_on_clock
+
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    _, run = one_run(container, clock)
+    deployed_visibility(container)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+    def dies(record, **_):
+        raise Killed()
+
+    monkeypatch.setattr(worker_handler, "process_record", dies)
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+        record = {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message["Attributes"],
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": arn,
+            "awsRegion": "us-east-1",
+        }
+        with pytest.raises(Killed):
+            invoke({"Records": [record]})
+        held = container.worker.lease_seconds + MESSAGE_AFTER_LEASE
+        clock.advance(held - 1)
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        clock.advance(2)
+        (again,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert again["MessageId"] == message["MessageId"]

@@ -175,6 +175,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Any:
     # deadline (local mode runs invocations of this function side by side in one process).
     # Building the worker also builds every service the records' threads share.
     worker = container().worker.for_invocation(context)
+    queues = container().queues
+    worker.hold(
+        [
+            (
+                queues.queue_of_url(record.get("eventSourceARN") or "") or "default",
+                record.get("receiptHandle") or "",
+            )
+            for record in event.get("Records", [])
+        ]
+    )
     batch = BatchOutcomes()
     response = process_partial_response(
         event=event,

@@ -164,6 +164,34 @@ class Worker:
         bound.bind(context)
         return bound
 
+    def hold(self, messages: list[tuple[str, str]]) -> None:
+        """Before a batch's records start: each message ((queue key, receipt handle)) is made to
+        come back `lease_seconds + MESSAGE_AFTER_LEASE` from now rather than after the queue's
+        visibility timeout (5,400 s: AWS's rule for a Lambda event source), so a run whose
+        invocation dies before its claim or first heartbeat starts again within about a
+        minute instead of waiting for the reconciler's 15-minute dwell. The heartbeat and
+        deferrals then set each message's visibility as before. One call per queue and ten
+        messages; a failure is logged and changes nothing else."""
+        by_queue: dict[str, list[str]] = {}
+        for queue, handle in messages:
+            if handle:
+                by_queue.setdefault(queue, []).append(handle)
+        for queue, handles in by_queue.items():
+            try:
+                failed = self._queues.change_visibility_batch(
+                    self._queues.url(queue), handles, self.lease_seconds + MESSAGE_AFTER_LEASE
+                )
+            except Exception as exc:
+                failed, error = handles, str(exc)
+            else:
+                error = "refused by SQS"
+            if failed:
+                # Each still comes back after the queue's visibility timeout, as before.
+                logger.warning(
+                    "messages not held for the lease",
+                    extra={"queue": queue, "count": len(failed), "error": error},
+                )
+
     @property
     def actor(self) -> str:
         return f"worker:{self.worker_id}"
