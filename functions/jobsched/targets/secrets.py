@@ -54,7 +54,12 @@ def authorise_secret(tenant: str, arn: str, *, field: str, grants: Grants) -> No
     Takes the tenant, the secret's ARN, the field that names it (API spelling) and the
     operator's grants (jobsched.domain.grants, the same `tenantTargets` that grant AWS
     targets). Raises TargetNotGranted (403 `target_not_granted`) naming the field unless
-    `grants.allows(tenant, arn)`; nothing is granted by default."""
+    `grants.allows(tenant, arn)`; nothing is granted by default. The scheduler's own
+    parameters and secrets (`grants.own`: the grants parameter beside them) are refused
+    whatever the grants say, so a broad grant (`parameter/*`) never reaches them."""
+    own = grants.own.refusal(arn)
+    if own is not None:
+        raise TargetNotGranted(field, own)
     if not grants.allows(tenant, arn):
         raise TargetNotGranted(field, "this secret is not granted to the tenant (tenantTargets)")
 

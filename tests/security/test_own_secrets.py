@@ -1,0 +1,138 @@
+"""No grant, however broad, lets a tenant read the scheduler's own parameters and secrets.
+
+The stack keeps its grants in `/<stack>/target-grants`, and the worker may read that
+parameter. A tenant granted every parameter (`arn:aws:ssm:*:*:parameter/*`) would otherwise
+name it as a header secret and have the whole grants document (every tenant's ids and ARNs)
+sent to a URL of its own; `/aws/reference/secretsmanager/<name>` would read any Secrets
+Manager secret through SSM, past the secret grants (another tenant's included). Through the
+API as the stack wires it (the grants in an SSM parameter on moto) and the worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.domain.grants import GrantsDocument
+from jobsched.domain.models import JobSpec
+from jobsched.services.attempt import AttemptOutcome
+
+from tests.helpers import HOME, ApiClient
+from tests.integration.test_webhook_security import (  # noqa: F401 (fixtures)
+    Receiver,
+    deliver,
+    first_run_key,
+    http_target,
+    job_body,
+    now,
+    receiver,
+    stores,
+)
+
+pytestmark = pytest.mark.integration
+
+STACK = "jobsched-test"
+GRANTS_PARAMETER = f"/{STACK}/target-grants"
+PARAMETER = "arn:aws:ssm:us-east-1:123456789012:parameter"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret"
+# The operator was generous with tenant-a: every parameter and every secret of its own.
+GRANTS = {
+    "tenant-a": ("arn:aws:ssm:*:*:parameter/*", f"{SECRET}:tenant-a/*", f"{SECRET}:{STACK}*"),
+    "tenant-b": (f"{SECRET}:tenant-b/*",),
+}
+
+
+@pytest.fixture
+def stack(stores, now) -> Iterator[Any]:
+    """The functions as the stack wires them: grants read from `/<stack>/target-grants`."""
+    from jobsched import wiring
+    from jobsched.domain.instants import ManualClock
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.settings import Settings
+
+    queues, _ = stores
+    ssm = boto3.client("ssm")
+    document = GrantsDocument.from_maps(GRANTS, home=HOME)
+    ssm.put_parameter(Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String")
+    ssm.put_parameter(Name=f"/{STACK}/internal", Value="internal-value-0042", Type="SecureString")
+    boto3.client("secretsmanager").create_secret(Name=f"{STACK}/internal", SecretString="internal-secret-7")
+    settings = Settings(
+        shard_count=4,
+        sweep_ahead_seconds=120,
+        queue_urls=queues["urls"],
+        dlq_urls=queues["dlq_urls"],
+        http_allow_destinations=("127.0.0.1/32",),
+        target_grants_parameter=GRANTS_PARAMETER,
+    )
+    built = wiring.Container(settings, ManualClock(now), RecordedMetrics())
+    wiring.override(built)
+    yield built
+    wiring.override(None)
+
+
+OWN = [
+    pytest.param(f"{PARAMETER}{GRANTS_PARAMETER}", id="the grants parameter"),
+    pytest.param(f"{PARAMETER}/{STACK}/internal", id="another parameter of the stack"),
+    pytest.param(f"{PARAMETER}//{STACK}/target-grants", id="doubled slash"),
+    pytest.param(f"{PARAMETER}/tenant-a/../{STACK}/target-grants", id="dot-dot segment"),
+    pytest.param(f"{PARAMETER}/aws/reference/secretsmanager/tenant-b/hook-token", id="SSM's view of a secret"),
+    pytest.param(f"{SECRET}:{STACK}/internal", id="a secret of the stack"),
+]
+
+
+def leak_headers(arn: str) -> dict[str, Any]:
+    return {"X-Leak": {"valueFrom": arn}}
+
+
+@pytest.mark.parametrize("arn", OWN)
+def test_the_stacks_own_names_are_refused_at_create_and_patch(stack, receiver, now, arn):
+    api = ApiClient("tenant-a")
+    refused = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn))))
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted"
+    [error] = refused.body["errors"]
+    assert error["field"] == "target.http.headers.X-Leak.valueFrom", error
+
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
+    assert created.status == 201, created
+    patched = api.patch(
+        f"/v1/jobs/{created.body['jobId']}",
+        {"target": {"headers": leak_headers(arn)}},
+        headers={"if-match": '"1"'},
+    )
+    assert patched.status == 403 and patched.body["code"] == "target_not_granted", patched
+    assert patched.body["errors"][0]["field"] == "target.http.headers.X-Leak.valueFrom"
+
+
+@pytest.mark.parametrize("arn", OWN)
+def test_a_stored_job_naming_them_sends_nothing(stack, receiver, now, arn):
+    """A job written before the rule (straight into the store) is refused again by the worker,
+    before any read: dead, TargetNotGranted, no request made."""
+    spec = JobSpec.model_validate(
+        {
+            "name": "legacy",
+            "type": "webhook.test",
+            "target": {"kind": "http", "url": receiver.url("/hook"), "headers": leak_headers(arn)},
+            "schedule": {"kind": "rate", "every_seconds": 3600},
+        }
+    )
+    job = stack.jobs.create("tenant-a", spec).job
+    key = first_run_key(ApiClient("tenant-a"), job.job_id)
+    assert deliver(stack, key).outcome is AttemptOutcome.DEAD
+    assert receiver.requests == []
+    run = ApiClient("tenant-a").get(f"/v1/runs/{quote(key, safe='')}").body
+    assert run["lastErrorClass"] == "TargetNotGranted", run
+    assert "tenant-b" not in json.dumps(run) and "internal-" not in json.dumps(run)
+
+
+def test_the_tenants_own_parameters_still_work_under_the_broad_grant(stack, receiver, now):
+    boto3.client("ssm").put_parameter(Name="/tenant-a/key", Value="own-value-1", Type="SecureString")
+    api = ApiClient("tenant-a")
+    headers = leak_headers(f"{PARAMETER}/tenant-a/key")
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=headers)))
+    assert created.status == 201, created
+    assert deliver(stack, first_run_key(api, created.body["jobId"])).outcome is AttemptOutcome.SUCCEEDED
+    assert receiver.requests[-1].headers["X-Leak"] == "own-value-1"
