@@ -78,7 +78,9 @@ OWN = [
     pytest.param(f"{PARAMETER}/{STACK}/internal", id="another parameter of the stack"),
     pytest.param(f"{PARAMETER}//{STACK}/target-grants", id="doubled slash"),
     pytest.param(f"{PARAMETER}/tenant-a/../{STACK}/target-grants", id="dot-dot segment"),
-    pytest.param(f"{PARAMETER}/aws/reference/secretsmanager/tenant-b/hook-token", id="SSM's view of a secret"),
+    pytest.param(
+        f"{PARAMETER}/aws/reference/secretsmanager/tenant-b/hook-token", id="SSM's view of a secret"
+    ),
     pytest.param(f"{SECRET}:{STACK}/internal", id="a secret of the stack"),
 ]
 
@@ -90,7 +92,9 @@ def leak_headers(arn: str) -> dict[str, Any]:
 @pytest.mark.parametrize("arn", OWN)
 def test_the_stacks_own_names_are_refused_at_create_and_patch(stack, receiver, now, arn):
     api = ApiClient("tenant-a")
-    refused = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn))))
+    refused = api.post(
+        "/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn)))
+    )
     assert refused.status == 403, refused
     assert refused.body["code"] == "target_not_granted"
     [error] = refused.body["errors"]
