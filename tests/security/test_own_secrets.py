@@ -21,16 +21,7 @@ from jobsched.domain.models import JobSpec
 from jobsched.services.attempt import AttemptOutcome
 
 from tests.helpers import HOME, ApiClient
-from tests.integration.test_webhook_security import (  # noqa: F401 (fixtures)
-    Receiver,
-    deliver,
-    first_run_key,
-    http_target,
-    job_body,
-    now,
-    receiver,
-    stores,
-)
+from tests.integration.test_webhook_security import deliver, first_run_key, http_target, job_body
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,7 @@
 """Local mode's HTTP front refuses what API Gateway would, before reading a body: a
 Content-Length that is no number (400), negative (400) or past the stack's body limit
-(413, the web ACL's answer), each in the API's error shape. Raw sockets, so the request is exactly what a hostile client sends."""
+(413, the web ACL's answer), each in the API's error shape. Raw sockets, so the request is
+exactly what a hostile client sends."""
 
 from __future__ import annotations
 

@@ -211,9 +211,9 @@ class OwnNames:
                 )
             if self.stack is not None and segments[0] == self.stack:
                 return f"names one of the scheduler's own parameters (/{self.stack}/…): no grant reaches them"
-        if service == "secretsmanager" and resource.startswith("secret:") and self.stack is not None:
-            if resource.removeprefix("secret:").startswith(self.stack + "/"):
-                return f"names one of the scheduler's own secrets ({self.stack}/…): no grant reaches them"
+        secret = resource.removeprefix("secret:") if resource.startswith("secret:") else ""
+        if service == "secretsmanager" and self.stack is not None and secret.startswith(self.stack + "/"):
+            return f"names one of the scheduler's own secrets ({self.stack}/…): no grant reaches them"
         return None
 
 
