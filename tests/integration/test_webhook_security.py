@@ -301,6 +301,22 @@ def test_a_job_stored_before_signing_gets_its_first_secret_by_rotation(api, syst
     verified(first.body["signingSecret"], receiver.requests[-1])
 
 
+def test_a_stored_job_with_framing_headers_is_still_delivered_whole_and_signed(api, system, receiver, now):
+    """Jobs written before framing headers were refused: the worker leaves those headers out,
+    so the body arrives whole (a chunked claim would have the receiver misread it) and the
+    signature survives (a Connection header naming it would have a proxy strip it)."""
+    headers = {"Transfer-Encoding": "chunked", "Connection": "close, webhook-signature", "X-Trace": "t"}
+    spec = JobSpec.model_validate(job_body_spec(receiver.url("/hook"), now, headers))
+    job = system.jobs.create("tenant-a", spec).job
+    secret = api.post(f"/v1/jobs/{job.job_id}/signing-secret").body["signingSecret"]
+    assert deliver(system, trigger(api, job.job_id)).outcome is AttemptOutcome.SUCCEEDED
+    request = receiver.requests[-1]
+    assert verified(secret, request)["jobId"] == job.job_id
+    assert request.headers["X-Trace"] == "t"
+    assert "chunked" not in request.headers.get("Transfer-Encoding", "")
+    assert "webhook-signature" not in request.headers.get("Connection", "")
+
+
 def job_body_spec(url: str, now: datetime, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "name": "legacy",
@@ -490,6 +506,18 @@ def test_referenced_secrets_reach_the_receiver_and_nothing_else(api, system, rec
         ),
         ({"X-Trace": "x" * 4097}, "target.http.headers", "at most 4096"),
         ({"webhook-signature": "v1,forged"}, "target.http.headers", "set by the scheduler"),
+        # Only visible Latin-1 text reaches the wire as it was written (as for secret values).
+        ({"X-Trace": "a\x0bb"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "a\x7fb"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "\u0100"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "line\u2028break"}, "target.http.headers", "visible Latin-1"),
+        # The connection's own framing is the transport's: a target's would break the request.
+        ({"Transfer-Encoding": "chunked"}, "target.http.headers", "set by the transport"),
+        ({"Connection": "close, webhook-signature"}, "target.http.headers", "set by the transport"),
+        ({"keep-alive": "timeout=5"}, "target.http.headers", "set by the transport"),
+        ({"TE": "trailers"}, "target.http.headers", "set by the transport"),
+        ({"Upgrade": "h2c"}, "target.http.headers", "set by the transport"),
+        ({"Expect": "100-continue"}, "target.http.headers", "set by the transport"),
     ],
 )
 def test_bad_header_values_are_refused_naming_the_field(api, system, now, headers, field, rule):
