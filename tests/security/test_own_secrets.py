@@ -131,3 +131,21 @@ def test_the_tenants_own_parameters_still_work_under_the_broad_grant(stack, rece
     assert created.status == 201, created
     assert deliver(stack, first_run_key(api, created.body["jobId"])).outcome is AttemptOutcome.SUCCEEDED
     assert receiver.requests[-1].headers["X-Leak"] == "own-value-1"
+
+
+@pytest.mark.parametrize(
+    "value", ["tok\r\nX-Injected: 1", "tok\nX-Injected: 1", "tok\x00", "tok\x0b1", "tok\u0100"]
+)
+def test_a_secret_value_that_would_inject_a_header_is_never_sent(stack, receiver, now, value):
+    """The value is the secret owner's to set, after the job was written: judged at every read."""
+    arn = boto3.client("secretsmanager").create_secret(Name="tenant-a/evil", SecretString=value)["ARN"]
+    api = ApiClient("tenant-a")
+    created = api.post(
+        "/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn)))
+    )
+    assert created.status == 201, created
+    key = first_run_key(api, created.body["jobId"])
+    assert deliver(stack, key).outcome is AttemptOutcome.DEAD
+    assert receiver.requests == []
+    run = api.get(f"/v1/runs/{quote(key, safe='')}").body
+    assert run["lastErrorClass"] == "BadSecret" and "X-Injected" not in json.dumps(run), run
