@@ -216,9 +216,11 @@ def body_length(values: list[str] | None) -> tuple[int, tuple[int, str] | None]:
     text = values[0].strip()
     if not text.isdigit() or not text.isascii():
         return 0, (400, "must be a non-negative whole number of bytes")
-    if len(text) > 10 or int(text) > MAX_BODY_BYTES:
+    # Leading zeros count for nothing, as in the web ACL's pattern (infra.api.integers_above).
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 10 or int(digits) > MAX_BODY_BYTES:
         return 0, (413, f"the body may have at most {MAX_BODY_BYTES} bytes")
-    return int(text), None
+    return int(digits), None
 
 
 # --- DynamoDB stream → Lambda ---

@@ -73,3 +73,21 @@ def test_a_body_at_the_deployed_limit_reaches_the_function(front):
     status, _ = post(server, DEPLOYED_LIMIT)
     assert status == 201
     assert recorder.bodies == [DEPLOYED_LIMIT]
+
+
+def test_a_zero_padded_length_is_judged_by_its_value_as_the_web_acl_judges_it(front):
+    """The web ACL's pattern allows leading zeros (infra.api.integers_above): a small body with
+    a padded length passes it, so it passes here too."""
+    import socket
+
+    server, recorder = front
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: {host}:{port}\r\nx-api-key: {KEY}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 0000000000000002\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode() + b"{}")
+        status_line = sock.recv(65536).split(b"\r\n", 1)[0]
+    assert status_line.split()[1] == b"201", status_line
+    assert recorder.bodies == [2]

@@ -132,6 +132,7 @@ def test_the_document_needs_the_key_as_on_a_stack_it_needs_a_signature(front, pa
         (["1000000"], (MAX_BODY_BYTES, None)),
         (["1000001"], (0, (413, "the body may have at most 1000000 bytes"))),
         (["7", "7"], (7, None)),
+        (["0" * 5000 + "2"], (2, None)),  # more digits than int() takes from text, all zeros but one
     ],
 )
 def test_body_length(values, expected):
