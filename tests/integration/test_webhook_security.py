@@ -250,6 +250,31 @@ def test_the_secret_is_shown_only_on_the_answer_that_created_it(api, system, rec
     assert api.get(f"/v1/jobs/{quote('signing#' + job_id, safe='')}").status == 400  # not a job id
 
 
+def test_no_signing_secret_is_recorded_in_a_trace(api, system, receiver, now, monkeypatch):
+    """The API's traces (X-Ray, kept 30 days, read by anyone the account lets) record what its
+    handler did, never the answer that carries a job's secret: neither the create nor a
+    rotation. Records what the tracer would put on its segments."""
+    from jobsched.observability import tracer
+
+    recorded: list[Any] = []
+
+    def record(
+        method_name: str | None = None, data: Any = None, subsegment: Any = None, capture_response: Any = None
+    ) -> None:
+        if data is not None and capture_response:
+            recorded.append(data)
+
+    monkeypatch.setattr(tracer, "_add_response_as_metadata", record)
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
+    assert created.status == 201, created
+    rotated = api.post(f"/v1/jobs/{created.body['jobId']}/signing-secret")
+    assert rotated.status == 200, rotated
+    traced = json.dumps(recorded, default=str)
+    for secret in (created.body["signingSecret"], rotated.body["signingSecret"]):
+        assert secret not in traced
+    assert "whsec_" not in traced
+
+
 def test_a_rotation_signs_with_both_secrets_for_24_hours_then_the_new_one_only(api, system, receiver, now):
     created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
     old, job_id = created.body["signingSecret"], created.body["jobId"]
