@@ -149,3 +149,83 @@ def test_a_secret_value_that_would_inject_a_header_is_never_sent(stack, receiver
     assert receiver.requests == []
     run = api.get(f"/v1/runs/{quote(key, safe='')}").body
     assert run["lastErrorClass"] == "BadSecret" and "X-Injected" not in json.dumps(run), run
+
+
+# --- the stack's own functions and queues, as AWS targets ---
+
+# CloudFormation names what the stack makes without a name `<stack>-<logical id>-<suffix>`.
+OWN_TARGETS = [
+    pytest.param(
+        {
+            "kind": "lambda",
+            "functionArn": f"arn:aws:lambda:us-east-1:123456789012:function:{STACK}-Api-AbC12",
+        },
+        "target.functionArn",
+        id="the api function",
+    ),
+    pytest.param(
+        {"kind": "lambda", "functionArn": f"{STACK}-Worker-AbC12:live"},
+        "target.functionArn",
+        id="the worker, by bare name and alias",
+    ),
+    pytest.param(
+        {"kind": "sqs", "queueUrl": f"https://sqs.us-east-1.amazonaws.com/123456789012/{STACK}-High-AbC12"},
+        "target.queueUrl",
+        id="a run queue",
+    ),
+]
+BROAD = ("arn:aws:lambda:*:*:function:*", "arn:aws:sqs:*:*:*")
+
+
+@pytest.fixture
+def broad(stack) -> Any:
+    """tenant-a may call every function and queue (the operator's grant, in the parameter)."""
+    document = GrantsDocument.from_maps({"tenant-a": (*GRANTS["tenant-a"], *BROAD)}, home=HOME)
+    boto3.client("ssm").put_parameter(
+        Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String", Overwrite=True
+    )
+    stack.__dict__.pop("grants", None)
+    for built in ("target_authority", "jobs", "worker"):
+        stack.__dict__.pop(built, None)
+    return stack
+
+
+@pytest.mark.parametrize(("target", "field"), OWN_TARGETS)
+def test_the_stacks_own_functions_and_queues_are_no_tenants_target(broad, target, field):
+    api = ApiClient("tenant-a")
+    refused = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": target})
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted" and refused.body["errors"][0]["field"] == field
+    own = (
+        {**target, "functionArn": "a-report"}
+        if target["kind"] == "lambda"
+        else {
+            **target,
+            "queueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/a-inbox",
+        }
+    )
+    assert api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": own}).status == 201
+    # The same name in another account is not the stack's.
+    elsewhere = (
+        {**target, "functionArn": f"arn:aws:lambda:us-east-1:111111111111:function:{STACK}-Api-AbC12"}
+        if target["kind"] == "lambda"
+        else {**target, "queueUrl": f"https://sqs.us-east-1.amazonaws.com/111111111111/{STACK}-High-AbC12"}
+    )
+    assert (
+        api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": elsewhere}).status == 201
+    )
+
+
+@pytest.mark.parametrize(("target", "field"), OWN_TARGETS)
+def test_a_stored_job_aimed_at_them_makes_no_call(broad, target, field):
+    from jobsched.domain.models import JobSpec as Spec
+
+    spec = Spec.model_validate(
+        {"name": "legacy", "type": "t", "target": target, "schedule": {"kind": "rate", "every_seconds": 3600}}
+    )
+    broad.jobs._authorize_target = None  # written before the rule
+    job = broad.jobs.create("tenant-a", spec).job
+    key = first_run_key(ApiClient("tenant-a"), job.job_id)
+    assert deliver(broad, key).outcome is AttemptOutcome.DEAD
+    run = broad.runs.get_by_key(key)
+    assert run.last_error_class == "TargetNotGranted" and field in (run.last_error_message or "")

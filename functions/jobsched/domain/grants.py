@@ -179,10 +179,11 @@ _AWS_PARAMETER = re.compile(r"(?:aws|ssm)", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class OwnNames:
-    """The scheduler's own parameters and secrets, which no grant reaches: the stack keeps
-    its grants in `/<stack>/target-grants` (which the worker may read), and anything else
-    of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets Manager). `stack` None: no
-    such names (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`."""
+    """The scheduler's own parameters, secrets, functions and queues, which no grant
+    reaches: the stack keeps its grants in `/<stack>/target-grants` (which the worker may
+    read), anything else of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets
+    Manager), and its functions and queues are `<stack>-…`. `stack` None: no such names
+    (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`."""
 
     stack: str | None = None
 
@@ -192,10 +193,12 @@ class OwnNames:
         parts = [part for part in (grants_parameter or "").split("/") if part]
         return cls(parts[0] if parts else None)
 
-    def refusal(self, arn: str) -> str | None:
-        """Why `arn` (a secret or parameter a header references) is the scheduler's own or
-        AWS's, or None. A parameter path with an empty, `.` or `..` segment is refused too:
-        however SSM reads it, no spelling of a name escapes this comparison or the grants'."""
+    def refusal(self, arn: str, home: Home | None = None) -> str | None:
+        """Why `arn` (a secret or parameter a header references, or a function or queue a
+        target calls) is the scheduler's own or AWS's, or None. A parameter path with an
+        empty, `.` or `..` segment is refused too: however SSM reads it, no spelling of a
+        name escapes this comparison or the grants'. Functions and queues are the stack's
+        only in its own account (`home`'s, when known)."""
         parts = arn.split(":", 6)
         if len(parts) < 6:
             return None
@@ -214,6 +217,17 @@ class OwnNames:
         secret = resource.removeprefix("secret:") if resource.startswith("secret:") else ""
         if service == "secretsmanager" and self.stack is not None and secret.startswith(self.stack + "/"):
             return f"names one of the scheduler's own secrets ({self.stack}/…): no grant reaches them"
+        # CloudFormation names the functions and queues the stack makes `<stack>-<id>-<suffix>`.
+        name = resource.removeprefix("function:") if service == "lambda" else resource
+        ours = home is None or parts[4] == home.account
+        if (
+            service in ("lambda", "sqs")
+            and self.stack is not None
+            and ours
+            and name.startswith(self.stack + "-")
+        ):
+            kind = "functions" if service == "lambda" else "queues"
+            return f"names one of the scheduler's own {kind} ({self.stack}-…): no grant reaches them"
         return None
 
 
