@@ -15,6 +15,7 @@ from typing import Any
 from constructs import Node
 from jobsched.domain.grants import SECRET_SERVICES, GrantsDocument, service_of
 from jobsched.domain.grants import TARGET_SERVICES as GRANTED_TARGET_SERVICES
+from jobsched.edge import MAX_BODY_BYTES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
 from pydantic import ValidationError
@@ -56,7 +57,7 @@ def target_service(arn: str) -> str | None:
 
 
 MIN_TENANTS_AT_LIMIT = 3  # so two tenants at their request limit leave room for the rest
-MAX_API_BODY_BYTES = 1_000_000  # x 6 (JSON escapes) + headers and context < Lambda's 6,291,456
+MAX_API_BODY_BYTES = MAX_BODY_BYTES  # x 6 (JSON escapes) + headers and context < Lambda's 6,291,456
 
 
 class ConfigError(ValueError):
@@ -122,7 +123,7 @@ class Config:
     # API's web ACL; 0 = no web ACL). Lambda refuses an event past 6 MB with a 500, below API
     # Gateway's own 10 MB: the body is JSON-escaped in the event (up to 6 bytes a byte), so
     # 1,000,000 bytes is the most that fits whatever it holds.
-    api_max_body_bytes: int = 1_000_000
+    api_max_body_bytes: int = MAX_BODY_BYTES  # local mode's front refuses the same (jobsched.edge)
     queue_age_alarm_seconds: dict[str, int] = field(
         default_factory=lambda: {"high": 1200, "default": 1800, "low": 3600}
     )
