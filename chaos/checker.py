@@ -294,6 +294,11 @@ class Figures:
     def restart_over_goal(self) -> bool:
         return self.restart_latency_p99 > RESTART_GOAL_SECONDS
 
+    @property
+    def restart_goal_missed(self) -> int:
+        """1 when the restart latency's p99 is over its goal (the selftest's figure for it)."""
+        return int(self.restart_over_goal)
+
     def line(self) -> str:
         return (
             f"seed={self.seed} due={self.due} runs={self.runs} terminal={self.terminal}"
