@@ -69,7 +69,10 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                status, answer = receiver.deliver({k: v for k, v in self.headers.items()}, body)
+                try:
+                    status, answer = receiver.deliver(dict(self.headers.items()), body)
+                except Exception as exc:  # the receiver's own fault: reported, never silent
+                    status, answer = receiver._reject("?", f"the receiver failed: {exc!r}")
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
