@@ -31,10 +31,10 @@ worker crash before the effect (at the job check after the claim) and after it (
 completing write); publish failures; lost stream batches; immediate and late duplicate
 deliveries; a worker frozen between its effect and its completion (its record's own
 invocation, on a thread of its own), thawed minutes later to complete with its old fence;
-two sweepers at once;
-throttling (ProvisionedThroughputExceededException / ThrottlingException) on random
-DynamoDB and SQS calls of every component; pauses, resumes, cancels and redrives through
-the services. After the window the faults stop and the loop runs until no run is open.
+two sweepers at once; throttling (ProvisionedThroughputExceededException /
+ThrottlingException) on random DynamoDB and SQS calls of every component; pauses, resumes,
+cancels and redrives through the services. After the window the faults stop and the loop
+runs until no run is open.
 
 Production's shape. Each worker invocation gets a Lambda context whose remaining time runs
 on the simulated clock, and the handler binds its worker to it; the chaos container
