@@ -7,8 +7,12 @@ queues with their DLQs. The real services do the work: JobService (the API's use
 creates, pauses, resumes and cancels jobs; two Sweepers materialise runs; the Runs
 stream, read with the dynamodbstreams client and converted by
 `local.glue.lambda_stream_record`, is filtered with `handlers.outbox.matches_filter` and
-handed to the Outbox; Workers claim, execute Python handlers under Powertools idempotency
-and complete under the fence; the Reconciler repairs every minute.
+handed to the Outbox; the worker Lambda's own handler (`handlers.worker.handler`: Powertools'
+batch processor with every record of a batch on its own thread) gets each batch as the SQS
+event Lambda builds, and its Workers claim, execute (Python handlers, and webhooks through
+the production HttpTargetClient and signer to the harness's receiver, `chaos.receiver`)
+and complete under the fence; the messages it does not report failed are deleted, as
+Lambda deletes them. The Reconciler repairs every minute.
 
 Time. One ManualClock is the true time, advanced one second per loop; nothing sleeps.
 Each component reads it through its own fixed offset of up to ±3 s (clock skew).
@@ -22,24 +26,30 @@ One simulated second: API actions → a sweep (sometimes two sweepers interleave
 stream records to the outbox → every visible message to a worker → the reconciler
 (every `reconcile_every` seconds).
 
-Faults, drawn from the printed seed: worker crash before the effect (at the job check
-after the claim) and after it (at the completing write); publish failures; lost stream
-batches; immediate and late duplicate deliveries; a worker frozen between its effect and
-its completion, thawed minutes later to complete with its old fence; two sweepers at once;
-throttling (ProvisionedThroughputExceededException / ThrottlingException) on random
-DynamoDB and SQS calls of every component; pauses, resumes, cancels and redrives through
-the services. After the window the faults stop and the loop runs until no run is open.
+Faults, drawn from the printed seed and armed per record before its batch's invocation:
+worker crash before the effect (at the job check after the claim) and after it (at the
+completing write); publish failures; lost stream batches; immediate and late duplicate
+deliveries; a worker frozen between its effect and its completion (its record's own
+invocation, on a thread of its own), thawed minutes later to complete with its old fence;
+two sweepers at once; throttling (ProvisionedThroughputExceededException /
+ThrottlingException) on random DynamoDB and SQS calls of every component; pauses, resumes,
+cancels and redrives through the services. After the window the faults stop and the loop
+runs until no run is open.
 
 Production's shape. Each worker invocation gets a Lambda context whose remaining time runs
-on the simulated clock, and the worker is bound to it (`Worker.for_invocation`) as the
-handler binds it; the tenant limit is on for the worker and the lease API together; an
-external fleet leases `chaos.external` runs through the lease API and works on each for a
-few seconds.
+on the simulated clock, and the handler binds its worker to it; the chaos container
+(`chaos.invocation.ChaosServices`, installed by `wiring.override` for the run) offers the
+handler the worker chosen for that invocation; the tenant limit is on for the worker and
+the lease API together; an external fleet leases `chaos.external` runs through the lease
+API and works on each for a few seconds. A batch's records interleave as their threads do,
+so a seed replays its plan and the faults armed per record, not every thread's order.
 
-Evidence. The targets (the Python handlers, the fleet, the hog) record every call in the
-effect ledger with its start and end, beside the code under test; a repeat after a dead
-invocation is excused by that invocation's own deadline, never by what its claim recorded.
-The verdict (`checker`) is one line of figures; the must-be-0 ones fail the run.
+Evidence. The targets (the Python handlers, the HTTP receiver, the fleet, the hog) record
+every call in the effect ledger with its start and end, beside the code under test; the
+receiver verifies each webhook's Standard Webhooks signature, and one that does not verify
+is an unexpected error. A repeat after a dead invocation is excused by that invocation's
+own deadline, never by what its claim recorded. The verdict (`checker`) is one line of
+figures; the must-be-0 ones (and any unexpected error) fail the run.
 `chaos.mutants` and `chaos.selftest` prove that each figure can fail.
 """
 

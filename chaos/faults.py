@@ -1,5 +1,5 @@
 """Fault primitives: skewed clocks, throttling clients, and stores that crash or freeze a
-worker at a chosen point. Each is armed by the harness for one delivery at a time."""
+worker at a chosen point. Each is armed by the harness for one record of an invocation."""
 
 from __future__ import annotations
 
@@ -154,27 +154,51 @@ class Freeze:
         self.state: RunState | None = None  # the ending it was frozen writing
 
 
+class CrashPoints:
+    """Where a worker is armed to die: a thread-safe set of keys (run keys, or job ids). A
+    batch's records run at once, each on its own thread, so each record's point is armed by
+    its own key and taken by the first record of that key to reach it."""
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def arm(self, key: str) -> None:
+        with self._lock:
+            self._keys.add(key)
+
+    def take(self, key: str) -> bool:
+        """True (once) when `key` was armed: the caller dies here."""
+        with self._lock:
+            if key in self._keys:
+                self._keys.discard(key)
+                return True
+            return False
+
+    def disarm(self, key: str) -> None:
+        with self._lock:
+            self._keys.discard(key)
+
+
 class ChaosRunStore(RunStore):
     """A worker's view of the Runs table that can crash or freeze it when it ends an attempt."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Run key: die after the effect, once what it did is recorded. An effect that raised
+        # Run keys: die after the effect, once what it did is recorded. An effect that raised
         # has nothing to record, so the attempt dies before its ending is written; a
         # successful one is recorded by its completion (the first write after the effect,
         # as Powertools' own save is), so the attempt dies after that write, before what
         # follows it (the job's counter, a chained run's release, the message's deletion).
-        self.crash_finishing: str | None = None
-        self.crash_unrecorded: str | None = None  # run key: die before a success is written
-        self.freeze: Freeze | None = None
+        self.crash_finishing = CrashPoints()
+        self.crash_unrecorded = CrashPoints()  # run keys: die before a success is written
+        self.freeze: Freeze | None = None  # a frozen worker's one record (its own invocation)
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
         finishing = holder and new.state in FINISHING
-        if finishing and new.state is RunState.SUCCEEDED and self.crash_unrecorded == new.run_key:
-            self.crash_unrecorded = None
+        if finishing and new.state is RunState.SUCCEEDED and self.crash_unrecorded.take(new.run_key):
             raise UnrecordedEffectCrash(new.run_key, read.effect_until)
-        if finishing and self.crash_finishing == new.run_key:
-            self.crash_finishing = None
+        if finishing and self.crash_finishing.take(new.run_key):
             if new.state is RunState.SUCCEEDED:
                 super()._put(new, read, holder=holder)
             raise SimulatedCrash(f"worker died after the effect of {new.run_key}")
@@ -193,12 +217,11 @@ class ChaosDefinitionStore(DefinitionStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.crash_reading: str | None = None  # job id: die when the worker reads it
+        self.crash_reading = CrashPoints()  # job ids: die when the worker reads the job
         self.before_save: Callable[[Job], None] | None = None
 
     def get(self, job_id: str) -> Job | None:
-        if self.crash_reading == job_id:
-            self.crash_reading = None
+        if self.crash_reading.take(job_id):
             raise SimulatedCrash(f"worker died before the effect (job {job_id})")
         return super().get(job_id)
 

@@ -39,11 +39,12 @@ from jobsched.services.completion import Completer
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
 from jobsched.services.missed import MissedRuns
+from jobsched.services.outbox import EXTERNAL as EXTERNAL_ROUTE
 from jobsched.services.outbox import Outbox, priority_router
 from jobsched.services.reconciler import KINDS, Reconciler
 from jobsched.services.runs import RunService
 from jobsched.services.sweeper import Sweeper
-from jobsched.services.worker import Worker
+from jobsched.services.worker import Received
 from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
@@ -76,7 +77,9 @@ from .faults import (
     UnrecordedEffectCrash,
     sqs_on_clock,
 )
+from .invocation import ChaosServices, ChaosWorker, acknowledged, sqs_event
 from .ledger import EXTERNAL, LEASE, Call, Ledger, Sequencer, chaos_registry
+from .receiver import ALLOW, Receiver
 from .scenario import HOG_TENANT, HOG_TYPE, TENANTS, Mix, Plan, hog_jobs, plan
 
 REGION = "us-east-1"
@@ -176,7 +179,9 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return self.figures.failed() or not self.settled
+        """A must-be-0 figure above 0, a world that did not settle, or an unexpected error (one
+        of them a webhook the receiver could not verify)."""
+        return self.figures.failed() or not self.settled or bool(self.unexpected)
 
 
 class ObservedSlots(TenantSlots):
@@ -226,16 +231,24 @@ class World:
         self.rng = random.Random(master.random())  # fault decisions
         self.control_rng = random.Random(master.random())
         handler_rng = random.Random(master.random())
+        self.clock = clock  # true time; moto's SQS reads it too
+        self.sequencer = Sequencer()
+        self.ledger = Ledger(self.sequencer, self.clock.now)
+        # The `chaos.http` jobs' downstream (stopped by `close`).
+        self.receiver = Receiver(self.ledger, self.clock.now, config.seed)
+        self.receiver.start()
         self.plan: Plan = plan(
-            random.Random(master.random()), config.runs, config.window(), config.seed, config.mix
+            random.Random(master.random()),
+            config.runs,
+            config.window(),
+            config.seed,
+            config.mix,
+            http_url=self.receiver.url,
         )
         if config.hog:
             self.plan.jobs.extend(hog_jobs(random.Random(master.random()), self.plan.end, config.window()))
         self.rates = config.faults
-        self.clock = clock  # true time; moto's SQS reads it too
         clock.set(self.plan.start)
-        self.sequencer = Sequencer()
-        self.ledger = Ledger(self.sequencer, self.clock.now)
         self.registry = chaos_registry(self.ledger, handler_rng)
         self.metrics = RecordedMetrics()  # the worker's and completers' (the figures count them)
         self.faults: Counter[str] = Counter()
@@ -253,9 +266,13 @@ class World:
         # completion (UnrecordedEffectCrash), by the dying worker's clock.
         self.unrecorded: dict[str, list[datetime | None]] = defaultdict(list)
         self.frozen: list[Frozen] = []
+        # Batches a throttled invocation left with the poller: (retry at, queue URL, messages).
+        self.throttled: list[tuple[datetime, str, list[dict[str, Any]]]] = []
         self.frozen_count = 0
         self.invocations = 0
-        self.bound: dict[tuple[int, str], Worker] = {}
+        # A batch's records run on threads of their own: what they report goes under this lock.
+        self.lock = threading.RLock()
+        self.message_ids: dict[str, str] = {}  # receipt handle -> message id, while in an invocation
         self.injecting = True
         self.unanswered: list[tuple[TrackedJob, str]] = []  # changes the API kept failing: asked again
         self.fleet: list[FleetLease] = []  # leases the external fleet is working on
@@ -296,7 +313,8 @@ class World:
         api_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         # Which target-less runs wait for external workers, as production wires it (the
         # router's registry): the claimable index and the repair deadlines depend on it.
-        self.is_external = lambda run: self.registry.get(run.job_type) is None
+        self.route = priority_router(lambda job_type: self.registry.get(job_type) is not None)
+        self.is_external = lambda run: self.route(run) == EXTERNAL_ROUTE
         api_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
         api_queues = self._queues(self.sqs_throttle)
@@ -322,7 +340,7 @@ class World:
             RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external),
             self._queues(self.publish_throttle),
             self._skewed(),
-            priority_router(lambda job_type: self.registry.get(job_type) is not None),
+            self.route,
         )
         reconciler_clock = self._skewed()
         reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
@@ -339,7 +357,12 @@ class World:
             settle_held=MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock).settle_held,
         )
         self.workers = [self._worker(f"w{i}") for i in range(config.workers)]
+        # What the worker handler reads from its container (installed by `run_chaos`).
+        self.services = ChaosServices(self._queues(self.sqs_throttle), self._skewed(), self.metrics)
         self.final_jobs: dict[str, Job] = {}
+
+    def close(self) -> None:
+        self.receiver.stop()
 
     # --- construction helpers ---
 
@@ -354,22 +377,33 @@ class World:
         sqs = LoopingQueueClient(self.sqs, self.loop) if looping else self.sqs
         return RunQueues(FlakyClient(sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
 
-    def _worker(self, name: str) -> Worker:
-        from jobsched.targets import TargetRunner
+    def _worker(self, name: str) -> ChaosWorker:
+        """A worker as `wiring.Container.worker` builds it: the production TargetRunner with
+        the HttpTargetClient, its destination policy (the receiver allowed, as an operator's
+        HTTP_ALLOW_DESTINATIONS would) and the Standard Webhooks signer reading each job's
+        secrets; Python handlers from the chaos registry. No secret headers in chaos."""
+        from jobsched.targets import DestinationPolicy, HttpTargetClient, TargetRunner
+        from jobsched.targets.signing import DeliverySigner
 
         shards = self.config.shard_count
+        definitions = ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
+        clock = self._skewed()
+        http = HttpTargetClient(
+            DestinationPolicy([ALLOW]), signer=DeliverySigner(definitions.signing_secrets, clock)
+        )
         runs = ChaosRunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
-        return Worker(
-            ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
+        return ChaosWorker(
+            definitions,
             runs,
             self._queues(self.sqs_throttle, looping=True),
-            TargetRunner(lambda service: None, registry=self.registry),
-            self._skewed(),
+            TargetRunner(lambda service: None, registry=self.registry, http=http),
+            clock,
             worker_id=name,
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,
             metrics=self.metrics,
             tenant_slots=ObservedSlots(runs, self.config.tenant_concurrency, self._tenant_waited),
+            watch=self._watch,
         )
 
     def _tenant_waited(self, run_key: str) -> None:
@@ -398,6 +432,7 @@ class World:
                 and not self.audit.open_runs()
                 and not self.frozen
                 and not self.fleet
+                and not self.throttled
             ):
                 settled = True
                 break
@@ -424,6 +459,10 @@ class World:
             if config.verbose and second % 300 == 0:
                 self.out(f"  t+{second}s open={len(self.audit.open_runs())} outcomes={dict(self.outcomes)}")
         self._stream()
+        for problem in self.receiver.rejected:
+            self._unexpected("receiver", f"a delivery that does not verify: {problem}")
+        for status, count in self.receiver.answers.items():
+            self.faults[f"webhooks_answered_{status}"] += count
         figures, explanations = self._check()
         return Report(figures, self.faults, self.outcomes, self.unexpected, second, settled, explanations)
 
@@ -458,14 +497,31 @@ class World:
             try:
                 # With an idempotency key, as a careful client: a retry after a timeout whose
                 # create did land answers with that job instead of making a second one.
-                job = self.jobs.create(planned.tenant, planned.spec, idempotency_key=planned.spec.name).job
+                created = self.jobs.create(planned.tenant, planned.spec, idempotency_key=planned.spec.name)
             except JobschedError:
                 continue
+            job = created.job
             self.tracked[job.job_id] = TrackedJob(job.job_id, job.tenant)
+            if job.spec.target is not None:
+                self._trust(job, created.signing_secret)
             return True
         if late > CREATE_PATIENCE_SECONDS:
             raise RuntimeError("the API kept failing to create a job")
         return False
+
+    def _trust(self, job: Job, secret: str | None) -> None:
+        """Configure the receiver with the job's signing secret, as its owner would from the
+        create answer. A replayed create (a retry after a timeout that landed) shows none: the
+        owner rotates, and the new secret signs from then on (the old one beside it)."""
+        for _ in range(20):
+            if secret is not None:
+                self.receiver.trust(job.job_id, secret)
+                return
+            try:
+                secret = self.jobs.rotate_signing_secret(job.tenant, job.job_id).current
+            except JobschedError:
+                continue
+        raise RuntimeError(f"the API kept failing to rotate the signing secret of {job.job_id}")
 
     def _control(self) -> None:
         rng = self.control_rng
@@ -708,6 +764,11 @@ class World:
     # --- SQS → worker ---
 
     def _deliver(self) -> None:
+        now = self.clock.now()
+        due = [t for t in self.throttled if t[0] <= now]
+        self.throttled = [t for t in self.throttled if t[0] > now]
+        for _, url, messages in due:
+            self._invoke(url, messages)  # the poller's retry: the messages stayed in flight
         for spec in QUEUES:
             url = self.urls[spec.key]
             for _ in range(100):
@@ -718,30 +779,134 @@ class World:
                 ).get("Messages", [])
                 if not messages:
                     break
-                self._invoke(spec.key, url, messages)
+                self._invoke(url, messages)
 
-    def _invoke(self, queue: str, url: str, messages: list[dict[str, Any]]) -> None:
-        """One worker invocation for one batch, as Lambda's SQS event source makes it."""
+    def _invoke(self, url: str, messages: list[dict[str, Any]]) -> None:
+        """One worker invocation for one batch, as Lambda's SQS event source makes it: the
+        production handler runs the batch's records at once, and the messages it does not
+        list in `batchItemFailures` are deleted. Faults are armed per record beforehand."""
         rates = self.rates
         roll = self.rng.random()
         if roll < rates.throttled_invocation:
-            # Throttled: nothing runs, and the batch comes back after the visibility timeout.
+            # Throttled: nothing runs; the poller keeps the batch in flight and invokes it
+            # again after a backoff (AWS retries a throttled batch until its visibility timeout).
             self.faults["throttled_invocations"] += 1
+            retry_at = self.clock.now() + timedelta(seconds=self.rng.randint(1, 20))
+            self.throttled.append((retry_at, url, messages))
             return
-        if roll < rates.throttled_invocation + rates.killed_invocation:
-            # Killed at its timeout part-way: the records before were done but never acknowledged
-            # (no batch response), the one in flight dies where it was, the rest never started;
-            # the whole batch comes back after the visibility timeout.
+        killed = roll < rates.throttled_invocation + rates.killed_invocation
+        cut = self.rng.randrange(len(messages)) if killed else len(messages)
+        if killed:
+            # Killed at its timeout part-way: the records done by then were never acknowledged
+            # (no batch response), the one at the cut dies where it was, the ones behind it die
+            # before their effect; the whole batch comes back once the handler's hold (the
+            # lease plus 5 s) or a heartbeat's runs out.
             self.faults["killed_invocations"] += 1
-            cut = self.rng.randrange(len(messages))
-            context = self._context(killed=True)
-            for message in messages[:cut]:
-                self._handle(queue, url, message, ack=False, context=context)
-            self._handle(queue, url, messages[cut], ack=False, killed=True, context=context)
+        worker = self.rng.choice(self.workers)
+        context = self._context(killed=killed)
+        batch: list[dict[str, Any]] = []
+        armed: list[tuple[Any, str]] = []
+        for index, message in enumerate(messages):
+            delivery = self._received(message)
+            roll = self.rng.random()
+            if not killed and roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
+                self._freeze(delivery, url, message)  # its own invocation, on its own thread
+                continue
+            batch.append(message)
+            roll -= rates.freeze_worker
+            point = self._crash_point(worker, delivery, roll, at_cut=index == cut, behind=index > cut)
+            if point is not None:
+                point[0].arm(point[1])
+                armed.append(point)
+        if not batch:
             return
-        context = self._context()
-        for message in messages:
-            self._handle(queue, url, message, context=context)
+        event = sqs_event(url, batch)
+        try:
+            response = self._run_handler(worker, event, context)
+        finally:
+            for points, key in armed:
+                points.disarm(key)  # a point its record never reached
+        if killed:
+            return
+        self._acknowledge(url, event, response)
+        copies = [m for m in batch if self.rng.random() < rates.duplicate_delivery]
+        for message in batch:
+            if self.rng.random() < rates.late_duplicate:
+                self.faults["late_duplicate"] += 1
+                self.sqs.send_message(
+                    QueueUrl=url, MessageBody=message["Body"], DelaySeconds=self.rng.randint(1, 120)
+                )
+        if copies:
+            # The same messages handed to a second invocation at once (at-least-once delivery):
+            # its copies were never in the queue, so nothing of it is deleted.
+            self.faults["duplicate_delivery"] += len(copies)
+            self._run_handler(self.rng.choice(self.workers), sqs_event(url, copies), self._context())
+
+    def _crash_point(
+        self, worker: ChaosWorker, delivery: Received, roll: float, *, at_cut: bool, behind: bool
+    ) -> tuple[Any, str] | None:
+        """Where (the crash points and the key) this record's worker dies, if it does."""
+        runs, defs = worker._runs, worker._definitions
+        assert isinstance(runs, ChaosRunStore) and isinstance(defs, ChaosDefinitionStore)
+        rates = self.rates
+        if behind:
+            return defs.crash_reading, delivery.job_id
+        if at_cut:
+            where = self.rng.random()
+            if where < 1 / 3:
+                return defs.crash_reading, delivery.job_id
+            if where < 2 / 3:
+                return runs.crash_unrecorded, delivery.run_key
+            return runs.crash_finishing, delivery.run_key
+        if roll < 0:
+            return None  # a frozen record's share of the roll
+        if roll < rates.crash_before_effect:
+            return defs.crash_reading, delivery.job_id
+        if roll < rates.crash_before_effect + rates.crash_after_effect:
+            return runs.crash_finishing, delivery.run_key
+        if roll < rates.crash_before_effect + rates.crash_after_effect + rates.crash_before_completion:
+            return runs.crash_unrecorded, delivery.run_key
+        return None
+
+    def _received(self, message: dict[str, Any]) -> Received:
+        from jobsched.store.queues import RunMessage
+
+        body = RunMessage.from_json(message["Body"])
+        return Received(body.run_key, body.job_id, body.scheduled_for, "default")
+
+    def _run_handler(
+        self, worker: ChaosWorker, event: dict[str, Any], context: SimulatedLambdaContext
+    ) -> Any:
+        """The worker Lambda's handler on `event`, with `worker` as its container's worker.
+        Its answer (None when it raised: Lambda then deletes nothing)."""
+        from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+        from jobsched.handlers.worker import handler
+
+        with self.lock:
+            for record in event["Records"]:
+                self.message_ids[record["receiptHandle"]] = record["messageId"]
+        try:
+            with self.services.serving(worker):
+                return handler(event, context)
+        except BatchProcessingError:
+            return None  # every record failed: the processor raises, as Lambda's function errors
+        except Exception:
+            self._unexpected("worker handler")
+            return None
+        finally:
+            with self.lock:
+                for record in event["Records"]:
+                    self.message_ids.pop(record["receiptHandle"], None)
+
+    def _acknowledge(self, url: str, event: dict[str, Any], response: Any) -> None:
+        if response is None:
+            return
+        done = acknowledged(event, response)
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": r["receiptHandle"]} for i, r in enumerate(done)],
+            )
 
     def _context(self, *, killed: bool = False) -> SimulatedLambdaContext:
         """A new invocation's context: its deadline is drawn from the configured timeouts; one
@@ -751,104 +916,43 @@ class World:
         deadline = self.clock.now() + timedelta(seconds=seconds)
         return SimulatedLambdaContext(self.clock, deadline, f"inv{self.invocations}")
 
-    def _handle(
-        self,
-        queue: str,
-        url: str,
-        message: dict[str, Any],
-        *,
-        ack: bool = True,
-        killed: bool = False,
-        context: SimulatedLambdaContext | None = None,
-    ) -> None:
-        from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-        from jobsched.handlers.worker import delivery_of
-
-        record = {
-            "messageId": message["MessageId"],
-            "receiptHandle": message["ReceiptHandle"],
-            "body": message["Body"],
-            "attributes": message.get("Attributes", {}),
-            "messageAttributes": {},
-            "md5OfBody": message.get("MD5OfBody", ""),
-            "eventSource": "aws:sqs",
-            "eventSourceARN": url,
-            "awsRegion": REGION,
-        }
-        delivery = delivery_of(SQSRecord(record), queue)
-        message_id = message["MessageId"]
-        rates = self.rates
-        roll = self.rng.random()
-        if not killed and roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
-            self._freeze(delivery, url, message)
-            return
-        worker = self.rng.choice(self.workers)
-        runs = worker._runs
-        defs = worker._definitions
-        assert isinstance(runs, ChaosRunStore) and isinstance(defs, ChaosDefinitionStore)
-        roll -= rates.freeze_worker
-        if killed:
-            where = self.rng.random()
-            if where < 1 / 3:
-                defs.crash_reading = delivery.job_id
-            elif where < 2 / 3:
-                runs.crash_unrecorded = delivery.run_key
-            else:
-                runs.crash_finishing = delivery.run_key
-        elif roll < rates.crash_before_effect:
-            defs.crash_reading = delivery.job_id
-        elif roll < rates.crash_before_effect + rates.crash_after_effect:
-            runs.crash_finishing = delivery.run_key
-        elif roll < rates.crash_before_effect + rates.crash_after_effect + rates.crash_before_completion:
-            runs.crash_unrecorded = delivery.run_key
+    def _watch(
+        self, worker: ChaosWorker, delivery: Received, attempt: Callable[[], AttemptResult]
+    ) -> AttemptResult:
+        """One record's attempt, on its thread of the batch: counted by its outcome, or by what
+        it raised (then raised on to the batch processor, which reports the record failed).
+        A death between a successful effect and its completion is recorded with the
+        invocation's own deadline."""
+        context = worker.context
+        with self.lock:
+            message_id = self.message_ids.get(delivery.receipt_handle or "", "")
         try:
             with self.loop.invocation(message_id):
-                completed = self._process(worker, delivery, context or self._context(killed=killed))
-        finally:
-            defs.crash_reading = None
-            runs.crash_finishing = None
-            runs.crash_unrecorded = None
-        if completed and ack:
-            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        if not ack:
-            return
-        if self.rng.random() < rates.duplicate_delivery:
-            self.faults["duplicate_delivery"] += 1
-            with self.loop.invocation(message_id):
-                self._process(self.rng.choice(self.workers), delivery, self._context())
-        if self.rng.random() < rates.late_duplicate:
-            self.faults["late_duplicate"] += 1
-            self.sqs.send_message(
-                QueueUrl=url, MessageBody=message["Body"], DelaySeconds=self.rng.randint(1, 120)
-            )
-
-    def _process(self, worker: Worker, delivery: Any, context: SimulatedLambdaContext) -> bool:
-        """One record of a Lambda invocation with `context`; False when it would be retried."""
-        bound = self.bound.get((id(worker), context.aws_request_id))
-        if bound is None:
-            bound = worker.for_invocation(context)
-            self.bound = {(id(worker), context.aws_request_id): bound}  # the latest invocation's
-        try:
-            result: AttemptResult = bound.process(delivery)
+                result = attempt()
         except UnrecordedEffectCrash as exc:
-            self.faults["crash_before_completion"] += 1
-            # Judged by the invocation's own deadline, not by what its claim recorded.
-            self.unrecorded[exc.run_key].append(context.deadline)
-            return False
+            with self.lock:
+                self.faults["crash_before_completion"] += 1
+                # Judged by the invocation's own deadline, not by what its claim recorded.
+                self.unrecorded[exc.run_key].append(context.deadline if context else None)
+            raise
         except SimulatedCrash as exc:
-            self.faults["crash_before_effect" if "before" in str(exc) else "crash_after_effect"] += 1
-            return False
+            with self.lock:
+                self.faults["crash_before_effect" if "before" in str(exc) else "crash_after_effect"] += 1
+            raise
         except (JobschedError, ExecutionError) as exc:
-            self.outcomes[f"error:{type(exc).__name__}"] += 1
-            return False
+            with self.lock:
+                self.outcomes[f"error:{type(exc).__name__}"] += 1
+            raise
         except Exception:
             self._unexpected("worker")
-            return False
-        self.outcomes[result.outcome.value] += 1
-        return not result.redeliver  # a deferral left its message in the queue
+            raise
+        with self.lock:
+            self.outcomes[result.outcome.value] += 1
+        return result
 
-    def _freeze(self, delivery: Any, url: str, message: dict[str, Any]) -> None:
-        """A worker that stops (GC pause, lost CPU) between its effect and its completion."""
+    def _freeze(self, delivery: Received, url: str, message: dict[str, Any]) -> None:
+        """A worker that stops (GC pause, lost CPU) between its effect and its completion: the
+        record's own one-record invocation of the handler, on a thread of its own."""
         self.frozen_count += 1
         worker = self._worker(f"frozen{self.frozen_count}")
         runs = worker._runs
@@ -857,13 +961,12 @@ class World:
         runs.freeze = freeze
         done = threading.Event()
         box: dict[str, Any] = {}
-
         context = self._context()
+        event = sqs_event(url, [message])
 
         def invoke() -> None:
             try:
-                with self.loop.invocation(message["MessageId"]):
-                    box["completed"] = self._process(worker, delivery, context)
+                box["response"] = self._run_handler(worker, event, context)
             finally:
                 done.set()
 
@@ -880,8 +983,7 @@ class World:
             return
         thread.join()
         runs.freeze = None
-        if box.get("completed"):
-            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        self._acknowledge(url, event, box.get("response"))
 
     def _thaw_due(self) -> None:
         now = self.clock.now()
@@ -1013,11 +1115,12 @@ class World:
         for run_key, since in report.stranded:
             self.stranded[run_key].append((since, self.clock.now()))
 
-    def _unexpected(self, where: str) -> None:
-        text = f"{where} at {self.clock.now():%H:%M:%S}: {traceback.format_exc(limit=6)}"
-        self.outcomes[f"unexpected:{where}"] += 1
-        if len(self.unexpected) < 20:
-            self.unexpected.append(text)
+    def _unexpected(self, where: str, text: str | None = None) -> None:
+        text = f"{where} at {self.clock.now():%H:%M:%S}: {text or traceback.format_exc(limit=6)}"
+        with self.lock:
+            self.outcomes[f"unexpected:{where}"] += 1
+            if len(self.unexpected) < 20:
+                self.unexpected.append(text)
 
     # --- the verdict ---
 
@@ -1167,8 +1270,13 @@ ENVIRONMENT = {
     "AWS_REGION": REGION,
     # In-process moto streams need this with botocore 1.44 (see FIELD-NOTES).
     "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    # As the stack sets them for its functions (tests/conftest.py likewise); the worker
+    # handler's metrics go to the harness's RecordedMetrics, none are printed.
+    "POWERTOOLS_SERVICE_NAME": "jobsched",
+    "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
     "POWERTOOLS_METRICS_DISABLED": "true",
     "POWERTOOLS_TRACE_DISABLED": "1",
+    "POWERTOOLS_DEV": "0",
     "POWERTOOLS_LOG_LEVEL": "CRITICAL",
 }
 
@@ -1219,8 +1327,10 @@ def run_chaos(config: ChaosConfig, out: Callable[[str], None] | None = None) -> 
             warnings.filterwarnings("ignore", message="Couldn't determine the remaining time left")
             world = World(config, clock, emit)
             try:
-                return world.run()
+                with world.services.installed():
+                    return world.run()
             finally:
+                world.close()
                 swallowed.truncate(0)
     finally:
         quiet.setLevel(level)

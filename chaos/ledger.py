@@ -1,7 +1,8 @@
 """The effect ledger: every handler call and every effect, with when it started and ended.
 
-The targets in chaos are the harness's own: the Python job handlers registered here and the
-external worker that leases runs through the API. Each records what it did in the ledger as
+The targets in chaos are the harness's own: the Python job handlers registered here, the
+HTTP receiver (chaos.receiver) that the `chaos.http` jobs' webhooks reach, and the external
+worker that leases runs through the API. Each records what it did in the ledger as
 it does it, beside the code under test and never through it, so "one effect per run", "no
 effect after a pause", "no two runs of a `skip` job at once" and "no more effects of a
 tenant at once than its limit" are counted from what the targets saw, not from what the
@@ -33,12 +34,14 @@ FLAKY = "chaos.flaky"  # fails transiently now and then, else acts
 DOWN = "chaos.down"  # always fails transiently: retried until dead
 BAD = "chaos.bad"  # fails permanently: dead at once, never retried
 EXTERNAL = "chaos.external"  # no handler: the harness's external fleet leases it through the API
+HTTP = "chaos.http"  # an `http` target: the worker's webhook to the harness's receiver
 JOB_TYPES = (OK, FLAKY, DOWN, BAD)
-PERMANENT = "HTTP400"  # the error class of BAD's failures
+PERMANENT = "HTTP400"  # the error class of BAD's failures, and of the receiver's 400s
 
 # Where an effect was seen.
 HANDLER = "handler"  # a Python handler run by the Lambda worker
 LEASE = "lease"  # the harness's external worker, through the lease API
+WEBHOOK = "http"  # the harness's HTTP receiver, reached by the worker's HttpTargetClient
 
 
 class Sequencer:

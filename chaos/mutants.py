@@ -100,6 +100,18 @@ def _result_save_dropped(original: Any) -> Any:
     return save
 
 
+def _webhook_sent_twice(original: Any) -> Any:
+    from jobsched.domain.errors import ExecutionError
+
+    def send(self: Any, target: Any, invocation: Any) -> Any:
+        if _some(invocation.run_key):
+            with contextlib.suppress(ExecutionError):
+                original(self, target, invocation)  # a first request whose answer is dropped
+        return original(self, target, invocation)
+
+    return send
+
+
 def _no_idempotency(original: Any) -> Any:
     def record_of(key: str, run: Any, *, fence: int, now: Any) -> Any:
         return None  # no in-progress record or saved result is ever found on the run
@@ -157,6 +169,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # Stranded runs (a lost publish, a dead worker) repaired minutes late: the restart goal.
     Mutant("repairs-late", "jobsched.store.runs.RepairTimings",
            _repairs_late, "restart_goal_missed", "repairs"),
+    # The worker's HTTP client sends a webhook twice: the receiver sees both.
+    Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
+           _webhook_sent_twice, "duplicate_effects", "webhooks"),
 )  # fmt: skip
 
 BY_NAME = {mutant.name: mutant for mutant in MUTANTS}

@@ -17,6 +17,7 @@ from jobsched.domain.models import (
     DstFold,
     DstGap,
     DstPolicy,
+    HttpTarget,
     JobSpec,
     Misfire,
     Overlap,
@@ -28,7 +29,7 @@ from jobsched.domain.models import (
 )
 from jobsched.domain.schedule import fires_between
 
-from .ledger import BAD, DOWN, EXTERNAL, FLAKY, OK
+from .ledger import BAD, DOWN, EXTERNAL, FLAKY, HTTP, OK
 
 ZONES = ("Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC")
 TENANTS = ("acme", "globex", "initech", "umbrella")
@@ -45,7 +46,8 @@ TRANSITIONS = (
 
 SECOND_CRONS = ("*/10 * * * * *", "*/15 * * * * *", "*/20 * * * * *", "5,35 * * * * *", "*/30 * * * * *")
 MINUTE_CRONS = ("* * * * *", "*/2 * * * *", "*/3 * * * *")
-TYPE_WEIGHTS = ((OK, 45), (FLAKY, 35), (DOWN, 10), (BAD, 10), (EXTERNAL, 10))
+# HTTP: a webhook to the harness's receiver (chaos.receiver), about a quarter of the runs.
+TYPE_WEIGHTS = ((OK, 35), (FLAKY, 30), (DOWN, 8), (BAD, 7), (EXTERNAL, 10), (HTTP, 30))
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,16 @@ class Plan:
 
 
 def plan(
-    rng: random.Random, target_runs: int, window_seconds: int, transition: int, mix: Mix | None = None
+    rng: random.Random,
+    target_runs: int,
+    window_seconds: int,
+    transition: int,
+    mix: Mix | None = None,
+    *,
+    http_url: str | None = None,
 ) -> Plan:
+    """`http_url`: where the `chaos.http` jobs' webhooks go (the receiver); a mix with that
+    type needs it."""
     mix = mix or Mix()
     start, dst_zone = TRANSITIONS[transition % len(TRANSITIONS)]
     end = start + timedelta(seconds=window_seconds)
@@ -94,7 +104,7 @@ def plan(
     while total < target_runs * 1.35:
         create_at = rng.randint(0, max(1, window_seconds // 6))
         created = start + timedelta(seconds=create_at)
-        spec = _spec(rng, len(jobs), created, end, dst_zone, mix)
+        spec = _spec(rng, len(jobs), created, end, dst_zone, mix, http_url)
         schedule = spec.schedule
         if schedule.kind is ScheduleKind.RATE:
             schedule = schedule.model_copy(update={"anchor": created})
@@ -107,7 +117,13 @@ def plan(
 
 
 def _spec(
-    rng: random.Random, index: int, created: datetime, end: datetime, dst_zone: str, mix: Mix
+    rng: random.Random,
+    index: int,
+    created: datetime,
+    end: datetime,
+    dst_zone: str,
+    mix: Mix,
+    http_url: str | None = None,
 ) -> JobSpec:
     kind = rng.choices(["once", "rate", "cron"], weights=mix.kinds)[0]
     schedule: Schedule
@@ -139,6 +155,11 @@ def _spec(
         delivery=DeliveryGuarantee.AT_MOST_ONCE if rng.random() < 0.15 else DeliveryGuarantee.AT_LEAST_ONCE,
         jitter_seconds=0 if rng.random() < 0.7 else rng.randint(1, 10),
     )
+    target = None
+    if job_type == HTTP:
+        if http_url is None:
+            raise ValueError("a mix with chaos.http jobs needs the receiver's URL")
+        target = HttpTarget(kind="http", url=http_url, timeout_seconds=10.0)
     return JobSpec(
         name=f"chaos-{index}",
         type=job_type,
@@ -146,6 +167,7 @@ def _spec(
         priority=rng.choice(list(Priority)),
         policies=policies,
         payload={"n": index},
+        target=target,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .harness import ChaosConfig, FaultRates, Report, run_chaos
-from .ledger import DOWN, EXTERNAL, FLAKY, OK
+from .ledger import DOWN, EXTERNAL, FLAKY, HTTP, OK
 from .mutants import MUTANTS, Mutant
 from .scenario import Mix
 
@@ -100,6 +100,15 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=False,
         # Enough attempts that the one after a dead invocation's deadline is still allowed.
         mix=Mix(types=((OK, 7), (FLAKY, 3)), overlap=(1, 0, 0), max_attempts=(4, 5)),
+    ),
+    # Webhooks only, through the production HTTP client to the receiver: no faults.
+    "webhooks": ChaosConfig(
+        seed=5,
+        runs=30,
+        window_seconds=120,
+        faults=QUIET,
+        hog=False,
+        mix=Mix(types=((HTTP, 1),), overlap=(1, 0, 0), max_attempts=(2, 4)),
     ),
 }
 
