@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -75,6 +75,9 @@ class Api(Construct):
         self.rest_api = apigw.RestApi(
             self,
             "RestApi",
+            # API Gateway's metrics name the API by this (ApiName): the stack's name keeps the
+            # alarms on this API alone, not on every API of the default name in the region.
+            rest_api_name=Stack.of(self).stack_name,
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # API Gateway needs an account-level role (one per account and region) to write

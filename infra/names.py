@@ -111,6 +111,7 @@ def dlq_logical_id(key: str) -> str:
 
 
 OUTBOX_FAILURE_QUEUE_ID = "OutboxFailureQueue"
+TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
 # --- API ---
