@@ -63,6 +63,8 @@ class JobschedStack(Stack):
             "Storage",
             retain=config.retain_data,
             provisioned=config.provisioned_capacity if config.billing_mode == "provisioned" else None,
+            warm_throughput=config.warm_throughput,
+            on_demand_throughput=config.on_demand_throughput,
         )
         self.queues = Queues(self, "Queues")
         self.functions = Functions(
