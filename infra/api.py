@@ -21,8 +21,11 @@ from .names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES, Route, pol
 
 # Gateway-side rejections in the same JSON shape the function uses for its errors.
 _ERROR_TEMPLATE = '{"code": "$context.error.responseType", "message": $context.error.messageString}'
+# escapeJavaScript turns ' into \', which JSON does not allow: AWS's documented remedy turns
+# it back (the regular expression \\' is a backslash and a quote).
 _VALIDATION_TEMPLATE = (
-    '{"code": "invalid_request", "message": "$util.escapeJavaScript($context.error.validationErrorString)"}'
+    '{"code": "invalid_request", "message": '
+    '"$util.escapeJavaScript($context.error.validationErrorString).replaceAll("\\\\\'","\'")"}'
 )
 
 _CREATE_SCHEMA = apigw.JsonSchema(

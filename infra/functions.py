@@ -16,17 +16,15 @@ from jobsched.store.schema import DEFINITIONS, QUEUES, RUNS
 
 from . import permissions
 from .config import Config
-from .layer_asset import layer_code
+from .layer_asset import function_code, layer_code
 from .names import (
     FUNCTIONS,
-    FUNCTIONS_DIR,
     PYTHON_VERSION,
     RECONCILER,
     SERVICE,
     SWEEPER,
     FunctionSpec,
     code_asset_packages,
-    code_asset_patterns,
     function_id,
 )
 from .queues import Queues
@@ -119,7 +117,7 @@ class Functions(Construct):
             description="jobsched third-party dependencies (layers/requirements.txt)",
         )
         packages = code_asset_packages(config.handler_modules)
-        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(code_asset_patterns(packages)))
+        code = function_code(packages)
         env = environment(config, storage, queues, grants_parameter)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

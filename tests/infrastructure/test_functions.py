@@ -23,7 +23,6 @@ from infra.names import (
     RUNTIME_PACKAGE,
     SWEEPER,
     code_asset_packages,
-    code_asset_patterns,
     dlq_logical_id,
     queue_logical_id,
     table_logical_id,
@@ -83,7 +82,12 @@ def test_code_asset_is_the_runtime_package_alone(synth):
     assert sorted(p.name for p in asset.iterdir()) == [RUNTIME_PACKAGE]
     files = {p.relative_to(asset).as_posix() for p in asset.rglob("*") if p.is_file()}
     assert "jobsched/handlers/api/app.py" in files and "jobsched/store/schema.py" in files
-    assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
+    # Bytecode only for the runtime's Python, next to its source (test_layer checks it).
+    tag = "cpython-" + PYTHON_VERSION.replace(".", "")
+    for cached in [f for f in files if "__pycache__" in f or f.endswith(".pyc")]:
+        folder, name = cached.rsplit("/", 1)
+        assert folder.endswith("/__pycache__") and name.endswith(f".{tag}.pyc"), cached
+        assert f"{folder.removesuffix('/__pycache__')}/{name.split('.')[0]}.py" in files, cached
     # Every module of the package ships: nothing under functions/jobsched is left out.
     source = FUNCTIONS_DIR / RUNTIME_PACKAGE
     shipped = {f for f in files if f.endswith(".py")}
@@ -302,8 +306,10 @@ def test_outside_lambda_missing_variables_fall_back_to_local_names():
 
 def test_handler_modules_ship_their_package_and_nothing_local():
     assert code_asset_packages(("jobsched.demo_handlers",)) == (RUNTIME_PACKAGE,)
-    patterns = code_asset_patterns(("jobsched", "myjobs"))
-    assert patterns[0] == "*" and "!myjobs/**" in patterns and "!jobsched/**" in patterns
+    from infra.layer_asset import code_files
+
+    shipped = {p.relative_to(FUNCTIONS_DIR).parts[0] for p in code_files(("jobsched",))}
+    assert shipped == {"jobsched"}  # never jobsched_local, whatever sits next to it
     with pytest.raises(ConfigError, match="handlerModules: jobsched_local runs on the user's machine"):
         Config(handler_modules=("jobsched_local.demo",))
     with pytest.raises(ConfigError, match="handlerModules: no package or module 'nosuch'"):
