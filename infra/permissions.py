@@ -191,6 +191,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_DEF_STORE}.due_jobs",),
         ),
         Grant(
+            ("dynamodb:BatchGetItem",),
+            (DEFS,),
+            "read the jobs the keys-only due index found",
+            (f"{_DEF_STORE}.due_jobs", _BATCH_GET),
+        ),
+        Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "advance the job (rev-conditioned), re-read it after a lost race, count skipped occurrences",
