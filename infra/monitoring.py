@@ -48,8 +48,8 @@ ONE_MINUTE = Duration.minutes(1)
 TICKS_EXPECTED_SHARE = 0.6
 # Account concurrency: the account's ConcurrentExecutions at this share of accountConcurrency.
 ACCOUNT_CONCURRENCY_SHARE = 0.9
-# Metric math in one alarm reads at most 10 metrics: 9 rules' FailedInvocations and the sum.
-RULES_PER_ALARM = 9
+# An alarm's metric math reads at most 10 metrics (a hard limit): 10 rules' FailedInvocations.
+RULES_PER_ALARM = 10
 
 
 def app_metric(
