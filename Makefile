@@ -110,9 +110,16 @@ CDK_OUT ?= cdk.out
 # cdk.json runs `python -m infra.app`: the venv's python must come first on PATH.
 INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: infra-tools layer synth nag lint-infra release-tables
+.PHONY: infra-tools layer synth nag lint-infra preflight release-tables
 # The check-only synths below subscribe no one to the alarms (a deploy must: alarmEmail).
 CHECK_ONLY := -c alarmsWithoutSubscriber=true
+
+# The deploy preflight (README, Deploy to AWS): run with the deployer's credentials before the
+# first deploy, and before every deploy that changes shardCount or concurrency.
+# PREFLIGHT_ARGS: e.g. "-c shardCount=64 --region eu-west-1".
+PREFLIGHT_ARGS ?=
+preflight: $(STAMP)
+	$(INFRA_ENV) $(BIN)/python -m infra.doctor $(PREFLIGHT_ARGS)
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error

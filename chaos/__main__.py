@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unexpected error: {text}")
     if report.failed:
         print(f"FAILED (seed {args.seed})")
+        if report.figures.restart_over_goal:
+            for run_key, seconds in report.figures.slowest_restarts:
+                print(f"  slow restart: {run_key}: {seconds:.0f}s")
         for violation in report.figures.violations[:200]:
             print(f"  {violation.figure}: {violation.run_key}: {violation.detail}")
         for run_key, story in report.explanations.items():

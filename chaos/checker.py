@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobsched.domain.models import DeliveryGuarantee, Job, JobState, Misfire, Overlap, ScheduleKind
-from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition
+from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, Trigger
 from jobsched.domain.schedule import fires_between
 from jobsched.store.runs import RunStore
 
@@ -57,6 +58,7 @@ from .ledger import PERMANENT, Call, Ledger
 
 ONE_SECOND = timedelta(seconds=1)
 CLOCK_SKEW = timedelta(seconds=3)  # the most a component's clock is off true time (harness)
+RESTART_GOAL_SECONDS = 90.0  # a stranded run starts again within this of when it should have (p99)
 # A worker waits out a message up to 2 s early by its own clock (worker.CLOCK_SKEW); the
 # harness does not simulate waits, so a call may start that much before its due instant by
 # the worker's clock, which is itself up to CLOCK_SKEW off.
@@ -210,10 +212,23 @@ class StreamAudit:
 
 
 @dataclass
+class Backfill:
+    """One backfill the harness asked for: its range and, once answered, the runs it made."""
+
+    start: datetime
+    end: datetime
+    acknowledged: bool = False
+    created: list[str] = field(default_factory=list)
+
+
+@dataclass
 class TrackedJob:
     job_id: str
     tenant: str
     acks: list[Ack] = field(default_factory=list)
+    triggers: int = 0  # manual runs asked for (answered or not: an error may follow a write)
+    manual_keys: list[str] = field(default_factory=list)  # the manual runs answered
+    backfills: list[Backfill] = field(default_factory=list)
 
     def active_at(self, instant: datetime) -> bool:
         state = JobState.ACTIVE
@@ -260,13 +275,29 @@ class Figures:
     stale_fences_rejected: int = 0
     repairs: int = 0
     repair_latency_p99: float = 0.0
+    # Of the runs that should have started and needed the reconciler (a lost publish, a dead
+    # worker): seconds from when each should have started to its next start or end, at the
+    # 99th percentile, against RESTART_GOAL_SECONDS (a failure above it).
+    restart_latency_p99: float = 0.0
+    restarts: int = 0
+    restarts_behind_tenant_limit: int = 0  # not timed: the tenant's own limit held them back
+    slowest_restarts: list[tuple[str, float]] = field(default_factory=list)  # run key, seconds
     # An effect repeated after an invocation died between it and its completion, and after
     # that invocation's deadline: at-least-once, allowed (and counted so it shows).
     effects_repeated_after_deadline: int = 0
     violations: list[Violation] = field(default_factory=list)
 
     def failed(self) -> bool:
-        return any(getattr(self, name) for name in MUST_BE_ZERO)
+        return any(getattr(self, name) for name in MUST_BE_ZERO) or self.restart_over_goal
+
+    @property
+    def restart_over_goal(self) -> bool:
+        return self.restart_latency_p99 > RESTART_GOAL_SECONDS
+
+    @property
+    def restart_goal_missed(self) -> int:
+        """1 when the restart latency's p99 is over its goal (the selftest's figure for it)."""
+        return int(self.restart_over_goal)
 
     def line(self) -> str:
         return (
@@ -279,6 +310,9 @@ class Figures:
             f" stale_fences_rejected={self.stale_fences_rejected} repairs={self.repairs}"
             f" effects_repeated_after_deadline={self.effects_repeated_after_deadline}"
             f" repair_latency_p99={self.repair_latency_p99:.0f}s"
+            f" restarts={self.restarts} restarts_behind_tenant_limit={self.restarts_behind_tenant_limit}"
+            f" restart_latency_p99={self.restart_latency_p99:.0f}s"
+            f" (goal {RESTART_GOAL_SECONDS:.0f}s)"
             f" oversize_items={self.oversize_items} max_item_bytes={self.max_item_bytes}"
             f" missing_effects={self.missing_effects} dead_untried={self.dead_untried}"
             f" overlap_violations={self.overlap_violations}"
@@ -318,6 +352,12 @@ class Evidence:
     # attempt that died after a successful effect, before its completion.
     unrecorded: dict[str, list[datetime | None]] = field(default_factory=dict)
     tenant_limit: int = 0  # TENANT_CONCURRENCY (0: no limit)
+    # Run key -> (when it should have moved on, when the reconciler repaired it), per repair
+    # of a run that should have started (RepairReport.stranded).
+    stranded: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
+    is_external: Callable[[str], bool] = lambda run_key: False  # leased through the API, by run key
+    # Run key -> when a worker's claim found the run's tenant at its limit (true time).
+    tenant_waits: dict[str, list[datetime]] = field(default_factory=dict)
 
 
 def check(evidence: Evidence) -> Figures:
@@ -356,6 +396,11 @@ def check(evidence: Evidence) -> Figures:
     figures.max_item_bytes = evidence.max_item_bytes
     figures.faults = dict(evidence.faults)
     figures.repair_latency_p99 = percentile(_repair_latencies(evidence.runs), 0.99)
+    restarts, behind_tenant_limit = _restart_latencies(evidence, runs)
+    figures.restarts = len(restarts)
+    figures.restarts_behind_tenant_limit = len(behind_tenant_limit)
+    figures.restart_latency_p99 = percentile([seconds for _, seconds in restarts], 0.99)
+    figures.slowest_restarts = sorted(restarts, key=lambda r: -r[1])[:10]
     return figures
 
 
@@ -385,11 +430,47 @@ def _check_coverage(evidence: Evidence, by_job: dict[str, list[Run]], figures: F
             figures.lost += 1
             figures.violations.append(Violation("lost", f"{job_id}@{instant:%Y-%m-%dT%H:%M:%SZ}", "no run"))
         expected = set(occurrences)
+        backfilled = {
+            instant
+            for backfill in tracked.backfills
+            for instant in fires_between(schedule, backfill.start - ONE_SECOND, backfill.end, 10_000)
+        }
+        manual = [run for run in mine if run.trigger is Trigger.MANUAL]
         for run in mine:
-            if run.scheduled_for not in expected:
-                figures.phantom_runs += 1
+            if run.trigger is Trigger.MANUAL:
+                continue
+            if run.scheduled_for in expected or (
+                run.trigger is Trigger.BACKFILL and run.scheduled_for in backfilled
+            ):
+                continue
+            figures.phantom_runs += 1
+            figures.violations.append(
+                Violation("phantom_runs", run.run_key, "not an occurrence of the job's schedule")
+            )
+        # Manual runs: each one answered exists, and none beyond the calls made.
+        for key in set(tracked.manual_keys) - {run.run_key for run in manual}:
+            figures.lost += 1
+            figures.violations.append(
+                Violation("lost", key, "the trigger answered with this run; it is missing")
+            )
+        if len(manual) > tracked.triggers:
+            figures.phantom_runs += 1
+            figures.violations.append(
+                Violation(
+                    "phantom_runs", job_id, f"{len(manual)} manual runs for {tracked.triggers} triggers"
+                )
+            )
+        # An answered backfill: every occurrence in its range has a run (made by it or before).
+        for backfill in tracked.backfills:
+            if not backfill.acknowledged:
+                continue
+            for instant in fires_between(schedule, backfill.start - ONE_SECOND, backfill.end, 10_000):
+                figures.due += 1
+                if instant in at_instant or any(lo <= instant <= hi for lo, hi in ranges):
+                    continue
+                figures.lost += 1
                 figures.violations.append(
-                    Violation("phantom_runs", run.run_key, "not an occurrence of the job's schedule")
+                    Violation("lost", f"{job_id}@{instant:%Y-%m-%dT%H:%M:%SZ}", "backfilled, but no run")
                 )
 
 
@@ -528,6 +609,37 @@ def _repair_latencies(runs: list[Run]) -> list[float]:
     return latencies
 
 
+def _restart_latencies(evidence: Evidence, runs: dict[str, Run]) -> tuple[list[tuple[str, float]], list[str]]:
+    """For each repair of a run that should have started: seconds from when it should have
+    (RepairReport.stranded) to what shows next after the repair: a target call (the
+    ledger), a claim, the run's end (a death, a skip, a cancel), or for an external worker's
+    run its offer in the claimable index (recorded times plus the clock skew); the end of the
+    simulation if none came. A restart its tenant's limit held back (a claim refused at
+    TENANT_CONCURRENCY in between) is not timed: listed second."""
+    latencies: list[tuple[str, float]] = []
+    waited_on_tenant: list[str] = []
+    for run_key, repairs in evidence.stranded.items():
+        run = runs.get(run_key)
+        calls = [call.at for call in evidence.ledger.calls.get(run_key, [])]  # true time
+        # A claim is a start (its effect may still have to wait for an earlier attempt's
+        # record, or crash before it); for an external worker's run, being offered again in
+        # the claimable index is (when a worker leases it is the tenant's own doing). Written
+        # by the components' own clocks, up to CLOCK_SKEW off true time.
+        moved = {*TERMINAL_STATES, RunState.LEASED}
+        if evidence.is_external(run_key):
+            moved.add(RunState.QUEUED)
+        ends = [e.at + CLOCK_SKEW for e in (run.history if run else []) if e.target in moved]
+        for since, repaired_at in repairs:
+            # A call in the repair's second came before it (the reconciler ticks last).
+            after = [at for at in calls if at > repaired_at] + [at for at in ends if at >= repaired_at]
+            restarted = min(after) if after else evidence.end
+            if any(since <= at <= restarted for at in evidence.tenant_waits.get(run_key, [])):
+                waited_on_tenant.append(run_key)  # its tenant's own limit held it back
+                continue
+            latencies.append((run_key, max(0.0, (restarted - since).total_seconds())))
+    return latencies, waited_on_tenant
+
+
 # --- the new figures: outcomes, overlap, missed runs, the tenant limit ---
 
 UNTRIED_REASONS = ("MaxAge", "Unclaimed")  # may die with no attempt, once really that old
@@ -587,29 +699,40 @@ def _span(calls: list[Call], redrives: list[int]) -> tuple[int, float, str] | No
 
 def _check_overlap(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:
     """No call of a `skip`/`buffer-one` run starts while an earlier run of its job executes."""
-    for mine in by_job.values():
-        policy = mine[0].policies.overlap
+    for job_id, runs in by_job.items():
+        # Scheduled runs among themselves; manual runs are outside the policy, and the runs of
+        # one backfill run one after another (README *Policies*).
+        _check_overlap_of([run for run in runs if run.trigger is Trigger.SCHEDULE], evidence, figures)
+        tracked = evidence.jobs.get(job_id)
+        for backfill in tracked.backfills if tracked else []:
+            made = set(backfill.created)
+            _check_overlap_of([run for run in runs if run.run_key in made], evidence, figures)
+
+
+def _check_overlap_of(mine: list[Run], evidence: Evidence, figures: Figures) -> None:
+    """Each run judged by its own policy (a PATCH changes it for the runs made after)."""
+    spans = []
+    for run in mine:
+        calls = evidence.ledger.calls.get(run.run_key, [])
+        span = _span(calls, evidence.redrives.get(run.run_key, []))
+        if span is not None:
+            spans.append((span[0], span[1], span[2], run))
+    spans.sort(key=lambda s: s[0])
+    for index, (start, _, times, run) in enumerate(spans):
+        policy = run.policies.overlap
         if policy not in (Overlap.SKIP, Overlap.BUFFER_ONE):
             continue
-        spans = []
-        for run in mine:
-            calls = evidence.ledger.calls.get(run.run_key, [])
-            span = _span(calls, evidence.redrives.get(run.run_key, []))
-            if span is not None:
-                spans.append((span[0], span[1], span[2], run))
-        spans.sort(key=lambda s: s[0])
-        for index, (start, _, times, run) in enumerate(spans):
-            for other_start, other_end, other_times, other in spans[:index]:
-                if other_start < start < other_end:
-                    figures.violations.append(
-                        Violation(
-                            "overlap_violations",
-                            run.run_key,
-                            f"{policy.value}: its call ({times}) started while {other.run_key}"
-                            f" ({other.state.value}) was executing (calls {other_times})",
-                        )
+        for other_start, other_end, other_times, other in spans[:index]:
+            if other_start < start < other_end:
+                figures.violations.append(
+                    Violation(
+                        "overlap_violations",
+                        run.run_key,
+                        f"{policy.value}: its call ({times}) started while {other.run_key}"
+                        f" ({other.state.value}) was executing (calls {other_times})",
                     )
-                    break
+                )
+                break
 
 
 def _pause_windows(tracked: TrackedJob) -> list[tuple[datetime, datetime]]:

@@ -23,10 +23,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
-from jobsched.domain.errors import ConcurrentUpdate, ExecutionError, JobschedError, StorageUnavailable
+from jobsched.domain.errors import (
+    ConcurrentUpdate,
+    ExecutionError,
+    JobschedError,
+    StorageUnavailable,
+    TenantAtLimit,
+)
 from jobsched.domain.instants import ManualClock
 from jobsched.domain.metrics import RecordedMetrics
-from jobsched.domain.models import Job, JobState
+from jobsched.domain.models import Job, JobState, Priority, ScheduleKind
 from jobsched.domain.runs import Run, RunState
 from jobsched.services.attempt import AttemptResult
 from jobsched.services.completion import Completer
@@ -44,7 +50,17 @@ from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 from jobsched.store.tenant_slots import TenantSlots
 
-from .checker import CLOCK_SKEW, FAULT_FIGURES, Ack, Evidence, Figures, StreamAudit, TrackedJob, check
+from .checker import (
+    CLOCK_SKEW,
+    FAULT_FIGURES,
+    Ack,
+    Backfill,
+    Evidence,
+    Figures,
+    StreamAudit,
+    TrackedJob,
+    check,
+)
 from .faults import (
     ChaosDefinitionStore,
     ChaosRunStore,
@@ -95,6 +111,9 @@ class FaultRates:
     sqs_throttle: float = 0.004  # per SQS call of any component
     control: float = 0.012  # per second: a pause, resume or cancel through the API
     redrive: float = 0.01  # per second: an audited redrive of a dead run
+    patch: float = 0.01  # per second: a PATCH of a job's payload, priority and retry policy
+    trigger: float = 0.01  # per second: a manual run of a job (POST .../trigger)
+    backfill: float = 0.004  # per second: a backfill of a job's past, before it was created
     # What moto never shows (see faults.DynamoFaults, faults.LoopCutoff):
     stale_index_read: float = 0.1  # per query of the due/open/claimable/tenant index
     write_timeout: float = 0.01  # per conditional write: applied, then a timeout or the SDK's replay
@@ -160,6 +179,21 @@ class Report:
         return self.figures.failed() or not self.settled
 
 
+class ObservedSlots(TenantSlots):
+    """A worker's tenant slots that tell the harness of each claim refused at the limit."""
+
+    def __init__(self, runs: RunStore, limit: int, refused: Callable[[str], None]) -> None:
+        super().__init__(runs, limit)
+        self._refused = refused
+
+    def claim(self, run: Run, change: Callable[[Run], Run], *, now: datetime) -> Run:
+        try:
+            return super().claim(run, change, now=now)
+        except TenantAtLimit:
+            self._refused(run.run_key)
+            raise
+
+
 @dataclass
 class FleetLease:
     """One lease the external fleet holds: its call in the ledger, and when its work ends."""
@@ -208,6 +242,10 @@ class World:
         self.outcomes: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.repairs = 0
+        # Run key -> (when it should have moved on, when the reconciler repaired it), per repair.
+        self.stranded: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+        # Run key -> when a worker's claim found its tenant at TENANT_CONCURRENCY (true time).
+        self.tenant_waits: dict[str, list[datetime]] = defaultdict(list)
         self.audit = StreamAudit()
         self.tracked: dict[str, TrackedJob] = {}
         self.redrives: dict[str, list[int]] = {}
@@ -320,9 +358,10 @@ class World:
         from jobsched.targets import TargetRunner
 
         shards = self.config.shard_count
+        runs = ChaosRunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         return Worker(
             ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards),
-            ChaosRunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external),
+            runs,
             self._queues(self.sqs_throttle, looping=True),
             TargetRunner(lambda service: None, registry=self.registry),
             self._skewed(),
@@ -330,7 +369,11 @@ class World:
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,
             metrics=self.metrics,
+            tenant_slots=ObservedSlots(runs, self.config.tenant_concurrency, self._tenant_waited),
         )
+
+    def _tenant_waited(self, run_key: str) -> None:
+        self.tenant_waits[run_key].append(self.clock.now())
 
     # --- the loop ---
 
@@ -446,6 +489,12 @@ class World:
                 else:
                     kind = "pause" if rng.random() < 1 - self.config.cancel_share else "cancel"
                 self._lifecycle(tracked, kind)
+        if self.tracked and rng.random() < self.rates.patch:
+            self._patch(self.tracked[rng.choice(sorted(self.tracked))])
+        if self.tracked and rng.random() < self.rates.trigger:
+            self._trigger(self.tracked[rng.choice(sorted(self.tracked))])
+        if self.tracked and rng.random() < self.rates.backfill:
+            self._backfill(self.tracked[rng.choice(sorted(self.tracked))])
         if rng.random() < self.rates.redrive:
             dead = sorted(k for k, r in self.audit.latest.items() if r.state is RunState.DEAD)
             if dead:
@@ -460,6 +509,62 @@ class World:
                         return
                 self.redrives.setdefault(run.run_key, []).append(self.sequencer.next())
                 self.faults["redrive"] += 1
+
+    def _patch(self, tracked: TrackedJob) -> None:
+        """PATCH the job's payload, priority and retry policy (If-Match on the version read).
+        Runs already made keep the definition they were made with (README *PATCH*): each run
+        is judged by its own policies."""
+        rng = self.control_rng
+        try:
+            job = self.jobs.get(tracked.tenant, tracked.job_id)
+            policies = job.spec.policies
+            retry = policies.retry.model_copy(
+                update={"max_attempts": rng.randint(*self.config.mix.max_attempts)}
+            )
+            spec = job.spec.model_copy(
+                update={
+                    "payload": {"n": job.spec.name, "patched": job.version},
+                    "priority": rng.choice(list(Priority)),
+                    "policies": policies.model_copy(update={"retry": retry}),
+                }
+            )
+            self.jobs.update(tracked.tenant, tracked.job_id, job.version, lambda current: spec)
+        except JobschedError:
+            return  # refused (a completed job, a stale version, a 503): the client gives up
+        self.faults["patch"] += 1
+
+    def _trigger(self, tracked: TrackedJob) -> None:
+        """A manual run now. Counted before the call: an error may follow a run that landed."""
+        tracked.triggers += 1
+        try:
+            run = self.run_service.trigger(tracked.tenant, tracked.job_id, "api:chaos")
+        except JobschedError:
+            return
+        tracked.manual_keys.append(run.run_key)
+        self.faults["trigger"] += 1
+
+    def _backfill(self, tracked: TrackedJob) -> None:
+        """Backfill a stretch of the job's past before it was created (so the runs are new),
+        up to five minutes of it."""
+        job = self._stored_job(tracked.job_id)
+        if job is None or job.spec.schedule.kind is ScheduleKind.ONCE:
+            return
+        rng = self.control_rng
+        end = job.created_at - timedelta(seconds=rng.randint(1, 60))
+        start = end - timedelta(seconds=rng.randint(10, 300))
+        backfill = Backfill(start, end)
+        tracked.backfills.append(backfill)
+        try:
+            result = self.run_service.backfill(tracked.tenant, tracked.job_id, start, end, "api:chaos")
+        except JobschedError:
+            return  # refused, or failed part-way: what it made is still checked
+        backfill.acknowledged = True
+        backfill.created = list(result.created)
+        self.faults["backfill"] += 1
+        self.faults["backfill_runs"] += len(result.created)
+
+    def _stored_job(self, job_id: str) -> Job | None:
+        return DefinitionStore(self.ddb, DEFINITIONS.default_name, self.config.shard_count).get(job_id)
 
     def _observed(self, run_key: str) -> Run | None:
         return RunStore(self.ddb, RUNS.default_name, self.config.shard_count).get_by_key(run_key)
@@ -905,6 +1010,8 @@ class World:
             self._unexpected("reconciler")
             return
         self.repairs += sum(report.count(kind) for kind in KINDS)
+        for run_key, since in report.stranded:
+            self.stranded[run_key].append((since, self.clock.now()))
 
     def _unexpected(self, where: str) -> None:
         text = f"{where} at {self.clock.now():%H:%M:%S}: {traceback.format_exc(limit=6)}"
@@ -922,6 +1029,7 @@ class World:
             ExpressionAttributeValues={":r": {"S": "R#"}},
         ):
             runs += [RunStore.from_item(item) for item in page.get("Items", [])]
+        by_key = {run.run_key: run for run in runs}
         defs = DefinitionStore(self.ddb, DEFINITIONS.default_name, self.config.shard_count)
         stored = {job_id: job for job_id in self.tracked if (job := defs.get(job_id)) is not None}
         figures = check(
@@ -940,18 +1048,28 @@ class World:
                 duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),
                 stale_fences_rejected=int(self.metrics.total("StaleFencesRejected")),
                 repairs=self.repairs,
+                stranded=dict(self.stranded),
+                tenant_waits=dict(self.tenant_waits),
+                is_external=lambda run_key: bool(run_key in by_key and self.is_external(by_key[run_key])),
                 oversize=self.dynamo.oversize,
                 max_item_bytes=self.dynamo.max_item_bytes,
                 faults=self._fault_figures(),
             )
         )
-        by_key = {run.run_key: run for run in runs}
         explanations: dict[str, list[str]] = {}
         for violation in figures.violations:
             key = violation.run_key
             if key in explanations or len(explanations) >= 8:
                 continue
             explanations[key] = self._story(by_key.get(key), key)
+        if figures.restart_over_goal:
+            for key, _ in figures.slowest_restarts[:5]:
+                if key not in explanations:
+                    repairs = [
+                        f"should have moved {a:%H:%M:%S}, repaired {b:%H:%M:%S}"
+                        for a, b in self.stranded[key]
+                    ]
+                    explanations[key] = repairs + self._story(by_key.get(key), key)
         return figures, explanations
 
     def _fault_figures(self) -> dict[str, int]:

@@ -107,6 +107,16 @@ def _no_idempotency(original: Any) -> Any:
     return record_of
 
 
+def _repairs_late(original: Any) -> Any:
+    def timings(**overrides: Any) -> Any:
+        # The reconciler waits four minutes past a run's due instant or lease expiry.
+        return original(
+            **{"publish_grace": timedelta(minutes=4), "lease_grace": timedelta(minutes=4), **overrides}
+        )
+
+    return timings
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -144,6 +154,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # The effect's records are never found: a second claim acts at once, nothing replays.
     Mutant("no-idempotency", "jobsched.store.run_idempotency.record_of",
            _no_idempotency, "duplicate_effects", "deaths"),
+    # Stranded runs (a lost publish, a dead worker) repaired minutes late: the restart goal.
+    Mutant("repairs-late", "jobsched.store.runs.RepairTimings",
+           _repairs_late, "restart_goal_missed", "repairs"),
 )  # fmt: skip
 
 BY_NAME = {mutant.name: mutant for mutant in MUTANTS}

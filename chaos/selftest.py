@@ -71,6 +71,16 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), misfire=(1, 4, 1)),
     ),
+    # Lost stream batches, failed publishes and workers that die after their claim: runs the
+    # reconciler must start again within the restart goal.
+    "repairs": ChaosConfig(
+        seed=5,
+        runs=60,
+        window_seconds=150,
+        faults=replace(QUIET, lost_stream_batch=0.15, publish_failure=0.1, crash_before_effect=0.15),
+        hog=False,
+        mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(3, 5)),
+    ),
     # Workers that die or freeze between their effect and its completion, and the copies of
     # their messages that come back before the dead invocation's deadline.
     "deaths": ChaosConfig(

@@ -5,8 +5,6 @@ managed policy per caller role."""
 
 from __future__ import annotations
 
-import json
-
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
@@ -14,6 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
+from jobsched.edge import payload_too_large_body
 
 from .config import Config
 from .functions import log_retention
@@ -56,12 +55,6 @@ def integers_above(limit: int) -> str:
         if d != "9"
     ]
     return rf"^\s*0*(?:{'|'.join([longer, *same_length])})\s*$"
-
-
-def payload_too_large_body(limit: int) -> str:
-    """The web ACL's 413, in the API's error shape."""
-    message = f"the request body is over {limit} bytes (Content-Length)"
-    return json.dumps({"code": "payload_too_large", "message": message}, separators=(",", ":"))
 
 
 class Api(Construct):

@@ -15,6 +15,7 @@ from typing import Any
 from constructs import Node
 from jobsched.domain.grants import SECRET_SERVICES, GrantsDocument, service_of
 from jobsched.domain.grants import TARGET_SERVICES as GRANTED_TARGET_SERVICES
+from jobsched.edge import MAX_BODY_BYTES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
 from pydantic import ValidationError
@@ -56,7 +57,7 @@ def target_service(arn: str) -> str | None:
 
 
 MIN_TENANTS_AT_LIMIT = 3  # so two tenants at their request limit leave room for the rest
-MAX_API_BODY_BYTES = 1_000_000  # x 6 (JSON escapes) + headers and context < Lambda's 6,291,456
+MAX_API_BODY_BYTES = MAX_BODY_BYTES  # x 6 (JSON escapes) + headers and context < Lambda's 6,291,456
 
 
 class ConfigError(ValueError):
@@ -125,7 +126,7 @@ class Config:
     # API's web ACL; 0 = no web ACL). Lambda refuses an event past 6 MB with a 500, below API
     # Gateway's own 10 MB: the body is JSON-escaped in the event (up to 6 bytes a byte), so
     # 1,000,000 bytes is the most that fits whatever it holds.
-    api_max_body_bytes: int = 1_000_000
+    api_max_body_bytes: int = MAX_BODY_BYTES  # local mode's front refuses the same (jobsched.edge)
     queue_age_alarm_seconds: dict[str, int] = field(
         default_factory=lambda: {"high": 1200, "default": 1800, "low": 3600}
     )
@@ -133,9 +134,11 @@ class Config:
     iterator_age_alarm_seconds: int = 120
     log_retention_days: int = 30
     retain_data: bool = True
-    # The account's Lambda concurrency quota in the region (1000 by default; new accounts may
-    # have far less). The sweeper and the reconciler reserve what one tick needs out of it;
-    # 0 reserves nothing (for an account whose quota cannot spare it).
+    # The account's Lambda concurrency quota in the region, as `jobsched doctor` reads it
+    # (GetAccountSettings); 1000 when not given, AWS's usual default, but new accounts may have
+    # far less, and the preflight refuses a value above the real one. The sweeper and the
+    # reconciler reserve what one tick needs out of it, and synth refuses a stack whose
+    # reservations do not fit it; 0 reserves nothing (an account whose quota cannot spare it).
     account_concurrency: int = 1000
     # API Gateway writes execution and access logs through ONE role per account and region
     # (AWS::ApiGateway::Account). Creating it here would silently replace whatever role the
@@ -242,8 +245,13 @@ class Config:
                 reserved + ceilings + UNRESERVED_MINIMUM <= self.account_concurrency,
                 f"accountConcurrency {self.account_concurrency} cannot hold the sweeper's and "
                 f"reconciler's reservations ({reserved}), the worker ceilings ({ceilings}) and "
-                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved: raise the quota (and this "
-                "value), lower shardCount or workerConcurrency, or set accountConcurrency to 0",
+                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved (needs "
+                f"{reserved + ceilings + UNRESERVED_MINIMUM}). The quota is Lambda's 'Concurrent "
+                "executions' (L-B99A9384; `jobsched doctor` reads it): raise it in Service Quotas "
+                "(aws service-quotas request-service-quota-increase --service-code lambda "
+                f"--quota-code L-B99A9384 --desired-value {reserved + ceilings + UNRESERVED_MINIMUM}) "
+                "and pass the new value as accountConcurrency, lower shardCount or "
+                "workerConcurrency, or set accountConcurrency to 0 (reserves nothing)",
             )
         for key, base in WARM_THROUGHPUT_BASE.items():
             units = self.warm_throughput.get(key, 0)

@@ -65,7 +65,7 @@ def app_metric(
     )
 
 
-def priority_metrics(name: str, statistic: str, period: Duration = ONE_MINUTE) -> list[cw.IMetric]:
+def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
     """The worker's timings, emitted per priority. Powertools adds the service dimension
     whenever POWERTOOLS_SERVICE_NAME is set, as it is on every function: a metric read
     without it would be another metric, and its widget would stay empty."""
@@ -75,7 +75,7 @@ def priority_metrics(name: str, statistic: str, period: Duration = ONE_MINUTE) -
             metric_name=name,
             dimensions_map={"priority": key, "service": SERVICE},
             statistic=statistic,
-            period=period,
+            period=ONE_MINUTE,
             label=f"{name} {key}",
         )
         for key in QUEUE_KEYS
@@ -248,15 +248,9 @@ class Monitoring(Construct):
             )
         # Records the worker reported as failed (an unexpected error): each comes back only
         # after its backoff, and reaches the DLQ after its receives are spent.
-        failed = {f"f{i}": m for i, m in enumerate(priority_metrics("RecordFailed", "Sum", FIVE_MINUTES))}
         self._alarm(
             "worker-records-failed",
-            cw.MathExpression(
-                expression=" + ".join(f"FILL({k}, 0)" for k in failed),
-                using_metrics=failed,  # type: ignore[arg-type]
-                label="worker records failed",
-                period=FIVE_MINUTES,
-            ),
+            app_metric("RecordFailed", period=FIVE_MINUTES),
             threshold=1,
             description="worker: records failed on an unexpected error (see the worker's logs)",
         )

@@ -14,6 +14,7 @@ from .commands import (
     cmd_dlq_list,
     cmd_dlq_redrive,
     cmd_docs,
+    cmd_doctor,
     cmd_jobs_backfill,
     cmd_jobs_create,
     cmd_jobs_get,
@@ -84,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--config", default=None, help="JSON file with local settings (API keys, ...)")
     local.add_argument("--demo", action="store_true", help="create demo jobs and watch their runs")
     local.set_defaults(local=cmd_local)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the AWS account before a deploy (run from the repository root)",
+        description="Deploy preflight: Lambda concurrency, API Gateway logging role, CDK bootstrap, "
+        "quotas, the shard count in use and the cost at rest. Options after it go to the "
+        "preflight (-c key=value, --region, --profile).",
+        add_help=False,
+    )
+    # `jobsched doctor ...` is handed over whole before parsing (entry.main); this entry lists it.
+    doctor.set_defaults(local=lambda _args: cmd_doctor([]))
 
     jobs = commands.add_parser("jobs", help="create, list and change jobs").add_subparsers(
         dest="action", required=True, metavar="ACTION"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -270,6 +271,24 @@ def cmd_console(ctx: Context, args: argparse.Namespace) -> int:
     if ctx.client.sigv4:
         ctx.client.build_request("GET", "/v1/jobs")  # no credentials or region: say so now
     return serve(ctx.client, args.port, open_browser=args.open)
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    """The deploy preflight (infra.doctor) with `argv`, from a checkout of the repository: it
+    synthesizes the stack, so it needs infra/ and the dev extra (aws-cdk-lib)."""
+    root = os.getcwd()
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        # By name: infra/ is the repository's, not part of the installed package.
+        doctor = importlib.import_module("infra.doctor").main
+    except ImportError as exc:
+        print(
+            f"error: the preflight runs from the repository root with the dev tools (make venv): {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    return int(doctor(list(argv)))
 
 
 def cmd_local(args: argparse.Namespace) -> int:

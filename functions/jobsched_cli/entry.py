@@ -9,15 +9,18 @@ import sys
 
 from .args import build_parser
 from .client import ApiError, ApiUnreachable, SigningUnavailable
-from .commands import Context
+from .commands import Context, cmd_doctor
 from .rendering import format_api_error
 from .values import UsageError, attach_negative_values
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else argv
+    if raw[:1] == ["doctor"]:  # the deploy preflight parses its own options (infra.doctor)
+        return cmd_doctor(raw[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(attach_negative_values(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(attach_negative_values(raw))
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     if getattr(args, "local", None):

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from jobsched.edge import MAX_BODY_BYTES, payload_too_large_body
 from jobsched_console import console_response
 
 from .apigw import rest_event
@@ -128,8 +129,16 @@ class HttpFront(BackgroundServer):
             # The body is never read: answer, then drop the connection it is still on.
             request.close_connection = True
             status, rule = refusal
+            if status == 413:  # the stack's web ACL answer, word for word
+                self._send(
+                    request,
+                    413,
+                    payload_too_large_body(MAX_BODY_BYTES).encode(),
+                    {"Content-Type": "application/json", "Connection": "close"},
+                )
+                return
             error = {
-                "code": "payload_too_large" if status == 413 else "invalid_request",
+                "code": "invalid_request",
                 "message": f"Content-Length: {rule}",
                 "errors": [{"field": "Content-Length", "rule": rule}],
             }
@@ -196,12 +205,10 @@ class HttpFront(BackgroundServer):
         request.wfile.write(payload)
 
 
-MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit: 10 MB
-
-
 def body_length(values: list[str] | None) -> tuple[int, tuple[int, str] | None]:
-    """The declared body length, or the status and rule API Gateway answers instead: a 400
-    for a length that is no non-negative number (or two that disagree), a 413 past 10 MB."""
+    """The declared body length, or the status and rule the deployed edge answers instead: a
+    400 for a length that is no non-negative number (or two that disagree), a 413 past the
+    stack's default `apiMaxBodyBytes` (jobsched.edge; its web ACL answers the same 413)."""
     if not values:
         return 0, None
     if len(set(values)) > 1:
@@ -209,9 +216,11 @@ def body_length(values: list[str] | None) -> tuple[int, tuple[int, str] | None]:
     text = values[0].strip()
     if not text.isdigit() or not text.isascii():
         return 0, (400, "must be a non-negative whole number of bytes")
-    if len(text) > 10 or int(text) > MAX_BODY_BYTES:
-        return 0, (413, f"the body may have at most {MAX_BODY_BYTES} bytes (10 MB)")
-    return int(text), None
+    # Leading zeros count for nothing, as in the web ACL's pattern (infra.api.integers_above).
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 10 or int(digits) > MAX_BODY_BYTES:
+        return 0, (413, f"the body may have at most {MAX_BODY_BYTES} bytes")
+    return int(digits), None
 
 
 # --- DynamoDB stream → Lambda ---

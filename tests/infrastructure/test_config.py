@@ -139,6 +139,16 @@ def test_provisioned_pollers_replace_the_queues_ceiling_and_are_off_by_default()
     assert config.worker_ceilings() == {"high": 50, "default": 4000, "low": 25}  # 10 invocations a poller
 
 
+def test_a_reservation_that_cannot_fit_names_the_quota_and_how_to_raise_it():
+    with pytest.raises(ConfigError) as refused:
+        Config.from_context(Node(accountConcurrency="300"))  # type: ignore[arg-type]
+    message = str(refused.value)
+    # 40 + 40 reserved, 175 worker ceilings, 100 unreserved.
+    assert "needs 355" in message and "'Concurrent executions' (L-B99A9384" in message
+    assert "request-service-quota-increase --service-code lambda --quota-code L-B99A9384" in message
+    assert "--desired-value 355" in message and "jobsched doctor" in message
+
+
 def test_the_workers_reservation_counts_against_the_account_once():
     # 40 + 40 for the sweeper and reconciler, 3,000 for the worker, whose ceilings (4,075)
     # are covered by it up to 3,000: 4,255 with the 100 Lambda keeps unreserved.

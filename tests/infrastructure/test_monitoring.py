@@ -196,16 +196,11 @@ def test_account_concurrency_near_its_quota_is_alarmed(synth, config):
     assert alarm["Threshold"] < config.account_concurrency
 
 
-def test_failed_worker_records_are_alarmed_per_priority(synth):
-    (alarm,) = [
-        a for a in math_alarms(synth) if {s["Metric"]["MetricName"] for s in stats_of(a)} == {"RecordFailed"}
-    ]
-    dimensions = [{d["Name"]: d["Value"] for d in s["Metric"]["Dimensions"]} for s in stats_of(alarm)]
-    assert sorted(dimensions, key=str) == sorted(
-        ({"priority": key, "service": "jobsched"} for key in QUEUE_KEYS), key=str
-    )
-    assert all(s["Metric"]["Namespace"] == "jobsched" and s["Stat"] == "Sum" for s in stats_of(alarm))
-    assert alarm["Threshold"] == 1
+def test_failed_worker_records_are_alarmed_with_the_dimensions_the_worker_emits(synth):
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "RecordFailed"]
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]  # service-wide
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
 def allows(statement: dict, principal: str, action: str) -> bool:
@@ -306,10 +301,9 @@ def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded
     for _, name, dimensions in read:
         if name in emitted:
             assert dimensions in emitted[name], (name, dimensions, emitted[name])
-        else:  # not reached by the flows: emitted through the service metrics (service
-            # dimension), or per priority by the worker (RecordFailed)
+        else:  # not reached by the flows: emitted through the service metrics (service dimension)
             assert f'"{name}"' in source, name
-            assert dimensions in (("service",), ("priority", "service")), (name, dimensions)
+            assert dimensions == ("service",), (name, dimensions)
 
 
 def test_sweeps_and_reconcile_passes_near_their_time_limit_are_alarmed(synth):

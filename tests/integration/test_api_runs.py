@@ -222,6 +222,29 @@ def test_triggers_in_one_second_each_get_their_own_run(api, clock):
         assert run_of(api, key)["trigger"] == "manual"
 
 
+def test_a_trigger_whose_write_was_replayed_makes_one_run(api, container, clock, monkeypatch):
+    """The table applied the insert, its answer was lost, and the SDK's retry was refused
+    against the write itself: one trigger is still one manual run."""
+    job_id = hourly(api)
+    db = container.runs._db
+    real_put = db.put_item
+    replayed: list[str] = []
+
+    def put_item(**request):
+        answer = real_put(**request)
+        if "~m" in request["Item"]["sk"]["S"] and "ConditionExpression" in request and not replayed:
+            replayed.append(request["Item"]["sk"]["S"])
+            return real_put(**request)  # the SDK's resend: ConditionalCheckFailed
+        return answer
+
+    monkeypatch.setattr(db, "put_item", put_item)
+    response = api.post(f"/v1/jobs/{job_id}/trigger")
+    assert response.status == 201, response
+    assert replayed
+    manual = [r for r in api.get(f"/v1/jobs/{job_id}/runs").body["items"] if r["trigger"] == "manual"]
+    assert [r["runKey"] for r in manual] == [response.body["runKey"]]
+
+
 def test_trigger_on_a_second_the_schedule_fires_is_not_refused(api, clock):
     """Every trigger of a per-second job used to collide with the scheduled run of its second."""
     job_id = api.post(

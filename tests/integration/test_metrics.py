@@ -26,6 +26,7 @@ SWEEP = {
     ("OccurrencesSkipped", COUNT, ()),
     ("OccurrenceConflicts", COUNT, ()),
     ("SweepFailures", COUNT, ()),
+    ("ShardCountBelowInUse", COUNT, ()),  # 0 unless shardCount was lowered: for its alarm
 }
 PUBLISH = {("RunsPublished", COUNT, ()), ("SchedulePublishLag", SECONDS, ())}
 WORK = {
@@ -36,7 +37,7 @@ WORK = {
     ("RetriesScheduled", COUNT, ()),
     ("DuplicatesSuppressed", COUNT, ()),
 }
-REPAIR = {("RepairsMade", COUNT, ("kind",)), ("RepairLatency", SECONDS, ())}
+REPAIR = {("RepairsMade", COUNT, ("kind",)), ("RepairLatency", SECONDS, ()), ("RepairLag", SECONDS, ())}
 
 
 @pytest.fixture

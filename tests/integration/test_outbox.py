@@ -256,7 +256,10 @@ def test_same_run_twice_in_one_call_is_sent_once(container, clock, sqs):
 def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
     run = insert(container, make_run(clock))
     container.outbox.publish([run])
-    # A retried stream batch delivers the old PENDING image again.
+    # A retried stream batch delivers the old PENDING image again (later: Lambda retries a
+    # batch after the invocation that failed it; in the same second the mark it would write
+    # is the one stored, which is sent again, as a replayed mark must be).
+    clock.advance(1)
     assert container.outbox.publish([run]) == []
     assert stored(container, run).state is RunState.QUEUED
     assert len([h for h in stored(container, run).history if h.actor == "outbox"]) == 1
@@ -337,6 +340,59 @@ def test_failed_sends_in_a_row_leave_the_run_to_the_reconciler(container, clock,
     sqs.raise_error = False
     assert container.outbox.publish([touched]) == []
     assert stored(container, run).state is RunState.QUEUED
+
+
+class MarkLandsThenFails:
+    """DynamoDB as the SDK sees it when a write's answer is lost: the outbox's QUEUED mark is
+    applied by the table, then either the read times out (`timeout`) or the SDK re-sends the
+    request, whose condition now fails against the write it made (`replay`)."""
+
+    def __init__(self, inner: Any, mode: str) -> None:
+        self._inner = inner
+        self.mode = mode
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put_item(self, **request: Any) -> Any:
+        if not (self.armed and request["Item"].get("state") == {"S": "QUEUED"}):
+            return self._inner.put_item(**request)
+        self.armed = False
+        self._inner.put_item(**request)
+        if self.mode == "timeout":
+            from botocore.exceptions import ReadTimeoutError
+
+            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com/")
+        return self._inner.put_item(**request)  # ConditionalCheckFailed: the table has it
+
+
+def outbox_over(container, clock, ddb: Any) -> Outbox:
+    runs = RunStore(ddb, container.settings.runs_table, container.settings.shard_count)
+    return Outbox(runs, container.queues, clock, default_router())
+
+
+def test_a_mark_whose_answer_was_replayed_is_still_sent(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    outbox = outbox_over(container, clock, MarkLandsThenFails(boto3.client("dynamodb"), "replay"))
+
+    assert outbox.publish([run]) == []
+
+    # Marked QUEUED once (by this outbox) and sent: never QUEUED without a message.
+    assert stored(container, run).state is RunState.QUEUED
+    assert [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()] == [run.run_key]
+
+
+def test_a_mark_that_landed_behind_a_timeout_is_put_back_when_its_send_fails(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    outbox = outbox_over(container, clock, MarkLandsThenFails(boto3.client("dynamodb"), "timeout"))
+    sqs.raise_error = True
+
+    assert outbox.publish([run]) == [run.run_key]
+
+    # The mark's outcome was unknown, and it had landed: put back, so its record publishes it.
+    after = stored(container, run)
+    assert after.state is RunState.PENDING and after.history[-1].reason == "publish failed"
 
 
 def test_unconfigured_queue_reports_failure(container, clock):

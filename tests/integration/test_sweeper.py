@@ -387,3 +387,68 @@ def _made(job):
 
     _MADE.append(job.job_id)
     return Materialized(job)
+
+
+def containers_with_shards(aws, clock, *counts):
+    from jobsched import wiring
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.settings import Settings
+
+    return [
+        wiring.Container(
+            Settings(shard_count=n, sweep_ahead_seconds=120, queue_urls=aws["urls"]), clock, RecordedMetrics()
+        )
+        for n in counts
+    ]
+
+
+def test_the_api_records_the_shard_count_before_its_first_job_and_never_lowers_it(aws, clock):
+    wide, narrow = containers_with_shards(aws, clock, 8, 2)
+    assert wide.definitions.recorded_shard_count() is None
+    new_job(wide, every=60)
+    assert wide.definitions.recorded_shard_count() == 8
+    new_job(narrow, every=60)
+    assert narrow.definitions.recorded_shard_count() == 8
+    assert narrow.definitions.shard_count_in_use() == 8
+    (wider,) = containers_with_shards(aws, clock, 16)
+    assert wider.definitions.shard_count_in_use() == 16
+    assert wide.definitions.recorded_shard_count() == 16
+    # Never a job: the API's GET does not read the record as one.
+    assert wide.definitions.get("meta#shards") is None
+
+
+def test_a_lowered_shard_count_still_sweeps_the_jobs_above_it_and_alarms(aws, clock, caplog):
+    """Jobs written at shardCount 8, swept by sweepers at shardCount 2 (one invocation per
+    shard, as the rules invoke them): every job is still swept, each moves to its new shard as
+    it advances, and each pass reports the gap (error log, ShardCountBelowInUse) for the alarm."""
+    wide, narrow = containers_with_shards(aws, clock, 8, 2)
+    jobs = [new_job(wide, every=60, name=f"j{i}") for i in range(24)]
+    old_shards = {wide.definitions.shard_of(j.job_id) for j in jobs}
+    assert max(old_shards) >= 2  # some jobs sit above the new count
+    made = {j.job_id: len(all_runs(wide, j.job_id)) for j in jobs}
+    clock.advance(60)
+    caplog.set_level("ERROR")
+    reports = [narrow.sweeper.sweep([shard]) for shard in (0, 1)]
+    assert sorted(s for r in reports for s in r.shards) == list(range(8))
+    for job in jobs:
+        assert len(all_runs(wide, job.job_id)) > made[job.job_id], job.job_id
+        stored = narrow.definitions.get(job.job_id)
+        assert stored is not None and stored.next_run_at > clock.now()
+    assert narrow.metrics.values("ShardCountBelowInUse") == [6, 6]
+    assert "below the highest shard count in use" in caplog.text
+    # Moved: at the new count, every job is now in shard 0 or 1 of the due index.
+    import boto3
+
+    ddb = boto3.client("dynamodb")
+    table = narrow.settings.definitions_table
+    for job in jobs:
+        item = ddb.get_item(TableName=table, Key={"job_id": {"S": job.job_id}})["Item"]
+        assert int(item["due_shard"]["N"]) == narrow.definitions.shard_of(job.job_id) < 2
+    assert narrow.definitions.recorded_shard_count() == 8  # lowered only by an operator
+
+
+def test_a_sweeper_at_the_recorded_count_reports_no_gap(aws, clock):
+    (same,) = containers_with_shards(aws, clock, 4)
+    same.sweeper.sweep()
+    assert same.metrics.values("ShardCountBelowInUse") == [0]
+    assert same.definitions.recorded_shard_count() == 4

@@ -250,6 +250,31 @@ def test_the_secret_is_shown_only_on_the_answer_that_created_it(api, system, rec
     assert api.get(f"/v1/jobs/{quote('signing#' + job_id, safe='')}").status == 400  # not a job id
 
 
+def test_no_signing_secret_is_recorded_in_a_trace(api, system, receiver, now, monkeypatch):
+    """The API's traces (X-Ray, kept 30 days, read by anyone the account lets) record what its
+    handler did, never the answer that carries a job's secret: neither the create nor a
+    rotation. Records what the tracer would put on its segments."""
+    from jobsched.observability import tracer
+
+    recorded: list[Any] = []
+
+    def record(
+        method_name: str | None = None, data: Any = None, subsegment: Any = None, capture_response: Any = None
+    ) -> None:
+        if data is not None and capture_response:
+            recorded.append(data)
+
+    monkeypatch.setattr(tracer, "_add_response_as_metadata", record)
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
+    assert created.status == 201, created
+    rotated = api.post(f"/v1/jobs/{created.body['jobId']}/signing-secret")
+    assert rotated.status == 200, rotated
+    traced = json.dumps(recorded, default=str)
+    for secret in (created.body["signingSecret"], rotated.body["signingSecret"]):
+        assert secret not in traced
+    assert "whsec_" not in traced
+
+
 def test_a_rotation_signs_with_both_secrets_for_24_hours_then_the_new_one_only(api, system, receiver, now):
     created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
     old, job_id = created.body["signingSecret"], created.body["jobId"]
@@ -299,6 +324,22 @@ def test_a_job_stored_before_signing_gets_its_first_secret_by_rotation(api, syst
     assert first.status == 200 and first.body["previousSecretsRetireAt"] == []
     assert deliver(system, trigger(api, job.job_id)).outcome is AttemptOutcome.SUCCEEDED
     verified(first.body["signingSecret"], receiver.requests[-1])
+
+
+def test_a_stored_job_with_framing_headers_is_still_delivered_whole_and_signed(api, system, receiver, now):
+    """Jobs written before framing headers were refused: the worker leaves those headers out,
+    so the body arrives whole (a chunked claim would have the receiver misread it) and the
+    signature survives (a Connection header naming it would have a proxy strip it)."""
+    headers = {"Transfer-Encoding": "chunked", "Connection": "close, webhook-signature", "X-Trace": "t"}
+    spec = JobSpec.model_validate(job_body_spec(receiver.url("/hook"), now, headers))
+    job = system.jobs.create("tenant-a", spec).job
+    secret = api.post(f"/v1/jobs/{job.job_id}/signing-secret").body["signingSecret"]
+    assert deliver(system, trigger(api, job.job_id)).outcome is AttemptOutcome.SUCCEEDED
+    request = receiver.requests[-1]
+    assert verified(secret, request)["jobId"] == job.job_id
+    assert request.headers["X-Trace"] == "t"
+    assert "chunked" not in request.headers.get("Transfer-Encoding", "")
+    assert "webhook-signature" not in request.headers.get("Connection", "")
 
 
 def job_body_spec(url: str, now: datetime, headers: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -490,6 +531,18 @@ def test_referenced_secrets_reach_the_receiver_and_nothing_else(api, system, rec
         ),
         ({"X-Trace": "x" * 4097}, "target.http.headers", "at most 4096"),
         ({"webhook-signature": "v1,forged"}, "target.http.headers", "set by the scheduler"),
+        # Only visible Latin-1 text reaches the wire as it was written (as for secret values).
+        ({"X-Trace": "a\x0bb"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "a\x7fb"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "\u0100"}, "target.http.headers", "visible Latin-1"),
+        ({"X-Trace": "line\u2028break"}, "target.http.headers", "visible Latin-1"),
+        # The connection's own framing is the transport's: a target's would break the request.
+        ({"Transfer-Encoding": "chunked"}, "target.http.headers", "set by the transport"),
+        ({"Connection": "close, webhook-signature"}, "target.http.headers", "set by the transport"),
+        ({"keep-alive": "timeout=5"}, "target.http.headers", "set by the transport"),
+        ({"TE": "trailers"}, "target.http.headers", "set by the transport"),
+        ({"Upgrade": "h2c"}, "target.http.headers", "set by the transport"),
+        ({"Expect": "100-continue"}, "target.http.headers", "set by the transport"),
     ],
 )
 def test_bad_header_values_are_refused_naming_the_field(api, system, now, headers, field, rule):

@@ -242,3 +242,127 @@ def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monk
     assert stored(container, run).state.value in ("PENDING", "QUEUED")
     assert queue_messages(container, "default") + in_flight(container) == 1  # one message for it
     assert 1 <= len(sent) <= deliveries // (DEFAULT.deferral_receives + 1) + 1
+
+
+def deployed_visibility(container, queue: str = "default") -> int:
+    """Give `queue` the visibility timeout the stack deploys (six worker timeouts), not local
+    mode's: what a failed record would wait out without its backoff."""
+    from infra.queues import visibility_timeout
+
+    seconds = visibility_timeout(next(q for q in QUEUES if q.key == queue))
+    boto3.client("sqs").set_queue_attributes(
+        QueueUrl=container.queues.urls[queue], Attributes={"VisibilityTimeout": str(seconds)}
+    )
+    return seconds
+
+
+def worker_source(container) -> QueueSource:
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    invoker = Invoker("worker", worker_handler.handler, timeout_seconds=FUNCTION_TIMEOUT)
+    return QueueSource(sqs, url, arn, invoker, region="us-east-1")
+
+
+def test_a_record_that_keeps_failing_reaches_the_dlq_within_15_minutes(container, clock, monkeypatch):
+    """Through local mode's SQS event source and the worker handler on a simulated clock, with
+    the deployed 5,400 s visibility timeout: the store fails before the claim on every delivery
+    (an unexpected error, not a deferral). Each failure sets the message's visibility to the
+    jittered backoff, so the message spends all maxReceiveCount receives and reaches the DLQ
+    inside 15 minutes (without the backoff it would come back once, after 90 minutes), and
+    every failure is counted as RecordFailed."""
+    from chaos.faults import sqs_on_clock
+
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    _, run = one_run(container, clock)
+    assert deployed_visibility(container) == 5400
+
+    def throttled(run_key):
+        raise ConnectionError("ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(container.runs, "get_by_key", throttled)
+    source = worker_source(container)
+    started = clock.now()
+    deliveries = 0
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        while queue_messages(container, "default", dlq=True) == 0 and clock.now() - started < timedelta(
+            minutes=15
+        ):
+            deliveries += source.poll()
+            clock.advance(5)
+    assert queue_messages(container, "default", dlq=True) == 1
+    assert clock.now() - started <= timedelta(minutes=15)
+    assert deliveries == DEFAULT.max_receive_count
+    assert container.metrics.total("RecordFailed") == DEFAULT.max_receive_count
+
+
+def test_a_throttled_batch_still_waits_out_six_worker_timeouts(container, clock):
+    """The backoff is the handler's own, for the records it failed: a batch the poller received
+    but Lambda could not hand to the function (throttled) is left to the queue's visibility
+    timeout, six worker timeouts, so Lambda's own retries of it come first."""
+    from chaos.faults import sqs_on_clock
+
+    _, run = one_run(container, clock)
+    visibility = deployed_visibility(container)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        (received,) = sqs.receive_message(QueueUrl=url)["Messages"]  # the poller; never invoked
+        clock.advance(visibility - 1)
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        clock.advance(2)
+        (again,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+    assert again["MessageId"] == received["MessageId"]
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert queue_messages(container, "default", dlq=True) == 0
+
+
+class Killed(BaseException):
+    """The invocation dies where it is (out of memory, the runtime gone): nothing is caught."""
+
+
+def test_an_invocation_that_dies_before_its_claim_is_redelivered_within_a_minute(
+    container, clock, monkeypatch
+):
+    """With the deployed 5,400 s visibility timeout, a message whose invocation died before its
+    claim (and before any heartbeat) waited an hour and a half, or the reconciler's 15-minute
+    dwell, to run again. The handler holds every message of its batch for the lease (plus 5 s)
+    first: it comes back within about a minute."""
+    from jobsched.services.worker import MESSAGE_AFTER_LEASE
+
+    from chaos.faults import sqs_on_clock
+
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    _, run = one_run(container, clock)
+    deployed_visibility(container)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+    def dies(record, **_):
+        raise Killed()
+
+    monkeypatch.setattr(worker_handler, "process_record", dies)
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        (message,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"])["Messages"]
+        record = {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "attributes": message["Attributes"],
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": arn,
+            "awsRegion": "us-east-1",
+        }
+        with pytest.raises(Killed):
+            invoke({"Records": [record]})
+        held = container.worker.lease_seconds + MESSAGE_AFTER_LEASE
+        clock.advance(held - 1)
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        clock.advance(2)
+        (again,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert again["MessageId"] == message["MessageId"]

@@ -375,3 +375,43 @@ def test_a_malformed_role_arn_is_a_400(world, api):
     response = job(api, {**resources("tenant-a")["sqs"]["target"], "roleArn": "arn:aws:iam::1:role/x"})
     assert response.status == 400
     assert response.body["errors"][0]["field"].endswith("roleArn")
+
+
+# --- upgrading: jobs written before grants (README, Security, Upgrading) ---
+
+
+def test_a_job_from_before_grants_dies_at_its_run_until_it_is_granted_or_changed(world, api, container):
+    """Before this release every AWS target was reachable and an event's `source` defaulted
+    to `jobsched`, stored on the job. After the upgrade such a job's run is DEAD with no call
+    (TargetNotGranted, naming the field), and every change of it is a 403 until its target is
+    one the tenant may use; dropping the stored source gives it the tenant's own."""
+    bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/a-bus"
+    grant(container, GRANTED, {"tenant-a": ["jobsched"]})  # the job as the old release wrote it
+    created = job(api, {"kind": "eventbridge", "eventBusName": bus, "source": "jobsched"}, every="PT1H")
+    assert created.status == 201, created
+    job_id = created.body["jobId"]
+    grant(container, GRANTED)  # the upgrade: nothing beyond the tenant's own source
+    key, result = run_once(container, job_id)  # a rate's first occurrence is its creation
+    assert result.outcome is AttemptOutcome.DEAD
+    run = container.runs.get_by_key(key)
+    assert run.last_error_class == "TargetNotGranted" and "target.source" in (run.last_error_message or "")
+    assert world.calls == []
+    renamed = api.patch(f"/v1/jobs/{job_id}", {"name": "renamed"}, headers={"If-Match": "1"})
+    assert renamed.status == 403 and renamed.body["errors"][0]["field"] == "target.source", renamed
+    fixed = api.patch(f"/v1/jobs/{job_id}", {"target": {"source": None}}, headers={"If-Match": "1"})
+    assert fixed.status == 200, fixed
+    manual = api.post(f"/v1/jobs/{job_id}/trigger").body["runKey"]
+    instant = manual.split("@", 1)[1]
+    assert container.worker.process(Received(manual, job_id, instant, "default")).outcome is (
+        AttemptOutcome.SUCCEEDED
+    )
+    ((_, _, params, _),) = world.calls
+    assert params["Entries"][0]["Source"] == own_event_source("tenant-a")
+    # The dead run keeps the target it was made with: its redrive dies again, until granted.
+    redriven = api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {})
+    assert redriven.status == 200, redriven
+    assert run_once(container, job_id)[1].outcome is AttemptOutcome.DEAD
+    grant(container, GRANTED, {"tenant-a": ["jobsched"]})
+    assert api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {}).status == 200
+    assert run_once(container, job_id)[1].outcome is AttemptOutcome.SUCCEEDED
+    assert world.calls[-1][2]["Entries"][0]["Source"] == "jobsched"

@@ -823,3 +823,15 @@ def test_output_into_a_closed_pipe_is_no_traceback(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cli.args, "cmd_jobs_list", closed)
     monkeypatch.setattr(entry.os, "dup2", lambda *a: None)
     assert main(["jobs", "list"]) == 0
+
+
+def test_doctor_hands_its_arguments_to_the_preflight(monkeypatch):
+    """`jobsched doctor ...` is the deploy preflight (infra.doctor), every option passed on."""
+    from jobsched_cli.entry import main as cli_main
+
+    import infra.doctor
+
+    seen = []
+    monkeypatch.setattr(infra.doctor, "main", lambda argv: seen.append(argv) or 1)
+    assert cli_main(["doctor", "-c", "shardCount=64", "--region", "eu-west-1"]) == 1
+    assert seen == [["-c", "shardCount=64", "--region", "eu-west-1"]]

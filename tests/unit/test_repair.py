@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
+from jobsched.domain.effects import excluded_until
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.models import HttpTarget
-from jobsched.domain.repair import RepairTimings, check_at, repair_deadline
+from jobsched.domain.repair import RepairTimings, check_at, repair_deadline, stranded_since
 from jobsched.domain.runs import OPEN_STATES, Run, RunState, created
 
 from tests.helpers import claimed
@@ -109,3 +110,51 @@ def test_the_check_time_is_never_after_the_repair_deadline(
         check, deadline = check_at(r, TIMINGS), repair_deadline(r, TIMINGS)
         assert check is not None and deadline is not None
         assert check <= deadline
+
+
+# --- when a stranded run should have moved on (the repair's lag is measured from it) ---
+
+
+def test_a_run_nobody_published_should_have_moved_when_it_became_due():
+    run = pending(due_in=30)
+    assert stranded_since(run) == run.due_at
+    later = run.model_copy(update={"updated_at": run.due_at + timedelta(seconds=50)})
+    assert stranded_since(later) == later.updated_at  # re-touched after it was due
+
+
+def test_a_dead_workers_run_should_have_moved_when_its_lease_expired():
+    leased = usual_path(pending(due_in=0), queued_after=1, leased_after=1, lease_seconds=60)[-1]
+    assert stranded_since(leased) == leased.lease_expires_at
+
+
+def test_an_effect_that_may_still_run_moves_the_instant_to_its_records_end():
+    leased = usual_path(pending(due_in=0), queued_after=1, leased_after=1, lease_seconds=60)[-1]
+    until = leased.lease_expires_at + timedelta(seconds=600)
+    started = leased.model_copy(update={"effect_fence": leased.fence, "effect_until": until})
+    assert stranded_since(started) == excluded_until(started) > leased.lease_expires_at
+
+
+def test_runs_waiting_on_purpose_or_closed_were_never_stranded():
+    run = pending(due_in=0)
+    assert stranded_since(run.model_copy(update={"blocked_by": "j_r@2026-11-29T11:59:00Z"})) is None
+    assert stranded_since(run.model_copy(update={"state": RunState.SUCCEEDED})) is None
+
+
+@given(
+    due_in=st.floats(min_value=-600, max_value=600),
+    queued_after=st.floats(min_value=0, max_value=100),
+    leased_after=st.floats(min_value=0, max_value=100),
+    lease_seconds=st.integers(min_value=1, max_value=3600),
+)
+def test_the_stranded_instant_is_never_after_the_repair_deadline(
+    due_in, queued_after, leased_after, lease_seconds
+):
+    path = usual_path(
+        pending(due_in=due_in),
+        queued_after=queued_after,
+        leased_after=leased_after,
+        lease_seconds=lease_seconds,
+    )
+    for r in path:
+        since, deadline = stranded_since(r), repair_deadline(r, TIMINGS)
+        assert since is not None and deadline is not None and since <= deadline

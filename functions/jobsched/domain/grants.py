@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -170,11 +171,73 @@ def _matcher(pattern: str) -> re.Pattern[str]:
     )
 
 
-class Grants:
-    """The operator's grants, compiled for matching. Immutable; safe to share between threads."""
+# SSM's own names (AWS lets no one create a parameter under these, in any case):
+# `/aws/reference/secretsmanager/<name>` reads a Secrets Manager secret through SSM, with the
+# reader's identity, past whatever grants that secret.
+_AWS_PARAMETER = re.compile(r"(?:aws|ssm)", re.IGNORECASE)
 
-    def __init__(self, document: GrantsDocument | None = None) -> None:
+
+@dataclass(frozen=True)
+class OwnNames:
+    """The scheduler's own parameters, secrets, functions and queues, which no grant
+    reaches: the stack keeps its grants in `/<stack>/target-grants` (which the worker may
+    read), anything else of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets
+    Manager), and its functions and queues are `<stack>-…`. `stack` None: no such names
+    (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`."""
+
+    stack: str | None = None
+
+    @classmethod
+    def beside(cls, grants_parameter: str | None) -> OwnNames:
+        """The names of the stack whose grants parameter is `grants_parameter` (`/<stack>/…`)."""
+        parts = [part for part in (grants_parameter or "").split("/") if part]
+        return cls(parts[0] if parts else None)
+
+    def refusal(self, arn: str, home: Home | None = None) -> str | None:
+        """Why `arn` (a secret or parameter a header references, or a function or queue a
+        target calls) is the scheduler's own or AWS's, or None. A parameter path with an
+        empty, `.` or `..` segment is refused too: however SSM reads it, no spelling of a
+        name escapes this comparison or the grants'. Functions and queues are the stack's
+        only in its own account (`home`'s, when known)."""
+        parts = arn.split(":", 6)
+        if len(parts) < 6:
+            return None
+        service, resource = parts[2], ":".join(parts[5:])
+        if service == "ssm" and resource.startswith("parameter/"):
+            segments = resource.removeprefix("parameter/").split("/")
+            if any(segment in ("", ".", "..") for segment in segments):
+                return "names a parameter path with an empty, '.' or '..' segment; give its plain name"
+            if _AWS_PARAMETER.fullmatch(segments[0]):
+                return (
+                    "names one of SSM's own parameters (/aws/…, /ssm/…); reference a Secrets Manager "
+                    "secret by its own ARN"
+                )
+            if self.stack is not None and segments[0] == self.stack:
+                return f"names one of the scheduler's own parameters (/{self.stack}/…): no grant reaches them"
+        secret = resource.removeprefix("secret:") if resource.startswith("secret:") else ""
+        if service == "secretsmanager" and self.stack is not None and secret.startswith(self.stack + "/"):
+            return f"names one of the scheduler's own secrets ({self.stack}/…): no grant reaches them"
+        # CloudFormation names the functions and queues the stack makes `<stack>-<id>-<suffix>`.
+        name = resource.removeprefix("function:") if service == "lambda" else resource
+        ours = home is None or parts[4] == home.account
+        if (
+            service in ("lambda", "sqs")
+            and self.stack is not None
+            and ours
+            and name.startswith(self.stack + "-")
+        ):
+            kind = "functions" if service == "lambda" else "queues"
+            return f"names one of the scheduler's own {kind} ({self.stack}-…): no grant reaches them"
+        return None
+
+
+class Grants:
+    """The operator's grants, compiled for matching. Immutable; safe to share between threads.
+    `own`: the scheduler's own names, refused to every tenant whatever its grants say."""
+
+    def __init__(self, document: GrantsDocument | None = None, own: OwnNames | None = None) -> None:
         self.document = document or GrantsDocument()
+        self.own = own or OwnNames()
         home = self.document.home
         self.home = home
 

@@ -375,6 +375,28 @@ CREDENTIAL_RULE = (
 )
 # Set by the scheduler on every delivery (Standard Webhooks signature).
 _SIGNATURE_HEADERS = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature"})
+# The connection's own framing and hop-by-hop headers (RFC 9110 7.6.1), set by the transport:
+# a target's `Transfer-Encoding` would have the receiver misread the body, and a `Connection`
+# naming a header would have a proxy strip it (the signature, say). Dropped at send from jobs
+# stored before this rule.
+FRAMING_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    }
+)
+
+
+def is_header_text(value: str) -> bool:
+    """Visible Latin-1 text, spaces and tabs: what a header value carries unchanged (HTTP
+    sends Latin-1; control characters are refused or rewritten on the way)."""
+    return all(ch == "\t" or " " <= ch <= "~" or "\xa0" <= ch <= "\xff" for ch in value)
 
 
 def credential_reason(name: str, value: str) -> str | None:
@@ -422,10 +444,16 @@ class HttpTarget(Model):
                 raise ValueError(f"header '{name}' is set by the scheduler")
             if writing(info) and lowered in _SIGNATURE_HEADERS:
                 raise ValueError(f"header '{name}' is set by the scheduler (the delivery's signature)")
+            if writing(info) and lowered in FRAMING_HEADERS:
+                raise ValueError(f"header '{name}' is set by the transport (the connection's own framing)")
             if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
                 raise ValueError(f"'{name}' is not a valid header name")
             if any(ch in literal for ch in "\r\n\x00"):
                 raise ValueError(f"header '{name}' must not contain CR, LF or NUL")
+            if writing(info) and not is_header_text(literal):
+                raise ValueError(
+                    f"header '{name}' must be visible Latin-1 text (no control or other characters)"
+                )
         return value
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .effects import excluded_until
 from .lifecycle import series_started_at
 from .runs import PAUSED_HOLD, Run, RunState
 
@@ -79,3 +80,25 @@ def check_at(run: Run, timings: RepairTimings, *, waits_for_lease: bool = False)
     if settle <= run.updated_at:  # a retry, redrive or re-claim after it: no usual path left
         return deadline
     return min(settle, deadline)
+
+
+def stranded_since(run: Run) -> datetime | None:
+    """When a run the reconciler found overdue should have moved on: when it became due and
+    nothing published it (PENDING/RETRY_WAIT) or claimed it (QUEUED), or when its lease
+    expired (LEASED) — or, if an attempt's in-progress record still excluded a start then,
+    when that record ended. None for a run blocked behind another or held for a paused job
+    (it waits on purpose), and for an open state nothing repairs.
+
+    Guarantees: never after the run's repair deadline, except behind an in-progress record
+    that outlasts the lease (the repair comes first; its lag counts 0). The repair's lag is
+    measured from it (the RepairLag metric, and chaos's restart figure against its 90 s goal)."""
+    state = run.state
+    if state in (RunState.PENDING, RunState.RETRY_WAIT):
+        return None if run.blocked_by else max(run.due_at, run.updated_at)
+    if state is RunState.QUEUED:
+        return max(run.due_at, run.updated_at)
+    if state is RunState.LEASED:
+        assert run.lease_expires_at is not None
+        record_end = excluded_until(run)
+        return run.lease_expires_at if record_end is None else max(run.lease_expires_at, record_end)
+    return None

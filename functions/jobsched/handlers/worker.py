@@ -1,7 +1,9 @@
 """`worker` Lambda: SQS (high/default/low) → claim, execute, complete. A batch's records run
 at once, each on its own thread with the whole invocation's time as its budget. Partial batch
 failures are reported so only the records that hit an unexpected error, and the ones deferred
-by leaving their message in the queue, are redelivered.
+by leaving their message in the queue, are redelivered; a failed record's message is first
+made visible again after a short jittered backoff, so a record that keeps failing reaches the
+DLQ within minutes.
 
 Shared across a batch's threads: boto3 clients (thread-safe; built under a lock in
 jobsched.aws), the container's services (built by `bind` before the records start), the
@@ -23,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from ..domain.metrics import Unit
 from ..observability import log_metrics, logger, tracer
 from ..services.attempt import AttemptOutcome
-from ..services.worker import Received, Worker, parse_sent_at
+from ..services.worker import Received, Worker, failure_backoff_seconds, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
 
@@ -88,6 +90,43 @@ def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None
 
 
 def record_handler(record: SQSRecord, *, worker: Worker, batch: BatchOutcomes) -> dict[str, Any]:
+    """One record: its run processed (see `process_record`). A deliberate deferral (Redeliver)
+    is passed on as it is. Any other exception is a failure: the message is first made visible
+    again after a jittered backoff (`back_off`), `RecordFailed` is counted, and the exception is
+    passed on, so the record is reported as a batch item failure and comes back in seconds to
+    a minute, not after the queue's 5,400 s visibility timeout."""
+    try:
+        return process_record(record, worker=worker, batch=batch)
+    except Redeliver:
+        raise
+    except Exception:
+        back_off(record)
+        raise
+
+
+def back_off(record: SQSRecord) -> None:
+    """Count the failed record (`RecordFailed`, service-wide) and set its message's visibility to
+    services.worker.failure_backoff_seconds for its receive count. A visibility change that
+    fails is logged: the message then waits out the queue's visibility timeout."""
+    services = container()
+    services.metrics.add("RecordFailed")
+    attributes = record.raw_event.get("attributes") or {}
+    receive_count = max(1, int(attributes.get("ApproximateReceiveCount", 1)))
+    seconds = failure_backoff_seconds(record.message_id, receive_count)
+    queue = services.queues.queue_of_url(record.event_source_arn or "")
+    logger.exception(
+        "record failed",
+        extra={"message_id": record.message_id, "receive_count": receive_count, "back_off_seconds": seconds},
+    )
+    try:
+        if queue is None:
+            raise LookupError(f"no queue for event source {record.event_source_arn!r}")
+        services.queues.change_visibility(services.queues.url(queue), record.receipt_handle, seconds)
+    except Exception:
+        logger.exception("could not back off the failed record", extra={"message_id": record.message_id})
+
+
+def process_record(record: SQSRecord, *, worker: Worker, batch: BatchOutcomes) -> dict[str, Any]:
     services = container()
     queue = services.queues.queue_of_url(record.event_source_arn or "") or "default"
     message = RunMessage.from_json(record.body)
@@ -136,6 +175,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> Any:
     # deadline (local mode runs invocations of this function side by side in one process).
     # Building the worker also builds every service the records' threads share.
     worker = container().worker.for_invocation(context)
+    queues = container().queues
+    worker.hold(
+        [
+            (
+                queues.queue_of_url(record.get("eventSourceARN") or "") or "default",
+                record.get("receiptHandle") or "",
+            )
+            for record in event.get("Records", [])
+        ]
+    )
     batch = BatchOutcomes()
     response = process_partial_response(
         event=event,

@@ -165,12 +165,22 @@ class Outbox:
     def _mark_queued(self, run: Run, now: datetime) -> Run | None:
         """The run as it is to be sent: QUEUED as stored, or, if the mark failed with an error,
         as read (sent all the same: a worker may claim a PENDING run, and the reconciler
-        re-touches it if it stays PENDING). None when the run moved on meanwhile (a worker
-        claimed it, it was cancelled, a retried stream record of one already queued)."""
+        re-touches it if it stays PENDING; whether the mark landed is then unknown, see
+        `_put_back`). None when the run moved on meanwhile (a worker claimed it, it was
+        cancelled, a retried stream record of one already queued).
+
+        A refusal that finds the run exactly as this mark would have written it is this mark
+        (the SDK re-sent a request the table had applied, and its condition then failed
+        against it) or an identical twin's: the run is sent either way, since a QUEUED run
+        left without a message waits for the reconciler's 15 minutes, and a second message
+        is dropped by the worker's conditional claim."""
+        mark = queued(run, now=now, actor=ACTOR)
         try:
-            return self._runs.commit(run, lambda r: queued(r, now=now, actor=ACTOR))
-        except RunChanged:
-            return None
+            return self._runs.commit(run, lambda r: mark)
+        except RunChanged as exc:
+            written = mark.model_copy(update={"rev": run.rev + 1})
+            same = exc.current is not None and self._runs.to_item(exc.current) == self._runs.to_item(written)
+            return exc.current if same else None
         except Exception as exc:
             # Whatever the error, it is this run's alone: the rest of the batch goes on.
             logger.warning(
@@ -183,7 +193,19 @@ class Outbox:
         """A marked run whose send failed: back to PENDING, so its stream record publishes it
         again and QUEUED never stands for a message that was not sent."""
         if run.state is not RunState.QUEUED:
-            return  # its mark had failed: still as it was
+            # Its mark raised: it may have landed all the same (a timeout after the table
+            # applied it). Read it: a QUEUED run is put back (at worst a second message).
+            try:
+                current = self._runs.get_by_key(run.run_key)
+            except Exception as exc:
+                logger.error(
+                    "run maybe QUEUED without a message; the reconciler requeues it",
+                    extra={"run_key": run.run_key, "error": str(exc)},
+                )
+                return
+            if current is None or current.state is not RunState.QUEUED:
+                return  # still as it was: its own stream record, or the reconciler, publishes it
+            run = current
         try:
             self._runs.commit(
                 run, lambda r: advance(r, RunState.PENDING, now=now, actor=ACTOR, reason=PUBLISH_FAILED)

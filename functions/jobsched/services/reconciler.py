@@ -15,7 +15,7 @@ from typing import Any
 from ..domain import lifecycle
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics, Unit
-from ..domain.repair import repair_deadline
+from ..domain.repair import repair_deadline, stranded_since
 from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.runs import RunChanged, RunStore
@@ -51,6 +51,9 @@ class RepairReport:
     capped: int = 0  # overdue, left for the next tick: past its job's, tenant's or shard's share
     repaired: list[str] = field(default_factory=list)
     failed_keys: list[str] = field(default_factory=list)
+    # Of the repaired runs that should have started (a lost publish or message, a dead
+    # worker): each one's key and when it should have moved on (domain.repair.stranded_since).
+    stranded: list[tuple[str, datetime]] = field(default_factory=list)
 
     def count(self, kind: str) -> int:
         return int(getattr(self, kind))
@@ -61,6 +64,7 @@ class RepairReport:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.repaired += other.repaired
         self.failed_keys += other.failed_keys
+        self.stranded += other.stranded
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -261,6 +265,11 @@ class Reconciler:
             report.dead += 1
             self._dead(saved)
         self._metrics.add("RepairLatency", (now - deadline).total_seconds(), Unit.SECONDS)
+        since = stranded_since(run) if kind in (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND) else None
+        if since is not None and not (run.state is RunState.QUEUED and self._is_external(run)):
+            # From when it should have moved on to this repair (the grace and the tick's wait).
+            report.stranded.append((run.run_key, since))
+            self._metrics.add("RepairLag", max(0.0, (now - since).total_seconds()), Unit.SECONDS)
         logger.info("run repaired", extra={"run_key": run.run_key, "kind": kind, "state": run.state.value})
 
     def _repair(self, run: Run, now: datetime) -> tuple[str | None, Run | None]:

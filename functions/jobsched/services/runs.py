@@ -118,6 +118,12 @@ class RunService:
             run = make_run(job, now, now=now, actor=actor, trigger=Trigger.MANUAL)
             if self._runs.insert(run):
                 return run
+            # Refused: the key is taken — by this very write if the SDK re-sent a request the
+            # table had applied (a random key nobody else writes). Then that is the run, not
+            # a reason to make a second one.
+            stored = self._runs.get_by_key(run.run_key)
+            if stored is not None and self._runs.to_item(stored) == self._runs.to_item(run):
+                return stored
         raise Conflict(f"job {job_id}: could not find an unused manual run key; retry")
 
     def backfill(

@@ -64,6 +64,14 @@ def round_robin(items: Iterable[T], *, key: Callable[[T], Hashable], rotate: int
         depth += 1
 
 
+def shards_above(shards: Iterable[int], shard_count: int, in_use: int) -> list[int]:
+    """The shards at or above `shard_count` (below `in_use`, the highest count in use) that fold
+    onto `shards` (t % shard_count in shards): each invocation of a sweeper whose shardCount
+    was lowered also sweeps the old shards of its own, so together they sweep every one."""
+    mine = set(shards)
+    return [t for t in range(shard_count, in_use) if t % shard_count in mine]
+
+
 class Sweeper:
     def __init__(
         self,
@@ -95,9 +103,16 @@ class Sweeper:
         invocation's time budget lasts. A tenant's thousand backlogged jobs therefore delay
         neither another tenant's on-time runs nor its one backlogged job, and never push the
         invocation past its timeout. At most `max_backlog_per_shard` backlogged jobs are held
-        per shard (the rest wait for a later tick), so memory stays bounded."""
+        per shard (the rest wait for a later tick), so memory stays bounded.
+
+        When the table records a higher shard count in use than this sweeper's (shardCount was
+        lowered), the shards above that fold onto `shards` are swept as well, so no job is
+        orphaned (each moves to its new shard when it is next written), and every such pass
+        logs an error and reports the gap as `ShardCountBelowInUse` for its alarm."""
         began = self._timer()
-        shards = list(shards if shards is not None else range(self._definitions.shard_count))
+        own = self._definitions.shard_count
+        asked = list(shards if shards is not None else range(own))
+        shards = asked + shards_above(asked, own, self._shard_count_in_use(own))
         report = SweepReport(shards=shards)
         now = self._clock.now()
         late = now - self._materializer.misfire_grace
@@ -135,6 +150,23 @@ class Sweeper:
             self._materialize(job, report)
         self._emit(report)
         return report
+
+    def _shard_count_in_use(self, own: int) -> int:
+        """The highest shard count in use (recorded in the table, raised to `own` if lower), with
+        `ShardCountBelowInUse` (the number of shards above `own` still in use; 0 when none) and an
+        error log when it is above `own`. When the record cannot be read, `own` (logged)."""
+        try:
+            in_use = self._definitions.shard_count_in_use()
+        except Exception:
+            logger.exception("reading the shard count in use failed; sweeping this shardCount's shards")
+            return own
+        self._metrics.add("ShardCountBelowInUse", max(0, in_use - own))
+        if in_use > own:
+            logger.error(
+                "shardCount is below the highest shard count in use: sweeping the old shards too",
+                extra={"shard_count": own, "in_use": in_use},
+            )
+        return max(own, in_use)
 
     def _emit(self, report: SweepReport) -> None:
         # Every pass, zeros included: a sweep that made nothing is a data point, not a gap.

@@ -22,6 +22,7 @@ from typing import Any
 from ..domain import lifecycle
 from ..domain.errors import RetryableError, TenantAtLimit
 from ..domain.instants import Clock, from_epoch
+from ..domain.jitter import retry_delay_seconds
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import CLAIMABLE_STATES, Run
 from ..observability import logger
@@ -61,6 +62,31 @@ TENANT_WAIT_LONGEST = 30
 MESSAGE_AFTER_LEASE = 5
 # Claims a delivery tries when each loses to a write that left the run claimable.
 CLAIM_TRIES = 3
+
+
+# A record that fails on an unexpected error (a store throttled before the claim, a crash in
+# the worker) comes back after a jittered backoff instead of the queue's visibility timeout
+# (5,400 s): 10 s x 2^(receive count - 1), capped at 60 s, each wait drawn in its upper half.
+# With the queue's maxReceiveCount (10) and deferrals of at most DEFER_IN_PLACE (60 s), no
+# receive keeps a message away for more than 60 s: a record that keeps failing reaches the
+# DLQ in at most 10 x 60 s = 10 minutes of waits (the arithmetic is checked in infra/queues.py).
+FAILURE_BACKOFF_BASE_SECONDS = 10
+FAILURE_BACKOFF_CAP_SECONDS = 60
+
+
+def failure_backoff_seconds(message_id: str, receive_count: int) -> int:
+    """Seconds a message whose record failed on its `receive_count`-th receive stays invisible:
+    in [bound / 2, bound], bound = min(60, 10 x 2^(receive_count - 1)), the draw picked by
+    sha256(message_id#receive), so the messages of a batch that failed together spread out.
+    Never above FAILURE_BACKOFF_CAP_SECONDS; at least 5 s. Raises ValueError for a receive count
+    below 1."""
+    if receive_count < 1:
+        raise ValueError("receive_count must be at least 1")
+    half_base = FAILURE_BACKOFF_BASE_SECONDS / 2
+    half_cap = FAILURE_BACKOFF_CAP_SECONDS / 2
+    half_bound = min(half_cap, half_base * 2 ** min(receive_count - 1, 32))
+    drawn = retry_delay_seconds(message_id, receive_count - 1, half_base, half_cap)
+    return int(min(FAILURE_BACKOFF_CAP_SECONDS, round(half_bound + drawn)))
 
 
 def tenant_wait(waited_seconds: float) -> int:
@@ -137,6 +163,34 @@ class Worker:
         bound = copy.copy(self)
         bound.bind(context)
         return bound
+
+    def hold(self, messages: list[tuple[str, str]]) -> None:
+        """Before a batch's records start: each message ((queue key, receipt handle)) is made to
+        come back `lease_seconds + MESSAGE_AFTER_LEASE` from now rather than after the queue's
+        visibility timeout (5,400 s: AWS's rule for a Lambda event source), so a run whose
+        invocation dies before its claim or first heartbeat starts again within about a
+        minute instead of waiting for the reconciler's 15-minute dwell. The heartbeat and
+        deferrals then set each message's visibility as before. One call per queue and ten
+        messages; a failure is logged and changes nothing else."""
+        by_queue: dict[str, list[str]] = {}
+        for queue, handle in messages:
+            if handle:
+                by_queue.setdefault(queue, []).append(handle)
+        for queue, handles in by_queue.items():
+            try:
+                failed = self._queues.change_visibility_batch(
+                    self._queues.url(queue), handles, self.lease_seconds + MESSAGE_AFTER_LEASE
+                )
+            except Exception as exc:
+                failed, error = handles, str(exc)
+            else:
+                error = "refused by SQS"
+            if failed:
+                # Each still comes back after the queue's visibility timeout, as before.
+                logger.warning(
+                    "messages not held for the lease",
+                    extra={"queue": queue, "count": len(failed), "error": error},
+                )
 
     @property
     def actor(self) -> str:

@@ -15,6 +15,7 @@ from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState, MissedWindow
 from ..domain.signing import SigningSecret, SigningSecrets
+from ..observability import logger
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -33,7 +34,12 @@ RATE_PREFIX = "rate#"  # per tenant and minute: API requests counted
 # Per job: its webhook signing secrets, an item of its own so that nothing that reads or
 # writes the job (its views, its runs' copy of the target, the sweeper) ever holds them.
 SIGNING_PREFIX = "signing#"
-_NOT_JOBS = (GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX, SIGNING_PREFIX)
+# One item: the highest shard count any API or sweeper has run with against this table. A job's
+# `due_shard` is crc32(job id) % shardCount as of its last write, so after shardCount is lowered
+# jobs still sit in the shards above the new count until they are written again; the sweeper
+# reads this item to sweep those shards too, and the preflight to refuse the lower value.
+SHARD_COUNT_ITEM = "meta#shards"
+_NOT_JOBS = (GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX, SIGNING_PREFIX, SHARD_COUNT_ITEM)
 _SECRETS = TypeAdapter(tuple[SigningSecret, ...])
 LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
@@ -75,9 +81,67 @@ class DefinitionStore:
         self._db = client
         self._table = table_name
         self.shard_count = shard_count
+        self._shard_count_recorded = False
 
     def shard_of(self, job_id: str) -> int:
         return zlib.crc32(job_id.encode()) % self.shard_count
+
+    # --- the shard count in use ---
+
+    def recorded_shard_count(self) -> int | None:
+        """The highest shard count recorded for this table (SHARD_COUNT_ITEM), or None before any
+        API or sweeper recorded one. Raises StorageUnavailable when the table cannot be read."""
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table, Key=to_item({"job_id": SHARD_COUNT_ITEM}), ConsistentRead=True
+            )
+        value = from_item(response.get("Item") or {}).get("highest_shard_count")
+        return int(value) if value is not None else None
+
+    def record_shard_count(self) -> int:
+        """Raise the recorded highest shard count to this store's `shard_count`; never lowers it.
+        Returns the highest shard count in use afterwards (the recorded one when it is higher).
+        One conditional write; raises StorageUnavailable when the table cannot be written."""
+        with translated_errors():
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=to_item({"job_id": SHARD_COUNT_ITEM}),
+                    UpdateExpression="SET highest_shard_count = :n",
+                    ConditionExpression=(
+                        "attribute_not_exists(highest_shard_count) OR highest_shard_count < :n"
+                    ),
+                    ExpressionAttributeValues=to_item({":n": self.shard_count}),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                item: dict[str, Any] = dict(exc.response.get("Item") or {})  # type: ignore[call-overload]
+                old = from_item(item).get("highest_shard_count")
+                self._shard_count_recorded = True
+                return max(self.shard_count, int(old or 0))
+        self._shard_count_recorded = True
+        return self.shard_count
+
+    def shard_count_in_use(self) -> int:
+        """The highest shard count in use: the recorded one, raised first to this store's own
+        when it is lower (a read, and a write only then). Raises StorageUnavailable."""
+        recorded = self.recorded_shard_count()
+        if recorded is not None and recorded >= self.shard_count:
+            self._shard_count_recorded = True
+            return recorded
+        return self.record_shard_count()
+
+    def _record_shard_count_once(self) -> None:
+        """Before this store first writes a job: make sure its shard count is recorded. A
+        failure is logged, not raised (the sweeper records it too, every minute)."""
+        if self._shard_count_recorded:
+            return
+        try:
+            self.shard_count_in_use()
+        except Exception:
+            logger.warning("could not record the shard count in use", exc_info=True)
 
     # --- items ---
 
@@ -147,7 +211,9 @@ class DefinitionStore:
     ) -> None:
         """Write a new job; with a guard (idempotency key), a quota (the tenant's live-job
         counter) and/or its signing secrets, all commit in one transaction or none does, so
-        a job never exists without the secret its creation answered with."""
+        a job never exists without the secret its creation answered with. The first create of
+        this store records its shard count first (record_shard_count)."""
+        self._record_shard_count_once()
         items: list[dict[str, Any]] = [
             {
                 "Put": {

@@ -112,6 +112,21 @@ class RunQueues:
             QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(43200, seconds))
         )
 
+    def change_visibility_batch(self, queue_url: str, receipt_handles: list[str], seconds: int) -> list[str]:
+        """Make each received message visible again after `seconds` (0..43200), ten to a call.
+        Returns the receipt handles SQS did not change."""
+        failed: list[str] = []
+        timeout = max(0, min(43200, seconds))
+        for start in range(0, len(receipt_handles), 10):
+            chunk = receipt_handles[start : start + 10]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": timeout}
+                for i, handle in enumerate(chunk)
+            ]
+            response = self._sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+            failed += [chunk[int(entry["Id"])] for entry in response.get("Failed", [])]
+        return failed
+
     def receive(
         self, queue: str, *, max_messages: int, visibility: int, wait: int = 0
     ) -> list[dict[str, Any]]:

@@ -164,7 +164,8 @@ class QueueSpec:
     # A message's receives are spent two ways. The worker defers a run (not due yet, tenant at
     # its limit, buffered behind a running run) by leaving its message in the queue for the
     # delay, which costs a receive; it does so only while the receive count is at most
-    # `deferral_receives`, and past that sends a fresh message instead. So the last
+    # `deferral_receives`, and past that hands the run to the outbox (PENDING with the
+    # instant to look again), which publishes a fresh message. So the last
     # `failure_receives` receives before the DLQ are always failures, never deferrals.
     deferral_receives: int = 5
     failure_receives: int = 5  # AWS's minimum maxReceiveCount for a Lambda event source

@@ -135,6 +135,9 @@ def refusal(grants: Grants, tenant: str, target: AwsTarget) -> Refusal | None:
     else:
         resources = [("target.stateMachineArn", target.state_machine_arn)]
     for field, arn in resources:
+        own = grants.own.refusal(arn, grants.home)  # whatever the grants say
+        if own is not None:
+            return Refusal(field, own)
         if not grants.allows(tenant, arn):
             return Refusal(
                 field,

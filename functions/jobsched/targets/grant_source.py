@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.parameters import SSMProvider
 from pydantic import ValidationError
 
 from ..domain.errors import StorageUnavailable
-from ..domain.grants import Grants, GrantsDocument
+from ..domain.grants import Grants, GrantsDocument, OwnNames
 from ..observability import logger
 
 MAX_AGE_SECONDS = 60
@@ -35,6 +35,8 @@ class ParameterGrants:
         self._max_age = max_age
         self._lock = threading.Lock()
         self._parsed: tuple[str, Grants] | None = None
+        # This parameter and the rest of its stack's (`/<stack>/…`) are no tenant's secret.
+        self._own = OwnNames.beside(name)
 
     def __call__(self) -> Grants:
         try:
@@ -47,7 +49,7 @@ class ParameterGrants:
             if self._parsed is not None and self._parsed[0] == text:
                 return self._parsed[1]
             try:
-                grants = Grants(GrantsDocument.model_validate_json(text))
+                grants = Grants(GrantsDocument.model_validate_json(text), self._own)
             except ValidationError as exc:
                 logger.error("target grants invalid", extra={"parameter": self._name, "error": str(exc)})
                 raise StorageUnavailable(f"the target grants ({self._name}) are invalid") from exc

@@ -25,7 +25,7 @@ from urllib3.exceptions import (
 from urllib3.util.ssl_match_hostname import CertificateError
 
 from ..domain.errors import AmbiguousError, ExecutionError, PermanentError, RetryableError
-from ..domain.models import HttpTarget
+from ..domain.models import FRAMING_HEADERS, HttpTarget
 from .invocation import Invocation
 from .secrets import SecretReader, scrub
 from .signing import WEBHOOK_HEADERS, DeliverySigner
@@ -39,6 +39,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _OWN_HEADERS = frozenset(
     {"idempotency-key", "content-type", "user-agent", "x-jobsched-run-key", "x-jobsched-attempt", "host"}
     | WEBHOOK_HEADERS
+    | FRAMING_HEADERS  # the transport's; only jobs stored before the rule still name them
 )
 
 

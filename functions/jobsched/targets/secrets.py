@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from ..domain.errors import PermanentError, RetryableError
 from ..domain.grants import Grants, TargetNotGranted
-from ..domain.models import MAX_HEADER_VALUE_CHARS, HttpTarget, SecretRef
+from ..domain.models import MAX_HEADER_VALUE_CHARS, HttpTarget, SecretRef, is_header_text
 
 ClientFactory = Callable[[str], Any]
 
@@ -54,7 +54,12 @@ def authorise_secret(tenant: str, arn: str, *, field: str, grants: Grants) -> No
     Takes the tenant, the secret's ARN, the field that names it (API spelling) and the
     operator's grants (jobsched.domain.grants, the same `tenantTargets` that grant AWS
     targets). Raises TargetNotGranted (403 `target_not_granted`) naming the field unless
-    `grants.allows(tenant, arn)`; nothing is granted by default."""
+    `grants.allows(tenant, arn)`; nothing is granted by default. The scheduler's own
+    parameters and secrets (`grants.own`: the grants parameter beside them) are refused
+    whatever the grants say, so a broad grant (`parameter/*`) never reaches them."""
+    own = grants.own.refusal(arn)
+    if own is not None:
+        raise TargetNotGranted(field, own)
     if not grants.allows(tenant, arn):
         raise TargetNotGranted(field, "this secret is not granted to the tenant (tenantTargets)")
 
@@ -142,17 +147,13 @@ class SecretReader:
                 f"{where} is not text (binary secrets cannot be header values)", error_class="BadSecret"
             )
         value = (ref.prefix or "") + raw
-        if not raw or len(value) > MAX_HEADER_VALUE_CHARS or not _fits_a_header(value):
+        if not raw or len(value) > MAX_HEADER_VALUE_CHARS or not is_header_text(value):
             raise PermanentError(
                 f"{where} cannot be a header value: it must be 1..{MAX_HEADER_VALUE_CHARS} characters "
                 "of visible Latin-1 text (no CR, LF or other control characters)",
                 error_class="BadSecret",
             )
         return value
-
-
-def _fits_a_header(value: str) -> bool:
-    return all(ch == "\t" or " " <= ch <= "~" or "\xa0" <= ch <= "\xff" for ch in value)
 
 
 def _read_error(where: str, exc: GetParameterError) -> PermanentError | RetryableError:

@@ -156,7 +156,8 @@ def route_not_found(exc: NotFoundError) -> Response[Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
-@tracer.capture_lambda_handler
+# Never the answer as trace metadata: the create and rotation answers carry a signing secret.
+@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refused = _refuse_unreadable_body(event)
     if refused is not None:

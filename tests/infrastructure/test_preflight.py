@@ -1,0 +1,287 @@
+"""The deploy preflight (`jobsched doctor`, infra.doctor): the session's synthesized template
+read into a Plan, the account read from moto with one problem injected at a time, and each
+problem reported BLOCKED with its fix.
+
+moto 5.2.5 answers apigateway get-account, SSM, DynamoDB DescribeLimits and CloudFormation,
+but not lambda GetAccountSettings (a 404 "Not yet implemented"): the account's concurrency is
+answered at botocore's `before-call` hook, in the shape AWS returns it, or left to moto's 404
+to show an unreadable quota."""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from infra.doctor import load_prices, main
+from infra.names import table_logical_id
+from infra.preflight import (
+    AccountFacts,
+    Plan,
+    Status,
+    check_lambda_concurrency,
+    cost_at_rest,
+    exit_code,
+    plan_from_template,
+    render,
+    required_bootstrap_version,
+    run_checks,
+)
+from infra.preflight_reads import read_facts
+
+pytestmark = pytest.mark.integration
+
+REGION = "us-east-1"
+ROLE = "arn:aws:iam::123456789012:role/APIGatewayCloudWatchLogs"
+
+
+def account_settings(quota: int, unreserved: int) -> dict[str, Any]:
+    return {"AccountLimit": {"ConcurrentExecutions": quota, "UnreservedConcurrentExecutions": unreserved}}
+
+
+class Account:
+    """A moto account and region, healthy until a test breaks one thing."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, Any] | None = account_settings(1000, 1000)
+
+    def client(self, service: str) -> Any:
+        made = boto3.client(service, region_name=REGION)
+        if service == "lambda" and self.settings is not None:
+            answer = self.settings
+
+            def answered(**_: Any) -> tuple[Any, dict[str, Any]]:
+                return types.SimpleNamespace(status_code=200, headers={}), answer
+
+            made.meta.events.register("before-call.lambda.GetAccountSettings", answered)
+        return made
+
+    def bootstrap(self, version: int) -> None:
+        self.client("ssm").put_parameter(
+            Name="/cdk-bootstrap/hnb659fds/version", Value=str(version), Type="String", Overwrite=True
+        )
+
+    def api_gateway_role(self) -> None:
+        self.client("apigateway").update_account(
+            patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ROLE}]
+        )
+
+    def deployed_with_shards(self, stack_name: str, highest: int) -> None:
+        """A stack of that name whose definitions table records `highest` shards in use."""
+        from jobsched.store.schema import DEFINITIONS
+
+        logical_id = table_logical_id(DEFINITIONS)
+        template = {
+            "Resources": {
+                logical_id: {
+                    "Type": "AWS::DynamoDB::Table",
+                    "Properties": {
+                        "AttributeDefinitions": [{"AttributeName": "job_id", "AttributeType": "S"}],
+                        "KeySchema": [{"AttributeName": "job_id", "KeyType": "HASH"}],
+                        "BillingMode": "PAY_PER_REQUEST",
+                    },
+                }
+            }
+        }
+        cloudformation = self.client("cloudformation")
+        cloudformation.create_stack(StackName=stack_name, TemplateBody=json.dumps(template))
+        resources = cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
+        (table,) = [r["PhysicalResourceId"] for r in resources if r["LogicalResourceId"] == logical_id]
+        self.client("dynamodb").put_item(
+            TableName=table,
+            Item={"job_id": {"S": "meta#shards"}, "highest_shard_count": {"N": str(highest)}},
+        )
+
+
+@pytest.fixture
+def account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Account]:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():
+        healthy = Account()
+        healthy.bootstrap(30)
+        healthy.api_gateway_role()
+        yield healthy
+
+
+@pytest.fixture(scope="module")
+def plan(synth: Any) -> Plan:
+    return plan_from_template(synth.template, synth.stack.config, synth.stack.stack_name)
+
+
+def checked(plan: Plan, account: Account) -> dict[str, Any]:
+    checks = run_checks(plan, read_facts(account.client, plan), load_prices())
+    return {"by_name": {c.name: c for c in checks}, "exit": exit_code(checks), "text": render(checks)}
+
+
+def test_the_plan_is_what_the_template_asks_for(plan, synth):
+    reserved = {
+        k: f["Properties"]["ReservedConcurrentExecutions"]
+        for k, f in synth.of_type("AWS::Lambda::Function").items()
+        if "ReservedConcurrentExecutions" in f["Properties"]
+    }
+    assert plan.reserved == reserved and sum(reserved.values()) > 0
+    assert plan.bootstrap_required == 6 and plan.bootstrap_qualifier == "hnb659fds"
+    assert plan.stage_logging and not plan.creates_account_role
+    assert plan.alarms == len(synth.of_type("AWS::CloudWatch::Alarm")) > 0
+    assert plan.tables == 2 and plan.pitr_tables == 2
+
+
+def test_a_healthy_account_passes_with_one_line_per_check(plan, account):
+    result = checked(plan, account)
+    assert result["exit"] == 0, result["text"]
+    statuses = {name: c.status for name, c in result["by_name"].items()}
+    assert statuses["lambda concurrency"] is Status.OK
+    assert statuses["api gateway logging role"] is Status.OK
+    assert statuses["cdk bootstrap"] is Status.OK
+    assert statuses["shard count"] is Status.OK
+    assert "first deploy" in result["by_name"]["shard count"].detail
+    assert result["text"].endswith("preflight: nothing blocks the deploy")
+
+
+def test_a_low_concurrency_quota_blocks_and_names_the_quota(plan, account):
+    account.settings = account_settings(quota=50, unreserved=50)
+    result = checked(plan, account)
+    check = result["by_name"]["lambda concurrency"]
+    assert check.status is Status.BLOCKED and result["exit"] == 1
+    assert "quota 50" in check.detail
+    assert "--quota-code L-B99A9384" in (check.fix or "") and "accountConcurrency=0" in (check.fix or "")
+
+
+def test_a_quota_below_the_assumed_account_concurrency_blocks(plan, account):
+    """Reservations fit today's unreserved concurrency, but the stack was sized for 1,000."""
+    account.settings = account_settings(quota=400, unreserved=400)
+    check = checked(plan, account)["by_name"]["lambda concurrency"]
+    assert check.status is Status.BLOCKED
+    assert "-c accountConcurrency=400" in (check.fix or "")
+
+
+def test_an_unreadable_concurrency_quota_blocks(plan, account):
+    account.settings = None  # moto's own answer: 404 Not yet implemented
+    check = checked(plan, account)["by_name"]["lambda concurrency"]
+    assert check.status is Status.BLOCKED and "GetAccountSettings" in check.detail
+
+
+def test_no_api_gateway_role_blocks_with_the_command_that_sets_it(plan, account):
+    account.client("apigateway").update_account(
+        patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ""}]
+    )
+    result = checked(plan, account)
+    check = result["by_name"]["api gateway logging role"]
+    assert check.status is Status.BLOCKED and result["exit"] == 1
+    assert "aws apigateway update-account" in (check.fix or "")
+    assert "apiGatewayAccountRole=true" in (check.fix or "")
+
+
+def test_a_stack_that_sets_the_role_itself_needs_none(plan, account):
+    account.client("apigateway").update_account(
+        patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ""}]
+    )
+    owning = plan.model_copy(update={"creates_account_role": True})
+    assert checked(owning, account)["by_name"]["api gateway logging role"].status is Status.OK
+
+
+def test_no_bootstrap_blocks(plan, account):
+    account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    check = checked(plan, account)["by_name"]["cdk bootstrap"]
+    assert check.status is Status.BLOCKED and "not bootstrapped" in check.detail
+    assert (check.fix or "").startswith("npx cdk bootstrap aws://123456789012/us-east-1")
+
+
+def test_an_old_bootstrap_blocks(plan, account):
+    account.bootstrap(5)
+    check = checked(plan, account)["by_name"]["cdk bootstrap"]
+    assert check.status is Status.BLOCKED and "version 5, the template requires 6" in check.detail
+
+
+def test_a_shard_count_below_the_one_in_use_blocks(plan, account):
+    account.deployed_with_shards(plan.stack_name, highest=plan.shard_count * 2)
+    result = checked(plan, account)
+    check = result["by_name"]["shard count"]
+    assert check.status is Status.BLOCKED and result["exit"] == 1
+    assert f"-c shardCount={plan.shard_count * 2}" in (check.fix or "")
+    assert "Resharding" in (check.fix or "")
+
+
+def test_the_shard_count_in_use_at_or_below_the_config_passes(plan, account):
+    account.deployed_with_shards(plan.stack_name, highest=plan.shard_count)
+    check = checked(plan, account)["by_name"]["shard count"]
+    assert check.status is Status.OK and f"highest in use {plan.shard_count}" in check.detail
+
+
+def test_quotas_moto_cannot_answer_are_stated_as_assumed_with_how_to_check(plan, account):
+    result = checked(plan, account)
+    tables = result["by_name"]["dynamodb tables"]
+    assert tables.status is Status.OK and "assumed default" in tables.detail
+    assert "get-service-quota --service-code dynamodb" in tables.detail
+    assert "DescribeLimits" in result["by_name"]["dynamodb throughput"].detail
+
+
+def test_eventbridge_rules_are_counted_against_the_bus_quota(plan, account):
+    assert plan.rules > 0
+    events = account.client("events")
+    assert checked(plan, account)["by_name"]["eventbridge rules"].status is Status.OK
+    for i in range(301 - plan.rules):
+        events.put_rule(Name=f"other-{i}", ScheduleExpression="rate(1 hour)")
+    check = checked(plan, account)["by_name"]["eventbridge rules"]
+    assert check.status is Status.WARN and "shardsPerSweep" in (check.fix or "")
+
+
+def test_provisioned_capacity_beyond_the_table_limit_blocks(plan, account):
+    # moto's DescribeLimits: 10,000 units a table.
+    greedy = plan.model_copy(
+        update={"billing_mode": "provisioned", "provisioned_max": {"read": 5, "write": 12_000}}
+    )
+    assert checked(greedy, account)["by_name"]["dynamodb throughput"].status is Status.BLOCKED
+
+
+def test_a_redeploy_gives_back_what_the_stack_reserves_today():
+    plan = Plan(stack_name="s", shard_count=32, account_concurrency=1000, reserved={"a": 40, "b": 40})
+    fresh = AccountFacts(lambda_quota=1000, lambda_unreserved=160)
+    assert check_lambda_concurrency(plan, fresh).status is Status.BLOCKED  # 160 - 80 < 100
+    redeploy = fresh.model_copy(update={"reserved_by_stack_now": 80})
+    assert check_lambda_concurrency(plan, redeploy).status is Status.OK
+
+
+def test_an_account_with_a_tiny_quota_can_deploy_a_stack_that_reserves_nothing():
+    reserving_nothing = Plan(stack_name="s", shard_count=4, account_concurrency=0, worker_ceilings=20)
+    tiny = AccountFacts(lambda_quota=10, lambda_unreserved=10)
+    check = check_lambda_concurrency(reserving_nothing, tiny)
+    assert check.status is Status.WARN and "throttled" in check.detail  # deployable, but slow
+
+
+def test_cost_at_rest_counts_what_is_billed_without_traffic(plan):
+    check = cost_at_rest(plan, load_prices())
+    assert check.status is Status.INFO
+    assert f"alarms ${plan.alarms * 0.10:.2f}" in check.detail
+    assert "kms keys $1.00" in check.detail and "waf $6.00" in check.detail
+    assert "PITR on 2 tables" in check.detail and "Assumed:" in check.detail
+    more = cost_at_rest(plan.model_copy(update={"alarms": plan.alarms + 10}), load_prices())
+    assert float(more.detail.split("$")[1].split("/")[0]) > float(check.detail.split("$")[1].split("/")[0])
+
+
+def test_the_required_bootstrap_version_comes_from_the_template_rule():
+    rule = {
+        "Assertions": [
+            {"Assert": {"Fn::Not": [{"Fn::Contains": [["1", "2", "3"], {"Ref": "BootstrapVersion"}]}]}}
+        ]
+    }
+    assert required_bootstrap_version({"Rules": {"CheckBootstrapVersion": rule}}) == 4
+    assert required_bootstrap_version({}) is None
+
+
+def test_doctor_synthesizes_the_config_and_exits_non_zero_when_blocked(account, capsys):
+    """The entry point end to end: a -c override reaches the synthesized plan, and a blocking
+    problem (no bootstrap) makes the exit code 1; a config synth refuses exits 2."""
+    account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
+    assert main(["-c", "shardCount=8"], client=account.client) == 1
+    printed = capsys.readouterr().out
+    assert "BLOCKED cdk bootstrap" in printed and "shardCount 8" in printed
+    assert main(["-c", "accountConcurrency=100", "-c", "shardCount=256"], client=account.client) == 2
+    assert "L-B99A9384" in capsys.readouterr().out

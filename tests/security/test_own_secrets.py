@@ -1,0 +1,231 @@
+"""No grant, however broad, lets a tenant read the scheduler's own parameters and secrets.
+
+The stack keeps its grants in `/<stack>/target-grants`, and the worker may read that
+parameter. A tenant granted every parameter (`arn:aws:ssm:*:*:parameter/*`) would otherwise
+name it as a header secret and have the whole grants document (every tenant's ids and ARNs)
+sent to a URL of its own; `/aws/reference/secretsmanager/<name>` would read any Secrets
+Manager secret through SSM, past the secret grants (another tenant's included). Through the
+API as the stack wires it (the grants in an SSM parameter on moto) and the worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.domain.grants import GrantsDocument
+from jobsched.domain.models import JobSpec
+from jobsched.services.attempt import AttemptOutcome
+
+from tests.helpers import HOME, ApiClient
+from tests.integration.test_webhook_security import deliver, first_run_key, http_target, job_body
+
+pytestmark = pytest.mark.integration
+
+STACK = "jobsched-test"
+GRANTS_PARAMETER = f"/{STACK}/target-grants"
+PARAMETER = "arn:aws:ssm:us-east-1:123456789012:parameter"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret"
+# The operator was generous with tenant-a: every parameter and every secret of its own.
+GRANTS = {
+    "tenant-a": ("arn:aws:ssm:*:*:parameter/*", f"{SECRET}:tenant-a/*", f"{SECRET}:{STACK}*"),
+    "tenant-b": (f"{SECRET}:tenant-b/*",),
+}
+
+
+@pytest.fixture
+def stack(stores, now) -> Iterator[Any]:
+    """The functions as the stack wires them: grants read from `/<stack>/target-grants`."""
+    from jobsched import wiring
+    from jobsched.domain.instants import ManualClock
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.settings import Settings
+
+    queues, _ = stores
+    ssm = boto3.client("ssm")
+    document = GrantsDocument.from_maps(GRANTS, home=HOME)
+    ssm.put_parameter(Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String")
+    ssm.put_parameter(Name=f"/{STACK}/internal", Value="internal-value-0042", Type="SecureString")
+    boto3.client("secretsmanager").create_secret(Name=f"{STACK}/internal", SecretString="internal-secret-7")
+    settings = Settings(
+        shard_count=4,
+        sweep_ahead_seconds=120,
+        queue_urls=queues["urls"],
+        dlq_urls=queues["dlq_urls"],
+        http_allow_destinations=("127.0.0.1/32",),
+        target_grants_parameter=GRANTS_PARAMETER,
+    )
+    built = wiring.Container(settings, ManualClock(now), RecordedMetrics())
+    wiring.override(built)
+    yield built
+    wiring.override(None)
+
+
+OWN = [
+    pytest.param(f"{PARAMETER}{GRANTS_PARAMETER}", id="the grants parameter"),
+    pytest.param(f"{PARAMETER}/{STACK}/internal", id="another parameter of the stack"),
+    pytest.param(f"{PARAMETER}//{STACK}/target-grants", id="doubled slash"),
+    pytest.param(f"{PARAMETER}/tenant-a/../{STACK}/target-grants", id="dot-dot segment"),
+    pytest.param(
+        f"{PARAMETER}/aws/reference/secretsmanager/tenant-b/hook-token", id="SSM's view of a secret"
+    ),
+    pytest.param(f"{SECRET}:{STACK}/internal", id="a secret of the stack"),
+]
+
+
+def leak_headers(arn: str) -> dict[str, Any]:
+    return {"X-Leak": {"valueFrom": arn}}
+
+
+@pytest.mark.parametrize("arn", OWN)
+def test_the_stacks_own_names_are_refused_at_create_and_patch(stack, receiver, now, arn):
+    api = ApiClient("tenant-a")
+    refused = api.post(
+        "/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn)))
+    )
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted"
+    [error] = refused.body["errors"]
+    assert error["field"] == "target.http.headers.X-Leak.valueFrom", error
+
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"))))
+    assert created.status == 201, created
+    patched = api.patch(
+        f"/v1/jobs/{created.body['jobId']}",
+        {"target": {"headers": leak_headers(arn)}},
+        headers={"if-match": '"1"'},
+    )
+    assert patched.status == 403 and patched.body["code"] == "target_not_granted", patched
+    assert patched.body["errors"][0]["field"] == "target.http.headers.X-Leak.valueFrom"
+
+
+@pytest.mark.parametrize("arn", OWN)
+def test_a_stored_job_naming_them_sends_nothing(stack, receiver, now, arn):
+    """A job written before the rule (straight into the store) is refused again by the worker,
+    before any read: dead, TargetNotGranted, no request made."""
+    spec = JobSpec.model_validate(
+        {
+            "name": "legacy",
+            "type": "webhook.test",
+            "target": {"kind": "http", "url": receiver.url("/hook"), "headers": leak_headers(arn)},
+            "schedule": {"kind": "rate", "every_seconds": 3600},
+        }
+    )
+    job = stack.jobs.create("tenant-a", spec).job
+    key = first_run_key(ApiClient("tenant-a"), job.job_id)
+    assert deliver(stack, key).outcome is AttemptOutcome.DEAD
+    assert receiver.requests == []
+    run = ApiClient("tenant-a").get(f"/v1/runs/{quote(key, safe='')}").body
+    assert run["lastErrorClass"] == "TargetNotGranted", run
+    assert "tenant-b" not in json.dumps(run) and "internal-" not in json.dumps(run)
+
+
+def test_the_tenants_own_parameters_still_work_under_the_broad_grant(stack, receiver, now):
+    boto3.client("ssm").put_parameter(Name="/tenant-a/key", Value="own-value-1", Type="SecureString")
+    api = ApiClient("tenant-a")
+    headers = leak_headers(f"{PARAMETER}/tenant-a/key")
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=headers)))
+    assert created.status == 201, created
+    assert deliver(stack, first_run_key(api, created.body["jobId"])).outcome is AttemptOutcome.SUCCEEDED
+    assert receiver.requests[-1].headers["X-Leak"] == "own-value-1"
+
+
+@pytest.mark.parametrize(
+    "value", ["tok\r\nX-Injected: 1", "tok\nX-Injected: 1", "tok\x00", "tok\x0b1", "tok\u0100"]
+)
+def test_a_secret_value_that_would_inject_a_header_is_never_sent(stack, receiver, now, value):
+    """The value is the secret owner's to set, after the job was written: judged at every read."""
+    arn = boto3.client("secretsmanager").create_secret(Name="tenant-a/evil", SecretString=value)["ARN"]
+    api = ApiClient("tenant-a")
+    created = api.post(
+        "/v1/jobs", job_body(now, http_target(receiver.url("/hook"), headers=leak_headers(arn)))
+    )
+    assert created.status == 201, created
+    key = first_run_key(api, created.body["jobId"])
+    assert deliver(stack, key).outcome is AttemptOutcome.DEAD
+    assert receiver.requests == []
+    run = api.get(f"/v1/runs/{quote(key, safe='')}").body
+    assert run["lastErrorClass"] == "BadSecret" and "X-Injected" not in json.dumps(run), run
+
+
+# --- the stack's own functions and queues, as AWS targets ---
+
+# CloudFormation names what the stack makes without a name `<stack>-<logical id>-<suffix>`.
+OWN_TARGETS = [
+    pytest.param(
+        {
+            "kind": "lambda",
+            "functionArn": f"arn:aws:lambda:us-east-1:123456789012:function:{STACK}-Api-AbC12",
+        },
+        "target.functionArn",
+        id="the api function",
+    ),
+    pytest.param(
+        {"kind": "lambda", "functionArn": f"{STACK}-Worker-AbC12:live"},
+        "target.functionArn",
+        id="the worker, by bare name and alias",
+    ),
+    pytest.param(
+        {"kind": "sqs", "queueUrl": f"https://sqs.us-east-1.amazonaws.com/123456789012/{STACK}-High-AbC12"},
+        "target.queueUrl",
+        id="a run queue",
+    ),
+]
+BROAD = ("arn:aws:lambda:*:*:function:*", "arn:aws:sqs:*:*:*")
+
+
+@pytest.fixture
+def broad(stack) -> Any:
+    """tenant-a may call every function and queue (the operator's grant, in the parameter)."""
+    document = GrantsDocument.from_maps({"tenant-a": (*GRANTS["tenant-a"], *BROAD)}, home=HOME)
+    boto3.client("ssm").put_parameter(
+        Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String", Overwrite=True
+    )
+    stack.__dict__.pop("grants", None)
+    for built in ("target_authority", "jobs", "worker"):
+        stack.__dict__.pop(built, None)
+    return stack
+
+
+@pytest.mark.parametrize(("target", "field"), OWN_TARGETS)
+def test_the_stacks_own_functions_and_queues_are_no_tenants_target(broad, target, field):
+    api = ApiClient("tenant-a")
+    refused = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": target})
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted" and refused.body["errors"][0]["field"] == field
+    own = (
+        {**target, "functionArn": "a-report"}
+        if target["kind"] == "lambda"
+        else {
+            **target,
+            "queueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/a-inbox",
+        }
+    )
+    assert api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": own}).status == 201
+    # The same name in another account is not the stack's.
+    elsewhere = (
+        {**target, "functionArn": f"arn:aws:lambda:us-east-1:111111111111:function:{STACK}-Api-AbC12"}
+        if target["kind"] == "lambda"
+        else {**target, "queueUrl": f"https://sqs.us-east-1.amazonaws.com/111111111111/{STACK}-High-AbC12"}
+    )
+    assert (
+        api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": elsewhere}).status == 201
+    )
+
+
+@pytest.mark.parametrize(("target", "field"), OWN_TARGETS)
+def test_a_stored_job_aimed_at_them_makes_no_call(broad, target, field):
+    from jobsched.domain.models import JobSpec as Spec
+
+    spec = Spec.model_validate(
+        {"name": "legacy", "type": "t", "target": target, "schedule": {"kind": "rate", "every_seconds": 3600}}
+    )
+    broad.jobs._authorize_target = None  # written before the rule
+    job = broad.jobs.create("tenant-a", spec).job
+    key = first_run_key(ApiClient("tenant-a"), job.job_id)
+    assert deliver(broad, key).outcome is AttemptOutcome.DEAD
+    run = broad.runs.get_by_key(key)
+    assert run.last_error_class == "TargetNotGranted" and field in (run.last_error_message or "")
