@@ -24,7 +24,7 @@ ACCOUNT = "123456789012"  # moto's
 ASSETS_BUCKET = f"cdk-hnb659fds-assets-{ACCOUNT}-{REGION}"
 BOOTSTRAP_VERSION = "/cdk-bootstrap/hnb659fds/version"
 # moto warns once per resource it skips; SKIPPED_TYPES below is where that is checked.
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS::.*:UserWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
 
 # Resource types moto's CloudFormation does not create (it logs "No Moto CloudFormation
 # support" and goes on): none of these is proven here.
