@@ -110,7 +110,9 @@ CDK_OUT ?= cdk.out
 # cdk.json runs `python -m infra.app`: the venv's python must come first on PATH.
 INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: infra-tools layer synth nag lint-infra preflight
+.PHONY: infra-tools layer synth nag lint-infra preflight release-tables
+# The check-only synths below subscribe no one to the alarms (a deploy must: alarmEmail).
+CHECK_ONLY := -c alarmsWithoutSubscriber=true
 
 # The deploy preflight (README, Deploy to AWS): run with the deployer's credentials before the
 # first deploy, and before every deploy that changes shardCount or concurrency.
@@ -132,11 +134,16 @@ synth: $(STAMP) node_modules/.installed
 	$(INFRA_ENV) $(CDK) synth --quiet --output $(CDK_OUT)
 
 nag: $(STAMP)
-	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/nag --skip-bundling
+	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/nag --skip-bundling $(CHECK_ONLY)
 
 lint-infra: $(STAMP)
-	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/lint --skip-bundling --no-checks
+	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/lint --skip-bundling --no-checks $(CHECK_ONLY)
 	$(BIN)/cfn-lint --ignore-checks W3005 -- $(CDK_OUT)/lint/*.template.json
+
+# At a release: record the template's tables as released (the migration gate, which
+# `make test` runs, compares every later template with them; README, Migrations).
+release-tables: $(STAMP)
+	$(BIN)/python -m infra.migrations --write
 
 # --- benchmarks: figures are reported, never asserted (see bench/report.md) ---
 .PHONY: bench

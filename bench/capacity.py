@@ -329,6 +329,10 @@ class BurstSettings:
     batch_size: int = WORKER_BATCH_SIZE["default"]  # workerBatchSize.default
     account_concurrency: int = 1000  # the account's Lambda quota (accountConcurrency)
     table_wru_per_s: float = 40000  # each on-demand table's / index's throughput quota
+    # What each table and index takes at once before any burst has warmed it (warmThroughput
+    # write and indexWrite): 4,000 for a new on-demand table. Hourly bursts find the
+    # partitions already split; the first one finds only this.
+    warm_wru_per_s: float = 4000
     worker_memory_mb: int = 1024  # the worker's memory (its CPU share)
     # Worker environments kept initialised over the top of the hour (Lambda provisioned
     # concurrency on a schedule; not a stack setting): past them Lambda adds 1,000 a 10 s.
@@ -384,6 +388,17 @@ def store_runs_per_second(inp: dict[str, Any], settings: BurstSettings) -> tuple
         limits["gsi:open: partition per shard"] = settings.shards * _v("partition_wcu_per_s") / w["gsi:open"]
     binding = min(limits, key=lambda k: limits[k])
     return limits[binding], binding
+
+
+def first_burst_store_runs_per_second(inp: dict[str, Any], settings: BurstSettings) -> tuple[float, str]:
+    """Runs/s DynamoDB takes at the first burst on new tables: each table and index at
+    most its warm throughput (never above its quota), on top of the hourly limits."""
+    rate, binding = store_runs_per_second(inp, settings)
+    warm = min(settings.warm_wru_per_s, settings.table_wru_per_s)
+    for name, units in inp["worker_write_units_per_run"].items():
+        if units and warm / units < rate:
+            rate, binding = warm / units, f"{name}: warm throughput"
+    return rate, binding
 
 
 def materialise(
@@ -468,6 +483,7 @@ def top_of_hour(
         "concurrency_at_start": start,
         "concurrency_cap": cap,
         "store_runs_per_second": store,
+        "first_burst_store_runs_per_second": first_burst_store_runs_per_second(inp, settings)[0],
         "materialise": made,
         "concurrency_needed_for_goal": math.ceil((target / P99_DISPATCH_GOAL_S + steady) / per_invocation),
         "store_wru_per_s_needed_for_goal": {
@@ -491,15 +507,29 @@ def top_of_hour(
 
 # The stack's defaults, and what a user expecting a million-run top of hour would set: pollers
 # ready for the whole drain at :00 (MinimumPollers' ceiling), room to grow, the account quota
-# raised to hold them, the horizon and shards so the sweepers make every run minutes ahead.
+# raised to hold them, the horizon and shards so the sweepers make every run minutes ahead,
+# and the tables and indexes warmed to their quota so the first burst is not held to 4,000
+# write units a second (warmThroughput write and indexWrite 40000).
 _BURST_1M = BurstSettings(
-    "1M top of hour (workerMinPollers 30, workerMaxPollers 400, horizonSeconds 600, shardCount 64)",
+    "1M top of hour (workerMinPollers 30, workerMaxPollers 400, horizonSeconds 600, shardCount 64, "
+    "warmThroughput write and indexWrite 40000)",
     shards=64,
     horizon_seconds=600,
     min_pollers=30,
     max_pollers=400,
     account_concurrency=5000,
+    warm_wru_per_s=40000,
 )
+# The same preset as cdk.json context (infra/config.py), for the README.
+BURST_1M_CONTEXT = {
+    "shardCount": 64,
+    "horizonSeconds": 600,
+    "sweepAheadSeconds": 600,  # at least the horizon
+    "workerMinPollers": {"default": 30},
+    "workerMaxPollers": {"default": 400},
+    "accountConcurrency": 5000,
+    "warmThroughput": {"write": 40000, "indexWrite": 40000},
+}
 # Beyond the stack's settings: each row adds to the one before.
 _BURST_QUOTAS = replace(
     _BURST_1M,
@@ -507,6 +537,7 @@ _BURST_QUOTAS = replace(
     shards=256,
     min_pollers=200,
     table_wru_per_s=1_500_000,
+    warm_wru_per_s=1_500_000,
 )
 _BURST_PREWARMED = replace(
     _BURST_QUOTAS,

@@ -5,7 +5,7 @@ managed policy per caller role."""
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -20,8 +20,11 @@ from .names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES, Route, pol
 
 # Gateway-side rejections in the same JSON shape the function uses for its errors.
 _ERROR_TEMPLATE = '{"code": "$context.error.responseType", "message": $context.error.messageString}'
+# escapeJavaScript turns ' into \', which JSON does not allow: AWS's documented remedy turns
+# it back (the regular expression \\' is a backslash and a quote).
 _VALIDATION_TEMPLATE = (
-    '{"code": "invalid_request", "message": "$util.escapeJavaScript($context.error.validationErrorString)"}'
+    '{"code": "invalid_request", "message": '
+    '"$util.escapeJavaScript($context.error.validationErrorString).replaceAll("\\\\\'","\'")"}'
 )
 
 _CREATE_SCHEMA = apigw.JsonSchema(
@@ -68,6 +71,9 @@ class Api(Construct):
         self.rest_api = apigw.RestApi(
             self,
             "RestApi",
+            # API Gateway's metrics name the API by this (ApiName): the stack's name keeps the
+            # alarms on this API alone, not on every API of the default name in the region.
+            rest_api_name=Stack.of(self).stack_name,
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # API Gateway needs an account-level role (one per account and region) to write

@@ -62,9 +62,22 @@ def main(argv: list[str] | None = None) -> None:
         "--skip-bundling", action="store_true", help="do not build the layer (checks and lint only)"
     )
     parser.add_argument("--no-checks", action="store_true", help="skip the cdk-nag gate")
+    parser.add_argument(
+        "-c",
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="context over cdk.json's, as `cdk -c` takes it",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    context = {"aws:cdk:bundling-stacks": []} if args.skip_bundling else {}
+    context: dict[str, Any] = {"aws:cdk:bundling-stacks": []} if args.skip_bundling else {}
+    for pair in args.context:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            parser.error(f"--context {pair!r}: expected KEY=VALUE")
+        context[key] = value
     app, stack = build_app(context, args.outdir, checks=not args.no_checks)
     app.synth()
     if args.outdir:

@@ -84,6 +84,9 @@ class Config:
     lease_seconds: int = _runtime_default("lease_seconds")
     fair_queues: bool = _runtime_default("fair_queues")
     alarm_email: str | None = None
+    # Synth refuses a stack whose alarms reach no one (no alarmEmail) unless this says the
+    # operator subscribes to the topic (the AlarmTopicArn output) some other way.
+    alarms_without_subscriber: bool = False
     # Tenant id -> ARN patterns it may target without a role of its own, or whose secrets its
     # HTTP headers may reference (nothing by default; the worker's policy reaches the union);
     # tenant id -> EventBridge sources beyond its own jobsched.<digest>; the roles the worker
@@ -154,6 +157,16 @@ class Config:
             "targetUtilization": 70,
         }
     )
+
+    # DynamoDB warm throughput (units per second a table, and each of its indexes, can take
+    # at once; 0 = AWS's default, 12,000 reads and 4,000 writes for a new on-demand table).
+    # Raising it is billed once per raise, not per hour.
+    warm_throughput: dict[str, int] = field(
+        default_factory=lambda: {"read": 0, "write": 0, "indexRead": 0, "indexWrite": 0}
+    )
+    # On-demand tables and indexes: the most request units per second each may use, a cost
+    # ceiling (0 = no ceiling). Requests past it are throttled. On-demand billing only.
+    on_demand_throughput: dict[str, int] = field(default_factory=lambda: {"maxRead": 0, "maxWrite": 0})
 
     def __post_init__(self) -> None:
         self.runtime_settings()  # the runtime model's rules, reported by context key
@@ -240,6 +253,20 @@ class Config:
                 "and pass the new value as accountConcurrency, lower shardCount or "
                 "workerConcurrency, or set accountConcurrency to 0 (reserves nothing)",
             )
+        for key, base in WARM_THROUGHPUT_BASE.items():
+            units = self.warm_throughput.get(key, 0)
+            _check(
+                units == 0 or units >= base,
+                f"warmThroughput.{key} must be 0 (AWS's default) or >= {base}, the warm throughput "
+                "every new on-demand table and index already has",
+            )
+        for key in ("maxRead", "maxWrite"):
+            units = self.on_demand_throughput.get(key, 0)
+            _check(units >= 0, f"onDemandThroughput.{key} must be >= 0 (0 = no ceiling)")
+            _check(
+                units == 0 or self.billing_mode == "on-demand",
+                f"onDemandThroughput.{key} caps on-demand tables; billingMode is {self.billing_mode}",
+            )
         capacity = self.provisioned_capacity
         for kind in ("Read", "Write"):
             low, high = capacity.get(f"min{kind}", 0), capacity.get(f"max{kind}", 0)
@@ -263,6 +290,16 @@ class Config:
             variable = env_name(tuple(error["loc"]))
             key = _CONTEXT_KEY_OF.get(variable, variable)
             raise ConfigError(f"{key} ({variable}): {error['msg']} (got {error.get('input')!r})") from None
+
+    def require_alarm_subscriber(self) -> None:
+        """Raises ConfigError when no alarm would reach anyone: no alarmEmail and no explicit
+        alarmsWithoutSubscriber."""
+        _check(
+            bool(self.alarm_email) or self.alarms_without_subscriber,
+            "alarmEmail is empty, so no alarm would reach anyone: deploy with "
+            "-c alarmEmail=ops@example.com, or with -c alarmsWithoutSubscriber=true if you "
+            "subscribe to the AlarmTopicArn output yourself (README, Alarms)",
+        )
 
     def provisioned_pollers(self, queue: str) -> tuple[int, int] | None:
         """(minimum, maximum) event pollers of a queue's mapping in provisioned mode, else None."""
@@ -349,6 +386,7 @@ _FIELDS: dict[str, str] = {
     "leaseSeconds": "int",
     "fairQueues": "bool",
     "alarmEmail": "str",
+    "alarmsWithoutSubscriber": "bool",
     "tenantTargets": "grants",
     "tenantEventSources": "grants",
     "assumableRoles": "list",
@@ -374,6 +412,8 @@ _FIELDS: dict[str, str] = {
     "apiGatewayAccountRole": "bool",
     "billingMode": "str",
     "provisionedCapacity": "map",
+    "warmThroughput": "map",
+    "onDemandThroughput": "map",
 }
 # Context keys that no longer exist, with what replaces them: refused rather than ignored.
 _REPLACED = {
@@ -383,6 +423,8 @@ _REPLACED = {
     ),
 }
 BILLING_MODES = ("on-demand", "provisioned")
+# What a new on-demand table or index can take at once without warm throughput set.
+WARM_THROUGHPUT_BASE = {"read": 12_000, "write": 4_000, "indexRead": 12_000, "indexWrite": 4_000}
 # Config fields the functions read at run time: same names as jobsched.settings.Settings fields.
 RUNTIME_FIELDS = (
     "shard_count",

@@ -16,18 +16,15 @@ from jobsched.store.schema import DEFINITIONS, QUEUES, RUNS
 
 from . import permissions
 from .config import Config
-from .layer_asset import layer_code
+from .layer_asset import function_code, layer_code
 from .names import (
     FUNCTIONS,
-    FUNCTIONS_DIR,
     PYTHON_VERSION,
     RECONCILER,
     SERVICE,
     SWEEPER,
-    WORKER,
     FunctionSpec,
     code_asset_packages,
-    code_asset_patterns,
     function_id,
 )
 from .queues import Queues
@@ -120,7 +117,7 @@ class Functions(Construct):
             description="jobsched third-party dependencies (layers/requirements.txt)",
         )
         packages = code_asset_packages(config.handler_modules)
-        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(code_asset_patterns(packages)))
+        code = function_code(packages)
         env = environment(config, storage, queues, grants_parameter)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -159,12 +156,12 @@ class Functions(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             description=spec.description,
             reserved_concurrent_executions=self._config.reserved_concurrency().get(spec.name),
-            # The worker defers a short wait in place (the message stays in its queue), but
-            # every sixth deferral of a run, and any wait over a minute, sends a fresh message
-            # to the queue the worker is triggered by; Lambda would see worker -> SQS -> worker
-            # as a recursive loop and stop it after about 16 hops (a run buffered behind a
-            # long one gets there in ~8 minutes). Each hop is a run's deliberate delay.
-            recursive_loop=lambda_.RecursiveLoop.ALLOW if spec.name == WORKER else None,
+            # No function re-sends the message that triggered it: the worker defers a wait by
+            # the message's visibility, or hands the run to the outbox (DynamoDB stream, which
+            # carries no recursion context). Lambda's guard stays on: a worker -> SQS ->
+            # worker loop (a tenant target pointed at a jobsched queue, say) is stopped, and
+            # the worker-recursion-dropped alarm says so.
+            recursive_loop=lambda_.RecursiveLoop.TERMINATE,
         )
         if spec.name in SCHEDULED:
             function.configure_async_invoke(

@@ -1,7 +1,19 @@
-"""The layer as a CDK asset, bundled locally by infra.layer (never in a Docker container)."""
+"""The layer and the function code as CDK assets, built locally: the layer by infra.layer
+through CDK's local bundling (never in a Docker container), the code by `build_code`. Each is
+compiled to bytecode for the runtime's Python when an interpreter of that version is here
+(Lambda mounts both read-only, so Python cannot cache what it compiles).
+
+Each asset's hash covers what decides its content: the layer's requirements, runtime and
+platform, the code's files, whether bytecode was compiled, and the building code itself
+(infra/layer.py and this module), so a build that differs in any of them is a new asset."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +21,61 @@ import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
-from .layer import build_layer, content_hash
-from .names import LAYER_REQUIREMENTS, LAYERS_DIR, PIP_PLATFORM, PYTHON_VERSION
+from . import layer as layer_build
+from .layer import build_layer, compile_bytecode, content_hash
+from .names import (
+    FUNCTIONS_DIR,
+    LAYER_BUILD_DIR,
+    LAYER_REQUIREMENTS,
+    LAYERS_DIR,
+    PIP_PLATFORM,
+    PYTHON_VERSION,
+)
+
+CODE_BUILD_DIR = LAYER_BUILD_DIR / "code"
+# The code that builds the assets: a change to it may change what they hold.
+BUNDLING_SOURCES = (Path(layer_build.__file__), Path(__file__))
+
+
+def _builder_digest(python_version: str) -> str:
+    """Whether bytecode will be compiled, and the bundling code's own bytes."""
+    digest = hashlib.sha256(f"compiled={layer_build.runtime_python(python_version) is not None}\n".encode())
+    for source in BUNDLING_SOURCES:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def layer_asset_hash(requirements: Path, python_version: str, platform: str) -> str:
+    """The layer asset's key: its requirements, runtime and platform (the wheels' cache key),
+    whether it is compiled, and the bundling code."""
+    return hashlib.sha256(
+        (content_hash(requirements, python_version, platform) + _builder_digest(python_version)).encode()
+    ).hexdigest()
+
+
+def code_files(packages: Sequence[str], root: Path = FUNCTIONS_DIR) -> list[Path]:
+    """The files of `packages` (packages or modules of `root`), without bytecode, sorted."""
+    found: list[Path] = []
+    for name in packages:
+        module = root / f"{name}.py"
+        if module.is_file():
+            found.append(module)
+        found += [
+            p
+            for p in (root / name).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        ]
+    return sorted(found)
+
+
+def code_asset_hash(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> str:
+    """The code asset's key: every file it ships (path and bytes), whether it is compiled,
+    and the bundling code."""
+    digest = hashlib.sha256(_builder_digest(python_version).encode())
+    for path in code_files(packages):
+        digest.update(path.relative_to(FUNCTIONS_DIR).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 @jsii.implements(ILocalBundling)
@@ -25,21 +90,66 @@ class PipLayerBundling:
         return True  # False would make CDK try `docker run`, which is not available
 
 
+def build_code(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> Path:
+    """The code asset's directory: `packages` of functions/ copied and, with an interpreter of
+    the runtime's version here, compiled (unchecked-hash .pyc). Built once per asset hash
+    under layers/build/code/ (a synth that skips bundling ships the same code)."""
+    digest = code_asset_hash(packages, python_version)
+    built = CODE_BUILD_DIR / digest[:16]
+    if built.is_dir():
+        return built
+    CODE_BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=CODE_BUILD_DIR, prefix=".building-"))
+    try:
+        for path in code_files(packages):
+            target = staging / path.relative_to(FUNCTIONS_DIR)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        python = layer_build.runtime_python(python_version)
+        if python is None:
+            print(
+                f"function code: no Python {python_version} interpreter here "
+                f"(set {layer_build.PYTHON_ENV}); shipped without bytecode, so cold starts compile it",
+                file=sys.stderr,
+            )
+        else:
+            compile_bytecode(staging, python)
+        try:
+            staging.rename(built)
+        except OSError:  # built meanwhile by another synth: the same content
+            if not built.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return built
+
+
+def _docker_image(python_version: str) -> DockerImage:
+    # Required by the API; used only if local bundling were to decline, which it never does.
+    return DockerImage.from_registry(f"public.ecr.aws/sam/build-python{python_version}")
+
+
 def layer_code(
     requirements: Path = LAYER_REQUIREMENTS,
     python_version: str = PYTHON_VERSION,
     platform: str = PIP_PLATFORM,
 ) -> lambda_.Code:
-    # Hash what decides the content, so a runtime or platform change rebuilds the layer.
-    digest = content_hash(requirements, python_version, platform)
     return lambda_.Code.from_asset(
         str(LAYERS_DIR),
         exclude=["*", "!" + requirements.name],
         asset_hash_type=AssetHashType.CUSTOM,
-        asset_hash=digest,
+        asset_hash=layer_asset_hash(requirements, python_version, platform),
         bundling=BundlingOptions(
-            # Required by the API; used only if local bundling were to decline, which it never does.
-            image=DockerImage.from_registry(f"public.ecr.aws/sam/build-python{python_version}"),
+            image=_docker_image(python_version),
             local=PipLayerBundling(requirements, python_version, platform),
         ),
+    )
+
+
+def function_code(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> lambda_.Code:
+    """The functions' code asset: `packages` of functions/, compiled for the runtime."""
+    return lambda_.Code.from_asset(
+        str(build_code(packages, python_version)),
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=code_asset_hash(packages, python_version),
     )

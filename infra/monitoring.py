@@ -1,7 +1,8 @@
-"""Alarms (every DLQ's depth, oldest message per queue, stream iterator age, handler errors and
-throttles, dropped ticks and recursion, sweep and reconcile duration, reconciler repairs, API
-5xx and latency, DynamoDB throttling) to one SNS topic, and a dashboard of lag, throughput,
-retries and dead letters."""
+"""Alarms (every DLQ's depth and its new dead letters, oldest message per queue, stream
+iterator age, handler errors and throttles, dropped, failed and missing ticks, recursion,
+failed worker records, account concurrency near its quota, sweep and reconcile duration,
+reconciler repairs, API 5xx and latency, DynamoDB throttling) to one SNS topic, and a
+dashboard of lag, throughput, retries and dead letters."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jobsched.services.reconciler import KINDS as REPAIR_KINDS
 from jobsched.store.schema import ALL_TABLES, TableSpec
@@ -24,6 +27,7 @@ from .config import Config
 from .functions import SCHEDULED, Functions
 from .names import FUNCTIONS, FUNCTIONS_BY_NAME, OUTBOX, QUEUE_KEYS, RECONCILER, SERVICE, SWEEPER, WORKER
 from .queues import Queues
+from .schedules import Schedules
 from .storage import Storage
 
 FIVE_MINUTES = Duration.minutes(5)
@@ -39,6 +43,13 @@ API_STAGE_BUSY_SHARE = 0.8  # of the stage's requests per second, every minute f
 # at a burst are absorbed, 10 or more mean callers are slowed or failing.
 TABLE_THROTTLE_THRESHOLD = 10
 ONE_MINUTE = Duration.minutes(1)
+# Missing ticks: fewer than this share of a scheduled function's expected invocations in 5
+# minutes (EventBridge fires within its minute, so a window may hold one tick more or less).
+TICKS_EXPECTED_SHARE = 0.6
+# Account concurrency: the account's ConcurrentExecutions at this share of accountConcurrency.
+ACCOUNT_CONCURRENCY_SHARE = 0.9
+# An alarm's metric math reads at most 10 metrics (a hard limit): 10 rules' FailedInvocations.
+RULES_PER_ALARM = 10
 
 
 def app_metric(
@@ -82,6 +93,7 @@ class Monitoring(Construct):
         functions: Functions,
         storage: Storage,
         api: Api,
+        schedules: Schedules,
     ) -> None:
         super().__init__(scope, construct_id)
         # A customer-managed key: CloudWatch cannot publish to a topic under the AWS-managed SNS key.
@@ -142,6 +154,16 @@ class Monitoring(Construct):
                 threshold=1,
                 description=f"{name}: runs or stream batches were given up on; inspect and redrive",
             )
+            # Depth stays in ALARM while anything is left in the queue, and notifies once: each
+            # new dead letter notifies again. A message moved by a redrive policy counts in
+            # no SQS "sent" metric, so a rise in depth counts too (a copy the worker sends
+            # there, and a tick EventBridge gave up on, are sends).
+            self._alarm(
+                f"{name}-new",
+                self.new_dead_letters_metric(queue),
+                threshold=1,
+                description=f"{name}: new dead letters arrived; inspect and redrive",
+            )
         for key in QUEUE_KEYS:
             # Thresholds sit above the 900 s SQS delay the outbox may put on a message.
             self._alarm(
@@ -182,15 +204,65 @@ class Monitoring(Construct):
                 threshold=1,
                 description=f"{name}: scheduled ticks were dropped; shards went unprocessed for a minute",
             )
-        # The worker's RecursiveLoop is Allow; should Lambda still cut a worker -> queue ->
-        # worker chain, deferred runs are being lost until the reconciler repairs them.
+        # Every minute each scheduled function gets ticks_per_minute invocations; far fewer
+        # (or none: no data) means the ticks stopped (rules disabled, EventBridge or the
+        # function failing): nothing is swept or repaired until they come back.
+        for name, per_minute in config.ticks_per_minute().items():
+            self._alarm(
+                f"{name}-ticks-missing",
+                functions.functions[name].metric_invocations(period=FIVE_MINUTES, statistic="Sum"),
+                threshold=math.floor(per_minute * 5 * TICKS_EXPECTED_SHARE),
+                comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+                missing=cw.TreatMissingData.BREACHING,
+                description=(
+                    f"{name}: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} ticks a "
+                    "minute arrived for 5 minutes; shards go unprocessed"
+                ),
+            )
+        # A tick EventBridge could not deliver (it also lands in the tick-failures queue).
+        for kind, rules in (("sweep", schedules.sweeper_rules), ("reconcile", schedules.reconciler_rules)):
+            for number, start in enumerate(range(0, len(rules), RULES_PER_ALARM)):
+                self._alarm(
+                    f"{kind}-rules-failed-{number}",
+                    self.failed_invocations_metric(rules[start : start + RULES_PER_ALARM]),
+                    threshold=1,
+                    description=f"{kind} ticks: EventBridge failed to invoke the function",
+                )
+        # The account's concurrency near its quota: the next burst is throttled, and every
+        # function without a reservation competes for what is left.
+        if config.account_concurrency:
+            self._alarm(
+                "account-concurrency",
+                cw.Metric(
+                    namespace="AWS/Lambda",
+                    metric_name="ConcurrentExecutions",
+                    statistic="Maximum",
+                    period=ONE_MINUTE,
+                ),
+                threshold=math.floor(config.account_concurrency * ACCOUNT_CONCURRENCY_SHARE),
+                periods=3,
+                description=(
+                    f"the account's Lambda concurrency is above {ACCOUNT_CONCURRENCY_SHARE:.0%} of "
+                    f"accountConcurrency ({config.account_concurrency}): raise the quota"
+                ),
+            )
+        # Records the worker reported as failed (an unexpected error): each comes back only
+        # after its backoff, and reaches the DLQ after its receives are spent.
+        self._alarm(
+            "worker-records-failed",
+            app_metric("RecordFailed", period=FIVE_MINUTES),
+            threshold=1,
+            description="worker: records failed on an unexpected error (see the worker's logs)",
+        )
+        # No function re-sends its own trigger (RecursiveLoop Terminate): a loop Lambda stops
+        # is a misconfiguration (a target pointed back at a jobsched queue) and is alarmed.
         self._alarm(
             "worker-recursion-dropped",
             functions.functions[WORKER].metric(
                 "RecursiveInvocationsDropped", statistic="Sum", period=FIVE_MINUTES
             ),
             threshold=1,
-            description="worker: Lambda stopped a worker -> queue -> worker chain as a recursive loop",
+            description="worker: Lambda stopped a worker -> SQS -> worker loop (RecursiveLoop Terminate)",
         )
         # A sweep has its function's timeout for every shard it handles (near it, runs are made
         # late: the capacity model's first limit); a reconcile pass cut off by its timeout
@@ -287,6 +359,38 @@ class Monitoring(Construct):
         )
 
     @staticmethod
+    def new_dead_letters_metric(queue: sqs.Queue) -> cw.MathExpression:
+        """Messages that arrived in a dead-letter queue in the minute: those sent to it, and
+        any rise in its depth (a redrive policy's moves are not sends)."""
+        depth = queue.metric_approximate_number_of_messages_visible(period=ONE_MINUTE, statistic="Maximum")
+        sent = queue.metric_number_of_messages_sent(period=ONE_MINUTE, statistic="Sum")
+        return cw.MathExpression(
+            expression="FILL(sent, 0) + IF(DIFF(FILL(depth, 0)) > 0, DIFF(FILL(depth, 0)), 0)",
+            using_metrics={"sent": sent, "depth": depth},
+            label="new dead letters",
+            period=ONE_MINUTE,
+        )
+
+    @staticmethod
+    def failed_invocations_metric(rules: list[events.Rule]) -> cw.MathExpression:
+        parts = {
+            f"r{i}": cw.Metric(
+                namespace="AWS/Events",
+                metric_name="FailedInvocations",
+                dimensions_map={"RuleName": rule.rule_name},
+                statistic="Sum",
+                period=FIVE_MINUTES,
+            )
+            for i, rule in enumerate(rules)
+        }
+        return cw.MathExpression(
+            expression=" + ".join(f"FILL({k}, 0)" for k in parts),
+            using_metrics=parts,  # type: ignore[arg-type]
+            label="failed tick invocations",
+            period=FIVE_MINUTES,
+        )
+
+    @staticmethod
     def repairs_metric() -> cw.MathExpression:
         parts = {
             f"r{i}": app_metric("RepairsMade", period=FIVE_MINUTES, kind=kind)
@@ -300,8 +404,18 @@ class Monitoring(Construct):
         )
 
     def _alarm(
-        self, name: str, metric: cw.IMetric, *, threshold: float, description: str, periods: int = 1
+        self,
+        name: str,
+        metric: cw.IMetric,
+        *,
+        threshold: float,
+        description: str,
+        periods: int = 1,
+        comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,
     ) -> cw.Alarm:
+        """An alarm that notifies the topic of ALARM and of OK. Missing data is not breaching
+        unless said otherwise (an alarm on something that must keep happening)."""
         alarm = cw.Alarm(
             self,
             name,
@@ -309,8 +423,8 @@ class Monitoring(Construct):
             metric=metric,
             threshold=threshold,
             evaluation_periods=periods,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            comparison_operator=comparison,
+            treat_missing_data=missing,
             alarm_description=f"jobsched {description}",
         )
         alarm.add_alarm_action(self._action)

@@ -44,12 +44,6 @@ def code_asset_packages(handler_modules: Sequence[str] = ()) -> tuple[str, ...]:
     return (RUNTIME_PACKAGE, *extra)
 
 
-def code_asset_patterns(packages: Sequence[str]) -> tuple[str, ...]:
-    """CDK asset patterns that keep exactly `packages` from functions/, without bytecode."""
-    keep = [p for name in packages for p in ("!" + name, "!" + name + "/**", "!" + name + ".py")]
-    return ("*", *keep, "**/__pycache__", "**/*.pyc")
-
-
 # --- functions ---
 
 API = "api"
@@ -111,6 +105,7 @@ def dlq_logical_id(key: str) -> str:
 
 
 OUTBOX_FAILURE_QUEUE_ID = "OutboxFailureQueue"
+TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
 # --- API ---

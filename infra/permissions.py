@@ -191,6 +191,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_DEF_STORE}.due_jobs",),
         ),
         Grant(
+            ("dynamodb:BatchGetItem",),
+            (DEFS,),
+            "read the jobs the keys-only due index found",
+            (f"{_DEF_STORE}.due_jobs", _BATCH_GET),
+        ),
+        Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "advance the job (rev-conditioned), re-read it after a lost race, count skipped occurrences",
@@ -261,8 +267,9 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("sqs:ChangeMessageVisibility",),
             queues(*QUEUE_KEYS),
-            "defer a run in place; the heartbeat keeps the message invisible while the lease lives",
-            (f"{_QUEUES}.change_visibility",),
+            "defer a run in place; the heartbeat keeps the message invisible while the lease lives; "
+            "an invocation holds its batch's messages for the lease first",
+            (f"{_QUEUES}.change_visibility", f"{_QUEUES}.change_visibility_batch"),
         ),
         _DEAD_COPY,
         _READ_GRANTS,

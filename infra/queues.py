@@ -1,5 +1,6 @@
 """One queue per priority (jobsched.store.schema.QUEUES), each with its DLQ and redrive policy,
-plus the queue that receives stream batches the outbox mapping gives up on."""
+plus the queue that receives stream batches the outbox mapping gives up on and the one that
+receives the every-minute ticks EventBridge could not deliver."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from constructs import Construct
 from jobsched.services.worker import DEFER_IN_PLACE, FAILURE_BACKOFF_CAP_SECONDS
 from jobsched.store.schema import QUEUES, QueueSpec
 
-from .names import FUNCTIONS_BY_NAME, OUTBOX_FAILURE_QUEUE_ID, WORKER, dlq_logical_id, queue_logical_id
+from .names import (
+    FUNCTIONS_BY_NAME,
+    OUTBOX_FAILURE_QUEUE_ID,
+    TICK_FAILURE_QUEUE_ID,
+    WORKER,
+    dlq_logical_id,
+    queue_logical_id,
+)
 
 RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
 # AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
@@ -99,7 +107,14 @@ class Queues(Construct):
         self.outbox_failures = _queue(
             self, "outbox-failures", OUTBOX_FAILURE_QUEUE_ID, retention_period=RETENTION
         )
+        # The scheduled rules' targets' dead-letter queue: a tick EventBridge gave up on
+        # (permission refused, function missing, retries spent) leaves a message here.
+        self.tick_failures = _queue(self, "tick-failures", TICK_FAILURE_QUEUE_ID, retention_period=RETENTION)
 
     def all_dead_letter_queues(self) -> dict[str, sqs.Queue]:
         """Every queue whose depth means something was given up on."""
-        return {**{f"{k}-dlq": q for k, q in self.dlqs.items()}, "outbox-failures": self.outbox_failures}
+        return {
+            **{f"{k}-dlq": q for k, q in self.dlqs.items()},
+            "outbox-failures": self.outbox_failures,
+            "tick-failures": self.tick_failures,
+        }

@@ -4,7 +4,9 @@
 One resource-policy statement per function, whatever the shard count: the rules are named
 `<stack>-sweep-<n>` / `<stack>-reconcile-<n>`, and a single permission allows EventBridge
 rules of this account whose name starts with that prefix. (`targets.LambdaFunction` would add
-a statement per rule: 52 per function at 256 shards, against Lambda's 20 KB policy limit.)"""
+a statement per rule: 52 per function at 256 shards, against Lambda's 20 KB policy limit.)
+A tick EventBridge cannot deliver goes to one dead-letter queue, which the same prefixes may
+send to (one queue-policy statement per kind, for the same reason)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from typing import Any
 import jsii
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from .config import Config
@@ -42,9 +46,12 @@ def rule_prefix(stack_name: str, kind: str) -> str:
 class TickTarget:
     """A Lambda target without the per-rule permission targets.LambdaFunction adds."""
 
-    def __init__(self, function: lambda_.IFunction, payload: dict[str, Any]) -> None:
+    def __init__(
+        self, function: lambda_.IFunction, payload: dict[str, Any], dead_letters: sqs.IQueue
+    ) -> None:
         self.function = function
         self.payload = payload
+        self.dead_letters = dead_letters
 
     def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(
@@ -54,13 +61,23 @@ class TickTarget:
                 maximum_retry_attempts=TICK_RETRY_ATTEMPTS,
                 maximum_event_age_in_seconds=int(TICK_MAX_EVENT_AGE.to_seconds()),
             ),
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(arn=self.dead_letters.queue_arn),
             target_resource=self.function,
         )
 
 
 class Schedules(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, config: Config, functions: Functions) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        functions: Functions,
+        dead_letters: sqs.Queue,
+    ) -> None:
         super().__init__(scope, construct_id)
+        self.dead_letters = dead_letters
         sweeps = [{"shards": group} for group in shard_groups(config.shard_count, config.shards_per_sweep)]
         # The reconciler's handler takes one shard per event.
         reconciles = [{"shard": shard} for shard in range(config.shard_count)]
@@ -87,6 +104,21 @@ class Schedules(Construct):
             ),
         )
         self.permissions[function.node.id] = permission
+        rules_arn = stack.format_arn(
+            service="events",
+            resource="rule",
+            resource_name=prefix + "*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.dead_letters.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"{kind}RulesDeadLetters",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],  # type: ignore[list-item]
+                actions=["sqs:SendMessage"],
+                resources=[self.dead_letters.queue_arn],
+                conditions={"ArnLike": {"aws:SourceArn": rules_arn}},
+            )
+        )
         self.prefixes[function.node.id] = prefix
         rules = []
         for number, start in enumerate(range(0, len(inputs), MAX_TARGETS_PER_RULE)):
@@ -98,7 +130,7 @@ class Schedules(Construct):
                 description=f"jobsched {kind.lower()} tick",
             )
             for payload in inputs[start : start + MAX_TARGETS_PER_RULE]:
-                rule.add_target(TickTarget(function, payload))
+                rule.add_target(TickTarget(function, payload, self.dead_letters))
             rule.node.add_dependency(permission)  # no tick is refused for want of it
             rules.append(rule)
         return rules

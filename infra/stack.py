@@ -56,12 +56,15 @@ class JobschedStack(Stack):
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        config.require_alarm_subscriber()  # an alarm that reaches no one is no alarm
         self.config = config
         self.storage = Storage(
             self,
             "Storage",
             retain=config.retain_data,
             provisioned=config.provisioned_capacity if config.billing_mode == "provisioned" else None,
+            warm_throughput=config.warm_throughput,
+            on_demand_throughput=config.on_demand_throughput,
         )
         self.queues = Queues(self, "Queues")
         self.functions = Functions(
@@ -81,7 +84,9 @@ class JobschedStack(Stack):
             queues=self.queues,
             functions=self.functions,
         )
-        self.schedules = Schedules(self, "Schedules", config=config, functions=self.functions)
+        self.schedules = Schedules(
+            self, "Schedules", config=config, functions=self.functions, dead_letters=self.queues.tick_failures
+        )
         self.api = Api(self, "Api", config=config, handler=self.functions.functions[API])
         self.monitoring = Monitoring(
             self,
@@ -91,6 +96,7 @@ class JobschedStack(Stack):
             functions=self.functions,
             storage=self.storage,
             api=self.api,
+            schedules=self.schedules,
         )
         self.examples = Examples(self, "Examples", api=self.api, log_retention_days=config.log_retention_days)
         # The example machine that creates jobs is a tenant (its role); it may start the example
@@ -228,6 +234,12 @@ class JobschedStack(Stack):
             "AwsSolutions-SQS3",
             "This queue is itself a dead letter: the on-failure destination of the stream "
             "mapping; its depth is alarmed like every DLQ.",
+        )
+        ack(
+            self.queues.tick_failures,
+            "AwsSolutions-SQS3",
+            "This queue is itself a dead letter: the scheduled rules' targets' dead-letter "
+            "queue; its depth and new messages are alarmed like every DLQ.",
         )
         for machine in (self.examples.run_target, self.examples.create_schedule):
             ack(

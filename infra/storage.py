@@ -19,6 +19,12 @@ _BILLING = {False: dynamodb.BillingMode.PAY_PER_REQUEST, True: dynamodb.BillingM
 _STREAMS = {"NEW_AND_OLD_IMAGES": dynamodb.StreamViewType.NEW_AND_OLD_IMAGES}
 
 
+def _warm(read: int, write: int) -> dynamodb.WarmThroughput | None:
+    if not (read or write):
+        return None
+    return dynamodb.WarmThroughput(read_units_per_second=read or None, write_units_per_second=write or None)
+
+
 def _attribute(key: Key | None) -> dynamodb.Attribute | None:
     return dynamodb.Attribute(name=key.name, type=_TYPES[key.type]) if key else None
 
@@ -31,11 +37,21 @@ class Storage(Construct):
         *,
         retain: bool,
         provisioned: dict[str, int] | None = None,
+        warm_throughput: dict[str, int] | None = None,
+        on_demand_throughput: dict[str, int] | None = None,
     ) -> None:
         """`provisioned`: auto-scaled capacity (min/max read and write, target utilisation)
-        for every table and index; None is on-demand."""
+        for every table and index; None is on-demand. `warm_throughput` (read, write,
+        indexRead, indexWrite) and `on_demand_throughput` (maxRead, maxWrite, on-demand only)
+        apply to every table and index; a 0 leaves AWS's default."""
         super().__init__(scope, construct_id)
         self._provisioned = provisioned
+        warm = warm_throughput or {}
+        self._warm = _warm(warm.get("read", 0), warm.get("write", 0))
+        self._index_warm = _warm(warm.get("indexRead", 0), warm.get("indexWrite", 0))
+        on_demand = on_demand_throughput or {}
+        self._max_read = on_demand.get("maxRead") or None
+        self._max_write = on_demand.get("maxWrite") or None
         self.tables: dict[str, dynamodb.Table] = {}
         for spec in ALL_TABLES:
             self.tables[spec.logical_id] = self._table(spec, retain)
@@ -60,6 +76,9 @@ class Storage(Construct):
             time_to_live_attribute=spec.ttl_attribute,
             deletion_protection=retain,
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            warm_throughput=self._warm,
+            max_read_request_units=self._max_read,
+            max_write_request_units=self._max_write,
         )
         for index in spec.indexes:
             table.add_global_secondary_index(
@@ -70,6 +89,9 @@ class Storage(Construct):
                 non_key_attributes=list(index.include) if index.projection == "INCLUDE" else None,
                 read_capacity=self._provisioned["minRead"] if self._provisioned else None,
                 write_capacity=self._provisioned["minWrite"] if self._provisioned else None,
+                warm_throughput=self._index_warm,
+                max_read_request_units=self._max_read,
+                max_write_request_units=self._max_write,
             )
         if self._provisioned:
             self._autoscale(table, spec)

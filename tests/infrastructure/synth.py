@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+# The tests subscribe no one; a deploy must (Config.require_alarm_subscriber).
+BASE_CONTEXT = {**SKIP_BUNDLING, "alarmsWithoutSubscriber": True}
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Synth:
 def synthesize(outdir: Path, context: dict[str, Any] | None = None, *, checks: bool = True) -> Synth:
     from infra.app import build_app
 
-    app, stack = build_app({**SKIP_BUNDLING, **(context or {})}, outdir=str(outdir), checks=checks)
+    app, stack = build_app({**BASE_CONTEXT, **(context or {})}, outdir=str(outdir), checks=checks)
     error = None
     try:
         app.synth()

@@ -131,6 +131,66 @@ def test_gateway_errors_are_json(synth):
     assert all("application/json" in p["ResponseTemplates"] for p in kinds.values())
 
 
+def escape_javascript(text: str) -> str:
+    r"""$util.escapeJavaScript as API Gateway documents it (Apache Commons' escapeJavaScript):
+    ' and " and \ and / backslashed, control characters as \b \f \n \r \t or \uXXXX, and
+    everything past ASCII as \uXXXX (UTF-16)."""
+    named = {"'": "\\'", '"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n"}
+    named |= {"\r": "\\r", "\t": "\\t"}
+    out = []
+    for ch in text:
+        if ch in named:
+            out.append(named[ch])
+        elif ord(ch) < 0x20 or ord(ch) > 0x7E:
+            units = ch.encode("utf-16-be")
+            out += [f"\\u{int.from_bytes(units[i : i + 2]):04X}" for i in range(0, len(units), 2)]
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+CALL = re.compile(
+    r'\$util\.escapeJavaScript\(\$context\.error\.(\w+)\)((?:\.replaceAll\("[^"]*","[^"]*"\))*)'
+)
+REPLACE = re.compile(r'\.replaceAll\("([^"]*)","([^"]*)"\)')
+
+
+def render_gateway_template(template: str, error: dict[str, str]) -> str:
+    """The subset of API Gateway's VTL the gateway responses use: $context.error values,
+    escapeJavaScript of one, then Java's String.replaceAll (a regular expression)."""
+
+    def call(match: re.Match[str]) -> str:
+        value = escape_javascript(error[match.group(1)])
+        for pattern, replacement in REPLACE.findall(match.group(2)):
+            value = re.sub(pattern, replacement.replace("\\", "\\\\"), value)
+        return value
+
+    rendered = CALL.sub(call, template)
+    return re.sub(r"\$context\.error\.(\w+)", lambda m: error[m.group(1)], rendered)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[instance value ('') failed to match]",
+        'object has missing required properties (["name","type"])',
+        "a back\\slash \\' and a/slash, a tab\there, a line\nbreak, naïve 🎉",
+    ],
+)
+def test_validation_errors_are_json_whatever_the_message_holds(synth, message):
+    r"""escapeJavaScript turns ' into \', which is not JSON: the template turns it back."""
+    bodies = [
+        r["Properties"]["ResponseTemplates"]["application/json"]
+        for r in synth.of_type("AWS::ApiGateway::GatewayResponse").values()
+        if r["Properties"]["ResponseType"] in ("BAD_REQUEST_BODY", "BAD_REQUEST_PARAMETERS")
+    ]
+    assert len(bodies) == 2
+    for body in bodies:
+        assert CALL.search(body), body  # the model above renders what the template says
+        rendered = render_gateway_template(body, {"validationErrorString": message})
+        assert json.loads(rendered) == {"code": "invalid_request", "message": message}
+
+
 def test_one_invoke_permission_covers_the_whole_api(synth):
     function = api_function(synth)
     permissions = [

@@ -43,7 +43,7 @@ OPERATIONS = {
     "dynamodb:Query": ("query",),
     "dynamodb:BatchGetItem": ("batch_get_item",),
     "sqs:SendMessage": ("send_message", "send_message_batch"),
-    "sqs:ChangeMessageVisibility": ("change_message_visibility",),
+    "sqs:ChangeMessageVisibility": ("change_message_visibility", "change_message_visibility_batch"),
     "lambda:InvokeFunction": ("invoke",),
     "events:PutEvents": ("put_events",),
     "states:StartExecution": ("start_execution",),
@@ -236,7 +236,10 @@ def requests(call: Call) -> list[tuple[str, str]]:
         return [(f"dynamodb:{call.operation}", resource)]
     if call.service == "sqs" and call.operation in ("SendMessage", "SendMessageBatch"):
         return [("sqs:SendMessage", _queue(params["QueueUrl"]))]
-    if call.service == "sqs" and call.operation == "ChangeMessageVisibility":
+    if call.service == "sqs" and call.operation in (
+        "ChangeMessageVisibility",
+        "ChangeMessageVisibilityBatch",
+    ):
         return [("sqs:ChangeMessageVisibility", _queue(params["QueueUrl"]))]
     if call.service == "lambda" and call.operation == "Invoke":
         qualifier = f":{params['Qualifier']}" if params.get("Qualifier") else ""

@@ -8,7 +8,15 @@ import json
 import pytest
 from jobsched.services.reconciler import KINDS
 
-from infra.names import FUNCTIONS, OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, dlq_logical_id, queue_logical_id
+from infra.config import ConfigError
+from infra.names import (
+    FUNCTIONS,
+    OUTBOX_FAILURE_QUEUE_ID,
+    QUEUE_KEYS,
+    TICK_FAILURE_QUEUE_ID,
+    dlq_logical_id,
+    queue_logical_id,
+)
 from tests.infrastructure.synth import render, synthesize
 
 
@@ -32,11 +40,24 @@ def simple_alarms(synth, metric: str) -> dict[str, dict]:
     return found
 
 
+DEAD_LETTER_QUEUES = {dlq_logical_id(k) for k in QUEUE_KEYS} | {
+    OUTBOX_FAILURE_QUEUE_ID,
+    TICK_FAILURE_QUEUE_ID,
+}
+
+
+def math_alarms(synth) -> list[dict]:
+    return [a for a in alarms(synth) if "Metrics" in a]
+
+
+def stats_of(alarm: dict) -> list[dict]:
+    return [m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m]
+
+
 def test_every_dead_letter_queue_has_a_depth_alarm(synth):
     depth = simple_alarms(synth, "ApproximateNumberOfMessagesVisible")
     # Dimension values reference queue names (GetAtt QueueName).
-    dead = {dlq_logical_id(k) for k in QUEUE_KEYS} | {OUTBOX_FAILURE_QUEUE_ID}
-    assert set(depth) == dead
+    assert set(depth) == DEAD_LETTER_QUEUES
     for alarm in depth.values():
         assert alarm["Threshold"] == 1
         assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
@@ -53,7 +74,7 @@ def test_outputs_name_the_dead_letter_alarms_and_their_topic(synth):
         for logical_id, alarm in synth.of_type("AWS::CloudWatch::Alarm").items()
         if alarm["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
     }
-    assert separator == "," and len(parts) == len(named) == len(QUEUE_KEYS) + 1
+    assert separator == "," and len(parts) == len(named) == len(DEAD_LETTER_QUEUES)
     assert named == depth
     for logical_id in named:
         assert synth.props(logical_id)["AlarmActions"] == [{"Ref": topic(synth)}]
@@ -90,11 +111,96 @@ def test_reconciler_repairs_of_every_kind_are_alarmed(synth, config):
     assert alarm["Threshold"] == config.repair_alarm_threshold
 
 
-def test_every_alarm_notifies_the_topic_and_missing_data_is_fine(synth):
+def test_every_alarm_notifies_the_topic_and_missing_data_is_fine_unless_it_must_keep_coming(synth):
     for alarm in alarms(synth):
         assert alarm["AlarmActions"] == [{"Ref": topic(synth)}]
         assert alarm["OKActions"] == [{"Ref": topic(synth)}]
-        assert alarm["TreatMissingData"] == "notBreaching"
+        expected = "breaching" if render(alarm["AlarmName"]).endswith("-ticks-missing") else "notBreaching"
+        assert alarm["TreatMissingData"] == expected, alarm["AlarmName"]
+
+
+def test_synth_refuses_a_stack_whose_alarms_reach_no_one(tmp_path):
+    from infra.app import build_app
+
+    with pytest.raises(ConfigError, match="alarmsWithoutSubscriber") as refused:
+        build_app({"aws:cdk:bundling-stacks": [], "alarmEmail": ""}, outdir=str(tmp_path), checks=False)
+    assert "alarmEmail" in str(refused.value)
+    # An explicit opt-out or an address is accepted (the session synth is the opt-out).
+    build_app({"aws:cdk:bundling-stacks": [], "alarmsWithoutSubscriber": True}, outdir=str(tmp_path))
+
+
+def test_every_dead_letter_queue_alarms_on_each_new_dead_letter(synth):
+    """Depth stays in ALARM and notifies once; new arrivals notify each time: sends, and a
+    rise in depth (a redrive policy's moves are not counted as sends)."""
+    watched = {}
+    for alarm in math_alarms(synth):
+        names = {s["Metric"]["MetricName"] for s in stats_of(alarm)}
+        if names != {"NumberOfMessagesSent", "ApproximateNumberOfMessagesVisible"}:
+            continue
+        queues = {s["Metric"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for s in stats_of(alarm)}
+        (queue,) = queues
+        (expression,) = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
+        assert "DIFF(" in expression and "sent" in expression
+        assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert all(s["Period"] == 60 for s in stats_of(alarm))
+        watched[queue] = alarm
+    assert set(watched) == DEAD_LETTER_QUEUES
+
+
+def test_stopped_ticks_are_alarmed_with_missing_data_breaching(synth, config):
+    from infra.names import RECONCILER, SWEEPER
+
+    invocations = simple_alarms(synth, "Invocations")
+    by_handler = {synth.props(ref)["Handler"]: alarm for ref, alarm in invocations.items()}
+    expected = config.ticks_per_minute()
+    for name in (SWEEPER, RECONCILER):
+        alarm = by_handler[f"jobsched.handlers.{name}.handler"]
+        assert alarm["ComparisonOperator"] == "LessThanThreshold"
+        assert alarm["TreatMissingData"] == "breaching"  # no invocation at all is no data
+        assert alarm["Statistic"] == "Sum"
+        per_period = expected[name] * alarm["Period"] / 60
+        assert 0 < alarm["Threshold"] < per_period  # below what arrives, so it can clear
+
+
+def test_every_scheduled_rule_is_alarmed_on_failed_invocations(synth):
+    rules = set(synth.of_type("AWS::Events::Rule"))
+    alarmed = []
+    for alarm in math_alarms(synth):
+        stats = [s for s in stats_of(alarm) if s["Metric"]["MetricName"] == "FailedInvocations"]
+        if not stats:
+            continue
+        assert len(stats_of(alarm)) <= 10  # CloudWatch's hard limit of metrics in one alarm
+        assert alarm["Threshold"] == 1
+        alarmed += [s["Metric"]["Dimensions"][0]["Value"]["Ref"] for s in stats]
+    assert sorted(alarmed) == sorted(rules) and len(rules) > 2
+
+
+def test_largest_stack_keeps_failed_invocation_alarms_within_cloudwatchs_limits(largest):
+    rules = len(largest.of_type("AWS::Events::Rule"))
+    failing = [
+        a
+        for a in math_alarms(largest)
+        if any(s["Metric"]["MetricName"] == "FailedInvocations" for s in stats_of(a))
+    ]
+    assert all(len(stats_of(a)) <= 10 for a in failing)
+    assert sum(len(a["Metrics"]) - 1 for a in failing) == rules
+
+
+def test_account_concurrency_near_its_quota_is_alarmed(synth, config):
+    from infra.monitoring import ACCOUNT_CONCURRENCY_SHARE
+
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "ConcurrentExecutions"]
+    assert alarm["Namespace"] == "AWS/Lambda" and "Dimensions" not in alarm  # the account's
+    assert alarm["Statistic"] == "Maximum"
+    assert alarm["Threshold"] == int(config.account_concurrency * ACCOUNT_CONCURRENCY_SHARE)
+    assert alarm["Threshold"] < config.account_concurrency
+
+
+def test_failed_worker_records_are_alarmed_with_the_dimensions_the_worker_emits(synth):
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "RecordFailed"]
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]  # service-wide
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
 def allows(statement: dict, principal: str, action: str) -> bool:
@@ -221,6 +327,9 @@ def test_api_server_errors_and_latency_are_alarmed(synth):
         assert dimensions["Stage"] == {"Ref": stage}
         assert synth.props(stage)["StageName"] == API_STAGE
         assert set(dimensions) == {"ApiName", "Stage"}  # stage-wide: every route counts
+        # The API's own name, the stack's: not RestApi, which any other API may be called.
+        (api,) = synth.of_type("AWS::ApiGateway::RestApi").values()
+        assert dimensions["ApiName"] == api["Properties"]["Name"] == synth.stack.stack_name
     assert api_alarms["5XXError"]["Statistic"] == "Sum"
     assert api_alarms["Latency"]["ExtendedStatistic"] == "p99"
     # Under the 29 s integration limit, above a cold start.

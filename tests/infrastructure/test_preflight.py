@@ -280,8 +280,13 @@ def test_doctor_synthesizes_the_config_and_exits_non_zero_when_blocked(account, 
     """The entry point end to end: a -c override reaches the synthesized plan, and a blocking
     problem (no bootstrap) makes the exit code 1; a config synth refuses exits 2."""
     account.client("ssm").delete_parameter(Name="/cdk-bootstrap/hnb659fds/version")
-    assert main(["-c", "shardCount=8"], client=account.client) == 1
+    subscribed = ["-c", "alarmEmail=ops@example.com"]
+    assert main([*subscribed, "-c", "shardCount=8"], client=account.client) == 1
     printed = capsys.readouterr().out
     assert "BLOCKED cdk bootstrap" in printed and "shardCount 8" in printed
-    assert main(["-c", "accountConcurrency=100", "-c", "shardCount=256"], client=account.client) == 2
+    concurrency = ["-c", "accountConcurrency=100", "-c", "shardCount=256"]
+    assert main([*subscribed, *concurrency], client=account.client) == 2
     assert "L-B99A9384" in capsys.readouterr().out
+    # cdk.json subscribes no one: the preflight says so, as synth would refuse it.
+    assert main([], client=account.client) == 2
+    assert "alarmsWithoutSubscriber" in capsys.readouterr().out

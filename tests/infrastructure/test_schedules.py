@@ -122,3 +122,30 @@ def test_function_policies_stay_small_at_the_largest_shard_count(largest):
         assert len(granted) <= 2, function
         assert sum(policy_statement_bytes(p) for p in granted) < 20_000 // 4, function
     test_each_rule_may_invoke_its_function_and_no_other(largest)
+
+
+def test_every_tick_target_has_a_dead_letter_queue_the_rules_may_send_to(synth):
+    """A tick EventBridge gave up on leaves a message (alarmed like every DLQ), not nothing."""
+    from infra.names import TICK_FAILURE_QUEUE_ID
+
+    rules = synth.of_type("AWS::Events::Rule")
+    for rule in rules.values():
+        for target in rule["Properties"]["Targets"]:
+            assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [TICK_FAILURE_QUEUE_ID, "Arn"]}}
+    (policy,) = [
+        p["Properties"]
+        for p in synth.of_type("AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": TICK_FAILURE_QUEUE_ID}]
+    ]
+    sources = [
+        render(s["Condition"]["ArnLike"]["aws:SourceArn"])
+        for s in policy["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Allow"
+        and s["Principal"] == {"Service": "events.amazonaws.com"}
+        and s["Action"] == "sqs:SendMessage"
+    ]
+    assert len(sources) == 2  # one statement per kind, whatever the shard count
+    prefix = "arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:rule/"
+    for rule in rules.values():
+        name = prefix + rule["Properties"]["Name"]
+        assert sum(fnmatchcase(name, source) for source in sources) == 1, name

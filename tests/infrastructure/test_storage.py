@@ -110,3 +110,66 @@ def test_provisioned_billing_autoscales_every_table_and_index(tmp_path):
     assert {p["Properties"]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] for p in policies} == {
         capacity["targetUtilization"]
     }
+
+
+def test_the_due_index_carries_keys_only(synth):
+    """Every advance moves a job's next_run_at, so its index row is rewritten each occurrence:
+    with ALL that is the whole item at one write unit a KB; the sweeper reads the jobs by key."""
+    from jobsched.store.schema import DEFINITIONS, DUE_INDEX
+
+    props = table(synth, DEFINITIONS)["Properties"]
+    (due,) = [i for i in props["GlobalSecondaryIndexes"] if i["IndexName"] == DUE_INDEX]
+    assert due["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+WARM = {"read": 30000, "write": 40000, "indexRead": 12000, "indexWrite": 20000}
+ON_DEMAND = {"maxRead": 50000, "maxWrite": 45000}
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    from tests.infrastructure.synth import synthesize
+
+    return synthesize(
+        tmp_path_factory.mktemp("warm"),
+        {"warmThroughput": json.dumps(WARM), "onDemandThroughput": json.dumps(ON_DEMAND)},
+        checks=False,
+    )
+
+
+def test_warm_and_on_demand_throughput_reach_every_table_and_index(warmed, synth):
+    for spec in ALL_TABLES:
+        props = warmed.resources[table_logical_id(spec)]["Properties"]
+        assert props["WarmThroughput"] == {"ReadUnitsPerSecond": 30000, "WriteUnitsPerSecond": 40000}
+        assert props["OnDemandThroughput"] == {"MaxReadRequestUnits": 50000, "MaxWriteRequestUnits": 45000}
+        indexes = props.get("GlobalSecondaryIndexes", [])
+        assert len(indexes) == len(spec.indexes)
+        for index in indexes:
+            assert index["WarmThroughput"] == {"ReadUnitsPerSecond": 12000, "WriteUnitsPerSecond": 20000}
+            assert index["OnDemandThroughput"] == props["OnDemandThroughput"]
+        # The defaults (0) leave AWS's own.
+        default = synth.resources[table_logical_id(spec)]["Properties"]
+        assert "WarmThroughput" not in default and "OnDemandThroughput" not in default
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"warmThroughput": '{"write": 3000}'}, "warmThroughput.write must be 0"),
+        ({"warmThroughput": '{"indexRead": 100}'}, "warmThroughput.indexRead must be 0"),
+        ({"onDemandThroughput": '{"maxWrite": -1}'}, "onDemandThroughput.maxWrite must be >= 0"),
+        (
+            {"onDemandThroughput": '{"maxRead": 100}', "billingMode": "provisioned"},
+            "onDemandThroughput.maxRead caps on-demand tables",
+        ),
+    ],
+)
+def test_throughput_settings_outside_what_dynamodb_takes_are_refused(context, message):
+    import aws_cdk as cdk
+
+    from infra.app import file_context
+    from infra.config import Config, ConfigError
+
+    app = cdk.App(context={**file_context(), **context})
+    with pytest.raises(ConfigError, match=message):
+        Config.from_context(app.node)

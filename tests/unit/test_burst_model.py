@@ -160,3 +160,25 @@ def test_the_stack_defaults_are_bound_by_runs_made_after_the_hour():
     assert result["provisioned_usd_per_month"] == 0
     # 880,000 made late at 60,000 a minute: the 99th percentile comes ~14 minutes after :00.
     assert result["p99_dispatch_seconds"] == pytest.approx((990_000 - 120_000) / (60_000 / 60), abs=1)
+
+
+def test_the_first_burst_on_new_tables_is_held_to_their_warm_throughput():
+    from bench.capacity import _BURST_1M, BURST_1M_CONTEXT, first_burst_store_runs_per_second
+    from infra.config import WARM_THROUGHPUT_BASE
+
+    # runs: 2 write units a run; a new table takes 4,000 at once, warm to its quota it takes 40,000.
+    cold = BurstSettings("x", shards=32)
+    assert cold.warm_wru_per_s == WARM_THROUGHPUT_BASE["write"]
+    assert first_burst_store_runs_per_second(INPUTS, cold) == (2_000, "runs: warm throughput")
+    assert first_burst_store_runs_per_second(INPUTS, _BURST_1M) == store_runs_per_second(INPUTS, _BURST_1M)
+    # The preset's context sets what the model assumes, and the stack takes it.
+    warm = BURST_1M_CONTEXT["warmThroughput"]
+    assert warm["write"] == warm["indexWrite"] == _BURST_1M.warm_wru_per_s
+    import aws_cdk as cdk
+
+    from infra.app import file_context
+    from infra.config import Config
+
+    config = Config.from_context(cdk.App(context={**file_context(), **BURST_1M_CONTEXT}).node)
+    assert config.warm_throughput["write"] == config.warm_throughput["indexWrite"] == 40000
+    assert (config.shard_count, config.horizon_seconds) == (_BURST_1M.shards, _BURST_1M.horizon_seconds)

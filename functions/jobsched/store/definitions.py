@@ -427,9 +427,14 @@ class DefinitionStore:
     def due_jobs(
         self, shard: int, until: datetime, *, limit: int, start: dict[str, Any] | None = None
     ) -> tuple[list[Job], dict[str, Any] | None]:
-        """ACTIVE jobs of one shard whose next occurrence is at or before `until` (sweeper input).
+        """ACTIVE jobs of one shard whose next occurrence is at or before `until` (sweeper input),
+        in next_run_at order as the index had them, and the key of the next page (None at the end).
 
-        The index is sparse and sorted by next_run_at, so this reads only what is due."""
+        The index is sparse and sorted by next_run_at, so this reads only what is due. It
+        carries keys only: the jobs are then read by key (BatchGetItem, strongly consistent),
+        and one the index still lists but that is no longer ACTIVE and due (paused, updated,
+        advanced since: the index lags its table) is left out. Raises StorageUnavailable when
+        the store keeps throttling the reads."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": DUE_INDEX,
@@ -441,7 +446,14 @@ class DefinitionStore:
             request["ExclusiveStartKey"] = start
         with translated_errors():
             response = self._db.query(**request)
-        return [self.job_from_item(i) for i in response.get("Items", [])], response.get("LastEvaluatedKey")
+        keys = [{"job_id": entry["job_id"]} for entry in response.get("Items", [])]
+        found = (self.job_from_item(i) for i in (batch_get(self._db, self._table, keys) if keys else []))
+        due = [
+            job
+            for job in found
+            if job.state is JobState.ACTIVE and job.next_run_at is not None and job.next_run_at <= until
+        ]
+        return due, response.get("LastEvaluatedKey")
 
     def get(self, job_id: str) -> Job | None:
         with translated_errors():

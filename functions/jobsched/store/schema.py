@@ -98,7 +98,10 @@ DEFINITIONS = TableSpec(
     partition=Key("job_id", "S"),
     indexes=(
         # Sparse: due_shard is present only while the job is ACTIVE with a next occurrence.
-        Index(DUE_INDEX, Key("due_shard", "N"), Key("next_run_at", "S")),
+        # Keys only: every advance of a job moves its next_run_at, so the index row is
+        # rewritten each occurrence; with ALL that is the whole item (up to 400 KB, one write
+        # unit a KB), keys only it is one unit. The sweeper reads the jobs it finds by key.
+        Index(DUE_INDEX, Key("due_shard", "N"), Key("next_run_at", "S"), "KEYS_ONLY"),
         # Listing filters on state and then reads the jobs themselves: a job advanced by the
         # sweeper every occurrence changes neither, so the index is not rewritten with it.
         Index(TENANT_INDEX, Key("tenant", "S"), Key("created_at", "S"), "INCLUDE", ("state",)),
