@@ -254,6 +254,14 @@ class Monitoring(Construct):
             threshold=1,
             description="worker: records failed on an unexpected error (see the worker's logs)",
         )
+        # shardCount lowered below the highest in use: jobs in the folded shards are still
+        # swept (each sweeper also reads the old shards that fold onto its own), at a cost.
+        self._alarm(
+            "shard-count-below-in-use",
+            app_metric("ShardCountBelowInUse", statistic="Maximum"),
+            threshold=1,
+            description="sweeper: shardCount is below the highest shard count in use (see Resharding)",
+        )
         # No function re-sends its own trigger (RecursiveLoop Terminate): a loop Lambda stops
         # is a misconfiguration (a target pointed back at a jobsched queue) and is alarmed.
         self._alarm(

@@ -203,6 +203,13 @@ def test_failed_worker_records_are_alarmed_with_the_dimensions_the_worker_emits(
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
+def test_a_lowered_shard_count_is_alarmed_on_the_sweepers_metric(synth):
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "ShardCountBelowInUse"]
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Maximum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
 def allows(statement: dict, principal: str, action: str) -> bool:
     actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
     return (
