@@ -821,26 +821,36 @@ class World:
         if not batch:
             return
         event = sqs_event(url, batch)
+        # At-least-once delivery: copies of some messages handed to a second invocation on
+        # another worker at the same time (its copies were never in the queue: nothing of it
+        # is deleted, and holding them changes nothing).
+        copies = [m for m in batch if self.rng.random() < rates.duplicate_delivery]
+        twin: threading.Thread | None = None
+        if copies and not killed:
+            self.faults["duplicate_delivery"] += len(copies)
+            twin_worker, twin_context = self.rng.choice(self.workers), self._context()
+            twin = threading.Thread(
+                target=self._run_handler,
+                args=(twin_worker, sqs_event(url, copies), twin_context),
+                name=f"twin-{twin_context.aws_request_id}",
+            )
+            twin.start()
         try:
             response = self._run_handler(worker, event, context)
         finally:
+            if twin is not None:
+                twin.join()
             for points, key in armed:
                 points.disarm(key)  # a point its record never reached
         if killed:
             return
         self._acknowledge(url, event, response)
-        copies = [m for m in batch if self.rng.random() < rates.duplicate_delivery]
         for message in batch:
             if self.rng.random() < rates.late_duplicate:
                 self.faults["late_duplicate"] += 1
                 self.sqs.send_message(
                     QueueUrl=url, MessageBody=message["Body"], DelaySeconds=self.rng.randint(1, 120)
                 )
-        if copies:
-            # The same messages handed to a second invocation at once (at-least-once delivery):
-            # its copies were never in the queue, so nothing of it is deleted.
-            self.faults["duplicate_delivery"] += len(copies)
-            self._run_handler(self.rng.choice(self.workers), sqs_event(url, copies), self._context())
 
     def _crash_point(
         self, worker: ChaosWorker, delivery: Received, roll: float, *, at_cut: bool, behind: bool
