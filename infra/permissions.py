@@ -245,8 +245,13 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
-            "after a run dies with its lease: the job's counter, and pause-on-failure",
-            (f"{_DEF_STORE}.add_stats", f"{_DEF_STORE}.get", f"{_DEF_STORE}.save"),
+            "a dead run's job counter and pause-on-failure; the shard count in use",
+            (
+                f"{_DEF_STORE}.add_stats",
+                f"{_DEF_STORE}.get",
+                f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}.recorded_shard_count",
+            ),
         ),
         _DEAD_COPY,
     ),

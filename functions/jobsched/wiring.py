@@ -184,6 +184,7 @@ class Container:
             is_external=self.is_external,
             settle_held=self.missed_runs.settle_held,
             metrics=self.metrics,
+            recorded_shard_count=self.definitions.recorded_shard_count,
         )
 
     @cached_property

@@ -714,3 +714,26 @@ def test_a_dead_workers_run_is_repaired_in_time_to_start_within_90_s_of_its_leas
     repaired = _first_repair(container, clock, run, run.lease_expires_at, phase)
     assert (repaired - run.lease_expires_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
     assert stored(container, run).state is RunState.RETRY_WAIT  # due at once: published now
+
+
+# --- a lowered shardCount ---
+
+
+def test_a_lowered_shard_count_still_repairs_open_runs_written_above_it(aws, clock):
+    """Runs left open at shardCount 8 keep their open-index shard; reconcilers at shardCount 2
+    (one invocation per shard, as the rules invoke them) repair every one of them."""
+    from tests.integration.test_sweeper import containers_with_shards
+
+    wide, narrow = containers_with_shards(aws, clock, 8, 2)
+    wide.definitions.record_shard_count()
+    runs = [make_run(job_id=f"j_wide{i}") for i in range(24)]
+    for run in runs:
+        assert wide.runs.insert(run)
+    old_shards = {wide.runs.open_shard_of(run.job_id) for run in runs}
+    assert max(old_shards) >= 2  # some runs sit above the new count
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
+
+    reports = [narrow.reconciler.reconcile_shard(shard) for shard in (0, 1)]
+
+    assert sorted(s for r in reports for s in r.shards) == list(range(8))
+    assert sorted(key for r in reports for key in r.repaired) == sorted(run.run_key for run in runs)

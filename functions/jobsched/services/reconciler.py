@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..domain import lifecycle
@@ -19,7 +19,7 @@ from ..domain.repair import repair_deadline, stranded_since
 from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.runs import RunChanged, RunStore
-from .sweeper import round_robin
+from .sweeper import round_robin, shards_above
 
 ACTOR = "reconciler"
 
@@ -110,6 +110,7 @@ class Reconciler:
         is_external: Callable[[Run], bool] | None = None,
         settle_held: Callable[[Run], Run | None] | None = None,
         metrics: Metrics = NO_METRICS,
+        recorded_shard_count: Callable[[], int | None] | None = None,
     ) -> None:
         self._runs = runs
         self._metrics = metrics
@@ -128,6 +129,10 @@ class Reconciler:
         # is not a lost message, and only the retry policy's max age ends the wait.
         self._is_external = is_external or (lambda run: False)
         self._tenants: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, most recent last
+        # The highest shard count the definitions table records (None: not known), read at
+        # most once a minute: open runs written under a higher shardCount keep their shard.
+        self._recorded_shard_count = recorded_shard_count or (lambda: None)
+        self._in_use: tuple[datetime, int] | None = None
 
     def reconcile_all(self) -> RepairReport:
         report = RepairReport()
@@ -136,6 +141,30 @@ class Reconciler:
         return report
 
     def reconcile_shard(self, shard: int) -> RepairReport:
+        """Repair `shard`'s overdue runs, and those of the old shards that fold onto it when
+        shardCount was lowered below the highest count in use (its runs written before keep
+        their shard until they are next written), so no open run is left unrepaired."""
+        report = RepairReport()
+        for each in [shard, *shards_above([shard], self.shard_count, self._shard_count_in_use())]:
+            report.add(self._reconcile_one(shard=each))
+        return report
+
+    def _shard_count_in_use(self) -> int:
+        """The highest shard count in use (at least this reconciler's), re-read every minute;
+        when the record cannot be read, the last value read, else this reconciler's own."""
+        now = self._clock.now()
+        if self._in_use is not None and now - self._in_use[0] < timedelta(minutes=1):
+            return self._in_use[1]
+        try:
+            recorded = self._recorded_shard_count()
+        except Exception:
+            logger.exception("reading the shard count in use failed")
+            return self._in_use[1] if self._in_use is not None else self.shard_count
+        in_use = max(self.shard_count, recorded or 0)
+        self._in_use = (now, in_use)
+        return in_use
+
+    def _reconcile_one(self, *, shard: int) -> RepairReport:
         now = self._clock.now()
         report = RepairReport(shards=[shard])
         taken: Counter[str] = Counter()  # keys chosen this tick, per tenant (or job, until known)
