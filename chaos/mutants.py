@@ -49,7 +49,7 @@ def _dead_without_attempt(original: Any) -> Any:
 def _overlap_ignored(original: Any) -> Any:
     from jobsched.domain.overlap import OverlapVerdict
 
-    def overlap_verdict(policy: Any, earlier: Any) -> Any:
+    def overlap_verdict(policy: Any, earlier: Any, now: Any) -> Any:
         return OverlapVerdict.RUN  # never skipped, never buffered
 
     return overlap_verdict

@@ -270,6 +270,54 @@ def test_overlap_skip_holds_behind_a_running_run_however_many_were_skipped(
     assert ledger.effects == {}
 
 
+@pytest.mark.parametrize(("policy", "outcome"), [("skip", "SKIPPED"), ("buffer-one", "DEFERRED")])
+def test_an_earlier_run_that_timed_out_holds_the_next_while_its_effect_may_run(
+    container, clock, registry, ledger, policy, outcome
+):
+    """A run that ended on a timeout (its effect may still be executing until its record's
+    deadline) is not finished for the overlap policy: the next occurrence is skipped, or
+    buffered, until that deadline has passed."""
+    from jobsched.domain import lifecycle
+    from jobsched.domain.effects import RECORD_GRACE
+    from jobsched.handlers.api.requests import JobBody
+
+    from tests.helpers import claimed
+
+    spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 10, "overlap": policy}).to_spec()
+    job = container.jobs.create("tenant-a", spec).job
+    first, second, *_ = sorted(
+        container.runs.list_for_job(job.job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    held = container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=60, owner="x"))
+    deadline = clock.now() + timedelta(seconds=300)
+    started = container.runs.replace(
+        held.model_copy(update={"effect_fence": held.fence, "effect_until": deadline})
+    )
+    timed_out = container.runs.commit(
+        started,
+        lambda r: lifecycle.fail(
+            r,
+            now=clock.now(),
+            actor="worker:x",
+            error_class="Timeout",
+            message="still running",
+            retryable=False,
+            effect_running=True,
+        ),
+    )
+    assert timed_out.state is RunState.DEAD and timed_out.effect_until == deadline
+    worker = attempt(container, registry, "w")
+    clock.set(second.due_at)
+    assert worker.process(delivery(second)).outcome.name == outcome
+    assert ledger.effects == {}
+    # Once the record's deadline (and its grace) has passed, the effect cannot be running.
+    clock.set(deadline + RECORD_GRACE + timedelta(seconds=1))
+    third = container.runs.get_by_key(second.run_key)
+    assert third is not None
+    if outcome == "DEFERRED":
+        assert worker.process(delivery(third)).outcome is AttemptOutcome.SUCCEEDED
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -8,8 +8,10 @@ walking back; `overlap_verdict` judges the run found. Both are pure."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
+from .effects import excluded_until
 from .models import Overlap
 from .runs import TERMINAL_STATES, Run, RunState
 
@@ -39,14 +41,27 @@ def earlier_run_key(run: Run) -> str | None:
     return run.overlapped_by or run.previous_run_key
 
 
-def overlap_verdict(policy: Overlap, earlier: Run | None) -> OverlapVerdict:
-    """The verdict on an occurrence whose earlier run that matters is `earlier` (None: none).
+def effect_may_run(run: Run, now: datetime) -> bool:
+    """Whether an attempt of `run` may still be executing its effect at `now` although the
+    run has ended: it failed on a timeout (or was cancelled or died) while the attempt's
+    in-progress record still promises the effect may run until its deadline."""
+    until = excluded_until(run)
+    return until is not None and until > now
+
+
+def overlap_verdict(policy: Overlap, earlier: Run | None, now: datetime) -> OverlapVerdict:
+    """The verdict at `now` on an occurrence whose earlier run that matters is `earlier`
+    (None: none).
 
     `skip`: any open earlier run skips it. `buffer-one`: an earlier run that is executing
     (LEASED, or RETRY_WAIT between its attempts) buffers it; an earlier run still waiting to
-    start is itself the buffered one, so this occurrence is skipped."""
-    if policy is Overlap.ALLOW or earlier is None or earlier.state in TERMINAL_STATES:
+    start is itself the buffered one, so this occurrence is skipped. An earlier run that has
+    ended counts as executing while its effect may still run (`effect_may_run`)."""
+    if policy is Overlap.ALLOW or earlier is None:
         return OverlapVerdict.RUN
-    if policy is Overlap.BUFFER_ONE and earlier.state in RUNNING_STATES:
+    ended = earlier.state in TERMINAL_STATES
+    if ended and not effect_may_run(earlier, now):
+        return OverlapVerdict.RUN
+    if policy is Overlap.BUFFER_ONE and (ended or earlier.state in RUNNING_STATES):
         return OverlapVerdict.BUFFER
     return OverlapVerdict.SKIP

@@ -48,7 +48,14 @@ from ..domain.errors import AmbiguousError, ExecutionError
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import DeliveryGuarantee
-from ..domain.overlap import OVERLAP_WALK_LIMIT, OverlapVerdict, applies, earlier_run_key, overlap_verdict
+from ..domain.overlap import (
+    OVERLAP_WALK_LIMIT,
+    OverlapVerdict,
+    applies,
+    earlier_run_key,
+    effect_may_run,
+    overlap_verdict,
+)
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
@@ -184,8 +191,8 @@ class Attempts:
         if run.state in CLAIMABLE_STATES and run.due_at > now + CLOCK_SKEW:
             return Admitted(Admission.NOT_DUE, run, wait_seconds=(run.due_at - now).total_seconds())
         if applies(run):
-            blocker = self._earlier_open(run)
-            verdict = overlap_verdict(run.policies.overlap, blocker)
+            blocker = self._earlier_open(run, now)
+            verdict = overlap_verdict(run.policies.overlap, blocker, now)
             if verdict is OverlapVerdict.BUFFER:
                 return Admitted(Admission.BUFFERED, run, wait_seconds=5)
             if verdict is OverlapVerdict.SKIP:
@@ -206,9 +213,10 @@ class Attempts:
             return Admitted(Admission.ENDED, run, ending)
         return Admitted(Admission.GO, run)
 
-    def _earlier_open(self, run: Run) -> Run | None:
-        """The job's latest earlier run that was not skipped, if it is open: walked back
-        through skipped occurrences (domain.overlap), read consistently."""
+    def _earlier_open(self, run: Run, now: datetime) -> Run | None:
+        """The job's latest earlier run that was not skipped, if it is open or its effect may
+        still run (domain.overlap.effect_may_run): walked back through skipped occurrences
+        (domain.overlap), read consistently."""
         key = earlier_run_key(run)
         for _ in range(OVERLAP_WALK_LIMIT):
             if key is None:
@@ -217,7 +225,7 @@ class Attempts:
             if earlier is None:
                 return None
             if earlier.state is not RunState.SKIPPED:
-                return earlier if earlier.is_open else None
+                return earlier if earlier.is_open or effect_may_run(earlier, now) else None
             key = earlier_run_key(earlier)
         logger.warning("overlap walk gave up", extra={"run_key": run.run_key, "limit": OVERLAP_WALK_LIMIT})
         self._metrics.add("OverlapWalkLimit")
