@@ -6,8 +6,11 @@ invocation the harness made (its fake Lambda context's, in true time).
 
 Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
 
-- `lost`: an occurrence of an ACTIVE job in the window with neither a run nor a SKIPPED
-  record covering it; `phantom_runs`: a scheduled run that is no occurrence of its schedule.
+- `lost`: an occurrence of an ACTIVE job in the window, or of an answered backfill's range,
+  with neither a run nor a SKIPPED record covering it, or a manual run a trigger answered
+  with that is missing; `phantom_runs`: a scheduled run that is no occurrence of its
+  schedule, a backfilled one outside every backfill asked for, or more manual runs of a job
+  than triggers asked for.
 - `duplicate_effects`: a run whose target acted more than once, except one repeat per
   invocation that died between a successful effect and the completion that records it (or
   was frozen there past its deadline), made after that invocation's deadline less twice the
@@ -36,6 +39,10 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
 - `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
   EARLY_ALLOWANCE.
+- the restart goal (not a count): of the runs the reconciler repaired because they should
+  have started (a lost publish, a dead worker), the 99th percentile of the seconds from when
+  each should have to its next claim, call or end is at most RESTART_GOAL_SECONDS; restarts
+  its tenant's own limit held back are counted apart, not timed.
 - `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
   held while its job is paused, when the run stops; `oversize_items`: a write refused at
   DynamoDB's 400 KB item limit."""
