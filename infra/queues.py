@@ -7,9 +7,9 @@ from __future__ import annotations
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from jobsched.services.worker import DEFER_IN_PLACE, FAILURE_BACKOFF_CAP_SECONDS
 from jobsched.store.schema import QUEUES, QueueSpec
 
+from .dead_letters import check_dead_letter_arithmetic
 from .names import (
     FUNCTIONS_BY_NAME,
     OUTBOX_FAILURE_QUEUE_ID,
@@ -23,43 +23,11 @@ RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
 # AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
 # times the function's timeout, so a batch the poller received but could not hand over (the
 # function throttled) is retried by Lambda before SQS makes it visible again. 6 x 900 s =
-# 5400 s. While a run executes the worker's heartbeat sets the message's visibility to
-# the lease plus 5 s (65 s) and renews it, so a crashed worker's run is still picked up
-# within minutes.
+# 5400 s. Each worker invocation first holds its batch's messages for the lease plus 5 s
+# (65 s), and while a run executes the heartbeat renews that, so a run whose invocation died
+# is picked up again about a minute later.
 VISIBILITY_PER_FUNCTION_TIMEOUT = 6
 WORKER_QUEUE_VISIBILITY = VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[WORKER].timeout_seconds
-
-# How fast a record that keeps failing reaches a person: every receive of a message is either
-# a deferral (the worker leaves it invisible for at most DEFER_IN_PLACE = 60 s, only on its
-# first deferral_receives receives) or a failure, after which the worker sets its visibility to
-# a jittered backoff of at most FAILURE_BACKOFF_CAP_SECONDS = 60 s (10, 20, 40, 60, 60, ... s
-# for receives 1, 2, 3, 4, 5, ...; jobsched.services.worker.failure_backoff_seconds). The 5400 s
-# above only applies to a batch Lambda could not hand to the function. So with maxReceiveCount
-# 10, the waits before the DLQ add up to at most 10 x 60 s = 600 s, which leaves 300 s of the
-# 15 minutes for the ten failing attempts themselves (30 s each: a failure before the claim
-# takes milliseconds) and the pollers' latency; the DLQ alarms take it from there.
-DEAD_LETTER_WITHIN_SECONDS = 15 * 60
-ATTEMPT_ALLOWANCE_SECONDS = 30  # per receive: the failing attempt and the poller picking it up
-LONGEST_WAIT_PER_RECEIVE = max(DEFER_IN_PLACE, FAILURE_BACKOFF_CAP_SECONDS)
-
-
-def seconds_to_dead_letter(spec: QueueSpec) -> int:
-    """The longest a message the worker keeps failing on (or deferring, then failing on) takes
-    to reach the DLQ: each of its maxReceiveCount receives waits at most
-    LONGEST_WAIT_PER_RECEIVE, plus ATTEMPT_ALLOWANCE_SECONDS for the attempt itself."""
-    return spec.max_receive_count * (LONGEST_WAIT_PER_RECEIVE + ATTEMPT_ALLOWANCE_SECONDS)
-
-
-def check_dead_letter_arithmetic(spec: QueueSpec) -> None:
-    """Raises ValueError when a failing record of `spec`'s queue could take longer than
-    DEAD_LETTER_WITHIN_SECONDS to reach its DLQ (synth refuses such a stack)."""
-    worst = seconds_to_dead_letter(spec)
-    if worst > DEAD_LETTER_WITHIN_SECONDS:
-        raise ValueError(
-            f"queue {spec.key}: {spec.max_receive_count} receives x ({LONGEST_WAIT_PER_RECEIVE} s wait + "
-            f"{ATTEMPT_ALLOWANCE_SECONDS} s attempt) = {worst} s before the DLQ, over "
-            f"{DEAD_LETTER_WITHIN_SECONDS} s: lower maxReceiveCount or the backoff cap"
-        )
 
 
 def visibility_timeout(spec: QueueSpec) -> int:

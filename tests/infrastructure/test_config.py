@@ -224,3 +224,9 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
 def test_runtime_rules_come_from_the_settings_model_and_name_the_context_key(context, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_context(Node(**context))  # type: ignore[arg-type]
+
+
+def test_the_default_body_limit_is_the_one_local_mode_enforces():
+    from jobsched.edge import MAX_BODY_BYTES
+
+    assert Config().api_max_body_bytes == MAX_BODY_BYTES

@@ -11,15 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from jobsched.edge import MAX_BODY_BYTES, payload_too_large_body
 from jobsched_local.glue import HttpFront
-
-from infra.api import payload_too_large_body
-from infra.config import Config
 
 pytestmark = pytest.mark.integration
 
 KEY = "key-a"
-DEPLOYED_LIMIT = Config().api_max_body_bytes  # what the stack's web ACL refuses past
+DEPLOYED_LIMIT = MAX_BODY_BYTES  # the stack's default apiMaxBodyBytes (tests/infrastructure)
 
 
 class Recorder:

@@ -1,5 +1,5 @@
 """The backoff a failed worker record's message gets, and the arithmetic that bounds how long a
-record that keeps failing takes to reach its DLQ (infra/queues.py)."""
+record that keeps failing takes to reach its DLQ (infra/dead_letters.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 from jobsched.services.worker import FAILURE_BACKOFF_CAP_SECONDS, failure_backoff_seconds
 from jobsched.store.schema import QUEUES
 
-from infra.queues import DEAD_LETTER_WITHIN_SECONDS, check_dead_letter_arithmetic, seconds_to_dead_letter
+from infra.dead_letters import (
+    DEAD_LETTER_WITHIN_SECONDS,
+    check_dead_letter_arithmetic,
+    seconds_to_dead_letter,
+)
 
 
 @given(st.text(min_size=1, max_size=80), st.integers(min_value=1, max_value=10_000))
