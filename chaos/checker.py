@@ -34,7 +34,9 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
 - `missed_run_violations`: an occurrence inside an acknowledged pause (more than the skew
   from either end) that was neither run nor recorded SKIPPED as the job's `missedRuns`
   says: `skip` runs none; `run-once` runs only the latest one inside the catch-up window;
-  `catch-up` runs each one inside it; every other one is SKIPPED.
+  `catch-up` runs each one inside it; every other one is SKIPPED. One SKIPPED by the overlap
+  policy is excused when that came after the resume (a chosen occurrence still obeys it as
+  it starts), and a violation when it came while the job was paused.
 - `tenant_limit_exceeded`: a target call that started while the tenant already had its
   `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
 - `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
@@ -784,6 +786,13 @@ def _check_missed(evidence: Evidence, by_job: dict[str, list[Run]], figures: Fig
             ran: dict[datetime, bool] = {}
             for instant in inside:
                 run = at_instant.get(instant)
+                if run is not None and run.state is RunState.SKIPPED and run.reason == "overlap":
+                    skipped_at = next(e.at for e in reversed(run.history) if e.target is RunState.SKIPPED)
+                    if skipped_at < resumed - CLOCK_SKEW:
+                        flag(instant, "SKIPPED by the overlap policy while its job was paused")
+                    # After the resume: a chosen occurrence still obeys the overlap policy when it
+                    # starts (overlap_violations judges that), so it may be skipped.
+                    continue
                 if run is not None and run.state is not RunState.SKIPPED:
                     ran[instant] = True
                 elif run is not None or any(lo <= instant <= hi for lo, hi in ranges):

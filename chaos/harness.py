@@ -1114,16 +1114,19 @@ class World:
     # --- reconciler ---
 
     def _reconcile(self) -> None:
-        try:
-            report = self.reconciler.reconcile_all()
-        except JobschedError:
-            return
-        except Exception:
-            self._unexpected("reconciler")
-            return
-        self.repairs += sum(report.count(kind) for kind in KINDS)
-        for run_key, since in report.stranded:
-            self.stranded[run_key].append((since, self.clock.now()))
+        """One tick: one reconciler invocation per shard, as the rules invoke them, so a shard
+        whose pass fails (throttled after retries) loses only its own tick."""
+        for shard in range(self.config.shard_count):
+            try:
+                report = self.reconciler.reconcile_shard(shard)
+            except JobschedError:
+                continue
+            except Exception:
+                self._unexpected("reconciler")
+                continue
+            self.repairs += sum(report.count(kind) for kind in KINDS)
+            for run_key, since in report.stranded:
+                self.stranded[run_key].append((since, self.clock.now()))
 
     def _unexpected(self, where: str, text: str | None = None) -> None:
         text = f"{where} at {self.clock.now():%H:%M:%S}: {text or traceback.format_exc(limit=6)}"

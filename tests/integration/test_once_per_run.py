@@ -318,6 +318,39 @@ def test_an_earlier_run_that_timed_out_holds_the_next_while_its_effect_may_run(
         assert worker.process(delivery(third)).outcome is AttemptOutcome.SUCCEEDED
 
 
+@pytest.mark.parametrize("through", ["worker", "lease"])
+def test_an_occurrence_of_a_paused_job_is_held_not_skipped_by_overlap(
+    api, container, clock, registry, ledger, through
+):
+    """While its job is paused an occurrence is the pause's to decide (resume's `missedRuns`):
+    an earlier run still executing must not get it SKIPPED as an overlap meanwhile, by the
+    Lambda worker or the lease API."""
+    from tests.helpers import claimed
+
+    job_type = "ok" if through == "worker" else "report.build"
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": job_type, "every": 10, "overlap": "skip", "missedRuns": "catch-up"}
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first, second, *_ = sorted(
+        container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(second.due_at)
+    if through == "worker":
+        outcome = attempt(container, registry, "w").process(delivery(second)).outcome
+        assert outcome is AttemptOutcome.HELD
+    else:
+        leased = api.post("/v1/leases", {"types": ["report.build"], "max": 5, "workerId": "w1"})
+        assert leased.status == 200, leased.body
+        assert leased.body["leases"] == []
+    after = stored(container, second)
+    assert after.state is not RunState.SKIPPED, after.history[-1]
+    assert ledger.effects == {}
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -47,7 +47,7 @@ from ..domain.effects import EffectDecision, effect_verdict, excluded_until, rec
 from ..domain.errors import AmbiguousError, ExecutionError
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
-from ..domain.models import DeliveryGuarantee
+from ..domain.models import DeliveryGuarantee, JobState
 from ..domain.overlap import (
     OVERLAP_WALK_LIMIT,
     OverlapVerdict,
@@ -195,7 +195,7 @@ class Attempts:
             verdict = overlap_verdict(run.policies.overlap, blocker, now)
             if verdict is OverlapVerdict.BUFFER:
                 return Admitted(Admission.BUFFERED, run, wait_seconds=5)
-            if verdict is OverlapVerdict.SKIP:
+            if verdict is OverlapVerdict.SKIP and not self._job_paused(run):
                 assert blocker is not None
                 ending = self._completer.skip(run, "overlap", actor=actor, overlapped_by=blocker.run_key)
                 return Admitted(Admission.ENDED if ending.run else Admission.NOTHING, run, ending)
@@ -212,6 +212,14 @@ class Attempts:
                 ending = self._completer.dead(run, refusal, actor=actor)
             return Admitted(Admission.ENDED, run, ending)
         return Admitted(Admission.GO, run)
+
+    def _job_paused(self, run: Run) -> bool:
+        """Whether the run's job is paused (read before an overlap skip): an occurrence of a
+        paused job is the pause's to decide (held, then run or SKIPPED as `missedRuns` says at
+        the resume), never skipped by the overlap policy meanwhile; it goes on to the claim,
+        whose job check holds it."""
+        job = self._definitions.get(run.job_id)
+        return job is not None and job.state is JobState.PAUSED
 
     def _earlier_open(self, run: Run, now: datetime) -> Run | None:
         """The job's latest earlier run that was not skipped, if it is open or its effect may
