@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ _JQ_FIELD = re.compile(r"^((?:\.\w+(?:\[\d+\])?)+)$")
 _JQ_STEP = re.compile(r"\.(\w+)(?:\[(\d+)\])?")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _BASE = "$JOBSCHED_URL"
+# `$(date -u -d '+1 hour' +%FT%TZ)` inside a body: an instant relative to now, as GNU date
+# prints it; here relative to the test's clock.
+_RELATIVE_DATE = re.compile(r"\$\(date -u -d '([+-]\d+) (second|minute|hour|day)s?' \+%FT%TZ\)")
 _NO_ARG_FLAGS = {"-s", "-S", "-sS", "-i", "-si", "-sSi", "--silent", "--show-error", "--include"}
 _DATA_FLAGS = {"-d", "--data", "--data-raw"}
 
@@ -160,6 +164,16 @@ def substitute(text: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(value, text)
 
 
+def relative_dates(text: str, now: datetime) -> str:
+    """Each `$(date -u -d '+N unit' +%FT%TZ)` replaced by that instant after `now`."""
+
+    def instant(match: re.Match[str]) -> str:
+        moved = now + timedelta(**{match.group(2) + "s": int(match.group(1))})
+        return moved.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return _RELATIVE_DATE.sub(instant, text)
+
+
 def test_docs_have_an_example_for_every_route():
     """Every route of the OpenAPI document, with its path parameters as the examples' variables."""
     from jobsched.handlers.api import app
@@ -204,7 +218,8 @@ def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, con
         path, _, query = substitute(example.target, variables).partition("?")
         headers = {name: substitute(value, variables) for name, value in example.headers.items()}
         # Bodies are single-quoted in the docs, where the shell expands nothing.
-        response = api.request(example.method, path, headers=headers, raw_body=example.body, query=query)
+        body = relative_dates(example.body, clock.now()) if example.body is not None else None
+        response = api.request(example.method, path, headers=headers, raw_body=body, query=query)
         if example.expected is not None:
             assert response.status == example.expected, f"{example.text}\n→ {response}"
         else:
