@@ -105,7 +105,7 @@ demo: run
 clean:
 	rm -rf $(VENV) $(VENV313) site cdk.out .pytest_cache .mypy_cache .ruff_cache
 
-# --- the end-to-end suite against a deployed stack (README, Deploy to AWS: Prove the deployment) ---
+# --- the end-to-end suite against a deployed stack (docs/operate/deploy.md: Prove the deployment) ---
 # JOBSCHED_E2E_ENDPOINT is the stack's ApiUrl; AWS credentials come from the standard chain.
 # Without either it prints why and exits 0: the check is opt-in.
 .PHONY: e2e-aws
@@ -113,7 +113,7 @@ clean:
 e2e-aws: $(STAMP)
 	JOBSCHED_E2E_TARGET=aws $(BIN)/pytest tests/e2e -q -rs --timeout=900
 
-# --- infrastructure (CDK): see the README, Deploy to AWS ---
+# --- infrastructure (CDK): see docs/operate/ ---
 # The CDK CLI is pinned in package.json and installed into ./node_modules.
 CDK := node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
@@ -124,7 +124,7 @@ INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 # The check-only synths below subscribe no one to the alarms (a deploy must: alarmEmail).
 CHECK_ONLY := -c alarmsWithoutSubscriber=true
 
-# The deploy preflight (README, Deploy to AWS): run with the deployer's credentials before the
+# The deploy preflight (docs/operate/preflight.md): run with the deployer's credentials before the
 # first deploy, and before every deploy that changes shardCount or concurrency.
 # PREFLIGHT_ARGS: e.g. "-c shardCount=64 --region eu-west-1".
 PREFLIGHT_ARGS ?=
@@ -151,7 +151,7 @@ lint-infra: $(STAMP)
 	$(BIN)/cfn-lint --ignore-checks W3005 -- $(CDK_OUT)/lint/*.template.json
 
 # At a release: record the template's tables as released (the migration gate, which
-# `make test` runs, compares every later template with them; README, Migrations).
+# `make test` runs, compares every later template with them; docs/operate/upgrade.md).
 release-tables: $(STAMP)
 	$(BIN)/python -m infra.migrations --write
 
