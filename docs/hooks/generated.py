@@ -59,13 +59,13 @@ def openapi_markdown() -> str:
             if method not in {"get", "post", "put", "patch", "delete"}:
                 continue
             lines += [f"### `{method.upper()} {path}`", ""]
-            if operation.get("summary"):
+            if operation.get("summary") and operation["summary"] != f"{method.upper()} {path}":
                 lines += [_cell(operation["summary"]), ""]
             if operation.get("description"):
                 lines += [operation["description"].strip(), ""]
             params = operation.get("parameters", [])
             if params:
-                lines += ["| parameter | in | required | schema | description |", "| --- | --- | --- | --- | --- |"]
+                lines += ["| parameter | in | required | schema | description |", "| --- " * 5 + "|"]
                 for p in params:
                     lines.append(
                         f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
@@ -144,7 +144,8 @@ def _field_comments() -> dict[str, str]:
         if isinstance(node, ast.ClassDef) and node.name == "Settings":
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    above, line = [], item.lineno - 2
+                    above: list[str] = []
+                    line = item.lineno - 2
                     while line >= 0 and source[line].strip().startswith("#"):
                         above.insert(0, source[line].strip().lstrip("# "))
                         line -= 1
@@ -155,6 +156,9 @@ def _field_comments() -> dict[str, str]:
                     ]
                     comments[item.target.id] = " ".join(above + trailing)
     return comments
+
+
+RULE_WORDS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "length ≥", "max_length": "length ≤"}
 
 
 def settings_markdown() -> str:
@@ -174,14 +178,13 @@ def settings_markdown() -> str:
             shown = "nothing granted"
         rules = []
         for rule in field.metadata:
-            for key in ("ge", "le", "gt", "lt", "min_length", "max_length"):
+            for key, shown_as in RULE_WORDS.items():
                 if getattr(rule, key, None) is not None:
-                    rules.append(f"{key} {getattr(rule, key)}")
+                    rules.append(f"{shown_as} {getattr(rule, key)}")
         annotation = getattr(field.annotation, "__name__", str(field.annotation))
         annotation = annotation.replace("typing.", "")
-        lines.append(
-            f"| {variable} | `{_cell(annotation)}` | {shown} | {', '.join(rules)} | {_cell(comments.get(name, ''))} |"
-        )
+        what = _cell(comments.get(name, ""))
+        lines.append(f"| {variable} | `{_cell(annotation)}` | {shown} | {', '.join(rules)} | {what} |")
     return "\n".join(lines)
 
 
@@ -197,8 +200,8 @@ def lifecycle_markdown() -> str:
                 if source != target:
                     edges.setdefault((source.value, target.value), []).append(rule.name)
     lines = ["```mermaid", "stateDiagram-v2", "    [*] --> PENDING: sweeper, trigger, backfill"]
-    for (source, target), names in sorted(edges.items()):
-        lines.append(f"    {source} --> {target}: {', '.join(names)}")
+    for (start, end), names in sorted(edges.items()):
+        lines.append(f"    {start} --> {end}: {', '.join(names)}")
     for state in sorted(TERMINAL_STATES):
         lines.append(f"    {state.value} --> [*]")
     lines += ["```", "", "| transition | from | to | written by | guard |", "| --- | --- | --- | --- | --- |"]
@@ -221,7 +224,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in GENERATORS:
-            raise ValueError(f"{page.file.src_path}: no generator named {name!r} (known: {sorted(GENERATORS)})")
+            known = sorted(GENERATORS)
+            raise ValueError(f"{page.file.src_path}: no generator named {name!r} (known: {known})")
         return GENERATORS[name]()
 
     return MARKER.sub(replace, markdown)

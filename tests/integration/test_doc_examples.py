@@ -68,7 +68,7 @@ def steps(text: str) -> list[Step]:
                 command, start = line[2:], index
                 while command.endswith("\\") and index + 1 < len(lines):
                     index += 1
-                    command = command[:-1] + "\n" + lines[index]
+                    command = command + "\n" + lines[index]  # bash reads the continuation
                 found.append(Step(command, line=first_line + start))
             else:
                 assert found, f"output before any command at line {first_line + index}"
@@ -156,7 +156,7 @@ def run_page(page: Path, environment: dict[str, str], workdir: Path) -> int:
     return ran
 
 
-def test_normalising_keeps_what_matters():
+def test_normalising_keeps_what_matters() -> None:
     """The comparison ignores ids and times, never states or words."""
     shown = ["j_abcdefghij012345  PAUSED  version 2", "...", "20:46:14  flaky  DEAD → PENDING"]
     printed = ["j_zzzzzzzzzzzzzzzz   PAUSED   version 2", "x", "y", "01:02:03  flaky  DEAD → PENDING"]
@@ -165,10 +165,11 @@ def test_normalising_keeps_what_matters():
     assert not matches(shown[:1], printed[:2])
 
 
-def test_every_page_with_examples_marks_some():
-    """The tour and the getting-started page are executed, not only read."""
+def test_every_page_with_examples_marks_some() -> None:
+    """The README's tour, the tour page and local mode's page are executed, not only read."""
     marked = {page.relative_to(ROOT).as_posix() for page in PAGES if steps(page.read_text())}
-    assert {"README.md", "docs/getting-started/tour.md"} <= marked, marked
+    wanted = {"README.md", "docs/getting-started/tour.md", "docs/getting-started/local-mode.md"}
+    assert wanted <= marked, marked
 
 
 @pytest.mark.parametrize(
@@ -176,5 +177,7 @@ def test_every_page_with_examples_marks_some():
     [p for p in PAGES if MARKED_BLOCK.search(p.read_text(encoding="utf-8"))],
     ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
-def test_marked_examples_run_as_written(page: Path, shell_environment: dict[str, str], tmp_path: Path):
+def test_marked_examples_run_as_written(
+    page: Path, shell_environment: dict[str, str], tmp_path: Path
+) -> None:
     assert run_page(page, shell_environment, tmp_path) > 0
