@@ -9,7 +9,9 @@ in order in bash, as a reader would type them in one terminal: a variable a comm
 Output is compared after normalising what differs from run to run: job ids, manual-run
 suffixes, instants and clock times, UUIDs, signing secrets, and runs of spaces (column widths
 follow the values). A line `...` stands for any number of lines. A command shown with no
-output is run and its output not compared.
+output is run and its output not compared. After a change of what the CLI prints,
+`UPDATE_DOC_EXAMPLES=1 pytest tests/integration/test_doc_examples.py` writes the new outputs
+into the pages (read the diff before committing it).
 
 Local mode here is what `make run` starts, without the demo jobs: the default settings and
 API key on free ports, and `jobsched` is this checkout's CLI; `JOBSCHED_URL` points at it, as
@@ -36,6 +38,9 @@ pytestmark = pytest.mark.timeout(600)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKED_BLOCK = re.compile(r"^<!-- run -->\n```console\n(.*?)^```", re.S | re.M)
 COMMAND_SECONDS = 60
+# UPDATE_DOC_EXAMPLES=1: write what each command printed into the page instead of comparing
+# (after a change of the CLI's output); an output shown with `...` is left as written.
+UPDATE = os.environ.get("UPDATE_DOC_EXAMPLES") == "1"
 
 _NORMALISE = [
     (re.compile(r"\bj_[0-9a-z]{16}\b"), "j_ID"),
@@ -131,7 +136,8 @@ def run_page(page: Path, environment: dict[str, str], workdir: Path) -> int:
     state = dict(environment)
     env_file = workdir / "env"
     ran = 0
-    for step in steps(page.read_text(encoding="utf-8")):
+    text = page.read_text(encoding="utf-8")
+    for step in steps(text):
         script = f"set -a\n{step.command}\nstatus=$?\nenv -0 > {env_file}\nexit $status\n"
         where = f"{page.relative_to(ROOT)}:{step.line}: $ {step.command}"
         try:
@@ -147,13 +153,26 @@ def run_page(page: Path, environment: dict[str, str], workdir: Path) -> int:
             pytest.fail(f"{where}\ndid not finish within {COMMAND_SECONDS} s")
         assert done.returncode == 0, f"{where}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
         state = dict(entry.split("=", 1) for entry in env_file.read_text().split("\0") if "=" in entry)
-        if step.expected:
+        if step.expected and UPDATE and "..." not in step.expected:
+            text = shown_output_replaced(text, step, done.stdout)
+        elif step.expected:
             actual = done.stdout.splitlines()
             assert matches(step.expected, actual), (
                 f"{where}\nshown:\n" + "\n".join(step.expected) + "\nprinted:\n" + done.stdout
             )
         ran += 1
+    if UPDATE:
+        page.write_text(text, encoding="utf-8")
     return ran
+
+
+def shown_output_replaced(text: str, step: Step, printed: str) -> str:
+    """The page with the output shown under `step` replaced by what it printed."""
+    command = "$ " + step.command + "\n"
+    start = text.index(command) + len(command)
+    shown = "".join(line + "\n" for line in step.expected)
+    assert text[start : start + len(shown)] == shown, step.command
+    return text[:start] + printed.rstrip("\n") + "\n" + text[start + len(shown) :]
 
 
 def test_normalising_keeps_what_matters() -> None:
