@@ -7,7 +7,7 @@ LOCAL_STAMP := $(VENV)/.installed-local
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: venv test test311 checks lint typecheck unit test313 run demo clean browser
+.PHONY: venv test test311 checks lint typecheck docs-check docs unit test313 run demo clean browser
 
 # Everything: the runtime, local mode and the dev tools (tests, linters, CDK, benchmarks).
 # It also upgrades a venv that `make run` made with local mode alone.
@@ -32,6 +32,16 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The docs site (mkdocs.yml, docs/): its reference pages are generated from the code at build
+# time (docs/hooks/generated.py), so a strict build fails on a broken link or a generator
+# that no longer matches the code. `make docs` serves it on http://127.0.0.1:8000.
+export NO_MKDOCS_2_WARNING := 1
+docs-check: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+docs: $(STAMP)
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
@@ -68,7 +78,7 @@ test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target test311 test313 \
 	  TEST311_ARGS="$(CHAOS_ELSEWHERE)" TEST313_SUITES="tests/unit tests/integration $(if $(SKIP_PY313),,tests/chaos)"
 
-checks: lint typecheck
+checks: lint typecheck docs-check
 
 test311: $(STAMP) browser
 	$(BIN)/pytest -q $(TEST311_ARGS)
@@ -93,9 +103,9 @@ run: $(if $(wildcard $(STAMP)),$(STAMP),$(LOCAL_STAMP))
 demo: run
 
 clean:
-	rm -rf $(VENV) $(VENV313) cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) site cdk.out .pytest_cache .mypy_cache .ruff_cache
 
-# --- the end-to-end suite against a deployed stack (README, Deploy to AWS: Prove the deployment) ---
+# --- the end-to-end suite against a deployed stack (docs/operate/deploy.md: Prove the deployment) ---
 # JOBSCHED_E2E_ENDPOINT is the stack's ApiUrl; AWS credentials come from the standard chain.
 # Without either it prints why and exits 0: the check is opt-in.
 .PHONY: e2e-aws
@@ -103,7 +113,7 @@ clean:
 e2e-aws: $(STAMP)
 	JOBSCHED_E2E_TARGET=aws $(BIN)/pytest tests/e2e -q -rs --timeout=900
 
-# --- infrastructure (CDK): see the README, Deploy to AWS ---
+# --- infrastructure (CDK): see docs/operate/ ---
 # The CDK CLI is pinned in package.json and installed into ./node_modules.
 CDK := node_modules/.bin/cdk
 CDK_OUT ?= cdk.out
@@ -114,7 +124,7 @@ INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 # The check-only synths below subscribe no one to the alarms (a deploy must: alarmEmail).
 CHECK_ONLY := -c alarmsWithoutSubscriber=true
 
-# The deploy preflight (README, Deploy to AWS): run with the deployer's credentials before the
+# The deploy preflight (docs/operate/preflight.md): run with the deployer's credentials before the
 # first deploy, and before every deploy that changes shardCount or concurrency.
 # PREFLIGHT_ARGS: e.g. "-c shardCount=64 --region eu-west-1".
 PREFLIGHT_ARGS ?=
@@ -141,7 +151,7 @@ lint-infra: $(STAMP)
 	$(BIN)/cfn-lint --ignore-checks W3005 -- $(CDK_OUT)/lint/*.template.json
 
 # At a release: record the template's tables as released (the migration gate, which
-# `make test` runs, compares every later template with them; README, Migrations).
+# `make test` runs, compares every later template with them; docs/operate/upgrade.md).
 release-tables: $(STAMP)
 	$(BIN)/python -m infra.migrations --write
 

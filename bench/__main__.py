@@ -110,6 +110,8 @@ def run(
     (out / "results.json").write_text(json.dumps(_clean(results), indent=1, default=str) + "\n")
     (out / "report.md").write_text(report.markdown(results, "lag.png" if drawn else None))
     (out / "README-performance.md").write_text(report.readme_section(results))
+    if not quick and out == HERE:  # `make bench`: its figures are the docs' Performance page
+        report.update_docs_page(results, HERE.parent / "docs" / "design" / "performance.md")
     return results
 
 

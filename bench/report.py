@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (Markdown prose and table rows read better unwrapped)
 """Turns bench results into the terminal table, bench/report.md, bench/lag.png and the
-README's Performance section (bench/README-performance.md)."""
+figures of the docs' Performance page (docs/design/performance.md, written by `make bench`)."""
 
 from __future__ import annotations
 
@@ -629,3 +629,21 @@ def readme_section(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+FIGURES_BEGIN = "<!-- bench figures: begin (make bench writes this part) -->"
+FIGURES_END = "<!-- bench figures: end -->"
+
+
+def update_docs_page(results: dict[str, Any], page: Path) -> bool:
+    """Replace the figures between the page's bench markers with these results' section.
+
+    Takes the results of a full (not --quick) run and the docs page; returns False, leaving
+    the page alone, when the page lacks either marker. Only the marked part changes."""
+    text = page.read_text(encoding="utf-8")
+    begin, end = text.find(FIGURES_BEGIN), text.find(FIGURES_END)
+    if begin < 0 or end < begin:
+        return False
+    section = readme_section(results).split("\n", 1)[1].strip("\n")  # without its heading
+    page.write_text(text[: begin + len(FIGURES_BEGIN)] + "\n" + section + "\n" + text[end:], encoding="utf-8")
+    return True

@@ -29,7 +29,7 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   acknowledged (and not undone).
 - `overlap_violations`: a run of a `skip` or `buffer-one` job whose target call started
   while an earlier run of the same job was executing: between that run's first call and
-  the end of its last (a run waiting for its retry is still open, README *Policies*). Only
+  the end of its last (a run waiting for its retry is still open, docs/concepts/policies.md). Only
   each run's first attempt series counts (a redrive is a new decision).
 - `missed_run_violations`: an occurrence inside an acknowledged pause (more than the skew
   from either end) that was neither run nor recorded SKIPPED as the job's `missedRuns`
@@ -710,7 +710,7 @@ def _check_overlap(evidence: Evidence, by_job: dict[str, list[Run]], figures: Fi
     """No call of a `skip`/`buffer-one` run starts while an earlier run of its job executes."""
     for job_id, runs in by_job.items():
         # Scheduled runs among themselves; manual runs are outside the policy, and the runs of
-        # one backfill run one after another (README *Policies*).
+        # one backfill run one after another (docs/concepts/policies.md).
         _check_overlap_of([run for run in runs if run.trigger is Trigger.SCHEDULE], evidence, figures)
         tracked = evidence.jobs.get(job_id)
         for backfill in tracked.backfills if tracked else []:

@@ -568,7 +568,7 @@ class World:
 
     def _patch(self, tracked: TrackedJob) -> None:
         """PATCH the job's payload, priority and retry policy (If-Match on the version read).
-        Runs already made keep the definition they were made with (README *PATCH*): each run
+        Runs already made keep the definition they were made with (docs/concepts/jobs.md, PATCH): each run
         is judged by its own policies."""
         rng = self.control_rng
         try:

@@ -298,7 +298,7 @@ class Config:
             bool(self.alarm_email) or self.alarms_without_subscriber,
             "alarmEmail is empty, so no alarm would reach anyone: deploy with "
             "-c alarmEmail=ops@example.com, or with -c alarmsWithoutSubscriber=true if you "
-            "subscribe to the AlarmTopicArn output yourself (README, Alarms)",
+            "subscribe to the AlarmTopicArn output yourself (docs/operate/alarms.md)",
         )
 
     def provisioned_pollers(self, queue: str) -> tuple[int, int] | None:
@@ -419,7 +419,7 @@ _FIELDS: dict[str, str] = {
 _REPLACED = {
     "targetArns": (
         "targetArns is replaced by tenantTargets (tenant id -> ARN patterns): it let every "
-        "tenant reach every listed target; grant each tenant its own (README, Targets)"
+        "tenant reach every listed target; grant each tenant its own (docs/concepts/targets.md)"
     ),
 }
 BILLING_MODES = ("on-demand", "provisioned")

@@ -66,7 +66,7 @@ class TargetGrants(Construct):
 
 
 def trust_policy(worker_role_arn: str, external_id: str) -> dict[str, Any]:
-    """The trust policy a tenant puts on its role (README, Security): the scheduler's worker
+    """The trust policy a tenant puts on its role (docs/design/security.md): the scheduler's worker
     role may assume it, set its source identity, and only with the tenant's ExternalId
     (jobsched.targets.roles.external_id)."""
     return {

@@ -7,7 +7,7 @@ functions point at a new, empty one), and it refuses an update that creates or d
 than one global secondary index of a table (changing an index's keys or projection is a
 delete and a create). `make test` runs `check` on the synthesized template
 (tests/infrastructure/test_migrations.py); a change it refuses comes with the steps to follow
-instead (README, Deploy to AWS: Migrations).
+instead (docs/operate/upgrade.md).
 
 At a release: `python -m infra.migrations --write` records the template's tables as the
 released ones. `python -m infra.migrations` checks the current template and exits 1 on a

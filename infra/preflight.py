@@ -393,7 +393,8 @@ def check_quotas(plan: Plan, facts: AccountFacts) -> list[Check]:
                 status=Status.INFO,
                 detail=f"on-demand: each table may take up to {limits['TableMaxReadCapacityUnits']} read and "
                 f"{limits['TableMaxWriteCapacityUnits']} write units a second (DescribeLimits); a new table "
-                "starts warm at 4,000 writes a second (the 1M-burst preset needs more: README, Performance)",
+                "starts warm at 4,000 writes a second (the 1M-burst preset needs more: "
+                "docs/design/performance.md)",
             )
         )
     if facts.rules_in_use is not None:
@@ -451,7 +452,7 @@ def check_shard_count(plan: Plan, facts: AccountFacts) -> Check:
             "in use: jobs stored in the shards above would be swept only by the sweeper's fallback, "
             "with an alarm",
             fix=f"deploy with -c shardCount={facts.recorded_shard_count} (or higher); to lower it, "
-            "follow README, Deploy to AWS: Resharding",
+            "follow docs/operate/deploy.md: Resharding",
         )
     return Check(
         name=name,

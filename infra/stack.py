@@ -170,7 +170,7 @@ class JobschedStack(Stack):
                     f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
                     "Customer targets are named by jobs at run time; the worker reaches the "
                     "patterns the operator granted to some tenant (tenantTargets), and its code "
-                    "lets each tenant reach only its own (README, Targets).",
+                    "lets each tenant reach only its own (docs/concepts/targets.md).",
                 )
         for arn in self.config.assumable_roles:
             if "*" in arn:
@@ -179,7 +179,7 @@ class JobschedStack(Stack):
                     f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
                     "Tenants name their own roles; the worker may assume those the operator "
                     "allows (assumableRoles), only with the tenant's sts:ExternalId, and each "
-                    "role's trust policy decides which tenant may use it (README, Security).",
+                    "role's trust policy decides which tenant may use it (docs/design/security.md).",
                 )
         for service in ("secretsmanager", "ssm"):
             for arn in self.config.secret_patterns(service):
@@ -188,7 +188,7 @@ class JobschedStack(Stack):
                         worker_role,
                         f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
                         "Secrets that HTTP target headers reference are granted per tenant as ARN "
-                        "patterns (tenantTargets); the worker reads only those, see the README, Security.",
+                        "patterns (tenantTargets); the worker reads only those, see docs/design/security.md.",
                     )
         if self.config.secret_patterns("secretsmanager") or self.config.secret_patterns("ssm"):
             ack(

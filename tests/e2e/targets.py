@@ -33,8 +33,8 @@ LOCAL_TIMEOUT = 20
 SETUP_HINT = (
     "make e2e-aws needs JOBSCHED_E2E_ENDPOINT (the stack's ApiUrl output) and AWS credentials "
     "from the standard chain (AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or a role); "
-    "the stack must be deployed with -c handlerModules=jobsched.demo_handlers (see the README, "
-    "Deploy to AWS)"
+    "the stack must be deployed with -c handlerModules=jobsched.demo_handlers (see docs/operate/deploy.md, "
+    "Prove the deployment)"
 )
 
 

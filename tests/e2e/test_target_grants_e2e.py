@@ -1,7 +1,7 @@
 """Local mode end to end: its JSON config's `tenant_targets` grant each tenant its own queues
 (tests/e2e/conftest.py), the API refuses another tenant's, and a run reaches its own, or a
 queue in the tenant's own account through its role (moto's STS hands out that account's
-credentials; it evaluates no trust policy, see README, Security)."""
+credentials; it evaluates no trust policy, see docs/design/security.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The README's deploy section covers bootstrap, deploy, outputs, SigV4 calls from the CLI and from Step
-Functions, alarm subscriptions and teardown, ends with proving the deployment (make e2e-aws), and names every
-output and context key."""
+"""The docs' Operate pages cover bootstrap, deploy, outputs, SigV4 calls from the CLI and from Step
+Functions, alarm subscriptions and teardown; the deploy page ends with proving the deployment (make
+e2e-aws), and the pages name every output and context key."""
 
 from __future__ import annotations
 
@@ -12,38 +12,52 @@ import pytest
 from infra.config import CONTEXT_KEYS
 from infra.names import ROOT
 
-README = ROOT / "README.md"
+OPERATE = ROOT / "docs" / "operate"
+PAGES = ["configure", "preflight", "deploy", "limits", "alarms", "upgrade", "teardown"]
+
+
+def page(name: str) -> str:
+    """One Operate page's text, below its title."""
+    return (OPERATE / f"{name}.md").read_text().split("\n", 1)[1]
 
 
 @pytest.fixture(scope="module")
 def doc() -> str:
-    text = README.read_text()
-    match = re.search(r"^## Deploy to AWS\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, "the README has no '## Deploy to AWS' section"
+    """Every Operate page, in the site's order."""
+    return "\n".join(page(name) for name in PAGES)
+
+
+def section(name: str, heading: str | None) -> str:
+    """A `## heading` section of a page, or the whole page when heading is None."""
+    text = page(name)
+    if heading is None:
+        return text
+    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"docs/operate/{name}.md: no '## {heading}' section"
     return match.group(1)
 
 
 @pytest.mark.parametrize(
-    ("section", "must_mention"),
+    ("name", "heading", "must_mention"),
     [
-        ("Bootstrap", ["cdk bootstrap"]),
-        ("Deploy", ["cdk deploy", "--outputs-file"]),
-        ("Outputs", ["ApiUrl"]),
-        ("Calling the API (SigV4)", ["--aws-sigv4", "awscurl", "attach-role-policy"]),
-        ("Calling the API from Step Functions", ["arn:aws:states:::apigateway:invoke", "IAM_ROLE"]),
-        ("Alarms", ["aws sns subscribe", "alarmEmail"]),
-        ("Tearing down", ["cdk destroy", "retainData"]),
+        ("deploy", "Bootstrap", ["cdk bootstrap"]),
+        ("deploy", "Deploy", ["cdk deploy", "--outputs-file"]),
+        ("deploy", "Outputs", ["ApiUrl"]),
+        ("deploy", "Calling the API (SigV4)", ["--aws-sigv4", "awscurl", "attach-role-policy"]),
+        ("deploy", "Calling the API from Step Functions", ["arn:aws:states:::apigateway:invoke", "IAM_ROLE"]),
+        ("alarms", None, ["aws sns subscribe", "alarmEmail"]),
+        ("teardown", None, ["cdk destroy", "retainData"]),
         (
+            "deploy",
             "Prove the deployment",
             ["make e2e-aws", "JOBSCHED_E2E_ENDPOINT", "handlerModules=jobsched.demo_handlers"],
         ),
     ],
 )
-def test_sections(doc, section, must_mention):
-    match = re.search(rf"^### {re.escape(section)}\n(.*?)(?=^### |\Z)", doc, re.M | re.S)
-    assert match, f"no '### {section}' section"
-    for text in must_mention:
-        assert text in match.group(1), (section, text)
+def test_sections(name, heading, must_mention):
+    text = section(name, heading)
+    for wanted in must_mention:
+        assert wanted in text, (name, heading, wanted)
 
 
 def test_every_output_and_context_key_is_documented(doc, synth):
@@ -58,8 +72,8 @@ def as_regex(pattern: str) -> str:
     return "".join(r"[\w-]+" if p.startswith("<") else re.escape(p) for p in re.split(r"(<\w+>)", pattern))
 
 
-def test_every_alarm_is_explained(doc, synth):
-    (table,) = re.findall(r"^### Alarms\n(.*?)(?=^### |\Z)", doc, re.M | re.S)
+def test_every_alarm_is_explained(synth):
+    table = section("alarms", None)
     patterns = [as_regex(p) for p in re.findall(r"^\| `([^`]+)`", table, re.M)]
     patterns += [as_regex(p) for p in re.findall(r"^\| `[^`]+`, `([^`]+)`", table, re.M)]
     for alarm in synth.of_type("AWS::CloudWatch::Alarm").values():
@@ -72,5 +86,5 @@ def test_json_examples_parse(doc):
         json.loads("{" + block.strip() + "}" if not block.strip().startswith("{") else block)
 
 
-def test_deploy_section_ends_with_proving_the_deployment(doc):
-    assert re.findall(r"^### (.+)$", doc, re.M)[-1] == "Prove the deployment"
+def test_deploy_page_ends_with_proving_the_deployment():
+    assert re.findall(r"^## (.+)$", page("deploy"), re.M)[-1] == "Prove the deployment"

@@ -90,7 +90,7 @@ def test_the_default_stack_provisions_no_pollers(synth):
 
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
-    """The stack as set for a million-run top of the hour (README, Performance)."""
+    """The stack as set for a million-run top of the hour (docs/design/performance.md)."""
     from tests.infrastructure.synth import synthesize
 
     return synthesize(

@@ -1,4 +1,4 @@
-"""The trust policy the README tells a tenant to put on its role is the one infra.grants
+"""The trust policy the docs (Design, Security) tell a tenant to put on its role is the one infra.grants
 writes, names the stack's worker role (an output), and admits exactly the AssumeRole the
 worker makes for that tenant: not another tenant's, not one without a source identity."""
 
@@ -21,10 +21,11 @@ ROLE = "arn:aws:iam::210987654321:role/jobsched-target-reports"
 WORKER = "arn:aws:iam::123456789012:role/Jobsched-FunctionsWorkerFunctionRole-ABC"
 
 
-def readme_policy() -> dict[str, Any]:
-    text = (ROOT / "README.md").read_text()
-    section = re.search(r"^### AWS targets act with the tenant's authority\n(.*?)(?=^##)", text, re.M | re.S)
-    assert section, "README: no '### AWS targets act with the tenant's authority'"
+def documented_policy() -> dict[str, Any]:
+    text = (ROOT / "docs" / "design" / "security.md").read_text()
+    heading = r"^## AWS targets act with the tenant's authority\n"
+    section = re.search(heading + r"(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert section, "docs/design/security.md: no '## AWS targets act with the tenant's authority'"
     (block,) = re.findall(r"```json\n(.*?)```", section.group(1), re.S)
     return dict(json.loads(block))
 
@@ -43,9 +44,9 @@ def admits(policy: dict[str, Any], principal: str, request: dict[str, Any]) -> b
     )
 
 
-def test_the_readme_policy_is_the_one_the_code_writes():
+def test_the_documented_policy_is_the_one_the_code_writes():
     placeholder = trust_policy("<WorkerFunctionRoleArn>", "<your external id>")
-    assert readme_policy() == placeholder
+    assert documented_policy() == placeholder
 
 
 def test_the_principal_to_trust_is_a_stack_output(synth):

@@ -1,5 +1,5 @@
 """The run lifecycle as users and hostile tenants drive it, through the public API on moto:
-each test here failed before the lifecycle moved into the domain (see the README's *Runs*,
+each test here failed before the lifecycle moved into the domain (see docs/concepts/runs.md,
 *Policies* and *External workers* sections for what they promise)."""
 
 from __future__ import annotations

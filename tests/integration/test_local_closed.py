@@ -1,4 +1,4 @@
-"""Local mode is closed to web pages (README, *Security*): a page in the developer's browser,
+"""Local mode is closed to web pages (docs/design/security.md): a page in the developer's browser,
 or one on a name rebound to 127.0.0.1, gets nothing from either port, while boto3, the AWS
 CLI, the CLI and the console keep working.
 

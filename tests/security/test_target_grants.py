@@ -377,7 +377,7 @@ def test_a_malformed_role_arn_is_a_400(world, api):
     assert response.body["errors"][0]["field"].endswith("roleArn")
 
 
-# --- upgrading: jobs written before grants (README, Security, Upgrading) ---
+# --- upgrading: jobs written before grants (docs/design/security.md, Upgrading) ---
 
 
 def test_a_job_from_before_grants_dies_at_its_run_until_it_is_granted_or_changed(world, api, container):

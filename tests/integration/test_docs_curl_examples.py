@@ -1,4 +1,9 @@
-"""Every curl example in README.md, run in order through the real `api` handler.
+"""Every curl example of the docs' pages, run in order through the real `api` handler.
+
+The pages are read in the order of EXAMPLE_PAGES: the API's examples first, so the first
+create gives `$JOB`. The marked examples of the README and the
+tour run against local mode itself (test_doc_examples.py); these run in process, on a clock
+of their own, so they can show a whole lease and a backfill in a few seconds.
 
 Each command in a ```sh block that calls curl is parsed (method, path, query, headers,
 body) and sent with the `api` fixture's client. `VAR=$(curl ... | jq -r .field)` stores
@@ -12,6 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,28 @@ from jobsched.domain.instants import ManualClock
 
 from tests.helpers import ApiClient, grant
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+EXAMPLE_PAGES = [
+    DOCS / name
+    for name in (
+        "concepts/jobs.md",
+        "concepts/schedules.md",
+        "concepts/runs.md",
+        "concepts/policies.md",
+        "concepts/targets.md",
+        "concepts/external-workers.md",
+        "getting-started/local-mode.md",
+        "reference/cli.md",
+        "getting-started/console.md",
+        "operate/configure.md",
+        "operate/preflight.md",
+        "operate/deploy.md",
+        "operate/alarms.md",
+        "operate/upgrade.md",
+        "operate/teardown.md",
+        "design/security.md",
+    )
+]
 
 _SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 _EXPECTED = re.compile(r"#\s*(?:→|->)\s*(\d{3})\s*$")
@@ -28,6 +55,9 @@ _JQ_FIELD = re.compile(r"^((?:\.\w+(?:\[\d+\])?)+)$")
 _JQ_STEP = re.compile(r"\.(\w+)(?:\[(\d+)\])?")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _BASE = "$JOBSCHED_URL"
+# `$(date -u -d '+1 hour' +%FT%TZ)` inside a body: an instant relative to now, as GNU date
+# prints it; here relative to the test's clock.
+_RELATIVE_DATE = re.compile(r"\$\(date -u -d '([+-]\d+) (second|minute|hour|day)s?' \+%FT%TZ\)")
 _NO_ARG_FLAGS = {"-s", "-S", "-sS", "-i", "-si", "-sSi", "--silent", "--show-error", "--include"}
 _DATA_FLAGS = {"-d", "--data", "--data-raw"}
 
@@ -58,7 +88,7 @@ def commands(block: str) -> list[str]:
         if text and not text.startswith("#"):
             found.append(text)
         pending = ""
-    assert not pending.strip(), f"unterminated command in README: {pending!r}"
+    assert not pending.strip(), f"unterminated command in the docs: {pending!r}"
     return found
 
 
@@ -114,7 +144,8 @@ def parse(text: str) -> Example | None:
 
 def readme_examples() -> list[Example]:
     found = []
-    for block in _SH_BLOCK.findall(README.read_text(encoding="utf-8")):
+    text = "\n".join(page.read_text(encoding="utf-8") for page in EXAMPLE_PAGES)
+    for block in _SH_BLOCK.findall(text):
         for text in commands(block):
             example = parse(text)
             if example is not None:
@@ -133,8 +164,18 @@ def substitute(text: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(value, text)
 
 
-def test_readme_has_an_example_for_every_route():
-    """Every route of the OpenAPI document, with its path parameters as README variables."""
+def relative_dates(text: str, now: datetime) -> str:
+    """Each `$(date -u -d '+N unit' +%FT%TZ)` replaced by that instant after `now`."""
+
+    def instant(match: re.Match[str]) -> str:
+        moved = now + timedelta(**{match.group(2) + "s": int(match.group(1))})
+        return moved.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return _RELATIVE_DATE.sub(instant, text)
+
+
+def test_docs_have_an_example_for_every_route():
+    """Every route of the OpenAPI document, with its path parameters as the examples' variables."""
     from jobsched.handlers.api import app
 
     placeholders = {"{job_id}": "$JOB", "{run_key}": "$RUN"}
@@ -155,11 +196,11 @@ def test_readme_has_an_example_for_every_route():
             target = target.replace(variable, "$RUN")
         shapes.add((example.method, target))
     missing = wanted - shapes
-    assert not missing, f"routes without a README example: {sorted(missing)}"
+    assert not missing, f"routes without an example in the docs: {sorted(missing)}"
 
 
-# What the README's examples assume the operator granted their tenant (README, Targets).
-README_GRANTS = {
+# What the examples assume the operator granted their tenant (docs/concepts/targets.md).
+EXAMPLE_GRANTS = {
     "tenant-a": [
         "arn:aws:lambda:eu-west-1:123456789012:function:remind",
         "arn:aws:sqs:eu-west-1:123456789012:inventory",
@@ -168,16 +209,17 @@ README_GRANTS = {
 }
 
 
-def test_readme_examples_run_in_order(api: ApiClient, clock: ManualClock, container: Any):
-    grant(container, README_GRANTS)
+def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, container: Any):
+    grant(container, EXAMPLE_GRANTS)
     examples = readme_examples()
     assert any(e.capture == ("JOB", ".jobId") for e in examples), "no `JOB=$(curl ... | jq -r .jobId)`"
     variables: dict[str, str] = {}
     for example in examples:
         path, _, query = substitute(example.target, variables).partition("?")
         headers = {name: substitute(value, variables) for name, value in example.headers.items()}
-        # Bodies are single-quoted in the README, where the shell expands nothing.
-        response = api.request(example.method, path, headers=headers, raw_body=example.body, query=query)
+        # Bodies are single-quoted in the docs, where the shell expands nothing.
+        body = relative_dates(example.body, clock.now()) if example.body is not None else None
+        response = api.request(example.method, path, headers=headers, raw_body=body, query=query)
         if example.expected is not None:
             assert response.status == example.expected, f"{example.text}\n→ {response}"
         else:
