@@ -206,6 +206,16 @@ class Attempts:
             return Admitted(Admission.ENDED, run, ending)
         return Admitted(Admission.GO, run)
 
+    def buffered_behind(self, run: Run, now: datetime) -> Run | None:
+        """The running earlier run that buffers `run` under `overlap: buffer-one` now (what
+        `admit` would answer BUFFERED for), or None: read, never written."""
+        if not lifecycle.claimable(run, now) or run.due_at > now + CLOCK_SKEW or not applies(run):
+            return None
+        blocker = self._earlier_open(run)
+        if overlap_verdict(run.policies.overlap, blocker) is OverlapVerdict.BUFFER:
+            return blocker
+        return None
+
     def _earlier_open(self, run: Run) -> Run | None:
         """The job's latest earlier run that was not skipped, if it is open: walked back
         through skipped occurrences (domain.overlap), read consistently."""
