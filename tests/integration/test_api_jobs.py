@@ -646,3 +646,11 @@ def test_next_fire_times_count_materialised_runs_once(api):
 def test_openapi_document_is_titled(api):
     info = api.get("/openapi.json").body["info"]
     assert info["title"] == "jobsched" and info["version"] == "1"
+
+
+def test_a_job_id_that_cannot_exist_is_404_not_a_pattern(api):
+    for path in ("/v1/jobs/nope", "/v1/jobs/nope/runs", "/v1/jobs/nope/summary"):
+        response = api.get(path)
+        assert response.status == 404, (path, response)
+        assert response.body["code"] == "not_found"
+        assert response.body["message"] == "job nope not found"
