@@ -197,6 +197,21 @@ def test_a_dead_letter_is_redriven_from_the_console_with_its_reason(
     screenshot(driver, output_dir, "run-redriven")
 
 
+def test_a_run_nothing_here_can_execute_says_it_waits_for_an_external_worker(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": unique("external"), "type": "report.build", "runAt": instant(0)})
+    try:
+        runs = wait_until(driver, lambda: client.list_runs(job["jobId"], limit=5)["items"], "its run")
+        driver.get(f"{console_url}#/runs/{runs[0]['runKey']}")
+        said = wait_until(driver, lambda: one(driver, "[data-test=waiting-for]").text, "the run page")
+        assert said == "Waiting: waiting for an external worker (no handler for type report.build, no target)"
+        screenshot(driver, output_dir, "run-waiting")
+    finally:
+        client.cancel_job(job["jobId"])
+
+
 def test_a_job_name_with_markup_shows_as_those_characters(
     signed_in: Any, client: Any, console_url: str, output_dir: Path
 ) -> None:
