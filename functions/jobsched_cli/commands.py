@@ -299,4 +299,6 @@ def cmd_local(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: local mode is not available: {exc}", file=sys.stderr)
         return 1
-    return serve(port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo)
+    return serve(
+        port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo, follow=args.follow
+    )

@@ -214,9 +214,19 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
     fake.serve = serve  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "jobsched_local.serve", fake)
     assert main(["local", "--port", "9000", "--moto-port", "9001", "--config", "c.json", "--demo"]) == 7
-    assert calls == [{"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True}]
+    assert calls == [
+        {"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True, "follow": "mine"}
+    ]
     assert main(["local"]) == 7
-    assert calls[-1] == {"port": None, "moto_port": None, "config_path": None, "demo": False}
+    assert calls[-1] == {
+        "port": None,
+        "moto_port": None,
+        "config_path": None,
+        "demo": False,
+        "follow": "mine",
+    }
+    assert main(["local", "--follow", "all"]) == 7
+    assert calls[-1]["follow"] == "all"
 
 
 # --- defaults for endpoint and key ---
