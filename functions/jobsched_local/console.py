@@ -326,12 +326,13 @@ def repair_label(run: Run) -> str | None:
 
 
 def shorten_words(text: str, width: int) -> str:
-    """`text` if it fits in `width`, else cut at the last space before it, with `…`."""
+    """`text` if it fits in `width`, else cut at the last space before it, with `…` (just
+    `…` when no space comes early enough: a word is never cut open)."""
     if len(text) <= width:
         return text
     cut = text[: width - 1]
     space = cut.rfind(" ")
-    return (cut[:space] if space > 0 else cut) + "…"
+    return (cut[:space] + " " if space > 0 else "") + "…"
 
 
 def shorten_json(value: Any, width: int) -> str:
@@ -352,5 +353,13 @@ def shorten_json(value: Any, width: int) -> str:
             if len(opening + ",".join([*kept, member]) + ",…" + closing) > width:
                 break
             kept.append(member)
+        if not kept and isinstance(value, dict):
+            # Not even the first member fits: its string value shortened at a space (a
+            # timestamp or an id has none, so it is left out whole rather than cut open).
+            name, first = next(iter(value.items()))
+            if isinstance(first, str):
+                room = width - len(opening + json.dumps(name) + ':"",…' + closing)
+                shortened = json.dumps(shorten_words(first, room), ensure_ascii=False)
+                kept = [f"{json.dumps(name)}:{shortened}"] if room > 1 else []
         return opening + ",".join([*kept, "…"]) + closing
     return "…"

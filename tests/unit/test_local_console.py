@@ -40,7 +40,7 @@ def test_a_client_that_went_away_is_no_traceback(
         try:
             raise error
         except OSError:
-            server.handle_error(None, ("127.0.0.1", 50000))
+            server.handle_error(server.socket, ("127.0.0.1", 50000))
     finally:
         server.server_close()
     assert capsys.readouterr().err == ""
@@ -56,7 +56,7 @@ def test_any_other_request_error_is_logged_with_its_traceback(
         try:
             raise ValueError("bad handler")
         except ValueError:
-            server.handle_error(None, ("127.0.0.1", 50000))
+            server.handle_error(server.socket, ("127.0.0.1", 50000))
     finally:
         server.server_close()
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -310,3 +310,11 @@ def test_a_succeeded_run_shows_no_earlier_error() -> None:
     assert detail_of(failed) == "DemoFlaky"
     succeeded = failed.model_copy(update={"state": RunState.SUCCEEDED, "attempt": 2})
     assert detail_of(succeeded) == ""
+
+
+def test_a_first_member_too_long_to_fit_is_cut_at_a_word_never_inside_its_run_key() -> None:
+    result = {"greeting": "hello from j_4m9q2x7c0rk1vd5t@2026-12-01T00:20:05Z", "payload": None}
+    done = run("dev", "j_a", RunState.SUCCEEDED, due=T0, at=T0, attempt=1).model_copy(
+        update={"result": result}
+    )
+    assert detail_of(done) == '{"greeting":"hello from …",…}'
