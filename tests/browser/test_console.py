@@ -36,6 +36,12 @@ def every(driver: Any, selector: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
+def shown_notice(driver: Any) -> tuple[str, str] | None:
+    """The notice's (kind, text) once one is shown; None before."""
+    kind, text = notice(driver)
+    return (kind, text) if kind else None
+
+
 def notice(driver: Any) -> tuple[str, str]:
     element = driver.find_element(By.ID, "notice")
     return (element.get_attribute("data-kind") or "", element.text) if element.is_displayed() else ("", "")
@@ -126,7 +132,7 @@ def test_pause_and_resume_send_if_match_and_a_412_is_explained(
         client.pause(job_id)
         client.resume(job_id)  # version 3 now; the page still shows 1
         one(driver, "[data-test=pause]").click()
-        kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the 412 notice")
+        kind, text = wait_until(driver, lambda: shown_notice(driver), "the 412 notice")
         assert kind == "conflict"
         assert "someone else changed this job" in text and "version 1" in text and "version 3" in text
         assert client.get_job(job_id)["state"] == "ACTIVE"  # nothing happened
@@ -179,7 +185,7 @@ def test_a_dead_letter_is_redriven_from_the_console_with_its_reason(
     row = row_of(driver, "data-run-key", run_key)
     row.find_element(By.CSS_SELECTOR, "[data-test=redrive-reason]").send_keys(reason)
     row.find_element(By.CSS_SELECTOR, "[data-test=redrive]").click()
-    kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the redrive notice")
+    kind, text = wait_until(driver, lambda: shown_notice(driver), "the redrive notice")
     assert kind == "ok" and "Redriven" in text, text
     done = wait_until(
         driver, lambda: client.get_run(run_key)["state"] == "SUCCEEDED" and client.get_run(run_key), "success"

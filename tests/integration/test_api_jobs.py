@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -142,7 +143,7 @@ def test_bad_input_is_400_naming_the_field(api, change, field):
 RATE = {"cron": None, "timeZone": None, "every": 60}
 DURATION_RULE = "ISO 8601 duration"
 HTTP_TARGET = {"kind": "http", "url": "https://example.com/hook"}
-NOT_COERCED = [
+NOT_COERCED: list[tuple[dict[str, Any], str, str]] = [
     ({**RATE, "every": True}, "every", DURATION_RULE),
     ({**RATE, "every": "30"}, "every", DURATION_RULE),
     ({**RATE, "every": "banana"}, "every", DURATION_RULE),

@@ -859,7 +859,7 @@ def test_doctor_hands_its_arguments_to_the_preflight(monkeypatch):
 def test_runs_get_shows_the_attempts_and_why_it_waits(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = {
+    run: dict[str, Any] = {
         "runKey": "j_a@2026-11-02T09:00:00Z",
         "state": "RETRY_WAIT",
         "waitingFor": "waiting for its retry at 2026-11-02T09:00:04Z",
