@@ -855,3 +855,29 @@ def test_a_single_attempt_run_is_not_said_to_have_exhausted_retries(api, worker)
     assert deliver(worker, key).outcome is AttemptOutcome.DEAD
     dead = run_of(api, key)
     assert dead["lastErrorMessage"] == "downstream 503; not retried (maxAttempts is 1)"
+
+
+def test_a_queued_run_of_a_tenant_at_its_limit_says_so(api, container, monkeypatch):
+    from jobsched.targets import registry
+
+    # A type this process runs itself (so not one for external workers).
+    monkeypatch.setitem(registry._handlers, "inhouse", lambda payload, invocation: None)
+    container.tenant_slots.limit = 1
+    create(api, runAt="2026-11-02T07:59:00Z")
+    (held,) = claim(api)  # the tenant's one slot
+    key = key_of(create(api, type="inhouse"))
+    container.outbox.publish([container.runs.get_by_key(key)])
+    assert run_of(api, key)["state"] == "QUEUED"
+    assert run_of(api, key)["waitingFor"] == "tenant at its concurrency limit (1 of 1 leased)"
+
+    api.post(f"/v1/leases/{held['runKey']}/complete", {"fence": held["fence"], "outcome": "succeeded"})
+    assert run_of(api, key)["waitingFor"] == "waiting for a worker"
+
+
+def test_a_run_buffered_behind_its_running_predecessor_names_it(api, container, clock):
+    job_id = create(api, runAt=None, cron="* * * * *", overlap="buffer-one")
+    (first,) = claim(api)  # 08:00 is running
+    clock.advance(60)
+    container.sweeper.sweep()
+    second = key_of(job_id, "2026-11-02T08:01:00Z")
+    assert run_of(api, second)["waitingFor"] == f"buffered behind {first['runKey']}"
