@@ -41,11 +41,10 @@ def waiting_for(run: Run, now: datetime, around: Surroundings = Surroundings()) 
     """Why `run` is not running at `now`; None when it is running (a live lease) or finished.
 
     The first that applies, in this order: job paused (held), buffered behind <run key>
-    (chained or overlap), waiting for its retry at <instant>, not due yet,
+    (chained or overlap), its lease expired, waiting for its retry at <instant>, not due yet,
     job paused (not yet held), deferred by a worker (tenant limit, buffered, not due) until
-    <instant>, waiting for an external worker, tenant at its concurrency limit, and otherwise waiting for a
-    worker (QUEUED) or to be published (PENDING). A LEASED run whose lease expired waits to
-    be claimed again or repaired."""
+    <instant>, waiting for an external worker, tenant at its concurrency limit, and otherwise
+    waiting for a worker (QUEUED) or to be published (PENDING)."""
     if not run.is_open or run.lease_live(now):
         return None
     if run.blocked_by == PAUSED_HOLD:

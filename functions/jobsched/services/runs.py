@@ -102,14 +102,14 @@ class RunService:
             raise NotFound(f"run {run_key} not found")
         return run
 
-    def waiting(self, tenant: str, runs: Sequence[Run], job: Job | None = None) -> dict[str, str]:
+    def waiting(self, tenant: str, runs: Sequence[Run]) -> dict[str, str]:
         """Why each open run of `runs` (all of `tenant`) is not running now (domain.run_status),
         by run key; runs that are running or finished are left out. Reads what the runs do not
-        say, once per call: the job's state (each job once, or `job` as given), the tenant's
-        live leases (when it has a limit and some run waits for a worker), and for a run under
-        `overlap: buffer-one` the earlier run that may buffer it."""
+        say: each job's state (once per job), the tenant's live leases (once, when it has a
+        limit and some run waits for a worker), and for a due run under `overlap: buffer-one`
+        the earlier runs that may buffer it (up to the overlap walk's limit). Writes nothing."""
         now = self._clock.now()
-        jobs: dict[str, Job | None] = {job.job_id: job} if job is not None else {}
+        jobs: dict[str, Job | None] = {}
         leases: list[int] = []
         found: dict[str, str] = {}
         for run in runs:
