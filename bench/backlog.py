@@ -94,7 +94,7 @@ def measure(backlogged: int, on_time: int, shards: int = 4, budget: float = 30.0
             written[job.job_id] = len(outcome.created) + len(outcome.skipped)
             return outcome
 
-        materializer.materialize = timed  # type: ignore[method-assign]
+        materializer.materialize = timed
         report = sweeper.sweep()
         tick = time.perf_counter() - began
     on_time_ids = {j.job_id for j in jobs if j.tenant != "backlog"}

@@ -103,18 +103,19 @@ class Recorder:
     # --- install ---
 
     def __enter__(self) -> Recorder:
-        self._original = BaseClient._make_api_call
+        # botocore's private method, which the boto3 stubs leave out of BaseClient.
+        self._original = BaseClient._make_api_call  # type: ignore[attr-defined]
         recorder = self
         original = self._original
 
         def _make_api_call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
             return recorder._record(client, original, operation_name, api_params)
 
-        BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
+        BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        BaseClient._make_api_call = self._original  # type: ignore[method-assign]
+        BaseClient._make_api_call = self._original  # type: ignore[attr-defined]
 
     def reset(self) -> None:
         with self._lock:

@@ -119,7 +119,12 @@ class Harness:
     def __enter__(self) -> Harness:
         # Restored on exit: the process (a test session's, say) gets its own settings back.
         saved_environment = dict(os.environ)
-        self._stack.callback(lambda: (os.environ.clear(), os.environ.update(saved_environment)))
+
+        def restore_environment() -> None:
+            os.environ.clear()
+            os.environ.update(saved_environment)
+
+        self._stack.callback(restore_environment)
         os.environ.update(
             {
                 "AWS_ACCESS_KEY_ID": "bench",
@@ -213,11 +218,11 @@ class Harness:
 
         clock = self.clock
         saved = (sqs_models.unix_time, sqs_models.unix_time_millis)
-        sqs_models.unix_time = lambda dt=None: clock.t  # type: ignore[assignment]
-        sqs_models.unix_time_millis = lambda dt=None: clock.t * 1000  # type: ignore[assignment]
+        sqs_models.unix_time = lambda dt=None: clock.t
+        sqs_models.unix_time_millis = lambda dt=None: clock.t * 1000
 
         def restore() -> None:
-            sqs_models.unix_time, sqs_models.unix_time_millis = saved  # type: ignore[assignment]
+            sqs_models.unix_time, sqs_models.unix_time_millis = saved
 
         self._stack.callback(restore)
 
@@ -244,7 +249,7 @@ class Harness:
             h for h in logging.getLogger(logger.name).handlers if isinstance(h, logging.StreamHandler)
         ]
         for handler in handlers:
-            previous = handler.setStream(self.sink)  # type: ignore[arg-type]
+            previous = handler.setStream(self.sink)
             self._stack.callback(handler.setStream, previous)
         level = logging.getLogger(logger.name).level
         logger.setLevel("INFO")

@@ -141,11 +141,11 @@ class LagBench:
         self.runtime.start()
         # Every run here is default priority: the high and low pollers would only add empty
         # receives to the single-threaded moto server.
-        for loop in self.runtime._loops:  # type: ignore[attr-defined]
+        for loop in self.runtime._loops:
             if loop.name in ("worker-high", "worker-low"):
                 loop.stop()
         for name, invoker in self.runtime.invokers.items():
-            invoker._handler = self.timeline.wrap(name, invoker._handler)  # type: ignore[attr-defined]
+            invoker._handler = self.timeline.wrap(name, invoker._handler)
         self.api = Api(self.runtime.api_url, self.runtime.api_key)
         handlers.take()
         return self

@@ -369,7 +369,9 @@ class Config:
             value = _coerce(name, raw, kind)
             if kind == "map":  # a partial map only overrides the keys it names
                 factory = cls.__dataclass_fields__[_snake(name)].default_factory
-                value = {**factory(), **value}  # type: ignore[misc]
+                if not callable(factory):
+                    raise TypeError(f"{name}: a map setting needs a default_factory")
+                value = {**factory(), **value}
             values[_snake(name)] = value
         return cls(**values)
 

@@ -137,7 +137,7 @@ class Functions(Construct):
         role = iam.Role(
             self,
             base + "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),  # type: ignore[arg-type]
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"jobsched {spec.name}",
         )
         function = lambda_.Function(
@@ -151,8 +151,8 @@ class Functions(Construct):
             memory_size=spec.memory_mb,
             timeout=Duration.seconds(spec.timeout_seconds),
             environment=env,
-            role=role,  # type: ignore[arg-type]
-            log_group=log_group,  # type: ignore[arg-type]
+            role=role,
+            log_group=log_group,
             tracing=lambda_.Tracing.ACTIVE,
             description=spec.description,
             reserved_concurrent_executions=self._config.reserved_concurrency().get(spec.name),

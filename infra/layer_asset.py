@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
@@ -141,7 +141,9 @@ def layer_code(
         asset_hash=layer_asset_hash(requirements, python_version, platform),
         bundling=BundlingOptions(
             image=_docker_image(python_version),
-            local=PipLayerBundling(requirements, python_version, platform),
+            # jsii calls try_bundle(output_dir, options) with the options struct as one
+            # argument; the ILocalBundling protocol spells that struct as keywords.
+            local=cast(ILocalBundling, PipLayerBundling(requirements, python_version, platform)),
         ),
     )
 

@@ -111,7 +111,7 @@ class Monitoring(Construct):
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchAlarmsUseTheKey",
-                principals=[cloudwatch],  # type: ignore[list-item]
+                principals=[cloudwatch],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, * is this key
             )
@@ -126,7 +126,7 @@ class Monitoring(Construct):
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="CloudWatchAlarmsPublish",
-                principals=[cloudwatch],  # type: ignore[list-item]
+                principals=[cloudwatch],
                 actions=["sns:Publish"],
                 resources=[self.topic.topic_arn],
                 conditions={
@@ -326,12 +326,13 @@ class Monitoring(Construct):
             periods=3,
             description="the API is slow (p99): function duration, DynamoDB throttling",
         )
-        for spec in ALL_TABLES:
+        for table_spec in ALL_TABLES:
             self._alarm(
-                f"{spec.default_name.removeprefix('jobsched-')}-table-throttles",
-                self.throttle_metric(storage.table(spec), spec),
+                f"{table_spec.default_name.removeprefix('jobsched-')}-table-throttles",
+                self.throttle_metric(storage.table(table_spec), table_spec),
                 threshold=TABLE_THROTTLE_THRESHOLD,
-                description=f"{spec.logical_id} table: requests are throttled (capacity, hot partition)",
+                description=f"{table_spec.logical_id} table: requests are throttled"
+                " (capacity, hot partition)",
             )
         repairs = self.repairs_metric()
         self._alarm(
@@ -393,7 +394,7 @@ class Monitoring(Construct):
         }
         return cw.MathExpression(
             expression=" + ".join(f"FILL({k}, 0)" for k in parts),
-            using_metrics=parts,  # type: ignore[arg-type]
+            using_metrics=parts,
             label="failed tick invocations",
             period=FIVE_MINUTES,
         )
@@ -406,7 +407,7 @@ class Monitoring(Construct):
         }
         return cw.MathExpression(
             expression=" + ".join(f"FILL({k}, 0)" for k in parts),
-            using_metrics=parts,  # type: ignore[arg-type]
+            using_metrics=parts,
             label="runs repaired",
             period=FIVE_MINUTES,
         )

@@ -18,6 +18,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
+from aws_cdk.interfaces import aws_events as events_interfaces
 from constructs import Construct
 
 from .config import Config
@@ -53,7 +54,7 @@ class TickTarget:
         self.payload = payload
         self.dead_letters = dead_letters
 
-    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+    def bind(self, rule: events_interfaces.IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
         return events.RuleTargetConfig(
             arn=self.function.function_arn,
             input=events.RuleTargetInput.from_object(self.payload),
@@ -113,7 +114,7 @@ class Schedules(Construct):
         self.dead_letters.add_to_resource_policy(
             iam.PolicyStatement(
                 sid=f"{kind}RulesDeadLetters",
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],  # type: ignore[list-item]
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["sqs:SendMessage"],
                 resources=[self.dead_letters.queue_arn],
                 conditions={"ArnLike": {"aws:SourceArn": rules_arn}},

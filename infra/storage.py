@@ -83,7 +83,7 @@ class Storage(Construct):
         for index in spec.indexes:
             table.add_global_secondary_index(
                 index_name=index.name,
-                partition_key=_attribute(index.partition),  # type: ignore[arg-type]
+                partition_key=_attribute(index.partition),
                 sort_key=_attribute(index.sort),
                 projection_type=_PROJECTIONS[index.projection],
                 non_key_attributes=list(index.include) if index.projection == "INCLUDE" else None,

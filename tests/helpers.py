@@ -49,10 +49,16 @@ def grant(
         container.__dict__.pop(built, None)
 
 
+def boto3_client(service: str) -> Any:
+    """A default boto3 client for `service` (moto's, under mock_aws): the target runner's factory."""
+    import boto3
+
+    return boto3.client(service)  # type: ignore[call-overload]  # any service name, not one Literal
+
+
 def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any) -> Any:
     """A worker on the container's stores and queues, running `registry`'s Python handlers,
     with Powertools idempotency kept on the run items (as the stack wires it)."""
-    import boto3
     from jobsched.services.worker import Worker
     from jobsched.targets import TargetRunner
 
@@ -60,7 +66,7 @@ def make_worker(container: Any, registry: Any, name: str = "w1", **options: Any)
         container.definitions,
         container.runs,
         container.queues,
-        TargetRunner(boto3.client, registry=registry),
+        TargetRunner(boto3_client, registry=registry),
         container.clock,
         worker_id=name,
         **{"lease_seconds": 60, "metrics": container.metrics, **options},

@@ -195,6 +195,7 @@ class Container:
             self.completer,
             self.clock,
             slots=self.tenant_slots,
+            is_external=self.is_external,
         )
 
 

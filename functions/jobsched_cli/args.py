@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--moto-port", type=int, default=None, help="moto server port (default 5055)")
     local.add_argument("--config", default=None, help="JSON file with local settings (API keys, ...)")
     local.add_argument("--demo", action="store_true", help="create demo jobs and watch their runs")
+    local.add_argument(
+        "--follow",
+        choices=("mine", "all", "none"),
+        default="mine",
+        help="whose runs the live table shows: mine (default: the jobs created through this instance;"
+        " the demo's recurring jobs for their first run only), all (every run of every tenant), none",
+    )
     local.set_defaults(local=cmd_local)
 
     doctor = commands.add_parser(

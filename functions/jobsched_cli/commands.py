@@ -18,6 +18,7 @@ from jobsched_local.config import DEV_KEY
 from .client import ApiClient, is_loopback
 from .follow import RunFollower
 from .rendering import (
+    attempts_table,
     format_fields,
     format_table,
     job_fields,
@@ -174,7 +175,8 @@ def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
             for t in run.get("transitions") or []
         ]
         headers = ["AT", "ACTOR", "FROM", "TO", "FENCE", "ATTEMPT", "ERROR", "DETAIL"]
-        return f"{fields}\n\ntransitions:\n{format_table(headers, rows)}"
+        attempts = attempts_table(run.get("attempts") or [])
+        return f"{fields}\n\nattempts:\n{attempts}\n\ntransitions:\n{format_table(headers, rows)}"
 
     return ctx.emit(run, human)
 
@@ -297,4 +299,6 @@ def cmd_local(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: local mode is not available: {exc}", file=sys.stderr)
         return 1
-    return serve(port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo)
+    return serve(
+        port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo, follow=args.follow
+    )

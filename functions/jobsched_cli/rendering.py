@@ -52,9 +52,18 @@ def format_fields(fields: Iterable[tuple[str, Any]]) -> str:
 
 
 def format_api_error(error: ApiError) -> str:
-    lines = [f"error: {error.status} {error.code}: {error.message}"]
-    for item in error.errors:
-        lines.append(f"  {item.get('field', '?')}: {item.get('rule', '')}")
+    """The error's status, code and message, then each field's rule once: the API's message
+    for a 400 joins the rules (`cron: bad; timeZone: unknown`), so with rules to list the
+    message is not repeated, and a single rule stays on the first line."""
+    items = [f"{item.get('field', '?')}: {item.get('rule', '')}" for item in error.errors]
+    if len(items) == 1:
+        lines = [f"error: {error.status} {error.code}: {items[0]}"]
+    elif items:
+        lines = [f"error: {error.status} {error.code}", *(f"  {item}" for item in items)]
+    else:
+        lines = [f"error: {error.status} {error.code}: {error.message}"]
+    if items and error.message and error.message != "; ".join(items):
+        lines.append(f"  ({error.message})")
     body = error.body if isinstance(error.body, dict) else {}
     for name, value in body.items():
         if name not in ("code", "message", "errors", "Message"):
@@ -109,11 +118,35 @@ def jobs_table(jobs: list[dict[str, Any]]) -> str:
 
 
 def runs_table(runs: list[dict[str, Any]]) -> str:
+    """One row per run; WAITING FOR says why an open run is not running (the API's waitingFor)."""
     rows = [
-        (r.get("runKey"), r.get("state"), r.get("trigger"), r.get("attempt"), r.get("lastErrorClass"))
+        (
+            r.get("runKey"),
+            r.get("state"),
+            r.get("trigger"),
+            r.get("attempt"),
+            r.get("lastErrorClass"),
+            r.get("waitingFor"),
+        )
         for r in runs
     ]
-    return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPT", "ERROR"], rows)
+    return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPT", "ERROR", "WAITING FOR"], rows)
+
+
+def attempts_table(attempts: list[dict[str, Any]]) -> str:
+    """The run's attempts as the API returns them: one per claim, its outcome and error."""
+    rows = [
+        (
+            a.get("attempt"),
+            a.get("fence"),
+            a.get("startedAt"),
+            a.get("endedAt"),
+            a.get("outcome"),
+            a.get("errorClass"),
+        )
+        for a in attempts
+    ]
+    return format_table(["ATTEMPT", "FENCE", "STARTED", "ENDED", "OUTCOME", "ERROR"], rows)
 
 
 def with_more(table: str, page: dict[str, Any]) -> str:

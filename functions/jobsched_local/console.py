@@ -5,8 +5,10 @@
   prints regardless) and no Powertools warning about an invocation that had no metrics to
   publish.
 - `startup_banner()`: where the API, its docs and the CLI are, and every API key.
-- `RunTable`: one line per run state change, of every tenant, read from the runs table's
-  stream (a second reader beside the outbox's event source mapping, as DynamoDB allows).
+- `RunTable`: one line per run state change, read from the runs table's stream (a second
+  reader beside the outbox's event source mapping, as DynamoDB allows); `--follow` says
+  whose runs (`mine`: of the jobs created through this instance, the demo's recurring jobs
+  for their first run only; `all`: every run of every tenant; `none`: no table).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import shlex
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
 import boto3
+from jobsched.domain.run_status import current_error
 from jobsched.domain.runs import Run, RunState
 from jobsched.store.schema import DEFINITIONS, RUNS
 
@@ -110,7 +113,7 @@ def startup_banner(api_url: str, moto_url: str, config: LocalConfig, program: st
         f"  CLI       {cli_command(api_url, config.api_keys, program)} jobs list   (or tail, --help)",
         f"  AWS       {moto_url}  (moto: tables, stream, queues)",
         "State is in memory: Ctrl-C stops local mode and discards every job and run.",
-        "Runs of every tenant are shown below as they change state.",
+        "Runs are shown below as they change state (--follow all|mine|none).",
         "",
     ]
     return "\n".join(lines)
@@ -121,11 +124,17 @@ def startup_banner(api_url: str, moto_url: str, config: LocalConfig, program: st
 HEADER = f"{'time':<9} {'tenant':<12} {'job':<18} {'scheduled for':<21} {'state':<11} {'att':>3}  detail"
 
 
+FOLLOW_CHOICES = ("mine", "all", "none")
+DETAIL_WIDTH = 60
+
+
 class RunTable:
     """Prints a line whenever a run's state, attempt or redrive count changes.
 
     Runs materialised ahead of time (PENDING or QUEUED before they are due) are held back and
-    shown once due, so the table reads in time order."""
+    shown once due, so the table reads in time order. With `follow="mine"` the runs of the
+    jobs in `tour_jobs` (the demo's, as it creates them) are shown for each job's first run
+    only, then one line says the rest are hidden; `follow="all"` shows every run."""
 
     def __init__(
         self,
@@ -134,7 +143,15 @@ class RunTable:
         job_name: Callable[[str], str | None],
         out: TextIO | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        follow: str = "all",
+        tour_jobs: Container[str] = frozenset(),
     ) -> None:
+        if follow not in FOLLOW_CHOICES[:2]:
+            raise ValueError(f"follow must be one of {', '.join(FOLLOW_CHOICES[:2])} (none: no table)")
+        self._follow = follow
+        self._tour_jobs = tour_jobs
+        self._tour_shown: dict[str, str] = {}  # tour job id -> the run key shown for it
         self._streams = streams
         self._arn = stream_arn
         self._job_name = job_name
@@ -147,7 +164,14 @@ class RunTable:
         self._loop: Loop | None = None
 
     @classmethod
-    def of(cls, runtime: LocalRuntime, out: TextIO | None = None) -> RunTable:
+    def of(
+        cls,
+        runtime: LocalRuntime,
+        out: TextIO | None = None,
+        *,
+        follow: str = "all",
+        tour_jobs: Container[str] = frozenset(),
+    ) -> RunTable:
         """The table of a started runtime: its runs stream, job names from its definitions."""
         from jobsched.store.definitions import DefinitionStore
 
@@ -162,7 +186,8 @@ class RunTable:
             return job.spec.name if job else None
 
         stream_arn = runtime.resources["streams"][RUNS.logical_id]
-        return cls(boto3.client("dynamodbstreams", **endpoint), stream_arn, job_name, out)
+        streams = boto3.client("dynamodbstreams", **endpoint)
+        return cls(streams, stream_arn, job_name, out, follow=follow, tour_jobs=tour_jobs)
 
     def start(self, interval: float = 0.5) -> RunTable:
         self._loop = Loop("run-table", interval, self.poll)
@@ -205,14 +230,38 @@ class RunTable:
                 del self._held[run_key]
                 self._print(run, run.due_at)
 
+    def _shown(self, run: Run) -> bool:
+        """Whether `run` is followed: every run with `all`; with `mine`, a tour job's first
+        run only (saying once that its later runs are hidden)."""
+        if self._follow == "all" or run.job_id not in self._tour_jobs:
+            return True
+        first = self._tour_shown.setdefault(run.job_id, run.run_key)
+        if first == run.run_key:
+            return True
+        if first != "":
+            self._tour_shown[run.job_id] = ""  # said once
+            name = self._name(run.job_id)
+            print(
+                f"{'':<9} {name}: its later runs are not shown (jobsched local --follow all shows them)",
+                file=self._out or sys.stdout,
+                flush=True,
+            )
+        return False
+
+    def _name(self, job_id: str) -> str:
+        name = self._names.get(job_id)
+        if name is None:
+            name = self._names[job_id] = self._job_name(job_id) or job_id
+        return name
+
     def _print(self, run: Run, at: datetime) -> None:
+        if not self._shown(run):
+            return
         out = self._out or sys.stdout
         if not self._header_printed:
             self._header_printed = True
             print(HEADER, file=out)
-        name = self._names.get(run.job_id)
-        if name is None:
-            name = self._names[run.job_id] = self._job_name(run.job_id) or run.job_id
+        name = self._name(run.job_id)
         print(
             f"{at.astimezone(UTC).strftime('%H:%M:%S'):<9} {run.tenant[:12]:<12} {name[:18]:<18} "
             f"{run.scheduled_for.strftime('%Y-%m-%dT%H:%M:%SZ'):<21} {run.state.value:<11} "
@@ -243,8 +292,74 @@ def _signature(run: Run | None) -> tuple[Any, ...]:
 
 
 def detail_of(run: Run) -> str:
+    """The line's last column: a succeeded run's result, a redrive, a repair (`requeued by
+    reconciler`), the run's own error, or why it moved; at most DETAIL_WIDTH characters, cut
+    between JSON members or words, never inside one."""
     if run.state is RunState.SUCCEEDED and run.result is not None:
-        return json.dumps(run.result, separators=(",", ":"))[:60]
+        return shorten_json(run.result, DETAIL_WIDTH)
     if run.redrives and run.state in (RunState.PENDING, RunState.QUEUED) and run.attempt == 0:
         return f"redriven ({run.redrives})"
-    return run.last_error_class or run.reason or ""
+    last = run.history[-1] if run.history else None
+    repair = repair_label(run)
+    if repair is not None:
+        text = f"{repair} ({last.error_class})" if last is not None and last.error_class else repair
+    else:
+        error_class, _ = current_error(run)
+        text = error_class or run.reason or (last.reason if last is not None else None) or ""
+    return shorten_words(text, DETAIL_WIDTH)
+
+
+# What the reconciler's transitions do, as a reader of the table says it.
+_REPAIRS = {"requeue": "requeued", "republish": "republished", "unblocked": "unblocked"}
+
+
+def repair_label(run: Run) -> str | None:
+    """`requeued by reconciler` (or republished, unblocked, ...) when the run's latest
+    transition is a repair; None otherwise."""
+    last = run.history[-1] if run.history else None
+    if last is None or last.actor != "reconciler":
+        return None
+    done = _REPAIRS.get(last.reason or "")
+    if done is None:
+        done = "lease expired; moved" if last.source is RunState.LEASED else "moved"
+    return f"{done} by reconciler"
+
+
+def shorten_words(text: str, width: int) -> str:
+    """`text` if it fits in `width`, else cut at the last space before it, with `…` (just
+    `…` when no space comes early enough: a word is never cut open)."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] + " " if space > 0 else "") + "…"
+
+
+def shorten_json(value: Any, width: int) -> str:
+    """Compact JSON of `value` in at most `width` characters: whole members of an object or
+    items of an array while they fit, then `…` (a string or timestamp is never cut open)."""
+    text = json.dumps(value, separators=(",", ":"))
+    if len(text) <= width:
+        return text
+    if isinstance(value, dict | list):
+        opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+        members = (
+            [f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'))}" for k, v in value.items()]
+            if isinstance(value, dict)
+            else [json.dumps(v, separators=(",", ":")) for v in value]
+        )
+        kept: list[str] = []
+        for member in members:
+            if len(opening + ",".join([*kept, member]) + ",…" + closing) > width:
+                break
+            kept.append(member)
+        if not kept and isinstance(value, dict):
+            # Not even the first member fits: its string value shortened at a space (a
+            # timestamp or an id has none, so it is left out whole rather than cut open).
+            name, first = next(iter(value.items()))
+            if isinstance(first, str):
+                room = width - len(opening + json.dumps(name) + ':"",…' + closing)
+                shortened = json.dumps(shorten_words(first, room), ensure_ascii=False)
+                kept = [f"{json.dumps(name)}:{shortened}"] if room > 1 else []
+        return opening + ",".join([*kept, "…"]) + closing
+    return "…"

@@ -18,7 +18,10 @@ def serve(
     moto_port: int | None = None,
     config_path: str | None = None,
     demo: bool = False,
+    follow: str = "mine",
 ) -> int:
+    """Local mode until Ctrl-C (or SIGTERM); returns the exit code. `follow` is whose runs the
+    live table shows (console.FOLLOW_CHOICES: `mine`, the default, `all`, or `none`)."""
     quiet_console()
     try:
         config = LocalConfig.load(config_path)
@@ -50,16 +53,23 @@ def serve(
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(startup_banner(runtime.api_url, runtime.moto.url if runtime.moto else "", config), flush=True)
-    table = RunTable.of(runtime).start()
-    try:
-        if demo:
-            from .demo import Demo
+    tour = None
+    if demo:
+        from .demo import Demo
 
-            Demo(runtime.api_url, runtime.api_key).run(stop)
+        tour = Demo(runtime.api_url, runtime.api_key)
+    table = None
+    if follow != "none":
+        tour_jobs = tour.jobs.keys() if tour is not None else frozenset()
+        table = RunTable.of(runtime, follow=follow, tour_jobs=tour_jobs).start()
+    try:
+        if tour is not None:
+            tour.run(stop)
         else:
             stop.wait()
     finally:
         print("\nstopping...", flush=True)
-        table.stop()
+        if table is not None:
+            table.stop()
         runtime.stop()
     return 0

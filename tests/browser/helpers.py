@@ -14,7 +14,7 @@ TENANT = "console"
 T = TypeVar("T")
 
 
-def wait_until(driver: Any, probe: Callable[[], T], what: str, timeout: float = 30) -> T:
+def wait_until(driver: Any, probe: Callable[[], T | None], what: str, timeout: float = 30) -> T:
     """Until `probe` returns something truthy; element lookups that fail count as not yet."""
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait

@@ -36,6 +36,12 @@ def every(driver: Any, selector: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
+def shown_notice(driver: Any) -> tuple[str, str] | None:
+    """The notice's (kind, text) once one is shown; None before."""
+    kind, text = notice(driver)
+    return (kind, text) if kind else None
+
+
 def notice(driver: Any) -> tuple[str, str]:
     element = driver.find_element(By.ID, "notice")
     return (element.get_attribute("data-kind") or "", element.text) if element.is_displayed() else ("", "")
@@ -126,7 +132,7 @@ def test_pause_and_resume_send_if_match_and_a_412_is_explained(
         client.pause(job_id)
         client.resume(job_id)  # version 3 now; the page still shows 1
         one(driver, "[data-test=pause]").click()
-        kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the 412 notice")
+        kind, text = wait_until(driver, lambda: shown_notice(driver), "the 412 notice")
         assert kind == "conflict"
         assert "someone else changed this job" in text and "version 1" in text and "version 3" in text
         assert client.get_job(job_id)["state"] == "ACTIVE"  # nothing happened
@@ -179,7 +185,7 @@ def test_a_dead_letter_is_redriven_from_the_console_with_its_reason(
     row = row_of(driver, "data-run-key", run_key)
     row.find_element(By.CSS_SELECTOR, "[data-test=redrive-reason]").send_keys(reason)
     row.find_element(By.CSS_SELECTOR, "[data-test=redrive]").click()
-    kind, text = wait_until(driver, lambda: notice(driver)[0] and notice(driver), "the redrive notice")
+    kind, text = wait_until(driver, lambda: shown_notice(driver), "the redrive notice")
     assert kind == "ok" and "Redriven" in text, text
     done = wait_until(
         driver, lambda: client.get_run(run_key)["state"] == "SUCCEEDED" and client.get_run(run_key), "success"
@@ -195,6 +201,21 @@ def test_a_dead_letter_is_redriven_from_the_console_with_its_reason(
     outcomes = [r.get_attribute("data-state") for r in every(driver, "[data-test=attempts] tbody tr")]
     assert outcomes == ["dead", "succeeded"]
     screenshot(driver, output_dir, "run-redriven")
+
+
+def test_a_run_nothing_here_can_execute_says_it_waits_for_an_external_worker(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": unique("external"), "type": "report.build", "runAt": instant(0)})
+    try:
+        runs = wait_until(driver, lambda: client.list_runs(job["jobId"], limit=5)["items"], "its run")
+        driver.get(f"{console_url}#/runs/{runs[0]['runKey']}")
+        said = wait_until(driver, lambda: one(driver, "[data-test=waiting-for]").text, "the run page")
+        assert said == "Waiting: waiting for an external worker (no handler for type report.build, no target)"
+        screenshot(driver, output_dir, "run-waiting")
+    finally:
+        client.cancel_job(job["jobId"])
 
 
 def test_a_job_name_with_markup_shows_as_those_characters(

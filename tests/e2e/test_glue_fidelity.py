@@ -23,7 +23,7 @@ ATTRIBUTE_TYPES = {"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"}
 
 def aws_client(runtime: Any, service: str) -> Any:
     assert runtime.moto is not None
-    return boto3.client(service, endpoint_url=runtime.moto.url, region_name=runtime.config.region)
+    return boto3.client(service, endpoint_url=runtime.moto.url, region_name=runtime.config.region)  # type: ignore[call-overload]
 
 
 def stream_records(runtime: Any, arn: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ credentials; it evaluates no trust policy, see docs/design/security.md)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import boto3
@@ -132,7 +133,7 @@ def test_a_granted_machine_and_bus_get_the_run(target: Target, client_a: ApiClie
     started = one_run(client_a, {"kind": "stepfunctions", "stateMachineArn": machine})
     sent = one_run(client_a, {"kind": "eventbridge", "eventBusName": bus})
     for job in (started, sent):
-        target.wait(lambda job=job: runs_in(client_a, job["jobId"], "SUCCEEDED"), what="the run to succeed")
+        target.wait(partial(runs_in, client_a, job["jobId"], "SUCCEEDED"), what="the run to succeed")
     (execution,) = states.list_executions(stateMachineArn=machine)["executions"]
     assert execution["name"].startswith(started["jobId"])
     (message,) = receive(sqs, inbox, target)

@@ -350,7 +350,7 @@ class Flows:
             )["ShardIterator"]
             while iterator:
                 response = self.streams.get_records(ShardIterator=iterator, Limit=1000)
-                records.extend(response["Records"])
+                records.extend(json.loads(json.dumps(response["Records"], default=str)))
                 if not response["Records"]:
                     break
                 iterator = response.get("NextShardIterator")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+SKIP_BUNDLING: dict[str, list[str]] = {"aws:cdk:bundling-stacks": []}
 # The tests subscribe no one; a deploy must (Config.require_alarm_subscriber).
 BASE_CONTEXT = {**SKIP_BUNDLING, "alarmsWithoutSubscriber": True}
 

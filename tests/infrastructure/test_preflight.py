@@ -51,7 +51,7 @@ class Account:
         self.settings: dict[str, Any] | None = account_settings(1000, 1000)
 
     def client(self, service: str) -> Any:
-        made = boto3.client(service, region_name=REGION)
+        made = boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
         if service == "lambda" and self.settings is not None:
             answer = self.settings
 

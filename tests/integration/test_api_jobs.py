@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -142,7 +143,7 @@ def test_bad_input_is_400_naming_the_field(api, change, field):
 RATE = {"cron": None, "timeZone": None, "every": 60}
 DURATION_RULE = "ISO 8601 duration"
 HTTP_TARGET = {"kind": "http", "url": "https://example.com/hook"}
-NOT_COERCED = [
+NOT_COERCED: list[tuple[dict[str, Any], str, str]] = [
     ({**RATE, "every": True}, "every", DURATION_RULE),
     ({**RATE, "every": "30"}, "every", DURATION_RULE),
     ({**RATE, "every": "banana"}, "every", DURATION_RULE),
@@ -386,10 +387,13 @@ def test_unknown_job_is_404(api):
     assert api.get("/v1/jobs/j_doesnotexist").status == 404
 
 
-def test_malformed_job_id_is_400(api):
+def test_malformed_job_id_is_404_naming_no_pattern(api):
+    # No job has such an id: not found, as an unknown one, not the path's regular expression.
     response = api.get("/v1/jobs/..%2Fetc")
-    assert response.status in (400, 404)
-    assert api.get("/v1/jobs/NOT-AN-ID").status == 400
+    assert response.status == 404
+    malformed = api.get("/v1/jobs/NOT-AN-ID")
+    assert malformed.status == 404 and malformed.body["message"] == "job NOT-AN-ID not found"
+    assert "^j_" not in str(malformed.body)
 
 
 def test_list_paginates_newest_first_with_opaque_cursor(api, clock):
@@ -646,3 +650,11 @@ def test_next_fire_times_count_materialised_runs_once(api):
 def test_openapi_document_is_titled(api):
     info = api.get("/openapi.json").body["info"]
     assert info["title"] == "jobsched" and info["version"] == "1"
+
+
+def test_a_job_id_that_cannot_exist_is_404_not_a_pattern(api):
+    for path in ("/v1/jobs/nope", "/v1/jobs/nope/runs", "/v1/jobs/nope/summary"):
+        response = api.get(path)
+        assert response.status == 404, (path, response)
+        assert response.body["code"] == "not_found"
+        assert response.body["message"] == "job nope not found"

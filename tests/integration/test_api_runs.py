@@ -792,3 +792,92 @@ def test_openapi_document_lists_the_run_routes(api):
         "/v1/leases/{run_key}/heartbeat",
         "/v1/leases/{run_key}/complete",
     } <= set(paths)
+
+
+# --- what the user sees: why a run waits, and which error is its own ---
+
+
+def test_a_run_no_handler_runs_says_it_waits_for_an_external_worker(api):
+    job_id = create(api, type="report.build")
+    expected = "waiting for an external worker (no handler for type report.build, no target)"
+    assert run_of(api, key_of(job_id))["waitingFor"] == expected
+    (item,) = api.get(f"/v1/jobs/{job_id}/runs").body["items"]
+    assert item["waitingFor"] == expected
+
+
+def test_a_run_of_a_paused_job_says_job_paused(api):
+    job_id = hourly(api, type="report.build")
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    assert run_of(api, key_of(job_id))["waitingFor"] == "job paused"
+
+
+def test_a_leased_run_and_a_finished_one_wait_for_nothing(api):
+    key = key_of(create(api))
+    (lease,) = claim(api)
+    assert run_of(api, key)["waitingFor"] is None
+    api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert run_of(api, key)["waitingFor"] is None
+
+
+def test_a_run_succeeded_after_a_redrive_shows_no_error(api, worker):
+    job_id = create(api, type="bad")
+    key = key_of(job_id)
+    assert deliver(worker, key).outcome is AttemptOutcome.DEAD
+    assert run_of(api, key)["lastErrorClass"] == "HTTP400"
+    assert api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {}).status == 200
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
+
+    done = run_of(api, key)
+    assert done["state"] == "SUCCEEDED"
+    assert (done["lastErrorClass"], done["lastErrorMessage"]) == (None, None)
+    # The failure stays where it happened: in the attempts and the transitions.
+    assert [a["errorClass"] for a in done["attempts"]] == ["HTTP400", None]
+    assert any(t["errorClass"] == "HTTP400" for t in done["transitions"])
+    (item,) = api.get(f"/v1/jobs/{job_id}/runs").body["items"]
+    assert item["lastErrorClass"] is None
+
+
+def test_a_second_complete_says_the_lease_already_ended(api):
+    key = key_of(create(api))
+    (lease,) = claim(api)
+    assert (
+        api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"}).status
+        == 200
+    )
+    again = api.post(f"/v1/leases/{key}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
+    assert again.status == 409 and again.body["code"] == "stale_fence"
+    assert again.body["message"] == f"the lease under fence 1 has already ended: run {key} is SUCCEEDED"
+    assert "no longer holds" not in again.body["message"]
+
+
+def test_a_single_attempt_run_is_not_said_to_have_exhausted_retries(api, worker):
+    key = key_of(create(api, type="flaky", maxAttempts=1))
+    assert deliver(worker, key).outcome is AttemptOutcome.DEAD
+    dead = run_of(api, key)
+    assert dead["lastErrorMessage"] == "downstream 503; not retried (maxAttempts is 1)"
+
+
+def test_a_queued_run_of_a_tenant_at_its_limit_says_so(api, container, monkeypatch):
+    from jobsched.targets import registry
+
+    # A type this process runs itself (so not one for external workers).
+    monkeypatch.setitem(registry._handlers, "inhouse", lambda payload, invocation: None)
+    container.tenant_slots.limit = 1
+    create(api, runAt="2026-11-02T07:59:00Z")
+    (held,) = claim(api)  # the tenant's one slot
+    key = key_of(create(api, type="inhouse"))
+    container.outbox.publish([container.runs.get_by_key(key)])
+    assert run_of(api, key)["state"] == "QUEUED"
+    assert run_of(api, key)["waitingFor"] == "tenant at its concurrency limit (1 of 1 leased)"
+
+    api.post(f"/v1/leases/{held['runKey']}/complete", {"fence": held["fence"], "outcome": "succeeded"})
+    assert run_of(api, key)["waitingFor"] == "waiting for a worker"
+
+
+def test_a_run_buffered_behind_its_running_predecessor_names_it(api, container, clock):
+    job_id = create(api, runAt=None, cron="* * * * *", overlap="buffer-one")
+    (first,) = claim(api)  # 08:00 is running
+    clock.advance(60)
+    container.sweeper.sweep()
+    second = key_of(job_id, "2026-11-02T08:01:00Z")
+    assert run_of(api, second)["waitingFor"] == f"buffered behind {first['runKey']}"

@@ -15,12 +15,16 @@ import boto3
 import pytest
 from jobsched_local.moto_speedups import install
 from moto import mock_aws
+from mypy_boto3_dynamodb.type_defs import KeySchemaElementTypeDef
 
 pytestmark = pytest.mark.integration
 
 TABLE = "speedups"
 OUTSIDERS = 300  # items in no index: a query must not have to look at them
-KEY_SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+KEY_SCHEMA: list[KeySchemaElementTypeDef] = [
+    {"AttributeName": "pk", "KeyType": "HASH"},
+    {"AttributeName": "sk", "KeyType": "RANGE"},
+]
 
 
 @pytest.fixture
@@ -33,8 +37,11 @@ def ddb() -> Iterator[Any]:
             BillingMode="PAY_PER_REQUEST",
             KeySchema=KEY_SCHEMA,
             AttributeDefinitions=[
-                {"AttributeName": n, "AttributeType": t}
-                for n, t in (("pk", "S"), ("sk", "S"), ("leased", "S"), ("until", "S"), ("shard", "N"))
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": "leased", "AttributeType": "S"},
+                {"AttributeName": "until", "AttributeType": "S"},
+                {"AttributeName": "shard", "AttributeType": "N"},
             ],
             GlobalSecondaryIndexes=[
                 {
@@ -332,7 +339,7 @@ def both_ways(monkeypatch) -> Iterator[Any]:
         client.meta.events.register("before-parse", keep_body)
         try:
             del bodies[:]
-            answers = []
+            answers: list[Any] = []
             for method in (patched, original):
                 monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", method)
                 if before:

@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from jobsched_local.moto_transactions import install
 from moto import mock_aws
+from mypy_boto3_dynamodb.type_defs import StreamSpecificationTypeDef
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +27,7 @@ def ddb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(Table, "__deepcopy__", refuse, raising=False)
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
-        stream = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+        stream: StreamSpecificationTypeDef = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
         client.create_table(
             TableName="ranged",
             KeySchema=[

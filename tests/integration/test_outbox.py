@@ -16,6 +16,7 @@ from jobsched.domain.runs import Run, RunState, created
 from jobsched.services.outbox import Outbox, default_router, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
+from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 from tests.helpers import claimed
 
@@ -64,7 +65,7 @@ def insert(container, run: Run) -> Run:
     return stored(container, run)
 
 
-def receive_all(url: str) -> list[dict[str, Any]]:
+def receive_all(url: str) -> list[MessageTypeDef]:
     response = boto3.client("sqs").receive_message(
         QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
     )

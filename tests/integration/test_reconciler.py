@@ -632,7 +632,8 @@ def test_a_never_leased_external_run_is_looked_at_once_before_its_max_age(contai
 
 
 def _jobs_in_one_shard(container, prefix: str, count: int, shard: int) -> list[str]:
-    found, n = [], 0
+    found: list[str] = []
+    n = 0
     while len(found) < count:
         job_id = f"j_{prefix}{n}"
         n += 1

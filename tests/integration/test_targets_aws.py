@@ -30,6 +30,7 @@ from jobsched.targets import (
     sqs_deduplication_id,
 )
 from moto import mock_aws
+from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,7 @@ OWN_SOURCE = own_event_source("tenant-a")
 def runner_for(**clients: Any) -> TargetRunner:
     """A runner whose factory serves the given clients and fresh moto-backed ones otherwise."""
     return TargetRunner(
-        lambda service: clients.get(service) or boto3.client(service),
+        lambda service: clients.get(service) or boto3.client(service),  # type: ignore[call-overload]
         HandlerRegistry(),
         HttpTargetClient(),
         authority=TargetAuthority(lambda: EVERYTHING_HERE),
@@ -86,9 +87,9 @@ def moto() -> Iterator[None]:
         yield
 
 
-def receive_all(queue_url: str) -> list[dict[str, Any]]:
+def receive_all(queue_url: str) -> list[MessageTypeDef]:
     sqs = boto3.client("sqs")
-    messages: list[dict[str, Any]] = []
+    messages: list[MessageTypeDef] = []
     while True:
         batch = sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]

@@ -93,7 +93,7 @@ JOB_FIELDS = {
     "startAt": INSTANT,
     "endAt": INSTANT,
 }
-TARGETS = [
+TARGETS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (
         {**HTTP},
         {"target.url": TEXT, "target.method": TEXT, "target.headers.x-a": TEXT, "target.timeoutSeconds": ANY},

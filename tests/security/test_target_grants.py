@@ -279,7 +279,13 @@ class TrustPolicies:
             raise ClientError(
                 {
                     "Error": {"Code": "AccessDenied", "Message": "not authorized to perform sts:AssumeRole"},
-                    "ResponseMetadata": {"HTTPStatusCode": 403},
+                    "ResponseMetadata": {
+                        "HTTPStatusCode": 403,
+                        "RequestId": "r",
+                        "HostId": "h",
+                        "HTTPHeaders": {},
+                        "RetryAttempts": 0,
+                    },
                 },
                 "AssumeRole",
             )

@@ -214,9 +214,19 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
     fake.serve = serve  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "jobsched_local.serve", fake)
     assert main(["local", "--port", "9000", "--moto-port", "9001", "--config", "c.json", "--demo"]) == 7
-    assert calls == [{"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True}]
+    assert calls == [
+        {"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True, "follow": "mine"}
+    ]
     assert main(["local"]) == 7
-    assert calls[-1] == {"port": None, "moto_port": None, "config_path": None, "demo": False}
+    assert calls[-1] == {
+        "port": None,
+        "moto_port": None,
+        "config_path": None,
+        "demo": False,
+        "follow": "mine",
+    }
+    assert main(["local", "--follow", "all"]) == 7
+    assert calls[-1]["follow"] == "all"
 
 
 # --- defaults for endpoint and key ---
@@ -300,11 +310,21 @@ def test_api_error_lists_fields_and_details() -> None:
             "errors": [{"field": "cron", "rule": "bad"}, {"field": "timeZone", "rule": "unknown"}],
         },
     )
+    # Each rule once: the message joins them, so it is not printed beside them.
     assert format_api_error(error).splitlines() == [
-        "error: 400 invalid_request: cron: bad; timeZone: unknown",
+        "error: 400 invalid_request",
         "  cron: bad",
         "  timeZone: unknown",
     ]
+    single = ApiError(
+        400,
+        {
+            "code": "invalid_request",
+            "message": "runAt: is in the past",
+            "errors": [{"field": "runAt", "rule": "is in the past"}],
+        },
+    )
+    assert format_api_error(single).splitlines() == ["error: 400 invalid_request: runAt: is in the past"]
     stale = ApiError(412, {"code": "version_mismatch", "message": "stale", "currentVersion": 4})
     assert format_api_error(stale).splitlines() == [
         "error: 412 version_mismatch: stale",
@@ -470,7 +490,6 @@ def test_api_error_exits_1_with_the_fields_on_stderr(
     assert captured.out == ""
     assert captured.err.splitlines() == [
         "error: 400 invalid_request: cron: '0 25 * * *' is not a valid cron expression",
-        "  cron: '0 25 * * *' is not a valid cron expression",
     ]
 
 
@@ -835,3 +854,40 @@ def test_doctor_hands_its_arguments_to_the_preflight(monkeypatch):
     monkeypatch.setattr(infra.doctor, "main", lambda argv: seen.append(argv) or 1)
     assert cli_main(["doctor", "-c", "shardCount=64", "--region", "eu-west-1"]) == 1
     assert seen == [["-c", "shardCount=64", "--region", "eu-west-1"]]
+
+
+def test_runs_get_shows_the_attempts_and_why_it_waits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run: dict[str, Any] = {
+        "runKey": "j_a@2026-11-02T09:00:00Z",
+        "state": "RETRY_WAIT",
+        "waitingFor": "waiting for its retry at 2026-11-02T09:00:04Z",
+        "attempts": [
+            {
+                "attempt": 1,
+                "fence": 1,
+                "startedAt": "2026-11-02T09:00:00Z",
+                "endedAt": "2026-11-02T09:00:01Z",
+                "outcome": "failed",
+                "errorClass": "HTTP503",
+            }
+        ],
+        "transitions": [],
+    }
+    ctx = context(monkeypatch, [])
+    monkeypatch.setattr(ctx.client, "get_run", lambda key: run)
+    args = build_parser().parse_args(["runs", "get", run["runKey"]])
+    assert commands.cmd_runs_get(ctx, args) == 0
+    out = capsys.readouterr().out
+    assert "waitingFor  waiting for its retry at 2026-11-02T09:00:04Z" in out
+    attempts = out.split("attempts:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert attempts[0].split() == ["ATTEMPT", "FENCE", "STARTED", "ENDED", "OUTCOME", "ERROR"]
+    assert attempts[1].split() == [
+        "1",
+        "1",
+        "2026-11-02T09:00:00Z",
+        "2026-11-02T09:00:01Z",
+        "failed",
+        "HTTP503",
+    ]

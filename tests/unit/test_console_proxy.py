@@ -27,6 +27,7 @@ from jobsched_console.proxy import ConsoleProxy, Forwarder
 REGION = "eu-west-1"
 # tests/conftest.py puts these fake credentials in the environment for every test.
 FAKE = Credentials("testing", "testing", "testing")
+FAKE_TOKEN = "testing"
 
 
 @dataclass
@@ -88,7 +89,7 @@ def proxy(upstream: Upstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[Conso
     # The credentials the signatures are checked against, whatever the process has set.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE.secret_key)
-    monkeypatch.setenv("AWS_SESSION_TOKEN", FAKE.token)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", FAKE_TOKEN)
     client = ApiClient(upstream.url, sigv4=True, region=REGION)
     server = ConsoleProxy(Forwarder(client)).start()
     try:

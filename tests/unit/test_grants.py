@@ -408,7 +408,16 @@ def test_the_assume_request_carries_the_tenants_fields():
 
 def _client_error(code: str, status: int) -> ClientError:
     return ClientError(
-        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        {
+            "Error": {"Code": code, "Message": "m"},
+            "ResponseMetadata": {
+                "HTTPStatusCode": status,
+                "RequestId": "r",
+                "HostId": "h",
+                "HTTPHeaders": {},
+                "RetryAttempts": 0,
+            },
+        },
         "AssumeRole",
     )
 

@@ -13,11 +13,19 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools.metrics import Metrics, MetricUnit, single_metric
+from jobsched.domain import lifecycle
 from jobsched.domain.runs import Run, RunState
 from jobsched.store.runs import RunStore
 from jobsched_local.background import BackgroundServer
 from jobsched_local.config import LocalConfig
-from jobsched_local.console import EmfFilter, RunTable, quiet_console, startup_banner
+from jobsched_local.console import (
+    DETAIL_WIDTH,
+    EmfFilter,
+    RunTable,
+    detail_of,
+    quiet_console,
+    startup_banner,
+)
 
 # --- clients that hang up ---
 
@@ -32,7 +40,7 @@ def test_a_client_that_went_away_is_no_traceback(
         try:
             raise error
         except OSError:
-            server.handle_error(None, ("127.0.0.1", 50000))
+            server.handle_error(server.socket, ("127.0.0.1", 50000))
     finally:
         server.server_close()
     assert capsys.readouterr().err == ""
@@ -48,7 +56,7 @@ def test_any_other_request_error_is_logged_with_its_traceback(
         try:
             raise ValueError("bad handler")
         except ValueError:
-            server.handle_error(None, ("127.0.0.1", 50000))
+            server.handle_error(server.socket, ("127.0.0.1", 50000))
     finally:
         server.server_close()
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -229,3 +237,84 @@ def test_a_run_held_until_due_is_shown_before_what_followed_it() -> None:
         ("09:00:30", "QUEUED"),
         ("09:00:31", "LEASED"),
     ]
+
+
+# --- whose runs: --follow ---
+
+
+def followed(clock: Clock, follow: str, tour_jobs: set[str]) -> tuple[RunTable, io.StringIO]:
+    out = io.StringIO()
+    names = {"j_a": "cron-10s", "j_b": "mine"}
+    return RunTable(None, "arn", names.get, out=out, now=clock, follow=follow, tour_jobs=tour_jobs), out
+
+
+def three_runs_each(runs: RunTable) -> None:
+    for seconds in (0, 10, 20):
+        due = T0 + timedelta(seconds=seconds)
+        runs.observe(record(run("dev", "j_a", RunState.SUCCEEDED, due=due, at=due, attempt=1)))
+        runs.observe(record(run("dev", "j_b", RunState.SUCCEEDED, due=due, at=due, attempt=1)))
+
+
+def test_mine_shows_a_tour_jobs_first_run_then_says_the_rest_are_hidden() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=1)
+    runs, out = followed(clock, "mine", {"j_a"})
+    three_runs_each(runs)
+    lines = out.getvalue().splitlines()[1:]
+    tour = [line for line in lines if "cron-10s" in line]
+    assert len([line for line in tour if "SUCCEEDED" in line]) == 1
+    assert [line.strip() for line in tour if "SUCCEEDED" not in line] == [
+        "cron-10s: its later runs are not shown (jobsched local --follow all shows them)"
+    ]
+    assert len([line for line in lines if " mine " in line]) == 3  # the user's own job: every run
+
+
+def test_all_shows_every_run() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=1)
+    runs, out = followed(clock, "all", {"j_a"})
+    three_runs_each(runs)
+    assert len(out.getvalue().splitlines()) == 1 + 6
+
+
+# --- the detail column ---
+
+
+def test_a_long_result_is_cut_between_members_never_inside_a_timestamp() -> None:
+    result = {
+        "ok": True,
+        "startedAt": "2026-11-02T09:00:00.123456Z",
+        "finishedAt": "2026-11-02T09:00:01.654321Z",
+        "rows": 1200,
+    }
+    done = run("dev", "j_a", RunState.SUCCEEDED, due=T0, at=T0, attempt=1).model_copy(
+        update={"result": result}
+    )
+    detail = detail_of(done)
+    assert len(detail) <= DETAIL_WIDTH
+    assert detail == '{"ok":true,"startedAt":"2026-11-02T09:00:00.123456Z",…}'
+
+
+def test_a_repair_is_labelled_with_the_reconciler() -> None:
+    queued = run("dev", "j_a", RunState.QUEUED, due=T0, at=T0)
+    requeued = lifecycle.requeue(queued, now=T0 + timedelta(minutes=5), actor="reconciler")
+    assert detail_of(requeued) == "requeued by reconciler"
+    republished = lifecycle.touch(queued, now=T0, actor="reconciler", reason="republish")
+    assert detail_of(republished) == "republished by reconciler"
+
+
+def test_a_succeeded_run_shows_no_earlier_error() -> None:
+    failed = run("dev", "j_a", RunState.RETRY_WAIT, due=T0, at=T0, attempt=1).model_copy(
+        update={"last_error_class": "DemoFlaky", "last_error_message": "boom"}
+    )
+    assert detail_of(failed) == "DemoFlaky"
+    succeeded = failed.model_copy(update={"state": RunState.SUCCEEDED, "attempt": 2})
+    assert detail_of(succeeded) == ""
+
+
+def test_a_first_member_too_long_to_fit_is_cut_at_a_word_never_inside_its_run_key() -> None:
+    result = {"greeting": "hello from j_4m9q2x7c0rk1vd5t@2026-12-01T00:20:05Z", "payload": None}
+    done = run("dev", "j_a", RunState.SUCCEEDED, due=T0, at=T0, attempt=1).model_copy(
+        update={"result": result}
+    )
+    assert detail_of(done) == '{"greeting":"hello from …",…}'

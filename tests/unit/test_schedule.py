@@ -408,7 +408,8 @@ def transitions(name: str) -> tuple[datetime, ...]:
 @st.composite
 def instants(draw: st.DrawFn, zone_name: str) -> datetime:
     near = transitions(zone_name)
-    if near and draw(st.booleans()):
+    pick_near = draw(st.booleans()) if near else False
+    if pick_near:
         return draw(st.sampled_from(near)) + timedelta(seconds=draw(st.integers(-2 * 86400, 86400)))
     return datetime.fromtimestamp(draw(st.integers(RANGE_START, RANGE_END)), UTC)
 

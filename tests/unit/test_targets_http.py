@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
-from jobsched.domain.models import HttpTarget
+from jobsched.domain.models import HttpTarget, SecretRef
 from jobsched.targets import (
     DestinationPolicy,
     HandlerRegistry,
@@ -76,7 +76,7 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
-        self.server.handle_error = lambda request, address: None  # type: ignore[method-assign]
+        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
         if tls is not None:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
@@ -203,7 +203,7 @@ def test_get_sends_no_body_but_still_the_idempotency_key(receiver):
     assert request.header("Idempotency-Key") == RUN_KEY
 
 
-def unchecked_target(url: str, headers: dict[str, str]) -> HttpTarget:
+def unchecked_target(url: str, headers: dict[str, str | SecretRef]) -> HttpTarget:
     """A target as an older definition might have stored it, before the model refused such headers."""
     return HttpTarget.model_construct(
         kind="http", url=url, method="POST", headers=headers, timeout_seconds=10.0

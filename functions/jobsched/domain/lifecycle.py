@@ -269,12 +269,20 @@ def fail(
             return _retry_wait(
                 run, now=now, actor=actor, error_class=error_class, message=message, due=next_at, **released
             )
-        message = (
-            f"retries exhausted: {message}"
-            if refusal.error_class != "AtMostOnce"
-            else (f"{message}; not retried: {refusal.message} (at-most-once)")
-        )
+        message = _not_retried(run, refusal, message)
     return dead(run, now=now, actor=actor, error_class=error_class, message=message, **released)
+
+
+def _not_retried(run: Run, refusal: Refusal, message: str) -> str:
+    """The message of a retryable failure that gets no further attempt, saying why."""
+    if refusal.error_class == "AtMostOnce":
+        return f"{message}; not retried: {refusal.message} (at-most-once)"
+    if refusal.error_class == "RetriesExhausted":
+        attempts = run.policies.retry.max_attempts
+        if attempts == 1:
+            return f"{message}; not retried (maxAttempts is 1)"
+        return f"retries exhausted ({attempts} attempts): {message}"
+    return f"{message}; not retried: {refusal.message}"
 
 
 @transition("in_progress_elsewhere")

@@ -213,6 +213,16 @@ class Attempts:
             return Admitted(Admission.ENDED, run, ending)
         return Admitted(Admission.GO, run)
 
+    def buffered_behind(self, run: Run, now: datetime) -> Run | None:
+        """The running earlier run that buffers `run` under `overlap: buffer-one` now (what
+        `admit` would answer BUFFERED for), or None: read, never written."""
+        if not lifecycle.claimable(run, now) or run.due_at > now + CLOCK_SKEW or not applies(run):
+            return None
+        blocker = self._earlier_open(run, now)
+        if overlap_verdict(run.policies.overlap, blocker, now) is OverlapVerdict.BUFFER:
+            return blocker
+        return None
+
     def _job_paused(self, run: Run) -> bool:
         """Whether the run's job is paused (read before an overlap skip): an occurrence of a
         paused job is the pause's to decide (held, then run or SKIPPED as `missedRuns` says at

@@ -6,6 +6,7 @@ reconciler either wins cleanly or makes this call fail with 409; nothing is over
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from ..domain.errors import (
 )
 from ..domain.instants import Clock, format_instant
 from ..domain.models import Job, JobState, Overlap
+from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_between
 from ..observability import logger
@@ -70,8 +72,11 @@ class RunService:
         *,
         max_backfill: int = 1000,
         slots: TenantSlots | None = None,
+        is_external: Callable[[Run], bool] = lambda run: False,
     ) -> None:
         self._definitions = definitions
+        self._slots = slots
+        self._is_external = is_external
         self._runs = runs
         self._completer = completer
         self._clock = clock
@@ -96,6 +101,40 @@ class RunService:
         if run is None or run.tenant != tenant:
             raise NotFound(f"run {run_key} not found")
         return run
+
+    def waiting(self, tenant: str, runs: Sequence[Run]) -> dict[str, str]:
+        """Why each open run of `runs` (all of `tenant`) is not running now (domain.run_status),
+        by run key; runs that are running or finished are left out. Reads what the runs do not
+        say: each job's state (once per job), the tenant's live leases (once, when it has a
+        limit and some run waits for a worker), and for a due run under `overlap: buffer-one`
+        the earlier runs that may buffer it (up to the overlap walk's limit). Writes nothing."""
+        now = self._clock.now()
+        jobs: dict[str, Job | None] = {}
+        leases: list[int] = []
+        found: dict[str, str] = {}
+        for run in runs:
+            if not run.is_open or run.lease_live(now):
+                continue
+            if run.job_id not in jobs:
+                jobs[run.job_id] = self._definitions.get(run.job_id)
+            stored_job = jobs[run.job_id]
+            limit = self._slots.limit if self._slots is not None else 0
+            waits_for_worker = run.state is RunState.QUEUED and run.due_at <= now and not run.blocked_by
+            if limit and waits_for_worker and not leases:
+                assert self._slots is not None
+                leases.append(sum(1 for h in self._slots.holders(tenant) if h.lease_until > now))
+            behind = self._attempts.buffered_behind(run, now)
+            around = Surroundings(
+                external=self._is_external(run),
+                job_state=stored_job.state if stored_job is not None else None,
+                tenant_leases=leases[0] if leases else None,
+                tenant_limit=limit,
+                buffered_behind=behind.run_key if behind is not None else None,
+            )
+            sentence = waiting_for(run, now, around)
+            if sentence is not None:
+                found[run.run_key] = sentence
+        return found
 
     def list_dead(self, tenant: str, limit: int, cursor: str | None) -> RunPage:
         return self._runs.list_dead(tenant, limit=limit, cursor=cursor)
@@ -368,8 +407,15 @@ def _still_held(run: Run | None, fence: int) -> bool:
 
 def _stale(run_key: str, fence: int, current: Run | None) -> StaleFence:
     logger.info("lease call with a stale fence", extra={"run_key": run_key, "fence": fence})
+    if current is not None and current.fence == fence and current.state is not RunState.LEASED:
+        # The caller's own lease, already ended (a second complete, a heartbeat after it).
+        message = f"the lease under fence {fence} has already ended: run {run_key} is {current.state.value}"
+    elif current is not None and current.fence > fence:
+        message = f"fence {fence} no longer holds run {run_key}: it was claimed again (fence {current.fence})"
+    else:
+        message = f"fence {fence} does not hold run {run_key}"
     return StaleFence(
-        f"fence {fence} no longer holds run {run_key}",
+        message,
         currentFence=current.fence if current else None,
         state=current.state.value if current else None,
     )

@@ -122,7 +122,23 @@ def domain_error(exc: JobschedError) -> Response[Any]:
 
 @app.exception_handler(RequestValidationError)
 def request_invalid(exc: RequestValidationError) -> Response[Any]:
-    return json_response(400, invalid_request(problems_of(exc.errors())))
+    errors = list(exc.errors())
+    unknown = _impossible_job_id(errors)
+    if unknown is not None:
+        # No job has such an id (ids are made here, never chosen): not found, as for any
+        # unknown id, rather than the path pattern a caller never wrote.
+        return json_response(404, {"code": "not_found", "message": f"job {unknown} not found"})
+    return json_response(400, invalid_request(problems_of(errors)))
+
+
+def _impossible_job_id(errors: list[Any]) -> str | None:
+    """The job id in the path when it alone broke the request, by not looking like one."""
+    if len(errors) != 1:
+        return None
+    (error,) = errors
+    if tuple(error.get("loc", ())) != ("path", "job_id") or error.get("type") != "string_pattern_mismatch":
+        return None
+    return str(error.get("input"))[:80]
 
 
 @app.exception_handler(RequestUnsupportedContentType)

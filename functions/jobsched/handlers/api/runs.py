@@ -30,10 +30,12 @@ def actor(tenant: str) -> str:
 
 @router.get("/v1/jobs/<job_id>/runs", responses=documented({200: ("OK", RunList)}))
 def list_runs(job_id: Annotated[str, JOB_ID], limit: Limit = 50, cursor: Cursor = None) -> Response[RunList]:
-    page = container().run_service.list_runs(tenant_of(router.current_event), job_id, limit, cursor)
-    return json_response(
-        200, RunList(items=[RunView.from_run(r) for r in page.items], next_cursor=page.cursor)
-    )
+    tenant = tenant_of(router.current_event)
+    service = container().run_service
+    page = service.list_runs(tenant, job_id, limit, cursor)
+    waiting = service.waiting(tenant, page.items)
+    items = [RunView.from_run(r, waiting.get(r.run_key)) for r in page.items]
+    return json_response(200, RunList(items=items, next_cursor=page.cursor))
 
 
 @router.get("/v1/jobs/<job_id>/summary", responses=documented({200: ("OK", JobSummaryView)}))
@@ -64,8 +66,10 @@ def backfill_job(
 
 @router.get("/v1/runs/<run_key>", responses=documented({200: ("OK", RunDetailView)}))
 def get_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunDetailView]:
-    run = container().run_service.get_run(tenant_of(router.current_event), run_key_of(run_key))
-    return json_response(200, RunDetailView.from_run(run))
+    tenant = tenant_of(router.current_event)
+    service = container().run_service
+    run = service.get_run(tenant, run_key_of(run_key))
+    return json_response(200, RunDetailView.from_run(run, service.waiting(tenant, [run]).get(run.run_key)))
 
 
 @router.post("/v1/runs/<run_key>/redrive", responses=documented({200: ("OK", RunView)}, CHANGE_ERRORS))

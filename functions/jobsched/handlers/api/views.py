@@ -26,6 +26,7 @@ from ...domain.models import (
     Target,
     credential_reason,
 )
+from ...domain.run_status import current_error
 from ...domain.runs import Run, RunState, Transition, Trigger
 from ...domain.signing import SigningSecrets
 from .base import ApiModel
@@ -218,10 +219,24 @@ class RunView(View):
     skipped_through: Instant | None = None
     skipped_count: int | None = None
     blocked_by: str | None = None
+    waiting_for: str | None = Field(
+        default=None,
+        description="why an open run is not running now (e.g. waiting for an external worker, tenant"
+        " at its concurrency limit, buffered behind <runKey>, job paused); null when it is running,"
+        " finished, or not worked out for this answer",
+    )
+
+    @staticmethod
+    def fields_of(run: Run, waiting_for: str | None = None) -> dict[str, Any]:
+        """The run's fields as shown: its own error only (a SUCCEEDED run shows none; its
+        earlier failures are in its attempts and transitions)."""
+        fields = {name: getattr(run, name) for name in RunView.model_fields if name != "waiting_for"}
+        fields["last_error_class"], fields["last_error_message"] = current_error(run)
+        return {**fields, "waiting_for": waiting_for}
 
     @classmethod
-    def from_run(cls, run: Run) -> RunView:
-        return cls.model_validate(run, from_attributes=True)
+    def from_run(cls, run: Run, waiting_for: str | None = None) -> RunView:
+        return cls(**cls.fields_of(run, waiting_for))
 
 
 AttemptOutcome = Literal["succeeded", "failed", "dead", "cancelled", "lease_expired"]
@@ -300,9 +315,9 @@ class RunDetailView(RunView):
     )
 
     @classmethod
-    def from_run(cls, run: Run) -> RunDetailView:
+    def from_run(cls, run: Run, waiting_for: str | None = None) -> RunDetailView:
         return cls(
-            **{name: getattr(run, name) for name in RunView.model_fields},
+            **RunView.fields_of(run, waiting_for),
             attempts=AttemptView.attempts_of(run.history),
             transitions=[TransitionView.from_transition(t) for t in run.history],
             history_dropped=run.history_dropped,

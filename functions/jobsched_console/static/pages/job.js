@@ -52,7 +52,8 @@ function runRow(run, detail) {
   const started = detail && detail.attempts.length ? detail.attempts[0].startedAt : null;
   const lateness = started ? (parseInstant(started) - parseInstant(run.scheduledFor)) / 1000 : null;
   const outcome = run.state === "SUCCEEDED" ? json(run.result)
-    : run.lastErrorClass ? `${run.lastErrorClass}: ${run.lastErrorMessage || ""}` : run.reason || "";
+    : run.lastErrorClass ? `${run.lastErrorClass}: ${run.lastErrorMessage || ""}`
+      : run.waitingFor || run.reason || "";
   return h("tr", { "data-run-key": run.runKey, "data-state": run.state },
     h("td", null, runLink(run.runKey, instant(run.scheduledFor)), h("div", { class: "muted small" }, run.trigger)),
     h("td", null, badge(run.state)),

@@ -53,6 +53,7 @@ export function runPage(root, params, ctx) {
     replace(head, h("h1", null, "Run ", h("code", null, run.runKey)), badge(run.state), h("span", { class: "actions" }, actions));
     replace(body,
       h("section", { class: "card" },
+        run.waitingFor ? h("p", { class: "waiting", "data-test": "waiting-for" }, `Waiting: ${run.waitingFor}`) : null,
         fields([
           ["Job", jobLink(run.jobId)],
           ["Trigger", run.trigger],
