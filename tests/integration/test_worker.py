@@ -729,6 +729,30 @@ def test_a_delivery_a_moment_early_waits_for_the_due_instant_and_then_runs(conta
     assert ledger.effects[run.run_key] == 1
 
 
+def received_records(container, runs) -> list[dict]:
+    """The runs' messages as Lambda hands them over: sent, really received (their receipt
+    handles are real, so the handler's hold of the batch succeeds)."""
+    import boto3
+    from jobsched.store.queues import RunMessage
+
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    for run in runs:
+        sqs.send_message(QueueUrl=url, MessageBody=RunMessage.of(run).to_json())
+    wanted = {run.run_key: run for run in runs}
+    records: dict[str, dict] = {}
+    while len(records) < len(runs):
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        assert messages, "the runs' messages were not all received"
+        for message in messages:
+            key = json.loads(message["Body"])["runKey"]
+            if key in wanted:
+                record = sqs_record(wanted[key], message["MessageId"])
+                record["receiptHandle"] = message["ReceiptHandle"]
+                records[key] = record
+    return [records[run.run_key] for run in runs]
+
+
 def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     container, clock, registry, monkeypatch, capfd
 ):
@@ -750,7 +774,7 @@ def test_handler_logs_one_line_and_one_metrics_document_per_batch(
     _, failing = one_run(container, clock, job_type="down", name="down", maxAttempts=3)
     capfd.readouterr()
     try:
-        event = {"Records": [sqs_record(r, f"m{i}") for i, r in enumerate([*runs, failing])]}
+        event = {"Records": received_records(container, [*runs, failing])}
         response = worker_handler.handler(event, InvocationContext(function_name="jobsched-worker"))
     finally:
         logger.setLevel(previous)
