@@ -9,13 +9,15 @@ import random
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from jobsched_local.moto_speedups import install
 from moto import mock_aws
-from mypy_boto3_dynamodb.type_defs import KeySchemaElementTypeDef
+
+if TYPE_CHECKING:  # the stubs are a dev dependency the 3.13 lane does not install
+    from mypy_boto3_dynamodb.type_defs import KeySchemaElementTypeDef
 
 pytestmark = pytest.mark.integration
 

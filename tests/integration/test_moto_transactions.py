@@ -4,14 +4,16 @@ every item and the stream exactly as they were, and no table is copied to get th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 from jobsched_local.moto_transactions import install
 from moto import mock_aws
-from mypy_boto3_dynamodb.type_defs import StreamSpecificationTypeDef
+
+if TYPE_CHECKING:  # the stubs are a dev dependency the 3.13 lane does not install
+    from mypy_boto3_dynamodb.type_defs import StreamSpecificationTypeDef
 
 pytestmark = pytest.mark.integration
 

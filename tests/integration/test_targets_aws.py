@@ -8,7 +8,7 @@ import io
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -30,7 +30,9 @@ from jobsched.targets import (
     sqs_deduplication_id,
 )
 from moto import mock_aws
-from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+if TYPE_CHECKING:  # the stubs are a dev dependency the 3.13 lane does not install
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 pytestmark = pytest.mark.integration
 
