@@ -1,10 +1,14 @@
-"""How fast a message the worker keeps failing on reaches its DLQ, and the check synth makes
-(infra.queues): plain arithmetic over the queue specs and the worker's waits, no CDK."""
+"""The run queues' timing, as plain arithmetic over the queue specs and the worker's waits (no
+CDK, for infra.queues and the tests): the visibility timeout AWS's rule for a Lambda event
+source asks for, and how fast a message the worker keeps failing on reaches its DLQ (the
+check synth makes)."""
 
 from __future__ import annotations
 
 from jobsched.services.worker import DEFER_IN_PLACE, FAILURE_BACKOFF_CAP_SECONDS
 from jobsched.store.schema import QueueSpec
+
+from .names import FUNCTIONS_BY_NAME, WORKER
 
 # How fast a record that keeps failing reaches a person: every receive of a message is either
 # a deferral (the worker leaves it invisible for at most DEFER_IN_PLACE = 60 s, only on its
@@ -37,3 +41,18 @@ def check_dead_letter_arithmetic(spec: QueueSpec) -> None:
             f"{ATTEMPT_ALLOWANCE_SECONDS} s attempt) = {worst} s before the DLQ, over "
             f"{DEAD_LETTER_WITHIN_SECONDS} s: lower maxReceiveCount or the backoff cap"
         )
+
+
+# AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
+# times the function's timeout, so a batch the poller received but could not hand over (the
+# function throttled) is retried by Lambda before SQS makes it visible again. 6 x 900 s =
+# 5400 s. Each worker invocation first holds its batch's messages for the lease plus 5 s
+# (65 s), and while a run executes the heartbeat renews that, so a run whose invocation died
+# is picked up again about a minute later.
+VISIBILITY_PER_FUNCTION_TIMEOUT = 6
+WORKER_QUEUE_VISIBILITY = VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[WORKER].timeout_seconds
+
+
+def visibility_timeout(spec: QueueSpec) -> int:
+    """The schema's value (what local mode uses), raised to AWS's rule for Lambda event sources."""
+    return max(spec.visibility_timeout, WORKER_QUEUE_VISIBILITY)

@@ -73,7 +73,7 @@ FUNCTIONS = (
     FunctionSpec(RECONCILER, "jobsched.handlers.reconciler.handler", 512, 50, "jobsched reconciler"),
     # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
     # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
-    # The queues' visibility timeout is six times this (infra.queues.WORKER_QUEUE_VISIBILITY).
+    # The queues' visibility timeout is six times this (infra.dead_letters.WORKER_QUEUE_VISIBILITY).
     FunctionSpec(
         WORKER,
         "jobsched.handlers.worker.handler",

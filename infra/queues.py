@@ -9,30 +9,15 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jobsched.store.schema import QUEUES, QueueSpec
 
-from .dead_letters import check_dead_letter_arithmetic
+from .dead_letters import check_dead_letter_arithmetic, visibility_timeout
 from .names import (
-    FUNCTIONS_BY_NAME,
     OUTBOX_FAILURE_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
-    WORKER,
     dlq_logical_id,
     queue_logical_id,
 )
 
 RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
-# AWS's rule for a queue that feeds a Lambda function: a visibility timeout of at least six
-# times the function's timeout, so a batch the poller received but could not hand over (the
-# function throttled) is retried by Lambda before SQS makes it visible again. 6 x 900 s =
-# 5400 s. Each worker invocation first holds its batch's messages for the lease plus 5 s
-# (65 s), and while a run executes the heartbeat renews that, so a run whose invocation died
-# is picked up again about a minute later.
-VISIBILITY_PER_FUNCTION_TIMEOUT = 6
-WORKER_QUEUE_VISIBILITY = VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[WORKER].timeout_seconds
-
-
-def visibility_timeout(spec: QueueSpec) -> int:
-    """The schema's value (what local mode uses), raised to AWS's rule for Lambda event sources."""
-    return max(spec.visibility_timeout, WORKER_QUEUE_VISIBILITY)
 
 
 def _queue(scope: Construct, construct_id: str, logical_id: str, **props: object) -> sqs.Queue:

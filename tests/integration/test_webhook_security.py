@@ -247,7 +247,7 @@ def test_the_secret_is_shown_only_on_the_answer_that_created_it(api, system, rec
         assert secret not in json.dumps(answer.body) and "whsec_" not in json.dumps(answer.body)
     # The secret's own item is no job: the store never reads it as one.
     assert system.definitions.get("signing#" + job_id) is None
-    assert api.get(f"/v1/jobs/{quote('signing#' + job_id, safe='')}").status == 400  # not a job id
+    assert api.get(f"/v1/jobs/{quote('signing#' + job_id, safe='')}").status == 404  # no such job
 
 
 def test_no_signing_secret_is_recorded_in_a_trace(api, system, receiver, now, monkeypatch):
