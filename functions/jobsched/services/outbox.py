@@ -179,8 +179,7 @@ class Outbox:
             return self._runs.commit(run, lambda r: mark)
         except RunChanged as exc:
             written = mark.model_copy(update={"rev": run.rev + 1})
-            same = exc.current is not None and self._runs.to_item(exc.current) == self._runs.to_item(written)
-            return exc.current if same else None
+            return exc.current if self._runs.written_as(exc.current, written) else None
         except Exception as exc:
             # Whatever the error, it is this run's alone: the rest of the batch goes on.
             logger.warning(

@@ -161,7 +161,7 @@ class RunService:
             # table had applied (a random key nobody else writes). Then that is the run, not
             # a reason to make a second one.
             stored = self._runs.get_by_key(run.run_key)
-            if stored is not None and self._runs.to_item(stored) == self._runs.to_item(run):
+            if stored is not None and self._runs.written_as(stored, run):
                 return stored
         raise Conflict(f"job {job_id}: could not find an unused manual run key; retry")
 

@@ -170,6 +170,12 @@ class RunStore:
 
     # --- (de)serialisation ---
 
+    def written_as(self, stored: Run | None, written: Run) -> bool:
+        """Whether `stored` (as read back) is item for item `written`: a refused write whose
+        target already holds exactly what it would have written (the SDK re-sent a request the
+        table had applied, or an identical twin's write). Callers decide what that means."""
+        return stored is not None and self.to_item(stored) == self.to_item(written)
+
     def to_item(self, run: Run) -> dict[str, Any]:
         values: dict[str, Any] = {
             "job_id": run.job_id,
