@@ -601,6 +601,48 @@ def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the
     assert first not in effects
 
 
+def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_retry(
+    api, container, clock, monkeypatch
+):
+    """Every 10 s with `run-once`, paused over 10, 20 and 30 s: a worker claims the 10 s
+    occurrence in the pause and dies before its job read, so the lease runs out and the run
+    waits for a retry. The retry comes after the resume: the resume's decision still stands
+    (that claim started no effect), so the run is SKIPPED as missed, not run."""
+    from jobsched.targets import HandlerRegistry
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+    worker = make_worker(container, registry)
+    job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once", maxAttempts=3)[
+        "jobId"
+    ]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    first = f"{job_id}@{_at(10)}"
+
+    def dies(wanted):
+        raise RuntimeError("the worker's process died at the job read")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(container.definitions, "get", dies)
+        with pytest.raises(RuntimeError):
+            _deliver(worker, _run(container, first))
+    assert _run(container, first).state is RunState.LEASED and _run(container, first).attempt == 1
+    clock.set(T0 + timedelta(seconds=35))
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    clock.advance(600)  # past the lease: the reconciler gives the run its retry
+    container.reconciler.reconcile_all()
+    retry = _run(container, first)
+    assert retry.state in (RunState.RETRY_WAIT, RunState.PENDING, RunState.QUEUED), retry.state
+    clock.set(max(clock.now(), retry.due_at) + timedelta(seconds=1))
+    result = _deliver(worker, _run(container, first))
+    assert result.outcome is AttemptOutcome.SKIPPED, result
+    assert _run(container, first).state is RunState.SKIPPED and _run(container, first).reason == "paused"
+    assert first not in effects
+
+
 def test_a_late_sweep_runs_exactly_what_the_resume_decided(api, container, clock, monkeypatch):
     """Catch-up within 30 s, paused past every run made ahead, and the resume's own
     materialisation lost (throttled): the occurrences with no run yet are the sweeper's.

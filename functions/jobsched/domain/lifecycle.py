@@ -399,9 +399,14 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
     )
 
 
-def first_attempt(run: Run) -> bool:
-    """The run's first attempt of its first series: a scheduled run never tried before."""
-    return run.trigger is Trigger.SCHEDULE and run.attempt == 1 and run.redrives == 0
+def pause_decides(run: Run) -> bool:
+    """Whether a job's resume decides (`missedRuns`) this run, should it have fallen in the
+    pause: a scheduled run in its first series (never redriven), whichever attempt this is.
+    Every attempt of an occurrence inside a pause that was claimed while the pause stood was
+    held, or died before the check that would have held it (a claim whose worker then
+    crashed counts as an attempt), so none of them started the effect: the resume's decision
+    still stands for the next one. A redrive is an operator's explicit choice to run it."""
+    return run.trigger is Trigger.SCHEDULE and run.redrives == 0
 
 
 @transition("missed")

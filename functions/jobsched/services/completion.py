@@ -174,7 +174,7 @@ class Completer:
             return self.cancel(leased, f"job {state} before the effect", actor=actor)
         if job.state is JobState.PAUSED:
             return self.write(leased, lambda r: lifecycle.hold(r, now=now, actor=actor), actor)
-        if lifecycle.first_attempt(leased) and job.missed_verdict(leased.scheduled_for) is False:
+        if lifecycle.pause_decides(leased) and job.missed_verdict(leased.scheduled_for) is False:
             return self.write(leased, lambda r: lifecycle.missed(r, now=now, actor=actor), actor)
         return None
 
