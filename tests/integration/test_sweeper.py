@@ -173,6 +173,55 @@ def test_skip_policy_records_missed_occurrences_as_one_skipped_range(container, 
     assert len(runs) == 1 + 60 + 121
 
 
+def _coverage(job, runs):
+    """How many records hold each occurrence: a run its own, a SKIPPED range each of its."""
+    from collections import Counter
+
+    from jobsched.domain.schedule import fires_between
+
+    held: Counter[datetime] = Counter()
+    for run in runs:
+        if run.skipped_through is None:
+            held[run.scheduled_for] += 1
+        else:
+            span = fires_between(job.spec.schedule, run.scheduled_for - timedelta(seconds=1), run.skipped_through, 10_000)
+            assert len(span) == run.skipped_count, (run.run_key, len(span), run.skipped_count)
+            held.update(span)
+    return held
+
+
+def test_a_skipped_range_over_runs_of_a_lost_job_write_records_every_occurrence_once(
+    container, clock, monkeypatch
+):
+    """The runs made at creation landed but the job's own write did not (throttled), so its
+    cursor still names the first occurrence. Ten minutes later the sweep finds them all
+    missed (`skip`): the range record at that key is refused (the run made then holds it),
+    and the occurrences after the runs made then must still get their record, each once."""
+    from jobsched.domain.schedule import fires_between
+
+    real_save = container.definitions.save
+
+    def lost(job, **kwargs):
+        if job.runs_created:
+            raise RuntimeError("ProvisionedThroughputExceeded: the job's write did not land")
+        return real_save(job, **kwargs)
+
+    with monkeypatch.context() as throttled:
+        throttled.setattr(container.definitions, "save", lost)
+        job = new_job(container, every=15, missedRuns="skip")
+    made = all_runs(container, job.job_id)
+    stored = container.definitions.get(job.job_id)
+    assert made and stored.runs_created == 0 and stored.next_run_at == made[0].scheduled_for
+    clock.advance(600)
+    report = container.sweeper.sweep()
+    assert not report.failures
+    runs = all_runs(container, job.job_id)
+    held = _coverage(stored, runs)
+    expected = fires_between(stored.spec.schedule, made[0].scheduled_for - timedelta(seconds=1), clock.now(), 1000)
+    assert [t for t in expected if held[t] != 1] == []  # none left without a record, none with two
+    assert any(r.skipped_through is not None and r.scheduled_for > made[-1].scheduled_for for r in runs)
+
+
 def test_one_time_job_completes(container, clock):
     job = new_job(container, runAt="2026-11-02T08:01:00Z")
     stored = container.jobs.get("tenant-a", job.job_id)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jobsched.domain.cron import check_cron_expression, croniter_form, day_or, has_seconds_field
 from jobsched.domain.models import DstFold, DstGap, DstPolicy, Schedule
-from jobsched.domain.schedule import fires_between, next_fire, upcoming
+from jobsched.domain.schedule import fires_between, next_fire, uncovered, upcoming
 
 ONE_SECOND = timedelta(seconds=1)
 
@@ -531,3 +531,48 @@ def test_property_rate(anchor_ts: int, after_ts: int, every: int) -> None:
     assert all(b - a == timedelta(seconds=every) for a, b in pairwise(got))
     assert all((t - anchor) % timedelta(seconds=every) == timedelta(0) for t in got)
     assert fires_between(s, after, got[-1], 100) == got
+
+
+# --- uncovered: the stretches of a range no stored record holds ---
+
+
+def _every(seconds: int) -> Schedule:
+    return Schedule(kind="rate", every_seconds=seconds, anchor=z("2026-11-02T08:00:00Z"))
+
+
+def test_uncovered_names_the_stretches_between_and_after_the_records():
+    schedule = _every(10)
+    first, last = z("2026-11-02T08:00:00Z"), z("2026-11-02T08:02:00Z")
+    covered = [
+        (z("2026-11-02T08:00:00Z"), z("2026-11-02T08:00:00Z")),  # a run
+        (z("2026-11-02T08:00:30Z"), z("2026-11-02T08:01:00Z")),  # a range
+    ]
+    assert uncovered(schedule, first, last, covered) == [
+        (z("2026-11-02T08:00:10Z"), z("2026-11-02T08:00:20Z")),
+        (z("2026-11-02T08:01:10Z"), z("2026-11-02T08:02:00Z")),
+    ]
+    assert uncovered(schedule, first, last, [(first, last)]) == []
+    assert uncovered(schedule, first, last, []) == [(first, last)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    every=st.integers(1, 90),
+    length=st.integers(0, 60),
+    spans=st.lists(st.tuples(st.integers(-5, 70), st.integers(0, 8)), max_size=12),
+)
+def test_uncovered_and_the_records_hold_every_occurrence_of_the_range_exactly(every, length, spans):
+    """Records at occurrences (k-th, spanning n more), possibly outside the range or
+    overlapping each other: the stretches returned hold exactly the occurrences of [first,
+    last] that no record holds."""
+    schedule = _every(every)
+    anchor = z("2026-11-02T08:00:00Z")
+    at = [anchor + timedelta(seconds=every * k) for k in range(-10, 90)]
+    first, last = at[10], at[10 + length]
+    covered = [(at[10 + k], at[10 + k + n]) for k, n in spans]
+    held = {t for a, b in covered for t in at if a <= t <= b}
+    stretches = uncovered(schedule, first, last, covered)
+    returned = [t for a, b in stretches for t in at if a <= t <= b]
+    assert len(returned) == len(set(returned))  # disjoint
+    assert set(returned) == {t for t in at if first <= t <= last} - held
+    assert all(a <= b for a, b in stretches) and stretches == sorted(stretches)

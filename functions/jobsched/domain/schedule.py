@@ -86,6 +86,31 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
 _SEARCH_LIMIT = 4096
 
 
+def uncovered(
+    schedule: Schedule, first: datetime, last: datetime, covered: list[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime]]:
+    """The stretches (first occurrence, last occurrence) of [first, last] that no span of
+    `covered` holds, ascending. `first` must be an occurrence; each span is a stored
+    record's (scheduled_for, skipped_through or scheduled_for), in any order. Costs about the
+    spans, never the occurrences between them."""
+    first, last = to_utc(first), to_utc(last)
+    stretches: list[tuple[datetime, datetime]] = []
+    cursor: datetime | None = first
+    for start, end in sorted((to_utc(a), to_utc(b)) for a, b in covered):
+        if cursor is None or cursor > last:
+            break
+        if end < cursor:
+            continue
+        if start > cursor:
+            before = latest_fire_before(schedule, min(start, last + _ONE_SECOND), not_before=cursor)
+            if before is not None:
+                stretches.append((cursor, before))
+        cursor = next_fire(schedule, end)
+    if cursor is not None and cursor <= last:
+        stretches.append((cursor, last))
+    return stretches
+
+
 def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
     """How many occurrences t with first <= t <= last, exactly, without visiting each one.
 

@@ -9,7 +9,8 @@ Occurrences are classed by how late they are when materialised:
 - due from now - grace up to now + horizon: run.
 Every run is written with `attribute_not_exists` (the final duplicate defence), then the job
 advances with a condition on its rev. A crash between the two only makes the next pass find
-the runs already there."""
+the runs already there; a SKIPPED range that meets them records the occurrences nothing
+holds yet, each once (`_write_skipped`)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,21 @@ from datetime import datetime, timedelta
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
-from ..domain.runs import Run, RunState, make_run
-from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire
+from ..domain.runs import Run, RunState, Trigger, make_run
+from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunStore
 
 ONE_SECOND = timedelta(seconds=1)
 ACTOR = "sweeper"
+_SKIP_WRITE_ROUNDS = 8  # insert, read what holds the range, fill what nothing holds
+_SKIP_READ_LIMIT = 1000  # runs of one range read at once; a fuller range takes another round
+
+
+class MaterializeIncomplete(Exception):
+    """A range of occurrences could not be given its SKIPPED records this pass; the job is
+    not advanced, and the next pass tries again."""
 
 
 @dataclass
@@ -107,17 +115,7 @@ class Materializer:
         previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
         written: list[tuple[Run, bool]] = []
         for first, last, count, reason in plan.skips:
-            record = make_run(
-                job,
-                first,
-                now=now,
-                actor=actor,
-                state=RunState.SKIPPED,
-                reason=reason,
-                skipped_through=last,
-                skipped_count=count,
-            )
-            written.append((record, self._runs.insert(record)))
+            written += self._write_skipped(job, first, last, count, reason, now=now, actor=actor)
         for at in plan.runs:
             run = make_run(job, at, now=now, actor=actor, previous_run_key=previous)
             previous = run.run_key
@@ -157,6 +155,61 @@ class Materializer:
         except ConcurrentUpdate:
             pass  # another sweeper or a client edit got there first: re-read and go again
         return result
+
+    def _write_skipped(
+        self, job: Job, first: datetime, last: datetime, count: int, reason: str, *, now: datetime, actor: str
+    ) -> list[tuple[Run, bool]]:
+        """One SKIPPED record for the occurrences [first, last] (`count` of them), as (record,
+        inserted) pairs. A run already at `first` that stands for less than the range (made by
+        an earlier pass whose write of the job was lost, so the job's cursor never moved past
+        it) does not stand for the rest: each stretch no stored run covers gets a record of
+        its own, so no occurrence is left without one, and none has two. Raises
+        MaterializeIncomplete when that does not settle in a few rounds (other writers, or a
+        range holding more runs than the rounds read), so the job is not advanced past it."""
+        written: list[tuple[Run, bool]] = []
+        schedule = job.spec.schedule
+        stretches = [(first, last, count)]
+        unread: datetime | None = None  # where the range was not read yet (a full read)
+        for _ in range(_SKIP_WRITE_ROUNDS):
+            refused: list[datetime] = []
+            for start, through, number in stretches:
+                record = make_run(
+                    job,
+                    start,
+                    now=now,
+                    actor=actor,
+                    state=RunState.SKIPPED,
+                    reason=reason,
+                    skipped_through=through,
+                    skipped_count=number,
+                )
+                inserted = self._runs.insert(record)
+                written.append((record, inserted))
+                if not inserted:
+                    refused.append(start)
+            if unread is not None:
+                refused.append(unread)
+            if not refused:
+                return written
+            # What holds the range from the first refused stretch on.
+            read_from = min(refused)
+            stored = self._runs.scheduled_between(job.job_id, read_from, last + ONE_SECOND, limit=_SKIP_READ_LIMIT)
+            spans = [
+                (run.scheduled_for, run.skipped_through or run.scheduled_for)
+                for run in stored
+                if run.trigger is Trigger.SCHEDULE
+            ]
+            read_to, unread = last, None
+            if len(stored) >= _SKIP_READ_LIMIT:
+                # A full read: only what it reached is known; the rest is read next round.
+                read_to = max(end for _, end in spans) if spans else stored[-1].scheduled_for
+                following = next_fire(schedule, read_to)
+                unread = following if following is not None and following <= last else None
+            gaps = uncovered(schedule, read_from, min(read_to, last), spans)
+            stretches = [(a, b, count_fires(schedule, a, b)) for a, b in gaps]
+            if not stretches and unread is None:
+                return written
+        raise MaterializeIncomplete(f"occurrences of {job.job_id} from {first} to {last} keep changing")
 
     def plan(self, job: Job, now: datetime, ahead: timedelta | None = None) -> _Plan:
         """Decide, without writing, what each due occurrence becomes."""
