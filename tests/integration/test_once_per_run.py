@@ -351,6 +351,51 @@ def test_an_occurrence_of_a_paused_job_is_held_not_skipped_by_overlap(
     assert ledger.effects == {}
 
 
+@pytest.mark.parametrize("through", ["worker", "lease"])
+def test_a_held_occurrence_released_by_the_resume_still_obeys_overlap(
+    api, container, clock, registry, ledger, through
+):
+    """Held by the pause (its claim bumped the fence, the attempt was given back), the
+    occurrence is released by the resume (`catch-up` picks it) while the earlier run still
+    executes: it has not started, so `skip` skips it rather than run it beside that run."""
+    from tests.helpers import claimed
+
+    job_type = "ok" if through == "worker" else "report.build"
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": job_type, "every": 10, "overlap": "skip", "missedRuns": "catch-up"}
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first, second, *_ = sorted(
+        container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(second.due_at)
+    worker = attempt(container, registry, "w")
+
+    def try_second() -> list:
+        if through == "worker":
+            worker.process(delivery(stored(container, second)))
+            return []
+        leased = api.post("/v1/leases", {"types": ["report.build"], "max": 5, "workerId": "w1"})
+        assert leased.status == 200, leased.body
+        return [lease for lease in leased.body["leases"] if lease["runKey"] == second.run_key]
+
+    assert try_second() == []
+    held = stored(container, second)
+    assert held.state is RunState.PENDING and held.fence >= 1 and held.attempt == 0
+    clock.advance(2)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    container.reconciler.reconcile_all()
+    released = stored(container, second)
+    assert released.state in (RunState.PENDING, RunState.QUEUED), released.history[-1]
+    assert try_second() == []
+    after = stored(container, second)
+    assert after.state is RunState.SKIPPED and after.reason == "overlap", after.history[-1]
+    assert ledger.effects == {}
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -30,10 +30,17 @@ class OverlapVerdict(StrEnum):
 
 def applies(run: Run) -> bool:
     """Whether the overlap policy judges `run` at all: a scheduled run of a job whose policy
-    is not `allow`, never claimed yet (fence 0: a run that has started, a retry, a
-    reclaimed lease, is past the point where it could be skipped). Manual runs and backfills
-    are outside it (backfills are chained)."""
-    return run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None and run.fence == 0
+    is not `allow` that has not started: no attempt counted (an attempt held by its job's
+    pause, or given back, did not start; a retry, a reclaimed lease, an attempt whose worker
+    died, is past the point where the run could be skipped) and never redriven (an
+    operator's explicit choice). Manual runs and backfills are outside it (backfills are
+    chained)."""
+    return (
+        run.policies.overlap is not Overlap.ALLOW
+        and run.previous_run_key is not None
+        and run.attempt == 0
+        and run.redrives == 0
+    )
 
 
 def earlier_run_key(run: Run) -> str | None:
