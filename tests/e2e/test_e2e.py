@@ -388,7 +388,9 @@ def test_cli_bad_cron_is_exit_1_naming_the_field(target: Target) -> None:
     assert result.code == 1
     assert result.out == ""
     # one field's rule stays on the first line, and is not repeated below it
-    assert result.err.splitlines() == ["error: 400 invalid_request: cron: '0 25 * * *' is not a valid cron expression"]
+    assert result.err.splitlines() == [
+        "error: 400 invalid_request: cron: '0 25 * * *' is not a valid cron expression"
+    ]
 
 
 def test_cli_usage_error_is_exit_2(target: Target) -> None:

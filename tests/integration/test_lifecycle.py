@@ -614,9 +614,9 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
     registry = HandlerRegistry()
     registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
     worker = make_worker(container, registry)
-    job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once", maxAttempts=3)[
-        "jobId"
-    ]
+    job_id = create(
+        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once", maxAttempts=3
+    )["jobId"]
     clock.advance(5)
     assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
     clock.set(T0 + timedelta(seconds=12))

@@ -184,7 +184,9 @@ def _coverage(job, runs):
         if run.skipped_through is None:
             held[run.scheduled_for] += 1
         else:
-            span = fires_between(job.spec.schedule, run.scheduled_for - timedelta(seconds=1), run.skipped_through, 10_000)
+            span = fires_between(
+                job.spec.schedule, run.scheduled_for - timedelta(seconds=1), run.skipped_through, 10_000
+            )
             assert len(span) == run.skipped_count, (run.run_key, len(span), run.skipped_count)
             held.update(span)
     return held
@@ -217,7 +219,9 @@ def test_a_skipped_range_over_runs_of_a_lost_job_write_records_every_occurrence_
     assert not report.failures
     runs = all_runs(container, job.job_id)
     held = _coverage(stored, runs)
-    expected = fires_between(stored.spec.schedule, made[0].scheduled_for - timedelta(seconds=1), clock.now(), 1000)
+    expected = fires_between(
+        stored.spec.schedule, made[0].scheduled_for - timedelta(seconds=1), clock.now(), 1000
+    )
     assert [t for t in expected if held[t] != 1] == []  # none left without a record, none with two
     assert any(r.skipped_through is not None and r.scheduled_for > made[-1].scheduled_for for r in runs)
 

@@ -193,7 +193,9 @@ class Materializer:
                 return written
             # What holds the range from the first refused stretch on.
             read_from = min(refused)
-            stored = self._runs.scheduled_between(job.job_id, read_from, last + ONE_SECOND, limit=_SKIP_READ_LIMIT)
+            stored = self._runs.scheduled_between(
+                job.job_id, read_from, last + ONE_SECOND, limit=_SKIP_READ_LIMIT
+            )
             spans = [
                 (run.scheduled_for, run.skipped_through or run.scheduled_for)
                 for run in stored
