@@ -355,6 +355,11 @@ class World:
             on_dead=completer.after,
             is_external=self.is_external,
             settle_held=MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock).settle_held,
+            # As wiring.Container.reconciler: the repair sends what it repaired (its own
+            # outbox, with the reconciler's clock; its sends are throttled like the outbox's).
+            publish=Outbox(
+                reconciler_runs, self._queues(self.publish_throttle), reconciler_clock, self.route
+            ).publish,
         )
         self.workers = [self._worker(f"w{i}") for i in range(config.workers)]
         # What the worker handler reads from its container (installed by `run_chaos`).

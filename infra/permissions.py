@@ -208,6 +208,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "write each run with attribute_not_exists",
             (f"{_RUN_STORE}.insert",),
         ),
+        Grant(
+            ("dynamodb:Query",),
+            (RUNS_T,),
+            "the runs already holding occurrences of a SKIPPED range whose record was refused",
+            (f"{_RUN_STORE}.scheduled_between",),
+        ),
     ),
     OUTBOX: (
         Grant(
@@ -241,6 +247,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (RUNS_T,),
             "re-touch, requeue or expire a run (rev-conditioned); read the run a buffered one waits on",
             (f"{_RUN_STORE}._put", f"{_RUN_STORE}.get"),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            queues(*QUEUE_KEYS),
+            "SendMessageBatch of the runs it repaired, as the outbox sends them (marked QUEUED first)",
+            (f"{_QUEUES}.publish",),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),

@@ -185,6 +185,7 @@ class Container:
             settle_held=self.missed_runs.settle_held,
             metrics=self.metrics,
             recorded_shard_count=self.definitions.recorded_shard_count,
+            publish=self.outbox.publish,
         )
 
     @cached_property

@@ -213,7 +213,9 @@ def test_one_failing_repair_does_not_stop_another_tenants_in_the_same_shard(cont
     monkeypatch.setattr(container.runs, "commit", poisoned)
     report = container.reconciler.reconcile_all()
     assert report.failed == 1 and report.failed_keys == [keys["tenant-a"]]
-    assert container.runs.get_by_key(keys["tenant-b"]).state is RunState.RETRY_WAIT
+    repaired = container.runs.get_by_key(keys["tenant-b"])
+    # Given its retry, and sent by the repair at once.
+    assert repaired.state is RunState.QUEUED and repaired.last_error_class == "LeaseExpired", repaired.state
     assert container.runs.get_by_key(keys["tenant-a"]).state is RunState.LEASED
 
 
@@ -529,7 +531,8 @@ def test_a_run_leased_when_the_job_resumes_still_runs_once(api, container, clock
         assert first.outcome is AttemptOutcome.HELD and _run(container, key).blocked_by == "job-paused"
         clock.advance(21)  # a fresh hold is settled at the next tick, not five minutes later
         container.reconciler.reconcile_all()
-        assert _run(container, key).state is RunState.PENDING and _run(container, key).blocked_by is None
+        settled = _run(container, key)
+        assert settled.state in (RunState.PENDING, RunState.QUEUED) and settled.blocked_by is None
         assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.SUCCEEDED
     else:
         assert first.outcome is AttemptOutcome.SUCCEEDED
@@ -563,7 +566,7 @@ def test_a_held_run_settled_while_the_job_resumes_runs_once(api, container, cloc
     monkeypatch.setattr(container.jobs, "_on_resume", settled_alongside)
     assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
     run = _run(container, key)
-    assert run.state is RunState.PENDING and run.blocked_by is None
+    assert run.state in (RunState.PENDING, RunState.QUEUED) and run.blocked_by is None
     assert _deliver(worker, run).outcome is AttemptOutcome.SUCCEEDED
     assert effects == [key]
 

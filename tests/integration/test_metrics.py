@@ -37,7 +37,12 @@ WORK = {
     ("RetriesScheduled", COUNT, ()),
     ("DuplicatesSuppressed", COUNT, ()),
 }
-REPAIR = {("RepairsMade", COUNT, ("kind",)), ("RepairLatency", SECONDS, ()), ("RepairLag", SECONDS, ())}
+REPAIR = {
+    ("RepairsMade", COUNT, ("kind",)),
+    ("RepairLatency", SECONDS, ()),
+    ("RepairLag", SECONDS, ()),
+    ("RunsPublished", COUNT, ()),  # the repair sends the run it repaired, as the outbox does
+}
 
 
 @pytest.fixture

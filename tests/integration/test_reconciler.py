@@ -22,6 +22,16 @@ from jobsched.store.schema import RUNS
 from tests.helpers import T0, claimed
 
 TARGET = HttpTarget(kind="http", url="https://hooks.example.com/run")
+
+
+@pytest.fixture(autouse=True)
+def stream_only(request, container):
+    """What each repair writes is checked with the repair's own publish off (the runs move
+    on through their write's stream record alone); the tests marked `sends` keep it."""
+    if "sends" not in request.keywords:
+        container.reconciler._publish = None
+
+
 PUBLISH_GRACE = int(RepairTimings().publish_grace.total_seconds())  # 20 s
 LEASE_GRACE = int(RepairTimings().lease_grace.total_seconds())  # 10 s
 
@@ -738,3 +748,48 @@ def test_a_lowered_shard_count_still_repairs_open_runs_written_above_it(aws, clo
 
     assert sorted(s for r in reports for s in r.shards) == list(range(8))
     assert sorted(key for r in reports for key in r.repaired) == sorted(run.run_key for run in runs)
+
+
+# --- the repair sends what it repaired ---
+
+
+@pytest.mark.sends
+@pytest.mark.parametrize("stranded", ["never published", "lease expired", "message lost"])
+def test_a_repaired_run_is_sent_by_the_repair_without_its_stream_record(container, clock, aws, stranded):
+    """The stream record of the repair's write is lost too (a stream shard held up by a
+    failing batch): the run still reaches its queue, sent by the repair itself, once."""
+    sqs = boto3.client("sqs")
+    url = aws["urls"]["default"]
+    if stranded == "never published":
+        run = insert(container, make_run())
+        clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
+    elif stranded == "lease expired":
+        run = insert(container, leased(attempt=1))
+        clock.set(T0 + timedelta(seconds=60 + LEASE_GRACE))
+    else:
+        run = insert(container, make_run(state=RunState.QUEUED))
+        clock.set(T0 + timedelta(minutes=15))
+    report = container.reconciler.reconcile_all()
+    assert report.repaired == [run.run_key], report
+    after = stored(container, run)
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    assert after.state is RunState.QUEUED, after.history[-1]
+    assert [json.loads(m["Body"])["runKey"] for m in messages] == [run.run_key]
+
+
+@pytest.mark.sends
+def test_a_repair_whose_send_fails_is_still_made_and_the_stream_record_publishes_it(
+    container, clock, aws, monkeypatch
+):
+    run = insert(container, make_run())
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
+
+    def throttled(queue, entries):
+        raise RuntimeError("ThrottlingException: SendMessageBatch")
+
+    monkeypatch.setattr(container.queues, "publish", throttled)
+    report = container.reconciler.reconcile_all()
+    assert report.republish == 1 and report.repaired == [run.run_key] and report.failed == 0
+    after = stored(container, run)
+    # The outbox put it back: PENDING, its stream record (or the next tick) publishes it.
+    assert after.state is RunState.PENDING, after.history[-1]

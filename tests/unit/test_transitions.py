@@ -116,7 +116,7 @@ def test_only_the_lease_holders_rows_are_fenced():
     }
 
 
-def test_the_overlap_policy_judges_only_runs_never_claimed():
+def test_the_overlap_policy_judges_only_runs_not_started():
     from jobsched.domain.models import Overlap, Policies
     from jobsched.domain.overlap import applies
 
@@ -127,6 +127,11 @@ def test_the_overlap_policy_judges_only_runs_never_claimed():
     assert applies(fresh)
     # A retry, or a lease being taken over, has started: skipping it now would drop a run
     # whose effect may have happened (and a LEASED run cannot be skipped at all).
-    assert not applies(fresh.model_copy(update={"state": RunState.RETRY_WAIT, "fence": 1}))
-    assert not applies(fresh.model_copy(update={"state": RunState.LEASED, "fence": 1}))
+    assert not applies(fresh.model_copy(update={"state": RunState.RETRY_WAIT, "fence": 1, "attempt": 1}))
+    assert not applies(fresh.model_copy(update={"state": RunState.LEASED, "fence": 1, "attempt": 1}))
     assert not applies(fresh.model_copy(update={"previous_run_key": None}))
+    # Held by its job's pause (claimed, the attempt given back): it has not started, so the
+    # resume's release is judged like a fresh run; a redrive is the operator's choice.
+    held = fresh.model_copy(update={"state": RunState.PENDING, "fence": 1, "attempt": 0})
+    assert applies(held)
+    assert not applies(held.model_copy(update={"redrives": 1}))

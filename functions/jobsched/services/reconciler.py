@@ -7,7 +7,7 @@ or that another reconciler repaired first, is skipped rather than repaired twice
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -111,6 +111,7 @@ class Reconciler:
         settle_held: Callable[[Run], Run | None] | None = None,
         metrics: Metrics = NO_METRICS,
         recorded_shard_count: Callable[[], int | None] | None = None,
+        publish: Callable[[list[Run]], Collection[str]] | None = None,
     ) -> None:
         self._runs = runs
         self._metrics = metrics
@@ -133,6 +134,12 @@ class Reconciler:
         # most once a minute: open runs written under a higher shardCount keep their shard.
         self._recorded_shard_count = recorded_shard_count or (lambda: None)
         self._in_use: tuple[datetime, int] | None = None
+        # The outbox's publish (services.outbox.Outbox.publish: marks each run QUEUED, sends
+        # it, returns the keys not sent). A repaired run that is publishable is sent by the
+        # repair itself, not only by its write's stream record: a stream shard held up by a
+        # failing batch, or a lost batch, must not hold up the repair that exists for them.
+        # None: the stream record alone publishes it.
+        self._publish = publish
 
     def reconcile_all(self) -> RepairReport:
         report = RepairReport()
@@ -235,6 +242,7 @@ class Reconciler:
             logger.exception("reading overdue runs failed", extra={"count": len(keys)})
             report.failed += len(keys)
             return
+        publishable: list[Run] = []
         for run in runs:
             if run.job_id not in self._tenants:
                 # Learnt now: from here on the job's keys count against its tenant.
@@ -246,13 +254,27 @@ class Reconciler:
             applied[run.tenant] += 1
             report.examined += 1
             try:
-                self._apply(run, now, report)
+                saved = self._apply(run, now, report)
             except Exception:
                 # One run must never stop the repairs of the others in its shard (another
                 # tenant's, often): record it, count it (RepairsFailed alarms) and go on.
                 logger.exception("repair failed", extra={"run_key": run.run_key, "tenant": run.tenant})
                 report.failed += 1
                 report.failed_keys.append(run.run_key)
+                continue
+            if saved is not None and _publishable(saved):
+                publishable.append(saved)
+        self._send(publishable)
+
+    def _send(self, runs: list[Run]) -> None:
+        """Publish the repaired runs now (see `publish`). Best effort: a run not sent is
+        still published by its write's stream record, or repaired again at the next tick."""
+        if self._publish is None or not runs:
+            return
+        try:
+            self._publish(runs)
+        except Exception:
+            logger.exception("publishing repaired runs failed", extra={"count": len(runs)})
 
     def _remember(self, job_id: str, tenant: str) -> None:
         self._tenants[job_id] = tenant
@@ -263,31 +285,35 @@ class Reconciler:
     def repair(self, run: Run, now: datetime | None = None) -> str | None:
         """Repair one run as read; returns the kind of repair made, or None if none was needed or possible."""
         report = RepairReport()
-        self._apply(run, now or self._clock.now(), report)
+        saved = self._apply(run, now or self._clock.now(), report)
+        if saved is not None and _publishable(saved):
+            self._send([saved])
         self._emit(report)
         return next((kind for kind in KINDS if report.count(kind)), None)
 
     # --- one run ---
 
-    def _apply(self, run: Run, now: datetime, report: RepairReport) -> None:
+    def _apply(self, run: Run, now: datetime, report: RepairReport) -> Run | None:
+        """Repair `run` if it is overdue, counted in `report`: the run as the repair wrote it,
+        or None when none was made."""
         deadline = repair_deadline(run, self._runs.timings, waits_for_lease=self._runs.waits_for_lease(run))
         if deadline is None:
-            return  # closed since the index was read
+            return None  # closed since the index was read
         if deadline > now:
             # Looked at early (the entry's check time is the usual finish, not the deadline):
             # move the entry to the deadline so it is not read again every tick.
             report.moved += int(self._runs.move_check(run, deadline))
-            return
+            return None
         try:
             kind, saved = self._repair(run, now)
         except RunChanged:
             report.stale += 1
-            return
+            return None
         if kind is None:
-            return
+            return None
         if kind == DEFERRED:
             report.deferred += 1
-            return
+            return None
         setattr(report, kind, report.count(kind) + 1)
         report.repaired.append(run.run_key)
         if saved is not None and saved.state is RunState.DEAD:
@@ -300,6 +326,7 @@ class Reconciler:
             report.stranded.append((run.run_key, since))
             self._metrics.add("RepairLag", max(0.0, (now - since).total_seconds()), Unit.SECONDS)
         logger.info("run repaired", extra={"run_key": run.run_key, "kind": kind, "state": run.state.value})
+        return saved
 
     def _repair(self, run: Run, now: datetime) -> tuple[str | None, Run | None]:
         """The kind of repair made (None: none applies) and the run as written."""
@@ -379,6 +406,12 @@ class Reconciler:
             logger.warning(
                 "dead run not copied to the DLQ", extra={"run_key": run.run_key, "error": str(exc)}
             )
+
+
+def _publishable(run: Run) -> bool:
+    """Waiting for a publish: PENDING or RETRY_WAIT and not blocked behind another run or a
+    pause (services.outbox publishes what is due within the SQS delay limit)."""
+    return run.state in (RunState.PENDING, RunState.RETRY_WAIT) and run.blocked_by is None
 
 
 def _requeues_since_claim(run: Run) -> int:
