@@ -8,6 +8,7 @@ import contextlib
 import functools
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -136,6 +137,7 @@ class HttpFront(BackgroundServer):
                     payload_too_large_body(MAX_BODY_BYTES).encode(),
                     {"Content-Type": "application/json", "Connection": "close"},
                 )
+                linger(request)
                 return
             error = {
                 "code": "invalid_request",
@@ -203,6 +205,31 @@ class HttpFront(BackgroundServer):
         request.send_header("Content-Length", str(len(payload)))
         request.end_headers()
         request.wfile.write(payload)
+
+
+LINGER_BYTES = 4 * MAX_BODY_BYTES  # of a refused body, read and dropped before the close
+LINGER_SECONDS = 2.0
+
+
+def linger(request: BaseHTTPRequestHandler) -> None:
+    """After answering a body it refuses unread: read and drop what the client is still
+    sending (at most LINGER_BYTES, for LINGER_SECONDS), then let the connection close. A
+    client that sends its whole body before reading the answer (most do) then reads the
+    413 instead of a broken pipe, as from a web server's lingering close."""
+    connection = request.connection
+    deadline = time.monotonic() + LINGER_SECONDS
+    dropped = 0
+    try:
+        request.wfile.flush()
+        connection.shutdown(socket.SHUT_WR)  # the answer is complete: the client sees its end
+        while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            connection.settimeout(left)
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            dropped += len(chunk)
+    except OSError:
+        return
 
 
 def body_length(values: list[str] | None) -> tuple[int, tuple[int, str] | None]:

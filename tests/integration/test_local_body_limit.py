@@ -89,3 +89,28 @@ def test_a_zero_padded_length_is_judged_by_its_value_as_the_web_acl_judges_it(fr
         status_line = sock.recv(65536).split(b"\r\n", 1)[0]
     assert status_line.split()[1] == b"201", status_line
     assert recorder.bodies == [2]
+
+
+def test_a_client_still_sending_a_refused_body_reads_the_413_not_a_reset(front):
+    """The front answers a length past the limit before reading the body; a client that sends
+    its whole body first (most do) is still sending when the answer is written. The front
+    reads and drops what follows before closing, so the client then reads the 413."""
+    import socket
+    import time
+
+    server, recorder = front
+    host, port = server.url.removeprefix("http://").split(":")
+    size = DEPLOYED_LIMIT + 1
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: {host}:{port}\r\nx-api-key: {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode())
+        time.sleep(0.5)  # the answer is written (and, without the linger, the socket closed)
+        sock.sendall(b'"' + b"x" * (size - 2) + b'"')
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.split(b"\r\n", 1)[0].split()[1] == b"413", answer[:200]
+    assert recorder.bodies == []
