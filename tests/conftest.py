@@ -38,12 +38,16 @@ def clock():
 
 @pytest.fixture
 def aws() -> Iterator[dict[str, dict[str, str]]]:
-    """A fresh moto account with every table of the schema created."""
+    """A fresh moto account with every table of the schema created. moto's DynamoDB is made
+    safe for the threads a worker batch runs on, as local mode and chaos make it
+    (jobsched_local.moto_transactions)."""
     import boto3
     from jobsched import aws as aws_clients
     from jobsched.store.schema import ALL_TABLES
+    from jobsched_local.moto_transactions import install
     from moto import mock_aws
 
+    install()
     with mock_aws():
         aws_clients.client.cache_clear()
         ddb = boto3.client("dynamodb")

@@ -1,5 +1,5 @@
 """moto's TransactWriteItems, with a rollback snapshot of the items the transaction names
-instead of a deep copy of every table it touches.
+instead of a deep copy of every table it touches, and moto's item operations one at a time.
 
 moto backs a transaction up by deep-copying each table it names, stream records included: a
 Runs table that has seen a few thousand writes costs tens of milliseconds per transaction,
@@ -8,11 +8,20 @@ transaction itself is moto's own code, unchanged; only its backup is replaced. B
 each named item (deep-copied, or its absence) and each table's stream length are recorded;
 if it fails in any way, exactly those are put back, which is the state the table copy would
 have restored: a transaction writes only the items it names, and only appends to the stream.
+
+moto's DynamoDB backend is not safe for threads calling it at once (the worker's records run
+on threads of their own, and chaos runs invocations side by side): a transaction that fails
+puts back what it recorded before it ran, so a write another thread made to one of those
+items in between was undone (with moto's own table copy, every write to the table in
+between: a claim that had succeeded vanished). DynamoDB isolates each item operation and
+serialises transactions; here each item operation and each transaction, rollback included,
+holds one lock of the process (`SERIAL`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +29,10 @@ from typing import Any
 _state = threading.local()
 _installed = False
 _lock = threading.Lock()
+SERIAL = threading.RLock()  # held by each of moto's item operations and transactions
+# The DynamoDBBackend methods the item, batch and transaction calls reach (moto's batch and
+# TransactGetItems calls are made of these).
+_SERIALISED = ("get_item", "put_item", "update_item", "delete_item", "query", "scan")
 
 
 @dataclass
@@ -113,17 +126,29 @@ def install() -> None:
         original = models.DynamoDBBackend.transact_write_items
 
         def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-            snapshots = _snapshot(self, transact_items)
-            _state.active = True
-            try:
-                original(self, transact_items)
-            except BaseException:
-                for snapshot in snapshots:
-                    snapshot.restore()
-                raise
-            finally:
-                _state.active = False
+            with SERIAL:
+                snapshots = _snapshot(self, transact_items)
+                _state.active = True
+                try:
+                    original(self, transact_items)
+                except BaseException:
+                    for snapshot in snapshots:
+                        snapshot.restore()
+                    raise
+                finally:
+                    _state.active = False
 
         models.copy = _NoTableCopies()  # type: ignore[assignment]
         models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+        for name in _SERIALISED:
+            setattr(models.DynamoDBBackend, name, _serialised(getattr(models.DynamoDBBackend, name)))
         _installed = True
+
+
+def _serialised(method: Any) -> Any:
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with SERIAL:
+            return method(self, *args, **kwargs)
+
+    return call

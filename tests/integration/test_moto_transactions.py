@@ -134,3 +134,45 @@ def test_a_refused_transaction_changes_nothing(ddb):
     with pytest.raises(ClientError, match=r"ValidationException|multiple operations"):
         ddb.transact_write_items(TransactItems=twice)
     assert everything(ddb) == before
+
+
+def test_a_write_made_while_a_failing_transaction_runs_is_not_undone(ddb: Any, monkeypatch: Any) -> None:
+    """Another thread writes an item a transaction names while the transaction runs; the
+    transaction then fails and puts back what it recorded. DynamoDB keeps the other write (it
+    isolates both); so must moto here: the write waits for the transaction, then lands."""
+    import threading
+
+    from jobsched_local import moto_transactions
+
+    landed = threading.Event()
+    real_snapshot = moto_transactions._snapshot
+
+    def write_meanwhile(backend: Any, transact_items: list[dict[str, Any]]) -> Any:
+        snapshots = real_snapshot(backend, transact_items)
+
+        def other_writer() -> None:
+            boto3.client("dynamodb", region_name="us-east-1").put_item(
+                TableName="flat", Item={"pk": {"S": "c"}, "x": {"N": "7"}}
+            )
+            landed.set()
+
+        threading.Thread(target=other_writer, daemon=True).start()
+        landed.wait(1.0)  # with the lock the write cannot land before the transaction ends
+        return snapshots
+
+    monkeypatch.setattr(moto_transactions, "_snapshot", write_meanwhile)
+    with pytest.raises(ClientError):
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": "flat", "Item": {"pk": {"S": "c"}, "x": {"N": "2"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": "ranged",
+                        "Key": {"pk": {"S": "b"}, "sk": {"S": "1"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
+    assert landed.wait(5.0)
+    assert ddb.get_item(TableName="flat", Key={"pk": {"S": "c"}})["Item"]["x"] == {"N": "7"}
