@@ -212,7 +212,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:Query",),
             (RUNS_T,),
             "the runs already holding occurrences of a SKIPPED range whose record was refused",
-            (f"{_RUN_STORE}.scheduled_between",),
+            (f"{_RUN_STORE}.occurrences_held",),
         ),
     ),
     OUTBOX: (

@@ -226,6 +226,67 @@ def test_a_skipped_range_over_runs_of_a_lost_job_write_records_every_occurrence_
     assert any(r.skipped_through is not None and r.scheduled_for > made[-1].scheduled_for for r in runs)
 
 
+def test_backfilled_occurrences_hold_their_keys_when_the_sweep_skips_the_missed_ones(api, container, clock):
+    """Backfilled runs sit at the occurrences' own keys. A sweep ten minutes late (`skip`)
+    meets one at its range's first key: the backfilled occurrences are held, the others get
+    their SKIPPED record, each once, and the job moves on."""
+    from jobsched.domain.schedule import fires_between
+
+    job = new_job(container, every=15, missedRuns="skip")
+    made = all_runs(container, job.job_id)
+    clock.advance(600)
+    start = made[-1].scheduled_for + timedelta(seconds=15)
+    backfill = api.post(
+        f"/v1/jobs/{job.job_id}/backfill",
+        {
+            "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    )
+    assert backfill.status in (200, 201), backfill.body
+    assert len(backfill.body["created"]) == 5
+    for _ in range(2):
+        assert not container.sweeper.sweep().failures
+    stored = container.definitions.get(job.job_id)
+    assert stored.next_run_at is not None and stored.next_run_at > clock.now() - timedelta(seconds=60)
+    held = _coverage(stored, all_runs(container, job.job_id))
+    expected = fires_between(
+        stored.spec.schedule,
+        made[0].scheduled_for - timedelta(seconds=1),
+        clock.now() - timedelta(seconds=61),
+        1000,
+    )
+    assert [t for t in expected if held[t] != 1] == []
+
+
+def test_a_pass_that_meets_a_job_saved_meanwhile_writes_no_stretch(container, clock, monkeypatch):
+    """Two passes from one version of the job: the other saved first (its runs may still be
+    landing inside the stretches this one would fill), so this one records nothing more
+    and leaves the job to its next pass."""
+    from jobsched.services.materialize import MaterializeIncomplete
+
+    real_save = container.definitions.save
+
+    def lost(job, **kwargs):
+        if job.runs_created:
+            raise RuntimeError("ProvisionedThroughputExceeded: the job's write did not land")
+        return real_save(job, **kwargs)
+
+    with monkeypatch.context() as throttled:
+        throttled.setattr(container.definitions, "save", lost)
+        job = new_job(container, every=15, missedRuns="skip")
+    before = container.definitions.get(job.job_id)
+    clock.advance(600)
+    container.definitions.add_stats(job.job_id, missed=0)  # any write of the job: a new rev
+    moved = container.definitions.get(job.job_id)
+    if moved.rev == before.rev:
+        moved = real_save(before.model_copy(update={"updated_at": clock.now()}), previous_state=before.state)
+    count = len(all_runs(container, job.job_id))
+    with pytest.raises(MaterializeIncomplete):
+        container.sweeper._materializer._pass(before, clock.now(), "sweeper", timedelta(seconds=120))
+    assert len(all_runs(container, job.job_id)) == count
+
+
 def test_one_time_job_completes(container, clock):
     job = new_job(container, runAt="2026-11-02T08:01:00Z")
     stored = container.jobs.get("tenant-a", job.job_id)

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
-from ..domain.runs import Run, RunState, Trigger, make_run
+from ..domain.runs import Run, RunState, make_run
 from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
 from ..observability import logger
 from ..store.definitions import DefinitionStore
@@ -28,8 +28,7 @@ from ..store.runs import RunStore
 
 ONE_SECOND = timedelta(seconds=1)
 ACTOR = "sweeper"
-_SKIP_WRITE_ROUNDS = 8  # insert, read what holds the range, fill what nothing holds
-_SKIP_READ_LIMIT = 1000  # runs of one range read at once; a fuller range takes another round
+_SKIP_WRITE_ROUNDS = 3  # read what holds the range, fill what nothing holds, again if taken
 
 
 class MaterializeIncomplete(Exception):
@@ -162,56 +161,53 @@ class Materializer:
         """One SKIPPED record for the occurrences [first, last] (`count` of them), as (record,
         inserted) pairs. A run already at `first` that stands for less than the range (made by
         an earlier pass whose write of the job was lost, so the job's cursor never moved past
-        it) does not stand for the rest: each stretch no stored run covers gets a record of
-        its own, so no occurrence is left without one, and none has two. Raises
-        MaterializeIncomplete when that does not settle in a few rounds (other writers, or a
-        range holding more runs than the rounds read), so the job is not advanced past it."""
-        written: list[tuple[Run, bool]] = []
+        it; or a backfill) does not stand for the rest: each stretch no stored run holds gets
+        a record of its own, so no occurrence is left without one.
+        Raises MaterializeIncomplete, so the job is not advanced past the range, when the
+        stored runs could not all be read, when the job was saved meanwhile (another pass
+        got there: its runs may be landing inside the stretches), or when the stretches keep
+        being taken (the next pass starts again from the job as stored)."""
+        record = self._skipped(job, first, last, count, reason, now=now, actor=actor)
+        written = [(record, self._runs.insert(record))]
+        if written[0][1]:
+            return written
         schedule = job.spec.schedule
-        stretches = [(first, last, count)]
-        unread: datetime | None = None  # where the range was not read yet (a full read)
         for _ in range(_SKIP_WRITE_ROUNDS):
-            refused: list[datetime] = []
-            for start, through, number in stretches:
-                record = make_run(
-                    job,
-                    start,
-                    now=now,
-                    actor=actor,
-                    state=RunState.SKIPPED,
-                    reason=reason,
-                    skipped_through=through,
-                    skipped_count=number,
+            held, complete = self._runs.occurrences_held(job.job_id, first, last)
+            if not complete:
+                raise MaterializeIncomplete(
+                    f"the runs of {job.job_id} from {first} to {last} are too many to read"
                 )
-                inserted = self._runs.insert(record)
-                written.append((record, inserted))
-                if not inserted:
-                    refused.append(start)
-            if unread is not None:
-                refused.append(unread)
+            gaps = uncovered(schedule, first, last, held)
+            if not gaps:
+                return written
+            stored = self._definitions.get(job.job_id)
+            if stored is None or stored.rev != job.rev:
+                raise MaterializeIncomplete(f"{job.job_id} was written meanwhile; its next pass decides")
+            refused = False
+            for a, b in gaps:
+                stretch = self._skipped(job, a, b, count_fires(schedule, a, b), reason, now=now, actor=actor)
+                inserted = self._runs.insert(stretch)
+                written.append((stretch, inserted))
+                refused = refused or not inserted
             if not refused:
                 return written
-            # What holds the range from the first refused stretch on.
-            read_from = min(refused)
-            stored = self._runs.scheduled_between(
-                job.job_id, read_from, last + ONE_SECOND, limit=_SKIP_READ_LIMIT
-            )
-            spans = [
-                (run.scheduled_for, run.skipped_through or run.scheduled_for)
-                for run in stored
-                if run.trigger is Trigger.SCHEDULE
-            ]
-            read_to, unread = last, None
-            if len(stored) >= _SKIP_READ_LIMIT:
-                # A full read: only what it reached is known; the rest is read next round.
-                read_to = max(end for _, end in spans) if spans else stored[-1].scheduled_for
-                following = next_fire(schedule, read_to)
-                unread = following if following is not None and following <= last else None
-            gaps = uncovered(schedule, read_from, min(read_to, last), spans)
-            stretches = [(a, b, count_fires(schedule, a, b)) for a, b in gaps]
-            if not stretches and unread is None:
-                return written
         raise MaterializeIncomplete(f"occurrences of {job.job_id} from {first} to {last} keep changing")
+
+    @staticmethod
+    def _skipped(
+        job: Job, first: datetime, last: datetime, count: int, reason: str, *, now: datetime, actor: str
+    ) -> Run:
+        return make_run(
+            job,
+            first,
+            now=now,
+            actor=actor,
+            state=RunState.SKIPPED,
+            reason=reason,
+            skipped_through=last,
+            skipped_count=count,
+        )
 
     def plan(self, job: Job, now: datetime, ahead: timedelta | None = None) -> _Plan:
         """Decide, without writing, what each due occurrence becomes."""

@@ -20,7 +20,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..domain.errors import ConcurrentUpdate
-from ..domain.instants import format_instant
+from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
@@ -466,6 +466,46 @@ class RunStore:
         with translated_errors():
             response = self._db.query(**request)
         return self._readable(response.get("Items", []))
+
+    def occurrences_held(
+        self, job_id: str, start: datetime, end: datetime, *, max_pages: int = 20
+    ) -> tuple[list[tuple[datetime, datetime]], bool]:
+        """What the job's stored scheduled and backfill runs with start <= scheduled_for <= end
+        hold, as (first, last occurrence) spans: a run its own instant, a SKIPPED range record
+        up to its `skipped_through`; an item whose document does not parse its own instant
+        (it holds its key all the same). Manual runs (a suffixed key) hold none. Read
+        consistently, every page (a page stops at 1 MB: a few runs with large payloads),
+        at most `max_pages` of them; the flag says whether the read reached `end`."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            "ConsistentRead": True,
+            "ProjectionExpression": "sk, doc",
+            "ExpressionAttributeValues": to_item(
+                {":j": job_id, ":a": run_sk(start), ":b": run_sk(end) + "~~"}
+            ),
+        }
+        spans: list[tuple[datetime, datetime]] = []
+        for _ in range(max_pages):
+            with translated_errors():
+                response = self._db.query(**request)
+            for item in response.get("Items", []):
+                slot = str(item["sk"]["S"]).removeprefix(RUN_PREFIX)
+                if "~" in slot:
+                    continue  # a manual run: its key space is its own
+                at = parse_instant(slot)
+                through = at
+                try:
+                    text = json.loads(item["doc"]["S"]).get("skipped_through")
+                    through = parse_instant(text) if text else at
+                except Exception:
+                    pass  # unreadable: it holds its own key, as far as anyone can tell
+                spans.append((at, max(at, through)))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return spans, True
+            request["ExclusiveStartKey"] = last
+        return spans, False
 
     def latest_for_job(self, job_id: str, count: int) -> list[Run]:
         return self.list_for_job(job_id, limit=count, cursor=None).items
