@@ -358,7 +358,11 @@ class World:
             # As wiring.Container.reconciler: the repair sends what it repaired (its own
             # outbox, with the reconciler's clock; its sends are throttled like the outbox's).
             publish=Outbox(
-                reconciler_runs, self._queues(self.publish_throttle), reconciler_clock, self.route
+                reconciler_runs,
+                self._queues(self.publish_throttle),
+                reconciler_clock,
+                self.route,
+                actor="reconciler",
             ).publish,
         )
         self.workers = [self._worker(f"w{i}") for i in range(config.workers)]

@@ -23,6 +23,7 @@ from .services.jobs import JobService
 from .services.materialize import Materializer
 from .services.missed import MissedRuns
 from .services.outbox import EXTERNAL, Outbox, default_router
+from .services.reconciler import ACTOR as RECONCILER_ACTOR
 from .services.reconciler import Reconciler
 from .services.runs import RunService
 from .services.sweeper import Sweeper
@@ -185,7 +186,9 @@ class Container:
             settle_held=self.missed_runs.settle_held,
             metrics=self.metrics,
             recorded_shard_count=self.definitions.recorded_shard_count,
-            publish=self.outbox.publish,
+            publish=Outbox(
+                self.runs, self.queues, self.clock, default_router(), self.metrics, actor=RECONCILER_ACTOR
+            ).publish,
         )
 
     @cached_property

@@ -646,6 +646,43 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
     assert first not in effects
 
 
+def test_a_retry_of_an_occurrence_whose_effect_began_before_the_pause_landed_still_runs(
+    api, container, clock, monkeypatch
+):
+    """The 10 s occurrence is claimed, its job read (still active) and its effect fails, all in
+    the second the pause lands in: `paused_at` is that second, so the occurrence falls in the
+    pause. Its effect began, so its retry after the resume (`skip`) is the retry policy's:
+    it runs, and is not SKIPPED as missed."""
+    from jobsched.domain.errors import RetryableError
+    from jobsched.targets import HandlerRegistry
+
+    calls: list[str] = []
+    registry = HandlerRegistry()
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        calls.append(invocation.run_key)
+        if len(calls) == 1:
+            raise RetryableError("the target answered 503")
+        return {"ok": True}
+
+    worker = make_worker(container, registry)
+    job_id = create(
+        api, type="tick", runAt=None, every=3600, startAt=_at(10), missedRuns="skip", maxAttempts=3
+    )["jobId"]
+    key = f"{job_id}@{_at(10)}"
+    clock.set(T0 + timedelta(seconds=10))
+    assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.RETRY_SCHEDULED
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200  # paused_at: the same second
+    clock.set(T0 + timedelta(seconds=30))
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    retry = _run(container, key)
+    assert retry.state in (RunState.RETRY_WAIT, RunState.PENDING, RunState.QUEUED), retry.state
+    clock.set(max(clock.now(), retry.due_at) + timedelta(seconds=1))
+    assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.SUCCEEDED
+    assert calls == [key, key]
+
+
 def test_a_late_sweep_runs_exactly_what_the_resume_decided(api, container, clock, monkeypatch):
     """Catch-up within 30 s, paused past every run made ahead, and the resume's own
     materialisation lost (throttled): the occurrences with no run yet are the sweeper's.

@@ -401,12 +401,38 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
 
 def pause_decides(run: Run) -> bool:
     """Whether a job's resume decides (`missedRuns`) this run, should it have fallen in the
-    pause: a scheduled run in its first series (never redriven), whichever attempt this is.
-    Every attempt of an occurrence inside a pause that was claimed while the pause stood was
-    held, or died before the check that would have held it (a claim whose worker then
-    crashed counts as an attempt), so none of them started the effect: the resume's decision
-    still stands for the next one. A redrive is an operator's explicit choice to run it."""
-    return run.trigger is Trigger.SCHEDULE and run.redrives == 0
+    pause: a scheduled run in its first series (never redriven) none of whose attempts may
+    have begun its effect (`effect_may_have_begun`), whichever attempt this is. An attempt
+    claimed while the pause stood was held, or died before the check that would have held
+    it (a claim whose worker then crashed counts as an attempt), so it started nothing and
+    the resume's decision stands for the next one. One claimed in the pause's first second
+    may have read the job before the pause landed and begun its effect: its run's retries
+    are the retry policy's, as for a run that started before the pause. A redrive is an
+    operator's explicit choice to run it."""
+    return run.trigger is Trigger.SCHEDULE and run.redrives == 0 and not effect_may_have_begun(run)
+
+
+# How an attempt ends from LEASED without having begun an effect of its own: its lease ran
+# out (a worker that died after beginning it leaves its in-progress record on the run), or
+# another attempt's in-progress record made it wait.
+_ENDED_BEFORE_ITS_EFFECT = frozenset({"LeaseExpired", "InProgress"})
+
+
+def effect_may_have_begun(run: Run) -> bool:
+    """Whether an attempt of the run's current series may have begun its effect: an
+    in-progress record or a saved result is on the run, it was marked started (at-most-once),
+    or an attempt ended from LEASED with its effect's failure (any error but the lease
+    running out or another attempt's record). Assumed when the history lost entries."""
+    if run.effect_fence is not None or run.result_saved_at is not None or run.effect_started_at is not None:
+        return True
+    if run.history_dropped:
+        return True
+    return any(
+        entry.source is RunState.LEASED
+        and entry.target in (RunState.RETRY_WAIT, RunState.DEAD)
+        and entry.error_class not in _ENDED_BEFORE_ITS_EFFECT
+        for entry in run.history
+    )
 
 
 @transition("missed")

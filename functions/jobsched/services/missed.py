@@ -94,7 +94,9 @@ class MissedRuns:
             if window is None:
                 return
         for run in self._open_runs(resumed.job_id, window.paused_at, window.resumed_at):
-            if run.state is not RunState.LEASED:
+            # One whose effect may have begun (claimed as the pause landed) is its retry
+            # policy's, not the pause's (lifecycle.pause_decides).
+            if run.state is not RunState.LEASED and lifecycle.pause_decides(run):
                 self._decide(run, window.runs(run.scheduled_for) is True)
 
     def settle_held(self, run: Run) -> Run | None:
@@ -108,7 +110,7 @@ class MissedRuns:
             return None
         if job is None or job.state in (JobState.CANCELLED, JobState.COMPLETED):
             return self._completer.cancel(run, "job ended while paused", actor=ACTOR).run
-        verdict = job.missed_verdict(run.scheduled_for)
+        verdict = job.missed_verdict(run.scheduled_for) if lifecycle.pause_decides(run) else True
         if verdict is None:
             policies = job.spec.policies
             edge = (job.missed_until or self._clock.now()) - timedelta(

@@ -79,14 +79,27 @@ class PublishOutcome:
 
 
 class Outbox:
+    """Marks and sends publishable runs. `actor` names who marks them QUEUED in their history
+    (the outbox's stream path, or the reconciler sending what it repaired): two publishers
+    that mark one run in the same second then tell their marks apart, so only the one whose
+    mark landed sends it."""
+
     def __init__(
-        self, runs: RunStore, queues: RunQueues, clock: Clock, route: Router, metrics: Metrics = NO_METRICS
+        self,
+        runs: RunStore,
+        queues: RunQueues,
+        clock: Clock,
+        route: Router,
+        metrics: Metrics = NO_METRICS,
+        *,
+        actor: str = ACTOR,
     ) -> None:
         self._metrics = metrics
         self._runs = runs
         self._queues = queues
         self._clock = clock
         self._route = route
+        self._actor = actor
 
     def publish(self, runs: list[Run]) -> list[str]:
         """Publish what is publishable; returns the run keys whose publish failed."""
@@ -174,7 +187,7 @@ class Outbox:
         against it) or an identical twin's: the run is sent either way, since a QUEUED run
         left without a message waits for the reconciler's 15 minutes, and a second message
         is dropped by the worker's conditional claim."""
-        mark = queued(run, now=now, actor=ACTOR)
+        mark = queued(run, now=now, actor=self._actor)
         try:
             return self._runs.commit(run, lambda r: mark)
         except RunChanged as exc:
@@ -207,7 +220,7 @@ class Outbox:
             run = current
         try:
             self._runs.commit(
-                run, lambda r: advance(r, RunState.PENDING, now=now, actor=ACTOR, reason=PUBLISH_FAILED)
+                run, lambda r: advance(r, RunState.PENDING, now=now, actor=self._actor, reason=PUBLISH_FAILED)
             )
         except RunChanged:
             pass  # moved on (cancelled, ...): nothing waits on this publish any more
