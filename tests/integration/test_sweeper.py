@@ -173,6 +173,21 @@ def test_skip_policy_records_missed_occurrences_as_one_skipped_range(container, 
     assert len(runs) == 1 + 60 + 121
 
 
+def new_job_whose_first_write_is_lost(container, monkeypatch):
+    """An every-15-s `skip` job whose creation made its runs but whose advance of the job
+    was lost (throttled): its cursor still names the first occurrence."""
+    real_save = container.definitions.save
+
+    def lost(job, **kwargs):
+        if job.runs_created:
+            raise RuntimeError("ProvisionedThroughputExceeded: the job's write did not land")
+        return real_save(job, **kwargs)
+
+    with monkeypatch.context() as throttled:
+        throttled.setattr(container.definitions, "save", lost)
+        return new_job(container, every=15, missedRuns="skip")
+
+
 def _coverage(job, runs):
     """How many records hold each occurrence: a run its own, a SKIPPED range each of its."""
     from collections import Counter
@@ -201,16 +216,7 @@ def test_a_skipped_range_over_runs_of_a_lost_job_write_records_every_occurrence_
     and the occurrences after the runs made then must still get their record, each once."""
     from jobsched.domain.schedule import fires_between
 
-    real_save = container.definitions.save
-
-    def lost(job, **kwargs):
-        if job.runs_created:
-            raise RuntimeError("ProvisionedThroughputExceeded: the job's write did not land")
-        return real_save(job, **kwargs)
-
-    with monkeypatch.context() as throttled:
-        throttled.setattr(container.definitions, "save", lost)
-        job = new_job(container, every=15, missedRuns="skip")
+    job = new_job_whose_first_write_is_lost(container, monkeypatch)
     made = all_runs(container, job.job_id)
     stored = container.definitions.get(job.job_id)
     assert made and stored.runs_created == 0 and stored.next_run_at == made[0].scheduled_for
@@ -265,22 +271,15 @@ def test_a_pass_that_meets_a_job_saved_meanwhile_writes_no_stretch(container, cl
     and leaves the job to its next pass."""
     from jobsched.services.materialize import MaterializeIncomplete
 
-    real_save = container.definitions.save
-
-    def lost(job, **kwargs):
-        if job.runs_created:
-            raise RuntimeError("ProvisionedThroughputExceeded: the job's write did not land")
-        return real_save(job, **kwargs)
-
-    with monkeypatch.context() as throttled:
-        throttled.setattr(container.definitions, "save", lost)
-        job = new_job(container, every=15, missedRuns="skip")
+    job = new_job_whose_first_write_is_lost(container, monkeypatch)
     before = container.definitions.get(job.job_id)
     clock.advance(600)
     container.definitions.add_stats(job.job_id, missed=0)  # any write of the job: a new rev
     moved = container.definitions.get(job.job_id)
     if moved.rev == before.rev:
-        moved = real_save(before.model_copy(update={"updated_at": clock.now()}), previous_state=before.state)
+        moved = container.definitions.save(
+            before.model_copy(update={"updated_at": clock.now()}), previous_state=before.state
+        )
     count = len(all_runs(container, job.job_id))
     with pytest.raises(MaterializeIncomplete):
         container.sweeper._materializer._pass(before, clock.now(), "sweeper", timedelta(seconds=120))
