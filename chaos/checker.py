@@ -289,7 +289,9 @@ class Figures:
     # 99th percentile, against RESTART_GOAL_SECONDS (a failure above it).
     restart_latency_p99: float = 0.0
     restarts: int = 0
-    restarts_behind_tenant_limit: int = 0  # not timed: the tenant's own limit held them back
+    # Not timed: held back on purpose (the tenant's own limit, or a buffer-one run waiting
+    # for the run before it to end).
+    restarts_held_back: int = 0
     slowest_restarts: list[tuple[str, float]] = field(default_factory=list)  # run key, seconds
     # An effect repeated after an invocation died between it and its completion, and after
     # that invocation's deadline: at-least-once, allowed (and counted so it shows).
@@ -319,7 +321,7 @@ class Figures:
             f" stale_fences_rejected={self.stale_fences_rejected} repairs={self.repairs}"
             f" effects_repeated_after_deadline={self.effects_repeated_after_deadline}"
             f" repair_latency_p99={self.repair_latency_p99:.0f}s"
-            f" restarts={self.restarts} restarts_behind_tenant_limit={self.restarts_behind_tenant_limit}"
+            f" restarts={self.restarts} restarts_held_back={self.restarts_held_back}"
             f" restart_latency_p99={self.restart_latency_p99:.0f}s"
             f" (goal {RESTART_GOAL_SECONDS:.0f}s)"
             f" oversize_items={self.oversize_items} max_item_bytes={self.max_item_bytes}"
@@ -365,8 +367,9 @@ class Evidence:
     # of a run that should have started (RepairReport.stranded).
     stranded: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
     is_external: Callable[[str], bool] = lambda run_key: False  # leased through the API, by run key
-    # Run key -> when a worker's claim found the run's tenant at its limit (true time).
-    tenant_waits: dict[str, list[datetime]] = field(default_factory=dict)
+    # Run key -> when a worker held the run back on purpose (true time): its claim found the
+    # tenant at its limit, or it was buffered behind the job's running run.
+    held_back: dict[str, list[datetime]] = field(default_factory=dict)
 
 
 def check(evidence: Evidence) -> Figures:
@@ -405,9 +408,9 @@ def check(evidence: Evidence) -> Figures:
     figures.max_item_bytes = evidence.max_item_bytes
     figures.faults = dict(evidence.faults)
     figures.repair_latency_p99 = percentile(_repair_latencies(evidence.runs), 0.99)
-    restarts, behind_tenant_limit = _restart_latencies(evidence, runs)
+    restarts, held_back = _restart_latencies(evidence, runs)
     figures.restarts = len(restarts)
-    figures.restarts_behind_tenant_limit = len(behind_tenant_limit)
+    figures.restarts_held_back = len(held_back)
     figures.restart_latency_p99 = percentile([seconds for _, seconds in restarts], 0.99)
     figures.slowest_restarts = sorted(restarts, key=lambda r: -r[1])[:10]
     return figures
@@ -623,10 +626,11 @@ def _restart_latencies(evidence: Evidence, runs: dict[str, Run]) -> tuple[list[t
     (RepairReport.stranded) to what shows next after the repair: a target call (the
     ledger), a claim, the run's end (a death, a skip, a cancel), or for an external worker's
     run its offer in the claimable index (recorded times plus the clock skew); the end of the
-    simulation if none came. A restart its tenant's limit held back (a claim refused at
-    TENANT_CONCURRENCY in between) is not timed: listed second."""
+    simulation if none came. A restart held back on purpose in between (a claim refused at
+    TENANT_CONCURRENCY, a buffer-one run deferred behind the job's running run) is not
+    timed: listed second."""
     latencies: list[tuple[str, float]] = []
-    waited_on_tenant: list[str] = []
+    held_back: list[str] = []
     for run_key, repairs in evidence.stranded.items():
         run = runs.get(run_key)
         calls = [call.at for call in evidence.ledger.calls.get(run_key, [])]  # true time
@@ -642,11 +646,11 @@ def _restart_latencies(evidence: Evidence, runs: dict[str, Run]) -> tuple[list[t
             # A call in the repair's second came before it (the reconciler ticks last).
             after = [at for at in calls if at > repaired_at] + [at for at in ends if at >= repaired_at]
             restarted = min(after) if after else evidence.end
-            if any(since <= at <= restarted for at in evidence.tenant_waits.get(run_key, [])):
-                waited_on_tenant.append(run_key)  # its tenant's own limit held it back
+            if any(since <= at <= restarted for at in evidence.held_back.get(run_key, [])):
+                held_back.append(run_key)  # its tenant's limit or its job's overlap held it
                 continue
             latencies.append((run_key, max(0.0, (restarted - since).total_seconds())))
-    return latencies, waited_on_tenant
+    return latencies, held_back
 
 
 # --- the new figures: outcomes, overlap, missed runs, the tenant limit ---

@@ -34,7 +34,7 @@ from jobsched.domain.instants import ManualClock
 from jobsched.domain.metrics import RecordedMetrics
 from jobsched.domain.models import Job, JobState, Priority, ScheduleKind
 from jobsched.domain.runs import Run, RunState
-from jobsched.services.attempt import AttemptResult
+from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.services.completion import Completer
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
@@ -257,8 +257,9 @@ class World:
         self.repairs = 0
         # Run key -> (when it should have moved on, when the reconciler repaired it), per repair.
         self.stranded: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
-        # Run key -> when a worker's claim found its tenant at TENANT_CONCURRENCY (true time).
-        self.tenant_waits: dict[str, list[datetime]] = defaultdict(list)
+        # Run key -> when a worker held it back on purpose (true time): its claim found its
+        # tenant at TENANT_CONCURRENCY, or it was buffered behind its job's running run.
+        self.held_back: dict[str, list[datetime]] = defaultdict(list)
         self.audit = StreamAudit()
         self.tracked: dict[str, TrackedJob] = {}
         self.redrives: dict[str, list[int]] = {}
@@ -411,12 +412,13 @@ class World:
             lease_seconds=60,
             tenant_concurrency=self.config.tenant_concurrency,
             metrics=self.metrics,
-            tenant_slots=ObservedSlots(runs, self.config.tenant_concurrency, self._tenant_waited),
+            tenant_slots=ObservedSlots(runs, self.config.tenant_concurrency, self._held_back),
             watch=self._watch,
         )
 
-    def _tenant_waited(self, run_key: str) -> None:
-        self.tenant_waits[run_key].append(self.clock.now())
+    def _held_back(self, run_key: str) -> None:
+        with self.lock:
+            self.held_back[run_key].append(self.clock.now())
 
     # --- the loop ---
 
@@ -967,6 +969,8 @@ class World:
             raise
         with self.lock:
             self.outcomes[result.outcome.value] += 1
+        if result.outcome is AttemptOutcome.DEFERRED and result.error_class == "buffered":
+            self._held_back(delivery.run_key)  # waits on purpose for the job's running run
         return result
 
     def _freeze(self, delivery: Received, url: str, message: dict[str, Any]) -> None:
@@ -1174,7 +1178,7 @@ class World:
                 stale_fences_rejected=int(self.metrics.total("StaleFencesRejected")),
                 repairs=self.repairs,
                 stranded=dict(self.stranded),
-                tenant_waits=dict(self.tenant_waits),
+                held_back=dict(self.held_back),
                 is_external=lambda run_key: bool(run_key in by_key and self.is_external(by_key[run_key])),
                 oversize=self.dynamo.oversize,
                 max_item_bytes=self.dynamo.max_item_bytes,

@@ -17,6 +17,7 @@ from jobsched.domain.effects import RECORD_GRACE
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.runs import RunState
 from jobsched.services.attempt import AttemptOutcome
+from jobsched.services import worker as worker_module
 from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
@@ -825,3 +826,68 @@ def test_a_dead_workers_message_comes_back_just_after_its_lease(container, clock
         assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
         clock.advance(2)
         assert len(sqs.receive_message(QueueUrl=url).get("Messages", [])) == 1
+
+
+def test_a_record_that_fails_after_its_claim_keeps_its_message_for_after_the_lease(
+    container, clock, registry, ledger, monkeypatch
+):
+    """A record whose attempt fails after its claim comes back within seconds (the failure's
+    backoff) while its own lease is still live. That delivery keeps the message, invisible
+    until just past the lease, rather than acknowledging it: the run starts again then, not
+    after the reconciler's repair."""
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+    from jobsched.handlers import worker as worker_handler
+    from jobsched.store.queues import RunMessage
+    from jobsched_local.lambda_context import InvocationContext
+
+    from chaos.faults import sqs_on_clock
+
+    container.__dict__["worker"] = worker = make_worker(container, registry)
+    _, run = one_run(container, clock)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+
+    def receive() -> list[dict]:
+        messages = sqs.receive_message(QueueUrl=url, AttributeNames=["All"]).get("Messages", [])
+        records = []
+        for message in messages:
+            record = sqs_record(run, message["MessageId"])
+            record["receiptHandle"] = message["ReceiptHandle"]
+            record["attributes"]["ApproximateReceiveCount"] = message["Attributes"]["ApproximateReceiveCount"]
+            records.append(record)
+        return records
+
+    def invoke(records: list[dict]) -> str:
+        """"acknowledged", or "kept" when the batch's one record was reported failed (the
+        processor raises then, as Lambda sees a function error: nothing is deleted)."""
+        try:
+            response = worker_handler.handler({"Records": records}, InvocationContext(function_name="jobsched-worker"))
+        except BatchProcessingError:
+            return "kept"
+        return "kept" if response["batchItemFailures"] else "acknowledged"
+
+    with sqs_on_clock(clock):
+        sqs.send_message(QueueUrl=url, MessageBody=RunMessage.of(run).to_json())
+        first = receive()
+        real_get = container.definitions.get
+        monkeypatch.setattr(container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError()))
+        assert invoke(first) == "kept"  # failed after its claim: backed off
+        monkeypatch.setattr(container.definitions, "get", real_get)
+        leased = stored(container, run)
+        assert leased.state is RunState.LEASED and leased.fence == 1
+        clock.advance(11)  # past the first failure's backoff (5-10 s), inside the lease
+        again = receive()
+        assert len(again) == 1
+        assert invoke(again) == "kept"  # not acknowledged
+        assert stored(container, run).rev == leased.rev  # the holder's run is not written
+        assert ledger.effects[run.run_key] == 0
+        until_lease = (leased.lease_expires_at - clock.now()).total_seconds()
+        clock.advance(until_lease)
+        assert receive() == []  # not before the lease has expired
+        clock.advance(worker_module.MESSAGE_AFTER_LEASE + 1)
+        last = receive()
+        assert len(last) == 1
+        assert invoke(last) == "acknowledged"
+    done = stored(container, run)
+    assert done.state is RunState.SUCCEEDED and done.fence == 2
+    assert ledger.effects[run.run_key] == 1

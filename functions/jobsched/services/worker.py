@@ -5,7 +5,9 @@ visibility.
 What is the worker's own: the message. A run that may not start yet (not due, buffered
 behind a running run, its tenant at its limit) is deferred: its message stays in its queue,
 invisible for the wait, while it has receives to spare; past that the run is handed back to
-the outbox (lifecycle.defer) and the message acknowledged. The worker never sends a message
+the outbox (lifecycle.defer) and the message acknowledged. A message whose run is leased
+under a live lease is kept for just after that lease (its holder may be dead), so the run
+starts again without waiting for a repair. The worker never sends a message
 itself, so no worker -> SQS -> worker chain grows and Lambda's recursive-loop guard never
 drops a waiting run. Waits back off with how long the run has waited since it was due."""
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ from ..domain.errors import RetryableError, TenantAtLimit
 from ..domain.instants import Clock, from_epoch
 from ..domain.jitter import retry_delay_seconds
 from ..domain.metrics import NO_METRICS, Metrics
-from ..domain.runs import CLAIMABLE_STATES, Run
+from ..domain.runs import CLAIMABLE_STATES, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
@@ -209,8 +212,7 @@ class Worker:
             now = self._clock.now()
             admitted = self.attempts.admit(run, now, actor=self.actor)
             if admitted.admission is Admission.NOTHING:
-                self._metrics.add("DuplicatesSuppressed")
-                return AttemptResult(AttemptOutcome.DUPLICATE, admitted.run)
+                return self._nothing_to_do(admitted.run, delivery)
             assert run is not None
             if admitted.admission is Admission.NOT_DUE:
                 return self._defer(run, delivery, admitted.wait_seconds, "not_due")
@@ -226,8 +228,7 @@ class Worker:
             if leased is not None:
                 return self._run(leased, delivery, start_lag=start_lag)
             if current is None or not lifecycle.claimable(current, self._clock.now()):
-                self._metrics.add("DuplicatesSuppressed")
-                return AttemptResult(AttemptOutcome.DUPLICATE, current or run)
+                return self._nothing_to_do(current or run, delivery)
             run = current  # lost to a write that left it claimable: admit and claim it again
         raise RetryableError(f"run {delivery.run_key} keeps changing; its message comes back")
 
@@ -271,6 +272,42 @@ class Worker:
         )
         result.start_lag = start_lag
         return result
+
+    def _nothing_to_do(self, run: Run | None, delivery: Received) -> AttemptResult:
+        """A delivery whose run needs nothing of it now: DUPLICATE (the message is
+        acknowledged), unless the run is LEASED under a lease still live. That holder may be
+        dead (an invocation that failed after its claim, its message back within seconds):
+        the message is then kept, invisible until just after the lease expires
+        (`_await_lease`), so a dead holder's run starts again then instead of waiting for the
+        reconciler's repair; a live holder ends or renews it by then, and the message is
+        acknowledged when it finds the run finished."""
+        if run is not None and run.state is RunState.LEASED:
+            kept = self._await_lease(run, delivery)
+            if kept is not None:
+                return kept
+        self._metrics.add("DuplicatesSuppressed")
+        return AttemptResult(AttemptOutcome.DUPLICATE, run)
+
+    def _await_lease(self, run: Run, delivery: Received) -> AttemptResult | None:
+        """Keep the message of a run leased under a live lease: invisible for the lease's
+        remaining time plus MESSAGE_AFTER_LEASE (at most DEFER_IN_PLACE), while the message
+        has deferral receives to spare. None when it cannot be kept (no lease left to wait
+        for, no receive to spare, the visibility change failed): acknowledged as before.
+        Never writes the run: the lease is its holder's."""
+        assert run.lease_expires_at is not None
+        left = (run.lease_expires_at - self._clock.precise()).total_seconds()
+        spare = self.deferral_receives.get(delivery.queue, 0)
+        if left <= 0 or not delivery.receipt_handle or delivery.receive_count > spare:
+            return None
+        delay = int(min(DEFER_IN_PLACE, math.ceil(left) + MESSAGE_AFTER_LEASE))
+        try:
+            self._queues.change_visibility(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
+        except Exception:
+            logger.warning("could not keep the message of a leased run", extra={"run_key": run.run_key})
+            return None
+        self._metrics.add("LeasedRunMessagesKept")
+        logger.debug("kept for after the lease", extra={"run_key": run.run_key, "seconds": delay})
+        return AttemptResult(AttemptOutcome.DEFERRED, run, error_class="leased", wait_seconds=delay, redeliver=True)
 
     # --- deferral ---
 
