@@ -27,8 +27,8 @@ $(LOCAL_STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check functions chaos bench tests infra
-	$(BIN)/ruff format --check functions chaos bench tests infra
+	$(BIN)/ruff check functions chaos bench tests infra docs/hooks
+	$(BIN)/ruff format --check functions chaos bench tests infra docs/hooks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
