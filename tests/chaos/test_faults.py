@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
@@ -25,6 +26,9 @@ from chaos.faults import (
 from chaos.harness import simulated_aws
 
 from .known_defects import PIPELINE_DEFECTS
+
+if TYPE_CHECKING:  # the stubs are a dev dependency the 3.13 lane does not install
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +158,7 @@ def test_the_recursive_loop_cut_off_drops_the_send_past_the_limit():
         url = sqs.create_queue(QueueName="q")["QueueUrl"]
         cutoff = LoopCutoff(limit=2)
         client = LoopingQueueClient(sqs, cutoff)
-        entries = [{"Id": "0", "MessageBody": "run"}]
+        entries: list[SendMessageBatchRequestEntryTypeDef] = [{"Id": "0", "MessageBody": "run"}]
         message_id = sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"][0]["MessageId"]
         for hop in (1, 2):  # each invocation re-sends to its own queue
             with cutoff.invocation(message_id):

@@ -82,7 +82,7 @@ def test_the_receiver_records_each_signed_delivery_and_answers_like_a_downstream
     assert len(calls) == 60 and all(c.finished and c.source == WEBHOOK and c.tenant == "acme" for c in calls)
     assert sum(c.acted for c in calls) == outcomes["ok"]
     # The answer is the seed's, the run key's and the attempt's: a repeat gets the same one.
-    again = Counter()
+    again: Counter[str] = Counter()
     for n in range(60):
         try:
             sender.send(target, invocation(n))

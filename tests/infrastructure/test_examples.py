@@ -4,6 +4,7 @@ is started by that schedule's run through the Step Functions target."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from infra.names import API_STAGE, REST_API_LOGICAL_ID
 from tests.infrastructure.synth import render
@@ -36,7 +37,7 @@ def test_the_body_is_a_job_the_api_accepts(synth):
         s for s in definition(synth, examples.create_schedule)["States"].values() if s["Type"] == "Task"
     ]
     template = task["Parameters"]["RequestBody"]
-    sample = {"name": "nightly", "runAt": "2026-11-02T09:00:00Z", "payload": {"n": 1}}
+    sample: dict[str, Any] = {"name": "nightly", "runAt": "2026-11-02T09:00:00Z", "payload": {"n": 1}}
     body = {
         k.removesuffix(".$"): sample[k.removesuffix(".$")] if k.endswith(".$") else v
         for k, v in template.items()

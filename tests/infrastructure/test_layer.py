@@ -8,13 +8,13 @@ from importlib.metadata import version
 
 import pytest
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from infra.names import LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION, ROOT
 from tests.infrastructure.synth import synthesize
 
 
-def requirements() -> dict[str, Requirement]:
+def requirements() -> dict[NormalizedName, Requirement]:
     lines = [line.split("#")[0].strip() for line in LAYER_REQUIREMENTS.read_text().splitlines()]
     parsed = [Requirement(line) for line in lines if line]
     return {canonicalize_name(r.name): r for r in parsed}

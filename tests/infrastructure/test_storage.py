@@ -79,7 +79,7 @@ def test_provisioned_billing_autoscales_every_table_and_index(tmp_path):
     assert other.error is None, other.error  # cdk-nag has nothing to say either
     capacity = other.stack.config.provisioned_capacity
     floor = {"ReadCapacityUnits": capacity["minRead"], "WriteCapacityUnits": capacity["minWrite"]}
-    expected_targets = set()
+    expected_targets: set[tuple[str, str | None, str]] = set()
     for spec in ALL_TABLES:
         props = other.resources[table_logical_id(spec)]["Properties"]
         assert props.get("BillingMode", "PROVISIONED") == "PROVISIONED"

@@ -189,7 +189,7 @@ def test_json_types_are_not_coerced(api, change, field, rule):
 @pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity", "1e400"])
 @pytest.mark.parametrize("field", ["retry.capSeconds", "payload", "maxRuns"])
 def test_nan_and_infinity_are_refused_not_stored_as_null(api, raw, field):
-    body = {"name": "n", "type": "ext", "every": 60, "retry": {"baseSeconds": 1}}
+    body: dict[str, Any] = {"name": "n", "type": "ext", "every": 60, "retry": {"baseSeconds": 1}}
     text = json.dumps({**body, "retry": {**body["retry"], "capSeconds": 5}, "payload": 1, "maxRuns": 1})
     top, _, leaf = field.partition(".")
     old = f'"{leaf or top}": {5 if leaf else 1}'

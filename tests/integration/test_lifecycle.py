@@ -72,7 +72,7 @@ def test_completion_racing_a_heartbeat_of_the_same_lease_succeeds(api, container
     (lease,) = claim(api, leaseSeconds=60)
     runs = container.runs
     real_put = runs._put
-    raced = []
+    raced: list[bool] = []
 
     def heartbeat_lands_first(new, read, *, holder):
         if not raced and new.state is RunState.SUCCEEDED:
@@ -232,7 +232,7 @@ def test_resumed_two_second_job_runs_only_the_latest_missed_occurrence(api, cont
     from jobsched.targets import HandlerRegistry
 
     registry = HandlerRegistry()
-    registry.register("tick")(lambda invocation: {"ok": True})
+    registry.register("tick")(lambda payload, invocation: {"ok": True})
     worker = make_worker(container, registry)
     job = create(api, type="tick", runAt=None, every=2)
     job_id = job["jobId"]
@@ -499,7 +499,12 @@ def _hourly_from_ten_seconds(api, container):
 
     effects: list[str] = []
     registry = HandlerRegistry()
-    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        effects.append(invocation.run_key)
+        return {"ok": True}
+
     job_id = create(api, type="tick", runAt=None, every=3600, startAt=_at(10))["jobId"]
     return job_id, f"{job_id}@{_at(10)}", make_worker(container, registry), effects
 
@@ -583,7 +588,12 @@ def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the
 
     effects: list[str] = []
     registry = HandlerRegistry()
-    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        effects.append(invocation.run_key)
+        return {"ok": True}
+
     worker = make_worker(container, registry)
     job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns=policy)["jobId"]
     clock.advance(5)
@@ -615,7 +625,12 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
 
     effects: list[str] = []
     registry = HandlerRegistry()
-    registry.register("tick")(lambda payload, invocation: effects.append(invocation.run_key) or {"ok": True})
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        effects.append(invocation.run_key)
+        return {"ok": True}
+
     worker = make_worker(container, registry)
     job_id = create(
         api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once", maxAttempts=3

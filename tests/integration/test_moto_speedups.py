@@ -207,7 +207,8 @@ def test_a_receive_honours_the_retention_period_without_counting_the_queue(sqs, 
     from moto.sqs.models import Queue, sqs_backends
 
     queue = sqs_backends["123456789012"]["us-east-1"].get_queue("q")
-    for message in queue._messages[:10]:
+    oldest: list[Any] = queue._messages[:10]  # moto types sent_timestamp as None; a sent one's is an int
+    for message in oldest:
         message.sent_timestamp -= 61_000  # sent 61 s ago: past the 60 s retention period
     counted = [0]
     attributes = Queue.attributes

@@ -10,11 +10,11 @@ from datetime import timedelta
 
 import pytest
 from jobsched.domain.errors import StorageUnavailable
-from jobsched.domain.runs import RunState
-from jobsched.services.attempt import AttemptOutcome
+from jobsched.domain.runs import Run, RunState
+from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.services.worker import Received
 
-from tests.helpers import T0, make_worker
+from tests.helpers import T0, boto3_client, make_worker
 from tests.integration.test_worker import Ledger, delivery, one_run, stored
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_a_lost_lease_saves_its_result_through_a_throttled_write(
     """The attempt that lost its lease while executing saves the effect's result on the run;
     one throttle on that save must not drop it (the effect would run again after the deadline)."""
     real_commit = container.runs.commit
-    throttled = []
+    throttled: list[str] = []
 
     def throttle_the_save_once(read, change, **kw):
         if not kw.get("holder") and not throttled and change(read).result_saved_at is not None:
@@ -117,7 +117,7 @@ def test_an_attempt_reaching_its_effect_after_an_earlier_record_expired_protects
         attempt(container, registry, "first", 100).process(delivery(run))
     clock.set(T0 + timedelta(seconds=61))  # the lease expired; the record has not
     real_get = container.definitions.get
-    seen = {}
+    seen: dict[str, AttemptResult] = {}
 
     def slow_job_read(job_id):
         clock.set(T0 + timedelta(seconds=200))  # the read after the claim outlasts the record
@@ -408,8 +408,13 @@ def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
 def test_a_deferral_never_sends_a_message_itself(container, clock, registry, monkeypatch):
     """A run its tenant's limit holds back is handed to the outbox, never re-sent by the
     worker: a worker -> SQS -> worker chain is what Lambda's recursive-loop guard cuts."""
-    sent = []
-    monkeypatch.setattr(container.queues, "publish", lambda queue, items: sent.extend(items) or [])
+    sent: list[tuple[Run, int]] = []
+
+    def recording_publish(queue, items):
+        sent.extend(items)
+        return []
+
+    monkeypatch.setattr(container.queues, "publish", recording_publish)
     limited = make_worker(container, registry, tenant_concurrency=1)
     _, busy = one_run(container, clock, name="a")
     _, waiting = one_run(container, clock, name="b")
@@ -430,7 +435,6 @@ def test_a_deferral_never_sends_a_message_itself(container, clock, registry, mon
 def test_a_2xx_answer_that_cannot_be_stored_as_it_is_is_still_one_success(container, clock, ledger, path):
     """An HTTP target acted and answered 2xx with a body we cannot keep as it is: the run
     succeeds once with what can be kept, and the target is never called again."""
-    import boto3
     from jobsched.services.worker import Worker
     from jobsched.targets import HandlerRegistry, TargetRunner
 
@@ -443,7 +447,7 @@ def test_a_2xx_answer_that_cannot_be_stored_as_it_is_is_still_one_success(contai
             container.definitions,
             container.runs,
             container.queues,
-            TargetRunner(boto3.client, registry=HandlerRegistry(), http=http_client()),
+            TargetRunner(boto3_client, registry=HandlerRegistry(), http=http_client()),
             clock,
             worker_id="w",
             metrics=container.metrics,

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from jobsched.domain.effects import RECORD_GRACE, EffectDecision, effect_verdict
 from jobsched.domain.errors import AmbiguousError, RetryableError, StorageUnavailable
-from jobsched.domain.runs import RunState
-from jobsched.services.attempt import AttemptOutcome
+from jobsched.domain.runs import Run, RunState
+from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.store.schema import ALL_TABLES
 
 from tests.helpers import T0, make_worker
@@ -60,7 +60,7 @@ def invocation(container, registry, name, remaining_seconds):
 def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_deadline(
     container, clock, registry, ledger
 ):
-    seen = {}
+    seen: dict[str, AttemptResult] = {}
 
     @registry.register("long")
     def long(payload, invocation_):
@@ -77,6 +77,7 @@ def test_an_effect_that_outlives_its_lease_excludes_every_later_claim_until_its_
     assert first.process(delivery(run)).outcome is AttemptOutcome.STALE
     second = seen["second"]
     assert second.outcome is AttemptOutcome.RETRY_SCHEDULED and second.error_class == "InProgress"
+    assert second.run is not None
     # The record stays the first attempt's, and no attempt was used up waiting for it.
     assert second.run.effect_fence == 1 and second.run.effect_until == T0 + timedelta(seconds=300)
     assert second.run.attempt == 1 and second.run.due_at == T0 + timedelta(seconds=300) + RECORD_GRACE
@@ -143,7 +144,7 @@ def test_an_attempt_whose_earlier_record_expires_before_its_effect_writes_its_ow
     )
     clock.set(T0 + timedelta(seconds=61))
     real_get = container.definitions.get
-    seen = {}
+    seen: dict[str, AttemptResult] = {}
 
     def slow_job_read(job_id):
         # The job read after the claim takes the earlier record past its deadline.
@@ -273,7 +274,7 @@ def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
     the lease runs it instead of waiting for the first invocation's deadline."""
     _, run = one_run(container, clock)
     real_get = container.definitions.get
-    failures = []
+    failures: list[str] = []
 
     def throttled_get(job_id):
         if not failures:
@@ -298,7 +299,7 @@ def test_a_completion_throttled_a_few_times_is_retried_and_records_the_effect(
 ):
     _, run = one_run(container, clock)
     real_commit = container.runs.commit
-    throttles = []
+    throttles: list[int] = []
 
     def throttled_completion(read, change, **kw):
         if change(read).state is RunState.SUCCEEDED and len(throttles) < 3:
@@ -320,7 +321,7 @@ def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_no
     knows a lease holder's write by its fence and owner), and the run is counted once."""
     job, run = one_run(container, clock)
     real_commit = container.runs.commit
-    lost = []
+    lost: list[int] = []
 
     def answer_lost(read, change, **kw):
         written = real_commit(read, change, **kw)
@@ -342,7 +343,7 @@ def test_a_result_saved_after_a_lost_lease_is_written_over_a_write_that_landed_m
     from jobsched.domain import lifecycle
 
     real_commit = container.runs.commit
-    touched = []
+    touched: list[Run] = []
 
     def touch_first(read, change, **kw):
         # A repair touches the run between the refused completion and the save.

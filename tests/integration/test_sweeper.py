@@ -429,7 +429,7 @@ def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monk
     assert container.jobs.get("tenant-a", job.job_id).runs_created == len(written)
 
 
-def test_sweeping_ahead_advances_a_minutely_job_once_for_several_runs(aws, clock):
+def test_sweeping_ahead_advances_a_minutely_job_once_for_several_runs(aws, clock, monkeypatch):
     from jobsched import wiring
     from jobsched.settings import Settings
 
@@ -440,9 +440,14 @@ def test_sweeping_ahead_advances_a_minutely_job_once_for_several_runs(aws, clock
         job = new_job(container, cron="0 * * * * *", timeZone="UTC", startAt="2026-11-02T08:10:00Z")
         # The API makes runs only up to the horizon: none yet for a job starting in 10 minutes.
         assert all_runs(container, job.job_id) == []
-        saves = []
+        saves: list[datetime | None] = []
         save = container.definitions.save
-        container.definitions.save = lambda j, **kw: saves.append(j.next_run_at) or save(j, **kw)
+
+        def recording_save(j, **kw):
+            saves.append(j.next_run_at)
+            return save(j, **kw)
+
+        monkeypatch.setattr(container.definitions, "save", recording_save)
 
         made = []
         for minute in range(8, 20):  # one sweep a minute from 08:08 to 08:19

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -81,10 +82,8 @@ class IamApiClient(ApiClient):
         )
 
 
-CALLERS = {
-    **{
-        name: (lambda tenant=tenant: ApiClient(tenant), tenant) for name, tenant in AUTHORIZER_TENANTS.items()
-    },
+CALLERS: dict[str, tuple[Callable[[], ApiClient], str]] = {
+    **{name: (partial(ApiClient, tenant), tenant) for name, tenant in AUTHORIZER_TENANTS.items()},
     "IAM user with a 576-character path and name": (lambda: IamApiClient(IAM_ARN), IAM_TENANT),
 }
 

@@ -27,7 +27,7 @@ from jobsched.services.worker import Received as ReceivedMessage
 from jobsched.targets.secrets import SecretReader
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.helpers import ApiClient, create_queues, grant
+from tests.helpers import ApiClient, boto3_client, create_queues, grant
 
 SECRET_VALUE = "tok-9f2c41d7e85b3a60"  # what the receiver must get and nothing else may show
 PARAMETER_VALUE = "key-51c0e7a2b9d4f386"
@@ -596,7 +596,7 @@ def test_a_grant_withdrawn_after_the_write_stops_the_delivery_before_any_request
 
 
 def test_a_cached_secret_is_still_authorised_for_every_tenant_that_asks(system, arns):
-    reader = SecretReader(boto3.client, granted(GRANTS), max_age=300)
+    reader = SecretReader(boto3_client, granted(GRANTS), max_age=300)
     target = HttpTarget(
         kind="http", url="https://example.com", headers={"Authorization": {"valueFrom": arns["token"]}}
     )
@@ -611,7 +611,7 @@ def test_a_grant_withdrawn_stops_a_reader_that_already_holds_the_value(system, a
     """The reader asks for the grants as they are now on every read: a long-lived worker whose
     cache still holds the value reads nothing once the grant is gone."""
     current = {"grants": granted(GRANTS)()}
-    reader = SecretReader(boto3.client, lambda: current["grants"], max_age=300)
+    reader = SecretReader(boto3_client, lambda: current["grants"], max_age=300)
     target = HttpTarget(
         kind="http", url="https://example.com", headers={"Authorization": {"valueFrom": arns["token"]}}
     )
@@ -655,7 +655,7 @@ def test_secret_grants_reach_the_functions_in_the_grants_parameter(stores, arns,
 
 
 def test_a_missing_secret_is_permanent_and_names_the_header_not_a_value(system, arns):
-    reader = SecretReader(boto3.client, granted(GRANTS))
+    reader = SecretReader(boto3_client, granted(GRANTS))
     gone = arns["token"].rsplit(":", 1)[0] + ":tenant-a/deleted-AbCdEf"
     target = HttpTarget(kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": gone}})
     with pytest.raises(PermanentError) as failed:
@@ -671,7 +671,7 @@ def test_a_secret_in_another_region_is_permanent_and_says_so(system, arns):
         kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": elsewhere}}
     )
     with pytest.raises(PermanentError, match="is in eu-west-1; this worker reads secrets of us-east-1"):
-        SecretReader(boto3.client, granted(grants)).header_values("tenant-a", target)
+        SecretReader(boto3_client, granted(grants)).header_values("tenant-a", target)
 
 
 def test_a_literal_credential_stored_before_the_rule_is_redacted_and_must_be_replaced(api, system, now):

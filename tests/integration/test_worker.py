@@ -16,8 +16,8 @@ import pytest
 from jobsched.domain.effects import RECORD_GRACE
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.domain.runs import RunState
-from jobsched.services.attempt import AttemptOutcome
 from jobsched.services import worker as worker_module
+from jobsched.services.attempt import AttemptOutcome
 from jobsched.services.worker import Received
 from jobsched.targets import HandlerRegistry
 
@@ -526,7 +526,7 @@ def test_a_slot_taken_for_a_claim_that_did_not_happen_is_given_back(container, c
     _, first = one_run(container, clock, name="first")
     _, second = one_run(container, clock, name="second")
     real_claim = batch.attempts.claim_or_current
-    lost = []
+    lost: list[str] = []
 
     def lose_the_first_race(run, now, **kw):
         if not lost:
@@ -842,7 +842,7 @@ def test_a_record_that_fails_after_its_claim_keeps_its_message_for_after_the_lea
 
     from chaos.faults import sqs_on_clock
 
-    container.__dict__["worker"] = worker = make_worker(container, registry)
+    container.__dict__["worker"] = make_worker(container, registry)
     _, run = one_run(container, clock)
     sqs = boto3.client("sqs")
     url = container.queues.urls["default"]
@@ -858,10 +858,12 @@ def test_a_record_that_fails_after_its_claim_keeps_its_message_for_after_the_lea
         return records
 
     def invoke(records: list[dict]) -> str:
-        """"acknowledged", or "kept" when the batch's one record was reported failed (the
+        """The batch's answer: "acknowledged", or "kept" when its one record was reported failed (the
         processor raises then, as Lambda sees a function error: nothing is deleted)."""
         try:
-            response = worker_handler.handler({"Records": records}, InvocationContext(function_name="jobsched-worker"))
+            response = worker_handler.handler(
+                {"Records": records}, InvocationContext(function_name="jobsched-worker")
+            )
         except BatchProcessingError:
             return "kept"
         return "kept" if response["batchItemFailures"] else "acknowledged"
@@ -870,7 +872,9 @@ def test_a_record_that_fails_after_its_claim_keeps_its_message_for_after_the_lea
         sqs.send_message(QueueUrl=url, MessageBody=RunMessage.of(run).to_json())
         first = receive()
         real_get = container.definitions.get
-        monkeypatch.setattr(container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError()))
+        monkeypatch.setattr(
+            container.definitions, "get", lambda job_id: (_ for _ in ()).throw(ConnectionError())
+        )
         assert invoke(first) == "kept"  # failed after its claim: backed off
         monkeypatch.setattr(container.definitions, "get", real_get)
         leased = stored(container, run)

@@ -249,9 +249,9 @@ def test_a_store_refusal_of_a_cursors_key_is_400_naming_the_cursor():
     from jobsched.domain.errors import ValidationFailed
     from jobsched.store.dynamo import translated_errors
 
-    error = {"Code": "ValidationException", "Message": "The provided starting key is invalid"}
+    message = "The provided starting key is invalid"
     with pytest.raises(ValidationFailed) as raised, translated_errors():
-        raise ClientError({"Error": error}, "Query")
+        raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "Query")
     assert raised.value.field == "cursor"
 
 

@@ -311,7 +311,7 @@ def trust(world) -> Iterator[TrustPolicies]:
 
 
 def test_a_role_target_is_called_with_the_role_assumed_for_the_tenant(trust, api, container, world):
-    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}  # type: ignore[attr-defined]
+    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}
     created = job(api, target)
     assert created.status == 201, created  # no grant needed: the role's trust decides
     key, result = run_once(container, created.body["jobId"])
@@ -322,12 +322,12 @@ def test_a_role_target_is_called_with_the_role_assumed_for_the_tenant(trust, api
     ((service, operation, _, access_key),) = world.calls
     assert (service, operation) == ("sqs", "SendMessage")
     assert access_key != "testing"  # signed with the assumed role's key, not the worker's
-    messages = trust.own_sqs.receive_message(QueueUrl=trust.queue_url)["Messages"]  # type: ignore[attr-defined]
+    messages = trust.own_sqs.receive_message(QueueUrl=trust.queue_url)["Messages"]
     assert json.loads(messages[0]["Body"])["runKey"] == key  # it landed in the tenant's account
 
 
 def test_the_assumed_credentials_are_reused_for_the_next_run(trust, api, container, world):
-    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}  # type: ignore[attr-defined]
+    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}
     first = job(api, target, "first").body["jobId"]
     second = job(api, target, "second").body["jobId"]
     assert run_once(container, first)[1].outcome is AttemptOutcome.SUCCEEDED
@@ -341,7 +341,7 @@ def test_another_tenant_naming_a_role_gets_it_assumed_with_its_own_external_id(
 ):
     """Tenant B names A's role: the worker asks with ExternalId tenant-b, which A's trust
     policy refuses: B's run dies AssumeRoleDenied and nothing is sent."""
-    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}  # type: ignore[attr-defined]
+    target = {"kind": "sqs", "queueUrl": trust.queue_url, "roleArn": ROLE_A}
     created = job(other_api, target)
     assert created.status == 201  # naming a role is allowed; using it is the role's decision
     key, result = run_once(container, created.body["jobId"])
@@ -358,7 +358,7 @@ def test_a_role_the_operator_does_not_allow_is_refused_at_write(trust, api):
         "kind": "sqs",
         "queueUrl": trust.queue_url,
         "roleArn": f"arn:aws:iam::{OTHER_ACCOUNT}:role/admin",
-    }  # type: ignore[attr-defined]
+    }
     response = job(api, target)
     assert response.status == 403
     assert response.body["errors"][0]["field"] == "target.roleArn"

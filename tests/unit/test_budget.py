@@ -95,7 +95,8 @@ def test_a_value_whose_text_raises_or_whose_keys_collide_is_still_stored():
 
 
 def test_falsy_results_are_themselves():
-    for value in (0, False, "", {}, [], None, 0.0):
+    falsy: tuple[object, ...] = (0, False, "", {}, [], None, 0.0)
+    for value in falsy:
         kept = storable_result(value)
         assert kept == value and type(kept) is type(value)
 

@@ -174,6 +174,7 @@ def test_the_first_burst_on_new_tables_is_held_to_their_warm_throughput():
     assert first_burst_store_runs_per_second(INPUTS, _BURST_1M) == store_runs_per_second(INPUTS, _BURST_1M)
     # The preset's context sets what the model assumes, and the stack takes it.
     warm = BURST_1M_CONTEXT["warmThroughput"]
+    assert isinstance(warm, dict)
     assert warm["write"] == warm["indexWrite"] == _BURST_1M.warm_wru_per_s
     import aws_cdk as cdk
 

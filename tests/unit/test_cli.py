@@ -850,8 +850,13 @@ def test_doctor_hands_its_arguments_to_the_preflight(monkeypatch):
 
     import infra.doctor
 
-    seen = []
-    monkeypatch.setattr(infra.doctor, "main", lambda argv: seen.append(argv) or 1)
+    seen: list[list[str]] = []
+
+    def preflight(argv):
+        seen.append(argv)
+        return 1
+
+    monkeypatch.setattr(infra.doctor, "main", preflight)
     assert cli_main(["doctor", "-c", "shardCount=64", "--region", "eu-west-1"]) == 1
     assert seen == [["-c", "shardCount=64", "--region", "eu-west-1"]]
 

@@ -69,9 +69,9 @@ def test_any_other_request_error_is_logged_with_its_traceback(
 def test_emf_documents_are_dropped_and_everything_else_passes() -> None:
     sink = io.StringIO()
     out = EmfFilter(sink)
-    print('{"_aws":{"Timestamp":1,"CloudWatchMetrics":[]},"A":[1.0]}', file=out)  # type: ignore[arg-type]
-    print("09:00:01  dev  nightly", file=out)  # type: ignore[arg-type]
-    print('{"level":"ERROR","message":"kept"}', file=out)  # type: ignore[arg-type]
+    print('{"_aws":{"Timestamp":1,"CloudWatchMetrics":[]},"A":[1.0]}', file=out)
+    print("09:00:01  dev  nightly", file=out)
+    print('{"level":"ERROR","message":"kept"}', file=out)
     assert sink.getvalue() == '09:00:01  dev  nightly\n{"level":"ERROR","message":"kept"}\n'
 
 

@@ -64,12 +64,15 @@ def test_a_run_due_now_keeps_one_check_time_too():
 def test_a_short_lease_brings_the_check_forward_to_its_deadline():
     run = pending(due_in=10)
     leased = usual_path(run, queued_after=0, leased_after=0, lease_seconds=5)[-1]
+    assert leased.lease_expires_at is not None
     assert (
         check_at(leased, TIMINGS)
         == repair_deadline(leased, TIMINGS)
         == leased.lease_expires_at + TIMINGS.lease_grace
     )
-    assert check_at(leased, TIMINGS) < check_at(run, TIMINGS)
+    leased_check, pending_check = check_at(leased, TIMINGS), check_at(run, TIMINGS)
+    assert leased_check is not None and pending_check is not None
+    assert leased_check < pending_check
 
 
 def test_an_unpublished_run_is_overdue_once_due_plus_the_grace():
@@ -129,9 +132,12 @@ def test_a_dead_workers_run_should_have_moved_when_its_lease_expired():
 
 def test_an_effect_that_may_still_run_moves_the_instant_to_its_records_end():
     leased = usual_path(pending(due_in=0), queued_after=1, leased_after=1, lease_seconds=60)[-1]
+    assert leased.lease_expires_at is not None
     until = leased.lease_expires_at + timedelta(seconds=600)
     started = leased.model_copy(update={"effect_fence": leased.fence, "effect_until": until})
-    assert stranded_since(started) == excluded_until(started) > leased.lease_expires_at
+    excluded = excluded_until(started)
+    assert excluded is not None
+    assert stranded_since(started) == excluded > leased.lease_expires_at
 
 
 def test_runs_waiting_on_purpose_or_closed_were_never_stranded():

@@ -217,7 +217,11 @@ def test_reserved_and_broken_headers_are_refused_when_the_target_is_defined():
 
 
 def test_target_headers_cannot_override_the_scheduler_headers(receiver):
-    headers = {"X-Jobsched-Run-Key": "forged", "content-type": "text/plain", "X-Custom": "1"}
+    headers: dict[str, str | SecretRef] = {
+        "X-Jobsched-Run-Key": "forged",
+        "content-type": "text/plain",
+        "X-Custom": "1",
+    }
     client().send(unchecked_target(receiver.url("/ok"), headers), invocation())
     [request] = receiver.requests
     assert request.header("X-Jobsched-Run-Key") == RUN_KEY
@@ -478,7 +482,7 @@ def tls_receiver(tmp_path) -> Iterator[tuple[Receiver, ssl.SSLContext, list[str 
     server_names: list[str | None] = []
     server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_tls.load_cert_chain(cert, key)
-    server_tls.sni_callback = lambda sock, name, ctx: server_names.append(name)  # type: ignore[assignment]
+    server_tls.sni_callback = lambda sock, name, ctx: server_names.append(name)
     server = Receiver(tls=server_tls)
     yield server, ssl.create_default_context(cafile=str(ca)), server_names
     server.close()

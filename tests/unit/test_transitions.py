@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from jobsched.domain import lifecycle
@@ -40,7 +41,7 @@ def run(state: RunState, **fields) -> Run:
     return Run.model_validate({**base, **fields})
 
 
-ARGS = {
+ARGS: dict[str, dict[str, Any]] = {
     "claim": {"now": T0, "owner": "w", "actor": "worker:w", "lease_seconds": 60},
     "record_in_progress": {"now": T0, "until": T0},
     "effect_started": {"now": T0},

@@ -307,7 +307,9 @@ class Worker:
             return None
         self._metrics.add("LeasedRunMessagesKept")
         logger.debug("kept for after the lease", extra={"run_key": run.run_key, "seconds": delay})
-        return AttemptResult(AttemptOutcome.DEFERRED, run, error_class="leased", wait_seconds=delay, redeliver=True)
+        return AttemptResult(
+            AttemptOutcome.DEFERRED, run, error_class="leased", wait_seconds=delay, redeliver=True
+        )
 
     # --- deferral ---
 
