@@ -834,7 +834,7 @@ class World:
         event = sqs_event(url, batch)
         # At-least-once delivery: copies of some messages handed to a second invocation on
         # another worker at the same time (its copies were never in the queue: nothing of it
-        # is deleted, and holding them changes nothing).
+        # is deleted; a visibility it sets is the message's, as a real duplicate's would be).
         copies = [m for m in batch if self.rng.random() < rates.duplicate_delivery]
         twin: threading.Thread | None = None
         if copies and not killed:

@@ -200,7 +200,8 @@ def test_a_crash_before_the_completion_repeats_the_effect_only_after_the_invocat
     assert ledger.effects[run.run_key] == 1
     assert stored(container, run).state is RunState.LEASED
 
-    # SQS redelivers while the lease is live: nothing happens.
+    # SQS redelivers while the lease is live: nothing happens (a delivery without a receipt
+    # handle cannot keep its message for after the lease).
     assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     # After the lease, before the invocation's deadline (900 s without a Lambda context).
     clock.advance(61)
@@ -895,3 +896,51 @@ def test_a_record_that_fails_after_its_claim_keeps_its_message_for_after_the_lea
     done = stored(container, run)
     assert done.state is RunState.SUCCEEDED and done.fence == 2
     assert ledger.effects[run.run_key] == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "receive_count", "lease_seconds", "renewed", "kept"),
+    [
+        ("never renewed: kept for after the lease", 2, 60, False, True),
+        ("renewed by a live holder: acknowledged", 2, 60, True, False),
+        ("no receive to spare: acknowledged", 6, 60, False, False),
+        ("longer than the spare receives can wait: acknowledged", 2, 300, False, False),
+        ("as long as the spare receives can wait: kept", 2, 230, False, True),
+    ],
+)
+def test_a_delivery_keeps_a_leased_runs_message_only_when_it_can_outlast_a_dead_lease(
+    container, clock, registry, case, receive_count, lease_seconds, renewed, kept
+):
+    from jobsched.services.attempt import _Lease
+
+    worker = make_worker(container, registry)
+    worker.lease_seconds = lease_seconds
+    _, run = one_run(container, clock)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    container.queues.publish("default", [(run, 0)])
+    (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=300)["Messages"]
+    leased = worker.attempts.claim(
+        container.runs.get_by_key(run.run_key),
+        clock.now(),
+        owner="holder",
+        actor="worker:holder",
+        lease_seconds=lease_seconds,
+    )
+    assert leased is not None
+    if renewed:
+        clock.advance(lease_seconds // 3)
+        assert worker.heartbeat(_Lease(leased))
+    received = Received(
+        run.run_key,
+        run.job_id,
+        delivery(run).scheduled_for,
+        "default",
+        receive_count=receive_count,
+        receipt_handle=message["ReceiptHandle"],
+    )
+    result = worker.process(received)
+    assert (result.outcome is AttemptOutcome.DEFERRED) is kept, case
+    assert (result.outcome is AttemptOutcome.DUPLICATE) is not kept, case
+    assert result.redeliver is kept
+    assert stored(container, run).fence == 1  # the holder's lease is left alone either way

@@ -78,8 +78,10 @@ class AttemptOutcome(StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"  # overlap policy
-    DEFERRED = "deferred"  # not due yet, buffered behind a running run, or tenant at its limit
-    DUPLICATE = "duplicate"  # finished or leased by a live worker: nothing to do
+    # Not due yet, buffered behind a running run, tenant at its limit, or (the Lambda worker)
+    # its message kept for after a lease its holder never renewed.
+    DEFERRED = "deferred"
+    DUPLICATE = "duplicate"  # finished or leased by another worker: nothing to do
     STALE = "stale"  # our fence was superseded before we could complete
     HELD = "held"  # its job was paused: held for resume to decide (missedRuns)
 

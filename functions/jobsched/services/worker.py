@@ -6,10 +6,11 @@ What is the worker's own: the message. A run that may not start yet (not due, bu
 behind a running run, its tenant at its limit) is deferred: its message stays in its queue,
 invisible for the wait, while it has receives to spare; past that the run is handed back to
 the outbox (lifecycle.defer) and the message acknowledged. A message whose run is leased
-under a live lease is kept for just after that lease (its holder may be dead), so the run
-starts again without waiting for a repair. The worker never sends a message
-itself, so no worker -> SQS -> worker chain grows and Lambda's recursive-loop guard never
-drops a waiting run. Waits back off with how long the run has waited since it was due."""
+under a lease never renewed since its claim is kept for just after that lease (its holder
+most likely failed after the claim), so the run starts again without waiting for a repair.
+The worker never sends a message itself, so no worker -> SQS -> worker chain grows and
+Lambda's recursive-loop guard never drops a waiting run. Waits back off with how long the
+run has waited since it was due."""
 
 from __future__ import annotations
 
@@ -275,31 +276,41 @@ class Worker:
 
     def _nothing_to_do(self, run: Run | None, delivery: Received) -> AttemptResult:
         """A delivery whose run needs nothing of it now: DUPLICATE (the message is
-        acknowledged), unless the run is LEASED under a lease still live. That holder may be
-        dead (an invocation that failed after its claim, its message back within seconds):
-        the message is then kept, invisible until just after the lease expires
-        (`_await_lease`), so a dead holder's run starts again then instead of waiting for the
-        reconciler's repair; a live holder ends or renews it by then, and the message is
-        acknowledged when it finds the run finished."""
-        if run is not None and run.state is RunState.LEASED:
+        acknowledged), unless the run is LEASED under a lease never renewed since its claim:
+        its holder most likely failed after the claim (the failed record's message is back
+        within seconds, long before the lease ends). The message is then kept (`_await_lease`)
+        so the run starts again from it just after the lease, instead of waiting for the
+        reconciler's repair. A renewed lease has a live holder, whose heartbeat keeps its own
+        delivery of the message: this one is acknowledged, as before."""
+        if run is not None and run.state is RunState.LEASED and not self._renewed(run):
             kept = self._await_lease(run, delivery)
             if kept is not None:
                 return kept
         self._metrics.add("DuplicatesSuppressed")
         return AttemptResult(AttemptOutcome.DUPLICATE, run)
 
+    def _renewed(self, run: Run) -> bool:
+        """Whether the run's lease was extended after its claim (a heartbeat ran)."""
+        claimed = next((e.at for e in reversed(run.history) if e.target is RunState.LEASED), None)
+        if claimed is None or run.lease_expires_at is None:
+            return False
+        return run.lease_expires_at > claimed + timedelta(seconds=self.lease_seconds + 1)
+
     def _await_lease(self, run: Run, delivery: Received) -> AttemptResult | None:
-        """Keep the message of a run leased under a live lease: invisible for the lease's
-        remaining time plus MESSAGE_AFTER_LEASE (at most DEFER_IN_PLACE), while the message
-        has deferral receives to spare. None when it cannot be kept (no lease left to wait
-        for, no receive to spare, the visibility change failed): acknowledged as before.
-        Never writes the run: the lease is its holder's."""
+        """Keep the message of a leased run: invisible for the lease's remaining time plus
+        MESSAGE_AFTER_LEASE (at most DEFER_IN_PLACE a receive; a lease that just expired
+        gets MESSAGE_AFTER_LEASE), when the receives the message has to spare on deferrals
+        can outlast the lease. None when it cannot be kept (no receipt handle, the lease
+        longer than those receives can wait, the visibility change failed): the message is
+        then acknowledged as before, and the reconciler repairs the run if its holder is
+        dead. Never writes the run: the lease is its holder's."""
         assert run.lease_expires_at is not None
-        left = (run.lease_expires_at - self._clock.precise()).total_seconds()
-        spare = self.deferral_receives.get(delivery.queue, 0)
-        if left <= 0 or not delivery.receipt_handle or delivery.receive_count > spare:
+        left = max(0.0, (run.lease_expires_at - self._clock.precise()).total_seconds())
+        wait = math.ceil(left) + MESSAGE_AFTER_LEASE
+        spare = self.deferral_receives.get(delivery.queue, 0) - delivery.receive_count + 1
+        if not delivery.receipt_handle or spare < 1 or wait > DEFER_IN_PLACE * spare:
             return None
-        delay = int(min(DEFER_IN_PLACE, math.ceil(left) + MESSAGE_AFTER_LEASE))
+        delay = int(min(DEFER_IN_PLACE, wait))
         try:
             self._queues.change_visibility(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
         except Exception:
@@ -363,9 +374,11 @@ class Worker:
             return False
         if delivery is not None and delivery.receipt_handle:
             with contextlib.suppress(Exception):
-                # Just past the lease: renewed every third of it, the message never comes back
-                # while this worker lives; if it dies, the message comes back moments after
-                # its lease has expired and the run starts again without waiting for a repair.
+                # Just past the lease: renewed every third of it, this delivery of the message
+                # never comes back while this worker lives; if it dies, the message comes back
+                # moments after its lease has expired and the run starts again without waiting
+                # for a repair. (A second delivery of it meanwhile finds the lease renewed and
+                # is acknowledged: see `_nothing_to_do`.)
                 url = self._queues.url(delivery.queue)
                 self._queues.change_visibility(
                     url, delivery.receipt_handle, self.lease_seconds + MESSAGE_AFTER_LEASE

@@ -162,8 +162,9 @@ class QueueSpec:
     # the stack's default for `workerConcurrency`, and what local mode's glue allows.
     max_concurrency: int = 10
     # A message's receives are spent two ways. The worker defers a run (not due yet, tenant at
-    # its limit, buffered behind a running run) by leaving its message in the queue for the
-    # delay, which costs a receive; it does so only while the receive count is at most
+    # its limit, buffered behind a running run) or keeps the message of a run whose holder
+    # never renewed its lease by leaving it in the queue for the delay, which costs a
+    # receive; it does so only while the receive count is at most
     # `deferral_receives`, and past that hands the run to the outbox (PENDING with the
     # instant to look again), which publishes a fresh message. So the last
     # `failure_receives` receives before the DLQ are always failures, never deferrals.
