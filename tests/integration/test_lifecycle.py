@@ -661,6 +661,46 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
     assert first not in effects
 
 
+@pytest.mark.parametrize("expiry_seen_by", ["worker", "reconciler"])
+def test_a_missed_occurrence_whose_last_attempt_died_in_the_pause_is_skipped_not_dead(
+    api, container, clock, monkeypatch, expiry_seen_by
+):
+    """As above with `maxAttempts: 1` and `skip`: the claim in the pause was the run's only
+    attempt, so when its lease runs out no retry may start. The resume decided that the
+    occurrence does not run and the claim started nothing: the run is SKIPPED as missed,
+    whoever finds the lease expired (a worker's redelivery or the reconciler), not DEAD."""
+    from jobsched.targets import HandlerRegistry
+
+    registry = HandlerRegistry()
+    registry.register("tick")(lambda payload, invocation: {"ok": True})
+    worker = make_worker(container, registry)
+    job_id = create(
+        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="skip", maxAttempts=1
+    )["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    first = f"{job_id}@{_at(10)}"
+
+    def dies(wanted):
+        raise RuntimeError("the worker's process died at the job read")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(container.definitions, "get", dies)
+        with pytest.raises(RuntimeError):
+            _deliver(worker, _run(container, first))
+    assert _run(container, first).state is RunState.LEASED
+    clock.set(T0 + timedelta(seconds=35))
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    clock.advance(600)  # long past the lease
+    if expiry_seen_by == "worker":
+        assert _deliver(worker, _run(container, first)).outcome is AttemptOutcome.SKIPPED
+    else:
+        container.reconciler.reconcile_all()
+    ended = _run(container, first)
+    assert ended.state is RunState.SKIPPED and ended.reason == "paused", (ended.state, ended.last_error_class)
+
+
 def test_a_retry_of_an_occurrence_whose_effect_began_before_the_pause_landed_still_runs(
     api, container, clock, monkeypatch
 ):

@@ -307,8 +307,12 @@ def in_progress_elsewhere(run: Run, *, now: datetime, actor: str, until: datetim
 
 
 @transition("lease_expired")
-def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
-    """The holder died (its lease is past): RETRY_WAIT due now if another attempt may start, else DEAD."""
+def lease_expired(run: Run, *, now: datetime, actor: str, missed: bool = False) -> Run:
+    """The holder died (its lease is past): RETRY_WAIT due now if another attempt may start,
+    else DEAD. `missed`: the job's resume decided (`Job.missed_verdict` False) that this
+    occurrence of its pause does not run; a run the pause decides (`pause_decides`: the
+    attempt claimed in the pause started nothing) with no attempt left is then SKIPPED as
+    missed, as its next claim would have been (`missed`), not DEAD."""
     if run.lease_live(now):
         raise TransitionRefused(f"run {run.run_key}: the lease is still live")
     until = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
@@ -316,6 +320,18 @@ def lease_expired(run: Run, *, now: datetime, actor: str) -> Run:
     refusal = attempt_refusal(run, now)
     if refusal is None:
         return _retry_wait(run, now=now, actor=actor, error_class="LeaseExpired", message=message, due=now)
+    if missed and pause_decides(run):
+        return advance(
+            run,
+            RunState.SKIPPED,
+            now=now,
+            actor=actor,
+            reason="paused",
+            attempt=max(0, run.attempt - 1),
+            lease_owner=None,
+            lease_expires_at=None,
+            **_effect_released(run),
+        )
     # At-most-once names itself: the effect may have run, which is why it is never tried again.
     error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"
     return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")

@@ -113,9 +113,10 @@ TRANSITIONS: dict[str, Rule] = {
         _rule(
             "lease_expired",
             frozenset({_S.LEASED}),
-            frozenset({_S.RETRY_WAIT, _S.DEAD}),
+            frozenset({_S.RETRY_WAIT, _S.DEAD, _S.SKIPPED}),
             Writer.ANYONE,
-            "the lease is past; DEAD when attempt_refusal allows no further attempt",
+            "the lease is past; DEAD when attempt_refusal allows no further attempt, SKIPPED"
+            " instead when the job's resume decided this occurrence of its pause does not run",
         ),
         _rule(
             "refused",

@@ -64,6 +64,7 @@ from ..store.runs import RunChanged, RunStore
 from ..store.tenant_slots import TenantSlots
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
+from .missed import decided_not_to_run
 
 # A message this early is waited out; earlier, it is deferred.
 CLOCK_SKEW = timedelta(seconds=2)
@@ -207,8 +208,11 @@ class Attempts:
             # old, or at-most-once and an earlier attempt may have acted): dead, not claimed.
             if run.state is RunState.LEASED:
                 self._metrics.add("LeasesExpired")
+                # Its last attempt claimed in its job's pause, whose resume decided it does
+                # not run: SKIPPED as missed, not DEAD (the claim started nothing).
+                missed = decided_not_to_run(self._definitions, run)
                 ending = self._completer.write(
-                    run, lambda r: lifecycle.lease_expired(r, now=now, actor=actor), actor
+                    run, lambda r: lifecycle.lease_expired(r, now=now, actor=actor, missed=missed), actor
                 )
             else:
                 ending = self._completer.dead(run, refusal, actor=actor)

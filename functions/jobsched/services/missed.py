@@ -42,6 +42,18 @@ def chosen(policy: Misfire, missed: list[datetime], window_edge: datetime) -> se
     return set(inside)
 
 
+def decided_not_to_run(definitions: DefinitionStore, run: Run) -> bool:
+    """Whether the run is an occurrence its job's resume decided, under `missedRuns`, not to
+    run (`Job.missed_verdict` False), and one the pause decides (`lifecycle.pause_decides`):
+    what `lifecycle.lease_expired(missed=...)` needs for a run whose last attempt was claimed
+    in the pause and whose worker died. One consistent job read, made only for such a run;
+    a job that cannot be read raises as the store raises."""
+    if run.trigger is not Trigger.SCHEDULE or not lifecycle.pause_decides(run):
+        return False
+    job = definitions.get(run.job_id)
+    return job is not None and job.missed_verdict(run.scheduled_for) is False
+
+
 class MissedRuns:
     def __init__(
         self, definitions: DefinitionStore, runs: RunStore, completer: Completer, clock: Clock
@@ -98,6 +110,10 @@ class MissedRuns:
             # policy's, not the pause's (lifecycle.pause_decides).
             if run.state is not RunState.LEASED and lifecycle.pause_decides(run):
                 self._decide(run, window.runs(run.scheduled_for) is True)
+
+    def decided_not_to_run(self, run: Run) -> bool:
+        """`decided_not_to_run` with this service's job store."""
+        return decided_not_to_run(self._definitions, run)
 
     def settle_held(self, run: Run) -> Run | None:
         """A held run the resume did not decide (its hold landed after the resume read the

@@ -109,6 +109,7 @@ class Reconciler:
         on_dead: Callable[[Run], None] | None = None,
         is_external: Callable[[Run], bool] | None = None,
         settle_held: Callable[[Run], Run | None] | None = None,
+        decided_not_to_run: Callable[[Run], bool] | None = None,
         metrics: Metrics = NO_METRICS,
         recorded_shard_count: Callable[[], int | None] | None = None,
         publish: Callable[[list[Run]], Collection[str]] | None = None,
@@ -126,6 +127,9 @@ class Reconciler:
         self._on_dead = on_dead  # what follows a death: job counters, DLQ copy, pause-on-failure
         # Decides a run held for a paused job once the job is no longer paused (None: still held).
         self._settle_held = settle_held
+        # Whether a run is an occurrence its job's resume decided not to run (services.missed):
+        # a lease that expired on its last attempt, claimed in the pause, ends SKIPPED then.
+        self._decided_not_to_run = decided_not_to_run or (lambda run: False)
         # Runs for external workers wait in the claimable index, not on a queue: waiting long
         # is not a lost message, and only the retry policy's max age ends the wait.
         self._is_external = is_external or (lambda run: False)
@@ -365,7 +369,10 @@ class Reconciler:
         if run.state is RunState.LEASED:
             # Overdue means the lease expired (plus grace) as read. Not a holder write: a
             # heartbeat since the read bumped the rev, so this write fails and the run is skipped.
-            return LEASE_EXPIRED_KIND, commit(run, lambda r: lifecycle.lease_expired(r, now=now, actor=ACTOR))
+            missed = lifecycle.attempt_refusal(run, now) is not None and self._decided_not_to_run(run)
+            return LEASE_EXPIRED_KIND, commit(
+                run, lambda r: lifecycle.lease_expired(r, now=now, actor=ACTOR, missed=missed)
+            )
         return None, None
 
     def _check_blocker(self, run: Run, now: datetime) -> tuple[str, Run]:
