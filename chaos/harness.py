@@ -321,8 +321,15 @@ class World:
         api_queues = self._queues(self.sqs_throttle)
         api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self.metrics)
         api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
+        # As the API's container wires it (jobsched.wiring): the resume decides which of the
+        # pause's occurrences run and writes that decision with itself (`missed_windows`).
         self.jobs = JobService(
-            api_defs, api_clock, materialize=api_materializer.materialize, on_resume=api_missed.on_resume
+            api_defs,
+            api_clock,
+            materialize=api_materializer.materialize,
+            on_resume=api_missed.on_resume,
+            runs=api_runs,
+            plan_missed=api_missed.window,
         )
         # One tenant limit for the Lambda worker and the lease API: the same slots.
         self.tenant_slots = TenantSlots(api_runs, config.tenant_concurrency)
@@ -349,13 +356,15 @@ class World:
         completer = Completer(
             reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self.metrics
         )
+        missed_runs = MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock)
         self.reconciler = Reconciler(
             reconciler_runs,
             reconciler_clock,
             shard_count=shards,
             on_dead=completer.after,
             is_external=self.is_external,
-            settle_held=MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock).settle_held,
+            settle_held=missed_runs.settle_held,
+            decided_not_to_run=missed_runs.decided_not_to_run,
             # As wiring.Container.reconciler: the repair sends what it repaired (its own
             # outbox, with the reconciler's clock; its sends are throttled like the outbox's).
             publish=Outbox(
@@ -1094,6 +1103,10 @@ class World:
                 if lease.tries < 10:
                     continue  # asked again next second, well inside the lease
                 self.faults["fleet_gave_up"] += 1
+                if lease.succeed and run.lease_expires_at is not None:
+                    # Its effect is done and its completion never landed: the next holder,
+                    # after this lease, acts again (the lease API's documented repeat).
+                    self.unrecorded[run.run_key].append(run.lease_expires_at)
             except JobschedError:
                 self.faults["fleet_refused"] += 1
             self.fleet.remove(lease)

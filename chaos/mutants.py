@@ -129,6 +129,25 @@ def _repairs_late(original: Any) -> Any:
     return timings
 
 
+def _held_run_not_judged(original: Any) -> Any:
+    from jobsched.domain.overlap import Overlap
+
+    def applies(run: Any) -> bool:
+        # Judged only while its fence is 0: an occurrence claimed in its job's pause and held
+        # (its attempt given back, its fence kept) is released at the resume unjudged.
+        judged = run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None
+        return judged and run.fence == 0
+
+    return applies
+
+
+def _expired_claim_not_missed(original: Any) -> Any:
+    def lease_expired(run: Any, *, now: Any, actor: str, missed: bool = False) -> Any:
+        return original(run, now=now, actor=actor)  # the resume's decision is not asked
+
+    return lease_expired
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -148,6 +167,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # `skip`/`buffer-one` not applied (by the worker or the lease API: one pipeline).
     Mutant("overlap-ignored", "jobsched.services.attempt.overlap_verdict",
            _overlap_ignored, "overlap_violations", "policies"),
+    # An occurrence its job's pause held is released by the resume without `skip`/`buffer-one`.
+    Mutant("held-run-not-judged", "jobsched.services.attempt.applies",
+           _held_run_not_judged, "overlap_violations", "paused-overlap"),
     # The in-progress record ends a second after it is written, not at the deadline.
     Mutant("deadline-recorded-early", "jobsched.services.attempt.record_deadline",
            _deadline_recorded_early, "duplicate_effects", "deaths"),
@@ -157,6 +179,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # A holder's final write lands although another attempt's claim superseded its fence.
     Mutant("stale-fence-accepted", "jobsched.store.runs.RunStore._put",
            _stale_fence_accepted, "stale_fence_writes", "deaths"),
+    # A last attempt claimed in the pause whose worker died ends DEAD when its lease expires,
+    # though the resume decided the occurrence does not run (SKIPPED).
+    Mutant("expired-claim-not-missed", "jobsched.domain.lifecycle.lease_expired",
+           _expired_claim_not_missed, "missed_run_violations", "pauses"),
     # A claim takes no tenant slot: the limit holds nobody back.
     Mutant("tenant-limit-ignored", "jobsched.store.tenant_slots.TenantSlots.claim",
            _tenant_limit_ignored, "tenant_limit_exceeded", "limits"),

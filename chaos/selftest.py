@@ -60,16 +60,39 @@ WORLDS: dict[str, ChaosConfig] = {
             tenants=("acme",),
         ),
     ),
-    # Pauses resumed soon after (their occurrences were made ahead), mostly `run-once`.
+    # Pauses resumed soon after (their occurrences were made ahead), mostly `run-once`, and
+    # workers that die after a claim made in the pause, before the check that would hold it.
     "pauses": ChaosConfig(
         seed=11,
         runs=80,
         window_seconds=200,
-        faults=replace(QUIET, control=0.08),
+        faults=replace(QUIET, control=0.08, crash_before_effect=0.2),
         resume_after=(15, 60),
         cancel_share=0.0,
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), misfire=(1, 4, 1)),
+    ),
+    # `skip`/`buffer-one` jobs whose runs retry, paused and resumed soon after, mostly
+    # `catch-up`: occurrences claimed in the pause are held, and the resume releases them
+    # while an earlier run of their job (its retry held too) is still open.
+    "paused-overlap": ChaosConfig(
+        seed=11,
+        runs=80,
+        window_seconds=200,
+        faults=replace(QUIET, control=0.1),
+        resume_after=(15, 60),
+        cancel_share=0.0,
+        tenant_concurrency=0,
+        hog=False,
+        mix=Mix(
+            types=((OK, 10), (FLAKY, 45), (DOWN, 45)),
+            overlap=(0, 50, 50),
+            misfire=(0, 1, 4),
+            max_attempts=(3, 5),
+            base_seconds=4.0,
+            kinds=(0, 1, 0),
+            rates=(5, 7, 10),
+        ),
     ),
     # Lost stream batches, failed publishes and workers that die after their claim: runs the
     # reconciler must start again within the restart goal.
