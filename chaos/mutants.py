@@ -141,13 +141,6 @@ def _held_run_not_judged(original: Any) -> Any:
     return applies
 
 
-def _expired_claim_not_missed(original: Any) -> Any:
-    def lease_expired(run: Any, *, now: Any, actor: str, missed: bool = False) -> Any:
-        return original(run, now=now, actor=actor)  # the resume's decision is not asked
-
-    return lease_expired
-
-
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -179,10 +172,6 @@ MUTANTS: tuple[Mutant, ...] = (
     # A holder's final write lands although another attempt's claim superseded its fence.
     Mutant("stale-fence-accepted", "jobsched.store.runs.RunStore._put",
            _stale_fence_accepted, "stale_fence_writes", "deaths"),
-    # A last attempt claimed in the pause whose worker died ends DEAD when its lease expires,
-    # though the resume decided the occurrence does not run (SKIPPED).
-    Mutant("expired-claim-not-missed", "jobsched.domain.lifecycle.lease_expired",
-           _expired_claim_not_missed, "missed_run_violations", "pauses"),
     # A claim takes no tenant slot: the limit holds nobody back.
     Mutant("tenant-limit-ignored", "jobsched.store.tenant_slots.TenantSlots.claim",
            _tenant_limit_ignored, "tenant_limit_exceeded", "limits"),
