@@ -321,17 +321,7 @@ def lease_expired(run: Run, *, now: datetime, actor: str, missed: bool = False) 
     if refusal is None:
         return _retry_wait(run, now=now, actor=actor, error_class="LeaseExpired", message=message, due=now)
     if missed and pause_decides(run):
-        return advance(
-            run,
-            RunState.SKIPPED,
-            now=now,
-            actor=actor,
-            reason="paused",
-            attempt=max(0, run.attempt - 1),
-            lease_owner=None,
-            lease_expires_at=None,
-            **_effect_released(run),
-        )
+        return _skipped_as_missed(run, now=now, actor=actor, lease_owner=None, lease_expires_at=None)
     # At-most-once names itself: the effect may have run, which is why it is never tried again.
     error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"
     return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")
@@ -456,6 +446,12 @@ def missed(run: Run, *, now: datetime, actor: str) -> Run:
     """Claimed after its job's resume decided, under `missedRuns`, that this occurrence (it
     fell while the job was paused) does not run: SKIPPED as missed, no effect started. The
     attempt it had just begun is given back."""
+    return _skipped_as_missed(run, now=now, actor=actor)
+
+
+def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -> Run:
+    """SKIPPED (`paused`): the resume's decision; the attempt begun is given back, its
+    effect's records released (none of it started)."""
     return advance(
         run,
         RunState.SKIPPED,
@@ -464,6 +460,7 @@ def missed(run: Run, *, now: datetime, actor: str) -> Run:
         reason="paused",
         attempt=max(0, run.attempt - 1),
         **_effect_released(run),
+        **changes,
     )
 
 
