@@ -614,6 +614,29 @@ def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the
     assert first not in effects
 
 
+def _claim_dies_in_the_pause(api, container, clock, monkeypatch, worker, **policies) -> str:
+    """An every-10-s "tick" job paused over 10, 20 and 30 s: a worker claims the 10 s
+    occurrence in the pause and dies at its job read (the run stays LEASED); the job is
+    resumed at 35 s. Returns that occurrence's run key."""
+    job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), **policies)["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))
+    first = f"{job_id}@{_at(10)}"
+
+    def dies(wanted):
+        raise RuntimeError("the worker's process died at the job read")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(container.definitions, "get", dies)
+        with pytest.raises(RuntimeError):
+            _deliver(worker, _run(container, first))
+    assert _run(container, first).state is RunState.LEASED
+    clock.set(T0 + timedelta(seconds=35))
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    return first
+
+
 def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_retry(
     api, container, clock, monkeypatch
 ):
@@ -632,24 +655,10 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
         return {"ok": True}
 
     worker = make_worker(container, registry)
-    job_id = create(
-        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once", maxAttempts=3
-    )["jobId"]
-    clock.advance(5)
-    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
-    clock.set(T0 + timedelta(seconds=12))
-    first = f"{job_id}@{_at(10)}"
-
-    def dies(wanted):
-        raise RuntimeError("the worker's process died at the job read")
-
-    with monkeypatch.context() as dying:
-        dying.setattr(container.definitions, "get", dies)
-        with pytest.raises(RuntimeError):
-            _deliver(worker, _run(container, first))
-    assert _run(container, first).state is RunState.LEASED and _run(container, first).attempt == 1
-    clock.set(T0 + timedelta(seconds=35))
-    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    first = _claim_dies_in_the_pause(
+        api, container, clock, monkeypatch, worker, missedRuns="run-once", maxAttempts=3
+    )
+    assert _run(container, first).attempt == 1
     clock.advance(600)  # past the lease: the reconciler gives the run its retry
     container.reconciler.reconcile_all()
     retry = _run(container, first)
@@ -674,24 +683,9 @@ def test_a_missed_occurrence_whose_last_attempt_died_in_the_pause_is_skipped_not
     registry = HandlerRegistry()
     registry.register("tick")(lambda payload, invocation: {"ok": True})
     worker = make_worker(container, registry)
-    job_id = create(
-        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="skip", maxAttempts=1
-    )["jobId"]
-    clock.advance(5)
-    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
-    clock.set(T0 + timedelta(seconds=12))
-    first = f"{job_id}@{_at(10)}"
-
-    def dies(wanted):
-        raise RuntimeError("the worker's process died at the job read")
-
-    with monkeypatch.context() as dying:
-        dying.setattr(container.definitions, "get", dies)
-        with pytest.raises(RuntimeError):
-            _deliver(worker, _run(container, first))
-    assert _run(container, first).state is RunState.LEASED
-    clock.set(T0 + timedelta(seconds=35))
-    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    first = _claim_dies_in_the_pause(
+        api, container, clock, monkeypatch, worker, missedRuns="skip", maxAttempts=1
+    )
     clock.advance(600)  # long past the lease
     if expiry_seen_by == "worker":
         assert _deliver(worker, _run(container, first)).outcome is AttemptOutcome.SKIPPED
