@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -70,6 +71,10 @@ class SimClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """In real time, as ManualClock's: the event is another thread's."""
+        return event.wait(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
         self.t += seconds

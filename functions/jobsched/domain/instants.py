@@ -6,6 +6,7 @@ stored strings equals time order and run keys are byte-for-byte stable."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Protocol
@@ -104,6 +105,13 @@ class Clock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Block until `event` is set (by another thread) or `seconds` have passed on this
+        clock. Returns whether it was set. Every wait of the run lifecycle on work done
+        elsewhere (an effect, a heartbeat's interval) goes through here, so a simulation
+        that moves time itself moves these waits with it."""
+        ...
+
 
 class SystemClock:
     def now(self) -> datetime:
@@ -114,6 +122,9 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
 
 
 class ManualClock:
@@ -130,6 +141,10 @@ class ManualClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """In real time: the event is another thread's, and this clock moves only when told."""
+        return event.wait(max(0.0, seconds))
 
     def set(self, value: datetime) -> None:
         self._now = to_utc(value)

@@ -410,7 +410,7 @@ class Attempts:
         ran: list[bool],
     ) -> AttemptResult:
         try:
-            answer = future.result(timeout=budget)
+            answer = self._result(future, budget)
         except FutureTimeout:
             # Stopped waiting: the failure keeps the in-progress record (the effect may still
             # be executing); a result it returns later is saved on the run for the next attempt.
@@ -466,7 +466,7 @@ class Attempts:
         still running at the end holds the invocation until Lambda ends it (a timeout resets
         the execution environment, and the thread with it)."""
         try:
-            future.result(timeout=max(0.0, time_left() - COMPLETION_RESERVE))
+            self._result(future, time_left() - COMPLETION_RESERVE)
             return
         except FutureTimeout:
             pass
@@ -475,9 +475,18 @@ class Attempts:
         logger.error("effect still running at the invocation's end: holding the invocation until it ends")
         self._metrics.add("EffectsOutlastingInvocation")
         try:
-            future.result(timeout=max(0.0, time_left()) + 5)
+            self._result(future, max(0.0, time_left()) + 5)
         except Exception:  # Lambda ends the invocation first; elsewhere there is nothing better to do
             logger.error("effect outlived its invocation's deadline")
+
+    def _result(self, future: Future[Any], seconds: float) -> Any:
+        """The effect's answer once it finishes within `seconds` on the injected clock (what
+        it raised, raised). Raises FutureTimeout when it is still running then."""
+        finished = threading.Event()
+        future.add_done_callback(lambda _: finished.set())
+        if not self._clock.wait(finished, seconds):
+            raise FutureTimeout()
+        return future.result()
 
     # --- complete, for an executor elsewhere (the lease API) ---
 

@@ -197,6 +197,11 @@ class Worker:
                 )
 
     @property
+    def clock(self) -> Clock:
+        """The worker's injected clock (its heartbeat's waits follow it)."""
+        return self._clock
+
+    @property
     def actor(self) -> str:
         return f"worker:{self.worker_id}"
 
@@ -408,7 +413,7 @@ class _Heartbeat:
 
     def _loop(self) -> None:
         interval = max(1.0, self._worker.lease_seconds / 3)
-        while not self._stop.wait(interval):
+        while not self._worker.clock.wait(self._stop, interval):
             try:
                 if not self._worker.heartbeat(self._lease, self._delivery):
                     return
