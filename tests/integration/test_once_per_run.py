@@ -217,6 +217,37 @@ def test_the_worker_does_not_return_while_an_effect_it_stopped_waiting_for_still
     assert ledger.effects[run.run_key] == 1
 
 
+def test_an_effect_the_attempt_stopped_waiting_for_holds_its_tenant_slot_until_it_ends(
+    container, clock, registry, ledger
+):
+    """TENANT_CONCURRENCY 1: while the timed-out effect still runs, another run of the tenant
+    is held back (the effect still counts against the limit); once it ends with its result
+    saved, its slot is free at once, not only at its record's deadline."""
+    release = threading.Event()
+    during: list[AttemptResult] = []
+
+    def limited(name):
+        worker = make_worker(container, registry, name=name, tenant_concurrency=1)
+        return worker.for_invocation(Context(name, 30_000))
+
+    @registry.register("overruns")
+    def overruns(payload, invocation_):
+        release.wait(10)  # the attempt gave up after 1 s and wrote its failure
+        during.append(limited("w2").process(delivery(other)))
+        ledger.effect(invocation_.run_key)
+        return "late"
+
+    _, run = one_run(container, clock, name="slow", job_type="overruns", timeoutSeconds=1)
+    _, other = one_run(container, clock, name="other")
+    threading.Timer(2.0, release.set).start()
+    result = limited("w1").process(delivery(run))
+    assert result.outcome is AttemptOutcome.RETRY_SCHEDULED and result.error_class == "Timeout"
+    assert during[0].outcome is AttemptOutcome.DEFERRED and during[0].error_class == "tenant_limit"
+    assert stored(container, run).saved_result == "late"
+    after = limited("w3").process(delivery(other))
+    assert after.outcome is AttemptOutcome.SUCCEEDED
+
+
 def _dead_at_most_once(container, clock, registry):
     @registry.register("amo")
     def amo(payload, invocation_):

@@ -269,6 +269,89 @@ def test_a_run_reclaimed_after_its_lease_expired_reuses_its_own_slot(runs, ddb):
     assert slot["run_fence"]["N"] == "2"
 
 
+# --- an effect that outlives its attempt ---
+
+RECORD_END = T0 + timedelta(seconds=90)  # the claiming invocation's deadline, after the lease's
+
+
+def timed_out(runs: RunStore, slots: TenantSlots, run: Run) -> Run:
+    """Claim `run`, start its effect (its in-progress record until RECORD_END), and write the
+    attempt's failure at its timeout with the effect still running; then release, as the
+    completer does."""
+    leased = claim(slots, run, T0)
+    started = runs.commit(
+        leased, lambda r: lifecycle.record_in_progress(r, now=T0, until=RECORD_END), holder=True
+    )
+    failed = runs.commit(
+        started,
+        lambda r: lifecycle.fail(
+            r,
+            now=T0 + timedelta(seconds=30),
+            actor="w",
+            error_class="Timeout",
+            message="still running",
+            retryable=True,
+            effect_running=True,
+        ),
+        holder=True,
+    )
+    assert failed.state is RunState.RETRY_WAIT and failed.effect_fence == leased.fence
+    assert not slots.release(failed)  # kept: the effect still runs
+    return failed
+
+
+def test_an_effect_still_running_after_its_attempt_failed_keeps_its_tenant_slot(runs, ddb):
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_e1", "j_e2")
+    failed = timed_out(runs, slots, first)
+    (slot,) = slot_items(ddb, TENANT)
+    assert slot["lease_until"]["S"] == format_instant(RECORD_END)
+
+    for at in (
+        T0 + timedelta(seconds=31),
+        T0 + timedelta(seconds=LEASE) + STEAL_AFTER,
+        RECORD_END + STEAL_AFTER - timedelta(seconds=1),
+    ):
+        with pytest.raises(TenantAtLimit):
+            claim(slots, second, at)  # the lease is gone, but the effect may still be running
+    # Not even its own run's retry takes the slot of the effect it would wait for.
+    with pytest.raises(TenantAtLimit):
+        claim(slots, failed, T0 + timedelta(seconds=LEASE) + STEAL_AFTER, owner="w2")
+    # Once the record has surely ended (Lambda ended the invocation), the slot is taken over.
+    taken = claim(slots, second, RECORD_END + STEAL_AFTER)
+    assert taken.tenant_slot == 0
+
+
+def test_an_effect_that_ends_with_its_result_saved_frees_its_slot_at_once(runs, ddb):
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_s1", "j_s2")
+    failed = timed_out(runs, slots, first)
+    at = T0 + timedelta(seconds=40)
+    saved = runs.commit(failed, lambda r: lifecycle.save_result(r, now=at, result="late"))
+    assert slots.release_effect(saved, failed.fence)
+    assert claim(slots, second, at).tenant_slot == 0
+
+
+def test_the_takeover_check_reads_the_effect_record_from_the_run_item(runs, ddb):
+    """A claimer that finds the slot's hint expired (a release that could not move it) still
+    cannot take the slot while the holder's run item shows its effect record open."""
+    slots = TenantSlots(runs, 1)
+    first, second = insert(runs, "j_h1", "j_h2")
+    failed = timed_out(runs, slots, first)
+    ddb.update_item(  # the hint as the claim wrote it: the lease's end
+        TableName=RUNS.default_name,
+        Key={"job_id": {"S": slot_partition(TENANT)}, "sk": {"S": "S#0"}},
+        UpdateExpression="SET lease_until = :lu",
+        ExpressionAttributeValues={":lu": {"S": format_instant(T0 + timedelta(seconds=LEASE))}},
+    )
+    item = ddb.get_item(TableName=RUNS.default_name, Key=runs._run_key(failed))["Item"]
+    assert item["effect_until"]["S"] == format_instant(RECORD_END)
+    with pytest.raises(TenantAtLimit):
+        claim(slots, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    # The refused check moved the hint to the record's end.
+    assert slot_items(ddb, TENANT)[0]["lease_until"]["S"] == format_instant(RECORD_END)
+
+
 # --- no half claims ---
 
 

@@ -99,6 +99,13 @@ class Completer:
             error.error_class,
         )
 
+    def effect_ended(self, run: Run, fence: int) -> None:
+        """The effect of the claim with `fence` ended after that attempt's failure was
+        written (its result now saved on `run`): free the tenant slot the claim kept for it
+        (store.tenant_slots: a running effect keeps its slot). Best effort."""
+        if self._slots is not None:
+            self._slots.release_effect(run, fence)
+
     def dead(self, run: Run, refusal: lifecycle.Refusal, *, actor: str) -> Ending:
         now = self._clock.now()
         return self.write(run, lambda r: lifecycle.refused(r, refusal, now=now, actor=actor), actor)

@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..domain.effects import excluded_until
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
@@ -199,6 +200,12 @@ class RunStore:
         if run.state is RunState.LEASED and run.lease_expires_at is not None:
             values["leased_tenant"] = run.tenant
             values["lease_expires_at"] = format_instant(run.lease_expires_at)
+        if excluded_until(run) is not None:
+            # An attempt's in-progress record: its effect may be running until effect_until.
+            # Top-level so that a tenant slot's takeover check can read it (store.tenant_slots).
+            assert run.effect_until is not None
+            values["effect_fence"] = run.effect_fence
+            values["effect_until"] = format_instant(run.effect_until)
         if run.state is RunState.DEAD:
             values["dead_tenant"] = run.tenant
             values["dead_at"] = format_instant(run.finished_at or run.updated_at)

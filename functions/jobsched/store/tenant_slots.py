@@ -8,19 +8,26 @@ A tenant has `limit` slots, items of the Runs table:
     run_job, run_sk, run_fence           the holder: the run (its key) and the claim's fence
     lease_until                          the lease that claim wrote (a hint, see below)
 
-A slot is **held** while its holder run is LEASED under `run_fence` with a lease still live;
-otherwise it is free, whether its item is absent (released) or not (a release was lost, the
-holder died). Liveness is the run item's, never the slot's: the hint `lease_until` only says
-when a holder is worth checking (a heartbeat extends the run's lease, not the hint).
+A slot is **held** while its holder run is LEASED under `run_fence` with a lease still live,
+or while the in-progress record of that claim's effect (`effect_fence = run_fence`, until
+`effect_until`, the claiming invocation's deadline) is open: an attempt that stopped waiting
+for its effect at its timeout, or whose lease expired under it, leaves the effect running,
+and it counts until it has ended (its result saved) or its invocation has. Otherwise the
+slot is free, whether its item is absent (released) or not (a release was lost, the holder
+died). Liveness is the run item's, never the slot's: the hint `lease_until` only says when a
+holder is worth checking (a heartbeat extends the run's lease, not the hint; a release that
+keeps the slot for a running effect moves the hint to the record's end).
 
 A claim is one TransactWriteItems of
   1. the slot's Put: on an absent slot, or over the holder it was read with;
   2. when that holder is another run: a ConditionCheck on the holder's run item,
-     `NOT (state = LEASED AND fence = :f AND lease_expires_at > :cutoff)`, with
-     cutoff = now - `steal_after` (a lease is taken over only once it has been expired for
-     that long, so a holder whose clock lags by less cannot renew it in between); when the
-     holder is the run being claimed, the claim's own condition (its rev and state) proves
-     that lease over instead (a run cannot be checked and written in one transaction);
+     `NOT (state = LEASED AND fence = :f AND lease_expires_at > :cutoff) AND
+     NOT (effect_fence = :f AND effect_until > :cutoff)`, with cutoff = now - `steal_after`
+     (a lease is taken over only once it has been expired for that long, so a holder whose
+     clock lags by less cannot renew it in between); when the holder is the run being
+     claimed, the claim's own condition (its rev and state) proves that lease over instead
+     (a run cannot be checked and written in one transaction), and its own earlier claim's
+     slot is taken only when that claim's effect record, as read, is closed;
   3. the run's claim, `RunStore.prepare_put`'s conditional Put (rev and state as read), the
      run carrying `tenant_slot = index`.
 All three commit or none does: there is no state in which a slot is taken for a claim that
@@ -72,7 +79,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..domain.effects import MAX_CLOCK_SKEW
+from ..domain.effects import MAX_CLOCK_SKEW, excluded_until
 from ..domain.errors import StorageUnavailable, TenantAtLimit
 from ..domain.instants import format_instant, parse_instant
 from ..domain.runs import Run, RunState
@@ -254,13 +261,13 @@ class TenantSlots:
         absent one (concurrent claimers spread out), else one whose holder may be dead."""
         present = {h.index: h for h in holders}
         own = next((h for h in holders if h.is_run(read)), None)
-        if own is not None:
+        if own is not None and not _effect_open(read, own.fence, now):
             return _Take(own.index, own)
         absent = [i for i in range(self.limit) if i not in present]
         if absent:
             return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
-        stale = [h for h in holders if h.worth_checking(cutoff)]
+        stale = [h for h in holders if h.worth_checking(cutoff) and h is not own]
         return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
     def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
@@ -309,7 +316,10 @@ class TenantSlots:
         return {
             "TableName": self._table,
             "Key": holder.run_key(),
-            "ConditionExpression": "NOT (#state = :leased AND fence = :f AND lease_expires_at > :cutoff)",
+            "ConditionExpression": (
+                "NOT (#state = :leased AND fence = :f AND lease_expires_at > :cutoff)"
+                " AND NOT (effect_fence = :f AND effect_until > :cutoff)"
+            ),
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": to_item(
                 {
@@ -341,11 +351,17 @@ class TenantSlots:
                 return _Cancelled(reasons, exc)
 
     def _renew_hint(self, tenant: str, holder: SlotHolder, run_item: dict[str, Any] | None) -> None:
-        """The holder renewed its lease: move the slot's hint to that lease, so claimers do
-        not check this holder again before it can have expired. Best effort."""
-        until = from_item(run_item).get("lease_expires_at") if run_item else None
-        if not isinstance(until, str):
-            return
+        """The holder is alive (its lease renewed, or its effect still running): move the
+        slot's hint to the later of its lease and its effect record's end, so claimers do not
+        check this holder again before it can have ended. Best effort."""
+        data = from_item(run_item) if run_item else {}
+        ends = [data.get(name) for name in ("lease_expires_at", "effect_until")]
+        known = [end for end in ends if isinstance(end, str)]
+        if known:
+            self._raise_hint(tenant, holder, max(known))
+
+    def _raise_hint(self, tenant: str, holder: SlotHolder, until: str) -> None:
+        """Set the slot's hint to `until` if the holder still holds it and the hint is earlier."""
         try:
             with translated_errors():
                 retry_conflicts(
@@ -439,11 +455,31 @@ class TenantSlots:
         if run.state is RunState.LEASED:
             raise ValueError(f"run {run.run_key} is still LEASED: its slot is held")
         mine = SlotHolder(run.tenant_slot, run.job_id, key_sk(run.run_key), run.fence, run.updated_at)
+        if run.effect_fence == run.fence and excluded_until(run) is not None:
+            # The claim's effect may still be running (the attempt stopped waiting for it, or
+            # its lease expired under it): the slot stays its until `release_effect`, or until
+            # the record's end, when a claimer's check finds it over (the hint, like a
+            # lease's, is the end itself: claimers allow `steal_after` on top).
+            assert run.effect_until is not None
+            self._raise_hint(run.tenant, mine, format_instant(run.effect_until))
+            return False
         try:
             if self._delete(run.tenant, mine):
                 return True
             moved = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == run.fence]
             return any([self._delete(run.tenant, h) for h in moved])
+        except StorageUnavailable as exc:
+            logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
+            return False
+
+    def release_effect(self, run: Run, fence: int) -> bool:
+        """Free the slot the claim with `fence` kept for its effect (see `release`), now that
+        the effect has ended and its result is saved on `run`. Best effort: True if this call
+        freed it; a slot not freed here is free once its hint (the record's end) has passed.
+        Costs a Query of the tenant's slots and, if one is found, a conditional DeleteItem."""
+        try:
+            kept = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == fence]
+            return any([self._delete(run.tenant, h) for h in kept])
         except StorageUnavailable as exc:
             logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
             return False
@@ -485,6 +521,12 @@ class TenantSlots:
             if not (last := response.get("LastEvaluatedKey")):
                 return found
             request["ExclusiveStartKey"] = last
+
+
+def _effect_open(run: Run, fence: int, now: datetime) -> bool:
+    """Whether `run`, as read, has the claim with `fence`'s effect record still open at `now`."""
+    end = excluded_until(run) if run.effect_fence == fence else None
+    return end is not None and now < end
 
 
 def _holder(item: dict[str, Any]) -> SlotHolder | None:
