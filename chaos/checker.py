@@ -41,6 +41,12 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
 - `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
   EARLY_ALLOWANCE.
+- `effects_past_deadline`: a target call still under way after the deadline of the
+  invocation making it (the harness's Lambda context, true time), or, at the end, never
+  ended with that deadline passed: the in-progress record promises no attempt's effect
+  runs past it, and a later attempt starts once it has passed. Judged on the calls that
+  take simulated time (the harness's slow effects); every other call starts and ends at
+  one instant of its invocation.
 - the restart goal (not a count): of the runs the reconciler repaired because they should
   have started (a lost publish, a dead worker), the 99th percentile of the seconds from when
   each should have to its next claim, call or end is at most RESTART_GOAL_SECONDS; restarts
@@ -88,6 +94,7 @@ MUST_BE_ZERO = (
     "missed_run_violations",
     "tenant_limit_exceeded",
     "early_effects",
+    "effects_past_deadline",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -106,6 +113,8 @@ FAULT_FIGURES = (
     "hot_key_bursts",
     "hot_key_throttles",
     "hog_attempts",
+    "slow_effects",
+    "slow_effects_ended_at_deadline",
 )
 
 
@@ -278,6 +287,7 @@ class Figures:
     missed_run_violations: int = 0
     tenant_limit_exceeded: int = 0
     early_effects: int = 0
+    effects_past_deadline: int = 0
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
     faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
@@ -329,6 +339,7 @@ class Figures:
             f" overlap_violations={self.overlap_violations}"
             f" missed_run_violations={self.missed_run_violations}"
             f" tenant_limit_exceeded={self.tenant_limit_exceeded} early_effects={self.early_effects}"
+            f" effects_past_deadline={self.effects_past_deadline}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
@@ -521,6 +532,17 @@ def _check_effects(evidence: Evidence, runs: dict[str, Run], figures: Figures) -
         tracked = evidence.jobs.get(job_id)
         known = runs.get(run_key)
         for call in calls:
+            ended = call.end_at if call.finished else evidence.end
+            if call.deadline is not None and ended is not None and ended > call.deadline:
+                flag(
+                    Violation(
+                        "effects_past_deadline",
+                        run_key,
+                        f"call of attempt {call.attempt} ran to {ended:%H:%M:%S}"
+                        f"{'' if call.finished else ' (still running)'}, its invocation's deadline"
+                        f" {call.deadline:%H:%M:%S}",
+                    )
+                )
             due = known.scheduled_for if known is not None else None
             if due is not None and call.at < due - EARLY_ALLOWANCE:
                 flag(

@@ -24,6 +24,8 @@ from jobsched.store.runs import RunStore
 from jobsched.store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, LEASED_INDEX, OPEN_INDEX, RUNS
 
 REGION = "us-east-1"
+# How often a wait on simulated time looks at the clock (real seconds).
+WAIT_POLL_SECONDS = 0.002
 
 # Writes a lease holder makes to end its attempt: the point "after the effect".
 FINISHING = frozenset({RunState.SUCCEEDED, RunState.RETRY_WAIT, RunState.DEAD})
@@ -59,6 +61,16 @@ class SkewedClock:
 
     def sleep(self, seconds: float) -> None:
         """Waits are not simulated: one component must not move everyone's time."""
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Until `event` is set or `seconds` of simulated time have passed, as the harness
+        moves it (an invocation running on the harness's own thread sees no time pass: its
+        waits end only by their events)."""
+        until = self._base.now() + timedelta(seconds=max(0.0, seconds))
+        while not event.wait(WAIT_POLL_SECONDS):
+            if self._base.now() >= until:
+                return event.is_set()
+        return True
 
 
 @contextlib.contextmanager
@@ -143,6 +155,32 @@ class FlakyClient:
         return call
 
 
+class InvocationEnded(SimulatedCrash):
+    """A call made by an invocation after Lambda ended it at its deadline: it never happens."""
+
+
+class EndsWithInvocation:
+    """Wraps one invocation's boto3 client: once `ended` is set (Lambda ended the
+    invocation at its deadline), every call raises InvocationEnded and reaches nothing."""
+
+    def __init__(self, inner: Any, ended: threading.Event) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith(("get_paginator", "can_paginate", "meta")):
+            return attr
+        ended = self._ended
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if ended.is_set():
+                raise InvocationEnded(f"{name} after the invocation was ended at its deadline")
+            return attr(*args, **kwargs)
+
+        return call
+
+
 class Freeze:
     """A worker frozen inside a write (GC pause, lost CPU): it blocks until thawed."""
 
@@ -193,8 +231,10 @@ class ChaosRunStore(RunStore):
         self.crash_finishing = CrashPoints()
         self.crash_unrecorded = CrashPoints()  # run keys: die before a success is written
         self.freeze: Freeze | None = None  # a frozen worker's one record (its own invocation)
+        self._frozen: Freeze | None = None  # reached: every write of this worker waits for the thaw
 
     def _put(self, new: Run, read: Run, *, holder: bool) -> Run:
+        self._wait_for_thaw()
         finishing = holder and new.state in FINISHING
         if finishing and new.state is RunState.SUCCEEDED and self.crash_unrecorded.take(new.run_key):
             raise UnrecordedEffectCrash(new.run_key, read.effect_until)
@@ -205,11 +245,21 @@ class ChaosRunStore(RunStore):
         freeze = self.freeze
         if finishing and freeze is not None and freeze.run_key == new.run_key:
             self.freeze = None
+            self._frozen = freeze
             freeze.fence = read.fence
             freeze.state = new.state
             freeze.reached.set()
             freeze.thaw.wait()
         return super()._put(new, read, holder=holder)
+
+    def extend_lease(self, run: Run, until: datetime, *, live_at: datetime | None = None) -> Run:
+        self._wait_for_thaw()  # the heartbeat is frozen with the rest of the process
+        return super().extend_lease(run, until, live_at=live_at)
+
+    def _wait_for_thaw(self) -> None:
+        frozen = self._frozen
+        if frozen is not None:
+            frozen.thaw.wait()
 
 
 class ChaosDefinitionStore(DefinitionStore):

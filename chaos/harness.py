@@ -66,8 +66,10 @@ from .faults import (
     ChaosDefinitionStore,
     ChaosRunStore,
     DynamoFaults,
+    EndsWithInvocation,
     FlakyClient,
     Freeze,
+    InvocationEnded,
     LoopCutoff,
     LoopingQueueClient,
     SimulatedCrash,
@@ -78,7 +80,7 @@ from .faults import (
     sqs_on_clock,
 )
 from .invocation import ChaosServices, ChaosWorker, acknowledged, sqs_event
-from .ledger import EXTERNAL, LEASE, Call, Ledger, Sequencer, chaos_registry
+from .ledger import EXTERNAL, FLAKY, LEASE, OK, Call, Ledger, Sequencer, SlowEffect, chaos_registry
 from .receiver import ALLOW, Receiver
 from .scenario import HOG_TENANT, HOG_TYPE, TENANTS, Mix, Plan, hog_jobs, plan
 
@@ -105,6 +107,10 @@ class FaultRates:
     crash_before_completion: float = 0.01  # per delivery: a success dies before it is recorded
     freeze_worker: float = 0.01  # per delivery: held past its lease, resumes later
     max_frozen: int = 25
+    # Per delivery of a chaos.ok/chaos.flaky run: its effect takes simulated time (past its
+    # timeout, past its invocation's deadline, where Lambda ends it), on a thread of its own.
+    slow_effect: float = 0.01
+    max_slow: int = 12  # at once
     publish_failure: float = 0.04  # per SendMessageBatch of the outbox
     lost_stream_batch: float = 0.03  # per second: the outbox never sees that second's records
     duplicate_delivery: float = 0.04  # per delivery: handed to a second worker at once
@@ -147,6 +153,7 @@ class ChaosConfig:
     faults: FaultRates = field(default_factory=FaultRates)
     mutant: str | None = None  # a mutant of the pipeline (chaos.mutants), to prove the checker fails
     thaw_seconds: tuple[int, int] = (100, 400)  # how long a frozen worker stays frozen
+    slow_effect_seconds: tuple[int, int] = (2, 400)  # how long a slow effect takes
     # Each acknowledged pause is resumed this many seconds later (None: only at random).
     resume_after: tuple[int, int] | None = None
     cancel_share: float = 0.2  # of the random changes to an unpaused job, how many cancel it
@@ -211,6 +218,18 @@ class FleetLease:
 
 
 @dataclass
+class Slow:
+    """One invocation whose effect takes simulated time, running on a thread of its own."""
+
+    thread: threading.Thread
+    effect: SlowEffect
+    run_key: str
+    url: str
+    event: dict[str, Any]
+    box: dict[str, Any]
+
+
+@dataclass
 class Frozen:
     thread: threading.Thread
     freeze: Freeze
@@ -267,6 +286,8 @@ class World:
         # completion (UnrecordedEffectCrash), by the dying worker's clock.
         self.unrecorded: dict[str, list[datetime | None]] = defaultdict(list)
         self.frozen: list[Frozen] = []
+        self.slow: list[Slow] = []
+        self.job_types: dict[str, str] = {}  # job id -> its type, as created
         # Batches a throttled invocation left with the poller: (retry at, queue URL, messages).
         self.throttled: list[tuple[datetime, str, list[dict[str, Any]]]] = []
         self.frozen_count = 0
@@ -389,33 +410,43 @@ class World:
         bound = int(CLOCK_SKEW.total_seconds())
         return SkewedClock(self.clock, self.rng.randint(-bound, bound))
 
-    def _ddb(self) -> Any:
-        return self.dynamo.client(self.ddb_throttle, DDB_THROTTLED)
+    def _ddb(self, ended: threading.Event | None = None) -> Any:
+        """A component's DynamoDB client; with `ended`, one invocation's (see EndsWithInvocation)."""
+        client = self.dynamo.client(self.ddb_throttle, DDB_THROTTLED)
+        return client if ended is None else EndsWithInvocation(client, ended)
 
-    def _queues(self, throttle: Throttle, *, looping: bool = False) -> RunQueues:
-        sqs = LoopingQueueClient(self.sqs, self.loop) if looping else self.sqs
+    def _queues(
+        self, throttle: Throttle, *, looping: bool = False, ended: threading.Event | None = None
+    ) -> RunQueues:
+        sqs: Any = LoopingQueueClient(self.sqs, self.loop) if looping else self.sqs
+        if ended is not None:
+            sqs = EndsWithInvocation(sqs, ended)
         return RunQueues(FlakyClient(sqs, throttle, SQS_THROTTLED), self.urls, self.dlq_urls, fair=True)
 
-    def _worker(self, name: str) -> ChaosWorker:
+    def _worker(
+        self, name: str, *, registry: Any = None, ended: threading.Event | None = None
+    ) -> ChaosWorker:
         """A worker as `wiring.Container.worker` builds it: the production TargetRunner with
         the HttpTargetClient, its destination policy (the receiver allowed, as an operator's
         HTTP_ALLOW_DESTINATIONS would) and the Standard Webhooks signer reading each job's
-        secrets; Python handlers from the chaos registry. No secret headers in chaos."""
+        secrets; Python handlers from the chaos registry (or `registry`). No secret headers in
+        chaos. With `ended`, the worker of one invocation that Lambda may end at its deadline:
+        from then on, none of its calls reaches DynamoDB or SQS."""
         from jobsched.targets import DestinationPolicy, HttpTargetClient, TargetRunner
         from jobsched.targets.signing import DeliverySigner
 
         shards = self.config.shard_count
-        definitions = ChaosDefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
+        definitions = ChaosDefinitionStore(self._ddb(ended), DEFINITIONS.default_name, shards)
         clock = self._skewed()
         http = HttpTargetClient(
             DestinationPolicy([ALLOW]), signer=DeliverySigner(definitions.signing_secrets, clock)
         )
-        runs = ChaosRunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
+        runs = ChaosRunStore(self._ddb(ended), RUNS.default_name, shards, is_external=self.is_external)
         return ChaosWorker(
             definitions,
             runs,
-            self._queues(self.sqs_throttle, looping=True),
-            TargetRunner(lambda service: None, registry=self.registry, http=http),
+            self._queues(self.sqs_throttle, looping=True, ended=ended),
+            TargetRunner(lambda service: None, registry=registry or self.registry, http=http),
             clock,
             worker_id=name,
             lease_seconds=60,
@@ -451,6 +482,7 @@ class World:
                 and second % 15 == 0
                 and not self.audit.open_runs()
                 and not self.frozen
+                and not self.slow
                 and not self.fleet
                 and not self.throttled
             ):
@@ -468,6 +500,7 @@ class World:
             self._hog_work()
             self._fleet_work()
             self._thaw_due()
+            self._slow_due()
             if second % config.sweep_every == 0:
                 self._sweep()
             self._stream()
@@ -522,6 +555,7 @@ class World:
                 continue
             job = created.job
             self.tracked[job.job_id] = TrackedJob(job.job_id, job.tenant)
+            self.job_types[job.job_id] = job.spec.type
             if job.spec.target is not None:
                 self._trust(job, created.signing_secret)
             return True
@@ -832,8 +866,12 @@ class World:
             if not killed and roll < rates.freeze_worker and self.frozen_count < rates.max_frozen:
                 self._freeze(delivery, url, message)  # its own invocation, on its own thread
                 continue
-            batch.append(message)
             roll -= rates.freeze_worker
+            if not killed and 0 <= roll < rates.slow_effect and self._may_be_slow(delivery):
+                self._slow_effect(delivery, url, message)  # its own invocation, on its own thread
+                continue
+            roll -= rates.slow_effect
+            batch.append(message)
             point = self._crash_point(worker, delivery, roll, at_cut=index == cut, behind=index > cut)
             if point is not None:
                 point[0].arm(point[1])
@@ -959,6 +997,10 @@ class World:
         try:
             with self.loop.invocation(message_id):
                 result = attempt()
+        except InvocationEnded:
+            with self.lock:
+                self.outcomes["ended_at_deadline"] += 1
+            raise
         except UnrecordedEffectCrash as exc:
             with self.lock:
                 self.faults["crash_before_completion"] += 1
@@ -1016,6 +1058,56 @@ class World:
         thread.join()
         runs.freeze = None
         self._acknowledge(url, event, box.get("response"))
+
+    def _may_be_slow(self, delivery: Received) -> bool:
+        job = self.job_types.get(delivery.job_id)
+        return job in (OK, FLAKY) and len(self.slow) < self.rates.max_slow
+
+    def _slow_effect(self, delivery: Received, url: str, message: dict[str, Any]) -> None:
+        """The record's own one-record invocation, on a thread of its own, whose effect takes
+        simulated time: maybe past its timeout (the attempt stops waiting, the effect goes
+        on), maybe past the invocation's deadline (where `_slow_due` ends it)."""
+        ended = threading.Event()
+        context = self._context()
+        effect = SlowEffect(
+            self.clock.now, self.rng.uniform(*self.config.slow_effect_seconds), context.deadline, ended
+        )
+        registry = chaos_registry(self.ledger, random.Random(self.rng.random()), slow=effect)
+        worker = self._worker(f"slow{self.invocations}", registry=registry, ended=ended)
+        event = sqs_event(url, [message])
+        box: dict[str, Any] = {}
+
+        def invoke() -> None:
+            box["response"] = self._run_handler(worker, event, context)
+
+        thread = threading.Thread(target=invoke, name=f"slow-{self.invocations}", daemon=True)
+        self.faults["slow_effects"] += 1
+        self.slow.append(Slow(thread, effect, delivery.run_key, url, event, box))
+        thread.start()
+
+    def _slow_due(self) -> None:
+        """Acknowledge what finished slow invocations answered; end those still running at
+        their deadline, as Lambda does (every thread of the invocation stops there, and none
+        of its calls after that reaches anything). An effect ended mid-way may have acted
+        without its completion: one repeat after the deadline is allowed, as for any death
+        between an effect and its completion."""
+        now = self.clock.now()
+        for slow in list(self.slow):
+            if not slow.thread.is_alive():
+                self.slow.remove(slow)
+                self._acknowledge(slow.url, slow.event, slow.box.get("response"))
+                continue
+            if now < slow.effect.deadline:
+                continue
+            slow.effect.ended.set()
+            slow.thread.join(timeout=60)
+            if slow.thread.is_alive():
+                raise RuntimeError(f"an ended invocation did not stop ({slow.run_key})")
+            self.slow.remove(slow)
+            self.faults["slow_effects_ended_at_deadline"] += 1
+            if slow.effect.call is not None:
+                with self.lock:
+                    self.unrecorded[slow.run_key].append(slow.effect.deadline)
 
     def _thaw_due(self) -> None:
         now = self.clock.now()

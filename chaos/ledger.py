@@ -22,7 +22,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobsched.domain.errors import PermanentError, RetryableError
@@ -71,6 +71,9 @@ class Call:
     end_at: datetime | None = None
     tenant: str = ""
     source: str = HANDLER
+    # The deadline (true time) of the invocation making the call, for a call that takes
+    # simulated time (SlowEffect); None for a call that starts and ends at one instant.
+    deadline: datetime | None = None
 
     @property
     def job_id(self) -> str:
@@ -88,18 +91,37 @@ class Ledger:
     calls: dict[str, list[Call]] = field(default_factory=lambda: defaultdict(list))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def begin(self, run_key: str, job_type: str, attempt: int, tenant: str, source: str = HANDLER) -> Call:
+    def begin(
+        self,
+        run_key: str,
+        job_type: str,
+        attempt: int,
+        tenant: str,
+        source: str = HANDLER,
+        *,
+        deadline: datetime | None = None,
+    ) -> Call:
         """A target call starts: recorded at once, so a call that never ends still shows."""
         with self.lock:
             seq = self.sequencer.next()
-            call = Call(run_key, job_type, attempt, seq, self.now(), False, tenant=tenant, source=source)
+            call = Call(
+                run_key,
+                job_type,
+                attempt,
+                seq,
+                self.now(),
+                False,
+                tenant=tenant,
+                source=source,
+                deadline=deadline,
+            )
             self.calls[run_key].append(call)
             return call
 
-    def end(self, call: Call, *, acted: bool) -> Call:
-        """The call ends; `acted`: whether it had its effect."""
+    def end(self, call: Call, *, acted: bool, at: datetime | None = None) -> Call:
+        """The call ends (now, or at `at`: where Lambda ended it); `acted`: whether it had its effect."""
         with self.lock:
-            done = replace(call, acted=acted, end_seq=self.sequencer.next(), end_at=self.now())
+            done = replace(call, acted=acted, end_seq=self.sequencer.next(), end_at=at or self.now())
             calls = self.calls[call.run_key]
             calls[calls.index(call)] = done
             return done
@@ -119,7 +141,54 @@ class Ledger:
             return [call for calls in self.calls.values() for call in calls]
 
 
-def chaos_registry(ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35) -> HandlerRegistry:
+class EndedAtDeadline(Exception):
+    """Lambda ended the invocation at its deadline: its environment, and the call with it."""
+
+
+class SlowEffect:
+    """One invocation's target call that takes `seconds` of simulated time (a slow
+    downstream), unless the harness ends the invocation at its deadline first (`ended`, set
+    as Lambda ends an invocation that is still running then: every thread of it stops).
+
+    The call is in the ledger with that deadline, so the checker sees a call that ran past
+    it: an invocation that returned while its effect still ran (Lambda would freeze the
+    thread and resume it in a later invocation) lets the effect end after the deadline its
+    in-progress record promised."""
+
+    def __init__(
+        self, now: Callable[[], datetime], seconds: float, deadline: datetime, ended: threading.Event
+    ):
+        self._now = now
+        self.seconds = seconds
+        self.deadline = deadline
+        self.ended = ended
+        self.call: Call | None = None
+
+    def act(self, ledger: Ledger, invocation: Invocation) -> None:
+        """The call: acts at once, ends after `seconds` or where the invocation was ended
+        (then raises EndedAtDeadline: nothing of the invocation goes on)."""
+        until = self._now() + timedelta(seconds=self.seconds)
+        call = ledger.begin(
+            invocation.run_key,
+            invocation.job_type,
+            invocation.attempt,
+            invocation.tenant,
+            deadline=self.deadline,
+        )
+        self.call = call
+        while not self.ended.wait(0.002):
+            if self._now() >= until:
+                ledger.end(call, acted=True)
+                return
+        ledger.end(call, acted=True, at=min(self._now(), self.deadline))
+        raise EndedAtDeadline(f"invocation ended at {self.deadline:%H:%M:%S} during the effect")
+
+
+def chaos_registry(
+    ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35, *, slow: SlowEffect | None = None
+) -> HandlerRegistry:
+    """The chaos job types' handlers; with `slow`, an acting call takes its time (one
+    invocation's registry)."""
     registry = HandlerRegistry()
     lock = threading.Lock()  # the handlers' draws, in one order whatever thread calls
 
@@ -127,9 +196,15 @@ def chaos_registry(ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35)
         with lock:
             return rng.random()
 
+    def act(invocation: Invocation) -> None:
+        if slow is None:
+            ledger.record(invocation, acted=True)
+        else:
+            slow.act(ledger, invocation)
+
     @registry.register(OK)
     def ok(payload: Any, invocation: Invocation) -> Any:
-        ledger.record(invocation, acted=True)
+        act(invocation)
         return {"acted": invocation.run_key}
 
     @registry.register(FLAKY)
@@ -137,7 +212,7 @@ def chaos_registry(ledger: Ledger, rng: random.Random, flaky_rate: float = 0.35)
         if draw() < flaky_rate:
             ledger.record(invocation, acted=False)
             raise RetryableError("downstream 503 (injected)", error_class="HTTP503")
-        ledger.record(invocation, acted=True)
+        act(invocation)
         return {"acted": invocation.run_key}
 
     @registry.register(DOWN)

@@ -141,6 +141,13 @@ def _held_run_not_judged(original: Any) -> Any:
     return applies
 
 
+def _effect_outlives_invocation(original: Any) -> Any:
+    def outlast(self: Any, future: Any, time_left: Any) -> None:
+        return None  # returns while the effect it stopped waiting for still runs
+
+    return outlast
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -184,6 +191,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # Stranded runs (a lost publish, a dead worker) repaired minutes late: the restart goal.
     Mutant("repairs-late", "jobsched.store.runs.RepairTimings",
            _repairs_late, "restart_goal_missed", "repairs"),
+    # An attempt that stopped waiting for its effect returns while the effect still runs:
+    # on Lambda the thread is frozen with the environment and goes on in a later invocation.
+    Mutant("effect-outlives-invocation", "jobsched.services.attempt.Attempts._outlast",
+           _effect_outlives_invocation, "effects_past_deadline", "slow-effects"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

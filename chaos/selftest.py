@@ -124,6 +124,18 @@ WORLDS: dict[str, ChaosConfig] = {
         # Enough attempts that the one after a dead invocation's deadline is still allowed.
         mix=Mix(types=((OK, 7), (FLAKY, 3)), overlap=(1, 0, 0), max_attempts=(4, 5)),
     ),
+    # Effects slower than their invocations (60 s): the attempt stops waiting at its budget,
+    # and Lambda ends the invocation, effect and all, at its deadline.
+    "slow-effects": ChaosConfig(
+        seed=7,
+        runs=30,
+        window_seconds=150,
+        faults=replace(QUIET, slow_effect=0.5, max_slow=12),
+        invocation_seconds=(60,),
+        slow_effect_seconds=(40, 150),
+        hog=False,
+        mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(4, 5)),
+    ),
     # Webhooks only, through the production HTTP client to the receiver: no faults.
     "webhooks": ChaosConfig(
         seed=5,

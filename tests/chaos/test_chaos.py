@@ -292,6 +292,27 @@ def test_an_effect_before_its_occurrence_is_early():
     assert check(_evidence([run], ledger, job)).early_effects == 1
 
 
+def test_an_effect_running_past_its_invocations_deadline_is_counted():
+    job = _job()
+    ledger, clock = _ledger()
+    ended, late, unended = (_run(job, s) for s in (0, 10, 20))
+    deadline = T0 + timedelta(seconds=300)
+    clock.at = T0 + timedelta(seconds=20)
+    calls = [
+        ledger.begin(r.run_key, "chaos.ok", 1, "acme", deadline=deadline) for r in (ended, late, unended)
+    ]
+    clock.at = deadline
+    ledger.end(calls[0], acted=True)  # ended at the deadline, as Lambda ends it: allowed
+    clock.at = deadline + timedelta(seconds=1)
+    ledger.end(calls[1], acted=True)
+    figures = check(_evidence([ended, late, unended], ledger, job))
+    assert figures.effects_past_deadline == 2  # one ended late, one never ended (the run is over)
+    assert {v.run_key for v in figures.violations if v.figure == "effects_past_deadline"} == {
+        late.run_key,
+        unended.run_key,
+    }
+
+
 def test_run_once_after_a_pause_runs_only_the_latest_missed_occurrence():
     job = _job(misfire=Misfire.RUN_ONCE)
     ledger, _ = _ledger()
