@@ -332,6 +332,22 @@ def test_an_effect_that_ends_with_its_result_saved_frees_its_slot_at_once(runs, 
     assert claim(slots, second, at).tenant_slot == 0
 
 
+def test_a_release_written_after_the_effect_record_ended_frees_the_slot(runs, ddb):
+    """The reconciler ends an expired lease long after the invocation's deadline: nothing can
+    still be running, so the release deletes the slot instead of keeping it."""
+    slots = TenantSlots(runs, 1)
+    (run,) = insert(runs, "j_x1")
+    leased = claim(slots, run, T0)
+    started = runs.commit(
+        leased, lambda r: lifecycle.record_in_progress(r, now=T0, until=RECORD_END), holder=True
+    )
+    later = RECORD_END + STEAL_AFTER
+    expired = runs.commit(started, lambda r: lifecycle.lease_expired(r, now=later, actor="reconciler"))
+    assert expired.effect_fence == leased.fence  # the record is still on the run, but over
+    assert slots.release(expired)
+    assert slot_items(ddb, TENANT) == []
+
+
 def test_the_takeover_check_reads_the_effect_record_from_the_run_item(runs, ddb):
     """A claimer that finds the slot's hint expired (a release that could not move it) still
     cannot take the slot while the holder's run item shows its effect record open."""

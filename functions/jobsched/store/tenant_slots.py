@@ -1,6 +1,7 @@
 """TENANT_CONCURRENCY made exact: a claim takes one of its tenant's slots in the same
 DynamoDB transaction that claims the run, so no number of concurrent claimers, and no index
-lag, can put more than `limit` of a tenant's runs under live leases at once.
+lag, can put more than `limit` of a tenant's runs under live leases (or with effects still
+running: see "held" below) at once.
 
 A tenant has `limit` slots, items of the Runs table:
 
@@ -62,7 +63,8 @@ with their lease.
 Cost, per claim of a tenant under its limit: one consistent Query of the tenant's slot
 partition (the slots held now, ~170 bytes each: 1 read unit up to ~24 held, 3 at 50) and
 one transaction (2 write units for the slot, 2 per KB of the run, where a plain claim pays
-1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit).
+1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit), or,
+for an effect still running, one UpdateItem of the hint and the DeleteItem when it ends.
 Every claim and release of one tenant writes the same partition key: ~3 write units a run,
 so one tenant's claims top out near 330 a second on one partition's 1,000 WCU/s unless
 DynamoDB splits it for heat (the `leased_by_tenant` index caps it at ~500 today).
@@ -223,8 +225,8 @@ class TenantSlots:
           - RunChanged (with the stored run, None if absent): the run is not as read, as
             `RunStore.commit` raises; nothing was written.
           - TransitionRefused from `change`; StorageUnavailable when the store throttles.
-        Guarantees: at no instant do more than `limit` of the tenant's runs hold live leases
-        claimed through here (see the module docstring for a lowered limit).
+        Guarantees: at no instant do more than `limit` of the tenant's claims made through
+        here hold a live lease or an open effect record (see the module docstring for a lowered limit).
         The caller must: extend the lease only with `RunStore.extend_lease(run, until,
         live_at=now)`, and call `release` with the run as written by the transition that
         takes it out of LEASED."""
@@ -245,7 +247,7 @@ class TenantSlots:
                 take = self._choose(holders, read, now)
             if take is None:
                 raise TenantAtLimit(
-                    f"tenant {read.tenant!r} has {self.limit} runs under live leases (its limit)",
+                    f"tenant {read.tenant!r} has {self.limit} runs under way (its limit)",
                     limit=self.limit,
                 )
             written = self._take(take, read, leased, now)
@@ -260,14 +262,16 @@ class TenantSlots:
         """The slot to try: the run's own (its previous claim's, lease expired), else a random
         absent one (concurrent claimers spread out), else one whose holder may be dead."""
         present = {h.index: h for h in holders}
-        own = next((h for h in holders if h.is_run(read)), None)
-        if own is not None and not _effect_open(read, own.fence, now):
+        mine = [h for h in holders if h.is_run(read)]
+        # Never the one an earlier claim of this run keeps for its effect still running.
+        own = next((h for h in mine if not _effect_open(read, h.fence, now)), None)
+        if own is not None:
             return _Take(own.index, own)
         absent = [i for i in range(self.limit) if i not in present]
         if absent:
             return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
-        stale = [h for h in holders if h.worth_checking(cutoff) and h is not own]
+        stale = [h for h in holders if h.worth_checking(cutoff) and not h.is_run(read)]
         return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
     def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
@@ -311,8 +315,9 @@ class TenantSlots:
         raise cancelled.error
 
     def _holder_dead(self, holder: SlotHolder, now: datetime) -> dict[str, Any]:
-        """A ConditionCheck that passes unless the holder still holds its lease (as of the
-        cutoff); its refusal returns the holder's run item, whose lease renews the hint."""
+        """A ConditionCheck that passes unless the holder still holds its lease, or its
+        claim's effect record is still open (as of the cutoff); its refusal returns the
+        holder's run item, whose lease or record end renews the hint."""
         return {
             "TableName": self._table,
             "Key": holder.run_key(),
@@ -355,7 +360,9 @@ class TenantSlots:
         slot's hint to the later of its lease and its effect record's end, so claimers do not
         check this holder again before it can have ended. Best effort."""
         data = from_item(run_item) if run_item else {}
-        ends = [data.get(name) for name in ("lease_expires_at", "effect_until")]
+        ends = [data.get("lease_expires_at")]
+        if data.get("effect_fence") == holder.fence:  # another claim's record is not this holder's
+            ends.append(data.get("effect_until"))
         known = [end for end in ends if isinstance(end, str)]
         if known:
             self._raise_hint(tenant, holder, max(known))
@@ -443,19 +450,23 @@ class TenantSlots:
         claim's fence (a completion, a failure, a hold, `in_progress_elsewhere`, the
         reconciler's `lease_expired`, a cancel), or any later version with that fence.
         Call it after each of those; a run without a slot (`tenant_slot` None) costs nothing.
-        Costs one conditional DeleteItem; when the slot is no longer where the claim put it
+        A run whose claim's effect record is still open (its `updated_at` before the record's
+        end: the attempt stopped waiting for its effect, or its lease expired under it) keeps
+        its slot: the hint moves to the record's end (one conditional UpdateItem) and
+        `release_effect` frees it when the effect ends.
+        Otherwise costs one conditional DeleteItem; when the slot is no longer where the claim put it
         (moved below a lowered limit, taken over, released already), also a Query of the
         tenant's slots to find it.
         Raises ValueError for a run still LEASED: its slot is still held.
         Never raises for a lost race or an unavailable store (it logs those): a slot whose
         release is lost is taken over once its hint has expired, so the cost of a lost
-        release is one slot left unused for up to its lease."""
+        release is one slot left unused for up to its lease (or its kept record's end)."""
         if run.tenant_slot is None:
             return False
         if run.state is RunState.LEASED:
             raise ValueError(f"run {run.run_key} is still LEASED: its slot is held")
         mine = SlotHolder(run.tenant_slot, run.job_id, key_sk(run.run_key), run.fence, run.updated_at)
-        if run.effect_fence == run.fence and excluded_until(run) is not None:
+        if _effect_open(run, run.fence, run.updated_at):
             # The claim's effect may still be running (the attempt stopped waiting for it, or
             # its lease expired under it): the slot stays its until `release_effect`, or until
             # the record's end, when a claimer's check finds it over (the hint, like a
@@ -476,7 +487,10 @@ class TenantSlots:
         """Free the slot the claim with `fence` kept for its effect (see `release`), now that
         the effect has ended and its result is saved on `run`. Best effort: True if this call
         freed it; a slot not freed here is free once its hint (the record's end) has passed.
-        Costs a Query of the tenant's slots and, if one is found, a conditional DeleteItem."""
+        Costs a Query of the tenant's slots and, if one is found, a conditional DeleteItem.
+        Frees nothing while `run` is still LEASED under `fence` (that slot is the lease's)."""
+        if run.state is RunState.LEASED and run.fence == fence:
+            return False
         try:
             kept = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == fence]
             return any([self._delete(run.tenant, h) for h in kept])
