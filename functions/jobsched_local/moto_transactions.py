@@ -15,7 +15,7 @@ puts back what it recorded before it ran, so a write another thread made to one 
 items in between was undone (with moto's own table copy, every write to the table in
 between: a claim that had succeeded vanished). DynamoDB isolates each item operation and
 serialises transactions; here each item operation and each transaction, rollback included,
-holds one lock of the process (`SERIAL`).
+holds one lock of the process (`SERIAL`), and so does each read of a table's stream.
 """
 
 from __future__ import annotations
@@ -142,6 +142,14 @@ def install() -> None:
         models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
         for name in _SERIALISED:
             setattr(models.DynamoDBBackend, name, _serialised(getattr(models.DynamoDBBackend, name)))
+        # A stream read between a failing transaction's writes and their rollback would hand
+        # out records the rollback then removes, and its iterator would skip the real records
+        # that take their sequence numbers next: reads of the stream wait for the lock too.
+        import moto.dynamodbstreams.models as streams
+
+        streams.DynamoDBStreamsBackend.get_records = _serialised(  # type: ignore[method-assign]
+            streams.DynamoDBStreamsBackend.get_records
+        )
         _installed = True
 
 
