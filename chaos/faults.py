@@ -24,8 +24,9 @@ from jobsched.store.runs import RunStore
 from jobsched.store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, LEASED_INDEX, OPEN_INDEX, RUNS
 
 REGION = "us-east-1"
-# How often a wait on simulated time looks at the clock (real seconds).
-WAIT_POLL_SECONDS = 0.002
+# How often a wait on simulated time looks at the clock (real seconds): well under the real
+# time a simulated second takes, and few wakeups for the threads that wait at once.
+WAIT_POLL_SECONDS = 0.01
 
 # Writes a lease holder makes to end its attempt: the point "after the effect".
 FINISHING = frozenset({RunState.SUCCEEDED, RunState.RETRY_WAIT, RunState.DEAD})

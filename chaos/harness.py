@@ -1084,6 +1084,10 @@ class World:
         self.faults["slow_effects"] += 1
         self.slow.append(Slow(thread, effect, delivery.run_key, url, event, box))
         thread.start()
+        # Until its call begins or its invocation ends without one (the run was not due,
+        # taken, paused...): what it writes first lands in this simulated second.
+        while not (effect.started.wait(0.005) or not thread.is_alive()):
+            pass
 
     def _slow_due(self) -> None:
         """Acknowledge what finished slow invocations answered; end those still running at

@@ -28,6 +28,8 @@ from typing import Any
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.targets import HandlerRegistry, Invocation
 
+from .faults import WAIT_POLL_SECONDS
+
 # Job types and what their handler does.
 OK = "chaos.ok"  # always acts
 FLAKY = "chaos.flaky"  # fails transiently now and then, else acts
@@ -163,6 +165,7 @@ class SlowEffect:
         self.deadline = deadline
         self.ended = ended
         self.call: Call | None = None
+        self.started = threading.Event()  # the call has begun
 
     def act(self, ledger: Ledger, invocation: Invocation) -> None:
         """The call: acts at once, ends after `seconds` or where the invocation was ended
@@ -176,7 +179,8 @@ class SlowEffect:
             deadline=self.deadline,
         )
         self.call = call
-        while not self.ended.wait(0.002):
+        self.started.set()
+        while not self.ended.wait(WAIT_POLL_SECONDS):
             if self._now() >= until:
                 ledger.end(call, acted=True)
                 return
