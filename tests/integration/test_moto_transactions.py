@@ -176,3 +176,50 @@ def test_a_write_made_while_a_failing_transaction_runs_is_not_undone(ddb: Any, m
         )
     assert landed.wait(5.0)
     assert ddb.get_item(TableName="flat", Key={"pk": {"S": "c"}})["Item"]["x"] == {"N": "7"}
+
+
+def test_a_stream_read_during_a_failing_transaction_sees_none_of_it_and_skips_nothing(
+    ddb: Any, monkeypatch: Any
+) -> None:
+    """A reader on another thread reads the stream while a transaction that fails is between
+    its writes and their rollback. DynamoDB never shows a write of a cancelled transaction;
+    here the read waits for the rollback, so it sees none of it, and the next real write's
+    record (which takes the sequence number a rolled-back record had) is read, not skipped."""
+    import threading
+
+    from jobsched_local import moto_transactions
+
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    arn = ddb.describe_table(TableName="flat")["Table"]["LatestStreamArn"]
+    (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    first = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )
+    position = streams.get_records(ShardIterator=first["ShardIterator"])["NextShardIterator"]
+    read: dict[str, Any] = {}
+
+    def reader() -> None:
+        read["response"] = boto3.client("dynamodbstreams", region_name="us-east-1").get_records(
+            ShardIterator=position
+        )
+
+    real_restore = moto_transactions._TableSnapshot.restore
+
+    def restore_after_a_read(self: Any) -> None:
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        thread.join(1.0)  # with the lock the read cannot happen before the rollback
+        real_restore(self)
+
+    monkeypatch.setattr(moto_transactions._TableSnapshot, "restore", restore_after_a_read)
+    with pytest.raises(ClientError):
+        ddb.transact_write_items(TransactItems=writes(fail=True))
+    for _ in range(50):
+        if "response" in read:
+            break
+        threading.Event().wait(0.1)
+    seen = [r["dynamodb"]["Keys"]["pk"]["S"] for r in read["response"]["Records"]]
+    assert seen == []  # nothing of the cancelled transaction
+    ddb.put_item(TableName="flat", Item={"pk": {"S": "after"}})
+    following = streams.get_records(ShardIterator=read["response"]["NextShardIterator"])["Records"]
+    assert [r["dynamodb"]["Keys"]["pk"]["S"] for r in following] == ["after"]
