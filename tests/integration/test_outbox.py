@@ -259,13 +259,47 @@ def test_same_run_twice_in_one_call_is_sent_once(container, clock, sqs):
 def test_republishing_an_already_queued_run_is_harmless(container, clock, sqs):
     run = insert(container, make_run(clock))
     container.outbox.publish([run])
-    # A retried stream batch delivers the old PENDING image again (later: Lambda retries a
-    # batch after the invocation that failed it; in the same second the mark it would write
-    # is the one stored, which is sent again, as a replayed mark must be).
+    # A retried stream batch delivers the old PENDING image again (Lambda retries a batch
+    # after the invocation that failed it, which may have died before it sent): the run as
+    # that image plus the outbox's one mark is sent again, and marked no second time.
     clock.advance(1)
     assert container.outbox.publish([run]) == []
     assert stored(container, run).state is RunState.QUEUED
     assert len([h for h in stored(container, run).history if h.actor == "outbox"]) == 1
+    assert len(sqs.entries()) == 2  # the second message is dropped by the worker's claim
+    assert metric(container, "OutboxStaleTransition") == 0
+
+
+class Died(BaseException):
+    """The invocation ended here (a crash, its timeout): nothing after this point ran."""
+
+
+def test_a_batch_retried_after_its_invocation_died_before_sending_sends_its_runs(container, clock, sqs):
+    runs = [insert(container, make_run(clock, job_id=f"j_die{i}")) for i in range(3)]
+
+    def die() -> None:
+        raise Died()
+
+    sqs.before_send = die
+    with pytest.raises(Died):
+        container.outbox.publish(runs)  # marked every run QUEUED, sent none
+    assert {stored(container, r).state for r in runs} == {RunState.QUEUED}
+    sqs.before_send = None
+    clock.advance(30)  # Lambda retries the batch: the same records, the runs' PENDING images
+    assert container.outbox.publish(runs) == []
+    sent = [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()[3:]]
+    assert sorted(sent) == sorted(r.run_key for r in runs)
+    assert all(len([h for h in stored(container, r).history if h.actor == "outbox"]) == 1 for r in runs)
+
+
+def test_a_retried_record_is_not_sent_once_the_run_moved_past_the_mark(container, clock, sqs):
+    run = insert(container, make_run(clock))
+    container.outbox.publish([run])
+    container.runs.commit(
+        stored(container, run), lambda r: claimed(r, at=clock.now(), lease_for=60, owner="w1")
+    )
+    clock.advance(1)
+    assert container.outbox.publish([run]) == []
     assert len(sqs.entries()) == 1
     assert metric(container, "OutboxStaleTransition") == 1
 

@@ -12,7 +12,11 @@ times in a row at most before it is left to the reconciler (60 s after it is due
 The SQS delay is the timing wheel, so a run is published only once it is due within the
 SQS delay limit; runs further out are left PENDING and re-touched by the reconciler at
 `due_at - 900 s`. A run published twice is harmless (the worker's claim is conditional);
-a run that fails to publish is also reported so the stream batch retries its record."""
+a run that fails to publish is also reported so the stream batch retries its record. An
+invocation that dies between its marks and its sends (a crash, its timeout) leaves runs
+QUEUED without a message; Lambda retries its batch, and a retried record whose run is as
+its image plus this outbox's one mark is sent again, so those runs do not wait for the
+reconciler's 15 minutes."""
 
 from __future__ import annotations
 
@@ -186,13 +190,18 @@ class Outbox:
         (the SDK re-sent a request the table had applied, and its condition then failed
         against it) or an identical twin's: the run is sent either way, since a QUEUED run
         left without a message waits for the reconciler's 15 minutes, and a second message
-        is dropped by the worker's conditional claim."""
+        is dropped by the worker's conditional claim. So is one that finds the run as this
+        image plus one mark of this actor and nothing since (`_marked_from`): the same
+        record's earlier processing marked it, in an invocation whose batch Lambda retries
+        because it failed, maybe between its marks and its sends."""
         mark = queued(run, now=now, actor=self._actor)
         try:
             return self._runs.commit(run, lambda r: mark)
         except RunChanged as exc:
             written = mark.model_copy(update={"rev": run.rev + 1})
-            return exc.current if self._runs.written_as(exc.current, written) else None
+            if self._runs.written_as(exc.current, written) or _marked_from(run, exc.current, self._actor):
+                return exc.current
+            return None
         except Exception as exc:
             # Whatever the error, it is this run's alone: the rest of the batch goes on.
             logger.warning(
@@ -229,6 +238,15 @@ class Outbox:
                 "run QUEUED without a message; the reconciler requeues it",
                 extra={"run_key": run.run_key, "error": str(exc)},
             )
+
+
+def _marked_from(image: Run, current: Run | None, actor: str) -> bool:
+    """Whether `current` is `image` with one QUEUED mark by `actor` written on top of it and
+    nothing since: whether that mark's message was sent is unknown to a retried record."""
+    if current is None or current.state is not RunState.QUEUED or current.rev != image.rev + 1:
+        return False
+    last = current.history[-1] if current.history else None
+    return last is not None and last.actor == actor and last.target is RunState.QUEUED
 
 
 def _failed_sends_in_a_row(run: Run) -> int:
