@@ -115,6 +115,7 @@ FAULT_FIGURES = (
     "hog_attempts",
     "slow_effects",
     "slow_effects_ended_at_deadline",
+    "outbox_died",
 )
 
 

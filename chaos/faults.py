@@ -156,6 +156,30 @@ class FlakyClient:
         return call
 
 
+class InvocationDied(BaseException):
+    """A Lambda invocation ended here (a crash, an out-of-memory kill, its timeout): none of
+    its code after this point ran, and Lambda retries its event. A BaseException, so that no
+    `except Exception` of the code under test can go on after it."""
+
+
+class DiesBeforeSend:
+    """The outbox's SQS client: armed, its next SendMessageBatch kills the invocation
+    instead of sending (after the outbox has marked its runs QUEUED)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise InvocationDied("the outbox died between its marks and its sends")
+        return self._inner.send_message_batch(**kwargs)
+
+
 class InvocationEnded(SimulatedCrash):
     """A call made by an invocation after Lambda ended it at its deadline: it never happens."""
 

@@ -65,10 +65,12 @@ from .checker import (
 from .faults import (
     ChaosDefinitionStore,
     ChaosRunStore,
+    DiesBeforeSend,
     DynamoFaults,
     EndsWithInvocation,
     FlakyClient,
     Freeze,
+    InvocationDied,
     InvocationEnded,
     LoopCutoff,
     LoopingQueueClient,
@@ -112,6 +114,7 @@ class FaultRates:
     slow_effect: float = 0.01
     max_slow: int = 12  # at once
     publish_failure: float = 0.04  # per SendMessageBatch of the outbox
+    outbox_died: float = 0.02  # per outbox batch: dies after its marks, before its sends
     lost_stream_batch: float = 0.03  # per second: the outbox never sees that second's records
     duplicate_delivery: float = 0.04  # per delivery: handed to a second worker at once
     late_duplicate: float = 0.03  # per delivery: a copy arrives up to two minutes later
@@ -365,9 +368,15 @@ class World:
             self.sweepers.append((Sweeper(defs, materializer, skewed), defs, materializer))
         self.sweepers[0][1].before_save = self._sweeper_race
 
+        self.outbox_sqs = DiesBeforeSend(self.sqs)
         self.outbox = Outbox(
             RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external),
-            self._queues(self.publish_throttle),
+            RunQueues(
+                FlakyClient(self.outbox_sqs, self.publish_throttle, SQS_THROTTLED),
+                self.urls,
+                self.dlq_urls,
+                fair=True,
+            ),
             self._skewed(),
             self.route,
         )
@@ -799,11 +808,17 @@ class World:
         from jobsched.handlers.outbox import runs_of
 
         runs, _ = runs_of([record for _, record in batch])
+        self.outbox_sqs.armed = self.rng.random() < self.rates.outbox_died
         try:
             failed = set(self.outbox.publish([runs[s] for s in sorted(runs)]))
+        except InvocationDied:
+            self.faults["outbox_died"] += 1  # Lambda retries the whole batch
+            failed = {run.run_key for run in runs.values()}
         except Exception:
             self._unexpected("outbox")
             failed = {run.run_key for run in runs.values()}
+        finally:
+            self.outbox_sqs.armed = False
         if failed:
             self.faults["publish_failed_runs"] += len(failed)
         # A partial failure, or an invocation that timed out after it published: Lambda sends

@@ -141,6 +141,13 @@ def _held_run_not_judged(original: Any) -> Any:
     return applies
 
 
+def _outbox_retry_not_sent(original: Any) -> Any:
+    def marked_from(image: Any, current: Any, actor: str) -> bool:
+        return False  # a retried record finds its run marked: taken for sent
+
+    return marked_from
+
+
 def _effect_outlives_invocation(original: Any) -> Any:
     def outlast(self: Any, future: Any, time_left: Any) -> None:
         return None  # returns while the effect it stopped waiting for still runs
@@ -195,6 +202,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # on Lambda the thread is frozen with the environment and goes on in a later invocation.
     Mutant("effect-outlives-invocation", "jobsched.services.attempt.Attempts._outlast",
            _effect_outlives_invocation, "effects_past_deadline", "slow-effects"),
+    # A batch retried after its outbox died between marks and sends leaves its runs QUEUED
+    # without a message: they wait for the 15-minute requeue (the restart goal).
+    Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",
+           _outbox_retry_not_sent, "restart_goal_missed", "repairs"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

@@ -94,13 +94,16 @@ WORLDS: dict[str, ChaosConfig] = {
             rates=(5, 7, 10),
         ),
     ),
-    # Lost stream batches, failed publishes and workers that die after their claim: runs the
-    # reconciler must start again within the restart goal.
+    # Lost stream batches, failed publishes, outboxes that die between their marks and their
+    # sends, and workers that die after their claim: runs that must start again within the
+    # restart goal.
     "repairs": ChaosConfig(
         seed=5,
         runs=60,
         window_seconds=150,
-        faults=replace(QUIET, lost_stream_batch=0.15, publish_failure=0.1, crash_before_effect=0.15),
+        faults=replace(
+            QUIET, lost_stream_batch=0.15, publish_failure=0.1, crash_before_effect=0.15, outbox_died=0.1
+        ),
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(3, 5)),
     ),
