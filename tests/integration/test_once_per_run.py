@@ -120,7 +120,9 @@ def test_an_attempt_reaching_its_effect_after_an_earlier_record_expired_protects
     seen: dict[str, AttemptResult] = {}
 
     def slow_job_read(job_id):
-        clock.set(T0 + timedelta(seconds=200))  # the read after the claim outlasts the record
+        # The read after the claim outlasts the record (T0 + 100 s, and its 6 s grace), within
+        # this attempt's own lease (until T0 + 121 s).
+        clock.set(T0 + timedelta(seconds=110))
         return real_get(job_id)
 
     monkeypatch.setattr(container.definitions, "get", slow_job_read)
@@ -246,6 +248,29 @@ def test_an_effect_the_attempt_stopped_waiting_for_holds_its_tenant_slot_until_i
     assert stored(container, run).saved_result == "late"
     after = limited("w3").process(delivery(other))
     assert after.outcome is AttemptOutcome.SUCCEEDED
+
+
+def test_an_attempt_whose_lease_ran_out_before_its_effect_starts_no_effect(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The worker stalls between its claim and its effect past its lease: by then its tenant
+    slot may belong to another run, so the effect must not start; the run is left to the
+    next attempt, which acts once."""
+    _, run = one_run(container, clock)
+    real_get = container.definitions.get
+
+    def stalls_after_the_claim(job_id):
+        if stored(container, run).state is RunState.LEASED:
+            clock.advance(61)  # a 60 s lease
+        return real_get(job_id)
+
+    monkeypatch.setattr(container.definitions, "get", stalls_after_the_claim)
+    result = attempt(container, registry, "w").process(delivery(run))
+    assert result.outcome is AttemptOutcome.STALE and ledger.effects[run.run_key] == 0
+    monkeypatch.setattr(container.definitions, "get", real_get)
+    clock.advance(20)
+    again = attempt(container, registry, "w2").process(delivery(run))
+    assert again.outcome is AttemptOutcome.SUCCEEDED and ledger.effects[run.run_key] == 1
 
 
 def _dead_at_most_once(container, clock, registry):

@@ -145,11 +145,15 @@ class RunIdempotency(BasePersistenceLayer):
     def _put_record(self, data_record: DataRecord) -> None:
         """Write this attempt's in-progress record. Raises IdempotencyItemAlreadyExistsError
         (with the record found) when the run, as stored, holds a saved result or another
-        attempt's live record; RunChanged when the lease is no longer ours."""
+        attempt's live record; RunChanged when the lease is no longer ours, or has run out by
+        this worker's clock (a worker stalled between its claim and its effect: its tenant
+        slot may have been taken over since, and no effect may start without one)."""
         key = data_record.idempotency_key
         now = self._clock.now()
 
         def put(run: Run) -> Run:
+            if run.fence == self._fence and not run.lease_live(now):
+                raise RunChanged(f"run {run.run_key}: the lease ran out before the effect", run)
             found = record_of(key, run, fence=self._fence, now=now)
             if found is not None:
                 raise _Excluded(found)
