@@ -808,7 +808,8 @@ class World:
         from jobsched.handlers.outbox import runs_of
 
         runs, _ = runs_of([record for _, record in batch])
-        self.outbox_sqs.armed = self.rng.random() < self.rates.outbox_died
+        # No draw when the fault is off: a world without it keeps the fault sequence it had.
+        self.outbox_sqs.armed = self.rates.outbox_died > 0 and self.rng.random() < self.rates.outbox_died
         try:
             failed = set(self.outbox.publish([runs[s] for s in sorted(runs)]))
         except InvocationDied:

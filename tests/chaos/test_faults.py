@@ -176,13 +176,17 @@ def test_the_recursive_loop_cut_off_drops_the_send_past_the_limit():
 def test_every_fault_moto_never_shows_fires_and_the_invariants_hold():
     faults = replace(
         FaultRates(),
-        stale_index_read=0.4,
+        stale_index_read=0.9,  # the due index sees few recent writes: most of its reads must lag
         write_timeout=0.05,
         hot_key_burst=0.05,
         killed_invocation=0.15,
         throttled_invocation=0.1,
         stream_redelivery=0.2,
         stream_lane_lag=0.3,
+        # The harness's own faults (tests/chaos/test_chaos.py), off: this world's faults fire
+        # from its seed's draws, which they would shift.
+        slow_effect=0,
+        outbox_died=0,
     )
     report = run_chaos(
         ChaosConfig(seed=12, runs=80, window_seconds=300, faults=faults, loop_limit=1, tenant_concurrency=1),
