@@ -290,6 +290,7 @@ class World:
         self.unrecorded: dict[str, list[datetime | None]] = defaultdict(list)
         self.frozen: list[Frozen] = []
         self.slow: list[Slow] = []
+        self.slow_effects: list[SlowEffect] = []  # every one made, to end what still runs at the end
         self.job_types: dict[str, str] = {}  # job id -> its type, as created
         # Batches a throttled invocation left with the poller: (retry at, queue URL, messages).
         self.throttled: list[tuple[datetime, str, list[dict[str, Any]]]] = []
@@ -526,6 +527,10 @@ class World:
         for status, count in self.receiver.answers.items():
             self.faults[f"webhooks_answered_{status}"] += count
         figures, explanations = self._check()
+        # Judged: end the effects still running (an invocation that returned without waiting
+        # for its effect), so that no thread outlives the run and the process can exit.
+        for effect in self.slow_effects:
+            effect.ended.set()
         return Report(figures, self.faults, self.outcomes, self.unexpected, second, settled, explanations)
 
     def _stop_injecting(self) -> None:
@@ -1098,6 +1103,7 @@ class World:
 
         thread = threading.Thread(target=invoke, name=f"slow-{self.invocations}", daemon=True)
         self.faults["slow_effects"] += 1
+        self.slow_effects.append(effect)
         self.slow.append(Slow(thread, effect, delivery.run_key, url, event, box))
         thread.start()
         # Until its call begins or its invocation ends without one (the run was not due,
