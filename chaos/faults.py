@@ -132,28 +132,43 @@ class Throttle:
         return False
 
 
-class FlakyClient:
-    """Wraps a boto3 client; a throttled call raises the ClientError AWS would return once the
-    SDK's own retries are used up, without reaching moto."""
+class GuardedClient:
+    """Wraps a boto3 client: each call of a method (paginators and `meta` pass through) runs
+    `_guard(name)` first, which may raise instead of reaching the client."""
 
-    def __init__(self, inner: Any, throttle: Throttle, code: str) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self._throttle = throttle
-        self._code = code
+
+    def _guard(self, name: str) -> None:
+        raise NotImplementedError
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if not callable(attr) or name.startswith(("get_paginator", "can_paginate", "meta")):
             return attr
-        throttle, code = self._throttle, self._code
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if throttle.hit(name):
-                operation = "".join(part.title() for part in name.split("_"))
-                raise ClientError({"Error": {"Code": code, "Message": "Rate exceeded (injected)"}}, operation)
+            self._guard(name)
             return attr(*args, **kwargs)
 
         return call
+
+
+class FlakyClient(GuardedClient):
+    """Wraps a boto3 client; a throttled call raises the ClientError AWS would return once the
+    SDK's own retries are used up, without reaching moto."""
+
+    def __init__(self, inner: Any, throttle: Throttle, code: str) -> None:
+        super().__init__(inner)
+        self._throttle = throttle
+        self._code = code
+
+    def _guard(self, name: str) -> None:
+        if self._throttle.hit(name):
+            operation = "".join(part.title() for part in name.split("_"))
+            raise ClientError(
+                {"Error": {"Code": self._code, "Message": "Rate exceeded (injected)"}}, operation
+            )
 
 
 class InvocationDied(BaseException):
@@ -184,26 +199,17 @@ class InvocationEnded(SimulatedCrash):
     """A call made by an invocation after Lambda ended it at its deadline: it never happens."""
 
 
-class EndsWithInvocation:
+class EndsWithInvocation(GuardedClient):
     """Wraps one invocation's boto3 client: once `ended` is set (Lambda ended the
     invocation at its deadline), every call raises InvocationEnded and reaches nothing."""
 
     def __init__(self, inner: Any, ended: threading.Event) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._ended = ended
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr) or name.startswith(("get_paginator", "can_paginate", "meta")):
-            return attr
-        ended = self._ended
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if ended.is_set():
-                raise InvocationEnded(f"{name} after the invocation was ended at its deadline")
-            return attr(*args, **kwargs)
-
-        return call
+    def _guard(self, name: str) -> None:
+        if self._ended.is_set():
+            raise InvocationEnded(f"{name} after the invocation was ended at its deadline")
 
 
 class Freeze:

@@ -1091,7 +1091,10 @@ class World:
         ended = threading.Event()
         context = self._context()
         effect = SlowEffect(
-            self.clock.now, self.rng.uniform(*self.config.slow_effect_seconds), context.deadline, ended
+            SkewedClock(self.clock, 0),
+            self.rng.uniform(*self.config.slow_effect_seconds),
+            context.deadline,
+            ended,
         )
         registry = chaos_registry(self.ledger, random.Random(self.rng.random()), slow=effect)
         worker = self._worker(f"slow{self.invocations}", registry=registry, ended=ended)

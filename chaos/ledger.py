@@ -22,13 +22,13 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from jobsched.domain.errors import PermanentError, RetryableError
 from jobsched.targets import HandlerRegistry, Invocation
 
-from .faults import WAIT_POLL_SECONDS
+from .faults import SkewedClock
 
 # Job types and what their handler does.
 OK = "chaos.ok"  # always acts
@@ -157,10 +157,8 @@ class SlowEffect:
     thread and resume it in a later invocation) lets the effect end after the deadline its
     in-progress record promised."""
 
-    def __init__(
-        self, now: Callable[[], datetime], seconds: float, deadline: datetime, ended: threading.Event
-    ):
-        self._now = now
+    def __init__(self, clock: SkewedClock, seconds: float, deadline: datetime, ended: threading.Event):
+        self._clock = clock  # true time (no skew): the ledger's
         self.seconds = seconds
         self.deadline = deadline
         self.ended = ended
@@ -170,7 +168,6 @@ class SlowEffect:
     def act(self, ledger: Ledger, invocation: Invocation) -> None:
         """The call: acts at once, ends after `seconds` or where the invocation was ended
         (then raises EndedAtDeadline: nothing of the invocation goes on)."""
-        until = self._now() + timedelta(seconds=self.seconds)
         call = ledger.begin(
             invocation.run_key,
             invocation.job_type,
@@ -180,11 +177,10 @@ class SlowEffect:
         )
         self.call = call
         self.started.set()
-        while not self.ended.wait(WAIT_POLL_SECONDS):
-            if self._now() >= until:
-                ledger.end(call, acted=True)
-                return
-        ledger.end(call, acted=True, at=min(self._now(), self.deadline))
+        if not self._clock.wait(self.ended, self.seconds):
+            ledger.end(call, acted=True)
+            return
+        ledger.end(call, acted=True, at=min(self._clock.now(), self.deadline))
         raise EndedAtDeadline(f"invocation ended at {self.deadline:%H:%M:%S} during the effect")
 
 
