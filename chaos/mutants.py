@@ -148,6 +148,13 @@ def _outbox_retry_not_sent(original: Any) -> Any:
     return marked_from
 
 
+def _running_effect_frees_its_slot(original: Any) -> Any:
+    def effect_open(run: Any, fence: int, now: Any) -> bool:
+        return False  # a release frees the slot of an effect still running
+
+    return effect_open
+
+
 def _effect_outlives_invocation(original: Any) -> Any:
     def outlast(self: Any, future: Any, time_left: Any) -> None:
         return None  # returns while the effect it stopped waiting for still runs
@@ -202,6 +209,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # on Lambda the thread is frozen with the environment and goes on in a later invocation.
     Mutant("effect-outlives-invocation", "jobsched.services.attempt.Attempts._outlast",
            _effect_outlives_invocation, "effects_past_deadline", "slow-effects"),
+    # An attempt that stopped waiting for its effect frees its tenant slot: another run of
+    # the tenant starts beside the effect still running.
+    Mutant("running-effect-frees-slot", "jobsched.store.tenant_slots._effect_open",
+           _running_effect_frees_its_slot, "tenant_limit_exceeded", "slow-effects"),
     # A batch retried after its outbox died between marks and sends leaves its runs QUEUED
     # without a message: they wait for the 15-minute requeue (the restart goal).
     Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",
