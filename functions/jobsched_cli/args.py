@@ -147,8 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="runs of a job and their history").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
-    runs_list = command(runs, "list", cmd_runs_list, "a job's runs, newest first")
+    runs_list = command(runs, "list", cmd_runs_list, "a job's runs: those due by now, newest first")
     runs_list.add_argument("job_id", metavar="JOB")
+    runs_list.add_argument(
+        "--view",
+        choices=("history", "upcoming", "all"),
+        default="history",
+        help="history: due by now, newest first (default); upcoming: made ahead, soonest first; all: both",
+    )
     add_paging(runs_list)
     runs_get = command(runs, "get", cmd_runs_get, "one run with its transitions")
     runs_get.add_argument("run_key", metavar="RUNKEY")

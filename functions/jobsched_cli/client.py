@@ -250,11 +250,18 @@ class ApiClient:
     # --- runs ---
 
     def list_runs(
-        self, job_id: str, *, limit: int | None = None, cursor: str | None = None, all_pages: bool = False
+        self,
+        job_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        all_pages: bool = False,
+        view: str | None = None,
     ) -> dict[str, Any]:
-        """A job's runs, newest first."""
+        """A job's runs in `view` (`history`, the API's default: due by now, newest first;
+        `upcoming`; `all`)."""
         path = f"/v1/jobs/{quote_segment(job_id)}/runs"
-        return self._listing(path, {"limit": limit, "cursor": cursor}, all_pages)
+        return self._listing(path, {"limit": limit, "cursor": cursor, "view": view}, all_pages)
 
     def get_run(self, run_key: str) -> dict[str, Any]:
         """The run with its attempts and transitions."""

@@ -151,7 +151,9 @@ def cmd_jobs_summary(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:
-    page = ctx.client.list_runs(args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all)
+    page = ctx.client.list_runs(
+        args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all, view=args.view
+    )
     return ctx.emit(page, lambda: with_more(runs_table(page.get("items") or []), page))
 
 

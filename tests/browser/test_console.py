@@ -99,6 +99,10 @@ def test_a_new_jobs_runs_appear_in_its_timeline(
         assert len(fire_times) == 5
         runs = every(driver, "[data-test=runs] tbody tr")
         assert any(r.get_attribute("data-state") == "SUCCEEDED" for r in runs)
+        # The runs made ahead of their instant are folded under the history, not mixed in it.
+        upcoming = one(driver, "[data-test=upcoming]")
+        assert upcoming.get_attribute("open") is None
+        assert upcoming.find_elements(By.CSS_SELECTOR, "tbody tr")
         # A few more runs, so the timeline has something to show.
         wait_until(
             driver,

@@ -40,7 +40,7 @@ def instant(seconds_from_now: float = 0) -> str:
 
 
 def all_runs(client: ApiClient, job_id: str) -> list[dict[str, Any]]:
-    return client.list_runs(job_id, limit=100, all_pages=True)["items"]
+    return client.list_runs(job_id, limit=100, all_pages=True, view="all")["items"]
 
 
 def runs_in(client: ApiClient, job_id: str, state: str) -> list[dict[str, Any]]:

@@ -128,8 +128,62 @@ def test_list_runs_newest_first_with_pagination(api, clock):
     }  # fmt: skip
 
 
+def _listed(api, job_id, view, limit=100):
+    seen, cursor = [], None
+    while True:
+        query = f"limit={limit}&view={view}" + (f"&cursor={cursor}" if cursor else "")
+        page = api.get(f"/v1/jobs/{job_id}/runs", query=query)
+        assert page.status == 200, page
+        seen += [item["scheduledFor"] for item in page.body["items"]]
+        cursor = page.body["nextCursor"]
+        if not cursor:
+            return seen
+
+
+def test_job_runs_split_into_history_by_default_and_upcoming(api, clock):
+    """A 2-second job has a horizon of runs made ahead: the default (history) shows only what
+    was due by now, newest first; `upcoming` the runs made ahead, soonest first; `all` both."""
+    job_id = create(api, runAt=None, every=2)
+    clock.advance(7)  # 08:00:00 .. 08:00:06 are due
+    history = api.get(f"/v1/jobs/{job_id}/runs").body["items"]
+    assert [r["scheduledFor"] for r in history] == [f"2026-11-02T08:00:0{s}Z" for s in (6, 4, 2, 0)]
+    upcoming = _listed(api, job_id, "upcoming", limit=7)
+    assert len(upcoming) > 20 and upcoming == sorted(upcoming)
+    assert upcoming[0] == "2026-11-02T08:00:08Z"
+    everything = _listed(api, job_id, "all")
+    assert everything == sorted(upcoming + [r["scheduledFor"] for r in history], reverse=True)
+
+
+def test_an_upcoming_cursor_still_pages_once_its_runs_are_due(api, clock):
+    """A page of upcoming runs whose last run is due by the next request: the cursor resumes
+    from its key (DynamoDB refuses a start key outside the query's range)."""
+    job_id = create(api, runAt=None, every=2)
+    first = api.get(f"/v1/jobs/{job_id}/runs", query="view=upcoming&limit=3").body
+    assert [r["scheduledFor"][-3:] for r in first["items"]] == ["02Z", "04Z", "06Z"]
+    clock.advance(30)
+    second = api.get(f"/v1/jobs/{job_id}/runs", query=f"view=upcoming&limit=3&cursor={first['nextCursor']}")
+    assert second.status == 200, second
+    assert [r["scheduledFor"][-3:] for r in second.body["items"]] == ["08Z", "10Z", "12Z"]
+
+
+def test_list_bounds_hold_the_cursor_key():
+    from jobsched.store.runs import list_bounds, run_sk
+
+    now = T0
+    later = run_sk(T0 + timedelta(seconds=30))
+    earlier = run_sk(T0 - timedelta(seconds=30))
+    assert list_bounds("upcoming", now, None)[0] == run_sk(now) + "~~"
+    assert list_bounds("upcoming", now, earlier)[0] == earlier
+    assert list_bounds("history", now, None)[1] == run_sk(now) + "~~"
+    assert list_bounds("history", now, later)[1] == later
+    assert list_bounds("all", None, None) == ("R#", "R#~")
+    with pytest.raises(ValueError, match="current instant"):
+        list_bounds("history", None, None)
+
+
 @pytest.mark.parametrize(
-    ("query", "field"), [("limit=0", "limit"), ("limit=x", "limit"), ("cursor=bad!", "cursor")]
+    ("query", "field"),
+    [("limit=0", "limit"), ("limit=x", "limit"), ("cursor=bad!", "cursor"), ("view=future", "view")],
 )
 def test_list_runs_rejects_bad_query(api, query, field):
     job_id = create(api)

@@ -545,6 +545,15 @@ def test_one_page_mentions_the_next_cursor(stub: StubApi, capsys: pytest.Capture
     assert stub.requests[-1]["path"] == "/v1/jobs?limit=1"
 
 
+@pytest.mark.parametrize(("argv", "query"), [([], "view=history"), (["--view", "upcoming"], "view=upcoming")])
+def test_runs_list_asks_for_history_unless_told(
+    stub: StubApi, capsys: pytest.CaptureFixture[str], argv: list[str], query: str
+) -> None:
+    stub.routes[("GET", "/v1/jobs/j_abc/runs")] = (200, {"items": [], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "runs", "list", "j_abc", *argv]) == 0
+    assert stub.requests[-1]["path"] == f"/v1/jobs/j_abc/runs?{query}"
+
+
 def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     run_key = "j_abc@2026-11-02T09:00:00Z"
     run = {

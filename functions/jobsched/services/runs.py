@@ -32,7 +32,7 @@ from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_between
 from ..observability import logger
 from ..store.definitions import DefinitionStore
-from ..store.runs import RunChanged, RunPage, RunStore
+from ..store.runs import RunChanged, RunPage, RunStore, RunsView
 from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
@@ -91,9 +91,13 @@ class RunService:
             raise NotFound(f"job {job_id} not found")
         return job
 
-    def list_runs(self, tenant: str, job_id: str, limit: int, cursor: str | None) -> RunPage:
+    def list_runs(
+        self, tenant: str, job_id: str, limit: int, cursor: str | None, view: RunsView = "history"
+    ) -> RunPage:
+        """One page of the tenant's job's runs in `view` (store.runs.RunStore.list_for_job);
+        raises NotFound for a job that is not the tenant's."""
         self._job(tenant, job_id)
-        return self._runs.list_for_job(job_id, limit=limit, cursor=cursor)
+        return self._runs.list_for_job(job_id, limit=limit, cursor=cursor, view=view, now=self._clock.now())
 
     def get_run(self, tenant: str, run_key: str) -> Run:
         # Read by the parsed instant so any RFC 3339 spelling of it finds the run.
@@ -142,9 +146,8 @@ class RunService:
     def summary(self, tenant: str, job_id: str, *, last: int = 5) -> JobSummary:
         job = self._job(tenant, job_id)
         # Runs are made up to the horizon ahead; "last runs" are the ones already due.
-        now = self._clock.now()
-        due = [r for r in self._runs.latest_for_job(job_id, last + 200) if r.scheduled_for <= now]
-        return JobSummary(job, due[:last], self._definitions.get_stats(job_id))
+        due = self._runs.list_for_job(job_id, limit=last, cursor=None, view="history", now=self._clock.now())
+        return JobSummary(job, due.items, self._definitions.get_stats(job_id))
 
     # --- new runs ---
 

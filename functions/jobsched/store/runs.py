@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
@@ -110,6 +110,27 @@ class PreparedPut:
 class RunPage:
     items: list[Run]
     cursor: str | None
+
+
+RunsView = Literal["all", "history", "upcoming"]
+# Every run's sort key is RUN_PREFIX + an RFC 3339 instant (+ "~suffix"): "~" sorts after
+# every character of one, so RUN_PREFIX + "~" is above every run and below the T# items.
+_RUNS_END = RUN_PREFIX + "~"
+
+
+def list_bounds(view: RunsView, now: datetime | None, cursor_sk: str | None) -> tuple[str, str]:
+    """The sort-key range (inclusive) of a job's runs in `view` at `now`, widened to hold
+    `cursor_sk` (the page's start key, which DynamoDB requires inside the range).
+
+    Raises ValueError when a split view is asked for without `now`."""
+    if view == "all":
+        return RUN_PREFIX, _RUNS_END
+    if now is None:
+        raise ValueError(f"the {view} view needs the current instant")
+    boundary = run_sk(now) + "~~"  # above every key of the instant `now` itself, manual ones too
+    if view == "history":
+        return RUN_PREFIX, max(boundary, cursor_sk or boundary)
+    return min(boundary, cursor_sk or boundary), _RUNS_END
 
 
 def claim_key(tenant: str, job_type: str) -> str:
@@ -438,17 +459,35 @@ class RunStore:
         slot = format_instant(scheduled_for) + (f"~{suffix}" if suffix else "")
         return self.get(job_id, slot)
 
-    def list_for_job(self, job_id: str, *, limit: int, cursor: str | None) -> RunPage:
-        """A job's runs, newest scheduled first."""
+    def list_for_job(
+        self,
+        job_id: str,
+        *,
+        limit: int,
+        cursor: str | None,
+        view: RunsView = "all",
+        now: datetime | None = None,
+    ) -> RunPage:
+        """A job's runs in one of three views: `all` (newest scheduled first), `history`
+        (scheduled at or before `now`, newest first) or `upcoming` (scheduled after `now`,
+        soonest first: the runs made ahead). `now` is required for the two split views.
+
+        A cursor resumes from its own key whatever `now` has become since: the key range is
+        widened to include it, since DynamoDB refuses a start key outside the query's
+        range (a page of upcoming runs whose last one is now due would else be a 400)."""
+        start: dict[str, Any] | None = None
+        if cursor:
+            start = decode_cursor(cursor, job_id, {"job_id", "sk"})
+        low, high = list_bounds(view, now, str(start["sk"]["S"]) if start else None)
         request: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "job_id = :j AND begins_with(sk, :r)",
-            "ExpressionAttributeValues": to_item({":j": job_id, ":r": RUN_PREFIX}),
-            "ScanIndexForward": False,
+            "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            "ExpressionAttributeValues": to_item({":j": job_id, ":a": low, ":b": high}),
+            "ScanIndexForward": view == "upcoming",
             "Limit": limit,
         }
-        if cursor:
-            request["ExclusiveStartKey"] = decode_cursor(cursor, job_id, {"job_id", "sk"})
+        if start is not None:
+            request["ExclusiveStartKey"] = start
         with translated_errors():
             response = self._db.query(**request)
         last = response.get("LastEvaluatedKey")
@@ -513,9 +552,6 @@ class RunStore:
                 return spans, True
             request["ExclusiveStartKey"] = last
         return spans, False
-
-    def latest_for_job(self, job_id: str, count: int) -> list[Run]:
-        return self.list_for_job(job_id, limit=count, cursor=None).items
 
     def overdue(
         self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None

@@ -86,8 +86,8 @@ export const api = {
   resume: (jobId, version) => call("POST", `/v1/jobs/${segment(jobId)}/resume`, { ifMatch: version }),
   cancelJob: (jobId, version) => call("DELETE", `/v1/jobs/${segment(jobId)}`, { ifMatch: version }),
   trigger: (jobId) => call("POST", `/v1/jobs/${segment(jobId)}/trigger`),
-  listRuns: (jobId, { cursor, limit } = {}) =>
-    call("GET", `/v1/jobs/${segment(jobId)}/runs`, { query: { cursor, limit } }),
+  listRuns: (jobId, { cursor, limit, view } = {}) =>
+    call("GET", `/v1/jobs/${segment(jobId)}/runs`, { query: { cursor, limit, view } }),
   getRun: (runKey) => call("GET", `/v1/runs/${segment(runKey)}`),
   redrive: (runKey, reason) =>
     call("POST", `/v1/runs/${segment(runKey)}/redrive`, { body: reason ? { reason } : {} }),

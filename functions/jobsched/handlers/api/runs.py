@@ -6,11 +6,11 @@ percent-encoded."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
 from ...wiring import container
 from .common import CHANGE_ERRORS, JOB_ID, RUN_KEY, Cursor, Limit, documented, json_response, run_key_of
@@ -19,6 +19,14 @@ from .requests import BackfillBody, RedriveBody
 from .views import BackfillView, JobSummaryView, RunDetailView, RunList, RunView
 
 router = Router()
+
+View = Annotated[
+    Literal["history", "upcoming", "all"],
+    Query(
+        description="`history`: runs due by now, newest first (the default); `upcoming`: runs"
+        " made ahead of their instant, soonest first; `all`: both, newest scheduled first"
+    ),
+]
 
 
 def actor(tenant: str) -> str:
@@ -29,10 +37,12 @@ def actor(tenant: str) -> str:
 
 
 @router.get("/v1/jobs/<job_id>/runs", responses=documented({200: ("OK", RunList)}))
-def list_runs(job_id: Annotated[str, JOB_ID], limit: Limit = 50, cursor: Cursor = None) -> Response[RunList]:
+def list_runs(
+    job_id: Annotated[str, JOB_ID], limit: Limit = 50, cursor: Cursor = None, view: View = "history"
+) -> Response[RunList]:
     tenant = tenant_of(router.current_event)
     service = container().run_service
-    page = service.list_runs(tenant, job_id, limit, cursor)
+    page = service.list_runs(tenant, job_id, limit, cursor, view)
     waiting = service.waiting(tenant, page.items)
     items = [RunView.from_run(r, waiting.get(r.run_key)) for r in page.items]
     return json_response(200, RunList(items=items, next_cursor=page.cursor))

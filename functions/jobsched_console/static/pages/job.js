@@ -8,8 +8,8 @@ import { timeline } from "../timeline.js";
 import { Pager, badge, jobActions, pooled, runHash, runLink } from "./common.js";
 
 const TIMELINE_RUNS = 30;
-const RECENT_RUNS = 60; // read to find TIMELINE_RUNS that are due: runs are made ahead of time
 const PAGE_SIZE = 20;
+const UPCOMING_RUNS = 20; // runs made ahead of their instant, shown folded under the history
 const TERMINAL = new Set(["SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"]);
 
 function fields(pairs) {
@@ -76,16 +76,16 @@ export function jobPage(root, params, ctx) {
   replace(root, head, about, chart, runs);
 
   async function refresh() {
-    const [job, summary, recent, listed] = await Promise.all([
+    const [job, summary, recent, listed, upcoming] = await Promise.all([
       api.getJob(jobId),
       api.summary(jobId),
-      api.listRuns(jobId, { limit: RECENT_RUNS }),
+      api.listRuns(jobId, { limit: TIMELINE_RUNS }),
       api.listRuns(jobId, { cursor: pager.cursor, limit: PAGE_SIZE }),
+      api.listRuns(jobId, { view: "upcoming", limit: UPCOMING_RUNS }),
     ]);
     pager.seen(listed);
     const now = ctx.now();
-    const due = recent.items.filter((run) => parseInstant(run.scheduledFor) <= now).slice(0, TIMELINE_RUNS);
-    const ahead = recent.items.filter((run) => parseInstant(run.scheduledFor) > now).length;
+    const due = recent.items; // the API's default view: runs due by now, newest first
     const shown = new Map([...due, ...listed.items].map((run) => [run.runKey, run]));
     const details = await cache.load([...shown.values()]);
 
@@ -124,16 +124,25 @@ export function jobPage(root, params, ctx) {
           ]))));
     replace(chart,
       h("h2", null, `Timeline of the last ${due.length} runs`),
-      timeline(due, details, now, (runKey) => ctx.go(runHash(runKey))),
-      ahead ? h("p", { class: "muted small" }, `${ahead} more made ahead of their time (in the runs table).`) : null);
+      timeline(due, details, now, (runKey) => ctx.go(runHash(runKey))));
     replace(runs,
-      h("h2", null, "Runs (newest first)"),
+      h("h2", null, "Runs due (newest first)"),
       listed.items.length
         ? h("table", { class: "grid-table", "data-test": "runs" },
           h("thead", null, h("tr", null, ["Scheduled for (UTC)", "State", "Started", "Late", "Attempt", "Redrives", "Finished", "Result or error"].map((t) => h("th", null, t)))),
           h("tbody", null, listed.items.map((run) => runRow(run, details.get(run.runKey)))))
-        : h("p", { class: "muted" }, "No runs yet."),
-      pager.controls(refresh, "runs"));
+        : h("p", { class: "muted" }, "No runs due yet."),
+      pager.controls(refresh, "runs"),
+      upcoming.items.length
+        ? h("details", { class: "upcoming", "data-test": "upcoming" },
+          h("summary", null, `Upcoming: ${upcoming.items.length}${upcoming.nextCursor ? "+" : ""} runs made ahead of their time`),
+          h("table", { class: "grid-table" },
+            h("thead", null, h("tr", null, ["Scheduled for (UTC)", "State", "Trigger"].map((t) => h("th", null, t)))),
+            h("tbody", null, upcoming.items.map((run) => h("tr", { "data-run-key": run.runKey },
+              h("td", null, runLink(run.runKey, instant(run.scheduledFor)), ` (${relative(run.scheduledFor, now)})`),
+              h("td", null, badge(run.state)),
+              h("td", null, run.trigger))))))
+        : null);
   }
   return { refresh, title: () => jobId };
 }
