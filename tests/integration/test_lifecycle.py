@@ -757,3 +757,33 @@ def test_a_late_sweep_runs_exactly_what_the_resume_decided(api, container, clock
         for at, r in runs.items()
         if T0 + timedelta(seconds=130) <= at < T0 + timedelta(seconds=270)
     )
+
+
+def test_the_latest_run_before_an_occurrence_passes_skipped_manual_and_backfill_runs(api, container, clock):
+    """`latest_ran_before` answers what walking every SKIPPED record back would: the job's
+    latest earlier scheduled run that was not skipped, never a manual run or a backfill of an
+    instant in between, and says when its page budget ran out before an answer."""
+    from jobsched.domain.runs import Trigger, make_run
+
+    body = create(api, type="ok", runAt=None, every=60)
+    job = container.definitions.get(body["jobId"])
+    at = lambda minutes: clock.now() + timedelta(days=1, minutes=minutes)  # noqa: E731
+    ran = make_run(job, at(0), now=clock.now(), actor="t")
+    container.runs.insert(ran)
+    container.runs.insert(make_run(job, at(1), now=clock.now(), actor="t", trigger=Trigger.MANUAL))
+    container.runs.insert(make_run(job, at(2), now=clock.now(), actor="t", trigger=Trigger.BACKFILL))
+    skipped = [
+        make_run(job, at(m), now=clock.now(), actor="t", state=RunState.SKIPPED, reason="paused")
+        for m in range(3, 40)
+    ]
+    for run in skipped:
+        container.runs.insert(run)
+    found, answered = container.runs.latest_ran_before(skipped[-1])
+    assert answered and found is not None and found.run_key == ran.run_key
+    # One item per page: the budget runs out among the skipped records before the answer.
+    real_query = container.runs.client.query
+    container.runs.client.query = lambda **request: real_query(**{**request, "Limit": 1})
+    try:
+        assert container.runs.latest_ran_before(skipped[-1], max_pages=5) == (None, False)
+    finally:
+        container.runs.client.query = real_query

@@ -535,3 +535,41 @@ def test_a_claim_lost_to_a_write_that_left_the_run_claimable_claims_it_anyway(
     result = attempt(container, registry, "w").process(delivery(run))
     assert result.outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
+
+
+def test_overlap_skip_sees_a_running_run_behind_every_occurrence_a_pause_skipped(
+    api, container, clock, registry, ledger
+):
+    """A pause whose runs were made ahead leaves one SKIPPED (missed) record per occurrence,
+    each naming only its previous: the first occurrence after the resume must still find the
+    run that has executed since before the pause, however many of them lie between."""
+    from tests.helpers import claimed
+
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": "ok", "every": 1, "overlap": "skip", "missedRuns": "skip"}
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first = min(
+        container.runs.list_for_job(job_id, limit=5, cursor=None, view="upcoming", now=clock.now()).items,
+        key=lambda r: r.scheduled_for,
+    )
+    container.runs.commit(first, lambda _: claimed(first, at=clock.now(), lease_for=3600, owner="x"))
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.advance(60)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    container.reconciler.reconcile_all()
+    clock.advance(2)
+    runs = container.runs.scheduled_between(
+        job_id, first.scheduled_for, clock.now() + timedelta(seconds=5), limit=500
+    )
+    missed = [r for r in runs if r.state is RunState.SKIPPED and r.reason == "paused"]
+    assert len(missed) > 40, [(r.scheduled_for, r.state, r.reason) for r in runs[:5]]
+    after = next(
+        r for r in runs if r.scheduled_for > missed[-1].scheduled_for and r.state is not RunState.SKIPPED
+    )
+    clock.set(max(clock.now(), after.due_at))
+    outcome = attempt(container, registry, "w").process(delivery(stored(container, after))).outcome
+    assert outcome is AttemptOutcome.SKIPPED
+    assert stored(container, after).overlapped_by == first.run_key
+    assert ledger.effects == {}

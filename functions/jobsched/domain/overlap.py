@@ -1,10 +1,12 @@
 """The overlap policy: may an occurrence start while an earlier run of its job is still open?
 
 The earlier run that matters is the job's latest earlier scheduled run that was not SKIPPED:
-a skipped run never executed, so the one before it may still be executing (a run skipped
+a skipped run never executed, so the one before it may still be executing. A run skipped
 behind a live run names that run in `overlapped_by`, so one read finds it however many
-occurrences were skipped behind it). `earlier_run_key` says which key to read next while
-walking back; `overlap_verdict` judges the run found. Both are pure."""
+occurrences were skipped behind it; a run skipped for any other reason (a pause's
+occurrences, one record each) names only its previous, so the walk passes those with one
+query for the latest run before it that was not skipped. `earlier_run_key` says which key
+to read next while walking back; `overlap_verdict` judges the run found. Both are pure."""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from .effects import excluded_until
 from .models import Overlap
 from .runs import TERMINAL_STATES, Run, RunState
 
-# Runs walked back through while looking for the earlier run that matters (skipped behind a
-# live run costs one hop; a run of missed occurrences is one SKIPPED record): past this the
-# walk gives up and the occurrence runs, logged (OVERLAP_WALK_LIMIT).
+# Reads the walk back to the earlier run that matters may take (a skip behind a live run is
+# one read, a stretch of other skips one query): past this the walk gives up and the
+# occurrence runs, logged and counted (OverlapWalkLimit).
 OVERLAP_WALK_LIMIT = 20
 RUNNING_STATES = frozenset({RunState.LEASED, RunState.RETRY_WAIT})
 

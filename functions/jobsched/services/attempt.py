@@ -239,18 +239,25 @@ class Attempts:
 
     def _earlier_open(self, run: Run, now: datetime) -> Run | None:
         """The job's latest earlier run that was not skipped, if it is open or its effect may
-        still run (domain.overlap.effect_may_run): walked back through skipped occurrences
-        (domain.overlap), read consistently."""
+        still run (domain.overlap.effect_may_run), read consistently: a run skipped behind a
+        live run names it (one read); any other SKIPPED run (a pause's occurrences, one
+        record each) is passed with one query for the latest that ran before it
+        (RunStore.latest_ran_before), however many lie between."""
         key = earlier_run_key(run)
         for _ in range(OVERLAP_WALK_LIMIT):
             if key is None:
                 return None
             earlier = self._runs.get_by_key(key)
+            if earlier is not None and earlier.state is RunState.SKIPPED:
+                if earlier.overlapped_by is not None:
+                    key = earlier.overlapped_by
+                    continue
+                earlier, answered = self._runs.latest_ran_before(earlier)
+                if not answered:
+                    break
             if earlier is None:
                 return None
-            if earlier.state is not RunState.SKIPPED:
-                return earlier if earlier.is_open or effect_may_run(earlier, now) else None
-            key = earlier_run_key(earlier)
+            return earlier if earlier.is_open or effect_may_run(earlier, now) else None
         logger.warning("overlap walk gave up", extra={"run_key": run.run_key, "limit": OVERLAP_WALK_LIMIT})
         self._metrics.add("OverlapWalkLimit")
         return None

@@ -25,7 +25,7 @@ from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
-from ..domain.runs import CLAIMABLE_STATES, Run, RunState, parse_run_key, split_run_key
+from ..domain.runs import CLAIMABLE_STATES, Run, RunState, Trigger, parse_run_key, split_run_key
 from ..domain.transitions import Writer, applied_rule
 from ..observability import logger
 from .dynamo import (
@@ -552,6 +552,36 @@ class RunStore:
                 return spans, True
             request["ExclusiveStartKey"] = last
         return spans, False
+
+    def latest_ran_before(self, run: Run, *, max_pages: int = 10) -> tuple[Run | None, bool]:
+        """The job's latest scheduled run (trigger `schedule`, not SKIPPED) whose occurrence is
+        before `run`'s: the run the overlap walk (domain.overlap) would reach from `run` through
+        any number of SKIPPED occurrences. Read consistently, newest first, every page (a
+        page stops at 1 MB, read before the filter), at most `max_pages` of them; the flag
+        says whether the read got an answer (a run, or the start of the job's runs)."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            # Manual runs of `run`'s own instant ("R#<instant>~m…") sort above its key.
+            "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            "FilterExpression": "#state <> :skipped",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": to_item(
+                {":j": run.job_id, ":a": RUN_PREFIX, ":b": run_sk(run.scheduled_for), ":skipped": "SKIPPED"}
+            ),
+            "ConsistentRead": True,
+            "ScanIndexForward": False,
+        }
+        for _ in range(max_pages):
+            with translated_errors():
+                response = self._db.query(**request)
+            for earlier in self._readable(response.get("Items", [])):
+                if earlier.trigger is Trigger.SCHEDULE and earlier.scheduled_for < run.scheduled_for:
+                    return earlier, True
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return None, True
+            request["ExclusiveStartKey"] = last
+        return None, False
 
     def overdue(
         self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None
