@@ -793,3 +793,49 @@ def test_a_repair_whose_send_fails_is_still_made_and_the_stream_record_publishes
     after = stored(container, run)
     # The outbox put it back: PENDING, its stream record (or the next tick) publishes it.
     assert after.state is RunState.PENDING, after.history[-1]
+
+
+class RefusingTwice:
+    """A client whose named calls are refused as throttled (after the SDK's own retries) the
+    first `times` times each, as a busy partition or a new table's capacity would."""
+
+    def __init__(self, client: Any, calls: tuple[str, ...], times: int = 2) -> None:
+        self._client = client
+        self._left = dict.fromkeys(calls, times)
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._client, name)
+        if self._left.get(name, 0) <= 0:
+            return call
+
+        def refused(**kwargs: Any) -> Any:
+            self._left[name] -= 1
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, name)
+
+        return refused
+
+
+@pytest.mark.parametrize("refused", ["query", "batch_get_item"])
+def test_a_read_refused_after_the_sdk_retries_is_tried_again_within_the_tick(container, clock, refused):
+    """One lost read must not cost every overdue run of its shard a tick (a minute late): the
+    pass tries it again after a pause, and the run is repaired by this tick."""
+    run = insert(container, make_run(job_id="j_throttled", at=T0 - timedelta(minutes=5)))
+    store = RunStore(RefusingTwice(boto3.client("dynamodb"), (refused,)), RUNS.default_name, 4)
+    pauses: list[float] = []
+    clock.sleep = pauses.append
+    report = Reconciler(store, clock, shard_count=4).reconcile_all()
+    assert report.repaired == [run.run_key] and report.failed == 0
+    assert len(pauses) == 2
+
+
+def test_a_read_refused_every_time_loses_only_its_own_shards_tick(container, clock):
+    run = insert(container, make_run(job_id="j_throttled", at=T0 - timedelta(minutes=5)))
+    store = RunStore(
+        RefusingTwice(boto3.client("dynamodb"), ("batch_get_item",), times=3), RUNS.default_name, 4
+    )
+    clock.sleep = lambda seconds: None
+    reconciler = Reconciler(store, clock, shard_count=4)
+    assert reconciler.reconcile_all().failed == 1
+    assert reconciler.reconcile_all().repaired == [run.run_key]

@@ -10,9 +10,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..domain import lifecycle
+from ..domain.errors import StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import repair_deadline, stranded_since
@@ -22,6 +23,7 @@ from ..store.runs import RunChanged, RunStore
 from .sweeper import round_robin, shards_above
 
 ACTOR = "reconciler"
+_T = TypeVar("_T")
 
 # Repair kinds (the `kind` dimension of RepairsMade).
 REPUBLISH = "republish"
@@ -33,6 +35,10 @@ KINDS = (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND, UNBLOCKED)
 DEFERRED = "deferred"  # not a repair: a blocked run whose blocker is still open
 # Jobs whose tenant a reconciler remembers (a job id and a tenant id: ~5 MB at most).
 MAX_KNOWN_JOBS = 50_000
+# A read of the pass the store refused after the SDK's own retries (StorageUnavailable) is
+# tried again this many times in the same invocation, after these pauses: a lost read costs
+# its shard a whole tick (a minute's delay for every overdue run in it), a pause seconds.
+READ_PAUSES_SECONDS = (0.5, 2.0)
 
 
 @dataclass
@@ -200,15 +206,30 @@ class Reconciler:
         return report
 
     def _overdue_keys(self, shard: int, now: datetime) -> list[dict[str, Any]]:
+        """The shard's overdue keys, at most `max_keys_per_shard`. Raises StorageUnavailable
+        when a page is still refused after READ_PAUSES_SECONDS (the shard's tick is lost)."""
         keys: list[dict[str, Any]] = []
         cursor: dict[str, Any] | None = None
         while len(keys) < self.max_keys_per_shard:
             limit = min(self.key_page, self.max_keys_per_shard - len(keys))
-            page, cursor = self._runs.overdue_keys(shard, now, limit=limit, cursor=cursor)
+            page, cursor = self._read(
+                lambda at=cursor, limit=limit: self._runs.overdue_keys(shard, now, limit=limit, cursor=at)
+            )
             keys += page
             if cursor is None:
                 break
         return keys
+
+    def _read(self, read: Callable[[], _T]) -> _T:
+        """`read()`, tried again after each of READ_PAUSES_SECONDS while the store refuses it
+        as unavailable; the last refusal is raised."""
+        for pause in READ_PAUSES_SECONDS:
+            try:
+                return read()
+            except StorageUnavailable:
+                self._metrics.add("ReconcilerReadsRetried")
+                self._clock.sleep(pause)
+        return read()
 
     def _in_turn(self, keys: list[dict[str, Any]], report: RepairReport) -> Iterator[dict[str, Any]]:
         """The keys, at most `max_per_job` of each job, tenants in turn and within a tenant
@@ -241,7 +262,7 @@ class Reconciler:
         """Read and repair one batch. `taken` counts the keys chosen per lane (tenant, or job
         while its tenant is unknown), `applied` the runs looked at per tenant."""
         try:
-            runs = self._runs.read_keys(keys)
+            runs = self._read(lambda: self._runs.read_keys(keys))
         except Exception:
             logger.exception("reading overdue runs failed", extra={"count": len(keys)})
             report.failed += len(keys)
