@@ -839,3 +839,31 @@ def test_a_read_refused_every_time_loses_only_its_own_shards_tick(container, clo
     reconciler = Reconciler(store, clock, shard_count=4)
     assert reconciler.reconcile_all().failed == 1
     assert reconciler.reconcile_all().repaired == [run.run_key]
+
+
+@pytest.mark.sends
+def test_a_repair_whose_send_is_refused_once_is_sent_again_within_the_tick(
+    container, clock, aws, monkeypatch
+):
+    """A refused send put the run back to PENDING; the repair sends it again after a pause,
+    not a tick (a minute) later."""
+    run = insert(container, make_run())
+    clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
+    real = container.queues.publish
+    refusals = iter([True])
+
+    def refused_once(queue, entries):
+        if next(refusals, False):
+            raise RuntimeError("ThrottlingException: SendMessageBatch")
+        return real(queue, entries)
+
+    monkeypatch.setattr(container.queues, "publish", refused_once)
+    pauses: list[float] = []
+    monkeypatch.setattr(clock, "sleep", pauses.append)
+    assert container.reconciler.reconcile_all().repaired == [run.run_key]
+    after = stored(container, run)
+    assert after.state is RunState.QUEUED, after.history[-1]
+    assert [h.reason for h in after.history].count("publish failed") == 1
+    messages = boto3.client("sqs").receive_message(QueueUrl=aws["urls"]["default"], MaxNumberOfMessages=10)
+    assert [json.loads(m["Body"])["runKey"] for m in messages.get("Messages", [])] == [run.run_key]
+    assert pauses == [0.5]

@@ -10,6 +10,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from ..domain import lifecycle
@@ -213,7 +214,7 @@ class Reconciler:
         while len(keys) < self.max_keys_per_shard:
             limit = min(self.key_page, self.max_keys_per_shard - len(keys))
             page, cursor = self._read(
-                lambda at=cursor, limit=limit: self._runs.overdue_keys(shard, now, limit=limit, cursor=at)
+                partial(self._runs.overdue_keys, shard, now, limit=limit, cursor=cursor)
             )
             keys += page
             if cursor is None:
@@ -292,14 +293,31 @@ class Reconciler:
         self._send(publishable)
 
     def _send(self, runs: list[Run]) -> None:
-        """Publish the repaired runs now (see `publish`). Best effort: a run not sent is
-        still published by its write's stream record, or repaired again at the next tick."""
+        """Publish the repaired runs now (see `publish`), and those whose send failed again
+        after each of READ_PAUSES_SECONDS (read back: the failed publish put them back to
+        PENDING), so that one refused send does not cost a run a whole tick. Best effort: a
+        run still not sent is published by its write's stream record, or repaired again at
+        the next tick."""
         if self._publish is None or not runs:
             return
-        try:
-            self._publish(runs)
-        except Exception:
-            logger.exception("publishing repaired runs failed", extra={"count": len(runs)})
+        for pause in (*READ_PAUSES_SECONDS, None):
+            try:
+                unsent = set(self._publish(runs))
+            except Exception:
+                logger.exception("publishing repaired runs failed", extra={"count": len(runs)})
+                return
+            if not unsent or pause is None:
+                return
+            self._metrics.add("RepairSendsRetried", len(unsent))
+            self._clock.sleep(pause)
+            try:
+                again = [self._runs.get_by_key(key) for key in sorted(unsent)]
+            except Exception:
+                logger.exception("reading runs whose publish failed", extra={"count": len(unsent)})
+                return
+            runs = [run for run in again if run is not None and _publishable(run)]
+            if not runs:
+                return
 
     def _remember(self, job_id: str, tenant: str) -> None:
         self._tenants[job_id] = tenant
