@@ -7,6 +7,7 @@ dashboard of lag, throughput, retries and dead letters."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
@@ -327,13 +328,17 @@ class Monitoring(Construct):
             description="the API is slow (p99): function duration, DynamoDB throttling",
         )
         for table_spec in ALL_TABLES:
-            self._alarm(
-                f"{table_spec.default_name.removeprefix('jobsched-')}-table-throttles",
-                self.throttle_metric(storage.table(table_spec), table_spec),
-                threshold=TABLE_THROTTLE_THRESHOLD,
-                description=f"{table_spec.logical_id} table: requests are throttled"
-                " (capacity, hot partition)",
-            )
+            # One alarm per kind: an alarm's expression takes at most 10 metrics, and the
+            # runs table with its indexes has more than 5 sources of each kind.
+            kinds: tuple[Literal["Read", "Write"], ...] = ("Read", "Write")
+            for kind in kinds:
+                self._alarm(
+                    f"{table_spec.default_name.removeprefix('jobsched-')}-table-{kind.lower()}-throttles",
+                    self.throttle_metric(storage.table(table_spec), table_spec, kind),
+                    threshold=TABLE_THROTTLE_THRESHOLD,
+                    description=f"{table_spec.logical_id} table: {kind.lower()}s are throttled"
+                    " (capacity, hot partition)",
+                )
         repairs = self.repairs_metric()
         self._alarm(
             "reconciler-repairs",
@@ -344,26 +349,27 @@ class Monitoring(Construct):
         self.dashboard = self._dashboard(queues, functions, repairs)
 
     @staticmethod
-    def throttle_metric(table: dynamodb.Table, spec: TableSpec) -> cw.MathExpression:
-        """Read and write throttle events of the table and of each of its indexes (an index is
-        throttled on its own capacity and reports under its own dimension)."""
-        parts: dict[str, cw.IMetric] = {}
-        for kind in ("Read", "Write"):
-            parts[f"t{kind.lower()}"] = table.metric(
-                f"{kind}ThrottleEvents", period=FIVE_MINUTES, statistic="Sum"
+    def throttle_metric(
+        table: dynamodb.Table, spec: TableSpec, kind: Literal["Read", "Write"]
+    ) -> cw.MathExpression:
+        """`kind` throttle events of the table and of each of its indexes (an index is
+        throttled on its own capacity and reports under its own dimension; an index throttled
+        on writes holds back the table's writes too). At most 10 metrics: an alarm's limit."""
+        parts: dict[str, cw.IMetric] = {
+            "t": table.metric(f"{kind}ThrottleEvents", period=FIVE_MINUTES, statistic="Sum")
+        }
+        for i, index in enumerate(spec.indexes):
+            parts[f"i{i}"] = cw.Metric(
+                namespace="AWS/DynamoDB",
+                metric_name=f"{kind}ThrottleEvents",
+                dimensions_map={"TableName": table.table_name, "GlobalSecondaryIndexName": index.name},
+                period=FIVE_MINUTES,
+                statistic="Sum",
             )
-            for i, index in enumerate(spec.indexes):
-                parts[f"i{i}{kind.lower()}"] = cw.Metric(
-                    namespace="AWS/DynamoDB",
-                    metric_name=f"{kind}ThrottleEvents",
-                    dimensions_map={"TableName": table.table_name, "GlobalSecondaryIndexName": index.name},
-                    period=FIVE_MINUTES,
-                    statistic="Sum",
-                )
         return cw.MathExpression(
             expression=" + ".join(f"FILL({k}, 0)" for k in parts),
             using_metrics=parts,
-            label=f"{spec.logical_id} throttle events",
+            label=f"{spec.logical_id} {kind.lower()} throttle events",
             period=FIVE_MINUTES,
         )
 

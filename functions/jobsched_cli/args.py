@@ -147,14 +147,30 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="runs of a job and their history").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
-    runs_list = command(runs, "list", cmd_runs_list, "a job's runs: those due by now, newest first")
-    runs_list.add_argument("job_id", metavar="JOB")
+    runs_list = command(
+        runs,
+        "list",
+        cmd_runs_list,
+        "runs due by now, newest first: a job's, or with no JOB (or any filter) across jobs",
+    )
+    runs_list.add_argument("job_id", metavar="JOB", nargs="?")
     runs_list.add_argument(
         "--view",
         choices=("history", "upcoming", "all"),
-        default="history",
-        help="history: due by now, newest first (default); upcoming: made ahead, soonest first; all: both",
+        help="a JOB's runs only: history: due by now, newest first (default); upcoming: made ahead,"
+        " soonest first; all: both",
     )
+    runs_list.add_argument("--state", help="states, comma-separated (DEAD,RETRY_WAIT)")
+    runs_list.add_argument("--type", dest="job_type", help="the job type")
+    runs_list.add_argument("--trigger", choices=("schedule", "manual", "backfill"))
+    runs_list.add_argument("--error", dest="error_class", help="the run's current error class (HTTP503)")
+    runs_list.add_argument(
+        "--time-field",
+        choices=("scheduled", "finished"),
+        help="what --since and --until bound (default: scheduled)",
+    )
+    runs_list.add_argument("--since", help="RFC 3339 instant, now, -DURATION, or DURATION ago (1h)")
+    runs_list.add_argument("--until", help="RFC 3339 instant, now, +DURATION or -DURATION")
     add_paging(runs_list)
     runs_get = command(runs, "get", cmd_runs_get, "one run with its transitions")
     runs_get.add_argument("run_key", metavar="RUNKEY")

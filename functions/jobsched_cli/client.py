@@ -263,6 +263,18 @@ class ApiClient:
         path = f"/v1/jobs/{quote_segment(job_id)}/runs"
         return self._listing(path, {"limit": limit, "cursor": cursor, "view": view}, all_pages)
 
+    def list_runs_across_jobs(
+        self,
+        filters: dict[str, Any],
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        all_pages: bool = False,
+    ) -> dict[str, Any]:
+        """The tenant's runs across its jobs (`GET /v1/runs`), `filters` as its query names
+        them (`state`, `jobId`, `type`, `trigger`, `errorClass`, `timeField`, `since`, `until`)."""
+        return self._listing("/v1/runs", {**filters, "limit": limit, "cursor": cursor}, all_pages)
+
     def get_run(self, run_key: str) -> dict[str, Any]:
         """The run with its attempts and transitions."""
         run: dict[str, Any] = self._call("GET", f"/v1/runs/{quote_segment(run_key)}")

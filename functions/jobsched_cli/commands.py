@@ -23,6 +23,7 @@ from .rendering import (
     format_table,
     job_fields,
     jobs_table,
+    run_summaries_table,
     runs_table,
     tail_line,
     with_more,
@@ -34,6 +35,7 @@ from .values import (
     parse_every,
     parse_instant,
     parse_json_arg,
+    parse_since,
 )
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
@@ -151,10 +153,25 @@ def cmd_jobs_summary(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:
-    page = ctx.client.list_runs(
-        args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all, view=args.view
-    )
-    return ctx.emit(page, lambda: with_more(runs_table(page.get("items") or []), page))
+    filters = {
+        "state": args.state,
+        "type": args.job_type,
+        "trigger": args.trigger,
+        "errorClass": args.error_class,
+        "timeField": args.time_field,
+        "since": parse_since(args.since) if args.since else None,
+        "until": parse_instant(args.until) if args.until else None,
+    }
+    if args.job_id is not None and not any(filters.values()):
+        page = ctx.client.list_runs(
+            args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all, view=args.view or "history"
+        )
+        return ctx.emit(page, lambda: with_more(runs_table(page.get("items") or []), page))
+    if args.view is not None:
+        raise UsageError("--view lists one JOB's runs: it does not combine with the filters")
+    query = {name: value for name, value in {**filters, "jobId": args.job_id}.items() if value is not None}
+    page = ctx.client.list_runs_across_jobs(query, limit=args.limit, cursor=args.cursor, all_pages=args.all)
+    return ctx.emit(page, lambda: with_more(run_summaries_table(page.get("items") or []), page))
 
 
 def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:

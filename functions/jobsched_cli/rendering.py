@@ -133,6 +133,23 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
     return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPT", "ERROR", "WAITING FOR"], rows)
 
 
+def run_summaries_table(runs: list[dict[str, Any]]) -> str:
+    """One row per run of a listing across jobs (`GET /v1/runs`)."""
+    rows = [
+        (
+            r.get("runKey"),
+            r.get("state"),
+            r.get("trigger"),
+            r.get("attempts"),
+            r.get("startedAt"),
+            r.get("finishedAt"),
+            r.get("errorClass") or r.get("reason"),
+        )
+        for r in runs
+    ]
+    return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPTS", "STARTED", "FINISHED", "ERROR"], rows)
+
+
 def attempts_table(attempts: list[dict[str, Any]]) -> str:
     """The run's attempts as the API returns them: one per claim, its outcome and error."""
     rows = [

@@ -113,9 +113,15 @@ def parse_instant(text: str, now: datetime | None = None) -> str:
     return value
 
 
+def parse_since(text: str, now: datetime | None = None) -> str:
+    """`parse_instant`, and a bare DURATION meaning that long ago (`--since 1h`)."""
+    seconds = duration_seconds(text)
+    return parse_instant(f"-{text.strip()}" if seconds is not None else text, now)
+
+
 # argparse reads `-2h` as an option (only plain negative numbers pass as values), so
 # `--start -2h` would stop with "expected one argument": such a value is glued to its option.
-INSTANT_OPTIONS = frozenset({"--start", "--end", "--at"})
+INSTANT_OPTIONS = frozenset({"--start", "--end", "--at", "--since", "--until"})
 _NEGATIVE_DURATION = re.compile(r"-\d[\dsmhd]*", re.IGNORECASE)
 
 

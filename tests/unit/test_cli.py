@@ -905,3 +905,58 @@ def test_runs_get_shows_the_attempts_and_why_it_waits(
         "failed",
         "HTTP503",
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "query"),
+    [
+        (["--state", "DEAD", "--since", "1h"], "state=DEAD&since=2026-11-02T07%3A00%3A00Z"),
+        (["--error", "HTTP503", "--since", "-30m"], "errorClass=HTTP503&since=2026-11-02T07%3A30%3A00Z"),
+        (["j_abc", "--state", "DEAD"], "state=DEAD&jobId=j_abc"),
+        (["--time-field", "finished", "--until", "now"], "timeField=finished&until=2026-11-02T08%3A00%3A00Z"),
+        ([], ""),
+    ],
+)
+def test_runs_list_with_filters_or_no_job_lists_across_jobs(
+    stub: StubApi,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    query: str,
+) -> None:
+    import jobsched_cli.commands as commands
+    import jobsched_cli.values as values
+
+    real = values.parse_instant
+    monkeypatch.setattr(
+        commands,
+        "parse_instant",
+        lambda text, now=None: real(text, now or datetime(2026, 11, 2, 8, tzinfo=UTC)),
+    )
+    monkeypatch.setattr(
+        values,
+        "parse_instant",
+        lambda text, now=None: real(text, now or datetime(2026, 11, 2, 8, tzinfo=UTC)),
+    )
+    item = {
+        "runKey": "j_abc@2026-11-02T07:10:00Z",
+        "state": "DEAD",
+        "trigger": "schedule",
+        "attempts": 3,
+        "startedAt": "2026-11-02T07:10:00Z",
+        "finishedAt": "2026-11-02T07:12:00Z",
+        "errorClass": "HTTP503",
+    }
+    stub.routes[("GET", "/v1/runs")] = (200, {"items": [item], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "runs", "list", *argv]) == 0
+    assert stub.requests[-1]["path"] == "/v1/runs" + (f"?{query}" if query else "")
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split() == ["RUN", "KEY", "STATE", "TRIGGER", "ATTEMPTS", "STARTED", "FINISHED", "ERROR"]
+    assert row.split()[-1] == "HTTP503"
+
+
+def test_runs_list_view_does_not_combine_with_filters(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--endpoint", stub.url, "runs", "list", "j_abc", "--view", "all", "--state", "DEAD"]) == 2
+    assert "--view" in capsys.readouterr().err

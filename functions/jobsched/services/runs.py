@@ -27,12 +27,13 @@ from ..domain.errors import (
 )
 from ..domain.instants import Clock, format_instant
 from ..domain.models import Job, JobState, Overlap
+from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_between
 from ..observability import logger
 from ..store.definitions import DefinitionStore
-from ..store.runs import RunChanged, RunPage, RunStore, RunsView
+from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
 from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
@@ -139,6 +140,19 @@ class RunService:
             if sentence is not None:
                 found[run.run_key] = sentence
         return found
+
+    def list_across_jobs(
+        self, tenant: str, run_filter: RunFilter, limit: int, cursor: str | None
+    ) -> SummaryPage:
+        """One page of the tenant's runs across its jobs that `run_filter` keeps, newest
+        scheduled first, those due by now unless the filter names an `until`
+        (store.runs.RunStore.list_for_tenant); raises NotFound for a job filter naming a
+        job that is not the tenant's."""
+        if run_filter.job_id is not None:
+            self._job(tenant, run_filter.job_id)
+        return self._runs.list_for_tenant(
+            tenant, run_filter, limit=limit, cursor=cursor, due_by=self._clock.now()
+        )
 
     def list_dead(self, tenant: str, limit: int, cursor: str | None) -> RunPage:
         return self._runs.list_dead(tenant, limit=limit, cursor=cursor)

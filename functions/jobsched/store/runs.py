@@ -9,6 +9,7 @@ heartbeat or bookkeeping), so a holder is refused only for a wrong fence or stat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections.abc import Callable
@@ -20,11 +21,12 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from ..domain.effects import excluded_until
-from ..domain.errors import ConcurrentUpdate
+from ..domain.errors import ConcurrentUpdate, ValidationFailed
 from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
+from ..domain.run_listing import LaneRead, RunFilter, RunSummary, lanes_of, merge_lanes, run_lane, run_order
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, Trigger, parse_run_key, split_run_key
 from ..domain.transitions import Writer, applied_rule
 from ..observability import logger
@@ -38,7 +40,7 @@ from .dynamo import (
     to_item,
     translated_errors,
 )
-from .schema import CLAIM_INDEX, DEAD_INDEX, OPEN_INDEX
+from .schema import CLAIM_INDEX, DEAD_INDEX, OPEN_INDEX, TENANT_RUNS_INDEX
 
 RUN_PREFIX = "R#"
 
@@ -112,6 +114,12 @@ class RunPage:
     cursor: str | None
 
 
+@dataclass
+class SummaryPage:
+    items: list[RunSummary]
+    cursor: str | None
+
+
 RunsView = Literal["all", "history", "upcoming"]
 # Every run's sort key is RUN_PREFIX + an RFC 3339 instant (+ "~suffix"): "~" sorts after
 # every character of one, so RUN_PREFIX + "~" is above every run and below the T# items.
@@ -131,6 +139,14 @@ def list_bounds(view: RunsView, now: datetime | None, cursor_sk: str | None) -> 
     if view == "history":
         return RUN_PREFIX, max(boundary, cursor_sk or boundary)
     return min(boundary, cursor_sk or boundary), _RUNS_END
+
+
+def _sk_of_order(order: str) -> str:
+    """The sort key in a job's partition at a run order (`<instant>#<run key>`), or above
+    every run of a bound's second (`<instant>~`, domain.run_listing.RunFilter.order_bounds):
+    within one job the two sort alike."""
+    instant, _, key = order.partition("#")
+    return key_sk(key) if key else RUN_PREFIX + instant + "~"
 
 
 def claim_key(tenant: str, job_type: str) -> str:
@@ -209,6 +225,9 @@ class RunStore:
             "priority": run.priority.value,
             "due_at": format_instant(run.due_at),
             "doc": run_doc(run),
+            "run_lane": run_lane(run.tenant, run.job_id),
+            "run_order": run_order(run.run_key, run.scheduled_for),
+            "summary": RunSummary.of(run).model_dump_json(exclude_none=True),
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
@@ -645,6 +664,121 @@ class RunStore:
         # Keys-only index: read the runs, and keep those still waiting to be claimed.
         items = self._read_entries(response.get("Items", []))
         return self._readable([i for i in items if "claim_key" in i]), response.get("LastEvaluatedKey")
+
+    def list_for_tenant(
+        self,
+        tenant: str,
+        run_filter: RunFilter,
+        *,
+        limit: int,
+        cursor: str | None,
+        due_by: datetime | None = None,
+    ) -> SummaryPage:
+        """One page of the tenant's runs that `run_filter` keeps, newest scheduled first, from
+        the `runs_by_tenant` index (one job's: from the job's own partition), summaries only.
+        A page may hold fewer than `limit` runs and still name a cursor (a filter that keeps
+        few of the runs read); the cursor is bound to the tenant and the filter (400 for
+        another). Without `until`, runs scheduled after `due_by` (made ahead) are left out.
+        A run written before the index existed is listed once it is next written."""
+        scope = hashlib.sha256(run_filter.digest().encode()).hexdigest()[:16]
+        before: str | None = None
+        if cursor:
+            key = from_item(decode_cursor(cursor, tenant, {"tenant", "before", "filter"}))
+            if key["filter"] != scope:
+                raise ValidationFailed("cursor", "was returned for other filters: send the same filters")
+            before = str(key["before"])
+        low, high = run_filter.order_bounds()
+        if run_filter.until is None and due_by is not None:
+            high = RunFilter(until=due_by).order_bounds()[1]
+        if before is not None and (high is None or before < high):
+            high = before
+        per_lane = min(limit + 1, 100)
+        if run_filter.job_id is not None:
+            reads = [
+                self._read_lane(tenant, run_filter, None, run_filter.job_id, low, high, before, per_lane)
+            ]
+        else:
+            reads = [
+                self._read_lane(tenant, run_filter, lane, None, low, high, before, per_lane)
+                for lane in lanes_of(tenant)
+            ]
+        items, position = merge_lanes(reads, limit)
+        next_cursor = (
+            encode_cursor(to_item({"tenant": tenant, "before": position, "filter": scope}), tenant)
+            if position is not None
+            else None
+        )
+        return SummaryPage(items, next_cursor)
+
+    def _read_lane(
+        self,
+        tenant: str,
+        run_filter: RunFilter,
+        lane: str | None,
+        job_id: str | None,
+        low: str | None,
+        high: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        max_reads: int = 4,
+    ) -> LaneRead:
+        """Read one lane of the index (or, with `job_id`, the job's partition) newest first,
+        orders in [low, high] but below `before`, until `limit` runs match, it is read out, or
+        `max_reads` queries were made. Read eventually consistent (an index cannot be read
+        otherwise): a run written a moment ago may show its previous summary."""
+        if job_id is not None:
+            request: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "job_id = :p AND sk BETWEEN :a AND :b",
+                "ExpressionAttributeValues": to_item(
+                    {
+                        ":p": job_id,
+                        ":a": RUN_PREFIX + (low or ""),
+                        ":b": _sk_of_order(high) if high else _RUNS_END,
+                    }
+                ),
+                # Names, not words: DynamoDB reserves hundreds of words as expression keywords.
+                "ProjectionExpression": "#t, #o, #s",
+                "ExpressionAttributeNames": {"#t": "tenant", "#o": "run_order", "#s": "summary"},
+            }
+        else:
+            request = {
+                "TableName": self._table,
+                "IndexName": TENANT_RUNS_INDEX,
+                "KeyConditionExpression": "run_lane = :p AND run_order BETWEEN :a AND :b",
+                "ExpressionAttributeValues": to_item({":p": lane, ":a": low or "0", ":b": high or "~"}),
+            }
+        request.update(ScanIndexForward=False, Limit=limit)
+        matches: list[RunSummary] = []
+        lowest: str | None = None
+        for _ in range(max_reads):
+            with translated_errors():
+                response = self._db.query(**request)
+            for item in response.get("Items", []):
+                if "summary" not in item or item.get("tenant", {}).get("S", tenant) != tenant:
+                    continue  # written before summaries were kept; or not the tenant's
+                order = str(item["run_order"]["S"])
+                if before is not None and order >= before:
+                    continue  # the cursor's own run (BETWEEN is inclusive)
+                lowest = order
+                try:
+                    summary = RunSummary.model_validate_json(item["summary"]["S"])
+                except Exception as exc:
+                    logger.error(
+                        "unreadable run summary", extra={"run_order": order, "error": type(exc).__name__}
+                    )
+                    self._metrics.add(UNREADABLE_METRIC)
+                    continue
+                if run_filter.matches(summary):
+                    matches.append(summary)
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return LaneRead(matches, lowest, exhausted=True)
+            if len(matches) >= limit:
+                break
+            request["ExclusiveStartKey"] = last
+        return LaneRead(matches, lowest, exhausted=False)
 
     def list_dead(self, tenant: str, *, limit: int, cursor: str | None) -> RunPage:
         """A tenant's dead-lettered runs, most recent first."""

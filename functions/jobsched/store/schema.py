@@ -118,6 +118,7 @@ DEAD_INDEX = "dead_by_tenant"
 # stays until a release removes it on its own (one GSI per table update).
 LEASED_INDEX = "leased_by_tenant"
 CLAIM_INDEX = "claimable"
+TENANT_RUNS_INDEX = "runs_by_tenant"
 RUNS = TableSpec(
     logical_id="Runs",
     env_var="RUNS_TABLE",
@@ -136,6 +137,10 @@ RUNS = TableSpec(
         Index(CLAIM_INDEX, Key("claim_key", "S"), Key("due_at", "S"), "KEYS_ONLY"),
         # Sparse: leased_tenant is present only while LEASED; counts a tenant's live leases.
         Index(LEASED_INDEX, Key("leased_tenant", "S"), Key("lease_expires_at", "S"), "KEYS_ONLY"),
+        # Every run, by tenant lane ("<tenant>#<n>", domain.run_listing) newest first: the
+        # listing across a tenant's jobs. Only the run's summary is projected (about 0.5 KB:
+        # one write unit per transition, where ALL would copy the whole run each time).
+        Index(TENANT_RUNS_INDEX, Key("run_lane", "S"), Key("run_order", "S"), "INCLUDE", ("summary",)),
     ),
     stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",

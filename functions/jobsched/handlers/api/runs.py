@@ -6,17 +6,30 @@ percent-encoded."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
+from ...domain.errors import ValidationFailed
+from ...domain.instants import parse_client_instant
+from ...domain.run_listing import RunFilter
+from ...domain.runs import RunState, Trigger
 from ...wiring import container
 from .common import CHANGE_ERRORS, JOB_ID, RUN_KEY, Cursor, Limit, documented, json_response, run_key_of
 from .identity import tenant_of
 from .requests import BackfillBody, RedriveBody
-from .views import BackfillView, JobSummaryView, RunDetailView, RunList, RunView
+from .views import (
+    BackfillView,
+    JobSummaryView,
+    RunDetailView,
+    RunList,
+    RunSummaryList,
+    RunSummaryView,
+    RunView,
+)
 
 router = Router()
 
@@ -69,6 +82,88 @@ def backfill_job(
     tenant = tenant_of(router.current_event)
     result = container().run_service.backfill(tenant, job_id, body.start, body.end, actor(tenant))
     return json_response(201, BackfillView(created=result.created, existing=result.existing))
+
+
+# --- runs across jobs ---
+
+States = Annotated[
+    str | None,
+    Query(
+        max_length=200,
+        description="states to keep, comma-separated (e.g. `DEAD,RETRY_WAIT`); any of them matches",
+    ),
+]
+JobFilter = Annotated[
+    str | None, Query(alias="jobId", pattern=r"^j_[0-9a-z]{1,64}$", description="one job's runs")
+]
+TypeFilter = Annotated[
+    str | None, Query(alias="type", min_length=1, max_length=128, description="the job type")
+]
+ErrorFilter = Annotated[
+    str | None,
+    Query(alias="errorClass", min_length=1, max_length=128, description="the run's current error class"),
+]
+TimeFilter = Annotated[
+    Literal["scheduled", "finished"],
+    Query(alias="timeField", description="what `since` and `until` bound: the scheduled instant or the end"),
+]
+Since = Annotated[str | None, Query(max_length=64, description="RFC 3339 instant, inclusive")]
+Until = Annotated[str | None, Query(max_length=64, description="RFC 3339 instant, exclusive")]
+
+
+def _states(text: str | None) -> frozenset[RunState] | None:
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",")]
+    unknown = [name for name in names if name not in RunState.__members__]
+    if unknown or not names:
+        raise ValidationFailed(
+            "state", f"must be one or more of {', '.join(RunState.__members__)}, comma-separated"
+        )
+    return frozenset(RunState[name] for name in names)
+
+
+def _instant(field: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_client_instant(text)
+    except ValueError as exc:
+        raise ValidationFailed(field, str(exc)) from None
+
+
+@router.get("/v1/runs", responses=documented({200: ("OK", RunSummaryList)}))
+def list_runs_across_jobs(
+    state: States = None,
+    job_id: JobFilter = None,
+    job_type: TypeFilter = None,
+    trigger: Annotated[Trigger | None, Query(description="how the run was made")] = None,
+    error_class: ErrorFilter = None,
+    time_field: TimeFilter = "scheduled",
+    since: Since = None,
+    until: Until = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> Response[RunSummaryList]:
+    """The tenant's runs across its jobs, newest scheduled first, filtered (every filter
+    given must match)."""
+    run_filter = RunFilter(
+        states=_states(state),
+        job_id=job_id,
+        job_type=job_type,
+        trigger=trigger,
+        error_class=error_class,
+        time_field=time_field,
+        since=_instant("since", since),
+        until=_instant("until", until),
+    )
+    if run_filter.since and run_filter.until and run_filter.since >= run_filter.until:
+        raise ValidationFailed("until", "must be later than since")
+    page = container().run_service.list_across_jobs(
+        tenant_of(router.current_event), run_filter, limit, cursor
+    )
+    items = [RunSummaryView.of(summary) for summary in page.items]
+    return json_response(200, RunSummaryList(items=items, next_cursor=page.cursor))
 
 
 # --- one run ---

@@ -26,6 +26,7 @@ from ...domain.models import (
     Target,
     credential_reason,
 )
+from ...domain.run_listing import RunSummary
 from ...domain.run_status import current_error
 from ...domain.runs import Run, RunState, Transition, Trigger
 from ...domain.signing import SigningSecrets
@@ -327,6 +328,39 @@ class RunDetailView(RunView):
 class RunList(View):
     items: list[RunView]
     next_cursor: str | None = None
+
+
+class RunSummaryView(View):
+    """A run as a listing across jobs shows it: enough to choose which to open."""
+
+    run_key: str
+    job_id: str
+    job_type: str
+    state: RunState
+    trigger: Trigger
+    priority: Priority
+    scheduled_for: Instant
+    due_at: Instant
+    attempts: int = Field(description="attempts started in the current series (reset by a redrive)")
+    redrives: int
+    started_at: Instant | None = Field(default=None, description="the current attempt series' first attempt")
+    finished_at: Instant | None = None
+    error_class: str | None = Field(default=None, description="the run's own current error")
+    reason: str | None = None
+    skipped_count: int | None = None
+    updated_at: Instant
+
+    @classmethod
+    def of(cls, summary: RunSummary) -> RunSummaryView:
+        return cls(**{name: getattr(summary, name) for name in cls.model_fields})
+
+
+class RunSummaryList(View):
+    items: list[RunSummaryView]
+    next_cursor: str | None = Field(
+        default=None,
+        description="the next page (a page may hold fewer than `limit` runs and still name one)",
+    )
 
 
 class BackfillView(View):
