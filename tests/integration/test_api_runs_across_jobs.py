@@ -135,3 +135,21 @@ def test_a_cursor_is_bound_to_its_filters(api, clock):
 )
 def test_bad_filters_are_a_400_naming_the_field(api, query, field):
     assert field in errors_of(api.get("/v1/runs", query=query))
+
+
+def test_a_range_that_starts_after_now_is_empty_not_an_error(api, container, monkeypatch):
+    """Without `until` the listing ends at now: a `since` after it leaves nothing to read, a
+    key range DynamoDB would refuse (BETWEEN with its low end above its high)."""
+    job_id = create(api, runAt=None, every=10, name="ahead")
+    real_query = container.runs.client.query
+
+    def as_dynamodb_would(**request):
+        values = request.get("ExpressionAttributeValues", {})
+        if " BETWEEN " in request["KeyConditionExpression"]:
+            assert values[":a"]["S"] <= values[":b"]["S"], "ValidationException: lower bound above upper"
+        return real_query(**request)
+
+    monkeypatch.setattr(container.runs.client, "query", as_dynamodb_would)
+    for query in ("since=2026-11-02T09:00:00Z", f"since=2026-11-02T09:00:00Z&jobId={job_id}"):
+        answer = api.get("/v1/runs", query=query)
+        assert answer.status == 200 and answer.body == {"items": [], "nextCursor": None}, answer
