@@ -11,6 +11,7 @@ from .commands import (
     Context,
     _job_action,
     cmd_console,
+    cmd_dlq_cancel,
     cmd_dlq_list,
     cmd_dlq_redrive,
     cmd_docs,
@@ -177,14 +178,30 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cancel = command(runs, "cancel", cmd_runs_cancel, "cancel an open run")
     runs_cancel.add_argument("run_key", metavar="RUNKEY")
 
-    dlq = commands.add_parser("dlq", help="dead-lettered runs").add_subparsers(
+    dlq = commands.add_parser("dead-letters", aliases=["dlq"], help="dead-lettered runs").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     dlq_list = command(dlq, "list", cmd_dlq_list, "dead runs, newest first")
     add_paging(dlq_list)
-    redrive = command(dlq, "redrive", cmd_dlq_redrive, "run a dead run again (same run key)")
-    redrive.add_argument("run_key", metavar="RUNKEY")
-    redrive.add_argument("--reason", help="recorded on the run's history")
+    redrive = command(
+        dlq, "redrive", cmd_dlq_redrive, "run a dead run again (same run key), or all the filters keep"
+    )
+    cancel = command(dlq, "cancel", cmd_dlq_cancel, "dismiss dead runs (CANCELLED, never to run)")
+    for bulk in (redrive, cancel):
+        bulk.add_argument("run_key", metavar="RUNKEY", nargs="?")
+        bulk.add_argument("--reason", help="recorded on each run's history")
+        bulk.add_argument("--job", help="only this job's dead runs")
+        bulk.add_argument(
+            "--error", dest="error_class", help="only dead runs with this error class (HTTP503)"
+        )
+        bulk.add_argument("--since", help="died at or after: RFC 3339, now, -DURATION, or DURATION ago (1h)")
+        bulk.add_argument("--until", help="died before: RFC 3339, now, +DURATION or -DURATION")
+        bulk.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
+        bulk.add_argument(
+            "--accept-repeated-effect",
+            action="store_true",
+            help="redrive at-most-once runs whose effect may have run (it runs again)",
+        )
 
     docs = command(
         commands, "docs", cmd_docs, "save the API's Swagger UI page (--json: the OpenAPI document)"

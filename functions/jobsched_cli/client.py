@@ -290,6 +290,12 @@ class ApiClient:
         run: dict[str, Any] = self._call("POST", f"/v1/runs/{quote_segment(run_key)}/redrive", body)
         return run
 
+    def bulk_dead_letters(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/dead-letters/<action>` (`redrive` or `cancel`) with `body` as the API
+        names its fields; the request's outcome."""
+        outcome: dict[str, Any] = self._call("POST", f"/v1/dead-letters/{action}", body)
+        return outcome
+
     def cancel_run(self, run_key: str) -> dict[str, Any]:
         run: dict[str, Any] = self._call("POST", f"/v1/runs/{quote_segment(run_key)}/cancel")
         return run

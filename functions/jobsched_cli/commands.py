@@ -227,10 +227,65 @@ def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_redrive(ctx: Context, args: argparse.Namespace) -> int:
-    run = ctx.client.redrive(args.run_key, reason=args.reason)
-    return ctx.emit(
-        run, lambda: f"redriven {run.get('runKey')}  {run.get('state')}  redrives {run.get('redrives')}"
+    if args.run_key is not None and not _bulk_asked(args):
+        run = ctx.client.redrive(args.run_key, reason=args.reason)
+        return ctx.emit(
+            run, lambda: f"redriven {run.get('runKey')}  {run.get('state')}  redrives {run.get('redrives')}"
+        )
+    return _bulk(ctx, args, "redrive")
+
+
+def cmd_dlq_cancel(ctx: Context, args: argparse.Namespace) -> int:
+    return _bulk(ctx, args, "cancel")
+
+
+def _bulk_asked(args: argparse.Namespace) -> bool:
+    return any(
+        (args.job, args.error_class, args.since, args.until, args.dry_run, args.accept_repeated_effect)
     )
+
+
+def _bulk(ctx: Context, args: argparse.Namespace, action: str) -> int:
+    """A bulk request over the dead letters: the named RUNKEY, or those the filters keep,
+    every page of them (each page one audited request) unless it is a dry run."""
+    if args.run_key is None and not any((args.job, args.error_class, args.since, args.until)):
+        raise UsageError("name a RUNKEY or filter the dead letters (--job, --error, --since, --until)")
+    body: dict[str, Any] = {"reason": args.reason or f"{action} from the CLI", "dryRun": args.dry_run}
+    if args.run_key is not None:
+        body["runKeys"] = [args.run_key]
+    for name, value in (
+        ("jobId", args.job),
+        ("errorClass", args.error_class),
+        ("since", parse_since(args.since) if args.since else None),
+        ("until", parse_instant(args.until) if args.until else None),
+    ):
+        if value is not None:
+            body[name] = value
+    if args.accept_repeated_effect:
+        body["acceptRepeatedEffect"] = True
+    outcomes = [ctx.client.bulk_dead_letters(action, body)]
+    while outcomes[-1].get("nextCursor") and not args.dry_run:
+        outcomes.append(ctx.client.bulk_dead_letters(action, {**body, "cursor": outcomes[-1]["nextCursor"]}))
+    changed = [key for o in outcomes for key in o.get("runKeys") or []]
+    refused = [r for o in outcomes for r in o.get("refused") or []]
+    result = {
+        "requestIds": [o.get("requestId") for o in outcomes],
+        "dryRun": args.dry_run,
+        "count": len(changed),
+        "runKeys": changed,
+        "refused": refused,
+        "more": bool(outcomes[-1].get("nextCursor")),
+    }
+
+    def human() -> str:
+        verb = {"redrive": "redriven", "cancel": "cancelled"}[action]
+        lines = [f"{'would be ' if args.dry_run else ''}{verb}: {len(changed)}", *changed]
+        lines += [f"refused {r.get('runKey')}: {r.get('code')} {r.get('message')}" for r in refused]
+        if result["more"]:
+            lines.append("(more match: a dry run shows the first page)")
+        return "\n".join(lines)
+
+    return ctx.emit(result, human)
 
 
 # --- tail ---

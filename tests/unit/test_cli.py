@@ -402,7 +402,7 @@ class StubApi:
     """Answers from a table of (method, path) → (status, body, headers); records requests."""
 
     def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], tuple[int, Any, dict[str, str]]] = {}
+        self.routes: dict[tuple[str, str], Any] = {}  # (status, body, headers), or a callable answering one
         self.requests: list[dict[str, Any]] = []
         stub = self
 
@@ -418,9 +418,10 @@ class StubApi:
                         "body": json.loads(body) if body else None,
                     }
                 )
-                status, payload, headers = stub.routes.get(
+                route = stub.routes.get(
                     (self.command, self.path.split("?")[0]), (404, {"code": "not_found", "message": "no"}, {})
                 )
+                status, payload, headers = route() if callable(route) else route  # a callable: per request
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -960,3 +961,53 @@ def test_runs_list_view_does_not_combine_with_filters(
 ) -> None:
     assert main(["--endpoint", stub.url, "runs", "list", "j_abc", "--view", "all", "--state", "DEAD"]) == 2
     assert "--view" in capsys.readouterr().err
+
+
+def test_dead_letters_redrive_with_filters_sends_every_page_as_one_request_each(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pages = iter(
+        [
+            {
+                "requestId": "bulk_1",
+                "runKeys": ["j_a@2026-11-02T07:10:00Z"],
+                "refused": [],
+                "nextCursor": "c1",
+            },
+            {
+                "requestId": "bulk_2",
+                "runKeys": ["j_b@2026-11-02T07:20:00Z"],
+                "refused": [],
+                "nextCursor": None,
+            },
+        ]
+    )
+    stub.routes[("POST", "/v1/dead-letters/redrive")] = lambda: (200, next(pages), {})
+    argv = ["--endpoint", stub.url, "dead-letters", "redrive", "--error", "HTTP503", "--since", "-1h"]
+    assert main(argv) == 0
+    bodies = [r["body"] for r in stub.requests]
+    assert [b.get("cursor") for b in bodies] == [None, "c1"]
+    assert bodies[0]["errorClass"] == "HTTP503" and bodies[0]["dryRun"] is False and "since" in bodies[0]
+    assert capsys.readouterr().out.splitlines()[0] == "redriven: 2"
+
+
+def test_dead_letters_dry_run_asks_once_and_changes_nothing(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = {
+        "requestId": "bulk_1",
+        "runKeys": ["j_a@2026-11-02T07:10:00Z"],
+        "refused": [],
+        "nextCursor": "c1",
+    }
+    stub.routes[("POST", "/v1/dead-letters/cancel")] = (200, outcome, {})
+    assert main(["--endpoint", stub.url, "dlq", "cancel", "--job", "j_a", "--dry-run"]) == 0
+    assert len(stub.requests) == 1 and stub.requests[0]["body"]["dryRun"] is True
+    assert capsys.readouterr().out.splitlines()[0] == "would be cancelled: 1"
+
+
+def test_dead_letters_cancel_needs_a_run_key_or_a_filter(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--endpoint", stub.url, "dead-letters", "cancel"]) == 2
+    assert "RUNKEY" in capsys.readouterr().err

@@ -62,6 +62,7 @@ ARGS: dict[str, dict[str, Any]] = {
     "cancel": {"now": T0, "actor": "api:t", "reason": "r"},
     "skip": {"now": T0, "actor": "worker:w", "reason": "overlap"},
     "redrive": {"now": T0, "actor": "api:t", "reason": "r"},
+    "discard": {"now": T0, "actor": "api:t", "reason": "r"},
 }
 
 
@@ -100,7 +101,7 @@ def test_the_state_machine_is_derived_from_the_rows():
     assert (
         ALLOWED[RunState.SUCCEEDED] == ALLOWED[RunState.SKIPPED] == ALLOWED[RunState.CANCELLED] == frozenset()
     )
-    assert ALLOWED[RunState.DEAD] == frozenset({RunState.PENDING})
+    assert ALLOWED[RunState.DEAD] == frozenset({RunState.PENDING, RunState.CANCELLED})
 
 
 def test_only_the_lease_holders_rows_are_fenced():

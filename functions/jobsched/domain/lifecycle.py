@@ -478,6 +478,12 @@ def effect_may_have_run(run: Run) -> bool:
     )
 
 
+@transition("discard")
+def discard(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
+    """A DEAD run dismissed: CANCELLED, out of the dead letters (its history keeps why)."""
+    return advance(run, RunState.CANCELLED, now=now, actor=actor, reason=reason)
+
+
 @transition("redrive")
 def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
     """Reopen a DEAD run under the same key with a new attempt series and a new age."""

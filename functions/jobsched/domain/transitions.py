@@ -163,6 +163,13 @@ TRANSITIONS: dict[str, Rule] = {
             Writer.ANYONE,
             "an at-most-once run that may have acted only with acceptRepeatedEffect",
         ),
+        _rule(
+            "discard",
+            frozenset({_S.DEAD}),
+            frozenset({_S.CANCELLED}),
+            Writer.ANYONE,
+            "a dead letter dismissed by the caller: it leaves the dead letters, never to run",
+        ),
     )
 }
 

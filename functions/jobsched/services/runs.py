@@ -6,8 +6,9 @@ reconciler either wins cleanly or makes this call fail with 409; nothing is over
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -61,6 +62,35 @@ class JobSummary:
     job: Job
     last_runs: list[Run]
     counters: dict[str, int]
+
+
+BulkAction = Literal["redrive", "discard"]
+
+
+@dataclass(frozen=True)
+class DeadLetterSelection:
+    """Which dead letters a bulk request changes: `run_keys`, or those the filters keep (one
+    page of `limit`, from `cursor`), and how."""
+
+    reason: str
+    dry_run: bool = False
+    run_keys: Sequence[str] | None = None
+    job_id: str | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 100
+    cursor: str | None = None
+    accept_repeated_effect: bool = False
+
+
+@dataclass
+class BulkOutcome:
+    request_id: str
+    dry_run: bool
+    run_keys: list[str] = field(default_factory=list)  # changed (a dry run: would be)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # (run key, code, why)
+    next_cursor: str | None = None
 
 
 class RunService:
@@ -266,6 +296,72 @@ class RunService:
         now = self._clock.now()
         # A concurrent change is a 409 (concurrent_update).
         return self._runs.commit(run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason))
+
+    def bulk_dead_letters(
+        self, tenant: str, action: BulkAction, selection: DeadLetterSelection, actor: str
+    ) -> BulkOutcome:
+        """Redrive or discard (CANCELLED) the tenant's dead letters that `selection` names:
+        its run keys, or one page (at most `limit`) of those its filters keep from the
+        runs-by-tenant listing, resumable from `cursor`. Each run changed gets its own
+        history entry naming the request (`request_id`); a run that is not the tenant's,
+        not DEAD (any more), or at-most-once with an effect that may have run (redrive,
+        without `accept_repeated_effect`) is refused on its own, never stopping the rest. A
+        dry run changes nothing and answers what it would change."""
+        request_id = "bulk_" + secrets.token_hex(8)
+        cursor: str | None = None
+        if selection.run_keys is not None:
+            keys = list(dict.fromkeys(selection.run_keys))
+        else:
+            page = self._runs.list_for_tenant(
+                tenant,
+                RunFilter(
+                    states=frozenset({RunState.DEAD}),
+                    job_id=selection.job_id,
+                    error_class=selection.error_class,
+                    time_field="finished",
+                    since=selection.since,
+                    until=selection.until,
+                ),
+                limit=selection.limit,
+                cursor=selection.cursor,
+                due_by=None,
+            )
+            keys, cursor = [summary.run_key for summary in page.items], page.cursor
+        outcome = BulkOutcome(request_id=request_id, dry_run=selection.dry_run, next_cursor=cursor)
+        reason = f"{selection.reason} ({action} request {request_id})"
+        for key in keys:
+            try:
+                if selection.dry_run:
+                    self._bulk_check(tenant, key, action, selection.accept_repeated_effect)
+                elif action == "redrive":
+                    self.redrive(
+                        tenant, key, actor, reason, accept_repeated_effect=selection.accept_repeated_effect
+                    )
+                else:
+                    self._discard(tenant, key, actor, reason)
+            except JobschedError as exc:  # this run's own refusal (or the store's 503)
+                outcome.refused.append((key, exc.code, str(exc)))
+                continue
+            outcome.run_keys.append(key)
+        return outcome
+
+    def _bulk_check(self, tenant: str, run_key: str, action: BulkAction, accept: bool) -> None:
+        """What `bulk_dead_letters` would refuse for this run, raised; nothing written."""
+        run = self.get_run(tenant, run_key)
+        if run.state is not RunState.DEAD:
+            raise Conflict(f"run {run.run_key} is {run.state.value}; only a DEAD run can be changed")
+        if action == "redrive" and lifecycle.effect_may_have_run(run) and not accept:
+            raise EffectMayRepeat(
+                f"run {run.run_key} is at-most-once and its effect may already have run",
+                field="acceptRepeatedEffect",
+            )
+
+    def _discard(self, tenant: str, run_key: str, actor: str, reason: str) -> Run:
+        run = self.get_run(tenant, run_key)
+        if run.state is not RunState.DEAD:
+            raise Conflict(f"run {run.run_key} is {run.state.value}; only a DEAD run can be discarded")
+        now = self._clock.now()
+        return self._runs.commit(run, lambda r: lifecycle.discard(r, now=now, actor=actor, reason=reason))
 
     def cancel_run(self, tenant: str, run_key: str, actor: str) -> Run:
         """Cancel an open run. A LEASED run's holder then fails its fenced completion."""

@@ -269,6 +269,24 @@ class RedriveBody(ApiModel):
     accept_repeated_effect: StrictBool = Field(default=False, alias="acceptRepeatedEffect")
 
 
+class BulkDeadLettersBody(ApiModel):
+    """Which dead letters a bulk redrive or discard changes: `runKeys`, or one page of those
+    the filters keep (`since`/`until` bound when each died), from `cursor`."""
+
+    reason: str = Field(min_length=1, max_length=500)
+    dry_run: StrictBool = Field(default=False, alias="dryRun")
+    run_keys: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, alias="runKeys", min_length=1, max_length=100
+    )
+    job_id: str | None = Field(default=None, alias="jobId", pattern=r"^j_[0-9a-z]{1,64}$")
+    error_class: str | None = Field(default=None, alias="errorClass", min_length=1, max_length=128)
+    since: ClientInstant | None = None
+    until: ClientInstant | None = None
+    limit: StrictInt = Field(default=100, ge=1, le=100)
+    cursor: str | None = Field(default=None, max_length=4096)
+    accept_repeated_effect: StrictBool = Field(default=False, alias="acceptRepeatedEffect")
+
+
 class ClaimBody(ApiModel):
     types: list[JobType] = Field(min_length=1, max_length=10)
     max_runs: StrictInt = Field(default=1, ge=1, le=10, alias="max")

@@ -17,12 +17,14 @@ from ...domain.errors import ValidationFailed
 from ...domain.instants import parse_client_instant
 from ...domain.run_listing import RunFilter
 from ...domain.runs import RunState, Trigger
+from ...services.runs import BulkAction, DeadLetterSelection
 from ...wiring import container
 from .common import CHANGE_ERRORS, JOB_ID, RUN_KEY, Cursor, Limit, documented, json_response, run_key_of
 from .identity import tenant_of
-from .requests import BackfillBody, RedriveBody
+from .requests import BackfillBody, BulkDeadLettersBody, RedriveBody
 from .views import (
     BackfillView,
+    BulkDeadLettersView,
     JobSummaryView,
     RunDetailView,
     RunList,
@@ -203,3 +205,46 @@ def list_dead_letters(limit: Limit = 50, cursor: Cursor = None) -> Response[RunL
     return json_response(
         200, RunList(items=[RunView.from_run(r) for r in page.items], next_cursor=page.cursor)
     )
+
+
+def _bulk(action: BulkAction, body: BulkDeadLettersBody) -> Response[BulkDeadLettersView]:
+    filters = {"jobId": body.job_id, "errorClass": body.error_class, "since": body.since, "until": body.until}
+    if body.run_keys is not None:
+        named = [name for name, value in {**filters, "cursor": body.cursor}.items() if value is not None]
+        if named:
+            raise ValidationFailed(named[0], "does not combine with runKeys: name the runs, or filter them")
+    if body.since and body.until and body.since >= body.until:
+        raise ValidationFailed("until", "must be later than since")
+    tenant = tenant_of(router.current_event)
+    selection = DeadLetterSelection(
+        reason=body.reason,
+        dry_run=body.dry_run,
+        run_keys=[run_key_of(key) for key in body.run_keys] if body.run_keys is not None else None,
+        job_id=body.job_id,
+        error_class=body.error_class,
+        since=body.since,
+        until=body.until,
+        limit=body.limit,
+        cursor=body.cursor,
+        accept_repeated_effect=body.accept_repeated_effect,
+    )
+    outcome = container().run_service.bulk_dead_letters(tenant, action, selection, actor(tenant))
+    return json_response(200, BulkDeadLettersView.of(outcome))
+
+
+@router.post(
+    "/v1/dead-letters/redrive", responses=documented({200: ("OK", BulkDeadLettersView)}, CHANGE_ERRORS)
+)
+def redrive_dead_letters(body: Annotated[BulkDeadLettersBody, Body()]) -> Response[BulkDeadLettersView]:
+    """Redrive many dead letters in one audited request: by `runKeys`, or one page of those
+    the filters keep; `dryRun` answers what it would redrive."""
+    return _bulk("redrive", body)
+
+
+@router.post(
+    "/v1/dead-letters/cancel", responses=documented({200: ("OK", BulkDeadLettersView)}, CHANGE_ERRORS)
+)
+def cancel_dead_letters(body: Annotated[BulkDeadLettersBody, Body()]) -> Response[BulkDeadLettersView]:
+    """Dismiss many dead letters (each becomes CANCELLED, out of the dead letters, never to
+    run) in one audited request; `dryRun` answers what it would dismiss."""
+    return _bulk("discard", body)

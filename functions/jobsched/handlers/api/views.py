@@ -30,6 +30,7 @@ from ...domain.run_listing import RunSummary
 from ...domain.run_status import current_error
 from ...domain.runs import Run, RunState, Transition, Trigger
 from ...domain.signing import SigningSecrets
+from ...services.runs import BulkOutcome
 from .base import ApiModel
 
 
@@ -361,6 +362,34 @@ class RunSummaryList(View):
         default=None,
         description="the next page (a page may hold fewer than `limit` runs and still name one)",
     )
+
+
+class BulkRefusalView(View):
+    run_key: str
+    code: str
+    message: str
+
+
+class BulkDeadLettersView(View):
+    request_id: str = Field(description="named in the history entry of every run changed")
+    dry_run: bool
+    count: int = Field(description="runs changed (a dry run: that would be)")
+    run_keys: list[str]
+    refused: list[BulkRefusalView] = Field(description="runs left as they are, each with why")
+    next_cursor: str | None = Field(
+        default=None, description="more dead letters match the filters: send the same body with it"
+    )
+
+    @classmethod
+    def of(cls, outcome: BulkOutcome) -> BulkDeadLettersView:
+        return cls(
+            request_id=outcome.request_id,
+            dry_run=outcome.dry_run,
+            count=len(outcome.run_keys),
+            run_keys=outcome.run_keys,
+            refused=[BulkRefusalView(run_key=k, code=c, message=m) for k, c, m in outcome.refused],
+            next_cursor=outcome.next_cursor,
+        )
 
 
 class BackfillView(View):
