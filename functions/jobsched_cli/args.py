@@ -170,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("scheduled", "finished"),
         help="what --since and --until bound (default: scheduled)",
     )
-    runs_list.add_argument("--since", help="RFC 3339 instant, now, -DURATION, or DURATION ago (1h)")
+    runs_list.add_argument(
+        "--since", help="RFC 3339 instant, now, -DURATION, or a bare DURATION meaning that long ago (1h)"
+    )
     runs_list.add_argument("--until", help="RFC 3339 instant, now, +DURATION or -DURATION")
     add_paging(runs_list)
     runs_get = command(runs, "get", cmd_runs_get, "one run with its transitions")
@@ -194,7 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
         bulk.add_argument(
             "--error", dest="error_class", help="only dead runs with this error class (HTTP503)"
         )
-        bulk.add_argument("--since", help="died at or after: RFC 3339, now, -DURATION, or DURATION ago (1h)")
+        bulk.add_argument(
+            "--since",
+            help="died at or after: RFC 3339, now, -DURATION, or a bare DURATION meaning that long ago (1h)",
+        )
         bulk.add_argument("--until", help="died before: RFC 3339, now, +DURATION or -DURATION")
         bulk.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
         bulk.add_argument(

@@ -153,3 +153,47 @@ def test_a_range_that_starts_after_now_is_empty_not_an_error(api, container, mon
     for query in ("since=2026-11-02T09:00:00Z", f"since=2026-11-02T09:00:00Z&jobId={job_id}"):
         answer = api.get("/v1/runs", query=query)
         assert answer.status == 200 and answer.body == {"items": [], "nextCursor": None}, answer
+
+
+def forged(tenant, run_filter, before):
+    """A cursor as the listing mints one, around a `before` of the caller's choosing."""
+    import hashlib
+
+    from jobsched.store.dynamo import encode_cursor, to_item
+
+    scope = hashlib.sha256(run_filter.digest().encode()).hexdigest()[:16]
+    return encode_cursor(to_item({"tenant": tenant, "before": before, "filter": scope}), tenant)
+
+
+@pytest.mark.parametrize(
+    "before",
+    ["#x", "!", "2026-11-02T07:30:00Z#nojob", "2026-11-02T07:30:00Z#{job}@2026-11-01T00:00:00Z", "é" * 1000],
+)
+def test_a_forged_cursor_is_a_400_never_a_bad_range(api, container, monkeypatch, before):
+    from jobsched.domain.run_listing import RunFilter
+
+    job_id = hourly(api, name="n")
+    real_query = container.runs.client.query
+
+    def as_dynamodb_would(**request):
+        values = request.get("ExpressionAttributeValues", {})
+        if " BETWEEN " in request["KeyConditionExpression"]:
+            assert values[":a"]["S"] <= values[":b"]["S"], "ValidationException: lower bound above upper"
+        return real_query(**request)
+
+    monkeypatch.setattr(container.runs.client, "query", as_dynamodb_would)
+    before = before.format(job=job_id)
+    for run_filter, query in ((RunFilter(), ""), (RunFilter(job_id=job_id), f"jobId={job_id}&")):
+        answer = api.get("/v1/runs", query=f"{query}cursor={forged('tenant-a', run_filter, before)}")
+        assert answer.status in (200, 400), answer
+        if answer.status == 400:
+            assert answer.body["errors"][0]["field"] == "cursor"
+
+
+def test_a_finished_range_lists_a_run_that_ended_before_its_instant(api, clock):
+    job_id = create(api, runAt=None, every=60, name="ahead")
+    made = api.get(f"/v1/jobs/{job_id}/runs", query="view=upcoming").body["items"][0]["runKey"]
+    assert api.post(f"/v1/runs/{quote(made, safe='')}/cancel").status == 200
+    query = "timeField=finished&state=CANCELLED&since=2026-11-02T07:59:00Z&until=2026-11-02T08:00:01Z"
+    assert listed(api, query)[0] == [made]
+    assert listed(api, "timeField=finished&state=CANCELLED")[0] == [made]

@@ -780,6 +780,13 @@ def test_the_latest_run_before_an_occurrence_passes_skipped_manual_and_backfill_
         container.runs.insert(run)
     found, answered = container.runs.latest_ran_before(skipped[-1])
     assert answered and found is not None and found.run_key == ran.run_key
+    # One skipped behind a live run names it: the answer, for the walk to follow in one read.
+    behind = make_run(job, at(40), now=clock.now(), actor="t", state=RunState.SKIPPED, reason="overlap")
+    container.runs.insert(behind.model_copy(update={"overlapped_by": ran.run_key}))
+    later = make_run(job, at(41), now=clock.now(), actor="t", state=RunState.SKIPPED, reason="paused")
+    container.runs.insert(later)
+    found, answered = container.runs.latest_ran_before(later)
+    assert answered and found is not None and found.run_key == behind.run_key
     # One item per page: the budget runs out among the skipped records before the answer.
     real_query = container.runs.client.query
     container.runs.client.query = lambda **request: real_query(**{**request, "Limit": 1})

@@ -867,3 +867,20 @@ def test_a_repair_whose_send_is_refused_once_is_sent_again_within_the_tick(
     messages = boto3.client("sqs").receive_message(QueueUrl=aws["urls"]["default"], MaxNumberOfMessages=10)
     assert [json.loads(m["Body"])["runKey"] for m in messages.get("Messages", [])] == [run.run_key]
     assert pauses == [0.5]
+
+
+def test_a_pass_waits_out_refusals_only_within_its_budget(container, clock):
+    """Every read refused: the pass pauses at most MAX_PAUSES_PER_PASS_SECONDS in all, then
+    gives its tick up, well inside the reconciler's 50 s."""
+    from jobsched.services.reconciler import MAX_PAUSES_PER_PASS_SECONDS
+
+    for i in range(4):
+        insert(container, make_run(job_id=f"j_budget{i}", at=T0 - timedelta(minutes=5)))
+    store = RunStore(
+        RefusingTwice(boto3.client("dynamodb"), ("batch_get_item",), times=99), RUNS.default_name, 4
+    )
+    pauses: list[float] = []
+    clock.sleep = pauses.append
+    reconciler = Reconciler(store, clock, shard_count=1, batch_limit=1)
+    assert reconciler.reconcile_all().failed >= 2
+    assert sum(pauses) <= MAX_PAUSES_PER_PASS_SECONDS

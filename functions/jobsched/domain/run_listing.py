@@ -125,15 +125,19 @@ class RunFilter(Model):
 
     def order_bounds(self) -> tuple[str | None, str | None]:
         """The range of run orders that can match: (lowest, highest) inclusive, None for
-        open. A run ends no earlier than its scheduled instant, so a finished range bounds
-        the scheduled instant from above only."""
+        open. Only a scheduled range bounds them: a run may end before its scheduled instant
+        (one made ahead, then cancelled or skipped by a pause)."""
         # Whole seconds (a run's instant is one); "~" sorts above "#<run key>" after one.
         low = (
             format_instant(self.since.replace(microsecond=0))
             if self.since and self.time_field == "scheduled"
             else None
         )
-        high = format_instant(self.until.replace(microsecond=0)) + "~" if self.until else None
+        high = (
+            format_instant(self.until.replace(microsecond=0)) + "~"
+            if self.until and self.time_field == "scheduled"
+            else None
+        )
         return low, high
 
     def digest(self) -> str:

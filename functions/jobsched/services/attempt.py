@@ -248,13 +248,13 @@ class Attempts:
             if key is None:
                 return None
             earlier = self._runs.get_by_key(key)
-            if earlier is not None and earlier.state is RunState.SKIPPED:
-                if earlier.overlapped_by is not None:
-                    key = earlier.overlapped_by
-                    continue
+            if earlier is not None and earlier.state is RunState.SKIPPED and earlier.overlapped_by is None:
                 earlier, answered = self._runs.latest_ran_before(earlier)
                 if not answered:
                     break
+            if earlier is not None and earlier.state is RunState.SKIPPED:
+                key = earlier.overlapped_by
+                continue
             if earlier is None:
                 return None
             return earlier if earlier.is_open or effect_may_run(earlier, now) else None

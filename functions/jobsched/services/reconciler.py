@@ -40,6 +40,9 @@ MAX_KNOWN_JOBS = 50_000
 # tried again this many times in the same invocation, after these pauses: a lost read costs
 # its shard a whole tick (a minute's delay for every overdue run in it), a pause seconds.
 READ_PAUSES_SECONDS = (0.5, 2.0)
+# All the pauses of one shard's pass together (reads and sends) stay within this share of
+# the reconciler's 50 s budget: past it a refusal is not waited out (its tick is lost).
+MAX_PAUSES_PER_PASS_SECONDS = 5.0
 
 
 @dataclass
@@ -145,6 +148,7 @@ class Reconciler:
         # most once a minute: open runs written under a higher shardCount keep their shard.
         self._recorded_shard_count = recorded_shard_count or (lambda: None)
         self._in_use: tuple[datetime, int] | None = None
+        self._paused = 0.0  # seconds paused in the current shard's pass (MAX_PAUSES_PER_PASS_SECONDS)
         # The outbox's publish (services.outbox.Outbox.publish: marks each run QUEUED, sends
         # it, returns the keys not sent). A repaired run that is publishable is sent by the
         # repair itself, not only by its write's stream record: a stream shard held up by a
@@ -163,6 +167,7 @@ class Reconciler:
         shardCount was lowered below the highest count in use (its runs written before keep
         their shard until they are next written), so no open run is left unrepaired."""
         report = RepairReport()
+        self._paused = 0.0
         for each in [shard, *shards_above([shard], self.shard_count, self._shard_count_in_use())]:
             report.add(self._reconcile_one(shard=each))
         return report
@@ -228,9 +233,18 @@ class Reconciler:
             try:
                 return read()
             except StorageUnavailable:
+                if not self._may_pause(pause):
+                    raise
                 self._metrics.add("ReconcilerReadsRetried")
-                self._clock.sleep(pause)
         return read()
+
+    def _may_pause(self, seconds: float) -> bool:
+        """Pause `seconds` if the pass's pauses stay within MAX_PAUSES_PER_PASS_SECONDS."""
+        if self._paused + seconds > MAX_PAUSES_PER_PASS_SECONDS:
+            return False
+        self._paused += seconds
+        self._clock.sleep(seconds)
+        return True
 
     def _in_turn(self, keys: list[dict[str, Any]], report: RepairReport) -> Iterator[dict[str, Any]]:
         """The keys, at most `max_per_job` of each job, tenants in turn and within a tenant
@@ -293,23 +307,22 @@ class Reconciler:
         self._send(publishable)
 
     def _send(self, runs: list[Run]) -> None:
-        """Publish the repaired runs now (see `publish`), and those whose send failed again
-        after each of READ_PAUSES_SECONDS (read back: the failed publish put them back to
-        PENDING), so that one refused send does not cost a run a whole tick. Best effort: a
+        """Publish the repaired runs now (see `publish`), and those whose send failed once
+        more after a pause within the pass's budget (read back: the failed publish put them
+        back to PENDING), so that one refused send does not cost a run a whole tick. Best effort: a
         run still not sent is published by its write's stream record, or repaired again at
         the next tick."""
         if self._publish is None or not runs:
             return
-        for pause in (*READ_PAUSES_SECONDS, None):
+        for pause in (READ_PAUSES_SECONDS[0], None):
             try:
                 unsent = set(self._publish(runs))
             except Exception:
                 logger.exception("publishing repaired runs failed", extra={"count": len(runs)})
                 return
-            if not unsent or pause is None:
+            if not unsent or pause is None or not self._may_pause(pause):
                 return
             self._metrics.add("RepairSendsRetried", len(unsent))
-            self._clock.sleep(pause)
             try:
                 again = [self._runs.get_by_key(key) for key in sorted(unsent)]
             except Exception:

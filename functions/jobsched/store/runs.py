@@ -141,6 +141,19 @@ def list_bounds(view: RunsView, now: datetime | None, cursor_sk: str | None) -> 
     return min(boundary, cursor_sk or boundary), _RUNS_END
 
 
+def _is_run_order(order: str, job_id: str | None) -> bool:
+    """Whether `order` is a run's order (`<instant>#<run key>`, the key's own instant), of
+    `job_id`'s runs when one is named: what a cursor of the listing across jobs holds."""
+    instant, _, key = order.partition("#")
+    if len(order.encode()) > 512:
+        return False
+    try:
+        job, at, _suffix = parse_run_key(key)
+    except ValueError:
+        return False
+    return format_instant(at) == instant and (job_id is None or job == job_id)
+
+
 def _sk_of_order(order: str) -> str:
     """The sort key in a job's partition at a run order (`<instant>#<run key>`), or above
     every run of a bound's second (`<instant>~`, domain.run_listing.RunFilter.order_bounds):
@@ -572,29 +585,34 @@ class RunStore:
             request["ExclusiveStartKey"] = last
         return spans, False
 
-    def latest_ran_before(self, run: Run, *, max_pages: int = 10) -> tuple[Run | None, bool]:
-        """The job's latest scheduled run (trigger `schedule`, not SKIPPED) whose occurrence is
-        before `run`'s: the run the overlap walk (domain.overlap) would reach from `run` through
-        any number of SKIPPED occurrences. Read consistently, newest first, every page (a
-        page stops at 1 MB, read before the filter), at most `max_pages` of them; the flag
-        says whether the read got an answer (a run, or the start of the job's runs)."""
+    def latest_ran_before(
+        self, run: Run, *, page_size: int = 100, max_pages: int = 40
+    ) -> tuple[Run | None, bool]:
+        """The job's latest scheduled run (trigger `schedule`) before `run`'s occurrence that
+        is not SKIPPED, or is SKIPPED behind a live run (`overlapped_by`: the overlap walk
+        follows it in one read): what the walk (domain.overlap) would reach from `run` through
+        SKIPPED records that name only their previous. Read consistently, newest first,
+        `page_size` items a page (no filter: DynamoDB would read a whole 1 MB page before
+        one), at most `max_pages` pages; the flag says whether the read got an answer (a run,
+        or the start of the job's runs)."""
         request: dict[str, Any] = {
             "TableName": self._table,
             # Manual runs of `run`'s own instant ("R#<instant>~m…") sort above its key.
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
-            "FilterExpression": "#state <> :skipped",
-            "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": to_item(
-                {":j": run.job_id, ":a": RUN_PREFIX, ":b": run_sk(run.scheduled_for), ":skipped": "SKIPPED"}
+                {":j": run.job_id, ":a": RUN_PREFIX, ":b": run_sk(run.scheduled_for)}
             ),
             "ConsistentRead": True,
             "ScanIndexForward": False,
+            "Limit": page_size,
         }
         for _ in range(max_pages):
             with translated_errors():
                 response = self._db.query(**request)
             for earlier in self._readable(response.get("Items", [])):
-                if earlier.trigger is Trigger.SCHEDULE and earlier.scheduled_for < run.scheduled_for:
+                if earlier.trigger is not Trigger.SCHEDULE or earlier.scheduled_for >= run.scheduled_for:
+                    continue
+                if earlier.state is not RunState.SKIPPED or earlier.overlapped_by is not None:
                     return earlier, True
             last = response.get("LastEvaluatedKey")
             if not last:
@@ -687,8 +705,10 @@ class RunStore:
             if key["filter"] != scope:
                 raise ValidationFailed("cursor", "was returned for other filters: send the same filters")
             before = str(key["before"])
+            if not _is_run_order(before, run_filter.job_id):
+                raise ValidationFailed("cursor", "is not a cursor returned by this listing")
         low, high = run_filter.order_bounds()
-        if run_filter.until is None and due_by is not None:
+        if run_filter.until is None and run_filter.time_field == "scheduled" and due_by is not None:
             high = RunFilter(until=due_by).order_bounds()[1]
         if before is not None and (high is None or before < high):
             high = before
@@ -751,6 +771,9 @@ class RunStore:
                 "KeyConditionExpression": "run_lane = :p AND run_order BETWEEN :a AND :b",
                 "ExpressionAttributeValues": to_item({":p": lane, ":a": low or "0", ":b": high or "~"}),
             }
+        bounds = request["ExpressionAttributeValues"]
+        if bounds[":a"]["S"] > bounds[":b"]["S"]:
+            return LaneRead([], None, exhausted=True)  # nothing between (DynamoDB refuses the range)
         request.update(ScanIndexForward=False, Limit=limit)
         matches: list[RunSummary] = []
         lowest: str | None = None
