@@ -18,6 +18,7 @@ from jobsched.store.schema import (
     OPEN_INDEX,
     RUNS,
     TENANT_INDEX,
+    TENANT_RUNS_INDEX,
     TableSpec,
 )
 
@@ -175,9 +176,10 @@ CODE: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("dynamodb:Query",),
-            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX)),
-            "a tenant's dead letters; due target-less runs an external worker may lease",
-            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable"),
+            (index(RUNS, DEAD_INDEX), index(RUNS, CLAIM_INDEX), index(RUNS, TENANT_RUNS_INDEX)),
+            "a tenant's dead letters; due target-less runs an external worker may lease; a tenant's"
+            " runs across its jobs",
+            (f"{_RUN_STORE}.list_dead", f"{_RUN_STORE}.claimable", f"{_RUN_STORE}._read_lane"),
         ),
         _TENANT_SLOTS,
         _DEAD_COPY,

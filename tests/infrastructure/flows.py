@@ -334,6 +334,12 @@ class Flows:
         done = self.call("POST", f"/v1/leases/{key}/complete", "/v1/leases/{runKey}/complete", failure)
         assert done.body["state"] == "DEAD", done
         self.call("GET", "/v1/dead-letters", "/v1/dead-letters")
+        assert self.call("GET", "/v1/runs", "/v1/runs", query="state=DEAD").status == 200
+        bulk = {"reason": "look first", "dryRun": True, "runKeys": [key]}
+        dry = self.call("POST", "/v1/dead-letters/redrive", "/v1/dead-letters/redrive", bulk)
+        assert dry.status == 200 and dry.body["runKeys"] == [key], dry
+        listed = {"reason": "look first", "dryRun": True, "errorClass": "Bad"}
+        assert self.call("POST", "/v1/dead-letters/cancel", "/v1/dead-letters/cancel", listed).status == 200
         self.call("GET", f"/v1/runs/{key}", "/v1/runs/{runKey}")
         assert self.call("POST", f"/v1/runs/{key}/redrive", "/v1/runs/{runKey}/redrive", {}).status == 200
         assert self.call("POST", f"/v1/runs/{key}/cancel", "/v1/runs/{runKey}/cancel").status == 200

@@ -154,6 +154,29 @@ ROUTES = {
         {"start": INSTANT, "end": INSTANT},
     ),
     "redrive": Route("POST", "/v1/runs/{run}/redrive", {"reason": "r"}, {"reason": TEXT}),
+    **{
+        f"bulk {action}": Route(
+            "POST",
+            f"/v1/dead-letters/{action}",
+            {
+                "reason": "r",
+                "dryRun": True,
+                "errorClass": "E",
+                "since": "2026-11-01T00:00:00Z",
+                "until": "2026-11-01T01:00:00Z",
+                "limit": 10,
+            },
+            {
+                "reason": TEXT,
+                "dryRun": ANY,
+                "errorClass": TEXT,
+                "since": INSTANT,
+                "until": INSTANT,
+                "limit": ANY,
+            },
+        )
+        for action in ("redrive", "cancel")
+    },
     "claim": Route(
         "POST",
         "/v1/leases",
@@ -208,12 +231,16 @@ def parameter_cases(job: str) -> list[tuple[str, str, str, str, str, str]]:
         for value in (HUGE, f'"{HUGE}"', f'W/"{HUGE}"', LONG, "\u00b2", "-1", "1e3", '"1', "NaN"):
             cases.append((method, path, "header", "if-match", value, "if-match"))
     cases.append(("POST", "/v1/jobs", "header", "idempotency-key", LONG, "idempotency-key"))
-    for path in ("/v1/jobs", f"/v1/jobs/{job}/runs", "/v1/dead-letters"):
+    for path in ("/v1/jobs", f"/v1/jobs/{job}/runs", "/v1/dead-letters", "/v1/runs"):
         for value in (HUGE, "-" + HUGE, "NaN", "Infinity", "1e400", "1.5", "true", LONG):
             cases.append(("GET", path, "query", "limit", value, "limit"))
         for value in (LONG, "%00", "\u00e9", "e30="):
             cases.append(("GET", path, "query", "cursor", value, "cursor"))
     cases.append(("GET", "/v1/jobs", "query", "state", LONG, "state"))
+    for name, value in (("state", LONG), ("state", "DEAD,,"), ("since", LONG), ("until", "NaN")):
+        cases.append(("GET", "/v1/runs", "query", name, value, name))
+    for name, value in (("jobId", LONG), ("type", LONG), ("errorClass", LONG), ("timeField", "\u00e9")):
+        cases.append(("GET", "/v1/runs", "query", name, value, name))
     forged = [
         _cursor("tenant-a", tenant_key),
         _cursor("tenant-a", {**tenant_key, "job_id": job, "created_at": 5}),
@@ -376,6 +403,7 @@ def test_every_route_with_a_body_header_or_query_is_covered(api):
         "POST /v1/jobs/{job_id}/resume",
         "GET /v1/jobs/{job_id}/runs",
         "GET /v1/dead-letters",
+        "GET /v1/runs",
     }
     assert taking <= covered, sorted(taking - covered)
 
