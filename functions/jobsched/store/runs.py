@@ -712,8 +712,6 @@ class RunStore:
             high = RunFilter(until=due_by).order_bounds()[1]
         if before is not None and (high is None or before < high):
             high = before
-        if low is not None and high is not None and low > high:
-            return SummaryPage([], None)  # nothing can match (DynamoDB refuses such a BETWEEN)
         per_lane = min(limit + 1, 100)
         if run_filter.job_id is not None:
             reads = [
