@@ -201,6 +201,7 @@ class Container:
             self.clock,
             slots=self.tenant_slots,
             is_external=self.is_external,
+            authorize_target=self.target_authority.check_write,
         )
 
 

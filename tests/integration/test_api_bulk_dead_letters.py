@@ -10,6 +10,7 @@ from jobsched.services.attempt import AttemptOutcome
 
 from tests.integration.test_api_runs import calls as calls
 from tests.integration.test_api_runs import create, deliver, errors_of, key_of, run_of
+from tests.integration.test_api_runs import seen as seen
 from tests.integration.test_api_runs import worker as worker
 
 pytestmark = pytest.mark.integration
@@ -132,3 +133,34 @@ def test_an_at_most_once_run_that_may_have_acted_is_redriven_only_when_accepted(
 )
 def test_bad_bulk_requests_are_a_400_naming_the_field(api, body, field):
     assert field in errors_of(api.post("/v1/dead-letters/redrive", body))
+
+
+def test_a_redrive_of_one_jobs_dead_letters_may_carry_a_fixed_payload(api, worker, seen):
+    (key,) = dead_letters(api, worker, 1, job_type="rows", payload={"rows": 0})
+    job_id = key.split("@", 1)[0]
+    (other,) = dead_letters(api, worker, 1, job_type="rows", payload={"rows": -1})
+    fixed = {"reason": "rows fixed", "jobId": job_id, "payload": {"rows": 7}}
+    dry = api.post("/v1/dead-letters/redrive", {**fixed, "dryRun": True})
+    assert dry.status == 200 and dry.body["runKeys"] == [key], dry.body
+    done = api.post("/v1/dead-letters/redrive", fixed)
+    assert done.status == 200 and done.body["runKeys"] == [key], done.body
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
+    assert seen[-1] == {"rows": 7}
+    reasons = [t["reason"] or "" for t in run_of(api, key)["transitions"]]
+    assert any("payload replaced: 10 bytes; rows fixed" in r for r in reasons), reasons
+    assert run_of(api, other)["state"] == "DEAD"  # another job's dead letter is left alone
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("redrive", {"reason": "r", "payload": {"rows": 1}}, "payload"),
+        ("redrive", {"reason": "r", "runKeys": ["j_a@2026-11-02T08:00:00Z"], "payload": 1}, "payload"),
+        ("cancel", {"reason": "r", "jobId": "j_abc", "payload": 1}, "payload"),
+        ("redrive", {"reason": "r", "jobId": "j_abc", "payload": "x" * 70_000}, "payload"),
+        ("redrive", {"reason": "r", "jobId": "j_abc", "target": {"kind": "http", "url": "ftp://x"}}, None),
+    ],
+)
+def test_a_fix_applies_only_to_a_redrive_of_one_job(api, path, body, field):
+    found = errors_of(api.post(f"/v1/dead-letters/{path}", body))
+    assert (field in found) if field else any(f.startswith("target") for f in found), found

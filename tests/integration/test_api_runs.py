@@ -62,8 +62,20 @@ def calls():
 
 
 @pytest.fixture
-def worker(container, calls):
+def seen():
+    return []  # the payloads the `rows` handler was called with
+
+
+@pytest.fixture
+def worker(container, calls, seen):
     registry = HandlerRegistry()
+
+    @registry.register("rows")
+    def rows(payload, invocation):
+        seen.append(payload)
+        if not isinstance(payload, dict) or payload.get("rows", 0) <= 0:
+            raise PermanentError("rows must be positive", error_class="HTTP400")
+        return payload["rows"]
 
     @registry.register("ok")
     def ok(payload, invocation):
@@ -538,6 +550,47 @@ def test_redrive_reason_is_bounded(api, worker):
     assert errors_of(api.post(f"/v1/runs/{key}/redrive", {"reason": "x" * 501})) == {"reason"}
     assert errors_of(api.post(f"/v1/runs/{key}/redrive", {"why": "x"})) == {"why"}
     assert run_of(api, key)["state"] == "DEAD"
+
+
+def test_a_redrive_with_a_payload_runs_it_with_that_payload_and_says_so(api, container, worker, seen):
+    job_id = create(api, type="rows", payload={"rows": -1})
+    key = key_of(job_id)
+    assert deliver(worker, key).outcome is AttemptOutcome.DEAD
+
+    response = api.post(f"/v1/runs/{key}/redrive", {"reason": "rows fixed", "payload": {"rows": 3}})
+    assert response.status == 200, response
+    detail = run_of(api, key)
+    assert detail["payload"] == {"rows": 3}
+    assert detail["transitions"][-1]["reason"] == "redrive: payload replaced: 10 bytes; rows fixed"
+    assert api.get(f"/v1/jobs/{job_id}").body["payload"] == {"rows": -1}  # the job is left as it was
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
+    assert seen == [{"rows": -1}, {"rows": 3}]
+
+
+def test_a_redrive_with_payload_null_sets_null_and_without_one_keeps_it(api, worker):
+    first = key_of(create(api, type="rows", name="a", payload={"rows": -1}))
+    second = key_of(create(api, type="rows", name="b", payload={"rows": -1}))
+    deliver(worker, first), deliver(worker, second)
+    assert api.post(f"/v1/runs/{first}/redrive", {"payload": None}).status == 200
+    assert api.post(f"/v1/runs/{second}/redrive", {"reason": "again"}).status == 200
+    assert run_of(api, first)["payload"] is None
+    assert run_of(api, first)["transitions"][-1]["reason"] == "redrive: payload replaced: 4 bytes"
+    assert run_of(api, second)["payload"] == {"rows": -1}
+
+
+def test_a_redrive_fix_is_checked_as_a_job_write_and_refused_whole(api, worker):
+    key = key_of(create(api, type="bad"))
+    deliver(worker, key)
+    big = {"blob": "x" * (64 * 1024)}
+    assert errors_of(api.post(f"/v1/runs/{key}/redrive", {"payload": big})) == {"payload"}
+    # A handler's run has no target to replace.
+    target = {"kind": "http", "url": "https://hooks.example.com/run"}
+    response = api.post(f"/v1/runs/{key}/redrive", {"target": target})
+    assert response.status == 400 and response.body["errors"][0]["field"] == "target"
+    assert "no target to replace" in response.body["errors"][0]["rule"]
+    bad_url = {"target": {"kind": "http", "url": "ftp://x"}}
+    assert errors_of(api.post(f"/v1/runs/{key}/redrive", bad_url)) == {"target.http.url"}
+    assert run_of(api, key)["state"] == "DEAD" and run_of(api, key)["redrives"] == 0
 
 
 def test_redrive_of_other_tenants_run_is_404(api, other_api, worker):

@@ -219,8 +219,11 @@ def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, con
     for example in examples:
         path, _, query = substitute(example.target, variables).partition("?")
         headers = {name: substitute(value, variables) for name, value in example.headers.items()}
-        # Bodies are single-quoted in the docs, where the shell expands nothing.
+        # Bodies are single-quoted in the docs: the shell expands only what a body closes its
+        # quote around, `"'"$JOB"'"` (a variable set by an earlier command) and `$(date ...)`.
         body = relative_dates(example.body, clock.now()) if example.body is not None else None
+        if body is not None:
+            body = _VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), body)
         response = api.request(example.method, path, headers=headers, raw_body=body, query=query)
         if example.expected is not None:
             assert response.status == example.expected, f"{example.text}\n→ {response}"

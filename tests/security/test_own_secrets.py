@@ -120,7 +120,10 @@ def test_a_stored_job_naming_them_sends_nothing(stack, receiver, now, arn):
     assert receiver.requests == []
     run = ApiClient("tenant-a").get(f"/v1/runs/{quote(key, safe='')}").body
     assert run["lastErrorClass"] == "TargetNotGranted", run
-    assert "tenant-b" not in json.dumps(run) and "internal-" not in json.dumps(run)
+    assert "internal-" not in json.dumps(run), run
+    # The run shows the target its tenant wrote (the reference), and nothing else names it.
+    assert run["target"]["headers"]["X-Leak"]["valueFrom"] == arn, run["target"]
+    assert "tenant-b" not in json.dumps({k: v for k, v in run.items() if k != "target"}), run
 
 
 def test_the_tenants_own_parameters_still_work_under_the_broad_grant(stack, receiver, now):

@@ -421,3 +421,59 @@ def test_a_job_from_before_grants_dies_at_its_run_until_it_is_granted_or_changed
     assert api.post(f"/v1/runs/{quote(key, safe='')}/redrive", {}).status == 200
     assert run_once(container, job_id)[1].outcome is AttemptOutcome.SUCCEEDED
     assert world.calls[-1][2]["Entries"][0]["Source"] == "jobsched"
+
+
+# --- a redrive with a fix: the run's own target, checked as a job's is ---
+
+
+def test_a_dead_one_time_run_gets_a_granted_target_only_by_its_redrive(world, api, container):
+    """A one-time job is COMPLETED once its run is DEAD, so its target cannot be PATCHed: the
+    redrive carries the corrected target, which passes the grants a job write passes."""
+    created = job(api, resources("tenant-a")["sqs"]["target"]).body
+    grant(container, {**GRANTED, "tenant-a": []})
+    key, result = run_once(container, created["jobId"])
+    assert result.outcome is AttemptOutcome.DEAD
+    grant(container, GRANTED)
+    job_url = f"/v1/jobs/{created['jobId']}"
+    assert api.get(job_url).body["state"] == "COMPLETED"
+    lambda_target = {"target": resources("tenant-a")["lambda"]["target"]}
+    patched = api.patch(job_url, lambda_target, headers={"If-Match": "1"})
+    assert patched.status == 409 and "redrive" in patched.body["message"], patched
+    run_url = f"/v1/runs/{quote(key, safe='')}"
+    before = api.get(run_url).body
+
+    theirs = resources("tenant-b")["lambda"]
+    refused = api.post(f"{run_url}/redrive", {"reason": "moved", "target": theirs["target"]})
+    assert refused.status == 403 and refused.body["code"] == "target_not_granted", refused
+    assert refused.body["errors"][0]["field"] == theirs["field"]
+    assert api.get(run_url).body == before  # nothing written
+
+    mine = resources("tenant-a")["lambda"]["target"]
+    redriven = api.post(f"{run_url}/redrive", {"reason": "moved", "target": mine})
+    assert redriven.status == 200, redriven
+    assert run_once(container, created["jobId"])[1].outcome is AttemptOutcome.SUCCEEDED
+    ((service, operation, params, _),) = world.calls
+    assert (service, operation, params["FunctionName"]) == ("lambda", "Invoke", mine["functionArn"])
+    detail = api.get(run_url).body
+    assert detail["target"]["functionArn"] == mine["functionArn"]
+    redrive = next(t for t in detail["transitions"] if t["to"] == "PENDING" and t["from"] == "DEAD")
+    assert f"target replaced: lambda {mine['functionArn']}; moved" in redrive["reason"], redrive
+    assert api.get(job_url).body["target"]["queueUrl"] == resources("tenant-a")["sqs"]["target"]["queueUrl"]
+
+
+def test_a_bulk_redrive_with_a_target_not_granted_changes_none(world, api, container):
+    created = job(api, resources("tenant-a")["sqs"]["target"]).body
+    grant(container, {**GRANTED, "tenant-a": []})
+    key, _ = run_once(container, created["jobId"])
+    grant(container, GRANTED)
+    theirs = resources("tenant-b")["sqs"]
+    body = {"reason": "moved", "jobId": created["jobId"], "target": theirs["target"]}
+    for dry_run in (True, False):
+        refused = api.post("/v1/dead-letters/redrive", {**body, "dryRun": dry_run})
+        assert refused.status == 403 and refused.body["errors"][0]["field"] == theirs["field"], refused
+    assert container.runs.get_by_key(key).state is RunState.DEAD
+    mine = resources("tenant-a")["eventbridge"]["target"]
+    done = api.post("/v1/dead-letters/redrive", {**body, "target": mine})
+    assert done.status == 200 and done.body["runKeys"] == [key], done
+    assert run_once(container, created["jobId"])[1].outcome is AttemptOutcome.SUCCEEDED
+    assert world.operations() == ["PutEvents"]

@@ -137,3 +137,17 @@ def test_the_overlap_policy_judges_only_runs_not_started():
     held = fresh.model_copy(update={"state": RunState.PENDING, "fence": 1, "attempt": 0})
     assert applies(held)
     assert not applies(held.model_copy(update={"redrives": 1}))
+
+
+def test_a_redrive_replaces_only_the_target_and_payload_it_is_given():
+    from jobsched.domain.models import RunFix
+
+    dead = run(RunState.DEAD, payload={"rows": 0})
+    fix = RunFix.model_validate({"target": {"kind": "eventbridge", "eventBusName": "a-bus"}})
+    fixed = lifecycle.redrive(dead, now=T0, actor="api:t", reason="r", fixes=fix.fields())
+    assert fixed.state is RunState.PENDING and fixed.target == fix.target
+    assert fixed.payload == {"rows": 0}  # not given: kept
+    cleared = lifecycle.redrive(dead, now=T0, actor="api:t", reason="r", fixes={"payload": None})
+    assert cleared.payload is None and cleared.target is None
+    with pytest.raises(ValueError, match="only target and payload"):
+        lifecycle.redrive(dead, now=T0, actor="api:t", reason="r", fixes={"job_type": "other"})

@@ -15,6 +15,7 @@ so the rules below are the whole of them:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,7 +48,8 @@ class Refusal:
 
 def advance(
     run: Run,
-    target: RunState,
+    to_state: RunState,
+    /,
     *,
     now: datetime,
     actor: str,
@@ -56,10 +58,12 @@ def advance(
     reason: str | None = None,
     **changes: Any,
 ) -> Run:
-    """Move `run` to `target`, recording who, why and under which fence; refuses a move the
+    """Move `run` to `to_state`, recording who, why and under which fence; refuses a move the
     state machine does not have. Same-state moves (a touch) are recorded the same way."""
-    if target is not run.state and not can_move(run.state, target):
-        raise TransitionRefused(f"run {run.run_key}: {run.state.value} → {target.value} is not a transition")
+    if to_state is not run.state and not can_move(run.state, to_state):
+        raise TransitionRefused(
+            f"run {run.run_key}: {run.state.value} → {to_state.value} is not a transition"
+        )
     error_class = clip_bytes(error_class, MAX_ERROR_CLASS_BYTES)
     error_message = clip_bytes(error_message, MAX_ERROR_MESSAGE_BYTES)
     reason = clip_bytes(reason, MAX_REASON_BYTES)
@@ -67,7 +71,7 @@ def advance(
         at=now,
         actor=clip_bytes(actor, MAX_REASON_BYTES) or "unknown",
         source=run.state,
-        target=target,
+        target=to_state,
         fence=changes.get("fence", run.fence),
         attempt=changes.get("attempt", run.attempt),
         error_class=error_class,
@@ -76,16 +80,16 @@ def advance(
     )
     updates: dict[str, Any] = {
         **changes,
-        "state": target,
+        "state": to_state,
         "updated_at": now,
         "history": [*run.history, entry],
     }
     if error_class is not None:
         updates["last_error_class"] = error_class
         updates["last_error_message"] = error_message
-    if reason is not None and target in TERMINAL_STATES:
+    if reason is not None and to_state in TERMINAL_STATES:
         updates["reason"] = reason  # the run's own `reason` says why it ended; history keeps the rest
-    if target in TERMINAL_STATES:
+    if to_state in TERMINAL_STATES:
         updates.setdefault("finished_at", now)
         updates["lease_owner"] = None
         updates["lease_expires_at"] = None
@@ -485,8 +489,17 @@ def discard(run: Run, *, now: datetime, actor: str, reason: str) -> Run:
 
 
 @transition("redrive")
-def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
-    """Reopen a DEAD run under the same key with a new attempt series and a new age."""
+def redrive(
+    run: Run, *, now: datetime, actor: str, reason: str | None, fixes: Mapping[str, Any] | None = None
+) -> Run:
+    """Reopen a DEAD run under the same key with a new attempt series and a new age.
+
+    `fixes`: the run's `target` and/or `payload` replaced for the new series (the caller
+    names what changed in `reason`); any other field is refused (ValueError)."""
+    fixes = dict(fixes or {})
+    unknown = set(fixes) - {"target", "payload"}
+    if unknown:
+        raise ValueError(f"a redrive can replace only target and payload, not {sorted(unknown)}")
     return advance(
         run,
         RunState.PENDING,
@@ -501,6 +514,7 @@ def redrive(run: Run, *, now: datetime, actor: str, reason: str | None) -> Run:
         finished_at=None,
         lease_owner=None,
         lease_expires_at=None,
+        **fixes,
         # The idempotency records stay: a saved result is replayed (one effect per run,
         # across redrives), and a live in-progress record still excludes a new attempt.
     )

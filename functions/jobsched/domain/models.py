@@ -520,8 +520,31 @@ Target = Annotated[
 ]
 
 
+def target_address(target: Target) -> str:
+    """Where a target points, for a history entry or a label: the HTTP method and URL without
+    its query (which may carry tokens), or the AWS resource's ARN, URL or name."""
+    if isinstance(target, HttpTarget):
+        parts = urlsplit(target.url)
+        return f"{target.method} {parts.scheme}://{parts.netloc}{parts.path}"
+    if isinstance(target, LambdaTarget):
+        return f"{target.function_arn}:{target.qualifier}" if target.qualifier else target.function_arn
+    if isinstance(target, SqsTarget):
+        return target.queue_url
+    if isinstance(target, EventBridgeTarget):
+        return target.event_bus_name
+    return target.state_machine_arn
+
+
 def payload_size(payload: Any) -> int:
     return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def payload_within_limit(payload: Any) -> Any:
+    """`payload`, if it serialises to at most MAX_PAYLOAD_BYTES; else ValueError (the rule)."""
+    size = payload_size(payload)
+    if size > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"must serialise to at most {MAX_PAYLOAD_BYTES} bytes of JSON; got {size}")
+    return payload
 
 
 class JobSpec(Model):
@@ -538,10 +561,7 @@ class JobSpec(Model):
     @field_validator("payload")
     @classmethod
     def _payload_fits(cls, value: Any) -> Any:
-        size = payload_size(value)
-        if size > MAX_PAYLOAD_BYTES:
-            raise ValueError(f"must serialise to at most {MAX_PAYLOAD_BYTES} bytes of JSON; got {size}")
-        return value
+        return payload_within_limit(value)
 
     @model_validator(mode="after")
     def _fits_the_budget(self, info: ValidationInfo) -> JobSpec:
@@ -552,6 +572,37 @@ class JobSpec(Model):
                     (), f"the job takes {size} bytes as stored (compact JSON); at most {MAX_SPEC_BYTES}"
                 )
         return self
+
+
+class RunFix(Model):
+    """What a redrive replaces on a dead run before it runs again: its target (None: kept)
+    and, when `replaces_payload`, its payload (None then sets null). Checked as a job's
+    target and payload are (validate with context=WRITE); the run's history names it."""
+
+    target: Target | None = None
+    payload: Any = None
+    replaces_payload: bool = False
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_fits(cls, value: Any) -> Any:
+        return payload_within_limit(value)
+
+    def fields(self) -> dict[str, Any]:
+        """The run fields the redrive writes."""
+        fields: dict[str, Any] = {} if self.target is None else {"target": self.target}
+        if self.replaces_payload:
+            fields["payload"] = self.payload
+        return fields
+
+    def describe(self) -> str:
+        """What the history entry records: where the new target points, the new payload's size."""
+        parts = []
+        if self.target is not None:
+            parts.append(f"target replaced: {self.target.kind} {target_address(self.target)}")
+        if self.replaces_payload:
+            parts.append(f"payload replaced: {payload_size(self.payload)} bytes")
+        return "; ".join(parts)
 
 
 class MissedWindow(Model):

@@ -225,7 +225,13 @@ class JobService:
 
         def change(job: Job, now: datetime) -> Job:
             if job.state in (JobState.CANCELLED, JobState.COMPLETED):
-                raise Conflict(f"job {job_id} is {job.state.value} and can no longer change")
+                hint = (
+                    "; to run one of its dead runs with another target or payload, redrive that run"
+                    ' with them (POST /v1/runs/{runKey}/redrive {"target": ...})'
+                    if job.state is JobState.COMPLETED
+                    else ""
+                )
+                raise Conflict(f"job {job_id} is {job.state.value} and can no longer change{hint}")
             spec = build(job)
             self._authorize(tenant, spec)  # the target as it now stands, changed or not
             updates: dict[str, object] = {"spec": spec}

@@ -27,7 +27,7 @@ from ..domain.errors import (
     ValidationFailed,
 )
 from ..domain.instants import Clock, format_instant
-from ..domain.models import Job, JobState, Overlap
+from ..domain.models import Job, JobState, Overlap, RunFix
 from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
@@ -82,6 +82,7 @@ class DeadLetterSelection:
     limit: int = 100
     cursor: str | None = None
     accept_repeated_effect: bool = False
+    fix: RunFix | None = None  # redrive only, with job_id: each run's target/payload replaced
 
 
 @dataclass
@@ -104,7 +105,11 @@ class RunService:
         max_backfill: int = 1000,
         slots: TenantSlots | None = None,
         is_external: Callable[[Run], bool] = lambda run: False,
+        authorize_target: Callable[[str, object], None] | None = None,
     ) -> None:
+        # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field: the
+        # check every job write of a target passes (services.jobs), applied to a redrive's fix.
+        self._authorize_target = authorize_target
         self._definitions = definitions
         self._slots = slots
         self._is_external = is_external
@@ -271,19 +276,31 @@ class RunService:
         reason: str | None,
         *,
         accept_repeated_effect: bool = False,
+        fix: RunFix | None = None,
     ) -> Run:
         """Reopen a DEAD run under the same key, with a fresh attempt series. The transition
         (actor, reason) is the audit record; the run key keeps effects idempotent.
 
         An at-most-once run whose effect may have started (it died `AtMostOnce`, or any
         attempt marked its effect started) would run its effect again: refused with 409
-        `effect_may_repeat` unless `accept_repeated_effect`, which the history records."""
+        `effect_may_repeat` unless `accept_repeated_effect`, which the history records.
+
+        `fix` replaces the run's target and/or payload for the new series (its job is left
+        as it is, so this is also how a COMPLETED one-time job's dead run gets a corrected
+        target); the history entry names what was replaced. Raises ValidationFailed (400) for
+        a target on a run that has none (its type runs in a handler or an external worker)
+        and TargetNotGranted (403) for a target the tenant may not call. A result an earlier
+        attempt saved is still replayed, not sent to the new target: one effect per run."""
         run = self.get_run(tenant, run_key)
         if run.state is not RunState.DEAD:
             raise Conflict(
                 f"run {run.run_key} is {run.state.value}; only a DEAD run can be redriven",
                 state=run.state.value,
             )
+        if fix is not None:
+            self._check_fix(tenant, run, fix)
+            changed = fix.describe()
+            reason = f"{changed}; {reason}" if reason else changed
         if lifecycle.effect_may_have_run(run):
             if not accept_repeated_effect:
                 raise EffectMayRepeat(
@@ -295,7 +312,21 @@ class RunService:
             reason = f"{reason}; {accepted}" if reason else accepted
         now = self._clock.now()
         # A concurrent change is a 409 (concurrent_update).
-        return self._runs.commit(run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason))
+        fixes = fix.fields() if fix is not None else None
+        return self._runs.commit(
+            run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason, fixes=fixes)
+        )
+
+    def _check_fix(self, tenant: str, run: Run, fix: RunFix) -> None:
+        """Refuse a fix the run cannot take (see `redrive`); nothing written."""
+        if fix.target is not None:
+            if run.target is None:
+                raise ValidationFailed(
+                    "target",
+                    "this run has no target to replace: its type runs in a handler or an external worker",
+                )
+            if self._authorize_target is not None:
+                self._authorize_target(tenant, fix.target)
 
     def bulk_dead_letters(
         self, tenant: str, action: BulkAction, selection: DeadLetterSelection, actor: str
@@ -306,7 +337,18 @@ class RunService:
         history entry naming the request (`request_id`); a run that is not the tenant's,
         not DEAD (any more), or at-most-once with an effect that may have run (redrive,
         without `accept_repeated_effect`) is refused on its own, never stopping the rest. A
-        dry run changes nothing and answers what it would change."""
+        dry run changes nothing and answers what it would change.
+
+        `selection.fix` (a redrive of one job's dead letters, `job_id` set) is applied to each
+        run redriven; a target the tenant may not call refuses the whole request (403)."""
+        fix = selection.fix
+        if fix is not None:
+            if action != "redrive" or selection.job_id is None:
+                raise ValidationFailed(
+                    "target", "a fix applies only to a redrive of one job's dead letters (jobId)"
+                )
+            if fix.target is not None and self._authorize_target is not None:
+                self._authorize_target(tenant, fix.target)
         request_id = "bulk_" + secrets.token_hex(8)
         cursor: str | None = None
         if selection.run_keys is not None:
@@ -332,10 +374,15 @@ class RunService:
         for key in keys:
             try:
                 if selection.dry_run:
-                    self._bulk_check(tenant, key, action, selection.accept_repeated_effect)
+                    self._bulk_check(tenant, key, action, selection.accept_repeated_effect, selection.fix)
                 elif action == "redrive":
                     self.redrive(
-                        tenant, key, actor, reason, accept_repeated_effect=selection.accept_repeated_effect
+                        tenant,
+                        key,
+                        actor,
+                        reason,
+                        accept_repeated_effect=selection.accept_repeated_effect,
+                        fix=selection.fix,
                     )
                 else:
                     self._discard(tenant, key, actor, reason)
@@ -345,11 +392,15 @@ class RunService:
             outcome.run_keys.append(key)
         return outcome
 
-    def _bulk_check(self, tenant: str, run_key: str, action: BulkAction, accept: bool) -> None:
+    def _bulk_check(
+        self, tenant: str, run_key: str, action: BulkAction, accept: bool, fix: RunFix | None
+    ) -> None:
         """What `bulk_dead_letters` would refuse for this run, raised; nothing written."""
         run = self.get_run(tenant, run_key)
         if run.state is not RunState.DEAD:
             raise Conflict(f"run {run.run_key} is {run.state.value}; only a DEAD run can be changed")
+        if action == "redrive" and fix is not None:
+            self._check_fix(tenant, run, fix)
         if action == "redrive" and lifecycle.effect_may_have_run(run) and not accept:
             raise EffectMayRepeat(
                 f"run {run.run_key} is at-most-once and its effect may already have run",

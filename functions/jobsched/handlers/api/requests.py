@@ -24,6 +24,7 @@ from ...domain.models import (
     Misfire,
     Overlap,
     Priority,
+    RunFix,
     ScheduleKind,
     Target,
     rule_on,
@@ -262,16 +263,45 @@ class BackfillBody(ApiModel):
     end: ClientInstant
 
 
-class RedriveBody(ApiModel):
+class FixFields(ApiModel):
+    """A redrive's fix: the target and/or payload the run runs with from now on (its job is
+    left as it is). Absent: kept; `"payload": null` sets null."""
+
+    target: Target | None = Field(
+        default=None, description="replaces the run's target (the rules of a job's target)"
+    )
+    payload: Any = Field(default=None, description="replaces the run's payload (given: even null)")
+
+    def fix(self) -> RunFix | None:
+        """The fix checked under the rules of a job write; None when nothing is replaced.
+        Raises ValidationFailed naming the field (target.url, payload...)."""
+        replaces_payload = "payload" in self.model_fields_set
+        if self.target is None and not replaces_payload:
+            return None
+        try:
+            return RunFix.model_validate(
+                {
+                    "target": self.target.model_dump() if self.target else None,
+                    "payload": self.payload,
+                    "replaces_payload": replaces_payload,
+                },
+                context=WRITE,
+            )
+        except ValidationError as exc:
+            raise validation_failed(exc, domain=True) from None
+
+
+class RedriveBody(FixFields):
     reason: str | None = Field(default=None, max_length=500)
     # An at-most-once run that died because its effect may have started runs that effect
     # again when redriven: the caller must say so (recorded in the run's history).
     accept_repeated_effect: StrictBool = Field(default=False, alias="acceptRepeatedEffect")
 
 
-class BulkDeadLettersBody(ApiModel):
+class BulkDeadLettersBody(FixFields):
     """Which dead letters a bulk redrive or discard changes: `runKeys`, or one page of those
-    the filters keep (`since`/`until` bound when each died), from `cursor`."""
+    the filters keep (`since`/`until` bound when each died), from `cursor`. A redrive of one
+    job's dead letters (`jobId`) may carry a fix (`target`, `payload`) for each of them."""
 
     reason: str = Field(min_length=1, max_length=500)
     dry_run: StrictBool = Field(default=False, alias="dryRun")

@@ -186,8 +186,9 @@ def redrive_run(
     tenant = tenant_of(router.current_event)
     reason = body.reason if body else None
     accept = body.accept_repeated_effect if body else False
+    fix = body.fix() if body else None
     run = container().run_service.redrive(
-        tenant, run_key_of(run_key), actor(tenant), reason, accept_repeated_effect=accept
+        tenant, run_key_of(run_key), actor(tenant), reason, accept_repeated_effect=accept, fix=fix
     )
     return json_response(200, RunView.from_run(run))
 
@@ -215,6 +216,13 @@ def _bulk(action: BulkAction, body: BulkDeadLettersBody) -> Response[BulkDeadLet
             raise ValidationFailed(named[0], "does not combine with runKeys: name the runs, or filter them")
     if body.since and body.until and body.since >= body.until:
         raise ValidationFailed("until", "must be later than since")
+    fix = body.fix()
+    if fix is not None:
+        field = "target" if fix.target is not None else "payload"
+        if action != "redrive":
+            raise ValidationFailed(field, "applies only to a redrive")
+        if body.job_id is None:
+            raise ValidationFailed(field, "applies only to the dead letters of one job: filter by jobId")
     tenant = tenant_of(router.current_event)
     selection = DeadLetterSelection(
         reason=body.reason,
@@ -227,6 +235,7 @@ def _bulk(action: BulkAction, body: BulkDeadLettersBody) -> Response[BulkDeadLet
         limit=body.limit,
         cursor=body.cursor,
         accept_repeated_effect=body.accept_repeated_effect,
+        fix=fix,
     )
     outcome = container().run_service.bulk_dead_letters(tenant, action, selection, actor(tenant))
     return json_response(200, BulkDeadLettersView.of(outcome))

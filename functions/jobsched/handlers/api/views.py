@@ -310,6 +310,10 @@ class TransitionView(View):
 
 
 class RunDetailView(RunView):
+    target: Target | None = Field(
+        default=None, description="what the run calls (its job's when it was made, or a redrive's fix)"
+    )
+    payload: Any = Field(default=None, description="what the run is called with")
     attempts: list[AttemptView]
     transitions: list[TransitionView]
     history_dropped: int = Field(
@@ -320,6 +324,8 @@ class RunDetailView(RunView):
     def from_run(cls, run: Run, waiting_for: str | None = None) -> RunDetailView:
         return cls(
             **RunView.fields_of(run, waiting_for),
+            target=shown_target(run.target),
+            payload=run.payload,
             attempts=AttemptView.attempts_of(run.history),
             transitions=[TransitionView.from_transition(t) for t in run.history],
             history_dropped=run.history_dropped,
