@@ -207,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="redrive at-most-once runs whose effect may have run (it runs again)",
         )
+    redrive.add_argument(
+        "--payload", help="run with this payload instead (JSON, or @file; null sets null); --job or RUNKEY"
+    )
+    redrive.add_argument(
+        "--target",
+        help="run with this target instead (JSON, or @file; the job keeps its own); --job or RUNKEY",
+    )
 
     docs = command(
         commands, "docs", cmd_docs, "save the API's Swagger UI page (--json: the OpenAPI document)"

@@ -285,8 +285,11 @@ class ApiClient:
     ) -> dict[str, Any]:
         return self._listing("/v1/dead-letters", {"limit": limit, "cursor": cursor}, all_pages)
 
-    def redrive(self, run_key: str, *, reason: str | None = None) -> dict[str, Any]:
-        body = {"reason": reason} if reason is not None else {}
+    def redrive(
+        self, run_key: str, *, reason: str | None = None, fix: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """`POST /v1/runs/{key}/redrive`; `fix` carries `target` and/or `payload` to run with."""
+        body: dict[str, Any] = {**(fix or {}), **({"reason": reason} if reason is not None else {})}
         run: dict[str, Any] = self._call("POST", f"/v1/runs/{quote_segment(run_key)}/redrive", body)
         return run
 

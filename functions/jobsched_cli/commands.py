@@ -228,11 +228,21 @@ def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_dlq_redrive(ctx: Context, args: argparse.Namespace) -> int:
     if args.run_key is not None and not _bulk_asked(args):
-        run = ctx.client.redrive(args.run_key, reason=args.reason)
+        run = ctx.client.redrive(args.run_key, reason=args.reason, fix=_fix(args))
         return ctx.emit(
             run, lambda: f"redriven {run.get('runKey')}  {run.get('state')}  redrives {run.get('redrives')}"
         )
     return _bulk(ctx, args, "redrive")
+
+
+def _fix(args: argparse.Namespace) -> dict[str, Any]:
+    """A redrive's `--payload`/`--target` as the API names them; empty when neither is given."""
+    fix: dict[str, Any] = {}
+    if getattr(args, "payload", None) is not None:
+        fix["payload"] = parse_json_arg("--payload", args.payload)
+    if getattr(args, "target", None) is not None:
+        fix["target"] = parse_json_arg("--target", args.target)
+    return fix
 
 
 def cmd_dlq_cancel(ctx: Context, args: argparse.Namespace) -> int:
@@ -263,6 +273,7 @@ def _bulk(ctx: Context, args: argparse.Namespace, action: str) -> int:
             body[name] = value
     if args.accept_repeated_effect:
         body["acceptRepeatedEffect"] = True
+    body.update(_fix(args))
     outcomes = [ctx.client.bulk_dead_letters(action, body)]
     while outcomes[-1].get("nextCursor") and not args.dry_run:
         outcomes.append(ctx.client.bulk_dead_letters(action, {**body, "cursor": outcomes[-1]["nextCursor"]}))

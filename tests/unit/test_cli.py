@@ -10,6 +10,7 @@ import types
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jobsched_cli as cli
@@ -1011,3 +1012,29 @@ def test_dead_letters_cancel_needs_a_run_key_or_a_filter(
 ) -> None:
     assert main(["--endpoint", stub.url, "dead-letters", "cancel"]) == 2
     assert "RUNKEY" in capsys.readouterr().err
+
+
+def test_a_redrive_sends_its_fix_for_one_run_and_for_one_jobs_dead_letters(
+    stub: StubApi, tmp_path: Path
+) -> None:
+    key = "j_abc@2026-11-02T09:00:00Z"
+    stub.routes[("POST", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z/redrive")] = (
+        200,
+        {"runKey": key, "state": "PENDING", "redrives": 1},
+        {},
+    )
+    stub.routes[("POST", "/v1/dead-letters/redrive")] = (
+        200,
+        {"requestId": "bulk_1", "runKeys": [key], "refused": [], "nextCursor": None},
+        {},
+    )
+    target = tmp_path / "target.json"
+    target.write_text('{"kind": "eventbridge", "eventBusName": "a-bus"}')
+    argv = ["--endpoint", stub.url, "dlq", "redrive"]
+    assert main([*argv, key, "--payload", "null", "--target", f"@{target}", "--reason", "moved"]) == 0
+    assert main([*argv, "--job", "j_abc", "--payload", '{"rows": 7}']) == 0
+    one, bulk = (r["body"] for r in stub.requests)
+    bus = {"kind": "eventbridge", "eventBusName": "a-bus"}
+    assert one == {"reason": "moved", "payload": None, "target": bus}
+    assert bulk["jobId"] == "j_abc" and bulk["payload"] == {"rows": 7} and "target" not in bulk
+    assert main([*argv, key, "--payload", "{not json"]) == 2
