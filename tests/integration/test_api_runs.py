@@ -988,3 +988,20 @@ def test_a_run_buffered_behind_its_running_predecessor_names_it(api, container, 
     container.sweeper.sweep()
     second = key_of(job_id, "2026-11-02T08:01:00Z")
     assert run_of(api, second)["waitingFor"] == f"buffered behind {first['runKey']}"
+
+
+def test_an_attempt_held_by_its_jobs_pause_reads_held_not_running(api, worker, clock):
+    """The worker claims the run, finds the job paused and gives the attempt back: that claim
+    ended (`held`, with its end time) and was not counted, so the next claim is attempt 1 too."""
+    job_id = create(api, type="ok", runAt=None, every=60)
+    key = key_of(job_id, "2026-11-02T08:01:00Z")  # made ahead at creation
+    clock.advance(10)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.advance(50)
+    assert deliver(worker, key).outcome is AttemptOutcome.HELD
+    clock.advance(10)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    assert deliver(worker, key).outcome is AttemptOutcome.SUCCEEDED
+    attempts = run_of(api, key)["attempts"]
+    assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "held"), (1, "succeeded")], attempts
+    assert all(a["endedAt"] for a in attempts)

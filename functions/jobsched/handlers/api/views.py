@@ -241,7 +241,7 @@ class RunView(View):
         return cls(**cls.fields_of(run, waiting_for))
 
 
-AttemptOutcome = Literal["succeeded", "failed", "dead", "cancelled", "lease_expired"]
+AttemptOutcome = Literal["succeeded", "failed", "dead", "cancelled", "lease_expired", "held", "skipped"]
 
 # How the transition that ends a lease reads as the outcome of that attempt.
 _ATTEMPT_OUTCOMES: dict[RunState, AttemptOutcome] = {
@@ -250,6 +250,10 @@ _ATTEMPT_OUTCOMES: dict[RunState, AttemptOutcome] = {
     RunState.DEAD: "dead",
     RunState.CANCELLED: "cancelled",
     RunState.LEASED: "lease_expired",  # another claim took over an expired lease
+    # Its job was paused before the effect: the attempt was given back, not counted (the
+    # next claim has the same attempt number), and the run waits for the resume.
+    RunState.PENDING: "held",
+    RunState.SKIPPED: "skipped",  # the resume decided this occurrence of the pause does not run
 }
 
 
@@ -258,7 +262,11 @@ class AttemptView(View):
     fence: int
     started_at: Instant
     ended_at: Instant | None = None
-    outcome: AttemptOutcome | None = Field(default=None, description="null while running")
+    outcome: AttemptOutcome | None = Field(
+        default=None,
+        description="null while running; `held`: given back before the effect (its job was paused),"
+        " not counted, so the next claim has the same attempt number",
+    )
     error_class: str | None = None
 
     @classmethod
