@@ -32,6 +32,7 @@ FILES: dict[str, str] = {
     "pages/job.js": JS,
     "pages/run.js": JS,
     "pages/dead.js": JS,
+    "pages/runs.js": JS,
 }
 
 CONTENT_SECURITY_POLICY = (

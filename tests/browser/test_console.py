@@ -267,3 +267,154 @@ def test_through_the_console_proxy_the_page_needs_no_key(
     finally:
         proxy.stop()
         client.cancel_job(job["jobId"])
+
+
+def dying_job(client: Any, every: int | None = None) -> dict[str, Any]:
+    """A job whose every run dies on its one attempt (demo.flaky inside its failure window)."""
+    body: dict[str, Any] = {
+        "name": unique("dies"),
+        "type": "demo.flaky",
+        "payload": {"failForSeconds": 3600},
+        "maxAttempts": 1,
+        **({"every": every} if every else {"runAt": instant(0)}),
+    }
+    job: dict[str, Any] = client.create_job(body)
+    return job
+
+
+def dead_of(client: Any, job_id: str) -> list[str]:
+    runs = client.list_runs(job_id, limit=50)["items"]
+    return [r["runKey"] for r in runs if r["state"] == "DEAD"]
+
+
+def test_the_runs_page_filters_across_jobs_and_keeps_the_filters_in_its_address(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    dies = dying_job(client)
+    fine = client.create_job({"name": unique("fine"), "type": "demo.hello", "runAt": instant(0)})
+    wait_until(driver, lambda: dead_of(client, dies["jobId"]), "the run to die")
+    wait_until(
+        driver,
+        lambda: [r for r in client.list_runs(fine["jobId"])["items"] if r["state"] == "SUCCEEDED"],
+        "the other job's run to succeed",
+    )
+    driver.get(f"{console_url}#/runs?state=DEAD")
+    wait_until(driver, lambda: every(driver, "[data-test=all-runs] tbody tr"), "the dead runs")
+    assert one(driver, "[data-test=chip-DEAD]").get_attribute("aria-pressed") == "true"
+    states = {r.get_attribute("data-state") for r in every(driver, "[data-test=all-runs] tbody tr")}
+    assert states == {"DEAD"}
+    assert row_of(driver, "data-run-key", dead_of(client, dies["jobId"])[0]) is not None
+    screenshot(driver, output_dir, "runs-dead")
+    # A second chip widens the filter, and the address says so.
+    one(driver, "[data-test=chip-SUCCEEDED]").click()
+    wait_until(driver, lambda: "state=SUCCEEDED%2CDEAD" in driver.current_url, "the address to keep both")
+    wait_until(
+        driver,
+        lambda: (
+            {r.get_attribute("data-state") for r in every(driver, "[data-test=all-runs] tbody tr")}
+            >= {"DEAD", "SUCCEEDED"}
+        ),
+        "both states listed",
+    )
+    # A job id narrows it to one job; the link, opened afresh, shows the same runs.
+    field = one(driver, "[data-test=filter-jobId]")
+    field.send_keys(fine["jobId"], "\n")
+    wait_until(driver, lambda: f"jobId={fine['jobId']}" in driver.current_url, "the job id in the address")
+    link = driver.current_url
+    driver.get(console_url + "#/jobs")
+    driver.get(link)
+    rows = wait_until(driver, lambda: every(driver, "[data-test=all-runs] tbody tr"), "the linked runs")
+    assert {r.get_attribute("data-state") for r in rows} == {"SUCCEEDED"}
+    assert one(driver, "[data-test=filter-jobId]").get_attribute("value") == fine["jobId"]
+    assert one(driver, "[data-test=chip-DEAD]").get_attribute("aria-pressed") == "true"
+    screenshot(driver, output_dir, "runs-filtered")
+    client.cancel_job(dies["jobId"])
+
+
+def test_redrive_all_matching_shows_the_dry_run_count_before_it_acts(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = dying_job(client, every=1)
+    job_id = job["jobId"]
+    wait_until(driver, lambda: len(dead_of(client, job_id)) >= 4, "four dead runs", timeout=60)
+    client.cancel_job(job_id)  # no more arrive while the test counts them
+    time.sleep(2)
+    dead = dead_of(client, job_id)
+    driver.get(f"{console_url}#/dead-letters?jobId={job_id}")
+    wait_until(
+        driver, lambda: len(every(driver, "[data-test=dead-letters] tbody tr")) == len(dead), "its rows"
+    )
+
+    # One of them ticked and dismissed: one audited request, that run CANCELLED.
+    dismissed = dead[0]
+    row_of(driver, "data-run-key", dismissed).find_element(By.CSS_SELECTOR, "[data-test=select]").click()
+    assert "(1)" in one(driver, "[data-test=dismiss-selected]").text
+    one(driver, "[data-test=bulk-reason]").send_keys("obsolete run")
+    one(driver, "[data-test=dismiss-selected]").click()
+    one(driver, "[data-test=dismiss-selected]").click()  # the confirmation
+    kind, text = wait_until(driver, lambda: shown_notice(driver), "the dismissal notice")
+    assert kind == "ok" and "Dismissed 1" in text, text
+    assert client.get_run(dismissed)["state"] == "CANCELLED"
+    rest = dead[1:]
+
+    # All that match: a dry run counts them, nothing changes until it is confirmed.
+    one(driver, "[data-test=redrive-matching]").click()
+    count = wait_until(driver, lambda: one(driver, "[data-test=dry-run-count]").text, "the dry-run count")
+    assert count == f"{len(rest)} dead letters would be redriven", count
+    assert all(client.get_run(key)["state"] == "DEAD" for key in rest)
+    screenshot(driver, output_dir, "dead-letters-redrive-all")
+    one(driver, "[data-test=confirm-redrive]").click()
+
+    def redriven() -> str | None:
+        shown = notice(driver)[1]
+        return shown if shown.startswith("Redriven") else None
+
+    text = wait_until(driver, redriven, "the redrive's notice")
+    assert f"Redriven {len(rest)} dead letters" in text, text
+    for key in rest:
+        redrive = [
+            t for t in client.get_run(key)["transitions"] if t["from"] == "DEAD" and t["to"] == "PENDING"
+        ]
+        assert (
+            len(redrive) == 1 and "bulk_" in redrive[0]["reason"] and "obsolete run" in redrive[0]["reason"]
+        )
+
+
+def test_the_jobs_list_shows_each_jobs_last_run_on_one_line(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    job = client.create_job(
+        {
+            "name": unique("every-minute"),
+            "type": "demo.hello",
+            "cron": "* * * * *",
+            "timeZone": "Europe/London",
+        }
+    )
+    try:
+        client.trigger(job["jobId"])
+        wait_until(
+            driver,
+            lambda: [r for r in client.list_runs(job["jobId"])["items"] if r["state"] == "SUCCEEDED"],
+            "its triggered run",
+        )
+        driver.get(f"{console_url}#/jobs")
+        row = wait_until(driver, lambda: row_of(driver, "data-job-id", job["jobId"]), "the job in the list")
+        last = wait_until(
+            driver,
+            lambda: row_of(driver, "data-job-id", job["jobId"]).find_element(
+                By.CSS_SELECTOR, "[data-test=last-run]"
+            ),
+            "its last run",
+        )
+        assert last.get_attribute("data-state") == "SUCCEEDED"
+        row = row_of(driver, "data-job-id", job["jobId"])
+        assert row.size["height"] <= 48, row.size  # one line a row: the cron text does not wrap
+        width = driver.execute_script("return document.documentElement.scrollWidth")
+        assert width <= driver.execute_script("return window.innerWidth"), "the list scrolls sideways"
+        screenshot(driver, output_dir, "jobs-compact")
+    finally:
+        client.cancel_job(job["jobId"])

@@ -88,9 +88,12 @@ export const api = {
   trigger: (jobId) => call("POST", `/v1/jobs/${segment(jobId)}/trigger`),
   listRuns: (jobId, { cursor, limit, view } = {}) =>
     call("GET", `/v1/jobs/${segment(jobId)}/runs`, { query: { cursor, limit, view } }),
+  listAllRuns: (query = {}) => call("GET", "/v1/runs", { query }),
   getRun: (runKey) => call("GET", `/v1/runs/${segment(runKey)}`),
   redrive: (runKey, reason) =>
     call("POST", `/v1/runs/${segment(runKey)}/redrive`, { body: reason ? { reason } : {} }),
+  // body: {reason, dryRun, runKeys} or {reason, dryRun, jobId, errorClass, since, until, cursor}
+  bulkDeadLetters: (action, body) => call("POST", `/v1/dead-letters/${action}`, { body }),
   cancelRun: (runKey) => call("POST", `/v1/runs/${segment(runKey)}/cancel`),
   deadLetters: ({ cursor, limit } = {}) => call("GET", "/v1/dead-letters", { query: { cursor, limit } }),
 };

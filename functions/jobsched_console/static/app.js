@@ -7,6 +7,7 @@ import { deadPage } from "./pages/dead.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
 import { runPage } from "./pages/run.js";
+import { runsPage } from "./pages/runs.js";
 
 const REFRESH_MS = 5000;
 
@@ -22,6 +23,7 @@ const notice = document.getElementById("notice");
 const routes = [
   [/^#\/jobs\/([^/?]+)$/, jobPage, ["id"]],
   [/^#\/runs\/([^?]+)$/, runPage, ["key"]],
+  [/^#\/runs$/, runsPage, []],
   [/^#\/dead-letters$/, deadPage, []],
   [/^#\/jobs$/, jobsPage, []],
 ];
@@ -54,7 +56,8 @@ function route() {
     const match = pattern.exec(path);
     if (match) {
       names.forEach((name, index) => params.set(name, decodeURIComponent(match[index + 1])));
-      return { page, params, section: page === deadPage ? "dead" : "jobs" };
+      const section = page === deadPage ? "dead" : page === runsPage || page === runPage ? "runs" : "jobs";
+      return { page, params, section };
     }
   }
   return null;

@@ -8,7 +8,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const SAFE_ATTRIBUTES = new Set([
   "class", "id", "href", "type", "name", "value", "placeholder", "title", "role", "for",
   "autocomplete", "disabled", "hidden", "colspan", "aria-label", "aria-live", "data-state",
-  "data-test", "data-run-key", "data-job-id", "maxlength", "required", "spellcheck",
+  "data-test", "data-run-key", "data-job-id", "maxlength", "required", "spellcheck", "aria-pressed",
 ]);
 
 function setAttributes(node, attributes) {

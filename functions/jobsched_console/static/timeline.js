@@ -9,7 +9,8 @@ const LANE = 20;
 const TOP = 34;
 const LEFT = 170;
 const PLOT = 520;
-const RIGHT = 260;
+const RIGHT = 300;
+const LABEL_CHARS = 44; // what RIGHT holds at the lane font's width
 const WIDTH = LEFT + PLOT + RIGHT;
 // Seconds after the scheduled instant are drawn on a log scale: a 1 s start and a 5 min
 // retry backoff both stay readable. The API's instants are whole seconds.
@@ -42,7 +43,7 @@ export function laneOf(run, detail, now) {
     attempt: attempt.attempt,
     start: after(attempt.startedAt),
     end: attempt.endedAt ? after(attempt.endedAt) : unended,
-    outcome: attempt.outcome || (open ? "running" : "ended"),
+    outcome: attempt.outcome || (attempt.endedAt || !open ? "ended" : "running"),
     errorClass: attempt.errorClass,
   }));
   const firstStart = attempts.length ? attempts[0].start : null;
@@ -56,10 +57,18 @@ function summary(lane) {
   const { run, attempts, lateness } = lane;
   const parts = [run.state];
   if (lateness !== null) parts.push(`started +${span(lateness)}`);
-  if (attempts.length > 1) parts.push(`${attempts.length} attempts`);
-  if (run.redrives) parts.push(`redriven ${run.redrives}×`);
+  // Claims given back before the effect (held by a pause) are drawn, not counted.
+  const counted = attempts.filter((attempt) => attempt.outcome !== "held").length;
+  if (counted > 1) parts.push(`${counted} attempts`);
+  if (run.redrives) parts.push(`${run.redrives} redrive${run.redrives > 1 ? "s" : ""}`);
   if (run.state === "SKIPPED" && run.skippedCount > 1) parts.push(`${run.skippedCount} occurrences`);
   return parts.join(" · ");
+}
+
+/** The lane's label, cut to what its column holds; the whole of it is the lane's title. */
+function shortSummary(lane) {
+  const full = summary(lane);
+  return full.length > LABEL_CHARS ? `${full.slice(0, LABEL_CHARS - 1)}…` : full;
 }
 
 function legend(y) {
@@ -138,8 +147,9 @@ export function timeline(runs, details, now, onOpen) {
       );
     }
     for (const attempt of lane.attempts) {
-      const start = x(attempt.start);
-      const width = Math.max(x(attempt.end) - start, 6);
+      // Kept inside the plot: a short attempt at its right edge must not run into the labels.
+      const start = Math.min(x(attempt.start), LEFT + PLOT - 6);
+      const width = Math.min(Math.max(x(attempt.end) - start, 6), LEFT + PLOT - start);
       const bar = s("rect", {
         class: `attempt outcome-${attempt.outcome}`,
         x: start,
@@ -158,7 +168,7 @@ export function timeline(runs, details, now, onOpen) {
       // Just left of zero, its tip on it: a run that started at once still shows its bar.
       s("path", { class: skipped ? "marker skipped" : "marker scheduled", d: `M ${x(0) - 5} ${mid - 5} l 5 5 l -5 5 l -5 -5 z` }),
     );
-    group.appendChild(s("text", { class: "outcome", x: LEFT + PLOT + 10, y: mid + 4 }, summary(lane)));
+    group.appendChild(s("text", { class: "outcome", x: LEFT + PLOT + 10, y: mid + 4 }, shortSummary(lane)));
     if (onOpen) {
       group.addEventListener("click", () => onOpen(run.runKey));
       group.addEventListener("keydown", (event) => {

@@ -114,8 +114,9 @@ export function jobPage(root, params, ctx) {
             ? h("ol", { class: "times", "data-test": "fire-times" }, job.nextFireTimes.map((time) => h("li", null, `${instant(time)} (${relative(time, now)})`)))
             : h("p", { class: "muted" }, job.state === "ACTIVE" ? "none: the schedule has ended" : `none while ${job.state}`),
           h("h2", null, "Counters"),
+          h("p", { class: "muted small" }, "How runs ended, manual and backfilled ones too; a redriven run counts each time it ends."),
           fields([
-            ["Runs made", String(job.runsCreated)],
+            ["Scheduled runs made", String(job.runsCreated)],
             ["Succeeded", String(c.succeeded)],
             ["Dead", String(c.dead)],
             ["Missed", String(c.missed)],

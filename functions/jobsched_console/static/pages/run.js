@@ -7,6 +7,19 @@ import { badge, confirmButton, jobLink } from "./common.js";
 
 const OPEN = new Set(["PENDING", "QUEUED", "LEASED", "RETRY_WAIT"]);
 
+// Claims that ended before the effect and gave their attempt back: the next claim has the
+// same attempt number.
+const NOT_COUNTED = new Map([
+  ["held", "held: its job was paused before the effect"],
+  ["skipped", "skipped: the job's resume decided this occurrence does not run"],
+]);
+
+/** An attempt's outcome; one with no outcome is running only while it has no end. */
+export function attemptState(attempt) {
+  if (attempt.outcome) return attempt.outcome;
+  return attempt.endedAt ? "ended" : "running";
+}
+
 function fields(pairs) {
   return h("dl", { class: "fields" }, pairs.filter(([, value]) => value !== undefined && value !== null && value !== "")
     .map(([name, value]) => [h("dt", null, name), h("dd", null, value)]));
@@ -81,14 +94,15 @@ export function runPage(root, params, ctx) {
         h("h2", null, "Attempts"),
         run.attempts.length
           ? h("table", { class: "grid-table", "data-test": "attempts" },
-            h("thead", null, h("tr", null, ["Attempt", "Fence", "Started", "Ended", "Took", "Outcome", "Error"].map((t) => h("th", null, t)))),
-            h("tbody", null, run.attempts.map((a) => h("tr", { "data-state": a.outcome || "running" },
-              h("td", { class: "num" }, String(a.attempt)),
+            h("thead", null, h("tr", null, ["Claim", "Attempt", "Fence", "Started", "Ended", "Took", "Outcome", "Error"].map((t) => h("th", null, t)))),
+            h("tbody", null, run.attempts.map((a, index) => h("tr", { "data-state": attemptState(a) },
+              h("td", { class: "num" }, `#${index + 1}`),
+              h("td", { class: "num" }, NOT_COUNTED.has(a.outcome) ? h("span", { class: "muted", title: NOT_COUNTED.get(a.outcome) }, `${a.attempt} (not counted)`) : String(a.attempt)),
               h("td", { class: "num" }, String(a.fence)),
               h("td", null, instant(a.startedAt)),
-              h("td", null, a.endedAt ? instant(a.endedAt) : "running"),
+              h("td", null, a.endedAt ? instant(a.endedAt) : attemptState(a)),
               h("td", { class: "num" }, duration(a.startedAt, a.endedAt)),
-              h("td", null, a.outcome ? badge(a.outcome) : "running"),
+              h("td", null, badge(attemptState(a)), NOT_COUNTED.has(a.outcome) ? h("div", { class: "muted small" }, NOT_COUNTED.get(a.outcome)) : null),
               h("td", null, a.errorClass || "")))))
           : h("p", { class: "muted" }, "No attempt has started.")),
       h("section", { class: "card" },
