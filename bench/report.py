@@ -118,6 +118,19 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": None,
             }
         )
+    bulk = results.get("bulk")
+    if bulk:
+        rows.append(
+            {
+                "what": f"bulk redrive of {bulk['dead_letters']} dead letters (one job)",
+                "measured": (
+                    f"{bulk['api_requests']} requests, {_f(bulk['write_units_per_run'])} write units a run, "
+                    f"{_f(bulk['seconds_in_moto'], 1)} s in moto"
+                ),
+                "goal": "every run redriven, one audited entry each",
+                "met": bulk["redriven"] == bulk["runs_with_one_audited_entry"] == bulk["dead_letters"],
+            }
+        )
     cap = results.get("capacity")
     if cap:
         for burst in cap.get("top_of_hour", [])[:2]:
@@ -203,7 +216,34 @@ def markdown(results: dict[str, Any], picture: str | None) -> str:
         out += _hot_md(results["hotpath"])
     if "capacity" in results:
         out += _cap_md(results["capacity"])
+    if "bulk" in results:
+        out += _bulk_md(results["bulk"])
     return "\n".join(out) + "\n"
+
+
+def _bulk_md(bulk: dict[str, Any]) -> list[str]:
+    by_index = ", ".join(f"`{k}` {_f(v, 0)}" for k, v in bulk["gsi_write_units_by_index"].items())
+    operations = ", ".join(f"{k} {v}" for k, v in sorted(bulk["dynamodb_operations"].items()))
+    return [
+        "## 6. Bulk redrive of dead letters",
+        "",
+        f"{bulk['dead_letters']} runs of one job killed by the worker, then `POST /v1/dead-letters/redrive` "
+        "by `jobId` through the `api` handler: a dry run, then each page (at most 100 runs) until no "
+        "`nextCursor` is left. Write units are billed from the items before and after each write.",
+        "",
+        "| API requests | redriven | refused | runs with one audited entry | DynamoDB requests | "
+        "table write units | index write units | read units | write units a run | seconds in moto (dry run) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {bulk['api_requests']} | {bulk['redriven']} | {bulk['refused']} | {bulk['runs_with_one_audited_entry']} | "
+        f"{bulk['dynamodb_requests']} | {_f(bulk['write_units'], 0)} | {_f(bulk['gsi_write_units'], 0)} | "
+        f"{_f(bulk['read_units'], 0)} | {_f(bulk['write_units_per_run'])} | {_f(bulk['seconds_in_moto'], 1)} "
+        f"({_f(bulk['dry_run_seconds'], 1)}) |",
+        "",
+        f"DynamoDB requests: {operations}. Index write units: {by_index} (a run leaving `dead_by_tenant` "
+        "pays for its whole projected entry). Each run is read once, then written once under its "
+        "version: a run that changed meanwhile is refused on its own (409), never overwritten.",
+        "",
+    ]
 
 
 def _lag_md(lag: dict[str, Any], picture: str | None) -> list[str]:

@@ -147,3 +147,28 @@ def test_local_mode_burst_of_200_has_the_issues_five_second_goal() -> None:
     assert lag_goal_seconds({"scenario": "burst of 200 due in one second", "runs": 200}) == 5.0
     assert lag_goal_seconds({"scenario": "burst of 50 due in one second", "runs": 50}) == 1.0
     assert lag_goal_seconds({"scenario": "steady stream: 1 run due per second for 60 s", "runs": 60}) == 1.0
+
+
+@pytest.mark.integration
+def test_bulk_redrive_smoke() -> None:
+    """Small, but through the whole path: every run redriven once, each audited, with units billed."""
+    from bench import bulk, report
+
+    result = bulk.run(dead=120)  # more than one page of 100
+    assert result["api_requests"] == 3 and result["dry_run_count"] == 100
+    assert result["redriven"] == result["runs_with_one_audited_entry"] == 120
+    assert result["write_units"] > 0 and "dead_by_tenant" in result["gsi_write_units_by_index"]
+    results = {
+        "environment": {
+            "cpus": 2,
+            "python": "3",
+            "load_before": (0.0, 0.0, 0.0),
+            "load_after": (0.0, 0.0, 0.0),
+            "mode": "smoke",
+            "seconds": 0.0,
+            "finished_at": "now",
+        },
+        "bulk": result,
+    }
+    assert "## 6. Bulk redrive of dead letters" in report.markdown(results, None)
+    assert "bulk redrive of 120" in report.terminal(results)
