@@ -194,3 +194,27 @@ def test_a_finished_range_lists_a_run_that_ended_before_its_instant(api, clock):
     query = "timeField=finished&state=CANCELLED&since=2026-11-02T07:59:00Z&until=2026-11-02T08:00:01Z"
     assert listed(api, query)[0] == [made]
     assert listed(api, "timeField=finished&state=CANCELLED")[0] == [made]
+
+
+def test_an_index_still_being_filled_after_an_upgrade_is_a_503_to_retry(api, container, monkeypatch):
+    """DynamoDB refuses a query of an index it is still filling from the table (it was just
+    added) with a ValidationException: the listing answers 503 with a Retry-After, not 500."""
+    from botocore.exceptions import ClientError
+    from jobsched.store.schema import TENANT_RUNS_INDEX
+
+    client = container.runs.client
+    query = client.query
+
+    def backfilling(**params):
+        if params.get("IndexName") == TENANT_RUNS_INDEX:
+            message = f"Cannot read from backfilling global secondary index: {TENANT_RUNS_INDEX}"
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": message}}, "Query")
+        return query(**params)
+
+    monkeypatch.setattr(client, "query", backfilling)
+    answer = api.get("/v1/runs")
+    assert answer.status == 503 and answer.body["code"] == "unavailable", answer
+    assert "still being built" in answer.body["message"]
+    assert answer.headers["Retry-After"] == "60"
+    monkeypatch.setattr(client, "query", query)
+    assert api.get("/v1/runs").status == 200

@@ -120,10 +120,15 @@ class StaleFence(JobschedError):
 
 
 class StorageUnavailable(JobschedError):
-    """The store throttled or failed after retries; safe for the caller to retry."""
+    """The store throttled or failed after retries; safe for the caller to retry, after
+    `retry_after` seconds (the API's `Retry-After`)."""
 
     status = 503
     code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 1, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after = retry_after
 
 
 # --- execution outcomes: how a target's failure is classed for the retry policy ---

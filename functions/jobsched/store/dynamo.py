@@ -79,12 +79,28 @@ def translated_errors() -> Iterator[None]:
     except ClientError as exc:
         if error_code(exc) in THROTTLING_CODES:
             raise StorageUnavailable("the store is throttling; retry with backoff") from exc
+        if error_code(exc) == "ValidationException" and _backfilling_index(exc):
+            # An index an upgrade added is readable once DynamoDB has filled it from the
+            # table (minutes to hours): until then a listing it serves is a 503 to retry.
+            raise StorageUnavailable(
+                "this listing's index is still being built after an upgrade; retry in a few minutes",
+                retry_after=BACKFILL_RETRY_SECONDS,
+            ) from exc
         if error_code(exc) == "ValidationException" and _names_start_key(exc):
             # A well-formed cursor whose key lies outside the listing (its bounds or schema).
             raise ValidationFailed("cursor", "is not a cursor returned by this listing") from None
         raise
     except BotoCoreError as exc:
         raise StorageUnavailable(f"the store could not be reached: {exc}") from exc
+
+
+BACKFILL_RETRY_SECONDS = 60
+
+
+def _backfilling_index(exc: ClientError) -> bool:
+    """DynamoDB's answer to a query of an index still being filled after it was added."""
+    message = str(exc.response.get("Error", {}).get("Message", "")).lower()
+    return "backfilling global secondary index" in message
 
 
 def _names_start_key(exc: ClientError) -> bool:

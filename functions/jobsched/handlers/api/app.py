@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.models import OpenAPI, Server
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ...domain.errors import FieldProblem, JobschedError, Unauthenticated
+from ...domain.errors import FieldProblem, JobschedError, StorageUnavailable, Unauthenticated
 from ...observability import logger, tracer
 from ...wiring import container
 from . import jobs, leases, runs
@@ -94,9 +94,15 @@ def rate_limit(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> 
     try:
         container().jobs.admit(tenant)
     except JobschedError as exc:
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
-        return json_response(exc.status, exc.to_dict(), headers)
+        return json_response(exc.status, exc.to_dict(), retry_headers(exc))
     return next_middleware(app)
+
+
+def retry_headers(exc: JobschedError) -> dict[str, str] | None:
+    """`Retry-After` for an answer worth sending again: 429, and a 503 after its own wait."""
+    if isinstance(exc, StorageUnavailable):
+        return {"Retry-After": str(exc.retry_after)}
+    return {"Retry-After": "1"} if exc.status == 429 else None
 
 
 app.use(middlewares=[rate_limit])
@@ -117,7 +123,7 @@ def invalid_request(problems: list[FieldProblem], code: str = "invalid_request")
 def domain_error(exc: JobschedError) -> Response[Any]:
     if exc.status >= 500:
         logger.warning("request failed", extra={"code": exc.code, "error": exc.message})
-    return json_response(exc.status, exc.to_dict())
+    return json_response(exc.status, exc.to_dict(), retry_headers(exc))
 
 
 @app.exception_handler(RequestValidationError)
