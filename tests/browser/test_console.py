@@ -418,3 +418,66 @@ def test_the_jobs_list_shows_each_jobs_last_run_on_one_line(
         screenshot(driver, output_dir, "jobs-compact")
     finally:
         client.cancel_job(job["jobId"])
+
+
+def test_a_run_redriven_twice_keeps_its_bars_and_label_in_their_columns(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    """Each redrive dies again: the lane's label names both redrives within its column, the
+    bars stay inside the plot, and the counters say that every ending counts."""
+    driver = signed_in
+    job = dying_job(client)
+    (key,) = wait_until(driver, lambda: dead_of(client, job["jobId"]), "the run to die")
+    for redrive in (1, 2):
+        client.redrive(key, reason=f"try {redrive}")
+        wait_until(
+            driver,
+            lambda n=redrive: (run := client.get_run(key))["state"] == "DEAD" and run["redrives"] == n,
+            f"redrive {redrive} to die",
+        )
+    driver.get(f"{console_url}#/jobs/{job['jobId']}")
+    lane = wait_until(driver, lambda: one(driver, f"svg.timeline g.lane[data-run-key='{key}']"), "its lane")
+    label = lane.find_element(By.CSS_SELECTOR, "text.outcome").text
+    assert label.startswith("DEAD") and "2 redrives" in label and len(label) <= 44, label
+    plot_end = 170 + 520  # timeline.js: LEFT + PLOT, in the drawing's own units
+    for bar in lane.find_elements(By.CSS_SELECTOR, "rect.attempt"):
+        right = float(bar.get_attribute("x")) + float(bar.get_attribute("width"))
+        assert right <= plot_end + 0.01, (bar.get_attribute("x"), bar.get_attribute("width"))
+    counters = one(driver, ".columns").text
+    assert "a redriven run counts each time it ends" in counters
+    assert "Scheduled runs made\n1" in counters and "Dead\n3" in counters, counters
+    screenshot(driver, output_dir, "job-redriven-twice")
+
+
+def test_a_claim_held_by_a_pause_reads_held_and_not_counted(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    """Runs made ahead reach the worker while their job is paused: each claim is given back
+    (held, with its end), and after the resume the next claim is attempt 1 again."""
+    driver = signed_in
+    job = client.create_job(
+        {"name": unique("every-3s"), "type": "demo.hello", "cron": "*/3 * * * * *", "timeZone": "UTC"}
+    )
+    job_id = job["jobId"]
+    try:
+        wait_until(driver, lambda: client.list_runs(job_id, view="upcoming")["items"], "runs made ahead")
+        client.pause(job_id)
+
+        def held() -> str | None:
+            for run in client.list_runs(job_id, limit=20)["items"]:
+                attempts = client.get_run(run["runKey"])["attempts"]
+                if any(a["outcome"] == "held" for a in attempts):
+                    return str(run["runKey"])
+            return None
+
+        key = wait_until(driver, held, "a claim held by the pause", timeout=45)
+        client.resume(job_id)
+        driver.get(f"{console_url}#/runs/{key}")
+        rows = wait_until(driver, lambda: every(driver, "[data-test=attempts] tbody tr"), "its attempts")
+        first = rows[0]
+        assert first.get_attribute("data-state") == "held"
+        assert "not counted" in first.text and "running" not in first.text, first.text
+        assert first.text.startswith("#1")
+        screenshot(driver, output_dir, "run-held")
+    finally:
+        client.cancel_job(job_id)
