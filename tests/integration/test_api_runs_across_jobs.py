@@ -12,6 +12,7 @@ from jobsched.services.attempt import AttemptOutcome
 
 from tests.integration.test_api_runs import calls as calls
 from tests.integration.test_api_runs import create, deliver, errors_of, hourly, key_of
+from tests.integration.test_api_runs import seen as seen
 from tests.integration.test_api_runs import worker as worker
 
 pytestmark = pytest.mark.integration
