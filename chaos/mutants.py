@@ -55,6 +55,16 @@ def _overlap_ignored(original: Any) -> Any:
     return overlap_verdict
 
 
+def _overlap_walk_gives_up(original: Any) -> Any:
+    def latest_ran_before(self: Any, run: Any, *, page_size: int = 100, max_pages: int = 40) -> Any:
+        # One record a page, one page: a walk that meets a pause's SKIPPED occurrence first
+        # stops there and answers "no earlier run" as if it had reached the job's start.
+        earlier, _ = original(self, run, page_size=1, max_pages=1)
+        return earlier, True
+
+    return latest_ran_before
+
+
 def _deadline_recorded_early(original: Any) -> Any:
     def record_deadline(precise_now: Any, remaining_seconds: float, lifetime_seconds: float) -> Any:
         return precise_now + timedelta(seconds=1)  # the record ends a second after it is written
@@ -184,6 +194,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # An occurrence its job's pause held is released by the resume without `skip`/`buffer-one`.
     Mutant("held-run-not-judged", "jobsched.services.attempt.applies",
            _held_run_not_judged, "overlap_violations", "paused-overlap"),
+    # The overlap walk stops at the first SKIPPED record of a pause and reports no earlier
+    # run: the next occurrence runs beside a live one behind the pause's skips.
+    Mutant("overlap-walk-gives-up", "jobsched.store.runs.RunStore.latest_ran_before",
+           _overlap_walk_gives_up, "overlap_violations", "pause-skips"),
     # The in-progress record ends a second after it is written, not at the deadline.
     Mutant("deadline-recorded-early", "jobsched.services.attempt.record_deadline",
            _deadline_recorded_early, "duplicate_effects", "deaths"),

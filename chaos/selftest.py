@@ -94,6 +94,28 @@ WORLDS: dict[str, ChaosConfig] = {
             rates=(5, 7, 10),
         ),
     ),
+    # `skip`/`buffer-one` jobs whose runs retry for a minute, paused and resumed under `skip`
+    # or `run-once`: the pause's occurrences are SKIPPED records (naming no run), and the
+    # next run's overlap walk must pass them to the earlier run still retrying.
+    "pause-skips": ChaosConfig(
+        seed=11,
+        runs=80,
+        window_seconds=200,
+        faults=replace(QUIET, control=0.15),
+        resume_after=(20, 40),
+        cancel_share=0.0,
+        tenant_concurrency=0,
+        hog=False,
+        mix=Mix(
+            types=((OK, 10), (DOWN, 90)),
+            overlap=(0, 50, 50),
+            misfire=(1, 1, 0),
+            max_attempts=(5, 5),
+            base_seconds=4.0,
+            kinds=(0, 1, 0),
+            rates=(5, 7),
+        ),
+    ),
     # Lost stream batches, failed publishes, outboxes that die between their marks and their
     # sends, and workers that die after their claim: runs that must start again within the
     # restart goal.
