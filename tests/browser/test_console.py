@@ -430,11 +430,12 @@ def test_a_run_redriven_twice_keeps_its_bars_and_label_in_their_columns(
     (key,) = wait_until(driver, lambda: dead_of(client, job["jobId"]), "the run to die")
     for redrive in (1, 2):
         client.redrive(key, reason=f"try {redrive}")
-        wait_until(
-            driver,
-            lambda n=redrive: (run := client.get_run(key))["state"] == "DEAD" and run["redrives"] == n,
-            f"redrive {redrive} to die",
-        )
+
+        def died_again(count: int = redrive) -> bool:
+            run = client.get_run(key)
+            return bool(run["state"] == "DEAD" and run["redrives"] == count)
+
+        wait_until(driver, died_again, f"redrive {redrive} to die")
     driver.get(f"{console_url}#/jobs/{job['jobId']}")
     lane = wait_until(driver, lambda: one(driver, f"svg.timeline g.lane[data-run-key='{key}']"), "its lane")
     label = lane.find_element(By.CSS_SELECTOR, "text.outcome").text
