@@ -291,6 +291,20 @@ class RunService:
         a target on a run that has none (its type runs in a handler or an external worker)
         and TargetNotGranted (403) for a target the tenant may not call. A result an earlier
         attempt saved is still replayed, not sent to the new target: one effect per run."""
+        if fix is not None:
+            self._authorize_fix(tenant, fix)
+        return self._reopen(tenant, run_key, actor, reason, accept_repeated_effect, fix)
+
+    def _reopen(
+        self,
+        tenant: str,
+        run_key: str,
+        actor: str,
+        reason: str | None,
+        accept_repeated_effect: bool,
+        fix: RunFix | None,
+    ) -> Run:
+        """`redrive` once its fix's target is authorised (by the caller, once per request)."""
         run = self.get_run(tenant, run_key)
         if run.state is not RunState.DEAD:
             raise Conflict(
@@ -298,7 +312,7 @@ class RunService:
                 state=run.state.value,
             )
         if fix is not None:
-            self._check_fix(tenant, run, fix)
+            self._check_fix(run, fix)
             changed = fix.describe()
             reason = f"{changed}; {reason}" if reason else changed
         if lifecycle.effect_may_have_run(run):
@@ -317,16 +331,19 @@ class RunService:
             run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason, fixes=fixes)
         )
 
-    def _check_fix(self, tenant: str, run: Run, fix: RunFix) -> None:
-        """Refuse a fix the run cannot take (see `redrive`); nothing written."""
-        if fix.target is not None:
-            if run.target is None:
-                raise ValidationFailed(
-                    "target",
-                    "this run has no target to replace: its type runs in a handler or an external worker",
-                )
-            if self._authorize_target is not None:
-                self._authorize_target(tenant, fix.target)
+    def _authorize_fix(self, tenant: str, fix: RunFix) -> None:
+        """TargetNotGranted (403) for a fix's target the tenant may not call; nothing written."""
+        if fix.target is not None and self._authorize_target is not None:
+            self._authorize_target(tenant, fix.target)
+
+    @staticmethod
+    def _check_fix(run: Run, fix: RunFix) -> None:
+        """ValidationFailed (400) for a fix this run cannot take (see `redrive`)."""
+        if fix.target is not None and run.target is None:
+            raise ValidationFailed(
+                "target",
+                "this run has no target to replace: its type runs in a handler or an external worker",
+            )
 
     def bulk_dead_letters(
         self, tenant: str, action: BulkAction, selection: DeadLetterSelection, actor: str
@@ -347,8 +364,7 @@ class RunService:
                 raise ValidationFailed(
                     "target", "a fix applies only to a redrive of one job's dead letters (jobId)"
                 )
-            if fix.target is not None and self._authorize_target is not None:
-                self._authorize_target(tenant, fix.target)
+            self._authorize_fix(tenant, fix)  # once for the request, not once a run
         request_id = "bulk_" + secrets.token_hex(8)
         cursor: str | None = None
         if selection.run_keys is not None:
@@ -376,14 +392,7 @@ class RunService:
                 if selection.dry_run:
                     self._bulk_check(tenant, key, action, selection.accept_repeated_effect, selection.fix)
                 elif action == "redrive":
-                    self.redrive(
-                        tenant,
-                        key,
-                        actor,
-                        reason,
-                        accept_repeated_effect=selection.accept_repeated_effect,
-                        fix=selection.fix,
-                    )
+                    self._reopen(tenant, key, actor, reason, selection.accept_repeated_effect, selection.fix)
                 else:
                     self._discard(tenant, key, actor, reason)
             except JobschedError as exc:  # this run's own refusal (or the store's 503)
@@ -400,7 +409,7 @@ class RunService:
         if run.state is not RunState.DEAD:
             raise Conflict(f"run {run.run_key} is {run.state.value}; only a DEAD run can be changed")
         if action == "redrive" and fix is not None:
-            self._check_fix(tenant, run, fix)
+            self._check_fix(run, fix)
         if action == "redrive" and lifecycle.effect_may_have_run(run) and not accept:
             raise EffectMayRepeat(
                 f"run {run.run_key} is at-most-once and its effect may already have run",
