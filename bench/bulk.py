@@ -16,24 +16,10 @@ from datetime import timedelta
 from typing import Any
 
 from .amplification import T0, moto_container
-from .calls import Recorder
+from .calls import Recorder, moto_images
 
 TENANT = "tenant-bench"
 JOB_TYPE = "bench.rejects"
-
-
-def _images() -> Any:
-    """Item images straight from moto's backend: no request, nothing counted."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.dynamodb.models import dynamodb_backends
-
-    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-
-    def lookup(table: str, key: dict[str, Any]) -> dict[str, Any] | None:
-        item = backend.get_item(table, key)
-        return item.to_json()["Attributes"] if item is not None else None
-
-    return lookup
 
 
 def _post(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -98,7 +84,7 @@ def measure(dead: int = 500) -> dict[str, Any]:
             job_id, keys = _dead_letters(container, dead)
             before = {key: len(container.runs.get_by_key(key).history) for key in keys}
             body = {"reason": "bench: target fixed", "jobId": job_id}
-            with Recorder(images=_images()) as rec:
+            with Recorder(images=moto_images()) as rec:
                 started = time.perf_counter()
                 status, dry = _post("/v1/dead-letters/redrive", {**body, "dryRun": True})
                 dry_seconds = time.perf_counter() - started

@@ -77,6 +77,22 @@ class Call:
 
 
 ImageLookup = Callable[[str, dict[str, Any]], dict[str, Any] | None]
+
+
+def moto_images(region: str = "us-east-1") -> ImageLookup:
+    """Item images straight from in-process moto's backend: no request, nothing counted."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
+
+    def lookup(table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        item = backend.get_item(table, key)
+        return item.to_json()["Attributes"] if item is not None else None
+
+    return lookup
+
+
 ParamsHook = Callable[[Call, dict[str, Any], dict[str, Any] | None], None]
 
 

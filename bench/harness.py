@@ -23,7 +23,7 @@ from typing import Any
 
 from jobsched.settings import Settings
 
-from .calls import Call, Recorder, current_stage, stage
+from .calls import Call, Recorder, current_stage, moto_images, stage
 from .handlers import JOB_TYPE
 from .lag import thread_stage
 
@@ -233,17 +233,7 @@ class Harness:
 
     @staticmethod
     def _images() -> Callable[[str, dict[str, Any]], dict[str, Any] | None]:
-        """Item images straight from moto's backend: no request, nothing counted."""
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.dynamodb.models import dynamodb_backends
-
-        backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION]
-
-        def lookup(table: str, key: dict[str, Any]) -> dict[str, Any] | None:
-            item = backend.get_item(table, key)
-            return item.to_json()["Attributes"] if item is not None else None
-
-        return lookup
+        return moto_images(REGION)
 
     def _capture_logs(self) -> None:
         """INFO logs and EMF metrics, as in the stack, counted instead of printed."""

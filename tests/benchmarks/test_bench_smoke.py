@@ -16,6 +16,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # `bench` lives at the repository root, beside functions/
 
 
+# What a report needs of the machine it ran on; a smoke run's is made up.
+SMOKE_ENVIRONMENT = {
+    "cpus": 2,
+    "python": "3",
+    "load_before": (0.0, 0.0, 0.0),
+    "load_after": (0.0, 0.0, 0.0),
+    "mode": "smoke",
+    "seconds": 0.0,
+    "finished_at": "now",
+}
+
+
 @pytest.fixture(autouse=True)
 def _restore_environment() -> Iterator[None]:
     # The benchmarks configure the process like a Lambda or local mode would.
@@ -105,15 +117,7 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
     assert {r["shards"] for r in result["rows"]} == {16, 32, 64, 256}  # the three and the default
     assert all(r["binding"] in r["limits_runs_per_minute"] for r in result["rows"])
     results = {
-        "environment": {
-            "cpus": 2,
-            "python": "3",
-            "load_before": (0.0, 0.0, 0.0),
-            "load_after": (0.0, 0.0, 0.0),
-            "mode": "smoke",
-            "seconds": 0.0,
-            "finished_at": "now",
-        },
+        "environment": SMOKE_ENVIRONMENT,
         "cost": cost_result,
         "capacity": result,
     }
@@ -159,15 +163,7 @@ def test_bulk_redrive_smoke() -> None:
     assert result["redriven"] == result["runs_with_one_audited_entry"] == 120
     assert result["write_units"] > 0 and "dead_by_tenant" in result["gsi_write_units_by_index"]
     results = {
-        "environment": {
-            "cpus": 2,
-            "python": "3",
-            "load_before": (0.0, 0.0, 0.0),
-            "load_after": (0.0, 0.0, 0.0),
-            "mode": "smoke",
-            "seconds": 0.0,
-            "finished_at": "now",
-        },
+        "environment": SMOKE_ENVIRONMENT,
         "bulk": result,
     }
     assert "## 6. Bulk redrive of dead letters" in report.markdown(results, None)

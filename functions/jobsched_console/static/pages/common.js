@@ -2,7 +2,7 @@
 // (If-Match on the version shown) and a small worker pool for per-row requests.
 
 import { api, explain } from "../api.js";
-import { button, h, link } from "../dom.js";
+import { button, h, link, on } from "../dom.js";
 
 export function badge(state) {
   return h("span", { class: `badge state-${state}`, "data-state": state }, state);
@@ -134,4 +134,30 @@ export function jobActions(job, ctx, after) {
     );
   }
   return h("span", { class: "actions", "data-job-id": job.jobId }, buttons);
+}
+
+/** A text filter bound to `filters[name]`: on change it is trimmed, stored, and `go()` runs
+ *  (the page's address takes the filters, so a link shows the same). */
+export function filterInput(filters, name, label, go) {
+  const input = h("input", { type: "text", name, placeholder: label, "aria-label": label, "data-test": `filter-${name}`, spellcheck: "false" });
+  input.value = filters[name];
+  on(input, "change", () => {
+    filters[name] = input.value.trim();
+    go();
+  });
+  return input;
+}
+
+/** A choice among `options` ([value, text] pairs) bound to `filters[name]`, as filterInput. */
+export function filterSelect(filters, name, options, label, go) {
+  const node = h("select", { name, "aria-label": label, "data-test": `filter-${name}` }, options.map(([value, text]) => {
+    const option = h("option", { value }, text);
+    option.selected = value === filters[name];
+    return option;
+  }));
+  on(node, "change", () => {
+    filters[name] = node.value;
+    go();
+  });
+  return node;
 }

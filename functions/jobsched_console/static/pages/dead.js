@@ -6,7 +6,7 @@
 import { api, explain } from "../api.js";
 import { button, h, on, replace } from "../dom.js";
 import { instant } from "../format.js";
-import { Pager, confirmButton, jobLink, pooled, runLink } from "./common.js";
+import { Pager, confirmButton, filterInput, filterSelect, jobLink, pooled, runLink } from "./common.js";
 import { sinceInstant } from "./runs.js";
 
 const PAGE_SIZE = 25;
@@ -34,30 +34,13 @@ export function deadPage(root, params, ctx) {
     const query = new URLSearchParams(Object.entries(filters).filter(([, value]) => value));
     ctx.go(query.toString() ? `#/dead-letters?${query}` : "#/dead-letters");
   };
-  const text = (name, label) => {
-    const input = h("input", { type: "text", name, placeholder: label, "aria-label": label, "data-test": `filter-${name}`, spellcheck: "false" });
-    input.value = filters[name];
-    on(input, "change", () => {
-      filters[name] = input.value.trim();
-      go();
-    });
-    return input;
-  };
-  const since = h("select", { name: "since", "aria-label": "died since", "data-test": "filter-since" }, SINCE.map(([value, label]) => {
-    const option = h("option", { value }, label);
-    option.selected = value === filters.since;
-    return option;
-  }));
-  on(since, "change", () => {
-    filters.since = since.value;
-    go();
-  });
+  const since = filterSelect(filters, "since", SINCE, "died since", go);
   const bulkReason = h("input", { type: "text", name: "bulk-reason", placeholder: "reason (recorded on each run)", maxlength: 500, "aria-label": "reason for the bulk request", "data-test": "bulk-reason" });
   const bulkArea = h("div", { class: "bulk", "data-test": "bulk" });
   const body = h("div", null, h("p", { class: "muted" }, "loading…"));
   replace(root,
     h("div", { class: "page-head" }, h("h1", null, "Dead letters")),
-    h("div", { class: "filters" }, text("jobId", "job id"), text("errorClass", "error class"), since),
+    h("div", { class: "filters" }, filterInput(filters, "jobId", "job id", go), filterInput(filters, "errorClass", "error class", go), since),
     bulkArea,
     body);
 

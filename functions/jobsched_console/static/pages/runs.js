@@ -5,7 +5,7 @@
 import { api } from "../api.js";
 import { h, on, replace } from "../dom.js";
 import { instant, relative } from "../format.js";
-import { Pager, badge, jobLink, runLink } from "./common.js";
+import { Pager, badge, filterInput, filterSelect, jobLink, runLink } from "./common.js";
 
 const STATES = ["PENDING", "QUEUED", "LEASED", "RETRY_WAIT", "SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"];
 const TRIGGERS = ["", "schedule", "manual", "backfill"];
@@ -53,27 +53,8 @@ export function runsPage(root, params, ctx) {
     });
     return chip;
   }));
-  const inputs = TEXT_FILTERS.map(([name, label]) => {
-    const input = h("input", { type: "text", name, placeholder: label, "aria-label": label, "data-test": `filter-${name}`, spellcheck: "false" });
-    input.value = filters[name];
-    on(input, "change", () => {
-      filters[name] = input.value.trim();
-      go();
-    });
-    return input;
-  });
-  const select = (name, options, label) => {
-    const node = h("select", { name, "aria-label": label, "data-test": `filter-${name}` }, options.map(([value, text]) => {
-      const option = h("option", { value }, text);
-      option.selected = value === filters[name];
-      return option;
-    }));
-    on(node, "change", () => {
-      filters[name] = node.value;
-      go();
-    });
-    return node;
-  };
+  const inputs = TEXT_FILTERS.map(([name, label]) => filterInput(filters, name, label, go));
+  const select = (name, options, label) => filterSelect(filters, name, options, label, go);
   const controls = h("div", { class: "filters" },
     chips,
     inputs,
