@@ -26,6 +26,7 @@ IfMatch = Annotated[str | None, Header(alias="if-match", max_length=64, descript
 ERRORS = (400, 401, 404, 415, 429, 500, 503)
 CHANGE_ERRORS = (*ERRORS, 409)  # the resource's state does not allow the change
 VERSIONED_ERRORS = (*CHANGE_ERRORS, 412, 428)  # routes that take If-Match
+NOT_GRANTED = 403  # target_not_granted: a target or secret the tenant was not granted
 
 
 def _json(description: str, model: Any) -> OpenAPIResponse:

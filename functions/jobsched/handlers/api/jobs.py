@@ -16,6 +16,7 @@ from .common import (
     CHANGE_ERRORS,
     ERRORS,
     JOB_ID,
+    NOT_GRANTED,
     VERSIONED_ERRORS,
     Cursor,
     IfMatch,
@@ -34,7 +35,6 @@ router = Router()
 ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
 # Answers that carry a secret are never kept by a cache on the way.
 NO_STORE = {"Cache-Control": "no-store"}
-NOT_GRANTED = 403  # target_not_granted: the job names a target or secret its tenant was not granted
 
 
 def view(job: Job, *, with_fire_times: bool = False) -> JobView:

@@ -19,7 +19,17 @@ from ...domain.run_listing import RunFilter
 from ...domain.runs import RunState, Trigger
 from ...services.runs import BulkAction, DeadLetterSelection
 from ...wiring import container
-from .common import CHANGE_ERRORS, JOB_ID, RUN_KEY, Cursor, Limit, documented, json_response, run_key_of
+from .common import (
+    CHANGE_ERRORS,
+    JOB_ID,
+    NOT_GRANTED,
+    RUN_KEY,
+    Cursor,
+    Limit,
+    documented,
+    json_response,
+    run_key_of,
+)
 from .identity import tenant_of
 from .requests import BackfillBody, BulkDeadLettersBody, RedriveBody
 from .views import (
@@ -179,7 +189,10 @@ def get_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunDetailView]:
     return json_response(200, RunDetailView.from_run(run, service.waiting(tenant, [run]).get(run.run_key)))
 
 
-@router.post("/v1/runs/<run_key>/redrive", responses=documented({200: ("OK", RunView)}, CHANGE_ERRORS))
+@router.post(
+    "/v1/runs/<run_key>/redrive",
+    responses=documented({200: ("OK", RunView)}, (*CHANGE_ERRORS, NOT_GRANTED)),
+)
 def redrive_run(
     run_key: Annotated[str, RUN_KEY], body: Annotated[RedriveBody | None, Body()] = None
 ) -> Response[RunView]:
@@ -242,7 +255,8 @@ def _bulk(action: BulkAction, body: BulkDeadLettersBody) -> Response[BulkDeadLet
 
 
 @router.post(
-    "/v1/dead-letters/redrive", responses=documented({200: ("OK", BulkDeadLettersView)}, CHANGE_ERRORS)
+    "/v1/dead-letters/redrive",
+    responses=documented({200: ("OK", BulkDeadLettersView)}, (*CHANGE_ERRORS, NOT_GRANTED)),
 )
 def redrive_dead_letters(body: Annotated[BulkDeadLettersBody, Body()]) -> Response[BulkDeadLettersView]:
     """Redrive many dead letters in one audited request: by `runKeys`, or one page of those
