@@ -33,8 +33,8 @@ deliveries; a worker frozen between its effect and its completion (its record's 
 invocation, on a thread of its own), thawed minutes later to complete with its old fence;
 two sweepers at once; throttling (ProvisionedThroughputExceededException /
 ThrottlingException) on random DynamoDB and SQS calls of every component; pauses, resumes,
-cancels and redrives through the services. After the window the faults stop and the loop
-runs until no run is open.
+cancels and redrives (half with a fixed payload) through the services. After the window
+the faults stop and the loop runs until no run is open.
 
 Production's shape. Each worker invocation gets a Lambda context whose remaining time runs
 on the simulated clock, and the handler binds its worker to it; the chaos container

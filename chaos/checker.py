@@ -51,6 +51,9 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   have started (a lost publish, a dead worker), the 99th percentile of the seconds from when
   each should have to its next claim, call or end is at most RESTART_GOAL_SECONDS; restarts
   its tenant's own limit held back are counted apart, not timed.
+- `fixes_ignored`: a target call after a redrive that fixed the run's payload (or after a
+  later plain redrive of it) that did not receive that payload: the fix must reach every
+  later attempt, whichever target kind makes it.
 - `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
   held while its job is paused, when the run stops; `oversize_items`: a write refused at
   DynamoDB's 400 KB item limit."""
@@ -95,6 +98,7 @@ MUST_BE_ZERO = (
     "tenant_limit_exceeded",
     "early_effects",
     "effects_past_deadline",
+    "fixes_ignored",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -289,6 +293,7 @@ class Figures:
     tenant_limit_exceeded: int = 0
     early_effects: int = 0
     effects_past_deadline: int = 0
+    fixes_ignored: int = 0
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
     faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
@@ -340,7 +345,7 @@ class Figures:
             f" overlap_violations={self.overlap_violations}"
             f" missed_run_violations={self.missed_run_violations}"
             f" tenant_limit_exceeded={self.tenant_limit_exceeded} early_effects={self.early_effects}"
-            f" effects_past_deadline={self.effects_past_deadline}"
+            f" effects_past_deadline={self.effects_past_deadline} fixes_ignored={self.fixes_ignored}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
@@ -371,6 +376,8 @@ class Evidence:
     oversize: list[str] = field(default_factory=list)  # writes refused at the item size limit
     max_item_bytes: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    # Run key -> attempt series -> the payload the redrive that opened it fixed (harness.fixes).
+    fixes: dict[str, dict[int, Any]] = field(default_factory=dict)
     # Run key -> the invocation deadline (true time, the harness's Lambda context) of each
     # attempt that died after a successful effect, before its completion.
     unrecorded: dict[str, list[datetime | None]] = field(default_factory=dict)
@@ -397,6 +404,7 @@ def check(evidence: Evidence) -> Figures:
 
     _check_coverage(evidence, by_job, figures)
     _check_effects(evidence, runs, figures)
+    _check_fixes(evidence, figures)
     _check_overlap(evidence, by_job, figures)
     _check_missed(evidence, by_job, figures)
     _check_tenant_limit(evidence, figures)
@@ -590,6 +598,28 @@ def _check_effects(evidence: Evidence, runs: dict[str, Run], figures: Figures) -
                         "attempts_over_policy", run_key, "called again after a recorded permanent error"
                     )
                 )
+
+
+def _check_fixes(evidence: Evidence, figures: Figures) -> None:
+    """`fixes_ignored`: each call of an attempt series at or after a fixed redrive carries
+    the latest such fix's payload."""
+    for run_key, fixed in evidence.fixes.items():
+        calls = evidence.ledger.calls.get(run_key, [])
+        for index, series in enumerate(_series(calls, evidence.redrives.get(run_key, []))):
+            opened = [i for i in fixed if i <= index]
+            if not opened:
+                continue
+            expected = fixed[max(opened)]
+            for call in series:
+                if call.payload != expected:
+                    figures.violations.append(
+                        Violation(
+                            "fixes_ignored",
+                            run_key,
+                            f"{call.source} call of attempt {call.attempt} received {call.payload!r},"
+                            f" the redrive fixed it to {expected!r}",
+                        )
+                    )
 
 
 def _history_series(run: Run) -> list[list[Transition]]:

@@ -32,7 +32,7 @@ from jobsched.domain.errors import (
 )
 from jobsched.domain.instants import ManualClock
 from jobsched.domain.metrics import RecordedMetrics
-from jobsched.domain.models import Job, JobState, Priority, ScheduleKind
+from jobsched.domain.models import Job, JobState, Priority, RunFix, ScheduleKind
 from jobsched.domain.runs import Run, RunState
 from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.services.completion import Completer
@@ -82,7 +82,7 @@ from .faults import (
     sqs_on_clock,
 )
 from .invocation import ChaosServices, ChaosWorker, acknowledged, sqs_event
-from .ledger import EXTERNAL, FLAKY, LEASE, OK, Call, Ledger, Sequencer, SlowEffect, chaos_registry
+from .ledger import EXTERNAL, FIXED, FLAKY, LEASE, OK, Call, Ledger, Sequencer, SlowEffect, chaos_registry
 from .receiver import ALLOW, Receiver
 from .scenario import HOG_TENANT, HOG_TYPE, TENANTS, Mix, Plan, hog_jobs, plan
 
@@ -285,6 +285,9 @@ class World:
         self.audit = StreamAudit()
         self.tracked: dict[str, TrackedJob] = {}
         self.redrives: dict[str, list[int]] = {}
+        # Run key -> attempt series (1: after its first redrive) -> the payload a redrive with
+        # a fix gave that series: every call of it, and of the series after, must carry it.
+        self.fixes: dict[str, dict[int, Any]] = defaultdict(dict)
         # Run key -> the deadline of each invocation that died between its effect and its
         # completion (UnrecordedEffectCrash), by the dying worker's clock.
         self.unrecorded: dict[str, list[datetime | None]] = defaultdict(list)
@@ -624,15 +627,23 @@ class World:
             if dead:
                 run = self.audit.latest[rng.choice(dead)]
                 run = self._observed(run.run_key) or run
+                # Half the redrives fix the payload first (a BAD job's fixed run acts).
+                fix = None
+                if rng.random() < 0.5:
+                    fix = RunFix(payload={FIXED: self.sequencer.next()}, replaces_payload=True)
                 try:
-                    self.run_service.redrive(run.tenant, run.run_key, "api:chaos", "chaos redrive")
+                    self.run_service.redrive(run.tenant, run.run_key, "api:chaos", "chaos redrive", fix=fix)
                 except JobschedError:
                     # Refused, or answered with an error after it landed (a timeout after the
                     # write): the observer looks, so the checker splits the attempt series right.
                     if not self._redrive_landed(run):
                         return
-                self.redrives.setdefault(run.run_key, []).append(self.sequencer.next())
+                series = self.redrives.setdefault(run.run_key, [])
+                series.append(self.sequencer.next())
                 self.faults["redrive"] += 1
+                if fix is not None:
+                    self.fixes[run.run_key][len(series)] = fix.payload
+                    self.faults["redrive_fixes"] += 1
 
     def _patch(self, tracked: TrackedJob) -> None:
         """PATCH the job's payload, priority and retry policy (If-Match on the version read).
@@ -1172,7 +1183,9 @@ class World:
             return
         for run in leased:
             self.faults["hog_attempts"] += 1
-            call = self.ledger.begin(run.run_key, run.job_type, run.attempt, run.tenant, LEASE)
+            call = self.ledger.begin(
+                run.run_key, run.job_type, run.attempt, run.tenant, LEASE, payload=run.payload
+            )
             if self.injecting and self.rng.random() < 0.05:
                 self.ledger.end(call, acted=False)  # walked away: nothing done
                 continue
@@ -1238,7 +1251,9 @@ class World:
                 continue
             for run in leased:
                 self.faults["fleet_leases"] += 1
-                call = self.ledger.begin(run.run_key, run.job_type, run.attempt, run.tenant, LEASE)
+                call = self.ledger.begin(
+                    run.run_key, run.job_type, run.attempt, run.tenant, LEASE, payload=run.payload
+                )
                 work = self.rng.randint(*FLEET_WORK_SECONDS)
                 succeed = self.rng.random() >= FLEET_FAILURE
                 self.fleet.append(FleetLease(run, call, now + timedelta(seconds=work), succeed))
@@ -1306,6 +1321,7 @@ class World:
                 ledger=self.ledger,
                 audit=self.audit,
                 redrives=self.redrives,
+                fixes=dict(self.fixes),
                 unrecorded=dict(self.unrecorded),
                 tenant_limit=self.config.tenant_concurrency,
                 duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),

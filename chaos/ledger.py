@@ -34,11 +34,12 @@ from .faults import SkewedClock
 OK = "chaos.ok"  # always acts
 FLAKY = "chaos.flaky"  # fails transiently now and then, else acts
 DOWN = "chaos.down"  # always fails transiently: retried until dead
-BAD = "chaos.bad"  # fails permanently: dead at once, never retried
+BAD = "chaos.bad"  # fails permanently: dead at once, never retried, unless its payload is FIXED
 EXTERNAL = "chaos.external"  # no handler: the harness's external fleet leases it through the API
 HTTP = "chaos.http"  # an `http` target: the worker's webhook to the harness's receiver
 JOB_TYPES = (OK, FLAKY, DOWN, BAD)
 PERMANENT = "HTTP400"  # the error class of BAD's failures, and of the receiver's 400s
+FIXED = "fix"  # a payload key: a redrive with a fixed payload (harness) carries it, and BAD acts
 
 # Where an effect was seen.
 HANDLER = "handler"  # a Python handler run by the Lambda worker
@@ -76,6 +77,7 @@ class Call:
     # The deadline (true time) of the invocation making the call, for a call that takes
     # simulated time (SlowEffect); None for a call that starts and ends at one instant.
     deadline: datetime | None = None
+    payload: Any = None  # the run's payload as the target received it
 
     @property
     def job_id(self) -> str:
@@ -102,8 +104,10 @@ class Ledger:
         source: str = HANDLER,
         *,
         deadline: datetime | None = None,
+        payload: Any = None,
     ) -> Call:
-        """A target call starts: recorded at once, so a call that never ends still shows."""
+        """A target call starts: recorded at once, so a call that never ends still shows.
+        `payload`: what the target received as the run's payload."""
         with self.lock:
             seq = self.sequencer.next()
             call = Call(
@@ -116,6 +120,7 @@ class Ledger:
                 tenant=tenant,
                 source=source,
                 deadline=deadline,
+                payload=payload,
             )
             self.calls[run_key].append(call)
             return call
@@ -131,7 +136,13 @@ class Ledger:
     def record(self, invocation: Invocation, acted: bool) -> None:
         """A handler call that starts and ends at once."""
         self.end(
-            self.begin(invocation.run_key, invocation.job_type, invocation.attempt, invocation.tenant),
+            self.begin(
+                invocation.run_key,
+                invocation.job_type,
+                invocation.attempt,
+                invocation.tenant,
+                payload=invocation.payload,
+            ),
             acted=acted,
         )
 
@@ -174,6 +185,7 @@ class SlowEffect:
             invocation.attempt,
             invocation.tenant,
             deadline=self.deadline,
+            payload=invocation.payload,
         )
         self.call = call
         self.started.set()
@@ -222,6 +234,9 @@ def chaos_registry(
 
     @registry.register(BAD)
     def bad(payload: Any, invocation: Invocation) -> Any:
+        if isinstance(payload, dict) and FIXED in payload:
+            act(invocation)  # the cause was fixed: it acts
+            return {"acted": invocation.run_key}
         ledger.record(invocation, acted=False)
         raise PermanentError("payload rejected (injected)", error_class=PERMANENT)
 

@@ -122,6 +122,14 @@ def _webhook_sent_twice(original: Any) -> Any:
     return send
 
 
+def _redrive_fix_not_written(original: Any) -> Any:
+    def fields(self: Any) -> dict[str, Any]:
+        # The history names the fix; the run keeps its old payload.
+        return {name: value for name, value in original(self).items() if name != "payload"}
+
+    return fields
+
+
 def _no_idempotency(original: Any) -> Any:
     def record_of(key: str, run: Any, *, fence: int, now: Any) -> Any:
         return None  # no in-progress record or saved result is ever found on the run
@@ -231,6 +239,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # without a message: they wait for the 15-minute requeue (the restart goal).
     Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",
            _outbox_retry_not_sent, "restart_goal_missed", "repairs"),
+    # A redrive with a fixed payload records the fix in the history but leaves the run's
+    # payload as it was: the next attempts repeat the broken call.
+    Mutant("redrive-fix-not-written", "jobsched.domain.models.RunFix.fields",
+           _redrive_fix_not_written, "fixes_ignored", "redrives"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

@@ -121,7 +121,12 @@ class Receiver:
         except ValueError:
             return self._reject(run_key, f"unreadable delivery: {body[:80]!r}")
         call = self._ledger.begin(
-            run_key, str(envelope.get("type")), attempt, str(envelope.get("tenant")), WEBHOOK
+            run_key,
+            str(envelope.get("type")),
+            attempt,
+            str(envelope.get("tenant")),
+            WEBHOOK,
+            payload=envelope.get("payload"),
         )
         problem = self._verify(lowered, body, envelope, run_key, attempt)
         if problem is not None:

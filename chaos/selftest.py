@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .harness import ChaosConfig, FaultRates, Report, run_chaos
-from .ledger import DOWN, EXTERNAL, FLAKY, HTTP, OK
+from .ledger import BAD, DOWN, EXTERNAL, FLAKY, HTTP, OK
 from .mutants import MUTANTS, Mutant
 from .scenario import Mix
 
@@ -160,6 +160,23 @@ WORLDS: dict[str, ChaosConfig] = {
         slow_effect_seconds=(40, 150),
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(4, 5)),
+    ),
+    # Runs that dead-letter (a permanent error, or retries exhausted) of handler jobs,
+    # webhooks and external jobs, redriven often, half of the redrives with a fixed payload
+    # (which a permanent failure's handler then accepts).
+    "redrives": ChaosConfig(
+        seed=5,
+        runs=40,
+        window_seconds=150,
+        faults=replace(QUIET, redrive=0.5),
+        tenant_concurrency=0,
+        hog=False,
+        mix=Mix(
+            types=((BAD, 20), (DOWN, 20), (HTTP, 30), (EXTERNAL, 30)),
+            overlap=(1, 0, 0),
+            max_attempts=(1, 2),
+            base_seconds=1.0,
+        ),
     ),
     # Webhooks only, through the production HTTP client to the receiver: no faults.
     "webhooks": ChaosConfig(
