@@ -212,8 +212,26 @@ def lifecycle_markdown() -> str:
     return "\n".join(lines)
 
 
+def events_markdown() -> str:
+    """The event types (domain.events.EventType, with what each level publishes) and the
+    CloudEvent's JSON Schema, from the pydantic model every published event is built with."""
+    from jobsched.domain.events import CloudEvent, EventType, RunEventsLevel, published
+
+    source = Path(ROOT / "functions/jobsched/domain/events.py").read_text()
+    notes = dict(re.findall(r'^\s+\w+ = "(jobsched\.[\w.]+)"\s+#\s*(.+)$', source, re.M))
+    lines = ["| type | published at | what happened |", "| --- | --- | --- |"]
+    for event_type in EventType:
+        levels = ", ".join(f"`{lv.value}`" for lv in RunEventsLevel if published(lv, event_type))
+        lines.append(f"| `{event_type.value}` | {levels} | {_cell(notes.get(event_type.value, ''))} |")
+    schema = json.dumps(CloudEvent.model_json_schema(by_alias=True), indent=2)
+    return "\n".join(
+        [*lines, "", "The JSON Schema of every event (`detail` on the bus):", "", "```json", schema, "```"]
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "openapi": openapi_markdown,
+    "events": events_markdown,
     "cli": cli_markdown,
     "settings": settings_markdown,
     "lifecycle": lifecycle_markdown,

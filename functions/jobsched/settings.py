@@ -30,8 +30,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from .domain.events import RunEventsLevel
 from .domain.grants import GrantsDocument
-from .store.schema import DEFINITIONS, QUEUES, RUNS
+from .store.schema import DEFINITIONS, EVENT_BUS_NAME, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
 ENDPOINT_URL = "JOBSCHED_AWS_ENDPOINT_URL"  # local mode only: the moto server
@@ -122,6 +123,13 @@ class Settings(BaseModel):
     target_grants: GrantsDocument = Field(default_factory=GrantsDocument, alias="TARGET_GRANTS")
     # How long the worker reuses a secret's value before reading it again (Powertools Parameters).
     secret_cache_seconds: int = Field(300, alias="SECRET_CACHE_SECONDS", ge=0, le=3600)
+    # Run and job events (domain.events): which are published, to which bus, and the stack
+    # name their `source` carries. Read by the events consumer only.
+    run_events: RunEventsLevel = Field(RunEventsLevel.FAILURES, alias="RUN_EVENTS")
+    event_bus_name: str = Field(EVENT_BUS_NAME, alias="EVENT_BUS_NAME", min_length=1, max_length=256)
+    event_source_name: str = Field(
+        "jobsched", alias="EVENT_SOURCE_NAME", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$"
+    )
     # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
     queue_urls: dict[str, str] = Field(default_factory=dict)
     dlq_urls: dict[str, str] = Field(default_factory=dict)

@@ -19,6 +19,7 @@ from .domain.metrics import Metrics
 from .domain.runs import Run
 from .observability import powertools_metrics
 from .services.completion import Completer
+from .services.events import EventPublisher
 from .services.jobs import JobService
 from .services.materialize import Materializer
 from .services.missed import MissedRuns
@@ -162,6 +163,10 @@ class Container:
     @cached_property
     def outbox(self) -> Outbox:
         return Outbox(self.runs, self.queues, self.clock, default_router(), self.metrics)
+
+    @cached_property
+    def event_publisher(self) -> EventPublisher:
+        return EventPublisher(client("events"), self.settings.event_bus_name, self.metrics)
 
     @cached_property
     def completer(self) -> Completer:

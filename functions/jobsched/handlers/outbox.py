@@ -16,6 +16,7 @@ from ..domain.runs import Run, RunState
 from ..observability import log_metrics, logger, tracer
 from ..store.runs import RUN_PREFIX, RunStore
 from ..wiring import container
+from .stream_filter import matches_pattern
 
 # Lambda event source filter patterns (EventBridge syntax). A record reaches the function
 # when any pattern matches. `exists` works on leaf nodes only, hence `blocked_by.S`.
@@ -32,37 +33,10 @@ FILTER_PATTERNS: list[dict[str, Any]] = [
     }
 ]
 
-_ABSENT = object()
-
 
 def matches_filter(record: dict[str, Any]) -> bool:
     """Evaluate FILTER_PATTERNS against a stream record as Lambda's event filtering would."""
-    return any(_matches(pattern, record) for pattern in FILTER_PATTERNS)
-
-
-def _matches(pattern: dict[str, Any], value: Any) -> bool:
-    node = value if isinstance(value, dict) else {}
-    for key, rule in pattern.items():
-        child = node.get(key, _ABSENT)
-        if isinstance(rule, dict):
-            if not _matches(rule, child):
-                return False
-        elif not any(_leaf_matches(matcher, child) for matcher in rule):
-            return False
-    return True
-
-
-def _leaf_matches(matcher: Any, value: Any) -> bool:
-    if isinstance(matcher, dict):
-        if "exists" in matcher:
-            present = value is not _ABSENT and not isinstance(value, dict)
-            return present is bool(matcher["exists"])
-        if "prefix" in matcher:
-            return isinstance(value, str) and value.startswith(matcher["prefix"])
-        raise ValueError(f"unsupported filter rule {matcher}")
-    if isinstance(value, list):
-        return matcher in value
-    return value is not _ABSENT and value == matcher
+    return any(matches_pattern(pattern, record) for pattern in FILTER_PATTERNS)
 
 
 class RunNotPublished(Exception):

@@ -106,6 +106,11 @@ DEFINITIONS = TableSpec(
         # sweeper every occurrence changes neither, so the index is not rewritten with it.
         Index(TENANT_INDEX, Key("tenant", "S"), Key("created_at", "S"), "INCLUDE", ("state",)),
     ),
+    # The events consumer's (handlers.events): a job's control-plane changes become job
+    # events. Adding a stream to a table is an update without interruption; the sweeper's
+    # advances are records too, which the consumer's code tells apart (no version or state
+    # change) after its filter has kept job items only.
+    stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",  # guard items only
 )
 
@@ -145,6 +150,9 @@ RUNS = TableSpec(
     stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",
 )
+
+# The bus run and job events go to (handlers.events, domain.events); the stack names it.
+EVENT_BUS_NAME = "jobsched-events"
 
 # No idempotency table: the worker's Powertools idempotency records live on the run item
 # (store.run_idempotency).

@@ -1,0 +1,130 @@
+"""`events` Lambda: the Runs and Definitions streams → run and job events on the bus.
+
+A second consumer of the Runs stream beside the outbox, and the one consumer of the
+Definitions stream: never on the request or worker path. Each record's events (domain.events)
+are published in stream order (services.events); the batch processor reports the first
+record whose events the bus did not accept and every record after it, so the stream retries
+from there and one run's events keep their order. A record whose image does not parse is
+logged and counted (`EventRecordsUnreadable`), never retried: it would hold back its shard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ..domain.events import CloudEvent, RunEventsLevel, job_events, run_events
+from ..domain.metrics import Unit
+from ..domain.runs import RunState
+from ..observability import log_metrics, logger, tracer
+from ..store.definitions import DefinitionStore
+from ..store.runs import RUN_PREFIX, RunStore
+from ..wiring import container
+from .outbox import matches_pattern
+
+JOB_PREFIX = "j_"  # job ids (domain.models.JOB_ID_PATTERN); other Definitions items are not jobs
+
+
+def filter_patterns(level: RunEventsLevel) -> list[dict[str, Any]]:
+    """The event source filters (EventBridge syntax) of both streams at `level`: run items
+    (at `failures`, only writes that leave a run DEAD or SKIPPED) and job items. None at
+    `none` (the stack then makes no mapping)."""
+    if level is RunEventsLevel.NONE:
+        return []
+    runs: dict[str, Any] = {"Keys": {"sk": {"S": [{"prefix": RUN_PREFIX}]}}}
+    if level is RunEventsLevel.FAILURES:
+        runs["NewImage"] = {"state": {"S": [RunState.DEAD.value, RunState.SKIPPED.value]}}
+    return [
+        {"eventName": ["INSERT", "MODIFY"], "dynamodb": runs},
+        {
+            "eventName": ["INSERT", "MODIFY"],
+            "dynamodb": {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}},
+        },
+    ]
+
+
+def matches_filter(record: dict[str, Any], level: RunEventsLevel) -> bool:
+    """FILTER_PATTERNS at `level` against a stream record, as Lambda's event filtering would."""
+    return any(matches_pattern(pattern, record) for pattern in filter_patterns(level))
+
+
+def events_of(record: dict[str, Any], stack: str, level: RunEventsLevel) -> list[CloudEvent]:
+    """The events of one stream record (a run's or a job's change); [] for any other item.
+    Raises KeyError or ValueError for an image that does not parse."""
+    change = record.get("dynamodb") or {}
+    keys = change.get("Keys") or {}
+    old, new = change.get("OldImage"), change.get("NewImage")
+    if new is None:
+        return []  # a REMOVE (TTL): no change of state to tell
+    if "sk" in keys:
+        if not str(keys["sk"].get("S", "")).startswith(RUN_PREFIX):
+            return []
+        before = RunStore.from_item(old) if old else None
+        return run_events(stack, before, RunStore.from_item(new), level)
+    if str(keys.get("job_id", {}).get("S", "")).startswith(JOB_PREFIX):
+        before_job = DefinitionStore.job_from_item(old) if old else None
+        return job_events(stack, before_job, DefinitionStore.job_from_item(new), level, _written_at(change))
+    return []
+
+
+def _written_at(change: dict[str, Any]) -> datetime:
+    """The record's ApproximateCreationDateTime (epoch seconds from Lambda); now without one."""
+    value = change.get("ApproximateCreationDateTime")
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.now(UTC)
+
+
+def gather(
+    records: Sequence[dict[str, Any]], stack: str, level: RunEventsLevel
+) -> list[tuple[str, list[CloudEvent]]]:
+    """(sequence number, events) of each record in order; unreadable ones logged and left out."""
+    gathered = []
+    for record in records:
+        change = record.get("dynamodb") or {}
+        sequence = str(change.get("SequenceNumber"))
+        try:
+            events = events_of(record, stack, level)
+        except (KeyError, ValueError, TypeError):
+            logger.exception(
+                "unreadable image: no events for this record", extra={"sequence_number": sequence}
+            )
+            container().metrics.add("EventRecordsUnreadable", 1, Unit.COUNT)
+            continue
+        if events:
+            gathered.append((sequence, events))
+    return gathered
+
+
+class EventsNotPublished(Exception):
+    """Fails a stream record so Lambda retries it (and every record after it)."""
+
+
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = container().settings
+    gathered = gather(event.get("Records") or [], settings.event_source_name, settings.run_events)
+    report = container().event_publisher.publish(gathered)
+    failed = set(report.failed_records)
+    first_failed = report.failed_records[0] if report.failed_records else None
+    reached = False
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        nonlocal reached
+        sequence = record.dynamodb.sequence_number if record.dynamodb else None
+        reached = reached or sequence == first_failed
+        if sequence in failed or reached:
+            raise EventsNotPublished(f"record {sequence}: its events were not all accepted by the bus")
+
+    return dict(process_partial_response(event, record_handler, processor, context))

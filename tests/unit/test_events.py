@@ -1,0 +1,309 @@
+"""Run and job events (domain.events) and their publishing (services.events): which changes
+make which events, ids stable across redelivery, levels, and PutEvents' limits and failures."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jobsched.domain import lifecycle
+from jobsched.domain.budget import MAX_HISTORY
+from jobsched.domain.events import (
+    EVENT_MESSAGE_CHARS,
+    CloudEvent,
+    EventType,
+    RunEventData,
+    RunEventsLevel,
+    event_source,
+    job_events,
+    last_sequence,
+    run_events,
+)
+from jobsched.domain.models import Job, JobSpec, JobState
+from jobsched.domain.runs import Run, RunState, created
+from jobsched.services.events import (
+    MAX_ENTRIES,
+    MAX_REQUEST_BYTES,
+    Entry,
+    EventPublisher,
+    batches,
+    entry_of,
+)
+
+T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+STACK = "Jobsched"
+ALL = RunEventsLevel.ALL
+FAILURES = RunEventsLevel.FAILURES
+
+
+def a_run(state: RunState = RunState.PENDING, **fields: Any) -> Run:
+    return created(
+        Run(
+            run_key="j_ev1@2026-11-02T08:00:00Z",
+            job_id="j_ev1",
+            tenant="tenant-a",
+            job_type="report.build",
+            scheduled_for=T0,
+            due_at=T0,
+            state=state,
+            definition_version=1,
+            created_at=T0,
+            updated_at=T0,
+            **fields,
+        ),
+        actor="sweeper",
+    )
+
+
+def to_dead(run: Run) -> list[Run]:
+    """The run's writes from creation to DEAD, one per transition."""
+    queued = lifecycle.queued(run, now=T0, actor="outbox")
+    leased = lifecycle.claim(queued, now=T0, owner="w1", actor="worker:w1", lease_seconds=60, token="t1")
+    dead = lifecycle.dead(
+        leased, now=T0 + timedelta(seconds=2), actor="worker:w1", error_class="HTTP400", message="no"
+    )
+    return [run, queued, leased, dead]
+
+
+def a_job(**fields: Any) -> Job:
+    spec = JobSpec.model_validate(
+        {"name": "nightly", "type": "report.build", "schedule": {"kind": "rate", "every_seconds": 3600}}
+    )
+    values: dict[str, Any] = {
+        "job_id": "j_ev1",
+        "tenant": "tenant-a",
+        "spec": spec,
+        "created_at": T0,
+        "updated_at": T0,
+        **fields,
+    }
+    return Job(**values)
+
+
+def run_data(event: CloudEvent) -> RunEventData:
+    assert isinstance(event.data, RunEventData)
+    return event.data
+
+
+# --- run events ---
+
+
+def test_each_write_publishes_only_the_transitions_it_added():
+    writes = to_dead(a_run())
+    seen = [
+        run_events(STACK, before, after, ALL) for before, after in zip([None, *writes], writes, strict=False)
+    ]
+    types = [[e.type for e in events] for events in seen]
+    assert types == [
+        [EventType.RUN_CREATED],
+        [EventType.RUN_QUEUED],
+        [EventType.RUN_STARTED],
+        [EventType.RUN_DEAD],
+    ]
+    ids = [e.id for events in seen for e in events]
+    assert ids == [f"j_ev1@2026-11-02T08:00:00Z#{n}" for n in range(4)]
+    dead = run_data(seen[-1][0])
+    assert dead.error_class == "HTTP400" and dead.actor == "worker:w1"
+    assert dead.from_state is RunState.LEASED and dead.fence == 1 and dead.attempt == 1
+
+
+def test_a_redelivered_record_makes_the_same_events_and_a_no_op_write_none():
+    writes = to_dead(a_run())
+    first = run_events(STACK, writes[2], writes[3], ALL)
+    again = run_events(STACK, writes[2], writes[3], ALL)
+    assert first == again
+    assert run_events(STACK, writes[3], writes[3], ALL) == []  # a rewrite with no new transition
+
+
+def test_failures_level_keeps_dead_and_skipped_only():
+    writes = to_dead(a_run())
+    kept = [
+        e.type
+        for before, after in zip([None, *writes], writes, strict=False)
+        for e in run_events(STACK, before, after, FAILURES)
+    ]
+    assert kept == [EventType.RUN_DEAD]
+    skipped = a_run(state=RunState.SKIPPED)
+    assert [e.type for e in run_events(STACK, None, skipped, FAILURES)] == [EventType.RUN_SKIPPED]
+    assert run_events(STACK, None, a_run(), RunEventsLevel.NONE) == []
+
+
+def test_a_redrive_is_its_own_event_type_and_names_its_reason():
+    dead = to_dead(a_run())[-1]
+    redriven = lifecycle.advance(
+        dead, RunState.PENDING, now=T0, actor="api:tenant-a", reason="bulk req-7: fixed"
+    )
+    (event,) = run_events(STACK, dead, redriven, ALL)
+    assert event.type is EventType.RUN_REDRIVEN and run_data(event).reason == "bulk req-7: fixed"
+
+
+def test_sequences_survive_the_history_budget_dropping_old_entries():
+    """The byte budget drops the oldest entries but the creation: the ordinals of the entries
+    kept do not move, so ids stay unique and a write's new transitions are still found."""
+    run = a_run()
+    writes = [run]
+    for n in range(MAX_HISTORY + 5):
+        if run.state is RunState.PENDING:
+            run = lifecycle.queued(run, now=T0, actor="outbox")
+        else:
+            run = lifecycle.defer(run, now=T0, actor="worker:w", until=T0, reason=f"wait {n}")
+        writes.append(run)
+    assert run.history_dropped > 0
+    ids: list[str] = []
+    for before, after in zip([None, *writes], writes, strict=False):
+        events = run_events(STACK, before, after, ALL)
+        assert len(events) == 1
+        ids.extend(e.id for e in events)
+    assert len(ids) == len(set(ids)) == len(writes)
+    assert last_sequence(run) == len(writes) - 1
+
+
+@given(st.text(min_size=1, max_size=3000))
+def test_an_event_holds_any_error_message_within_its_limit(message: str):
+    leased = to_dead(a_run())[2]
+    dead = lifecycle.dead(leased, now=T0, actor="worker:w1", error_class="Boom", message=message)
+    (event,) = run_events(STACK, leased, dead, ALL)
+    message_kept = run_data(event).error_message
+    assert message_kept is not None and len(message_kept) <= EVENT_MESSAGE_CHARS
+    assert CloudEvent.model_validate(event.document()) == event  # the JSON form reads back
+
+
+def test_the_source_names_stack_and_tenant_with_a_slash_in_the_tenant_encoded():
+    assert event_source("Jobsched", "123456789012/role/ops") == "jobsched/Jobsched/123456789012%2Frole%2Fops"
+    (event,) = run_events(STACK, None, a_run(), ALL)
+    assert event.source == "jobsched/Jobsched/tenant-a" and event.tenant == "tenant-a"
+    document = event.document()
+    assert document["specversion"] == "1.0" and document["subject"] == run_data(event).run_key
+    assert document["data"]["runKey"] == run_data(event).run_key and document["data"]["from"] is None
+
+
+# --- job events ---
+
+
+def test_job_changes_make_one_event_each_and_the_sweeper_advance_none():
+    job = a_job()
+    (created_event,) = job_events(STACK, None, job, FAILURES, T0)
+    assert created_event.type is EventType.JOB_CREATED and created_event.data.actor == "api:tenant-a"
+    advanced = job.model_copy(update={"next_run_at": T0 + timedelta(hours=1), "rev": 1})
+    assert job_events(STACK, job, advanced, ALL, T0) == []
+    paused = advanced.model_copy(update={"state": JobState.PAUSED, "version": 2})
+    (pause,) = job_events(STACK, advanced, paused, FAILURES, T0)
+    assert pause.type is EventType.JOB_PAUSED and pause.data.from_state is JobState.ACTIVE
+    resumed = paused.model_copy(update={"state": JobState.ACTIVE, "version": 3})
+    assert [e.type for e in job_events(STACK, paused, resumed, ALL, T0)] == [EventType.JOB_RESUMED]
+    patched = resumed.model_copy(update={"version": 4})
+    assert [e.type for e in job_events(STACK, resumed, patched, ALL, T0)] == [EventType.JOB_UPDATED]
+    assert job_events(STACK, resumed, patched, RunEventsLevel.NONE, T0) == []
+
+
+def test_completion_is_the_sweepers_at_the_records_time_and_its_id_differs_from_the_last_change():
+    job = a_job(version=3)
+    done = job.model_copy(update={"state": JobState.COMPLETED, "next_run_at": None})
+    later = T0 + timedelta(days=2)
+    (event,) = job_events(STACK, job, done, FAILURES, later)
+    assert event.type is EventType.JOB_COMPLETED and event.data.actor == "sweeper" and event.time == later
+    (last_change,) = job_events(STACK, None, job, ALL, T0)
+    assert event.id != last_change.id
+
+
+# --- publishing ---
+
+
+def events(count: int) -> list[CloudEvent]:
+    run = a_run()
+    out = []
+    for n in range(count):
+        if run.state is RunState.PENDING:
+            next_run = lifecycle.queued(run, now=T0, actor="outbox")
+        else:
+            next_run = lifecycle.defer(run, now=T0, actor="worker:w", until=T0, reason=f"wait {n}")
+        out.extend(run_events(STACK, run, next_run, ALL))
+        run = next_run
+    return out
+
+
+def test_requests_hold_at_most_ten_entries_and_256_kb():
+    entries = [entry_of(str(n), e, "bus") for n, e in enumerate(events(25))]
+    assert [len(b) for b in batches(entries)] == [10, 10, 5]
+    big = Entry("big", {"Source": "s", "DetailType": "t", "Detail": "x" * (MAX_REQUEST_BYTES // 3)})
+    assert [len(b) for b in batches([big, big, big, big])] == [2, 2]
+    assert all(
+        sum(e.size for e in b) <= MAX_REQUEST_BYTES and len(b) <= MAX_ENTRIES for b in batches(entries)
+    )
+    with pytest.raises(ValueError, match="over PutEvents' limit"):
+        batches([Entry("huge", {"Source": "s", "DetailType": "t", "Detail": "x" * MAX_REQUEST_BYTES})])
+
+
+class FlakyBus:
+    """put_events that fails the entries the script names, call by call."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.calls: list[list[dict[str, Any]]] = []
+        self.accepted: list[str] = []
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.calls.append(Entries)
+        step = self.script.pop(0) if self.script else set()
+        if isinstance(step, Exception):
+            raise step
+        results = []
+        for index, entry in enumerate(Entries):
+            if index in step:
+                results.append({"ErrorCode": "ThrottlingException", "ErrorMessage": "slow down"})
+            else:
+                self.accepted.append(json.loads(entry["Detail"])["id"])
+                results.append({"EventId": f"e{len(self.accepted)}"})
+        return {"FailedEntryCount": len(step), "Entries": results}
+
+
+def publisher(bus: FlakyBus, attempts: int = 3) -> EventPublisher:
+    return EventPublisher(bus, "bus", attempts=attempts, sleep=lambda seconds: None)
+
+
+def test_failed_entries_alone_are_sent_again_and_then_accepted():
+    made = events(4)
+    bus = FlakyBus([{1, 3}, {0}])
+    report = publisher(bus).publish([(f"s{n}", [e]) for n, e in enumerate(made)])
+    assert report.failed_records == [] and report.published == 4 and report.retries == 3
+    assert [len(call) for call in bus.calls] == [4, 2, 1]
+    assert sorted(bus.accepted) == sorted(e.id for e in made)
+
+
+def test_an_entry_still_refused_fails_its_record_and_every_later_one_unsent():
+    from botocore.exceptions import EndpointConnectionError
+
+    made = events(25)
+    records = [(f"s{n:02}", [e]) for n, e in enumerate(made)]
+    # The second request (records 10-19): entry 2 (record s12) refused three times.
+    bus = FlakyBus([set(), {2}, {0}, EndpointConnectionError(endpoint_url="x")])
+    report = publisher(bus).publish(records)
+    assert report.failed_records == [f"s{n:02}" for n in range(12, 25)]
+    assert len(bus.calls) == 4  # nothing of the third request was sent
+    assert f"{made[12].id}" not in bus.accepted
+
+
+def test_a_whole_call_failing_counts_as_each_entry_failing():
+    from botocore.exceptions import ClientError
+
+    throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "PutEvents")
+    made = events(2)
+    bus = FlakyBus([throttled])
+    report = publisher(bus).publish([("a", made[:1]), ("b", made[1:])])
+    assert report.failed_records == [] and report.published == 2 and len(bus.calls) == 2
+
+
+def test_the_documented_example_event_is_valid_against_the_model():
+    """docs/concepts/events.md shows a whole event: it must be one the model reads back."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs/concepts/events.md").read_text()
+    (example,) = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, re.S)]
+    event = CloudEvent.model_validate(example)
+    assert event.document() == example
+    assert event.id == f"{run_data(event).run_key}#{run_data(event).sequence}"
