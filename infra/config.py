@@ -97,6 +97,10 @@ class Config:
     http_allow_destinations: tuple[str, ...] = _runtime_default("http_allow_destinations")
     handler_modules: tuple[str, ...] = _runtime_default("handler_modules")  # modules in the asset
     secret_cache_seconds: int = _runtime_default("secret_cache_seconds")
+    # Which run and job events go to the stack's bus (none | failures | all; domain.events),
+    # and how long its archive keeps them (days; 0 = indefinitely).
+    run_events: str = _runtime_default("run_events").value
+    event_archive_days: int = 365
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
@@ -230,6 +234,7 @@ class Config:
         )
         # The stack's sweeper runs every minute (local mode may tick faster, with a shorter horizon).
         _check(self.horizon_seconds >= 60, "horizonSeconds must be >= 60: the sweeper runs every minute")
+        _check(self.event_archive_days >= 0, "eventArchiveDays must be >= 0 (0 = keep indefinitely)")
         try:
             code_asset_packages(self.handler_modules)
         except ValueError as exc:
@@ -395,6 +400,8 @@ _FIELDS: dict[str, str] = {
     "httpAllowDestinations": "list",
     "handlerModules": "list",
     "secretCacheSeconds": "int",
+    "runEvents": "str",
+    "eventArchiveDays": "int",
     "workerConcurrency": "map",
     "workerBatchSize": "map",
     "workerBatchWindowSeconds": "map",
@@ -441,6 +448,7 @@ RUNTIME_FIELDS = (
     "http_allow_destinations",
     "handler_modules",
     "secret_cache_seconds",
+    "run_events",
 )
 CONTEXT_KEYS = tuple(_FIELDS)
 

@@ -9,12 +9,14 @@ import json
 
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+from jobsched.domain.events import RunEventsLevel
+from jobsched.handlers.events import filter_patterns as event_filter_patterns
 from jobsched.handlers.outbox import FILTER_PATTERNS
-from jobsched.store.schema import RUNS
+from jobsched.store.schema import DEFINITIONS, RUNS
 
 from .config import Config
 from .functions import Functions
-from .names import OUTBOX, QUEUE_KEYS, WORKER
+from .names import EVENTS, OUTBOX, QUEUE_KEYS, WORKER
 from .queues import Queues
 from .storage import Storage
 
@@ -25,6 +27,13 @@ OUTBOX_BATCH_SIZE = 100
 OUTBOX_PARALLELIZATION = 4
 OUTBOX_RETRIES = 5  # then the batch goes to the failure queue; the reconciler republishes its runs
 OUTBOX_MAX_RECORD_AGE = 3600
+# Events: a batch the bus keeps refusing is retried (from its first failed record, so a run's
+# events keep their order) for up to six hours, then named in the events failure queue.
+EVENTS_BATCH_SIZE = 100
+EVENTS_BATCH_WINDOW = 1  # seconds: events are not on any run's path; fuller batches, fewer calls
+EVENTS_PARALLELIZATION = 2
+EVENTS_MAX_RECORD_AGE = 6 * 3600
+EVENTS_RETRIES = 10_000  # bounded by the record age
 
 
 class EventSources(Construct):
@@ -71,6 +80,39 @@ class EventSources(Construct):
         )
         # The mapping is validated against the role when it is created.
         self.outbox_mapping.node.add_dependency(functions.roles[OUTBOX])
+
+        self.events_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
+        patterns = event_filter_patterns(RunEventsLevel(config.run_events))
+        for spec in (RUNS, DEFINITIONS) if patterns else ():
+            arn = storage.table(spec).table_stream_arn
+            assert arn is not None, f"{spec.logical_id} has no stream"
+            mapping = lambda_.CfnEventSourceMapping(
+                self,
+                f"{spec.logical_id}StreamToEvents",
+                function_name=functions.functions[EVENTS].function_name,
+                event_source_arn=arn,
+                starting_position="TRIM_HORIZON",
+                batch_size=EVENTS_BATCH_SIZE,
+                maximum_batching_window_in_seconds=EVENTS_BATCH_WINDOW,
+                parallelization_factor=EVENTS_PARALLELIZATION,  # records of one item stay in order
+                bisect_batch_on_function_error=True,
+                maximum_retry_attempts=EVENTS_RETRIES,
+                maximum_record_age_in_seconds=EVENTS_MAX_RECORD_AGE,
+                function_response_types=REPORT_FAILURES,
+                filter_criteria=lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
+                    filters=[
+                        lambda_.CfnEventSourceMapping.FilterProperty(pattern=json.dumps(p, sort_keys=True))
+                        for p in patterns
+                    ]
+                ),
+                destination_config=lambda_.CfnEventSourceMapping.DestinationConfigProperty(
+                    on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(
+                        destination=queues.events_failures.queue_arn
+                    )
+                ),
+            )
+            mapping.node.add_dependency(functions.roles[EVENTS])
+            self.events_mappings[spec.logical_id] = mapping
 
         worker = functions.functions[WORKER]
         self.worker_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}

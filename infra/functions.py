@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aws_cdk import Duration, Fn, RemovalPolicy
+from aws_cdk import Duration, Fn, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -74,7 +75,9 @@ POWERTOOLS_ENVIRONMENT = {
 }
 
 
-def runtime_settings(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> Settings:
+def runtime_settings(
+    config: Config, storage: Storage, queues: Queues, grants_parameter: str, event_bus: events.IEventBus
+) -> Settings:
     """The settings every function runs with: the config's, pointed at this stack's resources."""
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
@@ -82,12 +85,16 @@ def runtime_settings(config: Config, storage: Storage, queues: Queues, grants_pa
         queue_urls={q.key: queues.queues[q.key].queue_url for q in QUEUES},
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
         target_grants_parameter=grants_parameter,
+        event_bus_name=event_bus.event_bus_name,
+        event_source_name=Stack.of(event_bus).stack_name,
     )
 
 
-def environment(config: Config, storage: Storage, queues: Queues, grants_parameter: str) -> dict[str, str]:
+def environment(
+    config: Config, storage: Storage, queues: Queues, grants_parameter: str, event_bus: events.IEventBus
+) -> dict[str, str]:
     """Generated from the runtime settings model: every variable it reads, and Powertools'."""
-    settings = runtime_settings(config, storage, queues, grants_parameter)
+    settings = runtime_settings(config, storage, queues, grants_parameter, event_bus)
     return {**settings.lambda_environment(), **POWERTOOLS_ENVIRONMENT}
 
 
@@ -101,10 +108,12 @@ class Functions(Construct):
         storage: Storage,
         queues: Queues,
         grants_parameter: str,
+        event_bus: events.IEventBus,
         layer_code_factory: Callable[[], lambda_.Code] = layer_code,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
+        self._event_bus = event_bus
         self._grants_parameter_arn: str | None = None
         self._storage = storage
         self._queues = queues
@@ -118,7 +127,7 @@ class Functions(Construct):
         )
         packages = code_asset_packages(config.handler_modules)
         code = function_code(packages)
-        env = environment(config, storage, queues, grants_parameter)
+        env = environment(config, storage, queues, grants_parameter, event_bus)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -220,6 +229,10 @@ class Functions(Construct):
             return [self._queues.dlqs[res.name].queue_arn]
         if res.kind == "outbox_failures":
             return [self._queues.outbox_failures.queue_arn]
+        if res.kind == "events_failures":
+            return [self._queues.events_failures.queue_arn]
+        if res.kind == "event_bus":
+            return [self._event_bus.event_bus_arn]
         if res.kind == "log_group":
             return [self.log_groups[function].log_group_arn]
         if res.kind == "targets":

@@ -26,7 +26,17 @@ from jobsched.store.schema import ALL_TABLES, TableSpec
 from .api import Api
 from .config import Config
 from .functions import SCHEDULED, Functions
-from .names import FUNCTIONS, FUNCTIONS_BY_NAME, OUTBOX, QUEUE_KEYS, RECONCILER, SERVICE, SWEEPER, WORKER
+from .names import (
+    EVENTS,
+    FUNCTIONS,
+    FUNCTIONS_BY_NAME,
+    OUTBOX,
+    QUEUE_KEYS,
+    RECONCILER,
+    SERVICE,
+    SWEEPER,
+    WORKER,
+)
 from .queues import Queues
 from .schedules import Schedules
 from .storage import Storage
@@ -182,6 +192,13 @@ class Monitoring(Construct):
             threshold=config.iterator_age_alarm_seconds * 1000,
             periods=3,
             description="the outbox lags behind the Runs stream: runs are published late",
+        )
+        self._alarm(
+            "events-iterator-age",
+            functions.functions[EVENTS].metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE),
+            threshold=config.iterator_age_alarm_seconds * 1000,
+            periods=3,
+            description="the events consumer lags behind the tables' streams: events are published late",
         )
         for spec in FUNCTIONS:
             function = functions.functions[spec.name]

@@ -51,6 +51,7 @@ SWEEPER = "sweeper"
 OUTBOX = "outbox"
 RECONCILER = "reconciler"
 WORKER = "worker"
+EVENTS = "events"
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,10 @@ FUNCTIONS = (
     ),
     FunctionSpec(OUTBOX, "jobsched.handlers.outbox.handler", 512, 60, "jobsched outbox: Runs stream to SQS"),
     FunctionSpec(RECONCILER, "jobsched.handlers.reconciler.handler", 512, 50, "jobsched reconciler"),
+    # Batches of stream records; PutEvents retries stay well inside a minute.
+    FunctionSpec(
+        EVENTS, "jobsched.handlers.events.handler", 512, 60, "jobsched events: table streams to the event bus"
+    ),
     # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
     # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
     # The queues' visibility timeout is six times this (infra.dead_letters.WORKER_QUEUE_VISIBILITY).
@@ -105,6 +110,8 @@ def dlq_logical_id(key: str) -> str:
 
 
 OUTBOX_FAILURE_QUEUE_ID = "OutboxFailureQueue"
+EVENTS_FAILURE_QUEUE_ID = "EventsFailureQueue"  # stream batches the events mapping gave up on
+EVENT_BUS_ID = "EventBus"
 TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
@@ -176,6 +183,8 @@ OUTPUT_DASHBOARD = "DashboardName"
 OUTPUT_CREATE_SCHEDULE_SM = "CreateScheduleStateMachineArn"
 OUTPUT_RUN_TARGET_SM = "RunTargetStateMachineArn"
 OUTPUT_WORKER_FUNCTION_ROLE = "WorkerFunctionRoleArn"  # the principal a tenant's role trusts
+OUTPUT_EVENT_BUS = "EventBusName"
+OUTPUT_EVENT_ARCHIVE = "EventArchiveName"
 
 
 def output_policy(role: str) -> str:

@@ -22,15 +22,15 @@ from jobsched.store.schema import (
     TableSpec,
 )
 
-from .names import API, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
+from .names import API, EVENTS, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
 
 
 @dataclass(frozen=True)
 class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
-    # table | index | stream | queue | dlq | outbox_failures | targets | secrets | secret_keys
-    # | roles | grants_parameter
+    # table | index | stream | queue | dlq | outbox_failures | events_failures | event_bus
+    # | targets | secrets | secret_keys | roles | grants_parameter
     # | log_group | any
     kind: str
     name: str = ""  # table spec logical id, queue key, or target service
@@ -73,7 +73,10 @@ ROLES = Res("roles")  # assumableRoles: the roles tenants may name
 GRANTS_PARAMETER = Res("grants_parameter")
 LOG_GROUP = Res("log_group")  # the function's own log group
 STREAM_RUNS = Res("stream", RUNS.logical_id)
+STREAM_DEFINITIONS = Res("stream", DEFINITIONS.logical_id)
 OUTBOX_FAILURES = Res("outbox_failures")
+EVENTS_FAILURES = Res("events_failures")
+EVENT_BUS = Res("event_bus")
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,14 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_QUEUES}.publish",),
         ),
     ),
+    EVENTS: (
+        Grant(
+            ("events:PutEvents",),
+            (EVENT_BUS,),
+            "publish run and job events to the stack's bus",
+            ("jobsched.services.events:EventPublisher._put",),
+        ),
+    ),
     RECONCILER: (
         Grant(
             ("dynamodb:Query",),
@@ -362,6 +373,21 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
             ("sqs:SendMessage",),
             (OUTBOX_FAILURES,),
             "the mapping's on-failure destination for batches it gives up on",
+        ),
+    ),
+    EVENTS: (
+        _LOGS,
+        _TRACES,
+        Grant(
+            ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"),
+            (STREAM_RUNS, STREAM_DEFINITIONS),
+            "the event source mappings read the Runs and Definitions streams",
+        ),
+        Grant(("dynamodb:ListStreams",), (ANY,), "the event source mappings find the streams"),
+        Grant(
+            ("sqs:SendMessage",),
+            (EVENTS_FAILURES,),
+            "the mappings' on-failure destination for batches they give up on",
         ),
     ),
     WORKER: (

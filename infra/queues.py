@@ -11,6 +11,7 @@ from jobsched.store.schema import QUEUES, QueueSpec
 
 from .dead_letters import check_dead_letter_arithmetic, visibility_timeout
 from .names import (
+    EVENTS_FAILURE_QUEUE_ID,
     OUTBOX_FAILURE_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
     dlq_logical_id,
@@ -60,6 +61,11 @@ class Queues(Construct):
         self.outbox_failures = _queue(
             self, "outbox-failures", OUTBOX_FAILURE_QUEUE_ID, retention_period=RETENTION
         )
+        # The events mapping's on-failure destination: a batch of records whose events the bus
+        # kept refusing until they aged out (infra.event_sources), named by shard and sequence.
+        self.events_failures = _queue(
+            self, "events-failures", EVENTS_FAILURE_QUEUE_ID, retention_period=RETENTION
+        )
         # The scheduled rules' targets' dead-letter queue: a tick EventBridge gave up on
         # (permission refused, function missing, retries spent) leaves a message here.
         self.tick_failures = _queue(self, "tick-failures", TICK_FAILURE_QUEUE_ID, retention_period=RETENTION)
@@ -69,5 +75,6 @@ class Queues(Construct):
         return {
             **{f"{k}-dlq": q for k, q in self.dlqs.items()},
             "outbox-failures": self.outbox_failures,
+            "events-failures": self.events_failures,
             "tick-failures": self.tick_failures,
         }

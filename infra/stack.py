@@ -14,6 +14,7 @@ from constructs import Construct
 from . import nag
 from .api import Api
 from .config import Config
+from .event_bus import EventBus
 from .event_sources import EventSources
 from .examples import Examples
 from .functions import SECRET_KEYS, Functions
@@ -32,6 +33,8 @@ from .names import (
     OUTPUT_CREATE_SCHEDULE_SM,
     OUTPUT_DASHBOARD,
     OUTPUT_DEAD_LETTER_ALARMS,
+    OUTPUT_EVENT_ARCHIVE,
+    OUTPUT_EVENT_BUS,
     OUTPUT_RUN_TARGET_SM,
     OUTPUT_WORKER_FUNCTION_ROLE,
     PYTHON_VERSION,
@@ -67,6 +70,7 @@ class JobschedStack(Stack):
             on_demand_throughput=config.on_demand_throughput,
         )
         self.queues = Queues(self, "Queues")
+        self.events = EventBus(self, "Events", config=config)
         self.functions = Functions(
             self,
             "Functions",
@@ -74,6 +78,7 @@ class JobschedStack(Stack):
             storage=self.storage,
             queues=self.queues,
             grants_parameter=grants_parameter_name(self.stack_name),
+            event_bus=self.events.bus,
             layer_code_factory=layer_code_factory,
         )
         self.event_sources = EventSources(
@@ -139,6 +144,13 @@ class JobschedStack(Stack):
             value=self.functions.roles[WORKER].role_arn,
             description="the principal a tenant's role trusts, with sts:ExternalId = its tenant's",
         )
+        CfnOutput(
+            self,
+            OUTPUT_EVENT_BUS,
+            value=self.events.bus.event_bus_name,
+            description=f"run and job events (runEvents: {self.config.run_events}); add rules to subscribe",
+        )
+        CfnOutput(self, OUTPUT_EVENT_ARCHIVE, value=self.events.archive.archive_name)
         for role in API_ROLES:
             CfnOutput(self, output_policy(role), value=self.api.policies[role].managed_policy_arn)
 
@@ -156,8 +168,8 @@ class JobschedStack(Stack):
             ack(
                 self.functions.roles[spec.name],
                 "AwsSolutions-IAM5[Resource::*]",
-                "X-Ray PutTraceSegments/PutTelemetryRecords (and, for the outbox, DynamoDB "
-                "ListStreams) support no resource-level permissions.",
+                "X-Ray PutTraceSegments/PutTelemetryRecords (and, for the stream consumers, "
+                "DynamoDB ListStreams) support no resource-level permissions.",
             )
         worker_role = self.functions.roles["worker"]
         granted = {
@@ -234,6 +246,12 @@ class JobschedStack(Stack):
             "AwsSolutions-SQS3",
             "This queue is itself a dead letter: the on-failure destination of the stream "
             "mapping; its depth is alarmed like every DLQ.",
+        )
+        ack(
+            self.queues.events_failures,
+            "AwsSolutions-SQS3",
+            "This queue is itself a dead letter: the on-failure destination of the events "
+            "mappings; its depth is alarmed like every DLQ.",
         )
         ack(
             self.queues.tick_failures,

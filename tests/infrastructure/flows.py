@@ -25,12 +25,13 @@ import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.response import StreamingBody
 from jobsched.domain.errors import PermanentError
+from jobsched.domain.events import RunEventsLevel
 from jobsched.domain.instants import ManualClock, format_instant
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.runs import RunState
-from jobsched.store.schema import ALL_TABLES, DEFINITIONS, RUNS
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, EVENT_BUS_NAME, RUNS, TableSpec
 
-from infra.names import API, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
+from infra.names import API, EVENTS, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
 from tests.helpers import T0, ApiClient, create_queues
 
 REGION = "us-east-1"
@@ -211,7 +212,8 @@ class Flows:
         self.container = wiring.Container(settings, self.clock)
         wiring.override(self.container)
         self.api = ApiClient("tenant-a")
-        self._stream_seen = 0
+        self._stream_seen: dict[tuple[str, str], int] = {}
+        boto3.client("events").create_event_bus(Name=EVENT_BUS_NAME)
         self.jobs: dict[str, str] = {}
 
     def close(self) -> None:
@@ -346,9 +348,9 @@ class Flows:
 
     # --- the glue Lambda would provide ---
 
-    def stream_records(self) -> list[dict[str, Any]]:
-        """New Runs stream records since the last call, in the shape Lambda delivers them."""
-        arn = self.ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+    def stream_records(self, spec: TableSpec = RUNS, reader: str = OUTBOX) -> list[dict[str, Any]]:
+        """The table's stream records `reader` has not had yet, in the shape Lambda delivers them."""
+        arn = self.ddb.describe_table(TableName=spec.default_name)["Table"]["LatestStreamArn"]
         records: list[dict[str, Any]] = []
         for shard in self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
             iterator = self.streams.get_shard_iterator(
@@ -360,8 +362,10 @@ class Flows:
                 if not response["Records"]:
                     break
                 iterator = response.get("NextShardIterator")
-        fresh = records[self._stream_seen :]
-        self._stream_seen = len(records)
+        # Each reader has its own position in each table's stream (moto's shard ids are shared).
+        position = (reader, spec.logical_id)
+        fresh = records[self._stream_seen.get(position, 0) :]
+        self._stream_seen[position] = len(records)
         shaped = []
         for record in fresh:
             record = json.loads(json.dumps(record, default=str))
@@ -378,6 +382,20 @@ class Flows:
             with self.recorder.acting_as(OUTBOX):
                 result = outbox.handler({"Records": records[start : start + 100]}, _context(OUTBOX))
             assert result == {"batchItemFailures": []}, result
+
+    def run_events(self) -> None:
+        """The events consumer over both tables' streams, from the start (its own position)."""
+        from jobsched.handlers import events
+
+        for spec in (RUNS, DEFINITIONS):
+            records = [
+                r for r in self.stream_records(spec, EVENTS) if events.matches_filter(r, RunEventsLevel.ALL)
+            ]
+            assert records, f"the flows changed {spec.logical_id}"
+            for start in range(0, len(records), 100):
+                with self.recorder.acting_as(EVENTS):
+                    result = events.handler({"Records": records[start : start + 100]}, _context(EVENTS))
+                assert result == {"batchItemFailures": []}, result
 
     def sqs_record(self, key: str, body: str, message_id: str | None = None) -> dict[str, Any]:
         url = self.queue_urls[key]
@@ -509,6 +527,7 @@ class Flows:
         self.crash_holding_a_lease()
         self.clock.advance(3600)
         self.run_reconciler()
+        self.run_events()
 
 
 def _snake(name: str) -> str:
@@ -528,8 +547,12 @@ def record_all_flows(function_env: dict[str, str] | None = None) -> Recorder:
     (Powertools' among them, which decide the metrics' dimensions); resource names are not
     taken, the flows make their own tables and queues."""
     from jobsched import settings
+    from jobsched_local.moto_transactions import install as serialise_moto
     from moto import mock_aws
 
+    # The worker's records run on threads of their own: moto's DynamoDB is not safe for that
+    # (a transaction's table copy races another thread's write), local mode's lock is.
+    serialise_moto()
     recorder = Recorder()
     printed = io.StringIO()
     # As in Lambda: real AWS endpoints (here moto), metrics on, whatever ran before in this process.

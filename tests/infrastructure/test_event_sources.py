@@ -1,15 +1,25 @@
-"""Event source mappings: the Runs stream → outbox with the handler's own filter patterns, and
-one mapping per priority queue → worker, each with its own concurrency ceiling."""
+"""Event source mappings: the Runs stream → outbox with the handler's own filter patterns, both
+tables' streams → the events consumer at the configured level, and one mapping per priority
+queue → worker, each with its own concurrency ceiling."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from jobsched.domain.events import RunEventsLevel
+from jobsched.handlers.events import filter_patterns
+from jobsched.handlers.events import matches_filter as events_matches
 from jobsched.handlers.outbox import FILTER_PATTERNS, matches_filter
-from jobsched.store.schema import RUNS
+from jobsched.store.schema import DEFINITIONS, RUNS
 
-from infra.names import OUTBOX_FAILURE_QUEUE_ID, QUEUE_KEYS, queue_logical_id, table_logical_id
+from infra.names import (
+    EVENTS_FAILURE_QUEUE_ID,
+    OUTBOX_FAILURE_QUEUE_ID,
+    QUEUE_KEYS,
+    queue_logical_id,
+    table_logical_id,
+)
 
 
 def mappings(synth) -> dict[str, dict]:
@@ -20,13 +30,63 @@ def handler_of(synth, props: dict) -> str:
     return synth.props(props["FunctionName"]["Ref"])["Handler"]
 
 
-def outbox_mapping(synth) -> dict:
-    (props,) = [
+def stream_mappings(synth, spec, handler: str) -> list[dict]:
+    return [
         p
         for p in mappings(synth).values()
-        if p["EventSourceArn"] == {"Fn::GetAtt": [table_logical_id(RUNS), "StreamArn"]}
+        if p["EventSourceArn"] == {"Fn::GetAtt": [table_logical_id(spec), "StreamArn"]}
+        and handler_of(synth, p) == handler
     ]
+
+
+def outbox_mapping(synth) -> dict:
+    (props,) = stream_mappings(synth, RUNS, "jobsched.handlers.outbox.handler")
     return props
+
+
+@pytest.mark.parametrize("spec", [RUNS, DEFINITIONS], ids=lambda s: s.logical_id)
+def test_both_streams_feed_the_events_consumer_with_its_filter_at_the_level(synth, spec):
+    (props,) = stream_mappings(synth, spec, "jobsched.handlers.events.handler")
+    deployed = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
+    assert deployed == filter_patterns(RunEventsLevel(synth.stack.config.run_events))
+    assert props["StartingPosition"] == "TRIM_HORIZON" and props["BisectBatchOnFunctionError"] is True
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # Retried until the record is six hours old, then named in its own failure queue.
+    assert props["MaximumRecordAgeInSeconds"] == 6 * 3600 and props["MaximumRetryAttempts"] == 10_000
+    assert props["DestinationConfig"] == {
+        "OnFailure": {"Destination": {"Fn::GetAtt": [EVENTS_FAILURE_QUEUE_ID, "Arn"]}}
+    }
+
+
+def test_the_failures_level_passes_only_dead_and_skipped_runs_and_every_job_change(synth):
+    assert synth.stack.config.run_events == "failures"
+    level = RunEventsLevel.FAILURES
+
+    def run(state: str) -> dict:
+        return {
+            "eventName": "MODIFY",
+            "dynamodb": {"Keys": {"sk": {"S": "R#x"}}, "NewImage": {"state": {"S": state}}},
+        }
+
+    assert events_matches(run("DEAD"), level) and events_matches(run("SKIPPED"), level)
+    assert not events_matches(run("QUEUED"), level) and not events_matches(run("SUCCEEDED"), level)
+    job = {"eventName": "MODIFY", "dynamodb": {"Keys": {"job_id": {"S": "j_abc"}}}}
+    assert events_matches(job, level)
+    for other in ("guard#1", "rate#tenant#1", "stats#j_abc", "signing#j_abc"):
+        assert not events_matches(
+            {"eventName": "INSERT", "dynamodb": {"Keys": {"job_id": {"S": other}}}}, level
+        )
+    assert events_matches(run("QUEUED"), RunEventsLevel.ALL)
+    assert not events_matches(job, RunEventsLevel.NONE)
+
+
+def test_no_events_mapping_at_level_none(tmp_path):
+    from tests.infrastructure.synth import synthesize
+
+    built = synthesize(tmp_path, {"runEvents": "none"}, checks=False)
+    assert not [
+        p for p in mappings(built).values() if handler_of(built, p) == "jobsched.handlers.events.handler"
+    ]
 
 
 def test_stream_feeds_the_outbox_with_the_handlers_filter_patterns(synth):

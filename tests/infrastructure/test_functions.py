@@ -16,6 +16,7 @@ from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 from infra.config import UNRESERVED_MINIMUM, Config, ConfigError
 from infra.names import (
+    EVENT_BUS_ID,
     FUNCTIONS,
     FUNCTIONS_DIR,
     PYTHON_VERSION,
@@ -196,6 +197,8 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         queue_urls={q.key: "ref:" + queue_logical_id(q.key) for q in QUEUES},
         dlq_urls={q.key: "ref:" + dlq_logical_id(q.key) for q in QUEUES},
         target_grants_parameter=grants_parameter_name(built.stack.stack_name),
+        event_bus_name="ref:" + EVENT_BUS_ID,
+        event_source_name=built.stack.stack_name,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

@@ -14,11 +14,13 @@ import inspect
 from typing import Any
 
 import pytest
-from jobsched.store.schema import ALL_TABLES, QUEUES
+from jobsched.store.schema import ALL_TABLES, EVENT_BUS_NAME, QUEUES
 
 from infra import permissions
 from infra.names import (
     API,
+    EVENT_BUS_ID,
+    EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
     OUTBOX_FAILURE_QUEUE_ID,
     WORKER,
@@ -104,6 +106,10 @@ def rendered(synth, function: str, res: permissions.Res) -> list[str]:
         return [f"<{dlq_logical_id(res.name)}.Arn>"]
     if res.kind == "outbox_failures":
         return [f"<{OUTBOX_FAILURE_QUEUE_ID}.Arn>"]
+    if res.kind == "events_failures":
+        return [f"<{EVENTS_FAILURE_QUEUE_ID}.Arn>"]
+    if res.kind == "event_bus":
+        return [f"<{EVENT_BUS_ID}.Arn>"]
     if res.kind == "log_group":
         return [f"<{synth.logical_id(synth.stack.functions.log_groups[function])}.Arn>"]
     if res.kind == "targets":
@@ -273,6 +279,8 @@ def _queue(url: str) -> str:
 
 
 def _bus(name: str) -> str:
+    if name == EVENT_BUS_NAME:
+        return f"<{EVENT_BUS_ID}.Arn>"  # the stack's own bus
     return name if name.startswith("arn:") else f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{name}"
 
 

@@ -10,6 +10,7 @@ from jobsched.services.reconciler import KINDS
 
 from infra.config import ConfigError
 from infra.names import (
+    EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
     OUTBOX_FAILURE_QUEUE_ID,
     QUEUE_KEYS,
@@ -42,6 +43,7 @@ def simple_alarms(synth, metric: str) -> dict[str, dict]:
 
 DEAD_LETTER_QUEUES = {dlq_logical_id(k) for k in QUEUE_KEYS} | {
     OUTBOX_FAILURE_QUEUE_ID,
+    EVENTS_FAILURE_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
 }
 
@@ -88,10 +90,11 @@ def test_every_queue_has_an_oldest_message_alarm_above_the_sqs_delay(synth, conf
 
 
 def test_stream_iterator_age_is_alarmed(synth, config):
-    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "IteratorAge"]
-    function = alarm["Dimensions"][0]["Value"]["Ref"]
-    assert synth.props(function)["Handler"] == "jobsched.handlers.outbox.handler"
-    assert alarm["Threshold"] == config.iterator_age_alarm_seconds * 1000
+    """Each stream consumer: the outbox (runs published late) and the events consumer."""
+    ages = [a for a in alarms(synth) if a.get("MetricName") == "IteratorAge"]
+    handlers = {synth.props(a["Dimensions"][0]["Value"]["Ref"])["Handler"] for a in ages}
+    assert handlers == {"jobsched.handlers.outbox.handler", "jobsched.handlers.events.handler"}
+    assert all(a["Threshold"] == config.iterator_age_alarm_seconds * 1000 for a in ages)
 
 
 @pytest.mark.parametrize("metric", ["Errors", "Throttles"])

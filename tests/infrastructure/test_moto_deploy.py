@@ -50,6 +50,34 @@ DROPPED_PROPERTIES = {
 }
 
 
+def for_moto(template: dict[str, Any]) -> dict[str, Any]:
+    """The template as moto's CloudFormation reads it, where moto parses what CloudFormation
+    accepts differently: an archive's EventPattern as a JSON string (moto json-parses it;
+    CloudFormation takes the object or the string), and a `Ref` of an event bus as the bus's
+    name (what CloudFormation resolves it to; moto resolves it to its own model object)."""
+    buses = {
+        logical_id: resource["Properties"]["Name"]
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Events::EventBus"
+    }
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {"Ref"} and value["Ref"] in buses:
+                return buses[value["Ref"]]
+            return {k: resolved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolved(v) for v in value]
+        return value
+
+    copied = resolved(json.loads(json.dumps(template)))
+    for resource in copied["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Events::Archive" and isinstance(props.get("EventPattern"), dict):
+            props["EventPattern"] = json.dumps(props["EventPattern"])
+    return copied
+
+
 def _zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -81,7 +109,7 @@ def deployed(synth) -> Any:
         cloudformation = boto3.client("cloudformation", region_name=REGION)
         cloudformation.create_stack(
             StackName="Jobsched",
-            TemplateBody=json.dumps(synth.template),
+            TemplateBody=json.dumps(for_moto(synth.template)),
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
         )
         (stack,) = cloudformation.describe_stacks(StackName="Jobsched")["Stacks"]

@@ -5,15 +5,22 @@ from __future__ import annotations
 import pytest
 from jobsched.store.schema import QUEUES
 
-from infra.names import OUTBOX_FAILURE_QUEUE_ID, TICK_FAILURE_QUEUE_ID, dlq_logical_id, queue_logical_id
+from infra.names import (
+    EVENTS_FAILURE_QUEUE_ID,
+    OUTBOX_FAILURE_QUEUE_ID,
+    TICK_FAILURE_QUEUE_ID,
+    dlq_logical_id,
+    queue_logical_id,
+)
 
 KEYS = [q.key for q in QUEUES]
 
 
-def test_exactly_the_schema_queues_their_dlqs_and_the_outbox_and_tick_failure_queues(synth):
+def test_exactly_the_schema_queues_their_dlqs_and_the_failure_queues(synth):
     expected = {queue_logical_id(k) for k in KEYS} | {dlq_logical_id(k) for k in KEYS}
     assert set(synth.of_type("AWS::SQS::Queue")) == expected | {
         OUTBOX_FAILURE_QUEUE_ID,
+        EVENTS_FAILURE_QUEUE_ID,
         TICK_FAILURE_QUEUE_ID,
     }
 
