@@ -16,6 +16,7 @@ from .commands import (
     cmd_dlq_redrive,
     cmd_docs,
     cmd_doctor,
+    cmd_events_tail,
     cmd_jobs_backfill,
     cmd_jobs_create,
     cmd_jobs_get,
@@ -230,6 +231,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.add_argument("--port", type=int, default=8090, help="local port (default 8090)")
     console.add_argument("--open", action="store_true", help="open the console in a browser")
+
+    events = commands.add_parser("events", help="run and job events (local mode)").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    events_tail = command(
+        events,
+        "tail",
+        cmd_events_tail,
+        "print your run and job events as local mode's event bus receives them",
+    )
+    events_tail.add_argument(
+        "--type",
+        action="append",
+        metavar="TYPE",
+        help="only this type (run.dead, or jobsched.run.dead); repeat for more",
+    )
+    events_tail.add_argument("--from-start", action="store_true", help="first the events the bus still holds")
+    events_tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls (default 1)")
+    events_tail.add_argument("--count", type=int, default=None, help="stop after this many events")
 
     tail = command(commands, "tail", cmd_tail, "follow run state changes as they happen")
     tail.add_argument("jobs", nargs="*", metavar="JOB", help="jobs to follow (default: all of yours)")

@@ -335,6 +335,12 @@ class ApiClient:
         run: dict[str, Any] = self._call("POST", f"/v1/leases/{quote_segment(run_key)}/complete", body)
         return run
 
+    def local_events(self, after: int, *, limit: int = 100) -> dict[str, Any]:
+        """Local mode only: the caller's run and job events the bus received after position
+        `after` ({"items": [CloudEvent, ...], "cursor": N}). A deployed stack answers 404."""
+        page: dict[str, Any] = self._call("GET", "/local/events", query={"after": after, "limit": limit})
+        return page
+
     def openapi(self) -> dict[str, Any]:
         document: dict[str, Any] = self._call("GET", "/openapi.json")
         return document

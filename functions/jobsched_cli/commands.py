@@ -15,10 +15,11 @@ from typing import Any
 
 from jobsched_local.config import DEV_KEY
 
-from .client import ApiClient, is_loopback
+from .client import ApiClient, ApiError, is_loopback
 from .follow import RunFollower
 from .rendering import (
     attempts_table,
+    event_line,
     format_fields,
     format_table,
     job_fields,
@@ -327,6 +328,53 @@ def cmd_tail(ctx: Context, args: argparse.Namespace) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
+
+
+def cmd_events_tail(ctx: Context, args: argparse.Namespace) -> int:
+    """Local mode: print the tenant's events as the bus receives them (`--from-start`: those
+    it still holds first)."""
+    if args.interval <= 0:
+        raise UsageError("--interval: must be > 0")
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count: must be >= 1")
+    kinds = set(args.type or [])
+    try:
+        cursor = 0 if args.from_start else _newest(ctx.client, 0)
+    except ApiError as exc:
+        if exc.status == 404:
+            raise UsageError(
+                "events tail reads local mode's copy of the event bus; a deployed stack's events are"
+                " read from its bus (a rule to your queue or log group: docs/concepts/events.md)"
+            ) from None
+        raise
+    printed = 0
+    try:
+        while True:
+            page = ctx.client.local_events(cursor)
+            cursor = int(page["cursor"])
+            for event in page["items"]:
+                if kinds and not kinds & {
+                    event.get("type"),
+                    str(event.get("type")).removeprefix("jobsched."),
+                }:
+                    continue
+                print(json.dumps(event) if ctx.json else event_line(event), flush=True)
+                printed += 1
+                if args.count is not None and printed >= args.count:
+                    return 0
+            if not page["items"]:
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _newest(client: ApiClient, cursor: int) -> int:
+    """The cursor past every event the bus already holds for the caller."""
+    while True:
+        page = client.local_events(cursor)
+        if int(page["cursor"]) == cursor:
+            return cursor
+        cursor = int(page["cursor"])
 
 
 # --- the API's own documentation ---

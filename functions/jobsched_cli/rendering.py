@@ -172,6 +172,19 @@ def with_more(table: str, page: dict[str, Any]) -> str:
     return table
 
 
+def event_line(event: dict[str, Any]) -> str:
+    """One CloudEvent (domain.events) as a line: time, type, subject, what it says."""
+    data = event.get("data") or {}
+    kind = str(event.get("type", "")).removeprefix("jobsched.")
+    if kind.startswith("run."):
+        moved = f"{data.get('from') or '-'} → {data.get('state')}"
+        detail = f"{moved}  attempt {data.get('attempt')}  {data.get('actor')}"
+    else:
+        detail = f"{data.get('name')}  v{data.get('version')}  {data.get('state')}  {data.get('actor')}"
+    error = data.get("errorClass") or ""
+    return f"{short_time(event.get('time'))}  {kind:<14}  {event.get('subject')}  {detail}  {error}".rstrip()
+
+
 def tail_line(event: dict[str, Any]) -> str:
     source = event.get("from") or "-"
     error = event.get("errorClass") or ""

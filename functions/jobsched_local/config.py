@@ -40,6 +40,7 @@ RUNTIME_FIELDS = {
     "tenant_concurrency": "tenant_concurrency",
     "handler_modules": "handler_modules",
     "allow_destinations": "http_allow_destinations",
+    "run_events": "run_events",
 }
 
 
@@ -67,6 +68,9 @@ class LocalConfig:
     queue_batch_size: int = 10
     lease_seconds: int = _runtime_default("lease_seconds")
     tenant_concurrency: int = _runtime_default("tenant_concurrency")
+    # Which run and job events go to the bus (none | failures | all): every one, locally, so
+    # `jobsched events tail` shows a run's whole path.
+    run_events: str = "all"
     handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
     # Tenant id -> ARN patterns (* wildcards) it may target without a role of its own, or whose

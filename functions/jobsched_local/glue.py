@@ -94,9 +94,18 @@ class HttpFront(BackgroundServer):
 
     Local auth: the `x-api-key` header maps to a tenant, which reaches the handler where an
     authorizer would put it (`requestContext.authorizer.tenantId`). Requests from other sites
-    or addressed to another host name are refused first (loopback.api_refusal)."""
+    or addressed to another host name are refused first (loopback.api_refusal). `local`
+    answers local mode's own paths (method, path, query, tenant) -> (status, JSON) or None,
+    after the same checks and the same key, before the API."""
 
-    def __init__(self, host: str, port: int, invoke: Invoker, tenant_for: Callable[[str | None], str | None]):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        invoke: Invoker,
+        tenant_for: Callable[[str | None], str | None],
+        local: Callable[[str, str, str, str], tuple[int, Any] | None] | None = None,
+    ):
         front = self
 
         class RequestHandler(BaseHTTPRequestHandler):
@@ -112,6 +121,7 @@ class HttpFront(BackgroundServer):
 
         self._invoke = invoke
         self._tenant_for = tenant_for
+        self._local = local
         server = ThreadingHTTPServer((host, port), RequestHandler)
         server.daemon_threads = True
         super().__init__(server, "api-front")
@@ -160,6 +170,10 @@ class HttpFront(BackgroundServer):
             self._reply(
                 request, 401, {"code": "unauthenticated", "message": "x-api-key: missing or unknown"}, {}
             )
+            return
+        answered = self._local(request.command, parts.path, parts.query, tenant) if self._local else None
+        if answered is not None:
+            self._reply(request, answered[0], answered[1], {"Cache-Control": "no-store"})
             return
         event = rest_event(
             request.command,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from jobsched.store.schema import ALL_TABLES, QUEUES
+from jobsched.store.schema import ALL_TABLES, EVENT_BUS_NAME, QUEUES
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
@@ -177,7 +177,33 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
         "queue_urls": queue_urls,
         "dlq_urls": dlq_urls,
         "queue_arns": queue_arns,
+        "events_tail_url": create_event_bus(
+            boto3.client("events", endpoint_url=endpoint_url, region_name=region), sqs
+        ),
     }
+
+
+EVENTS_TAIL_QUEUE = "jobsched-events-tail"
+
+
+def create_event_bus(events: Any, sqs: Any) -> str:
+    """The stack's event bus and its archive, and what local mode adds: a rule sending every
+    jobsched event to a queue that `jobsched events tail` reads through the local front.
+    Returns that queue's URL."""
+    bus_arn = events.create_event_bus(Name=EVENT_BUS_NAME)["EventBusArn"]
+    events.create_archive(ArchiveName=f"{EVENT_BUS_NAME}-archive", EventSourceArn=bus_arn, RetentionDays=1)
+    url = sqs.create_queue(QueueName=EVENTS_TAIL_QUEUE)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    # A pattern, never a schedule: moto matches a schedule-only rule against every event.
+    events.put_rule(
+        Name=EVENTS_TAIL_QUEUE,
+        EventBusName=EVENT_BUS_NAME,
+        EventPattern=json.dumps({"source": [{"prefix": "jobsched/"}]}),
+    )
+    events.put_targets(
+        Rule=EVENTS_TAIL_QUEUE, EventBusName=EVENT_BUS_NAME, Targets=[{"Id": "tail", "Arn": arn}]
+    )
+    return str(url)
 
 
 def create_queues(sqs: Any) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:

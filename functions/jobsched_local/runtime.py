@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from jobsched.store.schema import ALL_TABLES, QUEUES, RUNS
+from jobsched.domain.events import RunEventsLevel
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 from .config import LocalConfig
+from .events_tail import EventTail
 from .glue import HttpFront, Invoker, Loop, QueueSource, StreamSource, TtlReaper
 from .moto_backend import MotoProcess, MotoServer, provision
 
@@ -31,6 +33,7 @@ class LocalRuntime:
         self._loops: list[Loop] = []
         self.moto: MotoServer | MotoProcess | None = None
         self.front: HttpFront | None = None
+        self.events_tail: EventTail | None = None
         self.resources: dict[str, Any] = {}
         self.sources: dict[str, Any] = {}
         self.invokers: dict[str, Invoker] = {}
@@ -57,18 +60,24 @@ class LocalRuntime:
         self.resources = provision(self.moto.url, config.region)
         self._configure_environment()
 
-        from jobsched.handlers import api, outbox, reconciler, sweeper, worker
+        from jobsched.handlers import api, events, outbox, reconciler, sweeper, worker
 
         self.invokers = {
             "api": Invoker("api", api.handler, timeout_seconds=29),
             "sweeper": Invoker("sweeper", sweeper.handler, timeout_seconds=300),
             "reconciler": Invoker("reconciler", reconciler.handler, timeout_seconds=300),
             "outbox": Invoker("outbox", outbox.handler, timeout_seconds=60),
+            "events": Invoker("events", events.handler, timeout_seconds=60),
             # Invoked side by side by the three queue sources, each up to its mapping's ceiling.
             "worker": Invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
         }
+        endpoint: dict[str, Any] = {"endpoint_url": self.moto.url, "region_name": config.region}
+        sqs = boto3.client("sqs", **endpoint)
+        self.events_tail = EventTail(sqs, self.resources["events_tail_url"])
         try:
-            self.front = HttpFront(config.host, config.port, self.invokers["api"], config.tenant_for)
+            self.front = HttpFront(
+                config.host, config.port, self.invokers["api"], config.tenant_for, self.events_tail.answer
+            )
         except OSError as exc:
             self.moto.stop()  # a moto process would outlive a runtime that never started
             if exc.errno == errno.EADDRINUSE:
@@ -76,7 +85,6 @@ class LocalRuntime:
             raise
         self.front.start()
 
-        endpoint: dict[str, Any] = {"endpoint_url": self.moto.url, "region_name": config.region}
         streams = StreamSource(
             boto3.client("dynamodbstreams", **endpoint),
             self.resources["streams"][RUNS.logical_id],
@@ -87,7 +95,20 @@ class LocalRuntime:
         )
         self.sources["stream"] = streams
         self._every("outbox-stream", config.stream_poll_seconds, streams.poll)
-        sqs = boto3.client("sqs", **endpoint)
+        # The events consumer reads both tables' streams, as its two mappings do in the stack.
+        level = RunEventsLevel(config.run_events)
+        for spec in (RUNS, DEFINITIONS):
+            changes = StreamSource(
+                boto3.client("dynamodbstreams", **endpoint),
+                self.resources["streams"][spec.logical_id],
+                self.invokers["events"],
+                region=config.region,
+                matches=lambda record: events.matches_filter(record, level),
+                batch_size=config.stream_batch_size,
+            )
+            self.sources[f"events:{spec.logical_id}"] = changes
+            self._every(f"events-{spec.logical_id.lower()}", config.stream_poll_seconds, changes.poll)
+        self._every("events-tail", 0.5, self.events_tail.drain)
         for queue in QUEUES:
             source = QueueSource(
                 sqs,
