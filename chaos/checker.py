@@ -54,6 +54,11 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
 - `fixes_ignored`: a target call after a redrive that fixed the run's payload (or after a
   later plain redrive of it) that did not receive that payload: the fix must reach every
   later attempt, whichever target kind makes it.
+- `events_lost`: a transition the Runs stream carried (a run's sequence 0 up to the latest
+  its stream showed) with no run event the bus accepted for it (id `<runKey>#<sequence>`);
+  `events_conflicting`: one id the bus accepted twice with different contents. The same
+  event accepted again (a retried or redelivered batch) is allowed and counted
+  (`events_repeated`): consumers dedupe on the id.
 - `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
   held while its job is paused, when the run stops; `oversize_items`: a write refused at
   DynamoDB's 400 KB item limit."""
@@ -99,6 +104,8 @@ MUST_BE_ZERO = (
     "early_effects",
     "effects_past_deadline",
     "fixes_ignored",
+    "events_lost",
+    "events_conflicting",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -294,6 +301,10 @@ class Figures:
     early_effects: int = 0
     effects_past_deadline: int = 0
     fixes_ignored: int = 0
+    events_lost: int = 0
+    events_conflicting: int = 0
+    events_published: int = 0  # distinct ids the bus accepted
+    events_repeated: int = 0  # accepted again with the same id and content (allowed)
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
     faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
@@ -346,6 +357,8 @@ class Figures:
             f" missed_run_violations={self.missed_run_violations}"
             f" tenant_limit_exceeded={self.tenant_limit_exceeded} early_effects={self.early_effects}"
             f" effects_past_deadline={self.effects_past_deadline} fixes_ignored={self.fixes_ignored}"
+            f" events_lost={self.events_lost} events_conflicting={self.events_conflicting}"
+            f" events_published={self.events_published} events_repeated={self.events_repeated}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
@@ -378,6 +391,7 @@ class Evidence:
     faults: dict[str, int] = field(default_factory=dict)
     # Run key -> attempt series -> the payload the redrive that opened it fixed (harness.fixes).
     fixes: dict[str, dict[int, Any]] = field(default_factory=dict)
+    bus_events: list[dict[str, Any]] = field(default_factory=list)  # accepted by the bus, in order
     # Run key -> the invocation deadline (true time, the harness's Lambda context) of each
     # attempt that died after a successful effect, before its completion.
     unrecorded: dict[str, list[datetime | None]] = field(default_factory=dict)
@@ -405,6 +419,7 @@ def check(evidence: Evidence) -> Figures:
     _check_coverage(evidence, by_job, figures)
     _check_effects(evidence, runs, figures)
     _check_fixes(evidence, figures)
+    _check_events(evidence, figures)
     _check_overlap(evidence, by_job, figures)
     _check_missed(evidence, by_job, figures)
     _check_tenant_limit(evidence, figures)
@@ -598,6 +613,35 @@ def _check_effects(evidence: Evidence, runs: dict[str, Run], figures: Figures) -
                         "attempts_over_policy", run_key, "called again after a recorded permanent error"
                     )
                 )
+
+
+def _check_events(evidence: Evidence, figures: Figures) -> None:
+    """`events_lost` and `events_conflicting` (see the module); counts the rest."""
+    flag = figures.violations.append
+    accepted: dict[str, dict[str, Any]] = {}
+    for event in evidence.bus_events:
+        first = accepted.setdefault(event["id"], event)
+        if first is event:
+            continue
+        if first != event:
+            flag(
+                Violation(
+                    "events_conflicting", event["subject"], f"{event['id']}: accepted with two contents"
+                )
+            )
+        else:
+            figures.events_repeated += 1
+    figures.events_published = len(accepted)
+    for run_key, run in evidence.audit.latest.items():
+        missing = [n for n in range(_transitions(run)) if f"{run_key}#{n}" not in accepted]
+        if missing:
+            flag(Violation("events_lost", run_key, f"no event for transitions {missing[:10]}"))
+
+
+def _transitions(run: Run) -> int:
+    """How many transitions the run has had: those its history holds and those its byte
+    budget dropped (counted by the checker itself, not by the code under test)."""
+    return len(run.history) + run.history_dropped
 
 
 def _check_fixes(evidence: Evidence, figures: Figures) -> None:

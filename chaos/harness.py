@@ -30,12 +30,14 @@ from jobsched.domain.errors import (
     StorageUnavailable,
     TenantAtLimit,
 )
+from jobsched.domain.events import RunEventsLevel
 from jobsched.domain.instants import ManualClock
 from jobsched.domain.metrics import RecordedMetrics
 from jobsched.domain.models import Job, JobState, Priority, RunFix, ScheduleKind
 from jobsched.domain.runs import Run, RunState
 from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.services.completion import Completer
+from jobsched.services.events import EventPublisher
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
 from jobsched.services.missed import MissedRuns
@@ -45,12 +47,14 @@ from jobsched.services.reconciler import KINDS, Reconciler
 from jobsched.services.runs import RunService
 from jobsched.services.sweeper import Sweeper
 from jobsched.services.worker import Received
+from jobsched.settings import Settings
 from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 from jobsched.store.tenant_slots import TenantSlots
 
+from .bus import ChaosBus
 from .checker import (
     CLOCK_SKEW,
     FAULT_FIGURES,
@@ -134,6 +138,7 @@ class FaultRates:
     throttled_invocation: float = 0.02  # per worker batch: throttled, the batch back on the queue
     stream_redelivery: float = 0.03  # per outbox batch: redelivered whole although it succeeded
     stream_lane_lag: float = 0.1  # per second and stream lane: its records wait, others go on
+    bus_refusal: float = 0.02  # per PutEvents entry of the events consumer: InternalFailure
 
     @classmethod
     def none(cls) -> FaultRates:
@@ -412,6 +417,16 @@ class World:
         self.workers = [self._worker(f"w{i}") for i in range(config.workers)]
         # What the worker handler reads from its container (installed by `run_chaos`).
         self.services = ChaosServices(self._queues(self.sqs_throttle), self._skewed(), self.metrics)
+        # The events consumer: the production handler over the same Runs stream records, its
+        # own lanes and retries, publishing to the chaos bus. Its draws come from a generator
+        # of its own, so the rest of a seed's world is the same with it or without it.
+        self.events_rng = random.Random(f"events-{config.seed}")
+        self.bus = ChaosBus(self.events_rng, self.rates.bus_refusal)
+        self.services.settings = Settings(run_events=RunEventsLevel.ALL, event_source_name="chaos")
+        self.services.event_publisher = EventPublisher(
+            self.bus, "chaos-events", self.metrics, sleep=lambda seconds: None, rng=self.events_rng
+        )
+        self.event_lanes: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(STREAM_LANES)]
         self.final_jobs: dict[str, Job] = {}
 
     def close(self) -> None:
@@ -517,6 +532,7 @@ class World:
             if second % config.sweep_every == 0:
                 self._sweep()
             self._stream()
+            self._events()
             self._deliver()
             if second % config.reconcile_every == 0:
                 self._reconcile()
@@ -525,6 +541,7 @@ class World:
             if config.verbose and second % 300 == 0:
                 self.out(f"  t+{second}s open={len(self.audit.open_runs())} outcomes={dict(self.outcomes)}")
         self._stream()
+        self._drain_events()
         for problem in self.receiver.rejected:
             self._unexpected("receiver", f"a delivery that does not verify: {problem}")
         for status, count in self.receiver.answers.items():
@@ -538,6 +555,7 @@ class World:
 
     def _stop_injecting(self) -> None:
         self.injecting = False
+        self.bus.injecting = False
         self.rates = NO_FAULTS
         self.dynamo.rates = NO_FAULTS
         self.dynamo.enabled = False
@@ -780,6 +798,7 @@ class World:
     # --- stream → outbox ---
 
     def _stream(self) -> None:
+        from jobsched.handlers.events import matches_filter as events_filter
         from jobsched.handlers.outbox import matches_filter
         from jobsched_local.glue import lambda_stream_record
 
@@ -791,6 +810,8 @@ class World:
             for raw in records:
                 record = lambda_stream_record(raw, self.stream_arn, REGION)
                 self.audit.observe(record)
+                if events_filter(record, RunEventsLevel.ALL):
+                    self.event_lanes[_lane(record)].append((0, record))
                 if matches_filter(record):
                     fresh.append(record)
             if len(records) < 1000:
@@ -846,6 +867,48 @@ class World:
             return  # done, or given up (the failure destination): the reconciler repairs
         self.faults["stream_batches_redelivered"] += 1
         self.lanes[lane] = [(tries, record) for _, record in batch] + self.lanes[lane]
+
+    # --- stream → events consumer → bus ---
+
+    def _events(self) -> None:
+        """One events invocation per lane with records waiting (up to 100, as the mapping's
+        batch): the production handler; Lambda retries from the first record it reports, and
+        now and then redelivers a batch that succeeded (its invocation timed out after)."""
+        from jobsched.handlers.events import handler
+
+        rng = self.events_rng
+        for lane, waiting in enumerate(self.event_lanes):
+            if not waiting:
+                continue
+            if self.injecting and rng.random() < self.rates.stream_lane_lag:
+                continue
+            batch, rest = waiting[:100], waiting[100:]
+            event = {"Records": [record for _, record in batch]}
+            try:
+                context = SimulatedLambdaContext(
+                    self.clock, self.clock.now() + timedelta(seconds=60), "events"
+                )
+                answer = handler(event, context)
+                failures = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
+            except Exception:
+                # Every record failed (the batch processor raises) or the handler broke.
+                failures = {record["dynamodb"]["SequenceNumber"] for _, record in batch}
+            first = next(
+                (n for n, (_, r) in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failures), None
+            )
+            if first is None and self.injecting and rng.random() < self.rates.stream_redelivery:
+                first = 0
+                self.faults["event_batches_redelivered"] += 1
+            retried = [(tries + 1, record) for tries, record in batch[first:]] if first is not None else []
+            self.event_lanes[lane] = retried + rest
+
+    def _drain_events(self) -> None:
+        """After the run: every record the consumer still holds is published (no faults now)."""
+        for _ in range(10_000):
+            if not any(self.event_lanes):
+                return
+            self._events()
+        self._unexpected("events consumer", "records still unpublished after draining")
 
     # --- SQS → worker ---
 
@@ -1322,6 +1385,7 @@ class World:
                 audit=self.audit,
                 redrives=self.redrives,
                 fixes=dict(self.fixes),
+                bus_events=list(self.bus.accepted),
                 unrecorded=dict(self.unrecorded),
                 tenant_limit=self.config.tenant_concurrency,
                 duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),

@@ -51,15 +51,19 @@ class ChaosWorker(Worker):
 
 
 class ChaosServices:
-    """What the worker handler reads from `wiring.container()`: `worker` (the one the calling
-    thread chose for its invocation, `serving`), `queues` (to name a record's queue from its
-    ARN), `clock` and `metrics`."""
+    """What the worker and events handlers read from `wiring.container()`: `worker` (the one
+    the calling thread chose for its invocation, `serving`), `queues` (to name a record's
+    queue from its ARN), `clock`, `metrics`, `settings` and `event_publisher`."""
 
     def __init__(self, queues: RunQueues, clock: Clock, metrics: Metrics) -> None:
         self.queues = queues
         self.clock = clock
         self.metrics = metrics
         self._local = threading.local()
+        # What the events handler reads (the harness sets both): the settings' level and
+        # source name, and the publisher whose client is the chaos bus.
+        self.settings: Any = None
+        self.event_publisher: Any = None
 
     @property
     def worker(self) -> Worker:

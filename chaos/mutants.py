@@ -130,6 +130,35 @@ def _redrive_fix_not_written(original: Any) -> Any:
     return fields
 
 
+def _refused_event_dropped(original: Any) -> Any:
+    def send(self: Any, request: Any, report: Any) -> Any:
+        self._put(request, report)  # one call; what the bus refused is never sent again
+        return None
+
+    return send
+
+
+def _event_sequence_ignores_dropped(original: Any) -> Any:
+    def sequence_of(run: Any, index: int) -> int:
+        return index  # the entries the history budget dropped no longer counted
+
+    return sequence_of
+
+
+def _event_time_of_publishing(original: Any) -> Any:
+    import itertools
+    from datetime import timedelta
+
+    published = itertools.count()
+
+    def run_event(stack: str, run: Any, entry: Any, sequence: int, event_type: Any) -> Any:
+        event = original(stack, run, entry, sequence, event_type)
+        # When it was published, not when the transition happened: a redelivery differs.
+        return event.model_copy(update={"time": entry.at + timedelta(seconds=next(published))})
+
+    return run_event
+
+
 def _no_idempotency(original: Any) -> Any:
     def record_of(key: str, run: Any, *, fence: int, now: Any) -> Any:
         return None  # no in-progress record or saved result is ever found on the run
@@ -243,6 +272,16 @@ MUTANTS: tuple[Mutant, ...] = (
     # payload as it was: the next attempts repeat the broken call.
     Mutant("redrive-fix-not-written", "jobsched.domain.models.RunFix.fields",
            _redrive_fix_not_written, "fixes_ignored", "redrives"),
+    # The events consumer takes an entry the bus refused for sent: its event is never published.
+    Mutant("refused-event-dropped", "jobsched.services.events.EventPublisher._send",
+           _refused_event_dropped, "events_lost", "events"),
+    # A run's transitions numbered in its stored history only: once the byte budget drops old
+    # entries, a new transition takes a number already published, and is taken for it.
+    Mutant("event-sequence-ignores-dropped", "jobsched.domain.events.sequence_of",
+           _event_sequence_ignores_dropped, "events_lost", "events"),
+    # An event stamped when it is published: the same id comes again with other contents.
+    Mutant("event-time-of-publishing", "jobsched.domain.events._run_event",
+           _event_time_of_publishing, "events_conflicting", "events"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

@@ -178,6 +178,17 @@ WORLDS: dict[str, ChaosConfig] = {
             base_seconds=1.0,
         ),
     ),
+    # The events consumer under a bus that refuses a fifth of the entries, redelivered and
+    # lagging stream batches, beside the hog tenant's runs whose hundred attempts overflow
+    # their history's budget.
+    "events": ChaosConfig(
+        seed=5,
+        runs=30,
+        window_seconds=150,
+        faults=replace(QUIET, bus_refusal=0.2, stream_redelivery=0.2, stream_lane_lag=0.2),
+        hog=True,
+        mix=Mix(types=((OK, 7), (FLAKY, 3)), overlap=(1, 0, 0), max_attempts=(2, 4)),
+    ),
     # Webhooks only, through the production HTTP client to the receiver: no faults.
     "webhooks": ChaosConfig(
         seed=5,

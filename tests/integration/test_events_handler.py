@@ -44,7 +44,8 @@ def job_records(level: RunEventsLevel) -> list[dict[str, Any]]:
 
 
 def received(queue_url: str) -> list[dict[str, Any]]:
-    sqs, found = boto3.client("sqs"), []
+    sqs = boto3.client("sqs")
+    found: list[dict[str, Any]] = []
     while True:
         messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages") or []
         if not messages:
