@@ -8,7 +8,7 @@ import json
 import random
 import re
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -730,3 +730,84 @@ class LoopingQueueClient:
         for entry in response.get("Successful", []):
             cutoff.hops[entry["MessageId"]] = hop
         return response
+
+
+class MessageTrail:
+    """What SQS really did with each run's messages (sends with their delay, receives,
+    deletes, visibility changes), for failure reports: wraps the SQS client beneath every
+    fault wrapper, so a call a fault refused never shows. Threads call it at once."""
+
+    def __init__(self, client: Any, now: Callable[[], datetime]) -> None:
+        self._client = client
+        self._now = now
+        self._lock = threading.Lock()
+        self.lines: dict[str, list[str]] = defaultdict(list)
+        self._handles: dict[str, str] = {}  # receipt handle -> run key
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _note(self, run_key: str, what: str, url: str) -> None:
+        with self._lock:
+            self.lines[run_key].append(f"{self._now():%H:%M:%S} sqs {what} ({url.rsplit('/', 1)[-1]})")
+
+    @staticmethod
+    def _key(body: str) -> str:
+        try:
+            return str(json.loads(body).get("runKey", "?"))
+        except (ValueError, AttributeError):
+            return "?"
+
+    def send_message(self, **kw: Any) -> Any:
+        answer = self._client.send_message(**kw)
+        self._note(self._key(kw["MessageBody"]), f"sent, delay {kw.get('DelaySeconds', 0)}s", kw["QueueUrl"])
+        return answer
+
+    def send_message_batch(self, **kw: Any) -> Any:
+        answer = self._client.send_message_batch(**kw)
+        sent = {s["Id"] for s in answer.get("Successful", [])}
+        for entry in kw["Entries"]:
+            outcome = "sent" if entry["Id"] in sent else "send refused"
+            self._note(
+                self._key(entry["MessageBody"]),
+                f"{outcome}, delay {entry.get('DelaySeconds', 0)}s",
+                kw["QueueUrl"],
+            )
+        return answer
+
+    def receive_message(self, **kw: Any) -> Any:
+        answer = self._client.receive_message(**kw)
+        for message in answer.get("Messages", []):
+            key = self._key(message.get("Body", ""))
+            with self._lock:
+                self._handles[message["ReceiptHandle"]] = key
+            count = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+            self._note(key, f"received (receive {count})", kw["QueueUrl"])
+        return answer
+
+    def _handled(self, handle: str, what: str, url: str) -> None:
+        with self._lock:
+            key = self._handles.get(handle, "?")
+        self._note(key, what, url)
+
+    def delete_message(self, **kw: Any) -> Any:
+        answer = self._client.delete_message(**kw)
+        self._handled(kw["ReceiptHandle"], "deleted", kw["QueueUrl"])
+        return answer
+
+    def delete_message_batch(self, **kw: Any) -> Any:
+        answer = self._client.delete_message_batch(**kw)
+        for entry in kw["Entries"]:
+            self._handled(entry["ReceiptHandle"], "deleted", kw["QueueUrl"])
+        return answer
+
+    def change_message_visibility(self, **kw: Any) -> Any:
+        answer = self._client.change_message_visibility(**kw)
+        self._handled(kw["ReceiptHandle"], f"visibility {kw['VisibilityTimeout']}s", kw["QueueUrl"])
+        return answer
+
+    def change_message_visibility_batch(self, **kw: Any) -> Any:
+        answer = self._client.change_message_visibility_batch(**kw)
+        for entry in kw["Entries"]:
+            self._handled(entry["ReceiptHandle"], f"visibility {entry['VisibilityTimeout']}s", kw["QueueUrl"])
+        return answer

@@ -11,6 +11,7 @@ import io
 import logging
 import os
 import random
+import re
 import sys
 import threading
 import traceback
@@ -78,6 +79,7 @@ from .faults import (
     InvocationEnded,
     LoopCutoff,
     LoopingQueueClient,
+    MessageTrail,
     SimulatedCrash,
     SimulatedLambdaContext,
     SkewedClock,
@@ -94,6 +96,7 @@ REGION = "us-east-1"
 HORIZON = timedelta(seconds=120)  # the deployed sweep horizon (Settings.horizon_seconds)
 DDB_THROTTLED = "ProvisionedThroughputExceededException"
 SQS_THROTTLED = "ThrottlingException"
+RUN_KEY = re.compile(r"j_[0-9a-z]+@[0-9T:Z~a-z-]+")  # a run key in a violation's detail
 STREAM_LANES = 2  # concurrent outbox batches (shards x parallelization): one item's records stay in one
 STREAM_RETRIES = 3  # then the batch goes to the failure destination; the reconciler repairs its runs
 CREATE_PATIENCE_SECONDS = 60  # a job the API still refuses this long after its planned time fails the run
@@ -319,7 +322,9 @@ class World:
 
         install()
         self.ddb: Any = boto3.client("dynamodb", region_name=REGION)
-        self.sqs: Any = boto3.client("sqs", region_name=REGION)
+        # Every component's SQS calls pass through the trail, beneath the fault wrappers.
+        self.trail = MessageTrail(boto3.client("sqs", region_name=REGION), self.clock.now)
+        self.sqs: Any = self.trail
         self.streams: Any = boto3.client("dynamodbstreams", region_name=REGION)
         for spec in ALL_TABLES:
             self.ddb.create_table(**spec.create_table_request())
@@ -1401,10 +1406,11 @@ class World:
         )
         explanations: dict[str, list[str]] = {}
         for violation in figures.violations:
-            key = violation.run_key
-            if key in explanations or len(explanations) >= 8:
-                continue
-            explanations[key] = self._story(by_key.get(key), key)
+            # The run it is about, and any other run its detail names (the one it overlapped).
+            for key in [violation.run_key, *RUN_KEY.findall(violation.detail)]:
+                if key in explanations or len(explanations) >= 8:
+                    continue
+                explanations[key] = self._story(by_key.get(key), key)
         if figures.restart_over_goal:
             for key, _ in figures.slowest_restarts[:5]:
                 if key not in explanations:
@@ -1439,6 +1445,7 @@ class World:
             lines.append(
                 f"{call.at:%H:%M:%S} handler call seq={call.seq} attempt={call.attempt} acted={call.acted}"
             )
+        lines.extend(self.trail.lines.get(run_key, []))
         job_id = run_key.partition("@")[0]
         for ack in self.tracked[job_id].acks if job_id in self.tracked else []:
             lines.append(f"{ack.at:%H:%M:%S} job {ack.kind} acknowledged seq={ack.seq}")
