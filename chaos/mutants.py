@@ -179,9 +179,10 @@ def _repairs_late(original: Any) -> Any:
 def _held_run_not_judged(original: Any) -> Any:
     from jobsched.domain.overlap import Overlap
 
-    def applies(run: Any) -> bool:
+    def applies(run: Any, *, claimed: bool = False) -> bool:
         # Judged only while its fence is 0: an occurrence claimed in its job's pause and held
-        # (its attempt given back, its fence kept) is released at the resume unjudged.
+        # (its attempt given back, its fence kept) is released at the resume unjudged, and
+        # never judged under a claim (whose fence is above 0).
         judged = run.policies.overlap is not Overlap.ALLOW and run.previous_run_key is not None
         return judged and run.fence == 0
 

@@ -452,6 +452,72 @@ def test_a_held_occurrence_released_by_the_resume_still_obeys_overlap(
     assert ledger.effects == {}
 
 
+@pytest.mark.parametrize("policy", ["skip", "buffer-one"])
+@pytest.mark.parametrize("through", ["worker", "lease"])
+def test_a_resume_between_the_admit_and_the_job_check_starts_no_second_run_beside_the_first(
+    api, container, clock, registry, ledger, monkeypatch, through, policy
+):
+    """The occurrence is admitted while its job is paused (the overlap verdict is left to the
+    pause: its claim's job check would hold it), and the resume lands between that admit and
+    the job check, which then reads the job active. The earlier run is still executing: the
+    policy judged again under the claim skips the occurrence instead of starting it beside
+    that run. Under `buffer-one` the earlier run was still waiting at the admit (so the
+    occurrence was to be skipped, left to the pause) and started meanwhile: the attempt is
+    given back to wait behind it. (Chaos seed 13 found two runs of a `skip` job running side
+    by side after a resume.)"""
+    from tests.helpers import claimed
+
+    job_type = "ok" if through == "worker" else "report.build"
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": job_type, "every": 10, "overlap": policy, "missedRuns": "catch-up"}
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first, second, *_ = sorted(
+        container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+
+    def first_starts() -> None:
+        current = stored(container, first)
+        container.runs.commit(current, lambda _: claimed(current, at=clock.now(), lease_for=3600, owner="x"))
+
+    if policy == "skip":
+        first_starts()
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(second.due_at)
+    real_get = container.definitions.get
+    reads: list[str] = []
+
+    def resumed_before_the_job_check(wanted: str):
+        # The job read that follows the occurrence's claim: the resume lands just before it.
+        if wanted == job_id and stored(container, second).state is RunState.LEASED:
+            reads.append(wanted)
+            monkeypatch.setattr(container.definitions, "get", real_get)
+            if policy == "buffer-one":
+                first_starts()
+            assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+        return real_get(wanted)
+
+    monkeypatch.setattr(container.definitions, "get", resumed_before_the_job_check)
+    if through == "worker":
+        attempt(container, registry, "w").process(delivery(second))
+    else:
+        leased = api.post("/v1/leases", {"types": ["report.build"], "max": 5, "workerId": "w1"})
+        assert leased.status == 200, leased.body
+        assert [lease["runKey"] for lease in leased.body["leases"]] == []
+    assert reads, "claimed while paused, and the resume landed before the job check"
+    after = stored(container, second)
+    if policy == "skip":
+        assert after.state is RunState.SKIPPED and after.reason == "overlap", after.history[-1]
+        assert after.overlapped_by == first.run_key
+    else:
+        assert after.state is RunState.PENDING and after.history[-1].reason == "deferred: buffered"
+        assert after.deferred_until == clock.now() + timedelta(seconds=5)
+    assert after.attempt == 0 and after.lease_owner is None
+    assert ledger.effects == {}
+    assert stored(container, first).state is RunState.LEASED  # the earlier run goes on
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -51,6 +51,8 @@ ARGS: dict[str, dict[str, Any]] = {
     "in_progress_elsewhere": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=9)},
     "hold": {"now": T0, "actor": "worker:w"},
     "missed": {"now": T0, "actor": "worker:w"},
+    "overlapped": {"now": T0, "actor": "worker:w", "overlapped_by": "j_x@2026-11-02T07:59:00Z"},
+    "buffered": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=5)},
     "save_result": {"now": T0, "result": 1},
     "lease_expired": {"now": T0 + timedelta(hours=1), "actor": "reconciler"},
     "refused": {"refusal": lifecycle.Refusal("MaxAge", "too old"), "now": T0, "actor": "reconciler"},
@@ -115,6 +117,8 @@ def test_only_the_lease_holders_rows_are_fenced():
         "in_progress_elsewhere",
         "hold",
         "missed",
+        "overlapped",
+        "buffered",
     }
 
 
@@ -137,6 +141,11 @@ def test_the_overlap_policy_judges_only_runs_not_started():
     held = fresh.model_copy(update={"state": RunState.PENDING, "fence": 1, "attempt": 0})
     assert applies(held)
     assert not applies(held.model_copy(update={"redrives": 1}))
+    # Judged again under its first claim (services.attempt), never under a later one.
+    first_claim = fresh.model_copy(update={"state": RunState.LEASED, "fence": 1, "attempt": 1})
+    assert applies(first_claim, claimed=True)
+    assert not applies(first_claim.model_copy(update={"attempt": 2}), claimed=True)
+    assert not applies(fresh, claimed=True)
 
 
 def test_a_redrive_replaces_only_the_target_and_payload_it_is_given():

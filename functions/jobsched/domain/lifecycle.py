@@ -453,6 +453,41 @@ def missed(run: Run, *, now: datetime, actor: str) -> Run:
     return _skipped_as_missed(run, now=now, actor=actor)
 
 
+@transition("overlapped")
+def overlapped(run: Run, *, now: datetime, actor: str, overlapped_by: str) -> Run:
+    """Claimed, then judged again under its claim: the open earlier run `overlapped_by` skips
+    it (`overlap`). The attempt it had just begun is given back, no effect started."""
+    return advance(
+        run,
+        RunState.SKIPPED,
+        now=now,
+        actor=actor,
+        reason="overlap",
+        attempt=max(0, run.attempt - 1),
+        overlapped_by=overlapped_by,
+        **_effect_released(run),
+    )
+
+
+@transition("buffered")
+def buffered(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
+    """Claimed, then judged again under its claim: `buffer-one` behind its job's running run.
+    The attempt is given back (no effect started) and the run published again at `until`,
+    when it is judged once more."""
+    return advance(
+        run,
+        RunState.PENDING,
+        now=now,
+        actor=actor,
+        reason="deferred: buffered",
+        attempt=max(0, run.attempt - 1),
+        deferred_until=until,
+        lease_owner=None,
+        lease_expires_at=None,
+        **_effect_released(run),
+    )
+
+
 def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -> Run:
     """SKIPPED (`paused`): the resume's decision; the attempt begun is given back, its
     effect's records released (none of it started)."""

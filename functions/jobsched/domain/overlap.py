@@ -30,17 +30,18 @@ class OverlapVerdict(StrEnum):
     BUFFER = "buffer"  # buffer-one: this is the one occurrence waiting behind a running run
 
 
-def applies(run: Run) -> bool:
+def applies(run: Run, *, claimed: bool = False) -> bool:
     """Whether the overlap policy judges `run` at all: a scheduled run of a job whose policy
     is not `allow` that has not started: no attempt counted (an attempt held by its job's
     pause, or given back, did not start; a retry, a reclaimed lease, an attempt whose worker
     died, is past the point where the run could be skipped) and never redriven (an
     operator's explicit choice). Manual runs and backfills are outside it (backfills are
-    chained)."""
+    chained). `claimed`: `run` is as its claim wrote it, the first attempt counted (the
+    judgement again under the claim, services.attempt)."""
     return (
         run.policies.overlap is not Overlap.ALLOW
         and run.previous_run_key is not None
-        and run.attempt == 0
+        and run.attempt == (1 if claimed else 0)
         and run.redrives == 0
     )
 

@@ -103,6 +103,21 @@ TRANSITIONS: dict[str, Rule] = {
             "first attempt; the job's resume decided this occurrence of its pause does not run",
         ),
         _rule(
+            "overlapped",
+            frozenset({_S.LEASED}),
+            frozenset({_S.SKIPPED}),
+            Writer.HOLDER,
+            "first attempt, judged again under its claim: an earlier run of its job is open",
+        ),
+        _rule(
+            "buffered",
+            frozenset({_S.LEASED}),
+            frozenset({_S.PENDING}),
+            Writer.HOLDER,
+            "first attempt of a buffer-one run, judged again under its claim: an earlier run of its"
+            " job is executing; published again at deferred_until",
+        ),
+        _rule(
             "save_result",
             _OPEN | {_S.DEAD},
             _NONE,

@@ -299,9 +299,40 @@ class Attempts:
 
     def check_job(self, leased: Run, *, actor: str) -> Ending | None:
         """Read after the claim: None to go on; otherwise the run was cancelled (job cancelled
-        or gone) or held (job paused) and no effect may start."""
+        or gone), held (job paused), SKIPPED as missed, or stopped by its overlap policy
+        judged again under the claim (`_overlap_under_claim`), and no effect may start."""
         job = self._definitions.get(leased.job_id)
-        return self._completer.before_effect(leased, job, actor=actor)
+        stopped = self._completer.before_effect(leased, job, actor=actor)
+        if stopped is not None:
+            return stopped
+        return self._overlap_under_claim(leased, actor=actor)
+
+    def _overlap_under_claim(self, leased: Run, *, actor: str) -> Ending | None:
+        """The overlap policy judged again once the first attempt is claimed and its job read
+        active. `admit` judged the run as read, and left an occurrence of a paused job to its
+        pause (the claim's job check holds it): a resume landing between that admit and this
+        check released the earlier run the policy waits for, and the two would start side by
+        side. An open earlier run now SKIPs the run (`overlap`) or, under `buffer-one` behind
+        an executing one, gives the attempt back to be published again in 5 s. None to go on."""
+        if not applies(leased, claimed=True):
+            return None
+        now = self._clock.now()
+        blocker = self._earlier_open(leased, now)
+        verdict = overlap_verdict(leased.policies.overlap, blocker, now)
+        if verdict is OverlapVerdict.RUN:
+            return None
+        assert blocker is not None
+        self._metrics.add("OverlapJudgedUnderClaim")
+        if verdict is OverlapVerdict.SKIP:
+            return self._completer.write(
+                leased,
+                lambda r: lifecycle.overlapped(r, now=now, actor=actor, overlapped_by=blocker.run_key),
+                actor,
+            )
+        until = now + timedelta(seconds=5)
+        return self._completer.write(
+            leased, lambda r: lifecycle.buffered(r, now=now, actor=actor, until=until), actor
+        )
 
     # --- decide, for an executor elsewhere (the lease API) ---
 
