@@ -1038,3 +1038,52 @@ def test_a_redrive_sends_its_fix_for_one_run_and_for_one_jobs_dead_letters(
     assert one == {"reason": "moved", "payload": None, "target": bus}
     assert bulk["jobId"] == "j_abc" and bulk["payload"] == {"rows": 7} and "target" not in bulk
     assert main([*argv, key, "--payload", "{not json"]) == 2
+
+
+# --- events tail ---
+
+
+def test_events_tail_on_a_deployed_stack_says_to_subscribe_to_the_bus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = cli.Context(build_parser().parse_args(["--endpoint", "https://api.example.com", "events", "tail"]))
+
+    def not_here(after: int, *, limit: int = 100) -> dict[str, Any]:
+        raise ApiError(404, {"code": "not_found", "message": "no route"})
+
+    monkeypatch.setattr(ctx.client, "local_events", not_here)
+    args = build_parser().parse_args(["events", "tail"])
+    with pytest.raises(UsageError, match="read from its bus"):
+        commands.cmd_events_tail(ctx, args)
+
+
+def test_events_tail_prints_the_types_asked_for_from_the_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ctx = cli.Context(build_parser().parse_args(["events", "tail"]))
+    events = [
+        {
+            "type": "jobsched.job.created",
+            "time": "2026-12-03T10:00:00Z",
+            "subject": "j_a",
+            "data": {"name": "n", "version": 1, "state": "ACTIVE", "actor": "api:t"},
+        },
+        {
+            "type": "jobsched.run.dead",
+            "time": "2026-12-03T10:00:05Z",
+            "subject": "j_a@2026-12-03T10:00:00Z",
+            "data": {
+                "from": "LEASED",
+                "state": "DEAD",
+                "attempt": 1,
+                "actor": "worker:w",
+                "errorClass": "HTTP400",
+            },
+        },
+    ]
+    pages = iter([{"items": events, "cursor": 2}, {"items": [], "cursor": 2}])
+    monkeypatch.setattr(ctx.client, "local_events", lambda after, limit=100: next(pages))
+    args = build_parser().parse_args(["events", "tail", "--from-start", "--type", "run.dead", "--count", "1"])
+    assert commands.cmd_events_tail(ctx, args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "run.dead" in out[0] and "LEASED → DEAD" in out[0] and "HTTP400" in out[0]
