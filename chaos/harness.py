@@ -815,7 +815,7 @@ class World:
             for raw in records:
                 record = lambda_stream_record(raw, self.stream_arn, REGION)
                 self.audit.observe(record)
-                if events_filter(record, RunEventsLevel.ALL):
+                if events_filter(record, RunEventsLevel.ALL, RUNS):
                     self.event_lanes[_lane(record)].append((0, record))
                 if matches_filter(record):
                     fresh.append(record)

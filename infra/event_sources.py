@@ -33,7 +33,7 @@ EVENTS_BATCH_SIZE = 100
 EVENTS_BATCH_WINDOW = 1  # seconds: events are not on any run's path; fuller batches, fewer calls
 EVENTS_PARALLELIZATION = 2
 EVENTS_MAX_RECORD_AGE = 6 * 3600
-EVENTS_RETRIES = 10_000  # bounded by the record age
+EVENTS_RETRIES = 10_000  # Lambda's most; with bisection the record age ends it first, or near it
 
 
 class EventSources(Construct):
@@ -82,8 +82,9 @@ class EventSources(Construct):
         self.outbox_mapping.node.add_dependency(functions.roles[OUTBOX])
 
         self.events_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
-        patterns = event_filter_patterns(RunEventsLevel(config.run_events))
-        for spec in (RUNS, DEFINITIONS) if patterns else ():
+        level = RunEventsLevel(config.run_events)
+        for spec in (RUNS, DEFINITIONS) if level is not RunEventsLevel.NONE else ():
+            patterns = event_filter_patterns(level, spec)
             arn = storage.table(spec).table_stream_arn
             assert arn is not None, f"{spec.logical_id} has no stream"
             mapping = lambda_.CfnEventSourceMapping(

@@ -44,7 +44,7 @@ class EventTail:
                 return added
             for message in messages:
                 event = _cloud_event(message.get("Body", ""))
-                if event is not None:
+                if event is not None and isinstance(event.get("tenant"), str):
                     with self._lock:
                         self._position += 1
                         self._events.append(Tailed(self._position, str(event.get("tenant")), event))
@@ -57,8 +57,9 @@ class EventTail:
     def page(self, tenant: str, after: int, limit: int = PAGE) -> dict[str, Any]:
         """The tenant's events after position `after`, oldest first, and the cursor to ask from next."""
         with self._lock:
-            mine = [t for t in self._events if t.position > after and t.tenant == tenant][: limit + 1]
             newest = self._events[-1].position if self._events else 0
+            after = min(after, newest)  # a cursor from before local mode restarted
+            mine = [t for t in self._events if t.position > after and t.tenant == tenant][: limit + 1]
         if len(mine) > limit:  # more to come: go on after the last one given
             mine = mine[:limit]
             return {"items": [t.event for t in mine], "cursor": mine[-1].position}

@@ -7,6 +7,7 @@ environment variables the stack sets."""
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import time
@@ -103,7 +104,7 @@ class LocalRuntime:
                 self.resources["streams"][spec.logical_id],
                 self.invokers["events"],
                 region=config.region,
-                matches=lambda record: events.matches_filter(record, level),
+                matches=functools.partial(events.matches_filter, level=level, table=spec),
                 batch_size=config.stream_batch_size,
             )
             self.sources[f"events:{spec.logical_id}"] = changes

@@ -389,7 +389,9 @@ class Flows:
 
         for spec in (RUNS, DEFINITIONS):
             records = [
-                r for r in self.stream_records(spec, EVENTS) if events.matches_filter(r, RunEventsLevel.ALL)
+                r
+                for r in self.stream_records(spec, EVENTS)
+                if events.matches_filter(r, RunEventsLevel.ALL, spec)
             ]
             assert records, f"the flows changed {spec.logical_id}"
             for start in range(0, len(records), 100):

@@ -48,7 +48,7 @@ def outbox_mapping(synth) -> dict:
 def test_both_streams_feed_the_events_consumer_with_its_filter_at_the_level(synth, spec):
     (props,) = stream_mappings(synth, spec, "jobsched.handlers.events.handler")
     deployed = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
-    assert deployed == filter_patterns(RunEventsLevel(synth.stack.config.run_events))
+    assert deployed == filter_patterns(RunEventsLevel(synth.stack.config.run_events), spec)
     assert props["StartingPosition"] == "TRIM_HORIZON" and props["BisectBatchOnFunctionError"] is True
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     # Retried until the record is six hours old, then named in its own failure queue.
@@ -63,21 +63,21 @@ def test_the_failures_level_passes_only_dead_and_skipped_runs_and_every_job_chan
     level = RunEventsLevel.FAILURES
 
     def run(state: str) -> dict:
-        return {
-            "eventName": "MODIFY",
-            "dynamodb": {"Keys": {"sk": {"S": "R#x"}}, "NewImage": {"state": {"S": state}}},
-        }
+        # A run item's keys: its job's id and its sort key (the job id matches the job filter).
+        keys = {"job_id": {"S": "j_abc"}, "sk": {"S": "R#x"}}
+        return {"eventName": "MODIFY", "dynamodb": {"Keys": keys, "NewImage": {"state": {"S": state}}}}
 
-    assert events_matches(run("DEAD"), level) and events_matches(run("SKIPPED"), level)
-    assert not events_matches(run("QUEUED"), level) and not events_matches(run("SUCCEEDED"), level)
+    assert events_matches(run("DEAD"), level, RUNS) and events_matches(run("SKIPPED"), level, RUNS)
+    assert not events_matches(run("QUEUED"), level, RUNS)
+    assert not events_matches(run("SUCCEEDED"), level, RUNS)
     job = {"eventName": "MODIFY", "dynamodb": {"Keys": {"job_id": {"S": "j_abc"}}}}
-    assert events_matches(job, level)
+    assert events_matches(job, level, DEFINITIONS)
     for other in ("guard#1", "rate#tenant#1", "stats#j_abc", "signing#j_abc"):
         assert not events_matches(
-            {"eventName": "INSERT", "dynamodb": {"Keys": {"job_id": {"S": other}}}}, level
+            {"eventName": "INSERT", "dynamodb": {"Keys": {"job_id": {"S": other}}}}, level, DEFINITIONS
         )
-    assert events_matches(run("QUEUED"), RunEventsLevel.ALL)
-    assert not events_matches(job, RunEventsLevel.NONE)
+    assert events_matches(run("QUEUED"), RunEventsLevel.ALL, RUNS)
+    assert not events_matches(job, RunEventsLevel.NONE, DEFINITIONS)
 
 
 def test_no_events_mapping_at_level_none(tmp_path):

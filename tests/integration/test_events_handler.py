@@ -34,7 +34,7 @@ def stream_records(level: RunEventsLevel) -> list[dict[str, Any]]:
     for spec in (RUNS, DEFINITIONS):
         arn = ddb.describe_table(TableName=spec.default_name)["Table"]["LatestStreamArn"]
         shaped = [lambda_stream_record(r, arn, "us-east-1") for r in read_stream(streams, arn, {})]
-        records += [r for r in shaped if events_handler.matches_filter(r, level)]
+        records += [r for r in shaped if events_handler.matches_filter(r, level, spec)]
     return records
 
 

@@ -307,3 +307,40 @@ def test_the_documented_example_event_is_valid_against_the_model():
     event = CloudEvent.model_validate(example)
     assert event.document() == example
     assert event.id == f"{run_data(event).run_key}#{run_data(event).sequence}"
+
+
+def test_an_entry_refused_for_good_is_left_out_not_retried_and_not_a_failed_record():
+    made = events(3)
+
+    class Refusing(FlakyBus):
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+            self.calls.append(Entries)
+            answers = []
+            for entry in Entries:
+                if json.loads(entry["Detail"])["id"] == made[1].id:
+                    answers.append({"ErrorCode": "InvalidArgument", "ErrorMessage": "no"})
+                else:
+                    self.accepted.append(json.loads(entry["Detail"])["id"])
+                    answers.append({"EventId": "e"})
+            return {"FailedEntryCount": 1, "Entries": answers}
+
+    bus = Refusing([])
+    report = publisher(bus).publish([(f"s{n}", [e]) for n, e in enumerate(made)])
+    assert report.failed_records == [] and report.rejected == 1 and report.published == 2
+    assert len(bus.calls) == 1  # never sent again
+
+
+def test_an_event_too_large_for_any_request_is_left_out():
+    (event,) = events(1)
+    huge = event.model_copy(update={"subject": "x" * MAX_REQUEST_BYTES})
+    bus = FlakyBus([])
+    report = publisher(bus).publish([("s0", [huge]), ("s1", events(1))])
+    assert report.rejected == 1 and report.published == 1 and report.failed_records == []
+
+
+def test_a_tenant_too_long_for_eventbridges_source_is_named_by_its_digest():
+    tenant = "123456789012/user/" + "p/" * 200 + "ops"
+    source = event_source("S" * 128, tenant)
+    assert len(source) <= 256 and source.startswith("jobsched/" + "S" * 128 + "/sha256-")
+    assert event_source("S" * 128, tenant + "x") != source
+    assert event_source("Jobsched", "tenant-a") == "jobsched/Jobsched/tenant-a"

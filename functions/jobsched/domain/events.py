@@ -20,6 +20,7 @@ every transition."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -151,9 +152,17 @@ class CloudEvent(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+MAX_SOURCE_CHARS = 256  # EventBridge's limit on an entry's Source
+
+
 def event_source(stack: str, tenant: str) -> str:
-    """`jobsched/<stack>/<tenant>`, the tenant percent-encoded (IAM tenant ids hold `/`)."""
-    return f"jobsched/{stack}/{quote(tenant, safe='')}"
+    """`jobsched/<stack>/<tenant>`, the tenant percent-encoded (IAM tenant ids hold `/`); a
+    tenant too long for EventBridge's 256 characters appears as `sha256-<32 hex>` of its id
+    (the event's `tenant` attribute still names it whole)."""
+    source = f"jobsched/{stack}/{quote(tenant, safe='')}"
+    if len(source) <= MAX_SOURCE_CHARS:
+        return source
+    return f"jobsched/{stack}/sha256-{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
 
 
 def sequence_of(run: Run, index: int) -> int:

@@ -23,33 +23,35 @@ from ..domain.runs import RunState
 from ..observability import log_metrics, logger, tracer
 from ..store.definitions import DefinitionStore
 from ..store.runs import RUN_PREFIX, RunStore
+from ..store.schema import DEFINITIONS, RUNS, TableSpec
 from ..wiring import container
-from .outbox import matches_pattern
+from .stream_filter import matches_pattern
 
 JOB_PREFIX = "j_"  # job ids (domain.models.JOB_ID_PATTERN); other Definitions items are not jobs
 
 
-def filter_patterns(level: RunEventsLevel) -> list[dict[str, Any]]:
-    """The event source filters (EventBridge syntax) of both streams at `level`: run items
-    (at `failures`, only writes that leave a run DEAD or SKIPPED) and job items. None at
-    `none` (the stack then makes no mapping)."""
+def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, Any]]:
+    """The event source filter (EventBridge syntax) of one table's stream at `level`: on the
+    Runs stream run items (at `failures`, only writes that leave a run DEAD or SKIPPED), on
+    the Definitions stream job items. Each table's mapping gets its own: a run item's key
+    is a job id too. None at `none` (the stack then makes no mapping)."""
     if level is RunEventsLevel.NONE:
         return []
-    runs: dict[str, Any] = {"Keys": {"sk": {"S": [{"prefix": RUN_PREFIX}]}}}
-    if level is RunEventsLevel.FAILURES:
-        runs["NewImage"] = {"state": {"S": [RunState.DEAD.value, RunState.SKIPPED.value]}}
-    return [
-        {"eventName": ["INSERT", "MODIFY"], "dynamodb": runs},
-        {
-            "eventName": ["INSERT", "MODIFY"],
-            "dynamodb": {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}},
-        },
-    ]
+    if table.logical_id == RUNS.logical_id:
+        runs: dict[str, Any] = {"Keys": {"sk": {"S": [{"prefix": RUN_PREFIX}]}}}
+        if level is RunEventsLevel.FAILURES:
+            runs["NewImage"] = {"state": {"S": [RunState.DEAD.value, RunState.SKIPPED.value]}}
+        return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": runs}]
+    if table.logical_id == DEFINITIONS.logical_id:
+        jobs = {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}}
+        return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": jobs}]
+    raise ValueError(f"no events come from {table.logical_id}")
 
 
-def matches_filter(record: dict[str, Any], level: RunEventsLevel) -> bool:
-    """FILTER_PATTERNS at `level` against a stream record, as Lambda's event filtering would."""
-    return any(matches_pattern(pattern, record) for pattern in filter_patterns(level))
+def matches_filter(record: dict[str, Any], level: RunEventsLevel, table: TableSpec) -> bool:
+    """The table's filter at `level` against one of its stream records, as Lambda's event
+    filtering would."""
+    return any(matches_pattern(pattern, record) for pattern in filter_patterns(level, table))
 
 
 def events_of(record: dict[str, Any], stack: str, level: RunEventsLevel) -> list[CloudEvent]:
@@ -91,7 +93,7 @@ def gather(
         sequence = str(change.get("SequenceNumber"))
         try:
             events = events_of(record, stack, level)
-        except (KeyError, ValueError, TypeError):
+        except Exception:  # any image it cannot read: retrying would hold its shard back
             logger.exception(
                 "unreadable image: no events for this record", extra={"sequence_number": sequence}
             )

@@ -2,13 +2,16 @@
 
 The events consumer hands over each stream record's events, in stream order. They go out in
 PutEvents calls of at most 10 entries and 256 KB (AWS's limits, entry sizes counted as AWS
-counts them). An entry that fails (throttled, an internal failure, any other error code) is
-sent again, alone with the other failures of its call, up to `attempts` times with jittered
-backoff; a call that fails as a whole counts as each of its entries failing. A record whose
-event is still not accepted is reported, and so is every record after it, unsent: the stream
-retries from the first reported record, so one run's events never go out after a later one
-of the same run (a consumer still orders by `data.sequence`: EventBridge does not promise
-delivery order). Events of records sent before are sent again then; their ids are the same.
+counts them). An entry refused for a reason that passes (throttled, an internal failure) is
+sent again, alone with the other such entries of its call, up to `attempts` times with
+jittered backoff; a call that fails as a whole counts as each of its entries refused so. A
+record whose event is still not accepted is reported, and so is every record after it,
+unsent: the stream retries from the first reported record, so no event is skipped (the ones
+sent before go again, with the same ids). An entry refused for a reason that will not pass
+(an invalid argument, a malformed detail) would hold the stream back until its records age
+out: it is logged with the event's id, counted (`EventsRejected`) and left out. EventBridge
+promises no delivery order, and an entry accepted on a later try lands after a later event
+sent beside it: a consumer orders one run's events by `data.sequence`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..observability import logger
 
 MAX_ENTRIES = 10  # PutEvents: entries per request
+# Entry error codes that pass with time; any other is the entry's own fault, refused again
+# however often it is sent.
+RETRYABLE_CODES = frozenset(
+    {"ThrottlingException", "InternalFailure", "InternalException", "ServiceUnavailable"}
+)
 MAX_REQUEST_BYTES = 256 * 1024  # PutEvents: total entry size per request
 TIME_BYTES = 14  # what AWS counts for an entry's Time, whatever its format
 
@@ -55,6 +63,7 @@ class PublishReport:
     published: int = 0
     failed_records: list[str] = field(default_factory=list)  # the first failed record and every later one
     retries: int = 0
+    rejected: int = 0  # refused for a reason that will not pass: left out
 
 
 def entry_of(record: str, event: CloudEvent, bus_name: str) -> Entry:
@@ -75,8 +84,8 @@ def entry_of(record: str, event: CloudEvent, bus_name: str) -> Entry:
 
 def batches(entries: Sequence[Entry]) -> list[list[Entry]]:
     """`entries` in order, cut into requests within MAX_ENTRIES and MAX_REQUEST_BYTES.
-    Raises ValueError for an entry larger than a whole request (the events' own limits keep
-    every entry far below it)."""
+    Raises ValueError for an entry larger than a whole request (`publish` leaves those out
+    first; the events' own limits keep every entry far below it)."""
     out: list[list[Entry]] = []
     current: list[Entry] = []
     size = 0
@@ -123,7 +132,14 @@ class EventPublisher:
         (none of whose events were sent). Never raises for a failed call: a failure is a
         failed record."""
         report = PublishReport()
-        entries = [entry_of(record, event, self._bus) for record, events in records for event in events]
+        entries = []
+        for record, events in records:
+            for event in events:
+                entry = entry_of(record, event, self._bus)
+                if entry.size > MAX_REQUEST_BYTES:
+                    self._reject(entry, report, "TooLarge", f"{entry.size} bytes")
+                else:
+                    entries.append(entry)
         order = [record for record, _ in records]
         for request in batches(entries):
             failed = self._send(request, report)
@@ -135,7 +151,23 @@ class EventPublisher:
             self._metrics.add("EventPublishRetries", report.retries, Unit.COUNT)
         if report.failed_records:
             self._metrics.add("EventRecordsFailed", len(report.failed_records), Unit.COUNT)
+        if report.rejected:
+            self._metrics.add("EventsRejected", report.rejected, Unit.COUNT)
         return report
+
+    @staticmethod
+    def _reject(entry: Entry, report: PublishReport, code: str | None, message: str | None) -> None:
+        report.rejected += 1
+        detail = json.loads(entry.request["Detail"])
+        logger.error(
+            "event refused by the bus for good: left out",
+            extra={
+                "record": entry.record,
+                "event_id": detail.get("id"),
+                "error_code": code,
+                "error_message": message,
+            },
+        )
 
     def _send(self, request: list[Entry], report: PublishReport) -> str | None:
         """Send one request, its failed entries again up to the attempts; the record of the
@@ -166,8 +198,11 @@ class EventPublisher:
         failed = []
         for index, entry in enumerate(entries):
             result = results[index] if index < len(results) else {}
-            if result.get("EventId") and not result.get("ErrorCode"):
+            code = result.get("ErrorCode")
+            if result.get("EventId") and not code:
                 report.published += 1
+            elif code and code not in RETRYABLE_CODES:
+                self._reject(entry, report, code, result.get("ErrorMessage"))
             else:
                 failed.append(entry)
                 logger.warning(
