@@ -518,6 +518,40 @@ def test_a_resume_between_the_admit_and_the_job_check_starts_no_second_run_besid
     assert stored(container, first).state is RunState.LEASED  # the earlier run goes on
 
 
+def test_an_overlap_judgement_under_the_claim_that_cannot_read_gives_the_attempt_back(
+    api, container, clock, registry, ledger, monkeypatch
+):
+    """The store fails the reads of the judgement under the claim: the attempt is given back
+    (PENDING, published again in 5 s, its attempt uncounted), never left LEASED, whose expiry
+    would bring the run back as a second attempt, past where the policy judges it."""
+    from jobsched.domain.errors import StorageUnavailable
+    from jobsched.services.attempt import Attempts
+
+    created = api.post("/v1/jobs", {"name": "n", "type": "ok", "every": 10, "overlap": "skip"})
+    assert created.status == 201, created.body
+    first, second, *_ = sorted(
+        container.runs.list_for_job(created.body["jobId"], limit=20, cursor=None).items,
+        key=lambda r: r.scheduled_for,
+    )
+    clock.set(first.due_at)
+    attempt(container, registry, "w0").process(delivery(first))  # done: nothing holds the second back
+    assert stored(container, first).state is RunState.SUCCEEDED
+    real = Attempts._earlier_open
+
+    def unreadable_under_the_claim(self, run, now):
+        if run.state is RunState.LEASED:
+            raise StorageUnavailable("throttled (injected)")
+        return real(self, run, now)
+
+    monkeypatch.setattr(Attempts, "_earlier_open", unreadable_under_the_claim)
+    clock.set(second.due_at)
+    attempt(container, registry, "w").process(delivery(second))
+    after = stored(container, second)
+    assert after.state is RunState.PENDING and after.history[-1].reason == "deferred: buffered"
+    assert after.attempt == 0 and after.lease_owner is None
+    assert list(ledger.effects) == [first.run_key]
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -44,7 +44,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from ..domain import lifecycle
 from ..domain.budget import storable_result
 from ..domain.effects import EffectDecision, effect_verdict, excluded_until, record_deadline
-from ..domain.errors import AmbiguousError, ExecutionError
+from ..domain.errors import AmbiguousError, ExecutionError, StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import DeliveryGuarantee, JobState
@@ -317,7 +317,15 @@ class Attempts:
         if not applies(leased, claimed=True):
             return None
         now = self._clock.now()
-        blocker = self._earlier_open(leased, now)
+        until = now + timedelta(seconds=5)
+        try:
+            blocker = self._earlier_open(leased, now)
+        except StorageUnavailable:
+            # Not judged (the store unavailable): the attempt is given back rather than left
+            # LEASED, whose expiry would bring it back as a second attempt, past judging.
+            return self._completer.write(
+                leased, lambda r: lifecycle.buffered(r, now=now, actor=actor, until=until), actor
+            )
         verdict = overlap_verdict(leased.policies.overlap, blocker, now)
         if verdict is OverlapVerdict.RUN:
             return None
@@ -329,7 +337,6 @@ class Attempts:
                 lambda r: lifecycle.overlapped(r, now=now, actor=actor, overlapped_by=blocker.run_key),
                 actor,
             )
-        until = now + timedelta(seconds=5)
         return self._completer.write(
             leased, lambda r: lifecycle.buffered(r, now=now, actor=actor, until=until), actor
         )
