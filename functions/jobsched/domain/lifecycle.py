@@ -215,6 +215,17 @@ def save_result(run: Run, *, now: datetime, result: Any) -> Run:
     )
 
 
+def _given_back(run: Run) -> dict[str, Any]:
+    """The attempt a claim had just begun, given back before its effect: not counted, the
+    lease let go, the holder's in-progress record cleared."""
+    return {
+        "attempt": max(0, run.attempt - 1),
+        "lease_owner": None,
+        "lease_expires_at": None,
+        **_effect_released(run),
+    }
+
+
 def _effect_released(run: Run) -> dict[str, Any]:
     """The lease holder's in-progress record cleared: its attempt is not executing the effect
     (it never started it, or the effect raised). Another attempt's record is left alone."""
@@ -325,7 +336,7 @@ def lease_expired(run: Run, *, now: datetime, actor: str, missed: bool = False) 
     if refusal is None:
         return _retry_wait(run, now=now, actor=actor, error_class="LeaseExpired", message=message, due=now)
     if missed and pause_decides(run):
-        return _skipped_as_missed(run, now=now, actor=actor, lease_owner=None, lease_expires_at=None)
+        return _skipped_as_missed(run, now=now, actor=actor)
     # At-most-once names itself: the effect may have run, which is why it is never tried again.
     error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"
     return dead(run, now=now, actor=actor, error_class=error_class, message=f"{message}; {refusal.message}")
@@ -402,10 +413,7 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
         actor=actor,
         reason="job paused",
         blocked_by=PAUSED_HOLD,
-        attempt=max(0, run.attempt - 1),
-        lease_owner=None,
-        lease_expires_at=None,
-        **_effect_released(run),
+        **_given_back(run),
     )
 
 
@@ -463,9 +471,8 @@ def overlapped(run: Run, *, now: datetime, actor: str, overlapped_by: str) -> Ru
         now=now,
         actor=actor,
         reason="overlap",
-        attempt=max(0, run.attempt - 1),
         overlapped_by=overlapped_by,
-        **_effect_released(run),
+        **_given_back(run),
     )
 
 
@@ -480,11 +487,8 @@ def buffered(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
         now=now,
         actor=actor,
         reason="deferred: buffered",
-        attempt=max(0, run.attempt - 1),
         deferred_until=until,
-        lease_owner=None,
-        lease_expires_at=None,
-        **_effect_released(run),
+        **_given_back(run),
     )
 
 
@@ -497,8 +501,7 @@ def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -
         now=now,
         actor=actor,
         reason="paused",
-        attempt=max(0, run.attempt - 1),
-        **_effect_released(run),
+        **_given_back(run),
         **changes,
     )
 
