@@ -6,8 +6,10 @@ polling permissions listed in infra.permissions (the L2 sources add their own gr
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jobsched.domain.events import RunEventsLevel
 from jobsched.handlers.events import filter_patterns as event_filter_patterns
@@ -34,6 +36,23 @@ EVENTS_BATCH_WINDOW = 1  # seconds: events are not on any run's path; fuller bat
 EVENTS_PARALLELIZATION = 2
 EVENTS_MAX_RECORD_AGE = 6 * 3600
 EVENTS_RETRIES = 10_000  # Lambda's most; with bisection the record age ends it first, or near it
+
+
+def filter_criteria(patterns: list[dict[str, Any]]) -> lambda_.CfnEventSourceMapping.FilterCriteriaProperty:
+    """A stream mapping's filters: the handler's own patterns, each as Lambda reads it."""
+    return lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
+        filters=[
+            lambda_.CfnEventSourceMapping.FilterProperty(pattern=json.dumps(p, sort_keys=True))
+            for p in patterns
+        ]
+    )
+
+
+def on_failure(queue: sqs.IQueue) -> lambda_.CfnEventSourceMapping.DestinationConfigProperty:
+    """Where a stream mapping names the batches it gave up on."""
+    return lambda_.CfnEventSourceMapping.DestinationConfigProperty(
+        on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(destination=queue.queue_arn)
+    )
 
 
 class EventSources(Construct):
@@ -66,17 +85,8 @@ class EventSources(Construct):
             maximum_retry_attempts=OUTBOX_RETRIES,
             maximum_record_age_in_seconds=OUTBOX_MAX_RECORD_AGE,
             function_response_types=REPORT_FAILURES,
-            filter_criteria=lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
-                filters=[
-                    lambda_.CfnEventSourceMapping.FilterProperty(pattern=json.dumps(p, sort_keys=True))
-                    for p in FILTER_PATTERNS
-                ]
-            ),
-            destination_config=lambda_.CfnEventSourceMapping.DestinationConfigProperty(
-                on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(
-                    destination=queues.outbox_failures.queue_arn
-                )
-            ),
+            filter_criteria=filter_criteria(FILTER_PATTERNS),
+            destination_config=on_failure(queues.outbox_failures),
         )
         # The mapping is validated against the role when it is created.
         self.outbox_mapping.node.add_dependency(functions.roles[OUTBOX])
@@ -100,17 +110,8 @@ class EventSources(Construct):
                 maximum_retry_attempts=EVENTS_RETRIES,
                 maximum_record_age_in_seconds=EVENTS_MAX_RECORD_AGE,
                 function_response_types=REPORT_FAILURES,
-                filter_criteria=lambda_.CfnEventSourceMapping.FilterCriteriaProperty(
-                    filters=[
-                        lambda_.CfnEventSourceMapping.FilterProperty(pattern=json.dumps(p, sort_keys=True))
-                        for p in patterns
-                    ]
-                ),
-                destination_config=lambda_.CfnEventSourceMapping.DestinationConfigProperty(
-                    on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(
-                        destination=queues.events_failures.queue_arn
-                    )
-                ),
+                filter_criteria=filter_criteria(patterns),
+                destination_config=on_failure(queues.events_failures),
             )
             mapping.node.add_dependency(functions.roles[EVENTS])
             self.events_mappings[spec.logical_id] = mapping
