@@ -341,6 +341,9 @@ def test_an_event_too_large_for_any_request_is_left_out():
 def test_a_tenant_too_long_for_eventbridges_source_is_named_by_its_digest():
     tenant = "123456789012/user/" + "p/" * 200 + "ops"
     source = event_source("S" * 128, tenant)
-    assert len(source) <= 256 and source.startswith("jobsched/" + "S" * 128 + "/sha256-")
+    assert len(source) <= 256 and source.startswith("jobsched/" + "S" * 128 + "/sha256:")
     assert event_source("S" * 128, tenant + "x") != source
     assert event_source("Jobsched", "tenant-a") == "jobsched/Jobsched/tenant-a"
+    # A tenant named like a digest cannot pass for the long tenant: its `:` is encoded.
+    forged = source.rsplit("/", 1)[1]
+    assert event_source("S" * 128, forged) != source

@@ -157,12 +157,13 @@ MAX_SOURCE_CHARS = 256  # EventBridge's limit on an entry's Source
 
 def event_source(stack: str, tenant: str) -> str:
     """`jobsched/<stack>/<tenant>`, the tenant percent-encoded (IAM tenant ids hold `/`); a
-    tenant too long for EventBridge's 256 characters appears as `sha256-<32 hex>` of its id
-    (the event's `tenant` attribute still names it whole)."""
+    tenant too long for EventBridge's 256 characters appears as `sha256:<32 hex>` of its id
+    (the event's `tenant` attribute still names it whole). Percent-encoding never leaves a
+    `:`, so no tenant id, however chosen, spells another tenant's digest form."""
     source = f"jobsched/{stack}/{quote(tenant, safe='')}"
     if len(source) <= MAX_SOURCE_CHARS:
         return source
-    return f"jobsched/{stack}/sha256-{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
+    return f"jobsched/{stack}/sha256:{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
 
 
 def sequence_of(run: Run, index: int) -> int:
