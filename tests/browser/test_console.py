@@ -474,11 +474,17 @@ def test_a_claim_held_by_a_pause_reads_held_and_not_counted(
         key = wait_until(driver, held, "a claim held by the pause", timeout=45)
         client.resume(job_id)
         driver.get(f"{console_url}#/runs/{key}")
-        rows = wait_until(driver, lambda: every(driver, "[data-test=attempts] tbody tr"), "its attempts")
-        first = rows[0]
-        assert first.get_attribute("data-state") == "held"
-        assert "not counted" in first.text and "running" not in first.text, first.text
-        assert first.text.startswith("#1")
+
+        def first_attempt() -> tuple[str, str] | None:
+            # The page re-renders as the run is claimed again after the resume, so the row's
+            # state and text are read together, and read again if the row is replaced meanwhile.
+            rows = every(driver, "[data-test=attempts] tbody tr")
+            return (rows[0].get_attribute("data-state"), rows[0].text) if rows else None
+
+        state, text = wait_until(driver, first_attempt, "its attempts")
+        assert state == "held"
+        assert "not counted" in text and "running" not in text, text
+        assert text.startswith("#1"), text
         screenshot(driver, output_dir, "run-held")
     finally:
         client.cancel_job(job_id)
