@@ -9,19 +9,26 @@ export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
 .PHONY: venv test test311 checks lint typecheck docs-check docs unit test313 run demo clean browser
 
+# The runtime dependencies at the versions the layer ships (layers/requirements.txt, extras
+# left out: pip refuses them in a constraint), so the tests run what Lambda runs, whatever
+# newer release the registry holds.
+CONSTRAINTS := $(VENV)/layer-constraints.txt
+
 # Everything: the runtime, local mode and the dev tools (tests, linters, CDK, benchmarks).
 # It also upgrades a venv that `make run` made with local mode alone.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml layers/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	sed 's/\[[^]]*\]//' layers/requirements.txt > $(CONSTRAINTS)
+	$(BIN)/pip install --quiet -e '.[dev]' -c $(CONSTRAINTS)
 	touch $(LOCAL_STAMP) $(STAMP)
 
 # Only what local mode needs (the runtime dependencies and the `local` extra): a first
 # `make run` starts in well under a minute instead of installing every dev tool.
-$(LOCAL_STAMP): pyproject.toml
+$(LOCAL_STAMP): pyproject.toml layers/requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[local]'
+	sed 's/\[[^]]*\]//' layers/requirements.txt > $(CONSTRAINTS)
+	$(BIN)/pip install --quiet -e '.[local]' -c $(CONSTRAINTS)
 	touch $(LOCAL_STAMP)
 
 venv: $(STAMP)
