@@ -18,7 +18,15 @@ from jobsched.store.schema import DEFINITIONS, RUNS
 
 from .config import Config
 from .functions import Functions
-from .names import EVENTS, OUTBOX, QUEUE_KEYS, WORKER
+from .names import (
+    EVENTS,
+    NOTIFIER,
+    NOTIFIER_BATCH_SIZE,
+    NOTIFIER_CONCURRENCY,
+    OUTBOX,
+    QUEUE_KEYS,
+    WORKER,
+)
 from .queues import Queues
 from .storage import Storage
 
@@ -93,8 +101,12 @@ class EventSources(Construct):
 
         self.events_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
         level = RunEventsLevel(config.run_events)
-        for spec in (RUNS, DEFINITIONS) if level is not RunEventsLevel.NONE else ():
+        # At `none` the Runs mapping stays, for notifications only (its filter passes only the
+        # runs of jobs that asked for them); the Definitions mapping has nothing to do.
+        for spec in (RUNS, DEFINITIONS):
             patterns = event_filter_patterns(level, spec)
+            if not patterns:
+                continue
             arn = storage.table(spec).table_stream_arn
             assert arn is not None, f"{spec.logical_id} has no stream"
             mapping = lambda_.CfnEventSourceMapping(
@@ -115,6 +127,22 @@ class EventSources(Construct):
             )
             mapping.node.add_dependency(functions.roles[EVENTS])
             self.events_mappings[spec.logical_id] = mapping
+
+        # One delivery per record; a failed one is reported alone and comes back after the
+        # queue's visibility timeout (infra.queues), at most NOTIFIER_CONCURRENCY at once.
+        self.notifier_mapping = lambda_.CfnEventSourceMapping(
+            self,
+            "NotificationsQueueToNotifier",
+            function_name=functions.functions[NOTIFIER].function_name,
+            event_source_arn=queues.notifications.queue_arn,
+            batch_size=NOTIFIER_BATCH_SIZE,
+            maximum_batching_window_in_seconds=0,
+            function_response_types=REPORT_FAILURES,
+            scaling_config=lambda_.CfnEventSourceMapping.ScalingConfigProperty(
+                maximum_concurrency=NOTIFIER_CONCURRENCY
+            ),
+        )
+        self.notifier_mapping.node.add_dependency(functions.roles[NOTIFIER])
 
         worker = functions.functions[WORKER]
         self.worker_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}

@@ -1,5 +1,6 @@
-"""The five functions: one code asset (functions/), one layer, one role each with exactly the
-actions in infra.permissions, and the environment generated from jobsched.settings.Settings."""
+"""The functions (infra.names.FUNCTIONS): one code asset (functions/), one layer, one role
+each with exactly the actions in infra.permissions, and the environment generated from
+jobsched.settings.Settings."""
 
 from __future__ import annotations
 
@@ -87,6 +88,7 @@ def runtime_settings(
         target_grants_parameter=grants_parameter,
         event_bus_name=event_bus.event_bus_name,
         event_source_name=Stack.of(event_bus).stack_name,
+        notifications_queue_url=queues.notifications.queue_url,
     )
 
 
@@ -231,6 +233,8 @@ class Functions(Construct):
             return [self._queues.outbox_failures.queue_arn]
         if res.kind == "events_failures":
             return [self._queues.events_failures.queue_arn]
+        if res.kind == "notifications":
+            return [self._queues.notifications.queue_arn]
         if res.kind == "event_bus":
             return [self._event_bus.event_bus_arn]
         if res.kind == "log_group":

@@ -65,16 +65,16 @@ class TargetGrants(Construct):
         )
 
 
-def trust_policy(worker_role_arn: str, external_id: str) -> dict[str, Any]:
+def trust_policy(worker_role_arn: str, notifier_role_arn: str, external_id: str) -> dict[str, Any]:
     """The trust policy a tenant puts on its role (docs/design/security.md): the scheduler's worker
-    role may assume it, set its source identity, and only with the tenant's ExternalId
-    (jobsched.targets.roles.external_id)."""
+    role (run targets) and notifier role (notification targets) may assume it, set its source
+    identity, and only with the tenant's ExternalId (jobsched.targets.roles.external_id)."""
     return {
         "Version": "2012-10-17",
         "Statement": [
             {
                 "Effect": "Allow",
-                "Principal": {"AWS": worker_role_arn},
+                "Principal": {"AWS": [worker_role_arn, notifier_role_arn]},
                 "Action": ["sts:AssumeRole", "sts:SetSourceIdentity"],
                 "Condition": {
                     "StringEquals": {"sts:ExternalId": external_id},

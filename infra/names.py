@@ -52,6 +52,7 @@ OUTBOX = "outbox"
 RECONCILER = "reconciler"
 WORKER = "worker"
 EVENTS = "events"
+NOTIFIER = "notifier"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,15 @@ FUNCTIONS = (
     # Batches of stream records; PutEvents retries stay well inside a minute.
     FunctionSpec(
         EVENTS, "jobsched.handlers.events.handler", 512, 60, "jobsched events: table streams to the event bus"
+    ),
+    # Batches of NOTIFIER_BATCH_SIZE deliveries, each call cut off at 10 s
+    # (services.notifications.DELIVERY_TIMEOUT_SECONDS).
+    FunctionSpec(
+        NOTIFIER,
+        "jobsched.handlers.notifier.handler",
+        512,
+        60,
+        "jobsched notifier: run notifications to tenants' targets",
     ),
     # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
     # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
@@ -112,6 +122,13 @@ def dlq_logical_id(key: str) -> str:
 OUTBOX_FAILURE_QUEUE_ID = "OutboxFailureQueue"
 EVENTS_FAILURE_QUEUE_ID = "EventsFailureQueue"  # stream batches the events mapping gave up on
 EVENT_BUS_ID = "EventBus"
+# Deliveries the events consumer queues and the notifier takes (services.notifications), and
+# the ones the notifier kept failing on.
+NOTIFICATIONS_QUEUE_ID = "NotificationsQueue"
+NOTIFICATIONS_DLQ_ID = "NotificationsDeadLetterQueue"
+NOTIFIER_BATCH_SIZE = 5
+NOTIFICATIONS_MAX_RECEIVES = 5  # about 30 minutes of retries (a receive every 6 minutes) before the DLQ
+NOTIFIER_CONCURRENCY = 5  # the mapping's MaximumConcurrency: deliveries never crowd the workers out
 TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
@@ -182,7 +199,8 @@ OUTPUT_DEAD_LETTER_ALARMS = "DeadLetterAlarmNames"
 OUTPUT_DASHBOARD = "DashboardName"
 OUTPUT_CREATE_SCHEDULE_SM = "CreateScheduleStateMachineArn"
 OUTPUT_RUN_TARGET_SM = "RunTargetStateMachineArn"
-OUTPUT_WORKER_FUNCTION_ROLE = "WorkerFunctionRoleArn"  # the principal a tenant's role trusts
+OUTPUT_WORKER_FUNCTION_ROLE = "WorkerFunctionRoleArn"  # the principals a tenant's role trusts
+OUTPUT_NOTIFIER_FUNCTION_ROLE = "NotifierFunctionRoleArn"
 OUTPUT_EVENT_BUS = "EventBusName"
 OUTPUT_EVENT_ARCHIVE = "EventArchiveName"
 

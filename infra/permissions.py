@@ -22,14 +22,14 @@ from jobsched.store.schema import (
     TableSpec,
 )
 
-from .names import API, EVENTS, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
+from .names import API, EVENTS, NOTIFIER, OUTBOX, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER
 
 
 @dataclass(frozen=True)
 class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
-    # table | index | stream | queue | dlq | outbox_failures | events_failures | event_bus
+    # table | index | stream | queue | dlq | outbox_failures | events_failures | event_bus | notifications
     # | targets | secrets | secret_keys | roles | grants_parameter
     # | log_group | any
     kind: str
@@ -77,6 +77,7 @@ STREAM_DEFINITIONS = Res("stream", DEFINITIONS.logical_id)
 OUTBOX_FAILURES = Res("outbox_failures")
 EVENTS_FAILURES = Res("events_failures")
 EVENT_BUS = Res("event_bus")
+NOTIFICATIONS = Res("notifications")  # the notifications queue (services.notifications)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ _TENANT_SLOTS = Grant(
 )
 _COMPLETER = "jobsched.services.completion:Completer"
 _SECRET_READER = "jobsched.targets.secrets:SecretReader.value"
+_NOTIFIER = "jobsched.services.notifications:Notifier"
 _READ_GRANTS = Grant(
     ("ssm:GetParameter",),
     (GRANTS_PARAMETER,),
@@ -240,6 +242,61 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (EVENT_BUS,),
             "publish run and job events to the stack's bus",
             ("jobsched.services.events:EventPublisher._put",),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            (NOTIFICATIONS,),
+            "SendMessageBatch of the notification deliveries a run's events ask for",
+            ("jobsched.services.notifications:NotificationQueue._send",),
+        ),
+    ),
+    NOTIFIER: (
+        # The same targets, secrets and roles as the worker's: a notification's target is
+        # authorised as a run's is (the grants checked again before each delivery).
+        Grant(
+            ("sns:Publish",),
+            (targets("sns"),),
+            "SNS topics granted to some tenant (context tenantTargets)",
+            (f"{_NOTIFIER}._send",),
+        ),
+        Grant(
+            ("sqs:SendMessage",),
+            (targets("sqs"),),
+            "SQS queues granted to some tenant (context tenantTargets)",
+            (f"{_NOTIFIER}._send",),
+        ),
+        Grant(
+            ("events:PutEvents",),
+            (targets("events"),),
+            "EventBridge buses granted to some tenant (context tenantTargets)",
+            (f"{_NOTIFIER}._put_event",),
+        ),
+        Grant(
+            ("dynamodb:GetItem",),
+            (DEFS,),
+            "the job's signing secret, which signs a webhook notification",
+            (f"{_DEF_STORE}.get", f"{_DEF_STORE}.signing_secrets"),
+        ),
+        _READ_GRANTS,
+        Grant(
+            ("secretsmanager:GetSecretValue",),
+            (secrets("secretsmanager"),),
+            "webhook headers referenced by ARN: the secrets granted to tenants (tenantTargets)",
+            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.secrets:SecretsProvider._get"),
+        ),
+        Grant(
+            ("ssm:GetParameter",),
+            (secrets("ssm"),),
+            "webhook headers referenced by ARN: the parameters granted to tenants (tenantTargets)",
+            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
+        ),
+        Grant(
+            ("sts:AssumeRole", "sts:SetSourceIdentity"),
+            (ROLES,),
+            "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
+            "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
+            ("jobsched.targets.roles:AssumedRoles._assume",),
+            ASSUME_CONDITIONS,
         ),
     ),
     RECONCILER: (
@@ -388,6 +445,27 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
             ("sqs:SendMessage",),
             (EVENTS_FAILURES,),
             "the mappings' on-failure destination for batches they give up on",
+        ),
+    ),
+    NOTIFIER: (
+        _LOGS,
+        _TRACES,
+        Grant(
+            ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"),
+            (NOTIFICATIONS,),
+            "the event source mapping polls the notifications queue",
+        ),
+        Grant(
+            ("kms:Decrypt",),
+            (secret_keys("secretsmanager"),),
+            "Secrets Manager decrypts a granted secret kept under a customer-managed key",
+            decrypting_for="secretsmanager",
+        ),
+        Grant(
+            ("kms:Decrypt",),
+            (secret_keys("ssm"),),
+            "SSM decrypts a granted SecureString parameter kept under a customer-managed key",
+            decrypting_for="ssm",
         ),
     ),
     WORKER: (

@@ -9,9 +9,14 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from jobsched.store.schema import QUEUES, QueueSpec
 
-from .dead_letters import check_dead_letter_arithmetic, visibility_timeout
+from .dead_letters import VISIBILITY_PER_FUNCTION_TIMEOUT, check_dead_letter_arithmetic, visibility_timeout
 from .names import (
     EVENTS_FAILURE_QUEUE_ID,
+    FUNCTIONS_BY_NAME,
+    NOTIFICATIONS_DLQ_ID,
+    NOTIFICATIONS_MAX_RECEIVES,
+    NOTIFICATIONS_QUEUE_ID,
+    NOTIFIER,
     OUTBOX_FAILURE_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
     dlq_logical_id,
@@ -66,6 +71,24 @@ class Queues(Construct):
         self.events_failures = _queue(
             self, "events-failures", EVENTS_FAILURE_QUEUE_ID, retention_period=RETENTION
         )
+        # Notification deliveries (services.notifications): retried by the queue itself, a
+        # receive every visibility timeout (six times the notifier's, AWS's rule for a Lambda
+        # event source), then kept on their DLQ, whose depth alarms.
+        self.notifications_dlq = _queue(
+            self, "notifications-dlq", NOTIFICATIONS_DLQ_ID, retention_period=RETENTION
+        )
+        self.notifications = _queue(
+            self,
+            "notifications",
+            NOTIFICATIONS_QUEUE_ID,
+            retention_period=RETENTION,
+            visibility_timeout=Duration.seconds(
+                VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[NOTIFIER].timeout_seconds
+            ),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.notifications_dlq, max_receive_count=NOTIFICATIONS_MAX_RECEIVES
+            ),
+        )
         # The scheduled rules' targets' dead-letter queue: a tick EventBridge gave up on
         # (permission refused, function missing, retries spent) leaves a message here.
         self.tick_failures = _queue(self, "tick-failures", TICK_FAILURE_QUEUE_ID, retention_period=RETENTION)
@@ -76,5 +99,6 @@ class Queues(Construct):
             **{f"{k}-dlq": q for k, q in self.dlqs.items()},
             "outbox-failures": self.outbox_failures,
             "events-failures": self.events_failures,
+            "notifications-dlq": self.notifications_dlq,
             "tick-failures": self.tick_failures,
         }

@@ -10,6 +10,7 @@ from aws_cdk import Aws, CfnOutput, Fn, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
+from jobsched.domain.grants import TARGET_SERVICES
 
 from . import nag
 from .api import Api
@@ -27,6 +28,7 @@ from .names import (
     API_ROLES,
     API_STAGE,
     FUNCTIONS,
+    NOTIFIER,
     OUTPUT_ALARM_TOPIC,
     OUTPUT_API_ID,
     OUTPUT_API_URL,
@@ -35,6 +37,7 @@ from .names import (
     OUTPUT_DEAD_LETTER_ALARMS,
     OUTPUT_EVENT_ARCHIVE,
     OUTPUT_EVENT_BUS,
+    OUTPUT_NOTIFIER_FUNCTION_ROLE,
     OUTPUT_RUN_TARGET_SM,
     OUTPUT_WORKER_FUNCTION_ROLE,
     PYTHON_VERSION,
@@ -142,7 +145,13 @@ class JobschedStack(Stack):
             self,
             OUTPUT_WORKER_FUNCTION_ROLE,
             value=self.functions.roles[WORKER].role_arn,
-            description="the principal a tenant's role trusts, with sts:ExternalId = its tenant's",
+            description="a principal a tenant's role trusts, with sts:ExternalId = its tenant's",
+        )
+        CfnOutput(
+            self,
+            OUTPUT_NOTIFIER_FUNCTION_ROLE,
+            value=self.functions.roles[NOTIFIER].role_arn,
+            description="the other principal a tenant's role trusts: it delivers notifications",
         )
         CfnOutput(
             self,
@@ -171,44 +180,9 @@ class JobschedStack(Stack):
                 "X-Ray PutTraceSegments/PutTelemetryRecords (and, for the stream consumers, "
                 "DynamoDB ListStreams) support no resource-level permissions.",
             )
-        worker_role = self.functions.roles["worker"]
-        granted = {
-            p for service in ("lambda", "sqs", "events", "states") for p in self.config.targets_for(service)
-        }
-        for arn in sorted(granted):
-            if "*" in arn:
-                ack(
-                    worker_role,
-                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
-                    "Customer targets are named by jobs at run time; the worker reaches the "
-                    "patterns the operator granted to some tenant (tenantTargets), and its code "
-                    "lets each tenant reach only its own (docs/concepts/targets.md).",
-                )
-        for arn in self.config.assumable_roles:
-            if "*" in arn:
-                ack(
-                    worker_role,
-                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
-                    "Tenants name their own roles; the worker may assume those the operator "
-                    "allows (assumableRoles), only with the tenant's sts:ExternalId, and each "
-                    "role's trust policy decides which tenant may use it (docs/design/security.md).",
-                )
-        for service in ("secretsmanager", "ssm"):
-            for arn in self.config.secret_patterns(service):
-                if "*" in arn:
-                    ack(
-                        worker_role,
-                        f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
-                        "Secrets that HTTP target headers reference are granted per tenant as ARN "
-                        "patterns (tenantTargets); the worker reads only those, see docs/design/security.md.",
-                    )
-        if self.config.secret_patterns("secretsmanager") or self.config.secret_patterns("ssm"):
-            ack(
-                worker_role,
-                f"AwsSolutions-IAM5[Resource::{nag.render(SECRET_KEYS)}]",
-                "kms:Decrypt of a granted secret's key, wherever the tenant keeps it: conditioned on "
-                "kms:ViaService and on the encryption context naming a granted secret.",
-            )
+        for name in (WORKER, NOTIFIER):
+            self._acknowledge_tenant_reach(name)
+        api = self.api
         api = self.api
         if api.web_acl is None:
             ack(
@@ -264,4 +238,46 @@ class JobschedStack(Stack):
                 machine.role,
                 "AwsSolutions-IAM5[Resource::*]",
                 "Step Functions log delivery and X-Ray actions support no resource-level permissions.",
+            )
+
+    def _acknowledge_tenant_reach(self, function: str) -> None:
+        """The wildcards of what a function that calls tenants' targets (the worker's runs, the
+        notifier's notifications) may reach: the operator's patterns, each tenant held to its
+        own by the code (targets.authority)."""
+        ack = nag.acknowledge
+        role = self.functions.roles[function]
+        granted = {p for service in TARGET_SERVICES for p in self.config.targets_for(service)}
+        for arn in sorted(granted):
+            if "*" in arn:
+                ack(
+                    role,
+                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                    "Customer targets are named by jobs at run time; the function reaches the "
+                    "patterns the operator granted to some tenant (tenantTargets), and its code "
+                    "lets each tenant reach only its own (docs/concepts/targets.md).",
+                )
+        for arn in self.config.assumable_roles:
+            if "*" in arn:
+                ack(
+                    role,
+                    f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                    "Tenants name their own roles; the function may assume those the operator "
+                    "allows (assumableRoles), only with the tenant's sts:ExternalId, and each "
+                    "role's trust policy decides which tenant may use it (docs/design/security.md).",
+                )
+        for service in ("secretsmanager", "ssm"):
+            for arn in self.config.secret_patterns(service):
+                if "*" in arn:
+                    ack(
+                        role,
+                        f"AwsSolutions-IAM5[Resource::{nag.render(arn)}]",
+                        "Secrets that HTTP target headers reference are granted per tenant as ARN "
+                        "patterns (tenantTargets); the function reads only those (docs/design/security.md).",
+                    )
+        if self.config.secret_patterns("secretsmanager") or self.config.secret_patterns("ssm"):
+            ack(
+                role,
+                f"AwsSolutions-IAM5[Resource::{nag.render(SECRET_KEYS)}]",
+                "kms:Decrypt of a granted secret's key, wherever the tenant keeps it: conditioned on "
+                "kms:ViaService and on the encryption context naming a granted secret.",
             )

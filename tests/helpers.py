@@ -45,7 +45,7 @@ def grant(
 
     document = GrantsDocument.from_maps(tenant_targets, tenant_event_sources, assumable_roles, HOME)
     container.settings = container.settings.model_copy(update={"target_grants": document})
-    for built in ("grants", "target_authority", "jobs", "worker"):
+    for built in ("grants", "target_authority", "jobs", "worker", "target_runner", "notifier"):
         container.__dict__.pop(built, None)
 
 

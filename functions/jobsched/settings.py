@@ -130,6 +130,9 @@ class Settings(BaseModel):
     event_source_name: str = Field(
         "jobsched", alias="EVENT_SOURCE_NAME", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$"
     )
+    # Where the events consumer queues notification deliveries, and the notifier takes them
+    # from (services.notifications). None: deliveries are counted (NotificationsDropped) and dropped.
+    notifications_queue_url: str | None = Field(None, alias="NOTIFICATIONS_QUEUE_URL", min_length=1)
     # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
     queue_urls: dict[str, str] = Field(default_factory=dict)
     dlq_urls: dict[str, str] = Field(default_factory=dict)

@@ -23,6 +23,7 @@ from .services.events import EventPublisher
 from .services.jobs import JobService
 from .services.materialize import Materializer
 from .services.missed import MissedRuns
+from .services.notifications import NotificationQueue, Notifier
 from .services.outbox import EXTERNAL, Outbox, default_router
 from .services.reconciler import ACTOR as RECONCILER_ACTOR
 from .services.reconciler import Reconciler
@@ -36,7 +37,7 @@ from .store.runs import RunStore
 from .store.tenant_slots import TenantSlots
 
 if TYPE_CHECKING:
-    from .targets import TargetAuthority
+    from .targets import HttpTargetClient, TargetAuthority, TargetRunner
 
 
 @dataclass
@@ -129,25 +130,33 @@ class Container:
         return Sweeper(self.definitions, self.materializer, self.clock, metrics=self.metrics)
 
     @cached_property
-    def worker(self) -> Worker:
-        from .targets import AssumedRoles, DestinationPolicy, HttpTargetClient, TargetRunner
+    def http_targets(self) -> HttpTargetClient:
+        from .targets import DestinationPolicy, HttpTargetClient
         from .targets.secrets import SecretReader
         from .targets.signing import DeliverySigner
 
-        http = HttpTargetClient(
+        return HttpTargetClient(
             DestinationPolicy(list(self.settings.http_allow_destinations)),
             signer=DeliverySigner(self.definitions.signing_secrets, self.clock),
             # Secret references are authorised with the same grants as AWS targets.
             secrets=SecretReader(client, self.grants, max_age=self.settings.secret_cache_seconds),
         )
+
+    @cached_property
+    def target_runner(self) -> TargetRunner:
+        from .targets import AssumedRoles, TargetRunner
+
         # Assumed credentials expire by the wall clock, whatever clock the scheduler runs on.
         roles = AssumedRoles(lambda: client("sts"), SystemClock())
-        runner = TargetRunner(client, http=http, authority=self.target_authority, roles=roles)
+        return TargetRunner(client, http=self.http_targets, authority=self.target_authority, roles=roles)
+
+    @cached_property
+    def worker(self) -> Worker:
         return Worker(
             self.definitions,
             self.runs,
             self.queues,
-            runner,
+            self.target_runner,
             self.clock,
             worker_id="local",
             lease_seconds=self.settings.lease_seconds,
@@ -167,6 +176,16 @@ class Container:
     @cached_property
     def event_publisher(self) -> EventPublisher:
         return EventPublisher(client("events"), self.settings.event_bus_name, self.metrics)
+
+    @cached_property
+    def notification_queue(self) -> NotificationQueue:
+        return NotificationQueue(client("sqs"), self.settings.notifications_queue_url, self.metrics)
+
+    @cached_property
+    def notifier(self) -> Notifier:
+        """Delivers notifications with the worker's means: the same grants, roles, SSRF policy,
+        secret references and the job's signing secret."""
+        return Notifier(self.target_runner.client_for, self.http_targets, self.metrics)
 
     @cached_property
     def completer(self) -> Completer:

@@ -171,7 +171,10 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
         if spec.stream:
             streams[spec.logical_id] = description["LatestStreamArn"]
     queue_urls, dlq_urls, queue_arns = create_queues(sqs)
+    notifications_url, notifications_arn = create_notifications_queue(sqs)
     return {
+        "notifications_url": notifications_url,
+        "notifications_arn": notifications_arn,
         "tables": tables,
         "streams": streams,
         "queue_urls": queue_urls,
@@ -184,6 +187,28 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
 
 
 EVENTS_TAIL_QUEUE = "jobsched-events-tail"
+NOTIFICATIONS_QUEUE = "jobsched-notifications"
+NOTIFICATIONS_DLQ = "jobsched-notifications-dlq"
+NOTIFICATIONS_VISIBILITY_SECONDS = 30  # local mode retries a failed delivery sooner than the stack
+NOTIFICATIONS_MAX_RECEIVES = 5
+
+
+def create_notifications_queue(sqs: Any) -> tuple[str, str]:
+    """The notifications queue (services.notifications) with its DLQ: (URL, ARN)."""
+    dlq_url = sqs.create_queue(QueueName=NOTIFICATIONS_DLQ)["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(NOTIFICATIONS_MAX_RECEIVES)}
+    url = sqs.create_queue(
+        QueueName=NOTIFICATIONS_QUEUE,
+        Attributes={
+            "VisibilityTimeout": str(NOTIFICATIONS_VISIBILITY_SECONDS),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return str(url), str(arn)
 
 
 def create_event_bus(events: Any, sqs: Any) -> str:

@@ -61,7 +61,7 @@ class LocalRuntime:
         self.resources = provision(self.moto.url, config.region)
         self._configure_environment()
 
-        from jobsched.handlers import api, events, outbox, reconciler, sweeper, worker
+        from jobsched.handlers import api, events, notifier, outbox, reconciler, sweeper, worker
 
         self.invokers = {
             "api": Invoker("api", api.handler, timeout_seconds=29),
@@ -69,6 +69,7 @@ class LocalRuntime:
             "reconciler": Invoker("reconciler", reconciler.handler, timeout_seconds=300),
             "outbox": Invoker("outbox", outbox.handler, timeout_seconds=60),
             "events": Invoker("events", events.handler, timeout_seconds=60),
+            "notifier": Invoker("notifier", notifier.handler, timeout_seconds=60),
             # Invoked side by side by the three queue sources, each up to its mapping's ceiling.
             "worker": Invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
         }
@@ -110,6 +111,17 @@ class LocalRuntime:
             self.sources[f"events:{spec.logical_id}"] = changes
             self._every(f"events-{spec.logical_id.lower()}", config.stream_poll_seconds, changes.poll)
         self._every("events-tail", 0.5, self.events_tail.drain)
+        notifications = QueueSource(
+            sqs,
+            self.resources["notifications_url"],
+            self.resources["notifications_arn"],
+            self.invokers["notifier"],
+            region=config.region,
+            batch_size=5,
+            idle_seconds=config.queue_idle_seconds,
+        )
+        self.sources["queue:notifications"] = notifications
+        self._every("notifier", config.queue_poll_seconds, notifications.poll)
         for queue in QUEUES:
             source = QueueSource(
                 sqs,
@@ -173,6 +185,7 @@ class LocalRuntime:
         runtime = config.runtime_settings(
             queue_urls=self.resources["queue_urls"],
             dlq_urls=self.resources["dlq_urls"],
+            notifications_queue_url=self.resources["notifications_url"],
             endpoint_url=self.moto.url,
         )
         env = {

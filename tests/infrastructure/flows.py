@@ -11,6 +11,7 @@ import copy
 import io
 import json
 import os
+import threading
 import time
 import uuid
 import warnings
@@ -31,7 +32,7 @@ from jobsched.domain.lifecycle import advance
 from jobsched.domain.runs import RunState
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, EVENT_BUS_NAME, RUNS, TableSpec
 
-from infra.names import API, EVENTS, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
+from infra.names import API, EVENTS, NOTIFIER, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
 from tests.helpers import T0, ApiClient, create_queues
 
 REGION = "us-east-1"
@@ -52,14 +53,17 @@ FLOW_CONTEXT: dict[str, Any] = {
             "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:jobsched-target-*",
             "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default",
             "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:jobsched-target-*",
+            "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:jobsched-target-*",
         ]
     },
     "assumableRoles": ["arn:${AWS::Partition}:iam::*:role/jobsched-target-*"],
 }
 GRANTS_PARAMETER = "/Jobsched/target-grants"
-SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions", "ssm", "sts")
+SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions", "ssm", "sts", "sns")
+TARGET_TOPIC = "jobsched-target-alerts"
+NOTIFICATIONS_QUEUE = "jobsched-notifications"
 HARNESS = "harness"
-ASSUMED = "worker, as the tenant's role"  # calls made with a tenant's assumed credentials
+ASSUMED_SUFFIX = ", as the tenant's role"  # calls made with a tenant's assumed credentials
 SHARDS = 4
 
 
@@ -103,10 +107,42 @@ class Recorder:
 
     def as_assumed(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         service = model.service_model.service_name
-        self.calls.append(Call(ASSUMED, service, model.name, copy.deepcopy(params)))
+        self.calls.append(Call(self.current + ASSUMED_SUFFIX, service, model.name, copy.deepcopy(params)))
 
     def by_function(self, function: str) -> list[Call]:
         return [c for c in self.calls if c.function == function]
+
+
+class Hooks:
+    """A loopback webhook receiver: 200 to everything, each request body kept."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[bytes] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                owner.requests.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _lambda_stub(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
@@ -143,6 +179,9 @@ class Flows:
         urls = create_queues(self.sqs)
         self.queue_urls: dict[str, str] = urls["urls"]
         self.target_queue_url = self.sqs.create_queue(QueueName=TARGET_QUEUE)["QueueUrl"]
+        self.notifications_url = self.sqs.create_queue(QueueName=NOTIFICATIONS_QUEUE)["QueueUrl"]
+        self.target_topic_arn = boto3.client("sns").create_topic(Name=TARGET_TOPIC)["TopicArn"]
+        self.hooks = Hooks()
         self.target_machine_arn = boto3.client("stepfunctions").create_state_machine(
             name=TARGET_MACHINE,
             definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
@@ -208,6 +247,8 @@ class Flows:
             queue_urls=urls["urls"],
             dlq_urls=urls["dlq_urls"],
             target_grants_parameter=GRANTS_PARAMETER,
+            notifications_queue_url=self.notifications_url,
+            http_allow_destinations=("127.0.0.1/32",),
         ).model_copy(update={"lease_seconds": 3})
         self.container = wiring.Container(settings, self.clock)
         wiring.override(self.container)
@@ -226,6 +267,7 @@ class Flows:
         wiring.override(None)
         self._effect_patch.stop()
         self._role_patch.stop()
+        self.hooks.close()
         aws_clients.client.cache_clear()
         aws_clients._effect_client.cache_clear()
 
@@ -264,6 +306,13 @@ class Flows:
         soon = format_instant(T0 + timedelta(seconds=10))
         every_minute = {"cron": "* * * * *"}
         self.create("ok", {"type": "iamflow.ok", **every_minute}, headers={"idempotency-key": "flow-ok"})
+        told = [
+            {"kind": "sqs", "queueUrl": self.target_queue_url},
+            {"kind": "sns", "topicArn": self.target_topic_arn},
+            {"kind": "eventbridge"},
+            {"kind": "http", "url": self.hooks.url},
+            {"kind": "sqs", "queueUrl": self.tenant_queue_url, "roleArn": TENANT_ROLE},
+        ]
         self.create(
             "fail",
             {
@@ -272,6 +321,7 @@ class Flows:
                 "maxAttempts": 1,
                 "pauseOnFailure": True,
                 "priority": "high",
+                "notify": [{"on": ["dead"], "target": target} for target in told],
             },
         )
         self.create("slow", {"type": "iamflow.slow", "runAt": soon})
@@ -399,8 +449,35 @@ class Flows:
                     result = events.handler({"Records": records[start : start + 100]}, _context(EVENTS))
                 assert result == {"batchItemFailures": []}, result
 
-    def sqs_record(self, key: str, body: str, message_id: str | None = None) -> dict[str, Any]:
-        url = self.queue_urls[key]
+    def run_notifier(self) -> int:
+        """The notifier over what the events consumer queued (the failing job's dead runs)."""
+        from jobsched.handlers import notifier
+
+        for built in ("grants", "target_authority", "target_runner", "notifier"):
+            self.container.__dict__.pop(built, None)
+        delivered = 0
+        while True:
+            messages = self.sqs.receive_message(QueueUrl=self.notifications_url, MaxNumberOfMessages=5).get(
+                "Messages", []
+            )
+            if not messages:
+                return delivered
+            for message in messages:
+                self.sqs.delete_message(
+                    QueueUrl=self.notifications_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+            records = [
+                self.sqs_record("", m["Body"], m["MessageId"], url=self.notifications_url) for m in messages
+            ]
+            with self.recorder.acting_as(NOTIFIER):
+                result = notifier.handler({"Records": records}, _context(NOTIFIER))
+            assert result == {"batchItemFailures": []}, result
+            delivered += len(messages)
+
+    def sqs_record(
+        self, key: str, body: str, message_id: str | None = None, *, url: str | None = None
+    ) -> dict[str, Any]:
+        url = url or self.queue_urls[key]
         return {
             "messageId": message_id or str(uuid.uuid4()),
             "receiptHandle": "flow",
@@ -530,6 +607,8 @@ class Flows:
         self.clock.advance(3600)
         self.run_reconciler()
         self.run_events()
+        assert self.run_notifier() >= 5  # each of the failing job's notifications, at least once
+        assert self.hooks.requests, "the webhook notification arrived"
 
 
 def _snake(name: str) -> str:

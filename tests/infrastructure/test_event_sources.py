@@ -15,6 +15,8 @@ from jobsched.store.schema import DEFINITIONS, RUNS
 
 from infra.names import (
     EVENTS_FAILURE_QUEUE_ID,
+    NOTIFICATIONS_QUEUE_ID,
+    NOTIFIER_BATCH_SIZE,
     OUTBOX_FAILURE_QUEUE_ID,
     QUEUE_KEYS,
     queue_logical_id,
@@ -80,13 +82,25 @@ def test_the_failures_level_passes_only_dead_and_skipped_runs_and_every_job_chan
     assert not events_matches(job, RunEventsLevel.NONE, DEFINITIONS)
 
 
-def test_no_events_mapping_at_level_none(tmp_path):
+def test_at_level_none_only_the_runs_mapping_stays_for_notifications(tmp_path):
     from tests.infrastructure.synth import synthesize
 
     built = synthesize(tmp_path, {"runEvents": "none"}, checks=False)
-    assert not [
-        p for p in mappings(built).values() if handler_of(built, p) == "jobsched.handlers.events.handler"
+    assert not stream_mappings(built, DEFINITIONS, "jobsched.handlers.events.handler")
+    (props,) = stream_mappings(built, RUNS, "jobsched.handlers.events.handler")
+    deployed = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
+    assert deployed == filter_patterns(RunEventsLevel.NONE, RUNS)
+    # Only the runs of jobs that asked for notifications pass.
+    assert all(p["dynamodb"]["NewImage"]["notify_on"] == {"S": [{"exists": True}]} for p in deployed)
+
+
+def test_the_notifications_queue_feeds_the_notifier_reporting_each_failure(synth):
+    (props,) = [
+        p for p in mappings(synth).values() if handler_of(synth, p) == "jobsched.handlers.notifier.handler"
     ]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [NOTIFICATIONS_QUEUE_ID, "Arn"]}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BatchSize"] == NOTIFIER_BATCH_SIZE and props["ScalingConfig"]["MaximumConcurrency"] >= 2
 
 
 def test_stream_feeds_the_outbox_with_the_handlers_filter_patterns(synth):
@@ -138,7 +152,11 @@ def test_each_queue_feeds_the_worker_with_its_own_ceiling(synth, config, key):
 def test_low_priority_is_never_starved(synth, config):
     # Every queue has its own mapping and ceiling (so high cannot use low's pollers), and
     # low's ceiling is above Lambda's minimum of 2.
-    worker_mappings = [p for p in mappings(synth).values() if "ScalingConfig" in p]
+    worker_mappings = [
+        p
+        for p in mappings(synth).values()
+        if "ScalingConfig" in p and handler_of(synth, p) == "jobsched.handlers.worker.handler"
+    ]
     assert len(worker_mappings) == len(QUEUE_KEYS)
     assert all(p["ScalingConfig"]["MaximumConcurrency"] >= 2 for p in worker_mappings)
 

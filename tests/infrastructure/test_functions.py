@@ -19,6 +19,7 @@ from infra.names import (
     EVENT_BUS_ID,
     FUNCTIONS,
     FUNCTIONS_DIR,
+    NOTIFICATIONS_QUEUE_ID,
     PYTHON_VERSION,
     RECONCILER,
     RUNTIME_PACKAGE,
@@ -199,6 +200,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         target_grants_parameter=grants_parameter_name(built.stack.stack_name),
         event_bus_name="ref:" + EVENT_BUS_ID,
         event_source_name=built.stack.stack_name,
+        notifications_queue_url="ref:" + NOTIFICATIONS_QUEUE_ID,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

@@ -22,13 +22,22 @@ from infra.names import (
     EVENT_BUS_ID,
     EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
+    NOTIFICATIONS_QUEUE_ID,
     OUTBOX_FAILURE_QUEUE_ID,
     WORKER,
     dlq_logical_id,
     queue_logical_id,
     table_logical_id,
 )
-from tests.infrastructure.flows import ACCOUNT, ASSUMED, GRANTS_PARAMETER, REGION, TENANT_ROLE, Call
+from tests.infrastructure.flows import (
+    ACCOUNT,
+    ASSUMED_SUFFIX,
+    GRANTS_PARAMETER,
+    NOTIFICATIONS_QUEUE,
+    REGION,
+    TENANT_ROLE,
+    Call,
+)
 from tests.infrastructure.synth import render
 
 NAMES = [f.name for f in FUNCTIONS]
@@ -47,6 +56,7 @@ OPERATIONS = {
     "sqs:SendMessage": ("send_message", "send_message_batch"),
     "sqs:ChangeMessageVisibility": ("change_message_visibility", "change_message_visibility_batch"),
     "lambda:InvokeFunction": ("invoke",),
+    "sns:Publish": ("publish",),
     "events:PutEvents": ("put_events",),
     "states:StartExecution": ("start_execution",),
     "secretsmanager:GetSecretValue": ("get_secret_value",),
@@ -108,6 +118,8 @@ def rendered(synth, function: str, res: permissions.Res) -> list[str]:
         return [f"<{OUTBOX_FAILURE_QUEUE_ID}.Arn>"]
     if res.kind == "events_failures":
         return [f"<{EVENTS_FAILURE_QUEUE_ID}.Arn>"]
+    if res.kind == "notifications":
+        return [f"<{NOTIFICATIONS_QUEUE_ID}.Arn>"]
     if res.kind == "event_bus":
         return [f"<{EVENT_BUS_ID}.Arn>"]
     if res.kind == "log_group":
@@ -252,6 +264,8 @@ def requests(call: Call) -> list[tuple[str, str]]:
         return [("lambda:InvokeFunction", params["FunctionName"] + qualifier)]
     if call.service == "events" and call.operation == "PutEvents":
         return [("events:PutEvents", _bus(e.get("EventBusName", "default"))) for e in params["Entries"]]
+    if call.service == "sns" and call.operation == "Publish":
+        return [("sns:Publish", params["TopicArn"])]
     if call.service == "stepfunctions" and call.operation == "StartExecution":
         return [("states:StartExecution", params["stateMachineArn"])]
     if call.service == "ssm" and call.operation == "GetParameter":
@@ -275,6 +289,8 @@ def _queue(url: str) -> str:
             return f"<{queue_logical_id(queue.key)}.Arn>"
         if name == queue.dlq_name:
             return f"<{dlq_logical_id(queue.key)}.Arn>"
+    if name == NOTIFICATIONS_QUEUE:
+        return f"<{NOTIFICATIONS_QUEUE_ID}.Arn>"
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
 
 
@@ -356,14 +372,18 @@ def test_the_calls_map_to_known_actions(recorded):
     assert unmapped == []
 
 
-def test_calls_with_a_tenants_role_are_made_with_its_credentials_only(recorded):
-    """The worker assumed the tenant's role with its ExternalId, and sent with that role's
-    credentials to the tenant's own queue (an account the worker's role has no grant in)."""
-    (assume,) = [c for c in recorded.by_function("worker") if c.operation == "AssumeRole"]
+@pytest.mark.parametrize("function", ["worker", "notifier"])
+def test_calls_with_a_tenants_role_are_made_with_its_credentials_only(recorded, function):
+    """The worker (a run's target) and the notifier (a notification's) assumed the tenant's
+    role with its ExternalId, and sent with that role's credentials to the tenant's own queue
+    (an account neither function's role has a grant in)."""
+    (assume,) = [c for c in recorded.by_function(function) if c.operation == "AssumeRole"]
     assert assume.params["RoleArn"] == TENANT_ROLE and assume.params["ExternalId"] == "tenant-a"
-    sent = [c for c in recorded.calls if c.function == ASSUMED]
-    assert [(c.service, c.operation) for c in sent] == [("sqs", "SendMessage")]
-    assert "/111111111111/" in sent[0].params["QueueUrl"]
+    sent = [c for c in recorded.calls if c.function == function + ASSUMED_SUFFIX]
+    assert sent, f"the flows make {function} act with a tenant's role"
+    # One send per run of the job with that target (the worker) or per dead run told (the notifier).
+    assert {(c.service, c.operation) for c in sent} == {("sqs", "SendMessage")}
+    assert all("/111111111111/" in c.params["QueueUrl"] for c in sent)
     reads = [c for c in recorded.calls if c.operation == "GetParameter"]
     assert reads and {c.params["Name"] for c in reads} == {GRANTS_PARAMETER}
 

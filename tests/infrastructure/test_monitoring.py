@@ -12,6 +12,7 @@ from infra.config import ConfigError
 from infra.names import (
     EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
+    NOTIFICATIONS_DLQ_ID,
     OUTBOX_FAILURE_QUEUE_ID,
     QUEUE_KEYS,
     TICK_FAILURE_QUEUE_ID,
@@ -44,6 +45,7 @@ def simple_alarms(synth, metric: str) -> dict[str, dict]:
 DEAD_LETTER_QUEUES = {dlq_logical_id(k) for k in QUEUE_KEYS} | {
     OUTBOX_FAILURE_QUEUE_ID,
     EVENTS_FAILURE_QUEUE_ID,
+    NOTIFICATIONS_DLQ_ID,
     TICK_FAILURE_QUEUE_ID,
 }
 

@@ -7,6 +7,8 @@ from jobsched.store.schema import QUEUES
 
 from infra.names import (
     EVENTS_FAILURE_QUEUE_ID,
+    NOTIFICATIONS_DLQ_ID,
+    NOTIFICATIONS_QUEUE_ID,
     OUTBOX_FAILURE_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
     dlq_logical_id,
@@ -22,6 +24,19 @@ def test_exactly_the_schema_queues_their_dlqs_and_the_failure_queues(synth):
         OUTBOX_FAILURE_QUEUE_ID,
         EVENTS_FAILURE_QUEUE_ID,
         TICK_FAILURE_QUEUE_ID,
+        NOTIFICATIONS_QUEUE_ID,
+        NOTIFICATIONS_DLQ_ID,
+    }
+
+
+def test_notifications_are_retried_by_their_queue_then_kept_on_its_dlq(synth):
+    from infra.names import FUNCTIONS_BY_NAME, NOTIFICATIONS_MAX_RECEIVES, NOTIFIER
+
+    props = synth.props(NOTIFICATIONS_QUEUE_ID)
+    assert props["VisibilityTimeout"] == 6 * FUNCTIONS_BY_NAME[NOTIFIER].timeout_seconds
+    assert props["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [NOTIFICATIONS_DLQ_ID, "Arn"]},
+        "maxReceiveCount": NOTIFICATIONS_MAX_RECEIVES,
     }
 
 
@@ -60,8 +75,11 @@ def test_visibility_is_six_worker_timeouts_and_receives_fit_the_retention(synth)
     for mapping in synth.of_type("AWS::Lambda::EventSourceMapping").values():
         props = mapping["Properties"]
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
-        if synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue":
-            continue
+        if (
+            synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
+            or source == NOTIFICATIONS_QUEUE_ID
+        ):
+            continue  # the notifications queue has its own rule
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
         queue = synth.props(source)
         assert queue["VisibilityTimeout"] >= 6 * timeout, source
@@ -81,8 +99,11 @@ def test_every_record_of_a_batch_gets_a_jobs_longest_timeout(synth):
     for mapping in synth.of_type("AWS::Lambda::EventSourceMapping").values():
         props = mapping["Properties"]
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
-        if synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue":
-            continue
+        if (
+            synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
+            or source == NOTIFICATIONS_QUEUE_ID
+        ):
+            continue  # the notifications queue has its own rule
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
         assert MAX_TIMEOUT_SECONDS + WORKER_OVERHEAD_SECONDS <= timeout <= 900
         assert synth.props(source)["VisibilityTimeout"] >= 6 * timeout

@@ -1,6 +1,6 @@
 """The trust policy the docs (Design, Security) tell a tenant to put on its role is the one infra.grants
-writes, names the stack's worker role (an output), and admits exactly the AssumeRole the
-worker makes for that tenant: not another tenant's, not one without a source identity."""
+writes, names the stack's worker and notifier roles (outputs), and admits exactly the AssumeRole
+either makes for that tenant: not another tenant's, not one without a source identity."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from jobsched.domain.instants import ManualClock
 from jobsched.targets import AssumedRoles, external_id
 
 from infra.grants import trust_policy
-from infra.names import OUTPUT_WORKER_FUNCTION_ROLE, ROOT
+from infra.names import OUTPUT_NOTIFIER_FUNCTION_ROLE, OUTPUT_WORKER_FUNCTION_ROLE, ROOT
 from tests.helpers import T0
 
 ROLE = "arn:aws:iam::210987654321:role/jobsched-target-reports"
 WORKER = "arn:aws:iam::123456789012:role/Jobsched-FunctionsWorkerFunctionRole-ABC"
+NOTIFIER = "arn:aws:iam::123456789012:role/Jobsched-FunctionsNotifierFunctionRole-DEF"
 
 
 def documented_policy() -> dict[str, Any]:
@@ -33,7 +34,7 @@ def documented_policy() -> dict[str, Any]:
 def admits(policy: dict[str, Any], principal: str, request: dict[str, Any]) -> bool:
     """IAM's evaluation of this one-statement trust policy, for the keys it uses."""
     (statement,) = policy["Statement"]
-    if statement["Effect"] != "Allow" or statement["Principal"]["AWS"] != principal:
+    if statement["Effect"] != "Allow" or principal not in statement["Principal"]["AWS"]:
         return False
     if not {"sts:AssumeRole", "sts:SetSourceIdentity"} <= set(statement["Action"]):
         return False
@@ -45,23 +46,27 @@ def admits(policy: dict[str, Any], principal: str, request: dict[str, Any]) -> b
 
 
 def test_the_documented_policy_is_the_one_the_code_writes():
-    placeholder = trust_policy("<WorkerFunctionRoleArn>", "<your external id>")
+    placeholder = trust_policy("<WorkerFunctionRoleArn>", "<NotifierFunctionRoleArn>", "<your external id>")
     assert documented_policy() == placeholder
 
 
 def test_the_principal_to_trust_is_a_stack_output(synth):
-    output = synth.template["Outputs"][OUTPUT_WORKER_FUNCTION_ROLE]
-    worker = synth.logical_id(synth.stack.functions.roles["worker"])
-    assert output["Value"] == {"Fn::GetAtt": [worker, "Arn"]}
+    for output, function in (
+        (OUTPUT_WORKER_FUNCTION_ROLE, "worker"),
+        (OUTPUT_NOTIFIER_FUNCTION_ROLE, "notifier"),
+    ):
+        role = synth.logical_id(synth.stack.functions.roles[function])
+        assert synth.template["Outputs"][output]["Value"] == {"Fn::GetAtt": [role, "Arn"]}
 
 
 class Sts:
-    def __init__(self, policy: dict[str, Any]) -> None:
+    def __init__(self, policy: dict[str, Any], caller: str = WORKER) -> None:
         self.policy = policy
+        self.caller = caller
         self.admitted: list[bool] = []
 
     def assume_role(self, **request: Any) -> dict[str, Any]:
-        self.admitted.append(admits(self.policy, WORKER, request))
+        self.admitted.append(admits(self.policy, self.caller, request))
         return {
             "Credentials": {
                 "AccessKeyId": "A",
@@ -73,10 +78,12 @@ class Sts:
 
 
 @pytest.mark.parametrize("tenant", ["123456789012/role/reports", "acme corp", "é" * 256, "sha256:x"])
-def test_the_policy_admits_its_tenants_assume_and_no_other(tenant):
-    sts = Sts(trust_policy(WORKER, external_id(tenant)))
+@pytest.mark.parametrize("caller", [WORKER, NOTIFIER], ids=["worker", "notifier"])
+def test_the_policy_admits_its_tenants_assume_and_no_other(tenant, caller):
+    sts = Sts(trust_policy(WORKER, NOTIFIER, external_id(tenant)), caller)
     roles = AssumedRoles(lambda: sts, ManualClock(T0))
     roles.credentials(ROLE, tenant)
     roles.credentials(ROLE, tenant + "x")  # another tenant naming the same role
     assert sts.admitted == [True, False]
-    assert not admits(sts.policy, WORKER, {"ExternalId": external_id(tenant)})  # no source identity
+    assert not admits(sts.policy, caller, {"ExternalId": external_id(tenant)})  # no source identity
+    assert not admits(sts.policy, "arn:aws:iam::123456789012:role/other", {"ExternalId": external_id(tenant)})

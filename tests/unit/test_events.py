@@ -298,12 +298,18 @@ def test_a_whole_call_failing_counts_as_each_entry_failing():
 
 
 def test_the_documented_example_event_is_valid_against_the_model():
-    """docs/concepts/events.md shows a whole event: it must be one the model reads back."""
+    """docs/concepts/events.md shows a whole event: it must be one the model reads back (and
+    a job with notifications: one the API's model reads)."""
     import re
     from pathlib import Path
 
+    from jobsched.handlers.api.requests import JobBody
+
     page = (Path(__file__).resolve().parents[2] / "docs/concepts/events.md").read_text()
-    (example,) = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, re.S)]
+    blocks = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, re.S)]
+    (example,) = [b for b in blocks if "specversion" in b]
+    (job,) = [b for b in blocks if "notify" in b]
+    assert len(JobBody.model_validate(job).to_spec().notify) == 2
     event = CloudEvent.model_validate(example)
     assert event.document() == example
     assert event.id == f"{run_data(event).run_key}#{run_data(event).sequence}"
@@ -347,3 +353,80 @@ def test_a_tenant_too_long_for_eventbridges_source_is_named_by_its_digest():
     # A tenant named like a digest cannot pass for the long tenant: its `:` is encoded.
     forged = source.rsplit("/", 1)[1]
     assert event_source("S" * 128, forged) != source
+
+
+# --- late runs and notifications (domain.events, domain.notifications) ---
+
+
+def _notify(*kinds: str, late_seconds: int | None = None) -> list[Any]:
+    from jobsched.domain.models import Notification
+
+    target = {"kind": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/alerts"}
+    return [Notification.model_validate({"on": list(kinds), "late_seconds": late_seconds, "target": target})]
+
+
+def test_a_late_note_is_a_late_event_with_the_runs_one_late_id():
+    run = a_run(RunState.QUEUED, late_at=T0 + timedelta(seconds=60))
+    noted = lifecycle.touch(
+        run, now=T0 + timedelta(seconds=61), actor="reconciler", reason="late", late_noticed_at=T0
+    )
+    (event,) = run_events(STACK, run, noted, FAILURES)
+    assert event.type is EventType.RUN_LATE and event.id == f"{run.run_key}#late"
+    assert run_events(STACK, None, noted, RunEventsLevel.NONE) == []
+
+
+@pytest.mark.parametrize(
+    ("claimed_after", "noticed", "late"),
+    [(59, False, False), (60, False, False), (61, False, True), (61, True, False)],
+)
+def test_a_first_claim_past_the_late_instant_is_late_unless_already_noted(claimed_after, noticed, late):
+    run = a_run(RunState.QUEUED, late_at=T0 + timedelta(seconds=60))
+    if noticed:
+        run = run.model_copy(update={"late_noticed_at": T0 + timedelta(seconds=60)})
+    at = T0 + timedelta(seconds=claimed_after)
+    claimed = lifecycle.advance(run, RunState.LEASED, now=at, actor="worker:w", fence=1, attempt=1)
+    types = [e.type for e in run_events(STACK, run, claimed, ALL)]
+    assert (EventType.RUN_LATE in types) is late
+    # A later claim (fence 2) is never a late start: the first one decided.
+    again = lifecycle.advance(claimed, RunState.LEASED, now=at, actor="worker:v", fence=2, attempt=2)
+    assert EventType.RUN_LATE not in [e.type for e in run_events(STACK, claimed, again, ALL)]
+
+
+def test_the_late_watch_ends_with_the_note_the_first_claim_or_the_run():
+    run = a_run(RunState.QUEUED, late_at=T0 + timedelta(seconds=60))
+    assert run.late_watch == T0 + timedelta(seconds=60)
+    assert not run.late_unnoticed(T0 + timedelta(seconds=59))
+    assert run.late_unnoticed(T0 + timedelta(seconds=60))
+    assert run.model_copy(update={"late_noticed_at": T0}).late_watch is None
+    assert run.model_copy(update={"fence": 1}).late_watch is None
+    assert run.model_copy(update={"state": RunState.CANCELLED}).late_watch is None
+    assert run.model_copy(update={"blocked_by": "job-paused"}).late_watch is None
+
+
+def test_each_notification_naming_an_events_kind_gets_one_message():
+    from jobsched.domain.notifications import messages_for
+
+    notify = _notify("dead") + _notify("skipped") + _notify("dead", "late", late_seconds=5)
+    run = a_run(RunState.LEASED)
+    dead = lifecycle.advance(run, RunState.DEAD, now=T0, actor="worker:w", error_class="Boom")
+    events = run_events(STACK, run, dead, FAILURES)
+    messages = messages_for(notify, events)
+    assert [m.index for m in messages] == [0, 2]
+    assert [m.id for m in messages] == [f"{events[0].id}#n0", f"{events[0].id}#n2"]
+    assert messages_for(notify, run_events(STACK, None, run, ALL)) == []  # created: not told
+
+
+def test_a_notification_names_its_rules():
+    from jobsched.domain.models import Notification
+    from pydantic import ValidationError
+
+    target = {"kind": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/alerts"}
+    for bad in (
+        {"on": ["late"], "target": target},
+        {"on": ["dead"], "late_seconds": 5, "target": target},
+        {"on": ["dead", "dead"], "target": target},
+        {"on": ["late"], "late_seconds": 0, "target": target},
+        {"on": ["late"], "late_seconds": 7 * 86400 + 1, "target": target},
+    ):
+        with pytest.raises(ValidationError):
+            Notification.model_validate(bad)

@@ -53,6 +53,7 @@ def test_the_lambda_environment_reads_back_as_the_same_settings():
         http_allow_destinations=("a", "b"),
         queue_urls={q.key: f"url-{q.key}" for q in QUEUES},
         dlq_urls={q.key: f"dlq-{q.key}" for q in QUEUES},
+        notifications_queue_url="url-notifications",
         endpoint_url="http://127.0.0.1:5055",
         target_grants=GrantsDocument.from_maps(
             {"t": ["arn:aws:sqs:*:*:q"]}, {"t": ["com.t.*"]}, ("arn:aws:iam::*:role/r",)
@@ -123,7 +124,11 @@ def test_in_lambda_missing_variables_are_named_before_any_value_is_checked():
 
 
 def test_in_lambda_a_bad_value_fails_loudly_too():
-    env = Settings(queue_urls={q.key: "u" for q in QUEUES}, dlq_urls={q.key: "d" for q in QUEUES})
+    env = Settings(
+        queue_urls={q.key: "u" for q in QUEUES},
+        dlq_urls={q.key: "d" for q in QUEUES},
+        notifications_queue_url="n",
+    )
     good = {**env.lambda_environment(), IN_LAMBDA: "jobsched-worker"}
     assert Settings.from_env(good).shard_count == 32
     with pytest.raises(InvalidSettings, match="SHARD_COUNT: "):

@@ -16,7 +16,13 @@ A job write that changes neither (the sweeper advancing its cursor) is no event.
 
 What is published is the operator's choice (`RunEventsLevel`): nothing, the failures (a run
 dead or skipped, and every job change: those are few and are the control-plane audit), or
-every transition."""
+every transition.
+
+A run is late when no attempt has claimed it `lateSeconds` after it was due (its job's late
+notifications, domain.models.Notification): the reconciler notes it late with a recorded
+touch (reason `late`), and a first claim that comes after that instant without the note is
+late too. Either way its event is `jobsched.run.late` with the id `<runKey>#late`: one per
+run, whichever saw it."""
 
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .instants import Instant
 from .models import Job, JobState
-from .runs import Run, RunState, Transition
+from .runs import LATE_REASON, Run, RunState, Transition
 
 SPEC_VERSION = "1.0"
 # The longest error message an event carries (a run's own may be longer; the run keeps it).
@@ -41,7 +47,7 @@ class RunEventsLevel(StrEnum):
     """Which events are published (the `runEvents` setting)."""
 
     NONE = "none"
-    FAILURES = "failures"  # run.dead, run.skipped, and every job.* event
+    FAILURES = "failures"  # run.dead, run.skipped, run.late, and every job.* event
     ALL = "all"  # every run transition and every job event
 
 
@@ -56,6 +62,7 @@ class EventType(StrEnum):
     RUN_SKIPPED = "jobsched.run.skipped"  # never executed: missed while paused, overlap, misfire
     RUN_CANCELLED = "jobsched.run.cancelled"  # by a caller, or its job paused or cancelled before the effect
     RUN_REDRIVEN = "jobsched.run.redriven"  # a DEAD run reopened (`data.reason` names the request)
+    RUN_LATE = "jobsched.run.late"  # not started `lateSeconds` after it was due (once per run)
     JOB_CREATED = "jobsched.job.created"  # POST /v1/jobs
     JOB_UPDATED = "jobsched.job.updated"  # PATCH: a new version (`data.version`)
     JOB_PAUSED = "jobsched.job.paused"
@@ -64,7 +71,7 @@ class EventType(StrEnum):
     JOB_COMPLETED = "jobsched.job.completed"  # its last run made (one-time, maxRuns, endAt)
 
 
-FAILURE_TYPES = frozenset({EventType.RUN_DEAD, EventType.RUN_SKIPPED})
+FAILURE_TYPES = frozenset({EventType.RUN_DEAD, EventType.RUN_SKIPPED, EventType.RUN_LATE})
 _BY_TARGET = {
     RunState.QUEUED: EventType.RUN_QUEUED,
     RunState.LEASED: EventType.RUN_STARTED,
@@ -190,10 +197,26 @@ def run_events(stack: str, before: Run | None, after: Run, level: RunEventsLevel
         event_type = run_event_type(entry)
         if published(level, event_type):
             events.append(_run_event(stack, after, entry, sequence, event_type))
+        if started_late(after, entry) and published(level, EventType.RUN_LATE):
+            events.append(_run_event(stack, after, entry, sequence, EventType.RUN_LATE))
     return events
 
 
+def started_late(run: Run, entry: Transition) -> bool:
+    """Whether `entry` is the run's first claim, made after its `late_at` with no late note
+    before it (the reconciler did not get to it in time)."""
+    return (
+        run.late_at is not None
+        and run.late_noticed_at is None
+        and entry.target is RunState.LEASED
+        and entry.fence == 1
+        and entry.at > run.late_at
+    )
+
+
 def run_event_type(entry: Transition) -> EventType:
+    if entry.source is entry.target and entry.reason == LATE_REASON:
+        return EventType.RUN_LATE
     if entry.source is None:
         return EventType.RUN_SKIPPED if entry.target is RunState.SKIPPED else EventType.RUN_CREATED
     if entry.source is RunState.DEAD and entry.target is RunState.PENDING:
@@ -221,8 +244,9 @@ def _run_event(stack: str, run: Run, entry: Transition, sequence: int, event_typ
         error_message=message[:EVENT_MESSAGE_CHARS] if message is not None else None,
         reason=entry.reason,
     )
+    late = event_type is EventType.RUN_LATE
     return CloudEvent(
-        id=f"{run.run_key}#{sequence}",
+        id=f"{run.run_key}#late" if late else f"{run.run_key}#{sequence}",
         source=event_source(stack, run.tenant),
         type=event_type,
         subject=run.run_key,

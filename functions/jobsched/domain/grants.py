@@ -29,7 +29,7 @@ from .models import Model
 # The services whose ARNs a grant may name: the AWS targets a job may call, and the secret
 # stores its HTTP headers may reference. The stack derives the worker's IAM statements for
 # each (infra.permissions); extend both together for another kind of granted resource.
-TARGET_SERVICES = ("lambda", "sqs", "events", "states")
+TARGET_SERVICES = ("lambda", "sqs", "events", "states", "sns")
 SECRET_SERVICES = ("secretsmanager", "ssm")
 GRANTABLE_SERVICES = (*TARGET_SERVICES, *SECRET_SERVICES)
 MAX_TENANT_CHARS = 256
@@ -217,16 +217,17 @@ class OwnNames:
         secret = resource.removeprefix("secret:") if resource.startswith("secret:") else ""
         if service == "secretsmanager" and self.stack is not None and secret.startswith(self.stack + "/"):
             return f"names one of the scheduler's own secrets ({self.stack}/…): no grant reaches them"
-        # CloudFormation names the functions and queues the stack makes `<stack>-<id>-<suffix>`.
+        # CloudFormation names the functions, queues and topics (the alarms') the stack makes
+        # `<stack>-<id>-<suffix>`.
         name = resource.removeprefix("function:") if service == "lambda" else resource
         ours = home is None or parts[4] == home.account
         if (
-            service in ("lambda", "sqs")
+            service in ("lambda", "sqs", "sns")
             and self.stack is not None
             and ours
             and name.startswith(self.stack + "-")
         ):
-            kind = "functions" if service == "lambda" else "queues"
+            kind = {"lambda": "functions", "sqs": "queues", "sns": "topics"}[service]
             return f"names one of the scheduler's own {kind} ({self.stack}-…): no grant reaches them"
         return None
 

@@ -519,6 +519,83 @@ Target = Annotated[
     Field(discriminator="kind"),
 ]
 
+# SNS topics: a name of up to 256 letters, digits, - and _ (a FIFO topic's ends in .fifo).
+SNS_TOPIC_ARN = re.compile(
+    rf"{_PARTITION}:sns:{_REGION}:\d{{12}}:[A-Za-z0-9_-]{{1,251}}(?:\.fifo)?", re.ASCII
+)
+
+
+class SnsTarget(RoleTarget):
+    """An SNS topic: a notification's target only (runs have no SNS target)."""
+
+    kind: Literal["sns"]
+    topic_arn: str = Field(min_length=1, max_length=300)
+
+    @field_validator("topic_arn")
+    @classmethod
+    def _topic(cls, value: str, info: ValidationInfo) -> str:
+        return (
+            _shaped(value, SNS_TOPIC_ARN, "must be arn:aws:sns:<region>:<account>:<topic name>", info)
+            or value
+        )
+
+
+NotifyTarget = Annotated[
+    SnsTarget | SqsTarget | EventBridgeTarget | HttpTarget,
+    Field(discriminator="kind"),
+]
+
+
+class NotifyOn(StrEnum):
+    """What a notification is sent for (each one once per run)."""
+
+    DEAD = "dead"  # the run dead-lettered
+    LATE = "late"  # it had not started `lateSeconds` after it was due
+    SKIPPED = "skipped"  # it never ran: missed while paused, overlap, misfire
+
+
+MAX_NOTIFICATIONS = 5  # per job
+MAX_LATE_SECONDS = 7 * 24 * 3600
+
+
+class Notification(Model):
+    """`{"on": [...], "lateSeconds": N, "target": {...}}` on a job: where its tenant is told
+    about its runs. The target is authorised as a run's target is (the same grants and roles);
+    an HTTP target is signed with the job's signing secret."""
+
+    on: list[NotifyOn] = Field(min_length=1, max_length=len(NotifyOn))
+    late_seconds: int | None = Field(default=None, ge=1, le=MAX_LATE_SECONDS, strict=True)
+    target: NotifyTarget
+
+    @field_validator("on")
+    @classmethod
+    def _each_once(cls, value: list[NotifyOn]) -> list[NotifyOn]:
+        if len(set(value)) != len(value):
+            raise ValueError("names each kind at most once")
+        return value
+
+    @model_validator(mode="after")
+    def _webhooks_carry_the_event(self) -> Notification:
+        if isinstance(self.target, HttpTarget) and self.target.method in ("GET", "DELETE"):
+            raise rule_on(
+                ("target", "method"), "a notification webhook is sent with a body: POST, PUT or PATCH"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _late_needs_seconds(self) -> Notification:
+        if NotifyOn.LATE in self.on and self.late_seconds is None:
+            raise rule_on("late_seconds", "is required when `on` names late")
+        if NotifyOn.LATE not in self.on and self.late_seconds is not None:
+            raise rule_on("late_seconds", "applies only when `on` names late")
+        return self
+
+
+def late_seconds(notify: list[Notification]) -> int | None:
+    """The shortest `lateSeconds` of a job's late notifications (None: none asks for late)."""
+    found = [n.late_seconds for n in notify if n.late_seconds is not None and NotifyOn.LATE in n.on]
+    return min(found) if found else None
+
 
 def target_address(target: Target) -> str:
     """Where a target points, for a history entry or a label: the HTTP method and URL without
@@ -557,6 +634,7 @@ class JobSpec(Model):
     schedule: Schedule
     priority: Priority = Priority.DEFAULT
     policies: Policies = Policies()
+    notify: list[Notification] = Field(default_factory=list, max_length=MAX_NOTIFICATIONS)
 
     @field_validator("payload")
     @classmethod

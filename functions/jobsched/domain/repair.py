@@ -72,14 +72,19 @@ def check_at(run: Run, timings: RepairTimings, *, waits_for_lease: bool = False)
     Never later than the repair deadline, and the same through the usual PENDING → QUEUED →
     LEASED path (due time plus the publish grace), so those writes do not move the index
     entry. A run still open then (a long execution, a backlog) is looked at, found not yet
-    overdue, and its entry moved once to the real deadline."""
+    overdue, and its entry moved once to the real deadline.
+
+    A run whose job asked to be told when it is late is looked at no later than the instant it
+    becomes late (`Run.late_watch`), so the reconciler notes it then (once: the note ends the
+    watch)."""
     deadline = repair_deadline(run, timings, waits_for_lease=waits_for_lease)
+    late = run.late_watch
     if deadline is None:
-        return None
+        return late
     settle = max(run.due_at, run.created_at) + timings.publish_grace
-    if settle <= run.updated_at:  # a retry, redrive or re-claim after it: no usual path left
-        return deadline
-    return min(settle, deadline)
+    # After a retry, redrive or re-claim there is no usual path left: the deadline itself.
+    check = deadline if settle <= run.updated_at else min(settle, deadline)
+    return check if late is None else min(check, late)
 
 
 def stranded_since(run: Run) -> datetime | None:

@@ -12,7 +12,17 @@ from pydantic import Field, PrivateAttr
 
 from .instants import Instant, parse_instant
 from .jitter import start_jitter_seconds
-from .models import MANUAL_SEPARATOR, Job, Model, Policies, Priority, Target, run_key
+from .models import (
+    MANUAL_SEPARATOR,
+    Job,
+    Model,
+    Notification,
+    Policies,
+    Priority,
+    Target,
+    late_seconds,
+    run_key,
+)
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 _SUFFIX = re.compile(r"m[0-9a-z]{10}")
@@ -33,6 +43,9 @@ OPEN_STATES = frozenset({RunState.PENDING, RunState.QUEUED, RunState.LEASED, Run
 TERMINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.DEAD, RunState.SKIPPED, RunState.CANCELLED})
 # States a worker may claim from (a LEASED run is claimable only once its lease expired).
 CLAIMABLE_STATES = frozenset({RunState.PENDING, RunState.QUEUED, RunState.RETRY_WAIT})
+
+# The reason of the recorded touch that notes a run late (domain.events: `jobsched.run.late`).
+LATE_REASON = "late"
 
 # `blocked_by` of a run held because its job is paused: not a run key (no "@"), so nothing
 # mistakes it for a predecessor. Resume decides each held run under `missedRuns`.
@@ -77,6 +90,11 @@ class Run(Model):
     target: Target | None = None
     payload: Any = None
     policies: Policies = Policies()
+    notify: list[Notification] = Field(default_factory=list)  # the job's, when the run was made
+    # Late notifications: the run is late if no attempt has claimed it by `late_at` (its due
+    # instant plus the shortest lateSeconds); `late_noticed_at` records that it was found so.
+    late_at: Instant | None = None
+    late_noticed_at: Instant | None = None
     lease_owner: str | None = None
     claim_token: str | None = None  # random per claim: tells two claims of one owner apart
     lease_expires_at: Instant | None = None
@@ -125,6 +143,26 @@ class Run(Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
+
+    @property
+    def late_watch(self) -> datetime | None:
+        """When the run becomes late while nothing has noticed it yet: `late_at` while it is
+        open, never claimed (fence 0), not held for a paused job and not yet noted late; else
+        None."""
+        if (
+            self.late_at is None
+            or self.late_noticed_at is not None
+            or self.fence != 0
+            or self.state not in OPEN_STATES
+            or self.blocked_by == PAUSED_HOLD
+        ):
+            return None
+        return self.late_at
+
+    def late_unnoticed(self, now: datetime) -> bool:
+        """Whether the run is late at `now` and nothing has noted it yet."""
+        watch = self.late_watch
+        return watch is not None and watch <= now
 
     def lease_live(self, now: datetime) -> bool:
         return (
@@ -186,13 +224,17 @@ def make_run(
     key = run_key(job.job_id, scheduled_for, suffix)
     spec = job.spec
     jitter = start_jitter_seconds(key, spec.policies.jitter_seconds) if trigger is Trigger.SCHEDULE else 0
+    due_at = scheduled_for + timedelta(seconds=jitter)
+    # A backfilled occurrence is due in the past by design: it is never late.
+    watched = state not in TERMINAL_STATES and trigger is not Trigger.BACKFILL
+    late = late_seconds(spec.notify) if watched else None
     run = Run(
         run_key=key,
         job_id=job.job_id,
         tenant=job.tenant,
         job_type=spec.type,
         scheduled_for=scheduled_for,
-        due_at=scheduled_for + timedelta(seconds=jitter),
+        due_at=due_at,
         trigger=trigger,
         state=state,
         definition_version=job.version,
@@ -200,6 +242,8 @@ def make_run(
         target=spec.target,
         payload=spec.payload,
         policies=spec.policies,
+        notify=spec.notify,
+        late_at=due_at + timedelta(seconds=late) if late is not None else None,
         previous_run_key=previous_run_key,
         skipped_through=skipped_through,
         skipped_count=skipped_count,

@@ -1,11 +1,16 @@
-"""`events` Lambda: the Runs and Definitions streams → run and job events on the bus.
+"""`events` Lambda: the Runs and Definitions streams → run and job events on the bus, and
+the deliveries a run's notifications ask for on the notifications queue.
 
 A second consumer of the Runs stream beside the outbox, and the one consumer of the
 Definitions stream: never on the request or worker path. Each record's events (domain.events)
 are published in stream order (services.events); the batch processor reports the first
 record whose events the bus did not accept and every record after it, so the stream retries
 from there and one run's events keep their order. A record whose image does not parse is
-logged and counted (`EventRecordsUnreadable`), never retried: it would hold back its shard."""
+logged and counted (`EventRecordsUnreadable`), never retried: it would hold back its shard.
+
+Notifications (domain.notifications) are read from the same changes whatever `runEvents` is
+(at `none` the Runs stream's filter passes only runs whose job asked for them): a record
+whose deliveries were not all queued fails like one whose events were not all published."""
 
 from __future__ import annotations
 
@@ -17,8 +22,9 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ..domain.events import CloudEvent, RunEventsLevel, job_events, run_events
+from ..domain.events import CloudEvent, RunEventsLevel, job_events, published, run_events
 from ..domain.metrics import Unit
+from ..domain.notifications import NotificationMessage, messages_for
 from ..domain.runs import RunState
 from ..observability import log_metrics, logger, tracer
 from ..store.definitions import DefinitionStore
@@ -32,16 +38,27 @@ JOB_PREFIX = "j_"  # job ids (domain.models.JOB_ID_PATTERN); other Definitions i
 
 def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, Any]]:
     """The event source filter (EventBridge syntax) of one table's stream at `level`: on the
-    Runs stream run items (at `failures`, only writes that leave a run DEAD or SKIPPED), on
-    the Definitions stream job items. Each table's mapping gets its own: a run item's key
-    is a job id too. None at `none` (the stack then makes no mapping)."""
+    Runs stream run items (below `all`, only writes that leave a run DEAD or SKIPPED, or that
+    may make it late: it carries `late_at`, store.runs), on the Definitions stream job items.
+    Each table's mapping gets its own: a run item's key is a job id too. At `none` only runs
+    whose job asked for notifications (`notify_on`), and no job items (the stack then makes
+    no Definitions mapping)."""
+    if table.logical_id == RUNS.logical_id:
+        keys = {"sk": {"S": [{"prefix": RUN_PREFIX}]}}
+        if level is RunEventsLevel.ALL:
+            return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": keys}}]
+        images: list[dict[str, Any]] = [
+            {"state": {"S": [RunState.DEAD.value, RunState.SKIPPED.value]}},
+            {"late_at": {"S": [{"exists": True}]}},
+        ]
+        if level is RunEventsLevel.NONE:
+            images = [{**image, "notify_on": {"S": [{"exists": True}]}} for image in images]
+        return [
+            {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": keys, "NewImage": image}}
+            for image in images
+        ]
     if level is RunEventsLevel.NONE:
         return []
-    if table.logical_id == RUNS.logical_id:
-        runs: dict[str, Any] = {"Keys": {"sk": {"S": [{"prefix": RUN_PREFIX}]}}}
-        if level is RunEventsLevel.FAILURES:
-            runs["NewImage"] = {"state": {"S": [RunState.DEAD.value, RunState.SKIPPED.value]}}
-        return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": runs}]
     if table.logical_id == DEFINITIONS.logical_id:
         jobs = {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}}
         return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": jobs}]
@@ -55,22 +72,37 @@ def matches_filter(record: dict[str, Any], level: RunEventsLevel, table: TableSp
 
 
 def events_of(record: dict[str, Any], stack: str, level: RunEventsLevel) -> list[CloudEvent]:
-    """The events of one stream record (a run's or a job's change); [] for any other item.
-    Raises KeyError or ValueError for an image that does not parse."""
+    """The events of one stream record (a run's or a job's change) that `level` publishes;
+    [] for any other item. Raises KeyError or ValueError for an image that does not parse."""
+    return changes_of(record, stack, level)[0]
+
+
+def changes_of(
+    record: dict[str, Any], stack: str, level: RunEventsLevel
+) -> tuple[list[CloudEvent], list[NotificationMessage]]:
+    """The events of one stream record that `level` publishes, and the notification
+    deliveries its run's `notify` asks for (at any level). Raises KeyError or ValueError for
+    an image that does not parse."""
     change = record.get("dynamodb") or {}
     keys = change.get("Keys") or {}
     old, new = change.get("OldImage"), change.get("NewImage")
     if new is None:
-        return []  # a REMOVE (TTL): no change of state to tell
+        return [], []  # a REMOVE (TTL): no change of state to tell
     if "sk" in keys:
         if not str(keys["sk"].get("S", "")).startswith(RUN_PREFIX):
-            return []
+            return [], []
         before = RunStore.from_item(old) if old else None
-        return run_events(stack, before, RunStore.from_item(new), level)
+        after = RunStore.from_item(new)
+        # The failures are read at every level: they are what notifications are sent for.
+        wider = RunEventsLevel.ALL if level is RunEventsLevel.ALL else RunEventsLevel.FAILURES
+        events = run_events(stack, before, after, wider)
+        messages = messages_for(after.notify, events) if after.notify else []
+        return [e for e in events if published(level, e.type)], messages
     if str(keys.get("job_id", {}).get("S", "")).startswith(JOB_PREFIX):
         before_job = DefinitionStore.job_from_item(old) if old else None
-        return job_events(stack, before_job, DefinitionStore.job_from_item(new), level, _written_at(change))
-    return []
+        job = DefinitionStore.job_from_item(new)
+        return job_events(stack, before_job, job, level, _written_at(change)), []
+    return [], []
 
 
 def _written_at(change: dict[str, Any]) -> datetime:
@@ -87,20 +119,28 @@ def gather(
     records: Sequence[dict[str, Any]], stack: str, level: RunEventsLevel
 ) -> list[tuple[str, list[CloudEvent]]]:
     """(sequence number, events) of each record in order; unreadable ones logged and left out."""
+    return [(sequence, events) for sequence, events, _ in gather_changes(records, stack, level) if events]
+
+
+def gather_changes(
+    records: Sequence[dict[str, Any]], stack: str, level: RunEventsLevel
+) -> list[tuple[str, list[CloudEvent], list[NotificationMessage]]]:
+    """(sequence number, events, deliveries) of each record with either, in order;
+    unreadable ones logged, counted and left out."""
     gathered = []
     for record in records:
         change = record.get("dynamodb") or {}
         sequence = str(change.get("SequenceNumber"))
         try:
-            events = events_of(record, stack, level)
+            events, messages = changes_of(record, stack, level)
         except Exception:  # any image it cannot read: retrying would hold its shard back
             logger.exception(
                 "unreadable image: no events for this record", extra={"sequence_number": sequence}
             )
             container().metrics.add("EventRecordsUnreadable", 1, Unit.COUNT)
             continue
-        if events:
-            gathered.append((sequence, events))
+        if events or messages:
+            gathered.append((sequence, events, messages))
     return gathered
 
 
@@ -116,10 +156,15 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 @log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = container().settings
-    gathered = gather(event.get("Records") or [], settings.event_source_name, settings.run_events)
-    report = container().event_publisher.publish(gathered)
-    failed = set(report.failed_records)
-    first_failed = report.failed_records[0] if report.failed_records else None
+    gathered = gather_changes(event.get("Records") or [], settings.event_source_name, settings.run_events)
+    order = [sequence for sequence, _, _ in gathered]
+    report = container().event_publisher.publish([(s, events) for s, events, _ in gathered if events])
+    # Deliveries are queued for the records before the first whose events were not published.
+    stop = order.index(report.failed_records[0]) if report.failed_records else len(order)
+    unqueued = container().notification_queue.send([(s, m) for s, _, m in gathered[:stop] if m])
+    firsts = [order.index(r) for r in (*report.failed_records[:1], *unqueued[:1])]
+    first_failed = order[min(firsts)] if firsts else None
+    failed = set(report.failed_records) | set(unqueued)
     reached = False
 
     def record_handler(record: DynamoDBRecord) -> None:

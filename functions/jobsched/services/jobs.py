@@ -16,6 +16,7 @@ from ..domain.errors import (
     ValidationFailed,
     VersionMismatch,
 )
+from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Trigger
@@ -76,8 +77,17 @@ class JobService:
         self._authorize_target = authorize_target
 
     def _authorize(self, tenant: str, spec: JobSpec) -> None:
-        if self._authorize_target is not None and spec.target is not None:
+        """The job's target and each notification's, as the API names them (`target.…`,
+        `notify.<i>.target.…`)."""
+        if self._authorize_target is None:
+            return
+        if spec.target is not None:
             self._authorize_target(tenant, spec.target)
+        for index, notification in enumerate(spec.notify):
+            try:
+                self._authorize_target(tenant, notification.target)
+            except TargetNotGranted as exc:
+                raise TargetNotGranted(f"notify.{index}.{exc.field}", exc.rule) from None
 
     def admit(self, tenant: str) -> None:
         """Count one API request against the tenant's per-second limit, or refuse it (429)."""

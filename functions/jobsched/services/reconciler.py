@@ -18,7 +18,7 @@ from ..domain.errors import StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import repair_deadline, stranded_since
-from ..domain.runs import PAUSED_HOLD, TERMINAL_STATES, Run, RunState
+from ..domain.runs import LATE_REASON, PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
 from ..store.runs import RunChanged, RunStore
 from .sweeper import round_robin, shards_above
@@ -58,6 +58,7 @@ class RepairReport:
     stale: int = 0  # moved on since the index read; left alone
     moved: int = 0  # open but not overdue yet: its index entry moved to its deadline
     failed: int = 0  # a repair raised: logged, counted (RepairsFailed), the shard went on
+    late: int = 0  # noted late: not claimed `lateSeconds` after it was due (not a repair)
     capped: int = 0  # overdue, left for the next tick: past its job's, tenant's or shard's share
     repaired: list[str] = field(default_factory=list)
     failed_keys: list[str] = field(default_factory=list)
@@ -70,7 +71,7 @@ class RepairReport:
 
     def add(self, other: RepairReport) -> None:
         self.shards += other.shards
-        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved", "failed", "capped"):
+        for name in ("examined", *KINDS, "dead", DEFERRED, "stale", "moved", "failed", "capped", "late"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.repaired += other.repaired
         self.failed_keys += other.failed_keys
@@ -87,6 +88,7 @@ class RepairReport:
             "moved": self.moved,
             "failed": self.failed,
             "capped": self.capped,
+            "late": self.late,
             "repaired": list(self.repaired),
             "failedKeys": list(self.failed_keys),
         }
@@ -351,14 +353,35 @@ class Reconciler:
 
     def _apply(self, run: Run, now: datetime, report: RepairReport) -> Run | None:
         """Repair `run` if it is overdue, counted in `report`: the run as the repair wrote it,
-        or None when none was made."""
-        deadline = repair_deadline(run, self._runs.timings, waits_for_lease=self._runs.waits_for_lease(run))
+        or None when none was made. A run that has become late is noted so first (a recorded
+        touch, reason `late`: the events consumer tells its notifications), once. This pass
+        judges the repair from the run as it was read; the note is a write, so a later pass
+        counts the run's repair deadline from it (a lost message is requeued that much later)."""
+        read = run
+        if run.late_unnoticed(now):
+            try:
+                run = self._runs.commit(
+                    run,
+                    lambda r: lifecycle.touch(
+                        r, now=now, actor=ACTOR, reason=LATE_REASON, late_noticed_at=now
+                    ),
+                )
+            except RunChanged:
+                report.stale += 1
+                return None
+            report.late += 1
+            self._metrics.add("RunsLate", 1, Unit.COUNT)
+        deadline = repair_deadline(read, self._runs.timings, waits_for_lease=self._runs.waits_for_lease(read))
         if deadline is None:
             return None  # closed since the index was read
         if deadline > now:
             # Looked at early (the entry's check time is the usual finish, not the deadline):
-            # move the entry to the deadline so it is not read again every tick.
-            report.moved += int(self._runs.move_check(run, deadline))
+            # move the entry to the deadline so it is not read again every tick, or to the
+            # instant the run becomes late, if that comes first.
+            watch = run.late_watch
+            report.moved += int(
+                self._runs.move_check(run, deadline if watch is None else min(deadline, watch))
+            )
             return None
         try:
             kind, saved = self._repair(run, now)
@@ -376,7 +399,7 @@ class Reconciler:
             report.dead += 1
             self._dead(saved)
         self._metrics.add("RepairLatency", (now - deadline).total_seconds(), Unit.SECONDS)
-        since = stranded_since(run) if kind in (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND) else None
+        since = stranded_since(read) if kind in (REPUBLISH, REQUEUE, LEASE_EXPIRED_KIND) else None
         if since is not None and not (run.state is RunState.QUEUED and self._is_external(run)):
             # From when it should have moved on to this repair (the grace and the tick's wait).
             report.stranded.append((run.run_key, since))

@@ -244,6 +244,13 @@ class RunStore:
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
+        if run.notify:
+            # For the events mappings' filters (handlers.events.filter_patterns): the run's job
+            # asked for notifications, and the run may yet be found late (until the write of
+            # its first claim, whose record tells a late start).
+            values["notify_on"] = ",".join(sorted({kind.value for n in run.notify for kind in n.on}))
+            if run.late_at is not None and run.fence <= 1:
+                values["late_at"] = format_instant(run.late_at)
         check = check_at(run, self.timings, waits_for_lease=self.waits_for_lease(run))
         if check is not None:
             values["open_shard"] = self.open_shard_of(run.job_id)

@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 
 from ..domain.errors import PermanentError
 from ..domain.grants import Grants, Home, TargetNotGranted, own_event_source
-from ..domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
+from ..domain.models import EventBridgeTarget, LambdaTarget, SnsTarget, SqsTarget, StepFunctionsTarget
 
-AwsTarget = LambdaTarget | SqsTarget | EventBridgeTarget | StepFunctionsTarget
-AWS_TARGETS = (LambdaTarget, SqsTarget, EventBridgeTarget, StepFunctionsTarget)
+AwsTarget = LambdaTarget | SqsTarget | EventBridgeTarget | StepFunctionsTarget | SnsTarget
+AWS_TARGETS = (LambdaTarget, SqsTarget, EventBridgeTarget, StepFunctionsTarget, SnsTarget)
 
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}", re.ASCII)
 
@@ -132,6 +132,8 @@ def refusal(grants: Grants, tenant: str, target: AwsTarget) -> Refusal | None:
         if isinstance(arn, Refusal):
             return arn
         resources = [("target.eventBusName", arn)]
+    elif isinstance(target, SnsTarget):
+        resources = [("target.topicArn", target.topic_arn)]
     else:
         resources = [("target.stateMachineArn", target.state_machine_arn)]
     for field, arn in resources:

@@ -109,16 +109,19 @@ class TargetRunner:
         raise PermanentError(f"unsupported target {type(target).__name__}", error_class="UnsupportedTarget")
 
     def _client(self, service: str, target: Target, invocation: Invocation) -> Any:
-        """The client for the target's call, once the tenant is known to be allowed to make
-        it: the scheduler's own (a granted target) or one with the tenant's assumed role."""
-        refused = self._authority.refusal(invocation.tenant, target)
+        return self.client_for(service, target, invocation.tenant, invocation.timeout_seconds)
+
+    def client_for(self, service: str, target: Any, tenant: str, timeout: float) -> Any:
+        """The client for an AWS target's call (a run's, or a notification's), once `tenant` is
+        known to be allowed to make it: the scheduler's own (a granted target) or one with the
+        tenant's assumed role. Raises PermanentError (`TargetNotGranted`) when it is not."""
+        refused = self._authority.refusal(tenant, target)
         if refused is not None:
             raise refused.to_failure()
-        timeout = invocation.timeout_seconds
         role_arn = getattr(target, "role_arn", None)
         if role_arn is None:
             return self._effect_clients(service, timeout)
-        credentials = self._roles.credentials(role_arn, invocation.tenant)
+        credentials = self._roles.credentials(role_arn, tenant)
         return self._role_clients(service, timeout, credentials)
 
 

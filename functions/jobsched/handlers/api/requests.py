@@ -22,6 +22,7 @@ from ...domain.models import (
     Job,
     JobSpec,
     Misfire,
+    Notification,
     Overlap,
     Priority,
     RunFix,
@@ -116,6 +117,10 @@ class JobBody(ApiModel):
     jitter_seconds: StrictInt | None = None
     timeout_seconds: StrictInt | None = None
     pause_on_failure: StrictBool | None = None
+    notify: list[Notification] | None = Field(
+        default=None,
+        description="where the tenant is told of its runs: dead, late or skipped (at most 5)",
+    )
 
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
@@ -174,6 +179,7 @@ class JobBody(ApiModel):
                     "schedule": schedule,
                     "priority": self.priority,
                     "policies": policies,
+                    "notify": [n.model_dump() for n in self.notify or ()],
                 },
                 context=WRITE,
             )

@@ -21,6 +21,7 @@ from ...domain.models import (
     Job,
     JobState,
     Misfire,
+    Notification,
     Overlap,
     Priority,
     Target,
@@ -90,6 +91,7 @@ class JobFieldsView(View):
     jitter_seconds: int
     timeout_seconds: int
     pause_on_failure: bool
+    notify: list[Notification] = Field(default_factory=list)
 
     @staticmethod
     def fields_of(job: Job) -> dict[str, Any]:
@@ -117,6 +119,12 @@ class JobFieldsView(View):
             "jitter_seconds": policies.jitter_seconds,
             "timeout_seconds": policies.timeout_seconds,
             "pause_on_failure": policies.pause_on_failure,
+            "notify": [
+                n.model_copy(update={"target": shown_target(n.target)})
+                if isinstance(n.target, HttpTarget)
+                else n
+                for n in spec.notify
+            ],
         }
 
     @classmethod

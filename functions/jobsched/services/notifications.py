@@ -1,0 +1,280 @@
+"""Notifications: queued by the events consumer, delivered by the notifier.
+
+`NotificationQueue.send` puts each delivery (domain.notifications.NotificationMessage) on
+the notifications queue in SendMessageBatch calls, in stream order, each in its tenant's
+message group (SQS fair queues: one tenant's backlog does not hold the others' back). An
+entry SQS did not take for a reason that may pass is sent again (up to `attempts` times,
+jittered); when one is still not taken, its record and every record after it are reported
+unqueued: the stream retries them, so no delivery is lost (one queued before goes again,
+with the same id). An entry SQS refuses as the sender's fault (it would be refused forever
+and hold the shard back) is logged, counted (`NotificationsRejected`) and left out.
+
+`Notifier.deliver` makes one delivery: it checks, with the grants as they are now, that the
+tenant may reach the target (a refusal is permanent: counted `NotificationsRefused`, logged,
+never retried), then calls it with the scheduler's role or the tenant's assumed role, as a
+run's target is called (targets.dispatch). A failure that may pass raises
+`NotificationFailed`: the message comes back after the queue's visibility timeout, up to the
+queue's receive count, then waits on the notifications DLQ (whose depth alarms). Nothing here
+is on a run's path: a run is never held back by its notifications.
+
+What each target receives: the event's CloudEvents JSON (the bus's `detail`) as the SQS body,
+the SNS message, the EventBridge detail (`DetailType` the event type) or the HTTP body, with
+the notification id (`<event id>#n<index>`) as the SQS/SNS `notificationId` attribute and
+FIFO deduplication id, or the HTTP `Idempotency-Key` (and the signature's `webhook-id`)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..domain.errors import ExecutionError, PermanentError, RetryableError
+from ..domain.events import RunEventData
+from ..domain.metrics import NO_METRICS, Metrics, Unit
+from ..domain.models import EventBridgeTarget, HttpTarget, NotifyTarget, SnsTarget, SqsTarget
+from ..domain.notifications import NotificationMessage
+from ..observability import logger
+from ..store.queues import message_group_id
+from ..targets.authority import event_source
+from ..targets.aws_targets import aws_errors, sqs_deduplication_id
+from ..targets.invocation import Invocation
+
+MAX_BATCH = 10  # SendMessageBatch
+DELIVERY_TIMEOUT_SECONDS = 10.0  # one delivery's call, whatever the target's own timeout
+NOTIFIER_ACTOR = "notifier"
+
+# (service, target, tenant, seconds the call may take) -> a client allowed to make the call.
+# Raises ExecutionError (TargetNotGranted) when the tenant may not.
+ClientFor = Callable[[str, Any, str, float], Any]
+
+
+class NotificationFailed(Exception):
+    """A delivery that may succeed later: the queue gives the message back."""
+
+
+class NotificationQueue:
+    """Puts deliveries on the notifications queue. `client` is an SQS client (boto3); with no
+    `queue_url` (a deployment without the queue) deliveries are counted and dropped."""
+
+    def __init__(
+        self,
+        client: Any,
+        queue_url: str | None,
+        metrics: Metrics = NO_METRICS,
+        *,
+        attempts: int = 4,
+        base_delay: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._url = queue_url
+        self._metrics = metrics
+        self._attempts = attempts
+        self._base_delay = base_delay
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def send(self, records: Sequence[tuple[str, Sequence[NotificationMessage]]]) -> list[str]:
+        """Queue each record's deliveries, records in the given (stream) order. Returns the
+        records not queued: the first whose delivery SQS did not take after every attempt,
+        and every record after it. Never raises."""
+        if not records:
+            return []
+        if self._url is None:
+            dropped = sum(len(messages) for _, messages in records)
+            logger.error("no notifications queue: deliveries dropped", extra={"count": dropped})
+            self._metrics.add("NotificationsDropped", dropped, Unit.COUNT)
+            return []
+        entries = [(record, message) for record, messages in records for message in messages]
+        order = [record for record, _ in records]
+        queued = 0
+        for start in range(0, len(entries), MAX_BATCH):
+            batch = entries[start : start + MAX_BATCH]
+            failed = self._send(batch)
+            queued += len(batch) - (0 if failed is None else 1)
+            if failed is not None:
+                self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
+                return order[order.index(failed) :]
+        self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
+        return []
+
+    def _send(self, batch: list[tuple[str, NotificationMessage]]) -> str | None:
+        """One batch, its refused entries again; the record of the first still refused, or None."""
+        pending = {str(i): entry for i, entry in enumerate(batch)}
+        for attempt in range(self._attempts):
+            if attempt:
+                self._sleep(self._rng.uniform(0, self._base_delay * 2**attempt))
+            try:
+                response = self._client.send_message_batch(
+                    QueueUrl=self._url,
+                    Entries=[
+                        {
+                            "Id": key,
+                            "MessageBody": message_body(message),
+                            "MessageGroupId": message_group_id(message.tenant),
+                        }
+                        for key, (_, message) in pending.items()
+                    ],
+                )
+            except (ClientError, BotoCoreError) as exc:
+                logger.warning("queueing notifications failed", extra={"error": str(exc)})
+                continue
+            failed = response.get("Failed") or []
+            for failure in failed:
+                if failure.get("SenderFault"):
+                    record, message = pending[str(failure.get("Id"))]
+                    logger.error(
+                        "notification refused by the queue for good: left out",
+                        extra={
+                            "record": record,
+                            "notification_id": message.id,
+                            "error_code": failure.get("Code"),
+                            "error_message": failure.get("Message"),
+                        },
+                    )
+                    self._metrics.add("NotificationsRejected", 1, Unit.COUNT)
+            refused = {str(f.get("Id")) for f in failed if not f.get("SenderFault")}
+            pending = {key: entry for key, entry in pending.items() if key in refused}
+            if not pending:
+                return None
+        first = min(pending, key=int)
+        logger.error("notifications not queued", extra={"entries": len(pending), "record": pending[first][0]})
+        return pending[first][0]
+
+
+def message_body(message: NotificationMessage) -> str:
+    """The message as JSON in ASCII (every other character escaped): SQS refuses some code
+    points JSON allows verbatim (U+FFFE, U+FFFF, most control characters), and a tenant's
+    free text (an error message) may hold any of them."""
+    return json.dumps(message.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Notice(Invocation):
+    """A notification as the HTTP client sends it: `run_key` is the notification id (its
+    `Idempotency-Key`), the body is the event's JSON."""
+
+    body: str = ""
+
+    def envelope_json(self) -> str:
+        return self.body
+
+
+class Notifier:
+    """Delivers notifications. `client_for` gives the client for an AWS target once the tenant
+    is allowed to make its call (targets.dispatch.TargetRunner.client_for); `http` sends an
+    HTTP target's request (SSRF policy, signing with the job's secret, secret headers)."""
+
+    def __init__(
+        self,
+        client_for: ClientFor,
+        http: Any,
+        metrics: Metrics = NO_METRICS,
+        *,
+        timeout_seconds: float = DELIVERY_TIMEOUT_SECONDS,
+    ) -> None:
+        self._client_for = client_for
+        self._http = http
+        self._metrics = metrics
+        self._timeout = timeout_seconds
+
+    def deliver(self, message: NotificationMessage, *, attempt: int = 1) -> bool:
+        """Make one delivery. True when delivered, False when refused for good (not granted,
+        a target that can never take it): counted and logged. Raises NotificationFailed when
+        it may succeed on a later attempt."""
+        kind = message.target.kind
+        try:
+            self._send(message, attempt)
+        except PermanentError as exc:
+            logger.error(
+                "notification refused for good",
+                extra={
+                    "notification_id": message.id,
+                    "tenant": message.tenant,
+                    "job_id": message.job_id,
+                    "error_class": exc.error_class,
+                    "error": exc.message,
+                },
+            )
+            self._metrics.add("NotificationsRefused", 1, Unit.COUNT, dimensions={"kind": kind})
+            return False
+        except ExecutionError as exc:  # retryable or ambiguous: the receiver dedupes on the id
+            self._metrics.add("NotificationFailures", 1, Unit.COUNT, dimensions={"kind": kind})
+            raise NotificationFailed(f"{message.id}: {exc.error_class}: {exc.message}") from exc
+        except Exception as exc:
+            self._metrics.add("NotificationFailures", 1, Unit.COUNT, dimensions={"kind": kind})
+            raise NotificationFailed(f"{message.id}: {type(exc).__name__}: {exc}") from exc
+        self._metrics.add("NotificationsDelivered", 1, Unit.COUNT, dimensions={"kind": kind})
+        return True
+
+    def _send(self, message: NotificationMessage, attempt: int) -> None:
+        target: NotifyTarget = message.target
+        body = json.dumps(message.event, separators=(",", ":"))  # ASCII: SQS refuses some code points
+        if isinstance(target, HttpTarget):
+            self._http.send(target, self._notice(message, body, attempt))
+            return
+        service = {SnsTarget: "sns", SqsTarget: "sqs", EventBridgeTarget: "events"}[type(target)]
+        client = self._client_for(service, target, message.tenant, self._timeout)
+        attributes = {
+            "notificationId": {"DataType": "String", "StringValue": message.id},
+            "type": {"DataType": "String", "StringValue": message.event_type},
+        }
+        with aws_errors():
+            if isinstance(target, SnsTarget):
+                request: dict[str, Any] = {
+                    "TopicArn": target.topic_arn,
+                    "Message": body,
+                    "MessageAttributes": attributes,
+                }
+                if target.topic_arn.endswith(".fifo"):
+                    request["MessageGroupId"] = message.job_id
+                    request["MessageDeduplicationId"] = sqs_deduplication_id(message.id)
+                client.publish(**request)
+            elif isinstance(target, SqsTarget):
+                request = {"QueueUrl": target.queue_url, "MessageBody": body, "MessageAttributes": attributes}
+                if target.queue_url.endswith(".fifo"):
+                    request["MessageGroupId"] = target.message_group_id or message.job_id
+                    request["MessageDeduplicationId"] = sqs_deduplication_id(message.id)
+                client.send_message(**request)
+            else:
+                self._put_event(client, target, message, body)
+
+    @staticmethod
+    def _put_event(client: Any, target: EventBridgeTarget, message: NotificationMessage, body: str) -> None:
+        response = client.put_events(
+            Entries=[
+                {
+                    "Source": event_source(target, message.tenant),
+                    "DetailType": message.event_type,
+                    "Detail": body,
+                    "EventBusName": target.event_bus_name,
+                }
+            ]
+        )
+        result = (response.get("Entries") or [{}])[0]
+        code = result.get("ErrorCode")
+        if response.get("FailedEntryCount", 0) or code:
+            text = f"PutEvents to {target.event_bus_name}: {code}: {result.get('ErrorMessage', '')}"
+            if code and ("AccessDenied" in code or code.startswith("Invalid") or code == "MalformedDetail"):
+                raise PermanentError(text, error_class=code)
+            raise RetryableError(text, error_class=code or "FailedEntry")
+
+    def _notice(self, message: NotificationMessage, body: str, attempt: int) -> Notice:
+        data = RunEventData.model_validate(message.event["data"])
+        return Notice(
+            run_key=message.id,
+            job_id=message.job_id,
+            tenant=message.tenant,
+            job_type=data.job_type,
+            scheduled_for=data.scheduled_for,
+            attempt=attempt,
+            payload=None,
+            timeout_seconds=self._timeout,
+            body=body,
+        )

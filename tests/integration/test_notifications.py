@@ -1,0 +1,402 @@
+"""Notifications a tenant sets on a job, end to end on moto through the public API: a run
+that dies, is skipped or starts late is told to each target kind (SNS, SQS, EventBridge, a
+signed webhook) once, with a stable id across stream redelivery; targets are authorised as
+run targets are (a tenant naming a target it was not granted gets a 403 naming the field, and
+a grant revoked later makes the delivery refused, not retried); a failing target is retried
+by the queue and counted, and never touches the run."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+from jobsched.domain.events import RunEventsLevel
+from jobsched.domain.runs import RunState
+from jobsched.handlers import events as events_handler
+from jobsched.handlers import notifier as notifier_handler
+from jobsched.store.schema import RUNS
+from jobsched_local.glue import lambda_stream_record, read_stream
+from jobsched_local.lambda_context import InvocationContext
+from jobsched_local.moto_backend import create_event_bus
+from standardwebhooks.webhooks import Webhook
+
+from tests.helpers import grant
+
+pytestmark = pytest.mark.integration
+EVENTS = InvocationContext(function_name="jobsched-events", timeout_seconds=60)
+NOTIFIER = InvocationContext(function_name="jobsched-notifier", timeout_seconds=60)
+ACCOUNT = "123456789012"
+
+
+class Hooks:
+    """A loopback webhook receiver: answers `status` (200 unless told otherwise) and keeps
+    every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.status = 200
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                owner.requests.append((dict(self.headers.items()), body))
+                self.send_response(owner.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hooks() -> Iterator[Hooks]:
+    server = Hooks()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sinks(container, hooks) -> dict[str, Any]:
+    """tenant-a's own notification targets on moto, each observed through an SQS queue: a
+    queue, a topic subscribed to a queue, a bus whose rule forwards to a queue; and the
+    notifications queue the events consumer fills. Granted to tenant-a, with loopback HTTP."""
+    sqs, sns, events = boto3.client("sqs"), boto3.client("sns"), boto3.client("events")
+    create_event_bus(events, sqs)  # the stack's own bus, which the events consumer publishes to
+
+    def queue(name: str) -> tuple[str, str]:
+        url = sqs.create_queue(QueueName=name)["QueueUrl"]
+        return url, sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+
+    alerts_url, alerts_arn = queue("tenant-a-alerts")
+    topic_seen_url, topic_seen_arn = queue("topic-seen")
+    bus_seen_url, bus_seen_arn = queue("bus-seen")
+    topic = sns.create_topic(Name="tenant-a-alerts")["TopicArn"]
+    sns.subscribe(
+        TopicArn=topic, Protocol="sqs", Endpoint=topic_seen_arn, Attributes={"RawMessageDelivery": "true"}
+    )
+    bus = events.create_event_bus(Name="tenant-a-bus")["EventBusArn"]
+    events.put_rule(
+        Name="all", EventBusName="tenant-a-bus", EventPattern=json.dumps({"source": [{"prefix": ""}]})
+    )
+    events.put_targets(Rule="all", EventBusName="tenant-a-bus", Targets=[{"Id": "q", "Arn": bus_seen_arn}])
+    notifications_url, _ = queue("jobsched-notifications")
+    container.settings = container.settings.model_copy(
+        update={"notifications_queue_url": notifications_url, "http_allow_destinations": ("127.0.0.1/32",)}
+    )
+    for built in ("notification_queue", "http_targets"):
+        container.__dict__.pop(built, None)
+    grant(container, {"tenant-a": (alerts_arn, topic, bus)})
+    return {
+        "targets": {
+            "sqs": {"kind": "sqs", "queueUrl": alerts_url},
+            "sns": {"kind": "sns", "topicArn": topic},
+            "eventbridge": {"kind": "eventbridge", "eventBusName": "tenant-a-bus"},
+            "http": {"kind": "http", "url": hooks.url},
+        },
+        "seen": {"sqs": alerts_url, "sns": topic_seen_url, "eventbridge": bus_seen_url},
+        "notifications": notifications_url,
+    }
+
+
+def drain(url: str) -> list[dict[str, Any]]:
+    sqs = boto3.client("sqs")
+    found: list[dict[str, Any]] = []
+    while True:
+        messages = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], AttributeNames=["All"]
+        ).get("Messages")
+        if not messages:
+            return found
+        found += [dict(m) for m in messages]
+        for m in messages:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+_iterators: dict[str, str] = {}
+
+
+def flow_events(level: RunEventsLevel = RunEventsLevel.FAILURES) -> list[dict[str, Any]]:
+    """Feed the Runs stream's new records (through the mapping's filter at `level`) to the
+    events consumer; the records fed."""
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+    shaped = [lambda_stream_record(r, arn, "us-east-1") for r in read_stream(streams, arn, _iterators)]
+    records = [r for r in shaped if events_handler.matches_filter(r, level, RUNS)]
+    if records:
+        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    return records
+
+
+def notify_once(sinks: dict[str, Any]) -> dict[str, Any]:
+    """Run the notifier over what the notifications queue holds, as its mapping would."""
+    messages = drain(sinks["notifications"])
+    records = [
+        {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": f"arn:aws:sqs:us-east-1:{ACCOUNT}:jobsched-notifications",
+        }
+        for m in messages
+    ]
+    return {"count": len(messages), "result": notifier_handler.handler({"Records": records}, NOTIFIER)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stream_position():
+    _iterators.clear()
+    yield
+
+
+def external_job(api, notify: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    created = api.post(
+        "/v1/jobs", {"name": "nightly", "type": "ext", "every": 3600, "notify": notify, **fields}
+    )
+    assert created.status == 201, created
+    return created.body
+
+
+def fail_for_good(api, types: tuple[str, ...] = ("ext",)) -> str:
+    (lease,) = api.post("/v1/leases", {"types": list(types), "workerId": "w"}).body["leases"]
+    done = api.post(
+        f"/v1/leases/{lease['runKey']}/complete",
+        {
+            "fence": lease["fence"],
+            "outcome": "failed",
+            "error": {"class": "Boom", "message": "no", "retryable": False},
+        },
+    )
+    assert done.status == 200, done
+    return str(lease["runKey"])
+
+
+def test_a_dead_run_is_told_to_every_target_kind_once(api, container, sinks, hooks, clock):
+    targets = sinks["targets"]
+    job = external_job(api, [{"on": ["dead"], "target": t} for t in targets.values()])
+    run_key = fail_for_good(api)  # the job's first run, made when it was created
+    flow_events()
+    assert notify_once(sinks) == {"count": 4, "result": {"batchItemFailures": []}}
+    bodies = {kind: [json.loads(m["Body"]) for m in drain(url)] for kind, url in sinks["seen"].items()}
+    (on_queue,), (on_topic,), (on_bus,) = bodies["sqs"], bodies["sns"], bodies["eventbridge"]
+    assert on_queue["type"] == on_topic["type"] == on_bus["detail"]["type"] == "jobsched.run.dead"
+    assert on_queue["subject"] == run_key and on_queue["data"]["errorClass"] == "Boom"
+    assert on_bus["detail-type"] == "jobsched.run.dead"
+    ((headers, body),) = hooks.requests
+    # Signed with the job's own secret: the receiver verifies it as a customer would.
+    sent_at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), UTC)
+    expected = Webhook(job["signingSecret"]).sign(headers["webhook-id"], sent_at, body.decode())
+    assert headers["webhook-signature"] == expected
+    assert json.loads(body)["id"] == on_queue["id"] and headers["Idempotency-Key"] == f"{on_queue['id']}#n3"
+    assert sum(container.metrics.total("NotificationsDelivered", kind=k) for k in targets) == 4
+    # The run is DEAD as it was: notifications never write it.
+    assert api.get(f"/v1/runs/{run_key}").body["state"] == "DEAD"
+
+
+def test_the_same_stream_records_again_queue_the_same_notification_ids(api, container, sinks):
+    external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    fail_for_good(api)
+    records = flow_events()
+    events_handler.handler({"Records": records}, EVENTS)  # a retried batch
+    ids = [json.loads(m["Body"])["id"] for m in drain(sinks["notifications"])]
+    assert len(ids) == 2 and len(set(ids)) == 1 and ids[0].endswith("#n0")
+
+
+def test_a_tenant_cannot_notify_a_target_it_was_not_granted(api, other_api, sinks):
+    for target, field in (
+        (sinks["targets"]["sqs"], "notify.0.target.queueUrl"),
+        (sinks["targets"]["sns"], "notify.0.target.topicArn"),
+        (sinks["targets"]["eventbridge"], "notify.0.target.eventBusName"),
+    ):
+        refused = other_api.post(
+            "/v1/jobs",
+            {"name": "x", "type": "ext", "every": 3600, "notify": [{"on": ["dead"], "target": target}]},
+        )
+        assert refused.status == 403, refused
+        assert refused.body["errors"][0]["field"] == field
+    job = external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    assert other_api.get(f"/v1/jobs/{job['jobId']}").status == 404  # not tenant-b's to see
+
+
+def test_a_grant_revoked_after_the_job_was_written_refuses_the_delivery_for_good(api, container, sinks):
+    external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    fail_for_good(api)
+    flow_events()
+    grant(container, {"tenant-a": ()})
+    assert notify_once(sinks) == {"count": 1, "result": {"batchItemFailures": []}}  # not retried
+    assert drain(sinks["seen"]["sqs"]) == []
+    assert container.metrics.total("NotificationsRefused", kind="sqs") == 1
+
+
+def test_a_failing_webhook_is_retried_by_the_queue_and_counted(api, container, sinks, hooks):
+    external_job(api, [{"on": ["dead"], "target": sinks["targets"]["http"]}])
+    run_key = fail_for_good(api)
+    flow_events()
+    hooks.status = 503
+    outcome = notify_once(sinks)
+    assert outcome["count"] == 1 and len(outcome["result"]["batchItemFailures"]) == 1
+    assert container.metrics.total("NotificationFailures", kind="http") == 1
+    assert api.get(f"/v1/runs/{run_key}").body["state"] == "DEAD"
+
+
+def test_notification_fields_are_checked_and_named(api, sinks):
+    cases = [
+        ({"on": ["late"], "target": sinks["targets"]["sqs"]}, "notify.0.lateSeconds"),
+        ({"on": ["dead"], "lateSeconds": 60, "target": sinks["targets"]["sqs"]}, "notify.0.lateSeconds"),
+        ({"on": ["dead", "dead"], "target": sinks["targets"]["sqs"]}, "notify.0.on"),
+        ({"on": [], "target": sinks["targets"]["sqs"]}, "notify.0.on"),
+        ({"on": ["failed"], "target": sinks["targets"]["sqs"]}, "notify.0.on.0"),
+        ({"on": ["dead"], "target": {"kind": "sns", "topicArn": "my-topic"}}, "notify.0.target.sns.topicArn"),
+        ({"on": ["dead"], "target": {"kind": "lambda", "functionArn": "f"}}, "notify.0.target"),
+    ]
+    for notification, field in cases:
+        refused = api.post("/v1/jobs", {"name": "x", "type": "ext", "every": 3600, "notify": [notification]})
+        assert refused.status == 400, (notification, refused)
+        assert field in {e["field"] for e in refused.body["errors"]}, (notification, refused.body)
+    too_many = [{"on": ["dead"], "target": sinks["targets"]["sqs"]}] * 6
+    refused = api.post("/v1/jobs", {"name": "x", "type": "ext", "every": 3600, "notify": too_many})
+    assert refused.status == 400 and refused.body["errors"][0]["field"] == "notify"
+
+
+def test_a_run_not_started_late_seconds_after_it_was_due_is_told_once(api, container, sinks, clock):
+    job = external_job(api, [{"on": ["late"], "lateSeconds": 60, "target": sinks["targets"]["sqs"]}])
+    (run_key,) = [r["runKey"] for r in api.get(f"/v1/jobs/{job['jobId']}/runs").body["items"]]
+    clock.advance(30)
+    assert container.reconciler.reconcile_all().late == 0
+    clock.advance(31)
+    assert container.reconciler.reconcile_all().late == 1
+    clock.advance(120)
+    assert container.reconciler.reconcile_all().late == 0  # once per run
+    flow_events()
+    notify_once(sinks)
+    (told,) = [json.loads(m["Body"]) for m in drain(sinks["seen"]["sqs"])]
+    assert told["type"] == "jobsched.run.late" and told["id"] == f"{run_key}#late"
+    assert told["data"]["state"] == told["data"]["from"] and told["data"]["actor"] == "reconciler"
+    # Still claimable: being late changes nothing about the run's course.
+    (lease,) = api.post("/v1/leases", {"types": ["ext"], "workerId": "w"}).body["leases"]
+    assert lease["runKey"] == run_key
+    flow_events()
+    assert drain(sinks["notifications"]) == []  # the late start is not told twice
+
+
+def test_a_first_claim_after_the_late_instant_is_late_when_nothing_noted_it(api, sinks, clock):
+    job = external_job(api, [{"on": ["late"], "lateSeconds": 5, "target": sinks["targets"]["sqs"]}])
+    (run_key,) = [r["runKey"] for r in api.get(f"/v1/jobs/{job['jobId']}/runs").body["items"]]
+    clock.advance(10)
+    api.post("/v1/leases", {"types": ["ext"], "workerId": "w"})  # before any reconciler tick
+    flow_events()
+    notify_once(sinks)
+    (told,) = [json.loads(m["Body"]) for m in drain(sinks["seen"]["sqs"])]
+    assert told["id"] == f"{run_key}#late" and told["data"]["state"] == "LEASED"
+
+
+def test_a_run_claimed_in_time_is_never_late(api, container, sinks, clock):
+    external_job(api, [{"on": ["late"], "lateSeconds": 60, "target": sinks["targets"]["sqs"]}])
+    api.post("/v1/leases", {"types": ["ext"], "workerId": "w"})
+    clock.advance(600)
+    assert container.reconciler.reconcile_all().late == 0
+    flow_events()
+    assert drain(sinks["notifications"]) == []
+
+
+def test_skipped_occurrences_of_a_pause_are_told(api, container, sinks, clock):
+    job = external_job(
+        api, [{"on": ["skipped"], "target": sinks["targets"]["sqs"]}], every=60, missedRuns="skip"
+    )
+    job_id = job["jobId"]
+    container.sweeper.sweep()
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.advance(300)
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    container.sweeper.sweep()
+    flow_events()
+    notify_once(sinks)
+    told = [json.loads(m["Body"]) for m in drain(sinks["seen"]["sqs"])]
+    assert told and {t["type"] for t in told} == {"jobsched.run.skipped"}
+    skipped = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100").body["items"]
+    assert {t["subject"] for t in told} <= {r["runKey"] for r in skipped if r["state"] == RunState.SKIPPED}
+
+
+def test_notifications_are_sent_when_no_run_events_are_published(api, container, sinks):
+    container.settings = container.settings.model_copy(update={"run_events": RunEventsLevel.NONE})
+    quiet = api.post("/v1/jobs", {"name": "quiet", "type": "ext", "every": 3600}).body
+    job = external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    assert quiet["jobId"] != job["jobId"]
+    fail_for_good(api)
+    fail_for_good(api)
+    records = flow_events(RunEventsLevel.NONE)
+    # The filter passes only the runs of jobs with notifications.
+    assert {r["dynamodb"]["Keys"]["job_id"]["S"] for r in records} == {job["jobId"]}
+    notify_once(sinks)
+    assert len(drain(sinks["seen"]["sqs"])) == 1
+
+
+def test_a_run_with_a_target_is_noted_late_at_its_late_instant_and_still_repaired(
+    api, container, sinks, clock
+):
+    """A run on a queue is looked at first at its due instant plus the publish grace; the entry
+    then waits for the late instant (not the 15-minute requeue), and it is still repaired."""
+    body = {"name": "queued", "type": "report.build", "every": 3600, "target": sinks["targets"]["sqs"]}
+    notify = [{"on": ["late"], "lateSeconds": 120, "target": sinks["targets"]["sqs"]}]
+    created = api.post("/v1/jobs", {**body, "notify": notify})
+    assert created.status == 201, created
+    runs = container.runs.list_for_job(created.body["jobId"], limit=10, cursor=None).items
+    assert container.outbox.publish(runs) == []  # QUEUED on its queue, as the outbox does
+    drain(sinks["seen"]["sqs"])
+    for queue_url in container.settings.queue_urls.values():
+        drain(queue_url)  # and the message is lost: nothing claims it
+    clock.advance(25)
+    assert container.reconciler.reconcile_all().late == 0  # looked at early: not overdue, not late
+    clock.advance(100)
+    assert container.reconciler.reconcile_all().late == 1
+    # The message was lost: it is requeued at the queue dwell from the run's last write (the
+    # note, here: a late run's requeue comes up to lateSeconds later than another's).
+    clock.advance(780)
+    assert container.reconciler.reconcile_all().requeue == 0
+    clock.advance(130)
+    assert container.reconciler.reconcile_all().requeue == 1
+
+
+def test_a_notification_webhook_must_carry_the_event(api, sinks):
+    target = {**sinks["targets"]["http"], "method": "GET"}
+    refused = api.post(
+        "/v1/jobs",
+        {"name": "x", "type": "ext", "every": 3600, "notify": [{"on": ["dead"], "target": target}]},
+    )
+    assert refused.status == 400 and refused.body["errors"][0]["field"] == "notify.0.target.method", refused
+
+
+def test_free_text_sqs_refuses_reaches_the_queue_escaped(api, container, sinks):
+    job = external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    (lease,) = api.post("/v1/leases", {"types": ["ext"], "workerId": "w"}).body["leases"]
+    error = {"class": "Boom", "message": "bad \uffff\ufffe\x01 bytes", "retryable": False}
+    api.post(
+        f"/v1/leases/{lease['runKey']}/complete",
+        {"fence": lease["fence"], "outcome": "failed", "error": error},
+    )
+    flow_events()
+    (queued,) = drain(sinks["notifications"])
+    assert queued["Body"].isascii() and json.loads(queued["Body"])["jobId"] == job["jobId"]
