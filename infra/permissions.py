@@ -131,6 +131,47 @@ ASSUME_CONDITIONS = (
     ("Null", (("sts:ExternalId", "false"),)),
     ("StringLike", (("sts:SourceIdentity", "jobsched.*"),)),
 )
+# What a function that calls tenants' targets (the worker's runs, the notifier's
+# notifications) reads and assumes for them: HTTP headers referenced by ARN, and the roles
+# tenants name.
+_TENANT_SECRETS_AND_ROLES = (
+    Grant(
+        ("secretsmanager:GetSecretValue",),
+        (secrets("secretsmanager"),),
+        "HTTP headers (run targets, webhooks) referenced by ARN: the secrets granted to tenants",
+        (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.secrets:SecretsProvider._get"),
+    ),
+    Grant(
+        ("ssm:GetParameter",),
+        (secrets("ssm"),),
+        "HTTP headers (run targets, webhooks) referenced by ARN: the parameters granted to tenants",
+        (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
+    ),
+    Grant(
+        ("sts:AssumeRole", "sts:SetSourceIdentity"),
+        (ROLES,),
+        "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
+        "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
+        ("jobsched.targets.roles:AssumedRoles._assume",),
+        ASSUME_CONDITIONS,
+    ),
+)
+# Secrets Manager and SSM decrypt a customer-managed key's data with the caller's identity:
+# allowed through that service only, for the granted secrets only.
+_DECRYPT_TENANT_SECRETS = (
+    Grant(
+        ("kms:Decrypt",),
+        (secret_keys("secretsmanager"),),
+        "Secrets Manager decrypts a granted secret kept under a customer-managed key",
+        decrypting_for="secretsmanager",
+    ),
+    Grant(
+        ("kms:Decrypt",),
+        (secret_keys("ssm"),),
+        "SSM decrypts a granted SecureString parameter kept under a customer-managed key",
+        decrypting_for="ssm",
+    ),
+)
 _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
@@ -278,26 +319,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (f"{_DEF_STORE}.get", f"{_DEF_STORE}.signing_secrets"),
         ),
         _READ_GRANTS,
-        Grant(
-            ("secretsmanager:GetSecretValue",),
-            (secrets("secretsmanager"),),
-            "webhook headers referenced by ARN: the secrets granted to tenants (tenantTargets)",
-            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.secrets:SecretsProvider._get"),
-        ),
-        Grant(
-            ("ssm:GetParameter",),
-            (secrets("ssm"),),
-            "webhook headers referenced by ARN: the parameters granted to tenants (tenantTargets)",
-            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
-        ),
-        Grant(
-            ("sts:AssumeRole", "sts:SetSourceIdentity"),
-            (ROLES,),
-            "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
-            "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
-            ("jobsched.targets.roles:AssumedRoles._assume",),
-            ASSUME_CONDITIONS,
-        ),
+        *_TENANT_SECRETS_AND_ROLES,
     ),
     RECONCILER: (
         Grant(
@@ -385,26 +407,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "example machine to the example's caller)",
             ("jobsched.targets.aws_targets:start_execution",),
         ),
-        Grant(
-            ("secretsmanager:GetSecretValue",),
-            (secrets("secretsmanager"),),
-            "HTTP target headers referenced by ARN: the secrets granted to tenants (tenantTargets)",
-            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.secrets:SecretsProvider._get"),
-        ),
-        Grant(
-            ("ssm:GetParameter",),
-            (secrets("ssm"),),
-            "HTTP target headers referenced by ARN: the parameters granted to tenants (tenantTargets)",
-            (_SECRET_READER, "aws_lambda_powertools.utilities.parameters.ssm:SSMProvider._get"),
-        ),
-        Grant(
-            ("sts:AssumeRole", "sts:SetSourceIdentity"),
-            (ROLES,),
-            "the roles tenants name (context assumableRoles), only with the tenant's ExternalId "
-            "and a jobsched SourceIdentity; each role's trust policy decides which tenant",
-            ("jobsched.targets.roles:AssumedRoles._assume",),
-            ASSUME_CONDITIONS,
-        ),
+        *_TENANT_SECRETS_AND_ROLES,
     ),
 }
 
@@ -455,18 +458,7 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
             (NOTIFICATIONS,),
             "the event source mapping polls the notifications queue",
         ),
-        Grant(
-            ("kms:Decrypt",),
-            (secret_keys("secretsmanager"),),
-            "Secrets Manager decrypts a granted secret kept under a customer-managed key",
-            decrypting_for="secretsmanager",
-        ),
-        Grant(
-            ("kms:Decrypt",),
-            (secret_keys("ssm"),),
-            "SSM decrypts a granted SecureString parameter kept under a customer-managed key",
-            decrypting_for="ssm",
-        ),
+        *_DECRYPT_TENANT_SECRETS,
     ),
     WORKER: (
         _LOGS,
@@ -476,20 +468,7 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
             queues(*QUEUE_KEYS),
             "the event source mappings poll the priority queues",
         ),
-        # Secrets Manager and SSM decrypt a customer-managed key's data with the caller's
-        # identity: allowed through that service only, for the granted secrets only.
-        Grant(
-            ("kms:Decrypt",),
-            (secret_keys("secretsmanager"),),
-            "Secrets Manager decrypts a granted secret kept under a customer-managed key",
-            decrypting_for="secretsmanager",
-        ),
-        Grant(
-            ("kms:Decrypt",),
-            (secret_keys("ssm"),),
-            "SSM decrypts a granted SecureString parameter kept under a customer-managed key",
-            decrypting_for="ssm",
-        ),
+        *_DECRYPT_TENANT_SECRETS,
     ),
 }
 

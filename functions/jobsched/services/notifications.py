@@ -33,7 +33,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..domain.errors import ExecutionError, PermanentError, RetryableError
+from ..domain.errors import ExecutionError, PermanentError
 from ..domain.events import RunEventData
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.models import EventBridgeTarget, HttpTarget, NotifyTarget, SnsTarget, SqsTarget
@@ -41,7 +41,7 @@ from ..domain.notifications import NotificationMessage
 from ..observability import logger
 from ..store.queues import message_group_id
 from ..targets.authority import event_source
-from ..targets.aws_targets import aws_errors, sqs_deduplication_id
+from ..targets.aws_targets import accepted_entry, aws_errors, sqs_deduplication_id
 from ..targets.invocation import Invocation
 
 MAX_BATCH = 10  # SendMessageBatch
@@ -247,6 +247,7 @@ class Notifier:
 
     @staticmethod
     def _put_event(client: Any, target: EventBridgeTarget, message: NotificationMessage, body: str) -> None:
+        """PutEvents of the one entry; its refusal classified as a run target's is."""
         response = client.put_events(
             Entries=[
                 {
@@ -257,13 +258,7 @@ class Notifier:
                 }
             ]
         )
-        result = (response.get("Entries") or [{}])[0]
-        code = result.get("ErrorCode")
-        if response.get("FailedEntryCount", 0) or code:
-            text = f"PutEvents to {target.event_bus_name}: {code}: {result.get('ErrorMessage', '')}"
-            if code and ("AccessDenied" in code or code.startswith("Invalid") or code == "MalformedDetail"):
-                raise PermanentError(text, error_class=code)
-            raise RetryableError(text, error_class=code or "FailedEntry")
+        accepted_entry(response, target.event_bus_name)
 
     def _notice(self, message: NotificationMessage, body: str, attempt: int) -> Notice:
         data = RunEventData.model_validate(message.event["data"])

@@ -207,15 +207,21 @@ def put_event(client: Any, target: EventBridgeTarget, invocation: Invocation) ->
     }
     with aws_errors():
         response = client.put_events(Entries=[entry])
-    result = (response.get("Entries") or [{}])[0]
+    return {"eventId": accepted_entry(response, target.event_bus_name).get("EventId")}
+
+
+def accepted_entry(response: dict[str, Any], bus: str) -> dict[str, Any]:
+    """The one entry of a single-entry PutEvents answer. Raises PermanentError when the bus
+    refused it for a reason that will not pass, RetryableError for any other refusal."""
+    result: dict[str, Any] = (response.get("Entries") or [{}])[0]
     code = result.get("ErrorCode")
     if response.get("FailedEntryCount", 0) or code:
         code = code or "FailedEntry"
-        message = f"PutEvents to {target.event_bus_name}: {code}: {result.get('ErrorMessage', '')}"
+        message = f"PutEvents to {bus}: {code}: {result.get('ErrorMessage', '')}"
         if code in _PERMANENT_ENTRY_CODES or "AccessDenied" in code or code.startswith("Invalid"):
             raise PermanentError(message, error_class=code)
         raise RetryableError(message, error_class=code)
-    return {"eventId": result.get("EventId")}
+    return result
 
 
 # --- Step Functions ---
