@@ -2,7 +2,13 @@
 accepted or refused (InternalFailure, at the `bus_refusal` rate), and every accepted event
 is recorded in the order the bus took it, beside the code under test. The checker judges
 the run events against the transitions the Runs stream carried: none lost, and no id
-accepted twice with two different contents (`events_lost`, `events_conflicting`)."""
+accepted twice with two different contents (`events_lost`, `events_conflicting`).
+
+The notifications queue as the events consumer's SendMessageBatch client sees it is the
+same: entries refused now and then (`ServiceUnavailable`, not the sender's fault), every
+accepted message recorded. The checker wants, for each notified event the bus accepted, the
+notification its job asks for (`notices_lost`), and no id queued with two contents
+(`notices_conflicting`)."""
 
 from __future__ import annotations
 
@@ -34,3 +40,26 @@ class ChaosBus:
                 answers.append({"EventId": f"chaos-{len(self.accepted)}"})
         failed = sum(1 for a in answers if "ErrorCode" in a)
         return {"FailedEntryCount": failed, "Entries": answers}
+
+
+@dataclass
+class ChaosNoticeQueue:
+    rng: random.Random
+    refusal: float = 0.0  # per SendMessageBatch entry, while faults are injected
+    injecting: bool = True
+    accepted: list[dict[str, Any]] = field(default_factory=list)  # notification messages, in order
+    refused: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        successful: list[dict[str, Any]] = []
+        failed: list[dict[str, Any]] = []
+        with self.lock:
+            for entry in Entries:
+                if self.injecting and self.refusal and self.rng.random() < self.refusal:
+                    self.refused += 1
+                    failed.append({"Id": entry["Id"], "SenderFault": False, "Code": "ServiceUnavailable"})
+                    continue
+                self.accepted.append(json.loads(entry["MessageBody"]))
+                successful.append({"Id": entry["Id"], "MessageId": f"notice-{len(self.accepted)}"})
+        return {"Successful": successful, "Failed": failed}

@@ -59,6 +59,19 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   `events_conflicting`: one id the bus accepted twice with different contents. The same
   event accepted again (a retried or redelivered batch) is allowed and counted
   (`events_repeated`): consumers dedupe on the id.
+- `notices_lost`: a `run.dead`, `run.skipped` or `run.late` event the bus accepted for a job
+  whose `notify` names that kind, with no notification queued for it (id
+  `<event id>#n<index>`, one per notification naming the kind); `notices_conflicting`: one
+  notification id queued twice with different contents, or carrying another event than the
+  bus's (queued again unchanged is allowed: `notices_repeated`).
+- `late_untold`: a run of a job that asks to be told of late runs (not a backfilled one)
+  that became late (not claimed by its due instant plus the shortest `lateSeconds`) with no
+  `jobsched.run.late` event the bus accepted (id `<runKey>#late`), once it was claimed
+  after that instant or noted late; or one neither claimed nor ended LATE_NOTICE_BOUND
+  after it became late and not noted late (a recorded touch, reason `late`) by then, unless
+  its job was paused or cancelled by then; or one noted late before it was late, or after
+  its first claim. A late run's event is `#late` instead of `#<sequence>` (events_lost
+  takes either for its transition).
 - `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
   held while its job is paused, when the run stops; `oversize_items`: a write refused at
   DynamoDB's 400 KB item limit."""
@@ -72,8 +85,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsched.domain.models import DeliveryGuarantee, Job, JobState, Misfire, Overlap, ScheduleKind
-from jobsched.domain.runs import OPEN_STATES, PAUSED_HOLD, TERMINAL_STATES, Run, RunState, Transition, Trigger
+from jobsched.domain.models import (
+    DeliveryGuarantee,
+    Job,
+    JobState,
+    Misfire,
+    Overlap,
+    ScheduleKind,
+    late_seconds,
+)
+from jobsched.domain.notifications import NOTIFIED_TYPES
+from jobsched.domain.runs import (
+    LATE_REASON,
+    OPEN_STATES,
+    PAUSED_HOLD,
+    TERMINAL_STATES,
+    Run,
+    RunState,
+    Transition,
+    Trigger,
+)
 from jobsched.domain.schedule import fires_between
 from jobsched.store.runs import RunStore
 
@@ -86,6 +117,10 @@ RESTART_GOAL_SECONDS = 90.0  # a stranded run starts again within this of when i
 # harness does not simulate waits, so a call may start that much before its due instant by
 # the worker's clock, which is itself up to CLOCK_SKEW off.
 EARLY_ALLOWANCE = CLOCK_SKEW + timedelta(seconds=2)
+# A late run is noted by the reconciler's pass over its shard (every 60 s in the harness, as
+# the deployed rule): three ticks, so one or two passes lost to throttling are not a finding,
+# and both clocks' skew.
+LATE_NOTICE_BOUND = timedelta(seconds=180) + 2 * CLOCK_SKEW
 HOLDERS = ("worker:", "lease:")  # actors that write under a lease they claimed
 MUST_BE_ZERO = (
     "lost",
@@ -106,6 +141,9 @@ MUST_BE_ZERO = (
     "fixes_ignored",
     "events_lost",
     "events_conflicting",
+    "notices_lost",
+    "notices_conflicting",
+    "late_untold",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -305,6 +343,11 @@ class Figures:
     events_conflicting: int = 0
     events_published: int = 0  # distinct ids the bus accepted
     events_repeated: int = 0  # accepted again with the same id and content (allowed)
+    notices_lost: int = 0
+    notices_conflicting: int = 0
+    late_untold: int = 0
+    notices_queued: int = 0  # distinct notification ids queued
+    notices_repeated: int = 0  # queued again with the same id and content (allowed)
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
     faults: dict[str, int] = field(default_factory=dict)  # FAULT_FIGURES
     duplicates_suppressed: int = 0
@@ -359,6 +402,9 @@ class Figures:
             f" effects_past_deadline={self.effects_past_deadline} fixes_ignored={self.fixes_ignored}"
             f" events_lost={self.events_lost} events_conflicting={self.events_conflicting}"
             f" events_published={self.events_published} events_repeated={self.events_repeated}"
+            f" notices_lost={self.notices_lost} notices_conflicting={self.notices_conflicting}"
+            f" late_untold={self.late_untold} notices_queued={self.notices_queued}"
+            f" notices_repeated={self.notices_repeated}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
 
@@ -392,6 +438,7 @@ class Evidence:
     # Run key -> attempt series -> the payload the redrive that opened it fixed (harness.fixes).
     fixes: dict[str, dict[int, Any]] = field(default_factory=dict)
     bus_events: list[dict[str, Any]] = field(default_factory=list)  # accepted by the bus, in order
+    notices: list[dict[str, Any]] = field(default_factory=list)  # queued notifications, in order
     # Run key -> the invocation deadline (true time, the harness's Lambda context) of each
     # attempt that died after a successful effect, before its completion.
     unrecorded: dict[str, list[datetime | None]] = field(default_factory=dict)
@@ -420,6 +467,8 @@ def check(evidence: Evidence) -> Figures:
     _check_effects(evidence, runs, figures)
     _check_fixes(evidence, figures)
     _check_events(evidence, figures)
+    _check_notices(evidence, figures)
+    told_late = {e["subject"] for e in evidence.bus_events if e["id"] == f"{e['subject']}#late"}
     _check_overlap(evidence, by_job, figures)
     _check_missed(evidence, by_job, figures)
     _check_tenant_limit(evidence, figures)
@@ -428,6 +477,7 @@ def check(evidence: Evidence) -> Figures:
         for problem in _holder_violations(_checkable(run), None, 0):
             flag(Violation("stale_fence_writes", run.run_key, problem))
         _check_attempts(run, figures)
+        _check_late(run, evidence, figures, told_late)
         _check_bounded(run, evidence.end, figures, evidence.stored_jobs.get(run.job_id))
     for violation in evidence.audit.violations:
         flag(violation)
@@ -632,10 +682,80 @@ def _check_events(evidence: Evidence, figures: Figures) -> None:
         else:
             figures.events_repeated += 1
     figures.events_published = len(accepted)
+    # A note of lateness is published as `<runKey>#late` (once per run), for its transition.
+    late = {(e["subject"], e["data"]["sequence"]) for key, e in accepted.items() if key.endswith("#late")}
     for run_key, run in evidence.audit.latest.items():
-        missing = [n for n in range(_transitions(run)) if f"{run_key}#{n}" not in accepted]
+        missing = [
+            n
+            for n in range(_transitions(run))
+            if f"{run_key}#{n}" not in accepted and (run_key, n) not in late
+        ]
         if missing:
             flag(Violation("events_lost", run_key, f"no event for transitions {missing[:10]}"))
+
+
+def _check_notices(evidence: Evidence, figures: Figures) -> None:
+    """`notices_lost` and `notices_conflicting` (see the module); counts the rest."""
+    flag = figures.violations.append
+    queued: dict[str, dict[str, Any]] = {}
+    for notice in evidence.notices:
+        first = queued.setdefault(notice["id"], notice)
+        if first is notice:
+            continue
+        if first != notice:
+            run_key = notice["event"]["subject"]
+            flag(Violation("notices_conflicting", run_key, f"{notice['id']}: two contents"))
+        else:
+            figures.notices_repeated += 1
+    figures.notices_queued = len(queued)
+    events: dict[str, dict[str, Any]] = {}
+    for event in evidence.bus_events:
+        events.setdefault(event["id"], event)
+    for event_id, event in events.items():
+        kind = NOTIFIED_TYPES.get(event["type"])
+        job = evidence.stored_jobs.get(event["data"]["jobId"])
+        if kind is None or job is None:
+            continue
+        run_key = event["data"]["runKey"]
+        for index, notification in enumerate(job.spec.notify):
+            if kind not in notification.on:
+                continue
+            told = queued.get(f"{event_id}#n{index}")
+            if told is None:
+                flag(Violation("notices_lost", run_key, f"no notification {index} for {event_id}"))
+            elif told["event"] != event or told["index"] != index:
+                flag(Violation("notices_conflicting", run_key, f"{told['id']}: not the bus's event"))
+
+
+def _check_late(run: Run, evidence: Evidence, figures: Figures, told_late: set[str]) -> None:
+    """`late_untold` (see the module), judged on the run's history as its last image holds it
+    (a run whose compaction dropped entries is not judged). `told_late`: the runs with a
+    `#late` event on the bus."""
+    job = evidence.stored_jobs.get(run.job_id)
+    late = late_seconds(job.spec.notify) if job is not None else None
+    if late is None or run.trigger is Trigger.BACKFILL or run.history_dropped:
+        return
+    if run.history[0].target in TERMINAL_STATES:
+        return  # made ended (a SKIPPED record): never watched
+    late_at = run.due_at + timedelta(seconds=late)
+    claim = next((e.at for e in run.history if e.fence >= 1), None)
+    ended = next((e.at for e in run.history if e.target in TERMINAL_STATES), None)
+    moved = min((t for t in (claim, ended) if t is not None), default=evidence.end)
+    notes = [e.at for e in run.history if e.source is e.target and e.reason == LATE_REASON]
+    flag = figures.violations.append
+    for noted in notes:
+        if noted < late_at - 2 * CLOCK_SKEW:
+            flag(Violation("late_untold", run.run_key, f"noted late at {noted}, before {late_at}"))
+        if claim is not None and noted > claim + 2 * CLOCK_SKEW:
+            flag(Violation("late_untold", run.run_key, f"noted late at {noted}, after its claim at {claim}"))
+    if (notes or (claim is not None and claim > late_at)) and run.run_key not in told_late:
+        flag(Violation("late_untold", run.run_key, f"late at {late_at}: no run.late event"))
+    if moved <= late_at + LATE_NOTICE_BOUND or any(n <= late_at + LATE_NOTICE_BOUND for n in notes):
+        return
+    tracked = evidence.jobs.get(run.job_id)
+    if tracked is not None and any(a.kind != "resume" and a.at <= moved for a in tracked.acks):
+        return  # held while paused (not watched), or cancelled
+    flag(Violation("late_untold", run.run_key, f"late at {late_at}, unclaimed until {moved}, not noted"))
 
 
 def _transitions(run: Run) -> int:

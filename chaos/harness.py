@@ -42,6 +42,7 @@ from jobsched.services.events import EventPublisher
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
 from jobsched.services.missed import MissedRuns
+from jobsched.services.notifications import NotificationQueue
 from jobsched.services.outbox import EXTERNAL as EXTERNAL_ROUTE
 from jobsched.services.outbox import Outbox, priority_router
 from jobsched.services.reconciler import KINDS, Reconciler
@@ -55,7 +56,7 @@ from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 from jobsched.store.tenant_slots import TenantSlots
 
-from .bus import ChaosBus
+from .bus import ChaosBus, ChaosNoticeQueue
 from .checker import (
     CLOCK_SKEW,
     FAULT_FIGURES,
@@ -431,6 +432,10 @@ class World:
         self.services.event_publisher = EventPublisher(
             self.bus, "chaos-events", self.metrics, sleep=lambda seconds: None, rng=self.events_rng
         )
+        self.notices = ChaosNoticeQueue(self.events_rng, self.rates.bus_refusal)
+        self.services.notification_queue = NotificationQueue(
+            self.notices, "chaos-notifications", self.metrics, sleep=lambda seconds: None, rng=self.events_rng
+        )
         self.event_lanes: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(STREAM_LANES)]
         self.final_jobs: dict[str, Job] = {}
 
@@ -561,6 +566,7 @@ class World:
     def _stop_injecting(self) -> None:
         self.injecting = False
         self.bus.injecting = False
+        self.notices.injecting = False
         self.rates = NO_FAULTS
         self.dynamo.rates = NO_FAULTS
         self.dynamo.enabled = False
@@ -1391,6 +1397,7 @@ class World:
                 redrives=self.redrives,
                 fixes=dict(self.fixes),
                 bus_events=list(self.bus.accepted),
+                notices=list(self.notices.accepted),
                 unrecorded=dict(self.unrecorded),
                 tenant_limit=self.config.tenant_concurrency,
                 duplicates_suppressed=int(self.metrics.total("DuplicatesSuppressed")),

@@ -53,17 +53,20 @@ class ChaosWorker(Worker):
 class ChaosServices:
     """What the worker and events handlers read from `wiring.container()`: `worker` (the one
     the calling thread chose for its invocation, `serving`), `queues` (to name a record's
-    queue from its ARN), `clock`, `metrics`, `settings` and `event_publisher`."""
+    queue from its ARN), `clock`, `metrics`, `settings`, `event_publisher` and
+    `notification_queue`."""
 
     def __init__(self, queues: RunQueues, clock: Clock, metrics: Metrics) -> None:
         self.queues = queues
         self.clock = clock
         self.metrics = metrics
         self._local = threading.local()
-        # What the events handler reads (the harness sets both): the settings' level and
-        # source name, and the publisher whose client is the chaos bus.
+        # What the events handler reads (the harness sets them): the settings' level and
+        # source name, the publisher whose client is the chaos bus, and the notification
+        # queue whose client is the chaos notices queue.
         self.settings: Any = None
         self.event_publisher: Any = None
+        self.notification_queue: Any = None
 
     @property
     def worker(self) -> Worker:

@@ -138,6 +138,22 @@ def _refused_event_dropped(original: Any) -> Any:
     return send
 
 
+def _refused_notice_dropped(original: Any) -> Any:
+    def _send(self: Any, batch: Any) -> Any:
+        self._attempts = 1  # one call; what the queue refused is never sent again
+        original(self, batch)
+        return None
+
+    return _send
+
+
+def _late_never_noted(original: Any) -> Any:
+    def late_unnoticed(self: Any, now: Any) -> bool:
+        return False if _some(self.run_key, 2) else bool(original(self, now))
+
+    return late_unnoticed
+
+
 def _event_sequence_ignores_dropped(original: Any) -> Any:
     def sequence_of(run: Any, index: int) -> int:
         return index  # the entries the history budget dropped no longer counted
@@ -283,6 +299,12 @@ MUTANTS: tuple[Mutant, ...] = (
     # An event stamped when it is published: the same id comes again with other contents.
     Mutant("event-time-of-publishing", "jobsched.domain.events._run_event",
            _event_time_of_publishing, "events_conflicting", "events"),
+    # The events consumer takes a notification the queue refused for queued: it is never sent.
+    Mutant("refused-notice-dropped", "jobsched.services.notifications.NotificationQueue._send",
+           _refused_notice_dropped, "notices_lost", "late"),
+    # The reconciler never finds some runs late: their tenant is never told.
+    Mutant("late-never-noted", "jobsched.domain.runs.Run.late_unnoticed",
+           _late_never_noted, "late_untold", "late"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

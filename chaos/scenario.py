@@ -20,12 +20,15 @@ from jobsched.domain.models import (
     HttpTarget,
     JobSpec,
     Misfire,
+    Notification,
+    NotifyOn,
     Overlap,
     Policies,
     Priority,
     RetryPolicy,
     Schedule,
     ScheduleKind,
+    SqsTarget,
 )
 from jobsched.domain.schedule import fires_between
 
@@ -46,6 +49,10 @@ TRANSITIONS = (
 
 SECOND_CRONS = ("*/10 * * * * *", "*/15 * * * * *", "*/20 * * * * *", "5,35 * * * * *", "*/30 * * * * *")
 MINUTE_CRONS = ("* * * * *", "*/2 * * * *", "*/3 * * * *")
+# Where every notifying job's notifications go (queued by the events consumer, never delivered
+# in chaos: the checker judges what was queued).
+NOTICE_INBOX = "https://sqs.us-east-1.amazonaws.com/123456789012/chaos-notices"
+LATE_SECONDS = 45
 # HTTP: a webhook to the harness's receiver (chaos.receiver), about a quarter of the runs.
 TYPE_WEIGHTS = ((OK, 35), (FLAKY, 30), (DOWN, 8), (BAD, 7), (EXTERNAL, 10), (HTTP, 30))
 
@@ -62,6 +69,9 @@ class Mix:
     kinds: tuple[int, int, int] = (15, 35, 50)  # once, rate, cron
     rates: tuple[int, ...] = (7, 10, 15, 30, 45, 60, 90)  # a rate job's step, seconds
     tenants: tuple[str, ...] = TENANTS
+    # In turn by the job's index, not drawn: told of dead and skipped runs, of dead and late
+    # ones, of nothing (notify_of).
+    notices: tuple[int, int, int] = (1, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,22 @@ def _spec(
         policies=policies,
         payload={"n": index},
         target=target,
+        notify=notify_of(index, mix.notices),
     )
+
+
+def notify_of(index: int, shares: tuple[int, int, int]) -> list[Notification]:
+    """The notifications of the job planned `index`th, by its index alone (no draw: the rest
+    of a seed's world does not depend on them): in turn, `shares[0]` jobs told of dead and
+    skipped runs, `shares[1]` of dead and late ones, `shares[2]` of nothing."""
+    turns = [kind for kind, share in enumerate(shares) for _ in range(share)]
+    kind = turns[index % len(turns)] if turns else 2
+    inbox = SqsTarget(kind="sqs", queue_url=NOTICE_INBOX)
+    if kind == 0:
+        return [Notification(on=[NotifyOn.DEAD, NotifyOn.SKIPPED], target=inbox)]
+    if kind == 1:
+        return [Notification(on=[NotifyOn.DEAD, NotifyOn.LATE], late_seconds=LATE_SECONDS, target=inbox)]
+    return []
 
 
 def _cron(rng: random.Random, zone_name: str, created: datetime, end: datetime) -> str:

@@ -189,6 +189,22 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=True,
         mix=Mix(types=((OK, 7), (FLAKY, 3)), overlap=(1, 0, 0), max_attempts=(2, 4)),
     ),
+    # One tenant allowed one call at a time, with effects slower than the schedules: runs
+    # wait for the tenant's slot long past their `lateSeconds`, and are noted late; every
+    # job asks to be told, and the queue refuses a fifth of the notifications.
+    "late": ChaosConfig(
+        seed=3,
+        runs=40,
+        window_seconds=300,
+        faults=replace(QUIET, slow_effect=0.6, max_slow=30, bus_refusal=0.2),
+        invocation_seconds=(60,),
+        slow_effect_seconds=(20, 50),
+        tenant_concurrency=1,
+        hog=False,
+        mix=Mix(
+            types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(1, 2), tenants=("acme",), notices=(0, 1, 0)
+        ),
+    ),
     # Webhooks only, through the production HTTP client to the receiver: no faults.
     "webhooks": ChaosConfig(
         seed=5,

@@ -12,13 +12,16 @@ from jobsched.domain.models import (
     Job,
     JobSpec,
     Misfire,
+    Notification,
+    NotifyOn,
     Overlap,
     Policies,
     RetryPolicy,
     Schedule,
     ScheduleKind,
+    SqsTarget,
 )
-from jobsched.domain.runs import RunState, Transition, make_run
+from jobsched.domain.runs import LATE_REASON, RunState, Transition, make_run
 
 from chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
 from chaos.checker import (
@@ -30,7 +33,7 @@ from chaos.checker import (
     _repeated_before_deadline,
     check,
 )
-from chaos.ledger import LEASE, Call, Ledger, Sequencer
+from chaos.ledger import LEASE, PERMANENT, Call, Ledger, Sequencer
 from chaos.selftest import selftest
 
 from .known_defects import PIPELINE_DEFECTS
@@ -337,3 +340,89 @@ def test_run_once_after_a_pause_runs_only_the_latest_missed_occurrence():
     # latest one clearly inside may then run, or be skipped.
     near = [Ack("pause", 1, T0 + timedelta(seconds=5)), Ack("resume", 2, T0 + timedelta(seconds=41))]
     assert check(_evidence([*right, _run(job, 40)], ledger, job, near)).missed_run_violations == 0
+
+
+def _notifying(*notifications):
+    job = _job()
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"notify": list(notifications)})})
+
+
+INBOX = SqsTarget(kind="sqs", queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/inbox")
+
+
+def _bus_event(run, suffix, event_type, sequence):
+    return {
+        "id": f"{run.run_key}#{suffix}",
+        "subject": run.run_key,
+        "type": event_type,
+        "data": {"runKey": run.run_key, "jobId": run.job_id, "sequence": sequence},
+    }
+
+
+def _late_note(run, seconds):
+    note = Transition(
+        at=T0 + timedelta(seconds=seconds),
+        actor="reconciler",
+        source=run.state,
+        target=run.state,
+        fence=0,
+        attempt=0,
+        reason=LATE_REASON,
+    )
+    return run.model_copy(update={"history": [*run.history, note]})
+
+
+def test_a_late_run_must_be_noted_in_time_and_told_on_the_bus():
+    job = _notifying(Notification(on=[NotifyOn.LATE], late_seconds=45, target=INBOX))
+    ledger, _ = _ledger()
+    prompt = _run(job, 0, (5, RunState.LEASED, 1, 1, None))  # claimed before it was late
+    noted = _late_note(_run(job, 10), 60)
+    claimed_late = _run(job, 20, (100, RunState.LEASED, 1, 1, None))  # late by 35 s, within the bound
+    never = _run(job, 30)  # open and unnoted until the end, an hour on
+    told = [_bus_event(noted, "late", "jobsched.run.late", 1), _bus_event(claimed_late, "late", "x", 1)]
+
+    def untold(bus):
+        evidence = _evidence([prompt, noted, claimed_late, never], ledger, job)
+        evidence.bus_events = bus
+        return sorted(v.run_key for v in check(evidence).violations if v.figure == "late_untold")
+
+    assert untold(told) == [never.run_key]
+    assert untold(told[:1]) == sorted([claimed_late.run_key, never.run_key])
+    assert untold([]) == sorted([noted.run_key, claimed_late.run_key, never.run_key])
+    # Noted before it was late: a violation even though the bus has it.
+    early = _late_note(_run(job, 40), 50)
+    evidence = _evidence([early], ledger, job)
+    evidence.bus_events = [_bus_event(early, "late", "jobsched.run.late", 1)]
+    assert [v.detail[:13] for v in check(evidence).violations if v.figure == "late_untold"] == [
+        "noted late at"
+    ]
+    # A paused job's held runs are not watched.
+    held = _evidence([never], ledger, job, acks=[Ack("pause", 1, T0 + timedelta(seconds=40))])
+    assert check(held).late_untold == 0
+
+
+def test_each_notified_event_needs_its_notification_with_the_same_event():
+    job = _notifying(
+        Notification(on=[NotifyOn.DEAD], target=INBOX),
+        Notification(on=[NotifyOn.SKIPPED], target=INBOX),
+        Notification(on=[NotifyOn.DEAD, NotifyOn.SKIPPED], target=INBOX),
+    )
+    ledger, _ = _ledger()
+    run = _run(job, 0, (1, RunState.LEASED, 1, 1, None), (2, RunState.DEAD, 1, 1, PERMANENT))
+    dead = _bus_event(run, 2, "jobsched.run.dead", 2)
+    started = _bus_event(run, 1, "jobsched.run.started", 1)
+
+    def notice(index, event):
+        return {"id": f"{event['id']}#n{index}", "index": index, "event": event}
+
+    def figures(notices):
+        evidence = _evidence([run], ledger, job)
+        evidence.bus_events, evidence.notices = [started, dead, dead], notices
+        return check(evidence)
+
+    assert figures([notice(0, dead), notice(2, dead)]).notices_lost == 0
+    assert figures([notice(0, dead), notice(2, dead), notice(2, dead)]).notices_repeated == 1
+    assert figures([notice(0, dead)]).notices_lost == 1  # the third notification names dead too
+    other = {**dead, "time": "then"}
+    assert figures([notice(0, dead), notice(2, other)]).notices_conflicting == 1
+    assert figures([notice(0, dead), notice(2, dead), notice(0, other)]).notices_conflicting == 1
