@@ -32,7 +32,7 @@ def stream_only(request, container):
         container.reconciler._publish = None
 
 
-PUBLISH_GRACE = int(RepairTimings().publish_grace.total_seconds())  # 20 s
+PUBLISH_GRACE = int(RepairTimings().publish_grace.total_seconds())  # 10 s
 LEASE_GRACE = int(RepairTimings().lease_grace.total_seconds())  # 10 s
 
 
@@ -628,7 +628,7 @@ def test_moving_the_entry_of_a_run_that_changed_meanwhile_does_nothing(container
 
 def test_a_never_leased_external_run_is_looked_at_once_before_its_max_age(container, clock):
     """An external job's run that nobody leases waits in the claimable index: nothing repairs
-    it until its max age, so the reconciler reads it once (its usual check, 20 s after due) and
+    it until its max age, so the reconciler reads it once (its usual check, 10 s after due) and
     then only when it dies, not every 15 minutes for its whole day."""
     external = make_run(state=RunState.QUEUED).model_copy(update={"target": None, "job_type": "render.video"})
     insert(container, external)

@@ -3,6 +3,7 @@ unchanged along a run's usual path so those writes leave the index alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -62,15 +63,17 @@ def test_a_run_due_now_keeps_one_check_time_too():
 
 
 def test_a_short_lease_brings_the_check_forward_to_its_deadline():
+    # A publish grace longer than the lease and its grace together (the defaults are equal).
+    timings = replace(TIMINGS, publish_grace=timedelta(seconds=30))
     run = pending(due_in=10)
     leased = usual_path(run, queued_after=0, leased_after=0, lease_seconds=5)[-1]
     assert leased.lease_expires_at is not None
     assert (
-        check_at(leased, TIMINGS)
-        == repair_deadline(leased, TIMINGS)
-        == leased.lease_expires_at + TIMINGS.lease_grace
+        check_at(leased, timings)
+        == repair_deadline(leased, timings)
+        == leased.lease_expires_at + timings.lease_grace
     )
-    leased_check, pending_check = check_at(leased, TIMINGS), check_at(run, TIMINGS)
+    leased_check, pending_check = check_at(leased, timings), check_at(run, timings)
     assert leased_check is not None and pending_check is not None
     assert leased_check < pending_check
 
