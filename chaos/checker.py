@@ -65,7 +65,8 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   notification id queued twice with different contents, or carrying another event than the
   bus's (queued again unchanged is allowed: `notices_repeated`).
 - `late_untold`: a run of a job that asks to be told of late runs (not a backfilled one)
-  that became late (not claimed by its due instant plus the shortest `lateSeconds`) with no
+  that became late (not claimed by its first due instant, the occurrence plus its start
+  jitter, plus the shortest `lateSeconds`) with no
   `jobsched.run.late` event the bus accepted (id `<runKey>#late`), once it was claimed
   after that instant or noted late; or one neither claimed nor ended LATE_NOTICE_BOUND
   after it became late and not noted late (a recorded touch, reason `late`) by then, unless
@@ -85,6 +86,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobsched.domain.jitter import start_jitter_seconds
 from jobsched.domain.models import (
     DeliveryGuarantee,
     Job,
@@ -165,6 +167,8 @@ FAULT_FIGURES = (
     "slow_effects",
     "slow_effects_ended_at_deadline",
     "outbox_died",
+    "reconciler_ticks_lost",  # a shard's pass refused (throttled past its pauses): its runs wait a tick
+    "reconciler_runs_unread",  # overdue runs a pass could not read (throttled): they wait a tick
 )
 
 
@@ -737,7 +741,14 @@ def _check_late(run: Run, evidence: Evidence, figures: Figures, told_late: set[s
         return
     if run.history[0].target in TERMINAL_STATES:
         return  # made ended (a SKIPPED record): never watched
-    late_at = run.due_at + timedelta(seconds=late)
+    # From the run's first due instant (its occurrence plus its start jitter): a retry moves
+    # `due_at`, never when the run became late.
+    jitter = (
+        start_jitter_seconds(run.run_key, run.policies.jitter_seconds)
+        if run.trigger is Trigger.SCHEDULE
+        else 0
+    )
+    late_at = run.scheduled_for + timedelta(seconds=jitter + late)
     claim = next((e.at for e in run.history if e.fence >= 1), None)
     ended = next((e.at for e in run.history if e.target in TERMINAL_STATES), None)
     moved = min((t for t in (claim, ended) if t is not None), default=evidence.end)

@@ -1356,11 +1356,13 @@ class World:
             try:
                 report = self.reconciler.reconcile_shard(shard)
             except JobschedError:
+                self.faults["reconciler_ticks_lost"] += 1
                 continue
             except Exception:
                 self._unexpected("reconciler")
                 continue
             self.repairs += sum(report.count(kind) for kind in KINDS)
+            self.faults["reconciler_runs_unread"] += report.failed
             for run_key, since in report.stranded:
                 self.stranded[run_key].append((since, self.clock.now()))
 
