@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -13,6 +14,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from .domain.metrics import Unit
+from .domain.tracing import TRACE_ENV, TraceContext, parse_trace_header
 
 SERVICE = "jobsched"
 NAMESPACE = "jobsched"
@@ -72,6 +74,13 @@ class PowertoolsMetrics:
 
 
 powertools_metrics = PowertoolsMetrics()
+
+
+def current_trace() -> TraceContext | None:
+    """The trace context of the invocation under way, as Lambda sets it (`_X_AMZN_TRACE_ID`,
+    per invocation); None outside Lambda or for a header that cannot be read."""
+    return parse_trace_header(os.environ.get(TRACE_ENV))
+
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 

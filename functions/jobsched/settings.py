@@ -133,6 +133,9 @@ class Settings(BaseModel):
     # Where the events consumer queues notification deliveries, and the notifier takes them
     # from (services.notifications). None: deliveries are counted (NotificationsDropped) and dropped.
     notifications_queue_url: str | None = Field(None, alias="NOTIFICATIONS_QUEUE_URL", min_length=1)
+    # Set by Lambda itself (SET_BY_LAMBDA: a reserved name no stack may set): the API links
+    # each transition's X-Ray trace to this region's console.
+    aws_region: str | None = Field(None, alias="AWS_REGION")
     # Queue key -> URL, from <KEY>_QUEUE_URL and <KEY>_DLQ_URL (store.schema.QUEUES).
     queue_urls: dict[str, str] = Field(default_factory=dict)
     dlq_urls: dict[str, str] = Field(default_factory=dict)
@@ -195,6 +198,8 @@ class Settings(BaseModel):
         env: dict[str, str] = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
+            if field.alias in SET_BY_LAMBDA:
+                continue  # Lambda refuses a function whose environment names a reserved key
             if name == "queue_urls":
                 env.update({q.env_var: value[q.key] for q in QUEUES if q.key in value})
             elif name == "dlq_urls":
@@ -215,9 +220,15 @@ class Settings(BaseModel):
         return env
 
 
+# Read from the environment Lambda gives every function; reserved, so never set by the stack.
+SET_BY_LAMBDA = frozenset({"AWS_REGION"})
+
+
 def environment_names() -> tuple[str, ...]:
-    """Every variable the model reads."""
-    names = [str(f.alias) for n, f in Settings.model_fields.items() if f.alias]
+    """Every variable the model reads that the stack sets (not SET_BY_LAMBDA's)."""
+    names = [
+        str(f.alias) for n, f in Settings.model_fields.items() if f.alias and f.alias not in SET_BY_LAMBDA
+    ]
     return (*names, *(q.env_var for q in QUEUES), *(q.dlq_env_var for q in QUEUES))
 
 

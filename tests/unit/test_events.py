@@ -430,3 +430,15 @@ def test_a_notification_names_its_rules():
     ):
         with pytest.raises(ValidationError):
             Notification.model_validate(bad)
+
+
+def test_each_event_carries_its_transitions_trace_id():
+    run, queued, *_ = to_dead(a_run())
+    traced = [e.model_copy(update={"trace_id": f"1-00000001-{n:024x}"}) for n, e in enumerate(queued.history)]
+    queued = queued.model_copy(update={"history": [traced[0], queued.history[1]]})
+    (event,) = run_events(STACK, run, queued, ALL)
+    assert event.document()["data"]["traceId"] is None  # written outside a traced invocation
+    queued = queued.model_copy(update={"history": traced})
+    (event,) = run_events(STACK, run, queued, ALL)
+    assert run_data(event).trace_id == traced[1].trace_id
+    assert event.document()["data"]["traceId"] == "1-00000001-000000000000000000000001"

@@ -122,6 +122,9 @@ class RunEventData(EventData):
     error_class: str | None = Field(None, alias="errorClass")
     error_message: str | None = Field(None, alias="errorMessage", max_length=EVENT_MESSAGE_CHARS)
     reason: str | None = None
+    trace_id: str | None = Field(
+        None, alias="traceId", description="the X-Ray trace id of the invocation that made the transition"
+    )
 
 
 class JobEventData(EventData):
@@ -243,6 +246,7 @@ def _run_event(stack: str, run: Run, entry: Transition, sequence: int, event_typ
         error_class=entry.error_class,
         error_message=message[:EVENT_MESSAGE_CHARS] if message is not None else None,
         reason=entry.reason,
+        trace_id=entry.trace_id,
     )
     late = event_type is EventType.RUN_LATE
     return CloudEvent(

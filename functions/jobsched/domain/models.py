@@ -446,6 +446,8 @@ class HttpTarget(Model):
                 raise ValueError(f"header '{name}' is set by the scheduler (the delivery's signature)")
             if writing(info) and lowered in FRAMING_HEADERS:
                 raise ValueError(f"header '{name}' is set by the transport (the connection's own framing)")
+            if writing(info) and lowered == "traceparent":
+                raise ValueError(f"header '{name}' is set by the scheduler (the attempt's trace)")
             if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
                 raise ValueError(f"'{name}' is not a valid header name")
             if any(ch in literal for ch in "\r\n\x00"):

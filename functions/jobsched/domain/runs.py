@@ -70,6 +70,9 @@ class Transition(Model):
     error_class: str | None = None
     error_message: str | None = None
     reason: str | None = None
+    # The X-Ray trace id of the invocation that wrote the entry (domain.tracing; stamped by
+    # the store), None outside a traced invocation.
+    trace_id: str | None = None
 
 
 class Run(Model):

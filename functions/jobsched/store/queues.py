@@ -12,6 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..domain.errors import StorageUnavailable
 from ..domain.instants import format_instant
 from ..domain.runs import Run
+from ..domain.tracing import parse_trace_header
 
 MAX_BATCH = 10
 
@@ -88,6 +89,12 @@ class RunQueues:
                 if self.fair:
                     # Fair queues: one tenant's backlog must not raise everyone's dwell time.
                     entry["MessageGroupId"] = message_group_id(run.tenant)
+                origin = parse_trace_header(f"Root={run.history[0].trace_id}") if run.history else None
+                if origin is not None:
+                    # X-Ray links the worker's invocation to the trace that made the run.
+                    entry["MessageSystemAttributes"] = {
+                        "AWSTraceHeader": {"DataType": "String", "StringValue": origin.header()}
+                    }
                 batch.append(entry)
             try:
                 response = self._sqs.send_message_batch(QueueUrl=url, Entries=batch)

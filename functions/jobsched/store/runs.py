@@ -28,8 +28,9 @@ from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.repair import RepairTimings, check_at
 from ..domain.run_listing import LaneRead, RunFilter, RunSummary, lanes_of, merge_lanes, run_lane, run_order
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, Trigger, parse_run_key, split_run_key
+from ..domain.tracing import TraceContext
 from ..domain.transitions import Writer, applied_rule
-from ..observability import logger
+from ..observability import current_trace, logger
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -43,6 +44,13 @@ from .dynamo import (
 from .schema import CLAIM_INDEX, DEAD_INDEX, OPEN_INDEX, TENANT_RUNS_INDEX
 
 RUN_PREFIX = "R#"
+
+
+def _untraced(run: Run) -> Run:
+    """`run` without the trace ids the store stamps (RunStore.stamped)."""
+    return run.model_copy(
+        update={"history": [entry.model_copy(update={"trace_id": None}) for entry in run.history]}
+    )
 
 
 # Run fields stored as item attributes (keys, conditions, indexes) and so not again in `doc`.
@@ -65,11 +73,25 @@ def run_doc(run: Run) -> str:
         # left out, except after a gap where compaction dropped entries (`fit`).
         if entry.get("source") == before["target"]:
             entry.pop("source")
+    # A trace id is written where it changes: an invocation's entries follow one another (a
+    # claim and its completion). An entry without one after one with it is marked "".
+    trace = None
+    for entry in doc.get("history", ()):
+        mine = entry.get("trace_id")
+        if mine == trace:
+            entry.pop("trace_id", None)
+        elif mine is None:
+            entry["trace_id"] = ""
+        trace = mine
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
 def _read_doc(doc: dict[str, Any]) -> dict[str, Any]:
     history = doc.get("history") or []
+    trace = None
+    for entry in history:
+        trace = entry.setdefault("trace_id", trace) or None
+        entry["trace_id"] = trace
     for before, entry in pairwise(history):
         entry.setdefault("source", before["target"])
     return doc
@@ -192,8 +214,10 @@ class RunStore:
         timings: RepairTimings | None = None,
         is_external: Callable[[Run], bool] | None = None,
         metrics: Metrics = NO_METRICS,
+        trace: Callable[[], TraceContext | None] = current_trace,
     ) -> None:
         self._metrics = metrics
+        self._trace = trace  # the writing invocation's trace: stamped on the entries it adds
         self._db = client
         # Which target-less runs wait for external workers (no handler here runs their type):
         # only those enter the claimable index. Without a router, every target-less run does.
@@ -224,8 +248,28 @@ class RunStore:
     def written_as(self, stored: Run | None, written: Run) -> bool:
         """Whether `stored` (as read back) is item for item `written`: a refused write whose
         target already holds exactly what it would have written (the SDK re-sent a request the
-        table had applied, or an identical twin's write). Callers decide what that means."""
-        return stored is not None and self.to_item(stored) == self.to_item(written)
+        table had applied, or an identical twin's write). Callers decide what that means. The
+        trace ids the store stamps are left out: `written` is the caller's, unstamped, and a
+        twin's write carries its own invocation's."""
+        return stored is not None and self.to_item(_untraced(stored)) == self.to_item(_untraced(written))
+
+    def stamped(self, new: Run, read: Run | None) -> Run:
+        """`new` as this store writes it over `read` (None: a new run): the entries it adds to
+        the history carry the writing invocation's trace id (a new run's creation, the trace
+        of the request or sweep that made it). Entries already there keep theirs; outside a
+        traced invocation, `new`."""
+        context = self._trace()
+        if context is None:
+            return new
+        kept = 0 if read is None else len(read.history) - (new.history_dropped - read.history_dropped)
+        kept = max(1 if read is not None else 0, min(kept, len(new.history)))
+        history = [
+            entry
+            if index < kept or entry.trace_id is not None
+            else entry.model_copy(update={"trace_id": context.root})
+            for index, entry in enumerate(new.history)
+        ]
+        return new.model_copy(update={"history": history})
 
     def to_item(self, run: Run) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -318,7 +362,7 @@ class RunStore:
                 retry_conflicts(
                     lambda: self._db.put_item(
                         TableName=self._table,
-                        Item=self.to_item(run),
+                        Item=self.to_item(self.stamped(run, None)),
                         ConditionExpression="attribute_not_exists(sk)",
                     )
                 )
@@ -378,7 +422,7 @@ class RunStore:
         """The conditional put of `new` over `read` that `commit` makes, unsent: its request is
         a PutItem's arguments and equally a TransactWriteItems `Put` (store.tenant_slots sends
         it with a tenant slot). The one place a run write's condition is built."""
-        saved = new.model_copy(update={"rev": read.rev + 1})
+        saved = self.stamped(new, read).model_copy(update={"rev": read.rev + 1})
         condition = "rev = :rev AND #state = :from"
         values: dict[str, Any] = {":rev": read.rev, ":from": read.state.value}
         if holder:

@@ -1,15 +1,18 @@
 """HTTP webhook target: one request per attempt, pinned to the addresses the policy vetted.
 
 The receiver gets the run key in `Idempotency-Key`, so a retried or redelivered attempt can
-be recognised and answered without repeating the effect, and a Standard Webhooks signature
-(targets.signing) proving the request is ours. Header values referenced by ARN are read just
-before the request (targets.secrets) and scrubbed from whatever the answer records."""
+be recognised and answered without repeating the effect, a Standard Webhooks signature
+(targets.signing) proving the request is ours, and a W3C `traceparent` under the worker's
+X-Ray trace (domain.tracing) so the receiver's own spans join it. Header values referenced
+by ARN are read just before the request (targets.secrets) and scrubbed from whatever the
+answer records."""
 
 from __future__ import annotations
 
 import json
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -26,6 +29,8 @@ from urllib3.util.ssl_match_hostname import CertificateError
 
 from ..domain.errors import AmbiguousError, ExecutionError, PermanentError, RetryableError
 from ..domain.models import FRAMING_HEADERS, HttpTarget
+from ..domain.tracing import TraceContext, traceparent
+from ..observability import current_trace
 from .invocation import Invocation
 from .secrets import SecretReader, scrub
 from .signing import WEBHOOK_HEADERS, DeliverySigner
@@ -37,7 +42,15 @@ MAX_REDIRECTS = 3
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # Set by the scheduler; a same-named target header is dropped rather than sent twice.
 _OWN_HEADERS = frozenset(
-    {"idempotency-key", "content-type", "user-agent", "x-jobsched-run-key", "x-jobsched-attempt", "host"}
+    {
+        "idempotency-key",
+        "content-type",
+        "user-agent",
+        "x-jobsched-run-key",
+        "x-jobsched-attempt",
+        "host",
+        "traceparent",
+    }
     | WEBHOOK_HEADERS
     | FRAMING_HEADERS  # the transport's; only jobs stored before the rule still name them
 )
@@ -46,7 +59,8 @@ _OWN_HEADERS = frozenset(
 class HttpTargetClient:
     """`signer` signs every request (without one, requests go unsigned: tests of the transport
     alone); `secrets` reads referenced header values (without one, a target that references a
-    secret fails permanently)."""
+    secret fails permanently); `trace` reads the calling invocation's trace context (None:
+    a trace of the run's own, domain.tracing.traceparent)."""
 
     def __init__(
         self,
@@ -56,12 +70,14 @@ class HttpTargetClient:
         max_redirects: int = MAX_REDIRECTS,
         signer: DeliverySigner | None = None,
         secrets: SecretReader | None = None,
+        trace: Callable[[], TraceContext | None] = current_trace,
     ) -> None:
         self.policy = policy or DestinationPolicy()
         self._ssl_context = ssl_context
         self._max_redirects = max_redirects
         self._signer = signer
         self._secrets = secrets
+        self._trace = trace
 
     def send(self, target: HttpTarget, invocation: Invocation) -> dict[str, Any]:
         """Returns {"status", "body"}; raises an ExecutionError subclass on any other outcome.
@@ -112,6 +128,7 @@ class HttpTargetClient:
             elif dest.origin != origin:
                 extra = {}  # target headers often carry credentials meant only for the first origin
             headers = {**extra, **_own_headers(dest, invocation, has_body=body is not None)}
+            headers["traceparent"] = traceparent(self._trace(), invocation.run_key, invocation.attempt)
             if self._signer is not None:
                 headers.update(self._signer.headers(signing, invocation, body))
             status, location, content_type, data = self._exchange(

@@ -35,6 +35,20 @@ export function h(tag, attributes, ...children) {
   return append(node, children);
 }
 
+// The one place a link leaves the console: to the AWS console (a run's X-Ray trace), in a
+// new tab that cannot reach back into this one.
+const AWS_CONSOLE = /^https:\/\/[a-z0-9-]+\.console\.aws\.amazon\.com\//;
+
+/** A link to `url` on the AWS console, or null for any other URL. */
+export function awsConsoleLink(url, attributes, ...children) {
+  if (typeof url !== "string" || !AWS_CONSOLE.test(url)) return null;
+  const node = h("a", attributes, ...children);
+  node.setAttribute("href", url);
+  node.setAttribute("target", "_blank");
+  node.setAttribute("rel", "noopener noreferrer");
+  return node;
+}
+
 /** An SVG element. Its attributes are geometry and classes, set one by one. */
 export function s(tag, attributes, ...children) {
   const node = document.createElementNS(SVG_NS, tag);

@@ -186,7 +186,8 @@ def get_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunDetailView]:
     tenant = tenant_of(router.current_event)
     service = container().run_service
     run = service.get_run(tenant, run_key_of(run_key))
-    return json_response(200, RunDetailView.from_run(run, service.waiting(tenant, [run]).get(run.run_key)))
+    waiting = service.waiting(tenant, [run]).get(run.run_key)
+    return json_response(200, RunDetailView.from_run(run, waiting, region=container().settings.aws_region))
 
 
 @router.post(

@@ -31,6 +31,7 @@ from ...domain.run_listing import RunSummary
 from ...domain.run_status import current_error
 from ...domain.runs import Run, RunState, Transition, Trigger
 from ...domain.signing import SigningSecrets
+from ...domain.tracing import console_url
 from ...services.runs import BulkOutcome
 from .base import ApiModel
 
@@ -309,9 +310,15 @@ class TransitionView(View):
     error_class: str | None = None
     error_message: str | None = None
     reason: str | None = None
+    trace_id: str | None = Field(
+        default=None, description="the X-Ray trace id of the invocation that made the transition"
+    )
+    trace_url: str | None = Field(
+        default=None, description="that trace in the CloudWatch console (a deployed stack's region)"
+    )
 
     @classmethod
-    def from_transition(cls, entry: Transition) -> TransitionView:
+    def from_transition(cls, entry: Transition, region: str | None = None) -> TransitionView:
         return cls(
             at=entry.at,
             actor=entry.actor,
@@ -322,6 +329,8 @@ class TransitionView(View):
             error_class=entry.error_class,
             error_message=entry.error_message,
             reason=entry.reason,
+            trace_id=entry.trace_id,
+            trace_url=console_url(region, entry.trace_id) if region and entry.trace_id else None,
         )
 
 
@@ -337,13 +346,14 @@ class RunDetailView(RunView):
     )
 
     @classmethod
-    def from_run(cls, run: Run, waiting_for: str | None = None) -> RunDetailView:
+    def from_run(cls, run: Run, waiting_for: str | None = None, region: str | None = None) -> RunDetailView:
+        """`region`: the stack's, to link each transition's trace (None: no links)."""
         return cls(
             **RunView.fields_of(run, waiting_for),
             target=shown_target(run.target),
             payload=run.payload,
             attempts=AttemptView.attempts_of(run.history),
-            transitions=[TransitionView.from_transition(t) for t in run.history],
+            transitions=[TransitionView.from_transition(t, region) for t in run.history],
             history_dropped=run.history_dropped,
         )
 

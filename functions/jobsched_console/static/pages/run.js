@@ -1,7 +1,7 @@
 // One run: its fields, result, attempts and every transition (actor, fence, attempt, error).
 
 import { api, explain } from "../api.js";
-import { button, h, replace } from "../dom.js";
+import { awsConsoleLink, button, h, replace } from "../dom.js";
 import { instant, json, parseInstant, span } from "../format.js";
 import { badge, confirmButton, jobLink } from "./common.js";
 
@@ -23,6 +23,14 @@ export function attemptState(attempt) {
 function fields(pairs) {
   return h("dl", { class: "fields" }, pairs.filter(([, value]) => value !== undefined && value !== null && value !== "")
     .map(([name, value]) => [h("dt", null, name), h("dd", null, value)]));
+}
+
+/** A transition's trace: a link to its page on the AWS console when the API gave one (a
+ * deployed stack), else its id, else nothing (local mode). */
+function traceCell(t) {
+  if (!t.traceId) return "";
+  const label = () => h("code", { class: "small" }, t.traceId);
+  return awsConsoleLink(t.traceUrl, { "data-test": "trace-link" }, label()) || label();
 }
 
 function duration(from, to) {
@@ -109,7 +117,7 @@ export function runPage(root, params, ctx) {
         h("h2", null, "Transitions"),
         run.historyDropped ? h("p", { class: "muted" }, `${run.historyDropped} earlier transitions were left out to keep the run within its size limit.`) : null,
         h("table", { class: "grid-table", "data-test": "transitions" },
-          h("thead", null, h("tr", null, ["At", "Actor", "From → to", "Fence", "Attempt", "Error", "Reason"].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, ["At", "Actor", "From → to", "Fence", "Attempt", "Error", "Reason", "Trace"].map((t) => h("th", null, t)))),
           h("tbody", null, run.transitions.map((t) => h("tr", null,
             h("td", null, instant(t.at)),
             h("td", null, h("code", null, t.actor)),
@@ -117,7 +125,8 @@ export function runPage(root, params, ctx) {
             h("td", { class: "num" }, String(t.fence)),
             h("td", { class: "num" }, String(t.attempt)),
             h("td", { class: "detail" }, t.errorClass ? `${t.errorClass}: ${t.errorMessage || ""}` : ""),
-            h("td", { class: "detail" }, t.reason || "")))))));
+            h("td", { class: "detail" }, t.reason || ""),
+            h("td", null, traceCell(t))))))));
   }
   return { refresh };
 }
