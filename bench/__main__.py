@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ALL = ("lag", "cost", "amplification", "backlog", "hotpath", "capacity", "bulk")
+ALL = ("lag", "cost", "amplification", "backlog", "hotpath", "capacity", "bulk", "events")
 
 
 def _clean(value: Any) -> Any:
@@ -70,7 +70,7 @@ def run(
         results["seconds"][name] = round(time.perf_counter() - t0, 1)
         log(f"bench: {name} done in {results['seconds'][name]} s")
 
-    from . import amplification, backlog, bulk, capacity, cost, hotpath, lag
+    from . import amplification, backlog, bulk, capacity, cost, events, hotpath, lag
 
     if quick:
         timed("lag", lambda: lag.run(bursts=(3,), stream_runs=2, lead=3.0))
@@ -98,6 +98,7 @@ def run(
         ),
     )
     timed("bulk", lambda: bulk.run(dead=20 if quick else 500))
+    timed("events", lambda: events.run(runs_per_kind=10 if quick else 200))
     if "capacity" in only and "cost" in results:
         timed("capacity", lambda: capacity.run(results["cost"], results.get("hotpath")))
     results["environment"]["load_after"] = os.getloadavg()

@@ -218,7 +218,40 @@ def markdown(results: dict[str, Any], picture: str | None) -> str:
         out += _cap_md(results["capacity"])
     if "bulk" in results:
         out += _bulk_md(results["bulk"])
+    if "events" in results:
+        out += _events_md(results["events"])
     return "\n".join(out) + "\n"
+
+
+def _events_md(events: dict[str, Any]) -> list[str]:
+    runs = events["runs"]
+    out = [
+        "## 7. Run events, by `runEvents` level",
+        "",
+        f"{runs['succeeded']} runs that succeed, {runs['dead']} that die on a permanent error and "
+        f"{runs['retried']} that fail twice before they succeed, through the real worker on moto; the Runs "
+        "stream read back and, for each level, passed through the events mapping's filter and the events "
+        "consumer (`bench/events.py`). Dollars a million runs of that kind: PutEvents entries (64 KB "
+        "chunks), the archive's ingestion, and the consumer's Lambda requests and time (full batches of "
+        "100 records, our code's time at its 512 MB CPU share plus 25 ms per PutEvents call of 10 entries).",
+        "",
+        "| level | run | events a run | stream records invoked | bytes an event | $ per million runs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for level, kinds in events["levels"].items():
+        for kind, figures in kinds.items():
+            out.append(
+                f"| `{level}` | {kind} | {_f(figures['events_per_run'])} | {_f(figures['records_per_run'])} | "
+                f"{figures['bytes_per_event']} | {_f(figures['usd_per_million_runs'], 3)} |"
+            )
+    out += [
+        "",
+        "At `none` the mappings' filters pass no record of a run without notifications, so the consumer "
+        "is never invoked for them: events cost nothing. At `failures` a run that succeeds costs nothing "
+        "either; a dead run publishes its one `run.dead`.",
+        "",
+    ]
+    return out
 
 
 def _bulk_md(bulk: dict[str, Any]) -> list[str]:

@@ -168,3 +168,24 @@ def test_bulk_redrive_smoke() -> None:
     }
     assert "## 6. Bulk redrive of dead letters" in report.markdown(results, None)
     assert "bulk redrive of 120" in report.terminal(results)
+
+
+def test_events_smoke() -> None:
+    """Each level publishes what its contract says for each kind of run, and a level that
+    publishes more costs more."""
+    from bench import events, report
+    from infra.event_sources import EVENTS_BATCH_SIZE
+
+    assert events.EVENTS_BATCH_SIZE == EVENTS_BATCH_SIZE
+    result = events.run(runs_per_kind=5)
+    levels = result["levels"]
+    per_run = {level: {k: v["events_per_run"] for k, v in kinds.items()} for level, kinds in levels.items()}
+    assert per_run["none"] == {"succeeded": 0, "dead": 0, "retried": 0}
+    assert per_run["failures"] == {"succeeded": 0, "dead": 1, "retried": 0}
+    # created, queued, started, then succeeded or dead; a retried run two more of each and retrying.
+    assert per_run["all"] == {"succeeded": 4, "dead": 4, "retried": 10}
+    dead = {level: kinds["dead"]["usd_per_million_runs"] for level, kinds in levels.items()}
+    assert dead["none"] == 0 < dead["failures"] < dead["all"]
+    assert "## 7. Run events, by `runEvents` level" in report.markdown(
+        {"environment": SMOKE_ENVIRONMENT, "events": result}, None
+    )
