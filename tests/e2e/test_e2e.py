@@ -404,7 +404,9 @@ def test_cli_usage_error_is_exit_2(target: Target) -> None:
 
 
 def test_cli_tail_follows_state_changes(target: Target, client_a: ApiClient) -> None:
-    job = create(client_a, prefix="tail", every=2, maxRuns=3)
+    # Twenty seconds of runs: the tail's first poll (after the CLI has started, seconds on a
+    # loaded machine) only notes where runs are, so the job must still be running then.
+    job = create(client_a, prefix="tail", every=2, maxRuns=10)
     try:
         tail = run_cli(
             target.endpoint, target.cli_auth(), "tail", job["jobId"], "--interval", "0.3", "--count", "4"
