@@ -1,15 +1,21 @@
 """Run and job events through local mode's bus: what a tenant's job and its runs publish,
 read back with `GET /local/events` (what `jobsched events tail` reads), each event valid
-against the published JSON Schema, ids unique, one tenant never seeing another's."""
+against the published JSON Schema, ids unique, one tenant never seeing another's; and a
+job's notification of its dead run delivered, signed, to the tenant's webhook."""
 
 from __future__ import annotations
 
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jsonschema
 import pytest
 from jobsched.domain.events import CloudEvent
 from jobsched_cli.client import ApiClient
+from standardwebhooks.webhooks import Webhook
 
 from .helpers import finish, instant, run_cli, unique, wait_for
 
@@ -106,3 +112,47 @@ def test_the_cli_tails_the_callers_events(client_a: ApiClient, api_url: str):
         finish(client_a, job["jobId"])
     assert done.code == 0, done.err
     assert "job.paused" in done.out and "api:tenant-a" in done.out
+
+
+def test_a_dead_run_is_told_to_the_jobs_webhook_signed_and_once(client_a: ApiClient):
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(
+                (dict(self.headers.items()), self.rfile.read(int(self.headers["Content-Length"])))
+            )
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_address[1]}/alerts"
+    job = client_a.create_job(
+        {
+            "name": unique("notify-dead"),
+            "type": "demo.webhook",
+            "runAt": instant(1),
+            "target": {"kind": "http", "url": "http://127.0.0.1:9/hook"},  # refused: it dies
+            "maxAttempts": 1,
+            "notify": [{"on": ["dead"], "target": {"kind": "http", "url": hook}}],
+        }
+    )
+    try:
+        ((headers, body),) = wait_for(lambda: list(received), what="the dead run's notification", timeout=40)
+    finally:
+        server.shutdown()
+        server.server_close()
+    event = json.loads(body)
+    assert event["type"] == "jobsched.run.dead" and event["data"]["jobId"] == job["jobId"]
+    jsonschema.validate(event, SCHEMA)
+    assert headers["Idempotency-Key"] == f"{event['id']}#n0"
+    sent_at = datetime.fromtimestamp(int(headers["webhook-timestamp"]), UTC)
+    assert headers["webhook-signature"] == Webhook(job["signingSecret"]).sign(
+        headers["webhook-id"], sent_at, body.decode()
+    )
+    (published,) = [e for e in events_of(client_a, job["jobId"]) if e["type"] == "jobsched.run.dead"]
+    assert published == event  # the bus's event, as delivered
