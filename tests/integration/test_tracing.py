@@ -48,6 +48,8 @@ def test_each_transition_carries_its_writers_trace_and_the_run_page_links_it(api
     monkeypatch.setenv(TRACE_ENV, API_TRACE)
     created = api.post("/v1/jobs", {"name": "nightly", "type": "ext", "every": 3600})
     assert created.status == 201, created
+    job = container.definitions.get(created.body["jobId"])
+    assert job is not None and job.trace_id == root(API_TRACE)  # its events' traceId
     monkeypatch.setenv(TRACE_ENV, LEASE_TRACE)
     (lease,) = api.post("/v1/leases", {"types": ["ext"], "workerId": "w"}).body["leases"]
     done = api.post(

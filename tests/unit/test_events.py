@@ -442,3 +442,13 @@ def test_each_event_carries_its_transitions_trace_id():
     (event,) = run_events(STACK, run, queued, ALL)
     assert run_data(event).trace_id == traced[1].trace_id
     assert event.document()["data"]["traceId"] == "1-00000001-000000000000000000000001"
+
+
+def test_a_job_event_carries_the_trace_of_the_write_that_made_it():
+    job = a_job()
+    (created_event,) = job_events(
+        STACK, None, job.model_copy(update={"trace_id": "1-00000001-" + "a" * 24}), ALL, T0
+    )
+    assert created_event.document()["data"]["traceId"] == "1-00000001-" + "a" * 24
+    (untraced,) = job_events(STACK, None, job, ALL, T0)
+    assert untraced.document()["data"]["traceId"] is None

@@ -139,6 +139,9 @@ class JobEventData(EventData):
     from_state: JobState | None = Field(alias="from", description="the state before (null: created)")
     actor: str
     next_run_at: Instant | None = Field(None, alias="nextRunAt")
+    trace_id: str | None = Field(
+        None, alias="traceId", description="the X-Ray trace id of the invocation that made the change"
+    )
 
 
 class CloudEvent(BaseModel):
@@ -293,6 +296,7 @@ def job_events(
         from_state=before.state if before is not None else None,
         actor=actor,
         next_run_at=after.next_run_at,
+        trace_id=after.trace_id,
     )
     return [
         CloudEvent(

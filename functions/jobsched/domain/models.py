@@ -730,6 +730,9 @@ class Job(Model):
     # however late (the 60 s lateness rule is for downtime only); cleared once swept past.
     missed_until: Instant | None = None
     missed_windows: list[MissedWindow] = []  # the latest resumes' decisions, oldest first
+    # The X-Ray trace id of the invocation that last wrote the job (stamped by the store;
+    # None outside a traced invocation): a job event's `traceId`.
+    trace_id: str | None = None
 
     def missed_verdict(self, scheduled_for: datetime) -> bool | None:
         """Whether a scheduled occurrence that fell in one of the job's recorded pauses runs

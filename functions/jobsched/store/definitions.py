@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,8 @@ from ..domain.errors import ConcurrentUpdate, LimitExceeded
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState, MissedWindow
 from ..domain.signing import SigningSecret, SigningSecrets
-from ..observability import logger
+from ..domain.tracing import TraceContext
+from ..observability import current_trace, logger
 from .dynamo import (
     batch_get,
     decode_cursor,
@@ -77,7 +79,18 @@ _WINDOWS = TypeAdapter(list[MissedWindow])
 
 
 class DefinitionStore:
-    def __init__(self, client: Any, table_name: str, shard_count: int) -> None:
+    """`trace` reads the writing invocation's trace context: each job written carries its
+    trace id (Job.trace_id), or none outside a traced invocation."""
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        shard_count: int,
+        *,
+        trace: Callable[[], TraceContext | None] = current_trace,
+    ) -> None:
+        self._trace = trace
         self._db = client
         self._table = table_name
         self.shard_count = shard_count
@@ -171,7 +184,14 @@ class DefinitionStore:
             values["missed_windows"] = _WINDOWS.dump_json(job.missed_windows, exclude_none=True).decode()
         if job.is_due_indexed:
             values["due_shard"] = self.shard_of(job.job_id)
+        if job.trace_id is not None:
+            values["trace_id"] = job.trace_id
         return to_item(values)
+
+    def _stamped(self, job: Job) -> Job:
+        """`job` as this store writes it: with the writing invocation's trace id, if any."""
+        context = self._trace()
+        return job.model_copy(update={"trace_id": context.root if context is not None else None})
 
     @staticmethod
     def job_from_item(item: dict[str, Any]) -> Job:
@@ -196,6 +216,7 @@ class DefinitionStore:
             missed_windows=_WINDOWS.validate_json(data["missed_windows"])
             if data.get("missed_windows")
             else [],
+            trace_id=data.get("trace_id"),
         )
 
     # --- writes ---
@@ -218,7 +239,7 @@ class DefinitionStore:
             {
                 "Put": {
                     "TableName": self._table,
-                    "Item": self._job_item(job),
+                    "Item": self._job_item(self._stamped(job)),
                     "ConditionExpression": "attribute_not_exists(job_id)",
                 }
             }
@@ -325,7 +346,7 @@ class DefinitionStore:
         """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1.
         A job leaving the live states (ACTIVE/PAUSED) frees its place in the tenant's quota in
         the same transaction."""
-        saved = job.model_copy(update={"rev": job.rev + 1})
+        saved = self._stamped(job).model_copy(update={"rev": job.rev + 1})
         put = {
             "TableName": self._table,
             "Item": self._job_item(saved),
