@@ -1,0 +1,205 @@
+"""The external-worker SDK against a fake lease API: outcomes reported under the claim's
+fence, a lost lease never reported, the concurrency bound held, stop() waiting for the
+handlers under way."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from jobsched.worker import Lease, LeaseLost, LeaseWorker, Permanent
+
+
+class Refused(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+class FakeApi:
+    """Hands out `leases` once each; records heartbeats and completions."""
+
+    def __init__(self, leases: list[dict[str, Any]], *, heartbeat_status: int | None = None) -> None:
+        self.waiting = list(leases)
+        self.heartbeat_status = heartbeat_status
+        self.heartbeats: list[tuple[str, int]] = []
+        self.completions: list[dict[str, Any]] = []
+        self.claims: list[int] = []
+        self.lock = threading.Lock()
+
+    def claim(self, types, worker_id, *, max_runs=1, lease_seconds=60):
+        with self.lock:
+            self.claims.append(max_runs)
+            taken, self.waiting = self.waiting[:max_runs], self.waiting[max_runs:]
+            return taken
+
+    def heartbeat(self, run_key, fence, *, lease_seconds=60):
+        self.heartbeats.append((run_key, fence))
+        if self.heartbeat_status is not None:
+            raise Refused(self.heartbeat_status)
+        return {"runKey": run_key, "fence": fence}
+
+    def complete(self, run_key, fence, outcome, *, result=None, error=None):
+        with self.lock:
+            self.completions.append(
+                {"runKey": run_key, "fence": fence, "outcome": outcome, "result": result, "error": error}
+            )
+        return {}
+
+
+def lease(n: int, job_type: str = "t", fence: int = 3) -> dict[str, Any]:
+    return {
+        "runKey": f"j_x@2026-12-03T02:00:0{n}Z",
+        "jobId": "j_x",
+        "type": job_type,
+        "scheduledFor": f"2026-12-03T02:00:0{n}Z",
+        "attempt": 1,
+        "fence": fence,
+        "payload": {"n": n},
+    }
+
+
+def run_until(worker: LeaseWorker, api: FakeApi, done: int, timeout: float = 10.0) -> None:
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while len(api.completions) < done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    thread.join(timeout)
+    assert not thread.is_alive()
+
+
+def test_each_outcome_is_reported_under_the_claims_fence():
+    api = FakeApi([lease(1, "ok"), lease(2, "bad"), lease(3, "flaky")])
+    worker = LeaseWorker(api, "w", concurrency=3, poll_seconds=0.01)
+
+    @worker.handler("ok")
+    def ok(run: Lease) -> Any:
+        return {"got": run.payload["n"], "fence": run.fence}
+
+    @worker.handler("bad")
+    def bad(run: Lease) -> Any:
+        raise Permanent("no such invoice", error_class="UnknownInvoice")
+
+    @worker.handler("flaky")
+    def flaky(run: Lease) -> Any:
+        raise TimeoutError("upstream slow")
+
+    run_until(worker, api, 3)
+    by_key = {c["runKey"]: c for c in api.completions}
+    assert by_key[lease(1)["runKey"]] == {
+        "runKey": lease(1)["runKey"],
+        "fence": 3,
+        "outcome": "succeeded",
+        "result": {"got": 1, "fence": 3},
+        "error": None,
+    }
+    assert by_key[lease(2)["runKey"]]["error"] == {
+        "class": "UnknownInvoice",
+        "message": "no such invoice",
+        "retryable": False,
+    }
+    assert by_key[lease(3)["runKey"]]["error"] == {
+        "class": "TimeoutError",
+        "message": "upstream slow",
+        "retryable": True,
+    }
+
+
+def test_a_refused_heartbeat_stops_the_handler_and_nothing_is_reported():
+    api = FakeApi([lease(1)], heartbeat_status=409)
+    worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
+    worker.lease_seconds = 0.03  # type: ignore[assignment]  # beats every 10 ms: the test's pace
+    stopped = threading.Event()
+
+    @worker.handler("t")
+    def slow(run: Lease) -> Any:
+        while True:
+            try:
+                run.check()
+            except LeaseLost:
+                stopped.set()
+                raise
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    assert stopped.wait(5)
+    worker.stop()
+    thread.join(5)
+    assert api.heartbeats and api.completions == [] and worker.completed == []
+
+
+def test_an_unreachable_api_loses_the_lease_once_it_has_run_out():
+    api = FakeApi([lease(1)], heartbeat_status=503)
+    worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
+    worker.lease_seconds = 0.06  # type: ignore[assignment]
+    seen: list[bool] = []
+
+    @worker.handler("t")
+    def slow(run: Lease) -> Any:
+        seen.append(run.lost.wait(5))
+        run.check()
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    thread.join(5)
+    # 503s are tried again until the lease has run out by the worker's own clock.
+    assert seen == [True] and len(api.heartbeats) >= 2 and api.completions == []
+
+
+def test_never_more_runs_under_way_than_the_concurrency():
+    api = FakeApi([lease(n) for n in range(8)])
+    worker = LeaseWorker(api, "w", concurrency=3, poll_seconds=0.01)
+    under_way, most = [0], [0]
+    lock = threading.Lock()
+
+    @worker.handler("t")
+    def work(run: Lease) -> Any:
+        with lock:
+            under_way[0] += 1
+            most[0] = max(most[0], under_way[0])
+        time.sleep(0.02)
+        with lock:
+            under_way[0] -= 1
+
+    run_until(worker, api, 8)
+    assert len(api.completions) == 8 and most[0] <= 3 and max(api.claims) <= 3
+
+
+def test_stop_lets_the_handlers_under_way_finish_and_leases_no_more():
+    api = FakeApi([lease(1), lease(2)])
+    worker = LeaseWorker(api, "w", concurrency=1, poll_seconds=0.01)
+    started = threading.Event()
+
+    @worker.handler("t")
+    def work(run: Lease) -> Any:
+        started.set()
+        time.sleep(0.1)
+        return "done"
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    assert started.wait(5)
+    worker.stop()
+    thread.join(5)
+    assert [c["outcome"] for c in api.completions] == ["succeeded"]
+    assert len(api.waiting) == 1  # the second was never leased
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="lease_seconds"):
+        LeaseWorker(FakeApi([]), "w", lease_seconds=5)
+    worker = LeaseWorker(FakeApi([]), "w")
+    with pytest.raises(ValueError, match="no handler"):
+        worker.run(install_signals=False)
+    worker.handler("t")(lambda run: None)
+    with pytest.raises(ValueError, match="already registered"):
+        worker.handler("t")(lambda run: None)
