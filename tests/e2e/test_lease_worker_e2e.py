@@ -5,6 +5,7 @@ never reports, the run is completed once, by the later fence."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -66,14 +67,13 @@ def test_each_outcome_lands_on_the_run_under_its_fence(client_a: ApiClient, star
             raise ConnectionError("upstream reset")
         return {"attempt": run.attempt}
 
+    def ended(job_id: str) -> bool:
+        return only_run(client_a, job_id)["state"] in ("SUCCEEDED", "DEAD")
+
     start(started, worker)
     try:
         for job_id in (ok_id, bad_id, retry_id):
-            wait_for(
-                lambda job_id=job_id: only_run(client_a, job_id)["state"] in ("SUCCEEDED", "DEAD"),
-                what=f"{job_id} ended",
-                timeout=60,
-            )
+            wait_for(functools.partial(ended, job_id), what=f"{job_id} ended", timeout=60)
     finally:
         for job_id in (ok_id, bad_id, retry_id):
             finish(client_a, job_id)
