@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobsched.domain.tracing import TRACE_ENV
 from jobsched.settings import Settings
 
 from .calls import Call, Recorder, current_stage, moto_images, stage
@@ -118,6 +119,7 @@ class Harness:
         self._stack = ExitStack()
         self.recorder: Recorder
         self._stream_seen = -1
+        self._traces = 0
 
     # --- setup ---
 
@@ -265,10 +267,15 @@ class Harness:
         name_for_calls = "setup" if current_stage() == "setup" else name
         first = len(self.recorder.calls)
         started, cpu0 = time.perf_counter(), time.process_time()
+        # As Lambda with tracing active: every invocation has a trace header of its own, and
+        # the stores stamp its id on what the invocation writes.
+        self._traces += 1
+        os.environ[TRACE_ENV] = f"Root=1-{int(self.clock.t):08x}-{self._traces:024x};Sampled=0"
         try:
             with stage(name_for_calls):
                 return self._handlers[name](event, InvocationContext(function_name=f"jobsched-{name}"))
         finally:
+            os.environ.pop(TRACE_ENV, None)
             if name_for_calls == name:
                 wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
                 calls = [c for c in self.recorder.calls[first:] if c.stage == name]
