@@ -62,17 +62,18 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
 - `notices_lost`: a `run.dead`, `run.skipped` or `run.late` event the bus accepted for a job
   whose `notify` names that kind, with no notification queued for it (id
   `<event id>#n<index>`, one per notification naming the kind); `notices_conflicting`: one
-  notification id queued twice with different contents, or carrying another event than the
-  bus's (queued again unchanged is allowed: `notices_repeated`).
+  notification id queued twice with different contents, carrying another event than the
+  bus's, or queued for no event its job asked to be told of (queued again unchanged is
+  allowed: `notices_repeated`).
 - `late_untold`: a run of a job that asks to be told of late runs (not a backfilled one)
   that became late (not claimed by its first due instant, the occurrence plus its start
   jitter, plus the shortest `lateSeconds`) with no
   `jobsched.run.late` event the bus accepted (id `<runKey>#late`), once it was claimed
   after that instant or noted late; or one neither claimed nor ended LATE_NOTICE_BOUND
   after it became late and not noted late (a recorded touch, reason `late`) by then, unless
-  its job was paused or cancelled by then; or one noted late before it was late, or after
-  its first claim. A late run's event is `#late` instead of `#<sequence>` (events_lost
-  takes either for its transition).
+  its job was paused when it became late or was paused or cancelled within that bound; or
+  one noted late before it was late, or after its first claim. A late note's event is
+  `#late` instead of `#<sequence>` (events_lost takes it for that transition only).
 - `unbounded_open`: a run neither terminal, nor waiting for a retry due within its cap, nor
   held while its job is paused, when the run stops; `oversize_items`: a write refused at
   DynamoDB's 400 KB item limit."""
@@ -168,7 +169,7 @@ FAULT_FIGURES = (
     "slow_effects_ended_at_deadline",
     "outbox_died",
     "reconciler_ticks_lost",  # a shard's pass refused (throttled past its pauses): its runs wait a tick
-    "reconciler_runs_unread",  # overdue runs a pass could not read (throttled): they wait a tick
+    "reconciler_runs_unrepaired",  # overdue runs a pass could not read or repair: they wait a tick
 )
 
 
@@ -689,10 +690,11 @@ def _check_events(evidence: Evidence, figures: Figures) -> None:
     # A note of lateness is published as `<runKey>#late` (once per run), for its transition.
     late = {(e["subject"], e["data"]["sequence"]) for key, e in accepted.items() if key.endswith("#late")}
     for run_key, run in evidence.audit.latest.items():
+        notes = _late_note_sequences(run)
         missing = [
             n
             for n in range(_transitions(run))
-            if f"{run_key}#{n}" not in accepted and (run_key, n) not in late
+            if not (f"{run_key}#{n}" in accepted or (n in notes and (run_key, n) in late))
         ]
         if missing:
             flag(Violation("events_lost", run_key, f"no event for transitions {missing[:10]}"))
@@ -715,6 +717,7 @@ def _check_notices(evidence: Evidence, figures: Figures) -> None:
     events: dict[str, dict[str, Any]] = {}
     for event in evidence.bus_events:
         events.setdefault(event["id"], event)
+    expected: set[str] = set()
     for event_id, event in events.items():
         kind = NOTIFIED_TYPES.get(event["type"])
         job = evidence.stored_jobs.get(event["data"]["jobId"])
@@ -724,11 +727,15 @@ def _check_notices(evidence: Evidence, figures: Figures) -> None:
         for index, notification in enumerate(job.spec.notify):
             if kind not in notification.on:
                 continue
+            expected.add(f"{event_id}#n{index}")
             told = queued.get(f"{event_id}#n{index}")
             if told is None:
                 flag(Violation("notices_lost", run_key, f"no notification {index} for {event_id}"))
             elif told["event"] != event or told["index"] != index:
                 flag(Violation("notices_conflicting", run_key, f"{told['id']}: not the bus's event"))
+    for notice_id, notice in queued.items():
+        if notice_id not in expected:  # queued for no notified event its job asked for
+            flag(Violation("notices_conflicting", notice["event"]["subject"], f"{notice_id}: not asked for"))
 
 
 def _check_late(run: Run, evidence: Evidence, figures: Figures, told_late: set[str]) -> None:
@@ -764,9 +771,24 @@ def _check_late(run: Run, evidence: Evidence, figures: Figures, told_late: set[s
     if moved <= late_at + LATE_NOTICE_BOUND or any(n <= late_at + LATE_NOTICE_BOUND for n in notes):
         return
     tracked = evidence.jobs.get(run.job_id)
-    if tracked is not None and any(a.kind != "resume" and a.at <= moved for a in tracked.acks):
-        return  # held while paused (not watched), or cancelled
+    bound = late_at + LATE_NOTICE_BOUND
+    if tracked is not None and (
+        not tracked.active_at(late_at)
+        or any(a.kind != "resume" and late_at <= a.at <= bound for a in tracked.acks)
+    ):
+        return  # paused or cancelled while it was to be noted (a held run is not watched)
     flag(Violation("late_untold", run.run_key, f"late at {late_at}, unclaimed until {moved}, not noted"))
+
+
+def _late_note_sequences(run: Run) -> set[int]:
+    """The sequences whose one event is `<runKey>#late`: the late notes the history holds,
+    and every sequence its compaction dropped (not known here; either id is taken)."""
+    notes = {
+        index if index == 0 else index + run.history_dropped
+        for index, entry in enumerate(run.history)
+        if entry.source is entry.target and entry.reason == LATE_REASON
+    }
+    return notes | set(range(1, 1 + run.history_dropped))
 
 
 def _transitions(run: Run) -> int:

@@ -1362,7 +1362,7 @@ class World:
                 self._unexpected("reconciler")
                 continue
             self.repairs += sum(report.count(kind) for kind in KINDS)
-            self.faults["reconciler_runs_unread"] += report.failed
+            self.faults["reconciler_runs_unrepaired"] += report.failed
             for run_key, since in report.stranded:
                 self.stranded[run_key].append((since, self.clock.now()))
 

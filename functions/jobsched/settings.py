@@ -193,8 +193,9 @@ class Settings(BaseModel):
             raise InvalidSettings(exc) from None
 
     def lambda_environment(self) -> dict[str, str]:
-        """Every variable `from_env` reads, as strings: what the stack sets on each function
-        (and local mode in its own process). `from_env` of the result equals this model."""
+        """Every variable `from_env` reads that the stack sets, as strings: what the stack
+        sets on each function (and local mode in its own process). `from_env` of the result
+        equals this model but for SET_BY_LAMBDA's, which Lambda sets itself."""
         env: dict[str, str] = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)

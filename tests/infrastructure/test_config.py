@@ -203,6 +203,8 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     plain |= {"target_grants_parameter", "target_grants"}
     # The event bus (a resource) and the stack's name its events' source carries.
     plain |= {"event_bus_name", "event_source_name"}
+    # Set by Lambda itself in every function (a reserved name: no stack may set it).
+    plain |= {"aws_region"}
     assert set(Settings.model_fields) - plain == set(RUNTIME_FIELDS)
     # The shipped cdk.json shows those defaults.
     context = json.loads(CDK_JSON.read_text())["context"]

@@ -64,7 +64,7 @@ def test_each_transition_carries_its_writers_trace_and_the_run_page_links_it(api
     url = run["transitions"][0]["traceUrl"]
     assert url.startswith("https://eu-west-1.console.aws.amazon.com/cloudwatch/home?region=eu-west-1")
     assert url.endswith(f"#xray:traces/{root(API_TRACE)}")
-    # Without a region (local mode) the ids show and nothing links.
+    # Without a region the ids show and nothing links.
     container.settings = container.settings.model_copy(update={"aws_region": None})
     run = api.get(f"/v1/runs/{lease['runKey']}").body
     assert run["transitions"][0]["traceId"] == root(API_TRACE) and run["transitions"][0]["traceUrl"] is None

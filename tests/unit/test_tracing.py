@@ -64,6 +64,9 @@ def test_every_traceparent_is_valid_and_one_run_keeps_one_trace(run_key, attempt
     assert TRACEPARENT.fullmatch(under)
     assert under.split("-")[1] == "674e6a078b1c2d3e4f5a6b7c8d9e0f1a"
     assert under.endswith("-01" if sampled else "-00")
+    # Under the invocation's segment when Lambda named it.
+    child = traceparent(TraceContext(ROOT, "53995c3f42cd8ad8", sampled), run_key, attempt)
+    assert child.split("-")[2] == "53995c3f42cd8ad8"
 
 
 def test_the_console_link_names_the_region_and_the_trace():
@@ -71,3 +74,7 @@ def test_the_console_link_names_the_region_and_the_trace():
         f"https://eu-west-1.console.aws.amazon.com/cloudwatch/home?region=eu-west-1#xray:traces/{ROOT}"
     )
     assert "/" not in console_url("a/b", ROOT).split("//", 1)[1].split(".")[0]
+    assert console_url("cn-north-1", ROOT).startswith(
+        "https://console.amazonaws.cn/cloudwatch/home?region=cn-north-1"
+    )
+    assert console_url("us-gov-west-1", ROOT).startswith("https://console.amazonaws-us-gov.com/")

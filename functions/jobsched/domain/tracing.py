@@ -3,10 +3,11 @@
 
 Lambda puts the invocation's header in the `_X_AMZN_TRACE_ID` environment variable
 (`Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=<0|1>`, fields in any order, others
-ignored). Each run records the header of the invocation that made it (the API request that
-created or triggered it, or the sweeper's) and every history entry the trace id of the
-invocation that wrote it; the outbox hands the run's header to SQS (`AWSTraceHeader`), so
-X-Ray links the worker's invocation to it.
+ignored). Every history entry of a run records the trace id of the invocation that wrote it
+(the first, the API request that created or triggered the run, or the sweep that made it);
+the outbox hands that first trace to SQS (`AWSTraceHeader`), so X-Ray links the worker's
+invocation to it. An invocation Lambda did not sample (`Sampled=0`) still has an id, which
+every log line it wrote carries (`xray_trace_id`), but no trace in X-Ray.
 
 Pure: parsing never raises (a header it cannot read is no header), and every value built
 here is one AWS and the W3C Trace Context specification accept."""
@@ -75,22 +76,29 @@ def parse_trace_header(header: str | None) -> TraceContext | None:
 
 def traceparent(context: TraceContext | None, run_key: str, attempt: int) -> str:
     """The W3C `traceparent` for one attempt's call (`00-<32 hex>-<16 hex>-<2 hex>`): under
-    `context` (the calling invocation's trace) when there is one, its span the call's own,
-    derived from the run key and attempt; else a trace of the run's own, derived from its
-    key (the same trace id for every attempt), not sampled."""
+    `context` (the calling invocation's trace) when there is one, its parent the
+    invocation's segment (`Parent`), so the receiver's spans hang under the worker's; else
+    a trace of the run's own, derived from its key (the same trace id for every attempt),
+    with a span per attempt, not sampled."""
     span = hashlib.sha256(f"{run_key}#{attempt}".encode()).hexdigest()[:16]
     if span == "0" * 16:
         span = "0" * 15 + "1"  # all zeros is invalid
     if context is None:
         trace_id = hashlib.sha256(run_key.encode()).hexdigest()[:32]
         return f"00-{trace_id}-{span}-00"
-    return f"00-{context.w3c_trace_id}-{span}-{'01' if context.sampled else '00'}"
+    parent = context.parent if context.parent and context.parent != "0" * 16 else span
+    return f"00-{context.w3c_trace_id}-{parent}-{'01' if context.sampled else '00'}"
+
+
+# The AWS console's host in each partition, by the region's prefix (the commercial one else).
+_CONSOLES = (("cn-", "console.amazonaws.cn"), ("us-gov-", "console.amazonaws-us-gov.com"))
 
 
 def console_url(region: str, trace_id: str) -> str:
-    """The CloudWatch console's page for the X-Ray trace `trace_id` in `region`."""
+    """The CloudWatch console's page for the X-Ray trace `trace_id` in `region`, on its
+    partition's console."""
     region = quote(region, safe="")
-    return (
-        f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
-        f"#xray:traces/{quote(trace_id, safe='')}"
+    host = next(
+        (h for prefix, h in _CONSOLES if region.startswith(prefix)), f"{region}.console.aws.amazon.com"
     )
+    return f"https://{host}/cloudwatch/home?region={region}#xray:traces/{quote(trace_id, safe='')}"

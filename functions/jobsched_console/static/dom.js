@@ -37,7 +37,7 @@ export function h(tag, attributes, ...children) {
 
 // The one place a link leaves the console: to the AWS console (a run's X-Ray trace), in a
 // new tab that cannot reach back into this one.
-const AWS_CONSOLE = /^https:\/\/[a-z0-9-]+\.console\.aws\.amazon\.com\//;
+const AWS_CONSOLE = /^https:\/\/([a-z0-9-]+\.console\.aws\.amazon\.com|console\.amazonaws\.cn|console\.amazonaws-us-gov\.com)\//;
 
 /** A link to `url` on the AWS console, or null for any other URL. */
 export function awsConsoleLink(url, attributes, ...children) {
