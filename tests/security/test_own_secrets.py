@@ -232,3 +232,26 @@ def test_a_stored_job_aimed_at_them_makes_no_call(broad, target, field):
     assert deliver(broad, key).outcome is AttemptOutcome.DEAD
     run = broad.runs.get_by_key(key)
     assert run.last_error_class == "TargetNotGranted" and field in (run.last_error_message or "")
+
+
+def test_the_stacks_own_topics_are_no_tenants_notification_target(stack):
+    """The alarms topic (CloudFormation names it `<stack>-<id>-<suffix>`) stays out of reach
+    even under a grant of every topic; a topic of the tenant's own is notified."""
+    document = GrantsDocument.from_maps({"tenant-a": (*GRANTS["tenant-a"], "arn:aws:sns:*:*:*")}, home=HOME)
+    boto3.client("ssm").put_parameter(
+        Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String", Overwrite=True
+    )
+    stack.__dict__.pop("grants", None)
+    for built in ("target_authority", "jobs", "worker"):
+        stack.__dict__.pop(built, None)
+    api = ApiClient("tenant-a")
+
+    def job_notifying(topic: str) -> Any:
+        notify = [{"on": ["dead"], "target": {"kind": "sns", "topicArn": topic}}]
+        return api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "notify": notify})
+
+    refused = job_notifying(f"arn:aws:sns:us-east-1:123456789012:{STACK}-AlarmsTopic-AbC12")
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted"
+    assert refused.body["errors"][0]["field"] == "notify.0.target.topicArn"
+    assert job_notifying("arn:aws:sns:us-east-1:123456789012:a-alerts").status == 201
