@@ -1363,6 +1363,8 @@ class World:
                 continue
             self.repairs += sum(report.count(kind) for kind in KINDS)
             self.faults["reconciler_runs_unrepaired"] += report.failed
+            # Overdue runs a pass left for the next tick (past a job's, tenant's or shard's share).
+            self.faults["reconciler_capped"] += report.capped
             for run_key, since in report.stranded:
                 self.stranded[run_key].append((since, self.clock.now()))
 
