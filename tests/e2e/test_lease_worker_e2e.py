@@ -149,3 +149,42 @@ def test_a_lease_lost_to_a_second_worker_stops_the_first_and_the_run_completes_o
     assert run["result"] == {"by": "sdk-2", "fence": run["fence"]} and run["fence"] >= 2
     assert effects == [(run["runKey"], run["fence"])]
     assert cut_off.completions == [] and first.completed == []
+
+
+def test_an_at_most_once_run_whose_worker_is_cut_off_is_never_run_again(client_a: ApiClient, started):
+    job_type = unique("sdk") + ".once"
+    job_id = job(client_a, job_type, maxAttempts=3, delivery="at-most-once")
+    cut_off = Partitioned(client_a)
+    first = LeaseWorker(cut_off, "sdk-cut-off", concurrency=1, lease_seconds=10, poll_seconds=0.2)
+    claimed = threading.Event()
+    effects: list[int] = []
+
+    @first.handler(job_type)
+    def slow(run: Lease) -> Any:
+        claimed.set()
+        effects.append(run.fence)  # the effect began: at-most-once forbids a second
+        while True:
+            run.check()
+            time.sleep(0.1)
+
+    start(started, first)
+    try:
+        assert claimed.wait(30), "the first worker never leased the run"
+        first.stop()
+        second = LeaseWorker(client_a, "sdk-2", concurrency=1, poll_seconds=0.2)
+
+        @second.handler(job_type)
+        def again(run: Lease) -> Any:
+            effects.append(run.fence)
+            return "twice"
+
+        start(started, second)
+        run = wait_for(
+            lambda: (r := only_run(client_a, job_id))["state"] == "DEAD" and r,
+            what="the at-most-once run dead after its lease expired",
+            timeout=90,
+        )
+    finally:
+        finish(client_a, job_id)
+    assert run["lastErrorClass"] == "AtMostOnce" and effects == [1]
+    assert cut_off.completions == []
