@@ -44,6 +44,7 @@ from typing import Any, Protocol
 logger = logging.getLogger("jobsched.worker")
 
 MAX_CLAIM = 10  # the lease API's `max`
+MAX_TYPES = 10  # the lease API's `types`, at most
 MAX_ERROR_MESSAGE = 4000  # the lease API's limit on a reported error's message
 
 
@@ -167,16 +168,21 @@ class LeaseWorker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.stop())
         types = sorted(self._handlers)
+        # The lease API takes at most MAX_TYPES types a call: more are asked for in turn.
+        chunks = [types[i : i + MAX_TYPES] for i in range(0, len(types), MAX_TYPES)]
+        turn = idle = 0
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="jobsched-worker") as pool:
             while not self._stopping.is_set():
                 free = self.concurrency - self._running
                 if free <= 0:
                     self._stopping.wait(0.05)
                     continue
+                chunk = chunks[turn % len(chunks)]
+                turn += 1
                 sent = time.monotonic()
                 try:
                     answers = self.client.claim(
-                        types[:10],
+                        chunk,
                         self.worker_id,
                         max_runs=min(free, MAX_CLAIM),
                         lease_seconds=self.lease_seconds,
@@ -186,8 +192,12 @@ class LeaseWorker:
                     self._stopping.wait(self.poll_seconds)
                     continue
                 if not answers:
-                    self._stopping.wait(self.poll_seconds)
+                    idle += 1
+                    if idle >= len(chunks):  # a whole round of types found nothing
+                        idle = 0
+                        self._stopping.wait(self.poll_seconds)
                     continue
+                idle = 0
                 for answer in answers:
                     lease = Lease.of(answer, sent)
                     with self._lock:

@@ -203,3 +203,26 @@ def test_bad_settings_are_refused():
     worker.handler("t")(lambda run: None)
     with pytest.raises(ValueError, match="already registered"):
         worker.handler("t")(lambda run: None)
+
+
+def test_more_types_than_one_claim_takes_are_asked_for_in_turn():
+    leases = [lease(n, f"type-{n:02}") for n in range(10)] + [
+        {**lease(9, "type-11"), "runKey": "j_x@2026-12-03T02:00:11Z"}
+    ]
+    asked: list[list[str]] = []
+
+    class Typed(FakeApi):
+        def claim(self, types, worker_id, *, max_runs=1, lease_seconds=60):
+            asked.append(list(types))
+            with self.lock:
+                taken = [lease for lease in self.waiting if lease["type"] in types][:max_runs]
+                self.waiting = [lease for lease in self.waiting if lease not in taken]
+                return taken
+
+    api = Typed(leases)
+    worker = LeaseWorker(api, "w", concurrency=2, poll_seconds=0.01)
+    for n in range(12):
+        worker.handler(f"type-{n:02}")(lambda run: "ok")
+    run_until(worker, api, 11)
+    assert len(api.completions) == 11
+    assert all(len(types) <= 10 for types in asked) and any("type-11" in types for types in asked)
