@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
@@ -28,6 +25,7 @@ from jobsched.targets.http import HttpTargetClient
 from jobsched.targets.invocation import Invocation
 from jobsched.targets.ssrf import DestinationPolicy
 
+from tests.integration.test_notifications import hooks  # noqa: F401  (the fixture)
 from tests.integration.test_outbox import make_run
 
 pytestmark = pytest.mark.integration
@@ -115,38 +113,6 @@ def test_the_outbox_hands_the_runs_trace_to_sqs(aws, clock):
     }
 
 
-class Hooks:
-    def __init__(self) -> None:
-        self.headers: list[dict[str, str]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                owner.headers.append(dict(self.headers.items()))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-
-@pytest.fixture
-def hooks() -> Iterator[Hooks]:
-    server = Hooks()
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
-
-
 def invocation(attempt: int) -> Invocation:
     return Invocation(
         run_key="j_x@2026-12-03T02:00:00Z",
@@ -160,7 +126,7 @@ def invocation(attempt: int) -> Invocation:
     )
 
 
-def test_an_http_target_receives_a_traceparent_under_the_callers_trace(hooks):
+def test_an_http_target_receives_a_traceparent_under_the_callers_trace(hooks):  # noqa: F811
     policy = DestinationPolicy(allow=("127.0.0.1/32",))
     target = HttpTarget(kind="http", url=hooks.url)
     context: list[TraceContext | None] = [parse_trace_header(API_TRACE)]
@@ -169,7 +135,7 @@ def test_an_http_target_receives_a_traceparent_under_the_callers_trace(hooks):
     context[0] = None  # local mode: a trace of the run's own
     client.send(target, invocation(1))
     client.send(target, invocation(2))
-    sampled, own_1, own_2 = (h["traceparent"] for h in hooks.headers)
+    sampled, own_1, own_2 = (headers["traceparent"] for headers, _ in hooks.requests)
     assert all(TRACEPARENT.fullmatch(value) for value in (sampled, own_1, own_2))
     assert sampled.split("-")[1] == "674e6a078b1c2d3e4f5a6b7c8d9e0f1a" and sampled.endswith("-01")
     # The run's own trace: one trace id for every attempt, a span per attempt, not sampled.
