@@ -547,9 +547,113 @@ def test_an_overlap_judgement_under_the_claim_that_cannot_read_gives_the_attempt
     clock.set(second.due_at)
     attempt(container, registry, "w").process(delivery(second))
     after = stored(container, second)
-    assert after.state is RunState.PENDING and after.history[-1].reason == "deferred: buffered"
+    assert after.state is RunState.PENDING and after.history[-1].reason == "deferred: store unavailable"
     assert after.attempt == 0 and after.lease_owner is None
     assert list(ledger.effects) == [first.run_key]
+
+
+@pytest.mark.parametrize("refused", ["job read", "hold write"])
+@pytest.mark.parametrize("through", ["worker", "lease"])
+def test_a_claim_whose_job_check_the_store_refuses_gives_the_attempt_back(
+    api, container, clock, registry, ledger, monkeypatch, through, refused
+):
+    """The check after the claim cannot be made: the job read, or the hold of a paused job's
+    occurrence, is refused by the store. The attempt is given back (PENDING, published again
+    in 5 s, not counted), never left LEASED, whose expiry would count an attempt that never
+    ran and end a one-attempt run DEAD `LeaseExpired` with nothing tried. The run then runs
+    once, as its job and `missedRuns: catch-up` say. (Chaos seed 4 found such a run.)"""
+    from jobsched.domain import lifecycle
+
+    job_type = "ok" if through == "worker" else "report.build"
+    created = api.post(
+        "/v1/jobs",
+        {"name": "n", "type": job_type, "every": 10, "missedRuns": "catch-up", "maxAttempts": 1},
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first = min(
+        container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+    if refused == "hold write":
+        assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+
+        def hold_refused(*args, **kwargs):
+            raise StorageUnavailable("throttled (injected)")
+
+        monkeypatch.setattr(lifecycle, "hold", hold_refused)
+    else:
+        real_get = container.definitions.get
+
+        def job_read_refused(wanted: str):
+            if wanted == job_id and stored(container, first).state is RunState.LEASED:
+                raise StorageUnavailable("throttled (injected)")
+            return real_get(wanted)
+
+        monkeypatch.setattr(container.definitions, "get", job_read_refused)
+    clock.set(first.due_at)
+
+    def try_it() -> list[str]:
+        if through == "worker":
+            attempt(container, registry, "w").process(delivery(stored(container, first)))
+            return []
+        leased = api.post("/v1/leases", {"types": ["report.build"], "max": 5, "workerId": "w1"})
+        assert leased.status == 200, leased.body
+        return [lease["runKey"] for lease in leased.body["leases"] if lease["runKey"] == first.run_key]
+
+    assert try_it() == []
+    given_back = stored(container, first)
+    assert given_back.state is RunState.PENDING, given_back.history[-1]
+    assert given_back.history[-1].reason == "deferred: store unavailable"
+    assert given_back.attempt == 0 and given_back.lease_owner is None and given_back.fence >= 1
+    assert given_back.deferred_until == clock.now() + timedelta(seconds=5)
+    monkeypatch.undo()
+    if refused == "hold write":
+        clock.advance(2)
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    clock.advance(6)
+    handed = try_it()
+    after = stored(container, first)
+    if through == "worker":
+        assert after.state is RunState.SUCCEEDED, after.history[-1]
+        assert ledger.effects == {first.run_key: 1}
+    else:
+        assert handed == [first.run_key] and after.state is RunState.LEASED
+    assert after.attempt == 1
+
+
+def test_an_at_most_once_lease_whose_start_mark_is_refused_is_given_back_not_stranded(
+    api, container, clock, monkeypatch
+):
+    """The lease API marks an at-most-once run started before handing it out; when the store
+    refuses that mark, nothing is handed out and the attempt is given back, so the run is
+    leased again in 5 s instead of dying `AtMostOnce` at its lease's expiry untried."""
+    from jobsched.domain import lifecycle
+
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": "report.build", "every": 10, "delivery": "at-most-once"}
+    )
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    first = min(
+        container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for
+    )
+
+    def mark_refused(*args, **kwargs):
+        raise StorageUnavailable("throttled (injected)")
+
+    monkeypatch.setattr(lifecycle, "effect_started", mark_refused)
+    clock.set(first.due_at)
+    body = {"types": ["report.build"], "max": 1, "workerId": "w1"}
+    leased = api.post("/v1/leases", body)
+    assert leased.status == 200 and leased.body["leases"] == [], leased.body
+    given_back = stored(container, first)
+    assert given_back.state is RunState.PENDING and given_back.effect_started_at is None
+    assert given_back.attempt == 0 and given_back.history[-1].reason == "deferred: store unavailable"
+    monkeypatch.undo()
+    clock.advance(6)
+    leased = api.post("/v1/leases", body)
+    assert [lease["runKey"] for lease in leased.body["leases"]] == [first.run_key], leased.body
+    assert stored(container, first).effect_started_at is not None
 
 
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):

@@ -53,6 +53,7 @@ ARGS: dict[str, dict[str, Any]] = {
     "missed": {"now": T0, "actor": "worker:w"},
     "overlapped": {"now": T0, "actor": "worker:w", "overlapped_by": "j_x@2026-11-02T07:59:00Z"},
     "buffered": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=5)},
+    "give_back": {"now": T0, "actor": "worker:w", "until": T0 + timedelta(seconds=5)},
     "save_result": {"now": T0, "result": 1},
     "lease_expired": {"now": T0 + timedelta(hours=1), "actor": "reconciler"},
     "refused": {"refusal": lifecycle.Refusal("MaxAge", "too old"), "now": T0, "actor": "reconciler"},
@@ -119,6 +120,7 @@ def test_only_the_lease_holders_rows_are_fenced():
         "missed",
         "overlapped",
         "buffered",
+        "give_back",
     }
 
 

@@ -492,6 +492,23 @@ def buffered(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
     )
 
 
+@transition("give_back")
+def give_back(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
+    """Claimed, but the check before its effect (its job, its overlap policy) could not be
+    made: the attempt is given back, not counted (no effect started), and the run published
+    again at `until`, when it is admitted and checked once more. Left LEASED instead, the
+    lease's expiry would count the attempt and could end the run DEAD with nothing tried."""
+    return advance(
+        run,
+        RunState.PENDING,
+        now=now,
+        actor=actor,
+        reason="deferred: store unavailable",
+        deferred_until=until,
+        **_given_back(run),
+    )
+
+
 def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -> Run:
     """SKIPPED (`paused`): the resume's decision; the attempt begun is given back, its
     effect's records released (none of it started)."""

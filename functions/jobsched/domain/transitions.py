@@ -118,6 +118,14 @@ TRANSITIONS: dict[str, Rule] = {
             " job is executing; published again at deferred_until",
         ),
         _rule(
+            "give_back",
+            frozenset({_S.LEASED}),
+            frozenset({_S.PENDING}),
+            Writer.HOLDER,
+            "the check between the claim and the effect could not be made (the store refused a"
+            " read or write): no effect started; published again at deferred_until",
+        ),
+        _rule(
             "save_result",
             _OPEN | {_S.DEAD},
             _NONE,

@@ -56,7 +56,7 @@ from ..domain.overlap import (
     effect_may_run,
     overlap_verdict,
 )
-from ..domain.runs import CLAIMABLE_STATES, Run, RunState
+from ..domain.runs import CLAIMABLE_STATES, PAUSED_HOLD, Run, RunState
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.run_idempotency import RunIdempotency, envelope
@@ -71,6 +71,10 @@ CLOCK_SKEW = timedelta(seconds=2)
 # Of the invocation's time, kept back after the effect for the completion (retried while the
 # store throttles) and for the invocation to return.
 COMPLETION_RESERVE = 3.0
+# An attempt given back before its effect (its check could not be made) is published again
+# this many seconds later; its give-back write is tried again after each of these pauses.
+GIVE_BACK_SECONDS = 5
+GIVE_BACK_RETRIES = (0.2, 1.0)
 
 
 class AttemptOutcome(StrEnum):
@@ -112,6 +116,8 @@ class AttemptResult:
 
 def ended(ending: Ending) -> AttemptResult:
     outcome = _OUTCOME_OF_STATE[ending.state] if ending.state is not None else AttemptOutcome.STALE
+    if outcome is AttemptOutcome.HELD and ending.run is not None and ending.run.blocked_by != PAUSED_HOLD:
+        outcome = AttemptOutcome.DEFERRED  # given back or buffered under its claim, not held
     return AttemptResult(outcome, ending.run, error_class=ending.error_class)
 
 
@@ -299,13 +305,41 @@ class Attempts:
 
     def check_job(self, leased: Run, *, actor: str) -> Ending | None:
         """Read after the claim: None to go on; otherwise the run was cancelled (job cancelled
-        or gone), held (job paused), SKIPPED as missed, or stopped by its overlap policy
-        judged again under the claim (`_overlap_under_claim`), and no effect may start."""
-        job = self._definitions.get(leased.job_id)
-        stopped = self._completer.before_effect(leased, job, actor=actor)
-        if stopped is not None:
-            return stopped
-        return self._overlap_under_claim(leased, actor=actor)
+        or gone), held (job paused), SKIPPED as missed, stopped by its overlap policy judged
+        again under the claim (`_overlap_under_claim`), or given back because the check could
+        not be made (`give_back`), and no effect may start.
+
+        Raises StorageUnavailable only when even the give-back could not be written: the run
+        is then left LEASED under a lease nobody renews, and comes back at its expiry."""
+        try:
+            job = self._definitions.get(leased.job_id)
+            stopped = self._completer.before_effect(leased, job, actor=actor)
+            if stopped is not None:
+                return stopped
+            return self._overlap_under_claim(leased, actor=actor)
+        except StorageUnavailable:
+            return self.give_back(leased, actor=actor)
+
+    def give_back(self, leased: Run, *, actor: str) -> Ending:
+        """The attempt `leased` just began, given back before its effect (not counted) and the
+        run published again in GIVE_BACK_SECONDS: what a check that could not be made (a job
+        read, a hold or skip write, an overlap read refused by the store) leaves. Left LEASED,
+        the lease's expiry would count an attempt that never ran and could end the run DEAD
+        `LeaseExpired` with nothing tried. The write is tried again while the store refuses it
+        (GIVE_BACK_RETRIES); raises StorageUnavailable when every try was refused."""
+        self._metrics.add("AttemptsGivenBack")
+        logger.warning(
+            "attempt given back: the check before its effect could not be made",
+            extra={"run_key": leased.run_key, "fence": leased.fence},
+        )
+        now = self._clock.now()
+        until = now + timedelta(seconds=GIVE_BACK_SECONDS)
+        return self._completer.write(
+            leased,
+            lambda r: lifecycle.give_back(r, now=now, actor=actor, until=until),
+            actor,
+            throttle_delays=GIVE_BACK_RETRIES,
+        )
 
     def _overlap_under_claim(self, leased: Run, *, actor: str) -> Ending | None:
         """The overlap policy judged again once the first attempt is claimed and its job read
@@ -318,14 +352,10 @@ class Attempts:
             return None
         now = self._clock.now()
         until = now + timedelta(seconds=5)
-        try:
-            blocker = self._earlier_open(leased, now)
-        except StorageUnavailable:
-            # Not judged (the store unavailable): the attempt is given back rather than left
-            # LEASED, whose expiry would bring it back as a second attempt, past judging.
-            return self._completer.write(
-                leased, lambda r: lifecycle.buffered(r, now=now, actor=actor, until=until), actor
-            )
+        # A read the store refuses raises StorageUnavailable: `check_job` gives the attempt
+        # back rather than leave it LEASED, whose expiry would bring it back as a second
+        # attempt, past judging.
+        blocker = self._earlier_open(leased, now)
         verdict = overlap_verdict(leased.policies.overlap, blocker, now)
         if verdict is OverlapVerdict.RUN:
             return None
@@ -347,16 +377,22 @@ class Attempts:
         """Before a lease is handed to an external worker: the run to hand out (an at-most-once
         run marked started: the effect may start as soon as it is handed out); or the Ending
         of a run completed with its saved result, or waiting for an earlier attempt's
-        deadline, which is not handed out. Raises RunChanged if the lease was lost."""
+        deadline, which is not handed out; or, when the store refused that write, the Ending
+        of the attempt given back (`give_back`). Raises RunChanged if the lease was lost."""
         now = self._clock.now()
         verdict = effect_verdict(leased, leased.fence, now)
-        if verdict.decision is EffectDecision.REPLAY:
-            return self._completer.succeed(leased, verdict.result, actor=actor)
-        if verdict.decision is EffectDecision.WAIT:
-            assert verdict.until is not None
-            return self._wait_for_record(leased, actor, verdict.until)
-        if leased.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
-            return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now))
+        try:
+            if verdict.decision is EffectDecision.REPLAY:
+                return self._completer.succeed(leased, verdict.result, actor=actor)
+            if verdict.decision is EffectDecision.WAIT:
+                assert verdict.until is not None
+                return self._wait_for_record(leased, actor, verdict.until)
+            if leased.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
+                return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now))
+        except StorageUnavailable:
+            # Nothing was handed out: a mark that may have landed all the same (a timed-out
+            # write) makes the give-back lose to it, and the run dies AtMostOnce at its expiry.
+            return self.give_back(leased, actor=actor)
         return leased
 
     def _wait_for_record(self, leased: Run, actor: str, until: datetime) -> Ending:
