@@ -614,6 +614,69 @@ def test_an_occurrence_the_resume_does_not_pick_is_skipped_even_if_leased_at_the
     assert first not in effects
 
 
+@pytest.mark.parametrize("then", ["cancelled", "completed", "active"])
+def test_runs_held_after_a_resume_are_decided_by_it_whatever_the_job_became(
+    api, container, clock, monkeypatch, then
+):
+    """Every 10 s under `run-once`, paused over 10, 20 and 30 s. Two workers claimed the 10 s
+    and 30 s occurrences in the pause; both read the job paused, and their holds land after
+    the resume, which decided that only 30 s runs. The job is then cancelled, completed, or
+    left active, and the reconciler settles the holds: the 10 s occurrence is SKIPPED as
+    missed in every case (the resume decided first); the 30 s one is cancelled with a
+    cancelled job and runs otherwise — a completed job's runs made ahead run, held or not.
+    (Chaos seed 3 found held runs of a resumed job cancelled as "job ended while paused".)"""
+    from jobsched.domain import lifecycle
+    from jobsched.domain.models import JobState
+    from jobsched.targets import HandlerRegistry
+
+    from tests.helpers import claimed
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        effects.append(invocation.run_key)
+        return {"ok": True}
+
+    worker = make_worker(container, registry)
+    job_id = create(api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="run-once")["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=34))
+    keys = {at: f"{job_id}@{_at(at)}" for at in (10, 20, 30)}
+    for at in (10, 30):
+        run = _run(container, keys[at])
+        lease = claimed(run, at=clock.now(), lease_for=60, owner=f"w{at}")
+        container.runs.commit(run, lambda r, lease=lease: lease)
+    clock.set(T0 + timedelta(seconds=35))
+    assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    assert _run(container, keys[20]).state is RunState.SKIPPED  # decided by the resume itself
+    for at in (10, 30):  # each worker read the job paused: its hold lands now
+        leased = _run(container, keys[at])
+        container.runs.commit(leased, lambda r: lifecycle.hold(r, now=clock.now(), actor="worker:w"))
+    if then == "cancelled":
+        assert api.delete(f"/v1/jobs/{job_id}").status == 200
+    elif then == "completed":
+        job = container.definitions.get(job_id)
+        container.definitions.save(
+            job.model_copy(
+                update={"state": JobState.COMPLETED, "version": job.version + 1, "next_run_at": None}
+            )
+        )
+    clock.advance(30)
+    container.reconciler.reconcile_all()
+    missed = _run(container, keys[10])
+    assert missed.state is RunState.SKIPPED and missed.reason == "paused", missed.history[-1]
+    chosen = _run(container, keys[30])
+    if then == "cancelled":
+        assert chosen.state is RunState.CANCELLED, chosen.history[-1]
+    else:
+        assert chosen.state in (RunState.PENDING, RunState.QUEUED) and chosen.blocked_by is None
+        assert _deliver(worker, chosen).outcome is AttemptOutcome.SUCCEEDED
+        assert effects == [keys[30]]
+
+
 def _claim_dies_in_the_pause(api, container, clock, monkeypatch, worker, **policies) -> str:
     """An every-10-s "tick" job paused over 10, 20 and 30 s: a worker claims the 10 s
     occurrence in the pause and dies at its job read (the run stays LEASED); the job is

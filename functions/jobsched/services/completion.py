@@ -174,15 +174,17 @@ class Completer:
         """The check between a claim and the effect, read after the claim: None to go on; a
         cancelled or missing job cancels the run; a paused job holds it for resume to decide;
         an occurrence the job's resume decided not to run (it fell in the pause, and
-        `missedRuns` does not pick it) is SKIPPED as missed, however late its claim came."""
+        `missedRuns` does not pick it) is SKIPPED as missed, however late its claim came and
+        whatever the job became since (the resume decided first)."""
         now = self._clock.now()
-        if job is None or job.state is JobState.CANCELLED:
-            state = "missing" if job is None else "cancelled"
-            return self.cancel(leased, f"job {state} before the effect", actor=actor)
-        if job.state is JobState.PAUSED:
-            return self.write(leased, lambda r: lifecycle.hold(r, now=now, actor=actor), actor)
+        if job is None:
+            return self.cancel(leased, "job missing before the effect", actor=actor)
         if lifecycle.pause_decides(leased) and job.missed_verdict(leased.scheduled_for) is False:
             return self.write(leased, lambda r: lifecycle.missed(r, now=now, actor=actor), actor)
+        if job.state is JobState.CANCELLED:
+            return self.cancel(leased, "job cancelled before the effect", actor=actor)
+        if job.state is JobState.PAUSED:
+            return self.write(leased, lambda r: lifecycle.hold(r, now=now, actor=actor), actor)
         return None
 
     # --- what follows a transition, whoever wrote it ---

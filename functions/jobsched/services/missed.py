@@ -117,16 +117,21 @@ class MissedRuns:
 
     def settle_held(self, run: Run) -> Run | None:
         """A held run the resume did not decide (its hold landed after the resume read the
-        runs, or the resume stopped part-way): None while the job is still paused; cancelled
-        with its job; otherwise decided as its job's resume decided its occurrence
-        (`missed_windows`). One that fell in no recorded pause is decided alone, where only
-        catch-up can say yes."""
+        runs, or the resume stopped part-way): None while the job is still paused; otherwise
+        decided as its job's resume decided its occurrence (`missed_windows`), whatever the
+        job became since: an occurrence that resume did not pick is SKIPPED as missed even
+        if the job was cancelled after it (the resume decided first). One it picked, or that
+        fell in no recorded pause, is cancelled with a cancelled or missing job; a COMPLETED
+        job's runs made ahead still run, as they do unheld. One that fell in no recorded
+        pause is decided alone, where only catch-up can say yes."""
         job = self._definitions.get(run.job_id)
         if job is not None and job.state is JobState.PAUSED:
             return None
-        if job is None or job.state in (JobState.CANCELLED, JobState.COMPLETED):
-            return self._completer.cancel(run, "job ended while paused", actor=ACTOR).run
+        if job is None:
+            return self._completer.cancel(run, "job gone while paused", actor=ACTOR).run
         verdict = job.missed_verdict(run.scheduled_for) if lifecycle.pause_decides(run) else True
+        if verdict is not False and job.state is JobState.CANCELLED:
+            return self._completer.cancel(run, "job cancelled while paused", actor=ACTOR).run
         if verdict is None:
             policies = job.spec.policies
             edge = (job.missed_until or self._clock.now()) - timedelta(
