@@ -55,7 +55,7 @@ def format_api_error(error: ApiError) -> str:
     """The error's status, code and message, then each field's rule once: the API's message
     for a 400 joins the rules (`cron: bad; timeZone: unknown`), so with rules to list the
     message is not repeated, and a single rule stays on the first line."""
-    items = [f"{item.get('field', '?')}: {item.get('rule', '')}" for item in error.errors]
+    items = [f"{item.field}: {item.rule}" for item in error.errors]
     if len(items) == 1:
         lines = [f"error: {error.status} {error.code}: {items[0]}"]
     elif items:

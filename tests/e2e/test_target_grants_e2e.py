@@ -56,7 +56,7 @@ def test_a_tenant_reaches_its_granted_queue_and_not_another_tenants(
     with pytest.raises(ApiError) as refused:
         one_run(client_b, spec)
     assert refused.value.status == 403 and refused.value.code == "target_not_granted"
-    assert refused.value.errors[0]["field"] == "target.queueUrl"
+    assert refused.value.errors[0].field == "target.queueUrl"
 
     job = one_run(client_a, spec)
     (message,) = receive(sqs, url, target)
@@ -109,7 +109,7 @@ def test_no_kind_of_another_tenants_target_is_accepted(target: Target, client_a:
     for field, spec in foreign_targets(target).items():
         with pytest.raises(ApiError) as refused:
             one_run(client_a, spec)
-        assert refused.value.status == 403 and refused.value.errors[0]["field"] == field, field
+        assert refused.value.status == 403 and refused.value.errors[0].field == field, field
 
 
 def test_a_granted_machine_and_bus_get_the_run(target: Target, client_a: ApiClient) -> None:

@@ -79,7 +79,7 @@ def test_create_requires_name_and_type_before_the_function_is_called(synth):
     props = declared_routes(synth)[("POST", "/v1/jobs")]
     model = synth.props(props["RequestModels"]["application/json"]["Ref"])
     assert model["Schema"]["required"] == ["name", "type"]
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     required = {f.alias for f in JobBody.model_fields.values() if f.is_required()}
     assert required == {"name", "type"}  # the gateway asks no more than the function does

@@ -30,7 +30,7 @@ def test_create_schedule_calls_the_api_signed_with_its_role(synth):
 
 
 def test_the_body_is_a_job_the_api_accepts(synth):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     examples = synth.stack.examples
     (task,) = [

@@ -340,7 +340,7 @@ def test_idempotency_keys_are_per_tenant(api, other_api):
 def test_concurrent_creates_with_one_key_make_one_job(api, container):
     # Concurrent Lambda containers: each thread is its own caller of the service (the
     # resolver itself holds per-invocation state, as it does in a single-threaded Lambda).
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     from tests.helpers import SerializedClient
 

@@ -118,7 +118,7 @@ def test_openapi_json_is_the_document_docs_shows(api):
 
 
 def test_a_response_that_breaks_its_schema_is_a_500_not_a_400(api, monkeypatch):
-    from jobsched.handlers.api import views
+    from jobsched.api_models import views
 
     job_id = api.post("/v1/jobs", {"name": "n", "type": "ext", "every": 60}).body["jobId"]
 
@@ -182,8 +182,8 @@ def test_rules_checked_across_fields_name_the_field(api, body, field, rule):
 
 def test_a_field_rule_names_its_field_even_when_the_rule_text_has_a_colon():
     """A rule reading `x: y` is no longer mistaken for a field named x."""
+    from jobsched.api_models.problems import validation_failed
     from jobsched.domain.models import rule_on
-    from jobsched.handlers.api.problems import validation_failed
     from pydantic import BaseModel, ValidationError, model_validator
 
     class Shape(BaseModel):

@@ -185,7 +185,7 @@ def test_a_tenant_growing_one_run_with_long_errors_stays_under_the_item_limit(ap
 
 
 def test_one_failing_repair_does_not_stop_another_tenants_in_the_same_shard(container, clock, monkeypatch):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     def job(tenant):
         spec = JobBody.model_validate({"name": "n", "type": "ext", "runAt": NOW}).to_spec()

@@ -307,7 +307,7 @@ def test_overlap_skip_holds_behind_a_running_run_however_many_were_skipped(
 ):
     """Once the previous occurrence is SKIPPED, the next one must still see the older run that
     is executing."""
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 10, "overlap": "skip"}).to_spec()
     job = container.jobs.create("tenant-a", spec).job
@@ -333,9 +333,9 @@ def test_an_earlier_run_that_timed_out_holds_the_next_while_its_effect_may_run(
     """A run that ended on a timeout (its effect may still be executing until its record's
     deadline) is not finished for the overlap policy: the next occurrence is skipped, or
     buffered, until that deadline has passed."""
+    from jobsched.api_models.requests import JobBody
     from jobsched.domain import lifecycle
     from jobsched.domain.effects import RECORD_GRACE
-    from jobsched.handlers.api.requests import JobBody
 
     from tests.helpers import claimed
 

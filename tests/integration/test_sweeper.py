@@ -13,7 +13,7 @@ from tests.helpers import T0, SerializedClient
 
 
 def new_job(container, **body):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     base = {"name": "j", "type": "report"}
     spec = JobBody.model_validate({**base, **body}).to_spec()

@@ -77,7 +77,7 @@ def worker(container, registry):
 
 def one_run(container, clock, job_type="ok", **body):
     """A one-time job due now; creation materialises its single run."""
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     fields = {"name": "n", "type": job_type, "runAt": "2026-11-02T08:00:00Z", **body}
     spec = JobBody.model_validate({k: v for k, v in fields.items() if v is not None})
@@ -394,7 +394,7 @@ def test_pause_of_a_cancelled_job_cancels_its_queued_run(container, clock, worke
 
 
 def test_pause_through_the_api_stops_queued_runs(container, clock, worker, ledger):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 30}).to_spec()
     job = container.jobs.create("tenant-a", spec).job
@@ -420,7 +420,7 @@ def test_early_delivery_is_handed_back_to_the_outbox_not_resent(container, clock
 
 
 def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, worker, ledger):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "skip"}).to_spec()
     job = container.jobs.create("tenant-a", spec).job
@@ -437,7 +437,7 @@ def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, wor
 
 
 def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(container, clock, worker, ledger):
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
     job = container.jobs.create("tenant-a", spec).job

@@ -141,7 +141,7 @@ def in_flight(container, queue="default") -> int:
 
 def buffered_run(container, clock):
     """A buffer-one job's second run, waiting behind its first, which a live worker holds."""
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     spec = JobBody.model_validate({"name": "n", "type": "ok", "every": 60, "overlap": "buffer-one"}).to_spec()
     job = container.jobs.create("tenant-a", spec).job

@@ -303,7 +303,7 @@ def test_the_documented_example_event_is_valid_against_the_model():
     import re
     from pathlib import Path
 
-    from jobsched.handlers.api.requests import JobBody
+    from jobsched.api_models.requests import JobBody
 
     page = (Path(__file__).resolve().parents[2] / "docs/concepts/events.md").read_text()
     blocks = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, re.S)]

@@ -24,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.models import OpenAPI, Server
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from ...api_models.problems import problems_of
 from ...domain.errors import FieldProblem, JobschedError, StorageUnavailable, Unauthenticated
 from ...observability import logger, tracer
 from ...wiring import container
@@ -31,7 +32,6 @@ from . import jobs, leases, runs
 from .common import json_response
 from .identity import tenant_of
 from .json_body import decode_json
-from .problems import problems_of
 
 
 class Resolver(APIGatewayRestResolver):

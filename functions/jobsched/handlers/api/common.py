@@ -12,8 +12,8 @@ from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from ...api_models.views import ErrorBody
 from ...domain.errors import PreconditionRequired, ValidationFailed
-from .views import ErrorBody
 
 JOB_ID = Path(pattern=r"^j_[0-9a-z]{1,64}$", description="job id")
 RUN_KEY = Path(min_length=1, max_length=256, description="run key, `<jobId>@<RFC 3339 instant>`")

@@ -9,6 +9,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
 
+from ...api_models.requests import JobBody, merge_patch
+from ...api_models.views import CreatedJobView, JobList, JobView, SigningSecretView
 from ...domain.models import Job, JobSpec, JobState
 from ...targets.secrets import authorise_references
 from ...wiring import container
@@ -27,8 +29,6 @@ from .common import (
     required_if_match,
 )
 from .identity import tenant_of
-from .requests import JobBody, merge_patch
-from .views import CreatedJobView, JobList, JobView, SigningSecretView
 
 router = Router()
 

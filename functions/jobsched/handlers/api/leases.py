@@ -9,11 +9,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from ...api_models.requests import ClaimBody, CompleteBody, HeartbeatBody
+from ...api_models.views import HeartbeatView, LeaseList, LeaseView, RunView
 from ...wiring import container
 from .common import CHANGE_ERRORS, RUN_KEY, documented, json_response, run_key_of
 from .identity import tenant_of
-from .requests import ClaimBody, CompleteBody, HeartbeatBody
-from .views import HeartbeatView, LeaseList, LeaseView, RunView
 
 router = Router()
 

@@ -13,6 +13,17 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
+from ...api_models.requests import BackfillBody, BulkDeadLettersBody, RedriveBody
+from ...api_models.views import (
+    BackfillView,
+    BulkDeadLettersView,
+    JobSummaryView,
+    RunDetailView,
+    RunList,
+    RunSummaryList,
+    RunSummaryView,
+    RunView,
+)
 from ...domain.errors import ValidationFailed
 from ...domain.instants import parse_client_instant
 from ...domain.run_listing import RunFilter
@@ -31,17 +42,6 @@ from .common import (
     run_key_of,
 )
 from .identity import tenant_of
-from .requests import BackfillBody, BulkDeadLettersBody, RedriveBody
-from .views import (
-    BackfillView,
-    BulkDeadLettersView,
-    JobSummaryView,
-    RunDetailView,
-    RunList,
-    RunSummaryList,
-    RunSummaryView,
-    RunView,
-)
 
 router = Router()
 

@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
 
-from ...domain.errors import FieldProblem, ValidationFailed
-from ...domain.instants import ClientInstant
-from ...domain.models import (
+from ..domain.errors import FieldProblem, ValidationFailed
+from ..domain.instants import ClientInstant
+from ..domain.models import (
     JOB_TYPE_PATTERN,
     WRITE,
     DeliveryGuarantee,

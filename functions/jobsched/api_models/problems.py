@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from ...domain.errors import FieldProblem, ValidationFailed
-from ...domain.models import RULE_ON_FIELD
+from ..domain.errors import FieldProblem, ValidationFailed
+from ..domain.models import RULE_ON_FIELD
 
 # Domain paths that the API spells differently (after the camelCase alias).
 _RENAMES = {

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
 
-from ...domain.instants import Instant
-from ...domain.models import (
+from ..domain.instants import Instant
+from ..domain.models import (
     DeliveryGuarantee,
     DstPolicy,
     HttpTarget,
@@ -27,19 +27,38 @@ from ...domain.models import (
     Target,
     credential_reason,
 )
-from ...domain.run_listing import RunSummary
-from ...domain.run_status import current_error
-from ...domain.runs import Run, RunState, Transition, Trigger
-from ...domain.signing import SigningSecrets
-from ...domain.tracing import console_url
-from ...services.runs import BulkOutcome
+from ..domain.run_status import current_error
+from ..domain.runs import Run, RunState, Transition, Trigger
+from ..domain.tracing import console_url
 from .base import ApiModel
+
+if TYPE_CHECKING:  # only the server builds views from these: the client never imports them
+    from ..domain.run_listing import RunSummary
+    from ..domain.signing import SigningSecrets
+    from ..services.runs import BulkOutcome
+
+
+# Validation context under which a view ignores members it does not know: a client parsing
+# the answer of a newer server (which may add fields) instead of refusing it.
+TOLERATE_UNKNOWN = "tolerate_unknown"
 
 
 class View(ApiModel):
+    """An answer's shape. The server builds views (unknown members refused); a client
+    validates them with `context={TOLERATE_UNKNOWN: True}`, and members this version does
+    not know are dropped, so an older client reads a newer server's answers."""
+
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", revalidate_instances="always"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown_for_clients(cls, data: Any, info: ValidationInfo) -> Any:
+        if not (isinstance(data, dict) and info.context and info.context.get(TOLERATE_UNKNOWN)):
+            return data
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        return {key: value for key, value in data.items() if key in known}
 
 
 # --- jobs ---
