@@ -1,9 +1,9 @@
 """An external worker: runs jobs of its types outside Lambda through the lease API.
 
+    from jobsched.client import Client
     from jobsched.worker import LeaseWorker, Permanent
-    from jobsched_cli.client import ApiClient
 
-    worker = LeaseWorker(ApiClient(url, api_key=key), "billing-1", concurrency=4)
+    worker = LeaseWorker(Client(url, api_key=key), "billing-1", concurrency=4)
 
     @worker.handler("invoice.send")
     def send(lease):
@@ -27,8 +27,8 @@ What the worker does, so a handler does not have to:
 
 The fence (`lease.fence`) grows with every claim of the run: a write of the user's own that
 carries it and refuses a smaller one can never be made by an attempt that lost its lease to
-a later one. Every call to the API goes through `client` (jobsched_cli.client.ApiClient or
-anything with its `claim`, `heartbeat` and `complete`)."""
+a later one. Every call to the API goes through `client`: a `jobsched.client.Client` (or
+anything with its `claim`, `heartbeat` and `complete`: `LeaseClient`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from .api_models.views import HeartbeatView, LeaseView, RunView
 
 logger = logging.getLogger("jobsched.worker")
 
@@ -49,21 +51,38 @@ MAX_ERROR_MESSAGE = 4000  # the lease API's limit on a reported error's message
 
 
 class LeaseClient(Protocol):
+    """The lease calls the worker makes: `jobsched.client.Client`'s.
+
+    The worker sends its heartbeats and completions `idempotent=True`: the client then sends
+    them again after no answer, 502, 503 or 504 (a 429 is sent again for every request), as
+    it does a GET, although they are POSTs. Both are safe to repeat because both carry the
+    claim's fence. A heartbeat repeated renews the same lease from now, or is refused (409
+    `stale_fence`, 404) once the lease is gone, which is what the first one would have
+    said. A completion that already landed is refused as `stale_fence` when repeated, never
+    applied twice; and repeating one that did not land (a 503 before the store applied it)
+    is what saves the attempt: without it the lease runs out, and the run is tried again
+    (a repeated effect) or, for an `at-most-once` job, dies `AtMostOnce` although its
+    handler succeeded. The retries' waits cannot outlast the lease unnoticed: the lease is
+    lost by the worker's own clock however long a heartbeat takes (`LeaseWorker._heartbeat`)."""
+
     def claim(
         self, types: list[str], worker_id: str, *, max_runs: int = 1, lease_seconds: int = 60
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[LeaseView]: ...
 
-    def heartbeat(self, run_key: str, fence: int, *, lease_seconds: int = 60) -> dict[str, Any]: ...
+    def heartbeat(
+        self, run_key: str, fence: int, *, lease_seconds: int = 60, idempotent: bool = False
+    ) -> HeartbeatView: ...
 
     def complete(
         self,
         run_key: str,
         fence: int,
-        outcome: str,
+        outcome: Literal["succeeded", "failed"],
         *,
         result: Any = None,
-        error: dict[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
+        error: Any = None,
+        idempotent: bool = False,
+    ) -> RunView: ...
 
 
 class LeaseLost(Exception):
@@ -99,15 +118,16 @@ class Lease:
             raise LeaseLost(f"the lease of {self.run_key} (fence {self.fence}) is gone")
 
     @classmethod
-    def of(cls, answer: dict[str, Any], claimed_at: float = 0.0) -> Lease:
+    def of(cls, answer: LeaseView, claimed_at: float = 0.0) -> Lease:
+        """The lease the API answered; `scheduled_for` as the API spells it (RFC 3339)."""
         return cls(
-            run_key=str(answer["runKey"]),
-            job_id=str(answer["jobId"]),
-            type=str(answer["type"]),
-            scheduled_for=str(answer["scheduledFor"]),
-            attempt=int(answer["attempt"]),
-            fence=int(answer["fence"]),
-            payload=answer.get("payload"),
+            run_key=answer.run_key,
+            job_id=answer.job_id,
+            type=answer.type,
+            scheduled_for=answer.model_dump(mode="json", by_alias=True)["scheduledFor"],
+            attempt=answer.attempt,
+            fence=answer.fence,
+            payload=answer.payload,
             claimed_at=claimed_at,
         )
 
@@ -116,7 +136,7 @@ Handler = Callable[[Lease], Any]
 
 
 class LeaseWorker:
-    """`client`: the API (ApiClient). `worker_id`: this process's name in the runs' history.
+    """`client`: the API (a `jobsched.client.Client`). `worker_id`: this process's name in the runs' history.
     `concurrency`: runs under way at once. `lease_seconds`: each lease's length (10-900),
     renewed every third of it. `poll_seconds`: the wait after a claim that found nothing."""
 
@@ -215,7 +235,7 @@ class LeaseWorker:
         done = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(lease, done), daemon=True)
         beat.start()
-        outcome: str
+        outcome: Literal["succeeded", "failed", "lost"]
         result: Any = None
         error: dict[str, Any] | None = None
         try:
@@ -241,14 +261,18 @@ class LeaseWorker:
         finally:
             done.set()
             beat.join()
-        if lease.lost.is_set():
+        if lease.lost.is_set() or outcome == "lost":
             logger.warning("lease lost: the outcome is not reported", extra={"run_key": lease.run_key})
             return
         try:
-            self.client.complete(lease.run_key, lease.fence, outcome, result=result, error=error)
+            # Sent again after a lost answer or a 5xx (see LeaseClient: the fence makes it safe).
+            self.client.complete(
+                lease.run_key, lease.fence, outcome, result=result, error=error, idempotent=True
+            )
         except Exception:
-            # Refused (a stale fence: the run moved on) or unreachable: the lease then expires
-            # and the run's retry policy decides, as for a worker that died.
+            # Refused (a stale fence: the run moved on, or a repeat of a completion that
+            # landed) or unreachable: the lease then expires and the run's retry policy
+            # decides, as for a worker that died.
             logger.exception("completing the run failed", extra={"run_key": lease.run_key})
             return
         with self._lock:
@@ -257,19 +281,46 @@ class LeaseWorker:
     def _heartbeat(self, lease: Lease, done: threading.Event) -> None:
         """Renew the lease every third of its length until `done`. A refusal (404: the run is
         gone; 409: the fence is stale or the lease expired) marks it lost. A renewal that
-        could not be sent is tried again at the next beat; once the lease has run out by this
-        process's own clock (counted from before the last renewal was sent), it is lost too:
-        another worker may hold the run by then."""
+        could not be sent (the client's own retries spent) is tried again at the next beat;
+        once the lease has run out by this process's own clock (counted from before the last
+        renewal was sent), it is lost too, even while a renewal is still under way: another
+        worker may hold the run by then."""
         expires = lease.claimed_at + self.lease_seconds
         while not done.wait(self.lease_seconds / 3):
             sent = time.monotonic()
-            try:
-                self.client.heartbeat(lease.run_key, lease.fence, lease_seconds=self.lease_seconds)
+            renewal = _Renewal(self.client, lease, self.lease_seconds)
+            if not renewal.finished.wait(max(0.0, expires - sent)):
+                lease.lost.set()  # still waiting for an answer when the lease ran out
+                logger.warning("lease lost: it ran out while renewing", extra={"run_key": lease.run_key})
+                return
+            if renewal.error is None:
                 expires = sent + self.lease_seconds
-            except Exception as exc:
-                status = getattr(exc, "status", None)
-                if status in (404, 409) or time.monotonic() >= expires:
-                    lease.lost.set()
-                    logger.warning("lease lost", extra={"run_key": lease.run_key, "status": status})
-                    return
-                logger.warning("heartbeat not sent; trying again", extra={"run_key": lease.run_key})
+                continue
+            status = getattr(renewal.error, "status", None)
+            if status in (404, 409) or time.monotonic() >= expires:
+                lease.lost.set()
+                logger.warning("lease lost", extra={"run_key": lease.run_key, "status": status})
+                return
+            logger.warning("heartbeat not sent; trying again", extra={"run_key": lease.run_key})
+
+
+class _Renewal:
+    """One heartbeat, sent on a thread of its own so that the lease's clock keeps running
+    while the client waits for an answer (or retries): `finished` is set once it has one,
+    with `error` None for a renewal accepted, else what was raised."""
+
+    def __init__(self, client: LeaseClient, lease: Lease, lease_seconds: int) -> None:
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+        self._call = (client, lease.run_key, lease.fence, lease_seconds)
+        threading.Thread(target=self._send, name="jobsched-heartbeat", daemon=True).start()
+
+    def _send(self) -> None:
+        client, run_key, fence, lease_seconds = self._call
+        try:
+            # Sent again after a lost answer or a 5xx (see LeaseClient: the fence makes it safe).
+            client.heartbeat(run_key, fence, lease_seconds=lease_seconds, idempotent=True)
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.finished.set()

@@ -1,13 +1,11 @@
-"""The API as plain JSON (dicts), for callers that want the answers as the server wrote them:
-the end-to-end suite, the external worker SDK (`jobsched.worker`) and the run console's
-proxy. The exchange itself (authentication, SigV4, retries, errors) is `jobsched.client`'s
-Connection; the CLI's commands use the typed `jobsched.client.Client` on it."""
+"""The API as plain JSON (dicts), for the end-to-end and browser suites, which check answers as
+the server wrote them. The exchange itself (authentication, SigV4, retries, errors) is
+`jobsched.client`'s Connection. The CLI's commands and the worker SDK (`jobsched.worker`)
+use the typed `jobsched.client.Client` instead."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from jobsched.client.errors import ApiError, ApiUnreachable, SigningUnavailable
@@ -26,20 +24,6 @@ __all__ = [
 class ApiClient(Connection):
     """Every operation of the API, answers as parsed JSON. Raises what Connection.request
     raises (ApiError and its subclasses, ApiUnreachable, SigningUnavailable)."""
-
-    def build_request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        headers: Mapping[str, str] | None = None,
-        query: Mapping[str, Any] | None = None,
-    ) -> urllib.request.Request:
-        """The request as it would be sent (signed when SigV4 is on), as a urllib Request."""
-        prepared = self.prepare(method, path, body, headers, query)
-        return urllib.request.Request(
-            prepared.url, data=prepared.data, headers=prepared.headers, method=prepared.method
-        )
 
     def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request(method, path, body, **kw).body
@@ -79,9 +63,6 @@ class ApiClient(Connection):
         query = {"state": state, "limit": limit, "cursor": cursor}
         return self._listing("/v1/jobs", query, all_pages)
 
-    def iter_jobs(self, *, state: str | None = None, page_size: int = 100) -> Iterator[dict[str, Any]]:
-        return self._pages("/v1/jobs", {"state": state, "limit": page_size})
-
     def get_job(self, job_id: str) -> dict[str, Any]:
         job: dict[str, Any] = self._call("GET", f"/v1/jobs/{quote_segment(job_id)}")
         return job
@@ -112,19 +93,9 @@ class ApiClient(Connection):
         run: dict[str, Any] = self._call("POST", f"/v1/jobs/{quote_segment(job_id)}/trigger")
         return run
 
-    def backfill(self, job_id: str, start: str, end: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call(
-            "POST", f"/v1/jobs/{quote_segment(job_id)}/backfill", {"start": start, "end": end}
-        )
-        return result
-
     def job_summary(self, job_id: str) -> dict[str, Any]:
         summary: dict[str, Any] = self._call("GET", f"/v1/jobs/{quote_segment(job_id)}/summary")
         return summary
-
-    def rotate_signing_secret(self, job_id: str) -> dict[str, Any]:
-        rotated: dict[str, Any] = self._call("POST", f"/v1/jobs/{quote_segment(job_id)}/signing-secret")
-        return rotated
 
     # --- runs ---
 
@@ -141,18 +112,6 @@ class ApiClient(Connection):
         `upcoming`; `all`)."""
         path = f"/v1/jobs/{quote_segment(job_id)}/runs"
         return self._listing(path, {"limit": limit, "cursor": cursor, "view": view}, all_pages)
-
-    def list_runs_across_jobs(
-        self,
-        filters: dict[str, Any],
-        *,
-        limit: int | None = None,
-        cursor: str | None = None,
-        all_pages: bool = False,
-    ) -> dict[str, Any]:
-        """The tenant's runs across its jobs (`GET /v1/runs`), `filters` as its query names
-        them (`state`, `jobId`, `type`, `trigger`, `errorClass`, `timeField`, `since`, `until`)."""
-        return self._listing("/v1/runs", {**filters, "limit": limit, "cursor": cursor}, all_pages)
 
     def get_run(self, run_key: str) -> dict[str, Any]:
         """The run with its attempts and transitions."""
@@ -172,46 +131,8 @@ class ApiClient(Connection):
         run: dict[str, Any] = self._call("POST", f"/v1/runs/{quote_segment(run_key)}/redrive", body)
         return run
 
-    def bulk_dead_letters(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        """`POST /v1/dead-letters/<action>` (`redrive` or `cancel`) with `body` as the API
-        names its fields; the request's outcome."""
-        outcome: dict[str, Any] = self._call("POST", f"/v1/dead-letters/{action}", body)
-        return outcome
-
     def cancel_run(self, run_key: str) -> dict[str, Any]:
         run: dict[str, Any] = self._call("POST", f"/v1/runs/{quote_segment(run_key)}/cancel")
-        return run
-
-    # --- leases (external workers) ---
-
-    def claim(
-        self, types: list[str], worker_id: str, *, max_runs: int = 1, lease_seconds: int = 60
-    ) -> list[dict[str, Any]]:
-        body = {"types": types, "workerId": worker_id, "max": max_runs, "leaseSeconds": lease_seconds}
-        leases: list[dict[str, Any]] = self._call("POST", "/v1/leases", body)["leases"]
-        return leases
-
-    def heartbeat(self, run_key: str, fence: int, *, lease_seconds: int = 60) -> dict[str, Any]:
-        body = {"fence": fence, "leaseSeconds": lease_seconds}
-        result: dict[str, Any] = self._call("POST", f"/v1/leases/{quote_segment(run_key)}/heartbeat", body)
-        return result
-
-    def complete(
-        self,
-        run_key: str,
-        fence: int,
-        outcome: str,
-        *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """`outcome` is "succeeded" or "failed"; `error` is {"class", "message", "retryable"}."""
-        body: dict[str, Any] = {"fence": fence, "outcome": outcome}
-        if result is not None:
-            body["result"] = result
-        if error is not None:
-            body["error"] = error
-        run: dict[str, Any] = self._call("POST", f"/v1/leases/{quote_segment(run_key)}/complete", body)
         return run
 
     def local_events(self, after: int, *, limit: int = 100) -> dict[str, Any]:
@@ -219,12 +140,3 @@ class ApiClient(Connection):
         `after` ({"items": [CloudEvent, ...], "cursor": N}). A deployed stack answers 404."""
         page: dict[str, Any] = self._call("GET", "/local/events", query={"after": after, "limit": limit})
         return page
-
-    def openapi(self) -> dict[str, Any]:
-        document: dict[str, Any] = self._call("GET", "/openapi.json")
-        return document
-
-    def docs_page(self) -> str:
-        """The Swagger UI page: one self-contained HTML file (scripts and document inline)."""
-        page = self._call("GET", "/docs", headers={"accept": "text/html"})
-        return page if isinstance(page, str) else json.dumps(page)

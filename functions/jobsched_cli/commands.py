@@ -1,4 +1,5 @@
-"""The commands: each takes the parsed arguments, calls the API and prints the answer."""
+"""The commands: each takes the parsed arguments, calls the API through `jobsched.client.Client`
+and prints the answer (the server's own models, printed in the API's spelling)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,22 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from jobsched.client import (
+    ApiError,
+    BulkDeadLettersBody,
+    BulkDeadLettersView,
+    Client,
+    JobList,
+    RunList,
+    RunSummaryList,
+)
+from jobsched.client.api import RunsView
+from jobsched.client.http import is_loopback
 from jobsched_local.config import DEV_KEY
+from pydantic import BaseModel
 
-from .client import ApiClient, ApiError, is_loopback
 from .follow import RunFollower
 from .rendering import (
     attempts_table,
@@ -27,6 +39,7 @@ from .rendering import (
     run_summaries_table,
     runs_table,
     tail_line,
+    wire,
     with_more,
 )
 from .values import (
@@ -41,6 +54,7 @@ from .values import (
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 TAIL_FOLLOW_SECONDS = 300.0  # without --lookback, tail follows runs scheduled up to this long ago
+Page = TypeVar("Page", JobList, RunList, RunSummaryList)
 
 
 class Context:
@@ -51,11 +65,12 @@ class Context:
         key = args.api_key or os.environ.get("JOBSCHED_KEY") or None
         if key is None and not args.sigv4 and is_loopback(endpoint):
             key = DEV_KEY  # local mode's default key; never sent anywhere else
-        self.client = ApiClient(endpoint, api_key=key, sigv4=bool(args.sigv4), region=args.region)
+        self.client = Client(endpoint, api_key=key, sigv4=bool(args.sigv4), region=args.region)
 
-    def emit(self, data: Any, human: Callable[[], str]) -> int:
+    def emit(self, data: BaseModel | dict[str, Any], human: Callable[[], str]) -> int:
+        """`--json`: the answer as the API sent it; else what `human` makes of it."""
         if self.json:
-            print(json.dumps(data, indent=2))
+            print(json.dumps(wire(data) if isinstance(data, BaseModel) else data, indent=2))
         else:
             text = human()
             if text:
@@ -92,9 +107,26 @@ def cmd_jobs_create(ctx: Context, args: argparse.Namespace) -> int:
     return ctx.emit(job, lambda: format_fields(job_fields(job)))
 
 
+def listing(fetch: Callable[[str | None], Page], cursor: str | None, all_pages: bool) -> Page:
+    """The page at `cursor`; with `all_pages`, that page and every one after it as one page
+    (each fetched with the same limit: the API's default unless --limit)."""
+    page = fetch(cursor)
+    if not all_pages:
+        return page
+    items = list(page.items)
+    while page.next_cursor:
+        page = fetch(page.next_cursor)
+        items += page.items
+    return page.model_copy(update={"items": items, "next_cursor": None})
+
+
 def cmd_jobs_list(ctx: Context, args: argparse.Namespace) -> int:
-    page = ctx.client.list_jobs(state=args.state, limit=args.limit, cursor=args.cursor, all_pages=args.all)
-    return ctx.emit(page, lambda: with_more(jobs_table(page.get("items") or []), page))
+    page = listing(
+        lambda cursor: ctx.client.list_jobs(state=args.state, limit=args.limit, cursor=cursor),
+        args.cursor,
+        args.all,
+    )
+    return ctx.emit(page, lambda: with_more(jobs_table(page.items), page))
 
 
 def cmd_jobs_get(ctx: Context, args: argparse.Namespace) -> int:
@@ -108,31 +140,35 @@ def cmd_jobs_update(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError("nothing to change: give --set key=value (or --name, --cron, ...)")
     version = args.if_match
     if version is None:
-        version = str(ctx.client.get_job(args.job_id)["version"])
+        version = ctx.client.get_job(args.job_id).version
         print(f"note: no --if-match given; using the current version {version}", file=sys.stderr)
-    job = ctx.client.update_job(args.job_id, patch, version)
+    job = ctx.client.update_job(args.job_id, patch, version=version)
     return ctx.emit(job, lambda: format_fields(job_fields(job)))
 
 
 def _job_action(name: str) -> Callable[[Context, argparse.Namespace], int]:
     def run(ctx: Context, args: argparse.Namespace) -> int:
-        actions = {"pause": ctx.client.pause, "resume": ctx.client.resume, "cancel": ctx.client.cancel_job}
-        job = actions[name](args.job_id, if_match=args.if_match)
-        return ctx.emit(job, lambda: f"{job.get('jobId')}  {job.get('state')}  version {job.get('version')}")
+        actions = {
+            "pause": ctx.client.pause_job,
+            "resume": ctx.client.resume_job,
+            "cancel": ctx.client.cancel_job,
+        }
+        job = actions[name](args.job_id, version=args.if_match)
+        return ctx.emit(job, lambda: f"{job.job_id}  {job.state}  version {job.version}")
 
     return run
 
 
 def cmd_jobs_trigger(ctx: Context, args: argparse.Namespace) -> int:
-    run = ctx.client.trigger(args.job_id)
-    return ctx.emit(run, lambda: f"triggered {run.get('runKey')}  {run.get('state')}")
+    run = ctx.client.trigger_job(args.job_id)
+    return ctx.emit(run, lambda: f"triggered {run.run_key}  {run.state}")
 
 
 def cmd_jobs_backfill(ctx: Context, args: argparse.Namespace) -> int:
-    result = ctx.client.backfill(args.job_id, parse_instant(args.start), parse_instant(args.end))
+    result = ctx.client.backfill_job(args.job_id, parse_instant(args.start), parse_instant(args.end))
 
     def human() -> str:
-        created, existing = result.get("created") or [], result.get("existing") or []
+        created, existing = result.created, result.existing
         lines = [f"created {len(created)} run(s); {len(existing)} already existed"]
         lines += [f"  {key}" for key in created]
         return "\n".join(lines)
@@ -144,11 +180,11 @@ def cmd_jobs_summary(ctx: Context, args: argparse.Namespace) -> int:
     summary = ctx.client.job_summary(args.job_id)
 
     def human() -> str:
-        counters = summary.get("counters") or {}
-        fields = [("jobId", summary.get("jobId")), *counters.items()]
-        for index, instant in enumerate(summary.get("nextFireTimes") or []):
+        shown = wire(summary)
+        fields = [("jobId", shown["jobId"]), *shown["counters"].items()]
+        for index, instant in enumerate(shown["nextFireTimes"]):
             fields.append(("nextFireTimes" if index == 0 else "", instant))
-        return format_fields(fields) + "\n\nlast runs:\n" + runs_table(summary.get("lastRuns") or [])
+        return format_fields(fields) + "\n\nlast runs:\n" + runs_table(summary.last_runs)
 
     return ctx.emit(summary, human)
 
@@ -164,23 +200,41 @@ def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:
         "until": parse_instant(args.until) if args.until else None,
     }
     if args.job_id is not None and not any(filters.values()):
-        page = ctx.client.list_runs(
-            args.job_id, limit=args.limit, cursor=args.cursor, all_pages=args.all, view=args.view or "history"
+        view: RunsView = args.view or "history"
+        runs = listing(
+            lambda cursor: ctx.client.list_runs(args.job_id, view=view, limit=args.limit, cursor=cursor),
+            args.cursor,
+            args.all,
         )
-        return ctx.emit(page, lambda: with_more(runs_table(page.get("items") or []), page))
+        return ctx.emit(runs, lambda: with_more(runs_table(runs.items), runs))
     if args.view is not None:
         raise UsageError("--view lists one JOB's runs: it does not combine with the filters")
-    query = {name: value for name, value in {**filters, "jobId": args.job_id}.items() if value is not None}
-    page = ctx.client.list_runs_across_jobs(query, limit=args.limit, cursor=args.cursor, all_pages=args.all)
-    return ctx.emit(page, lambda: with_more(run_summaries_table(page.get("items") or []), page))
+    page = listing(
+        lambda cursor: ctx.client.list_runs_across_jobs(
+            state=filters["state"],
+            job_id=args.job_id,
+            job_type=filters["type"],
+            trigger=filters["trigger"],
+            error_class=filters["errorClass"],
+            time_field=filters["timeField"],
+            since=filters["since"],
+            until=filters["until"],
+            limit=args.limit,
+            cursor=cursor,
+        ),
+        args.cursor,
+        args.all,
+    )
+    return ctx.emit(page, lambda: with_more(run_summaries_table(page.items), page))
 
 
 def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
     run = ctx.client.get_run(args.run_key)
 
     def human() -> str:
+        shown = wire(run)
         skip = {"attempts", "transitions"}
-        fields = format_fields((k, v) for k, v in run.items() if k not in skip)
+        fields = format_fields((k, v) for k, v in shown.items() if k not in skip)
         rows = [
             (
                 t.get("at"),
@@ -192,10 +246,10 @@ def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
                 t.get("errorClass"),
                 t.get("reason") or t.get("errorMessage"),
             )
-            for t in run.get("transitions") or []
+            for t in shown["transitions"]
         ]
         headers = ["AT", "ACTOR", "FROM", "TO", "FENCE", "ATTEMPT", "ERROR", "DETAIL"]
-        attempts = attempts_table(run.get("attempts") or [])
+        attempts = attempts_table(run.attempts)
         return f"{fields}\n\nattempts:\n{attempts}\n\ntransitions:\n{format_table(headers, rows)}"
 
     return ctx.emit(run, human)
@@ -203,11 +257,13 @@ def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_runs_cancel(ctx: Context, args: argparse.Namespace) -> int:
     run = ctx.client.cancel_run(args.run_key)
-    return ctx.emit(run, lambda: f"{run.get('runKey')}  {run.get('state')}")
+    return ctx.emit(run, lambda: f"{run.run_key}  {run.state}")
 
 
 def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
-    page = ctx.client.dead_letters(limit=args.limit, cursor=args.cursor, all_pages=args.all)
+    page = listing(
+        lambda cursor: ctx.client.list_dead_letters(limit=args.limit, cursor=cursor), args.cursor, args.all
+    )
 
     def human() -> str:
         rows = [
@@ -219,7 +275,7 @@ def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
                 (r.get("lastErrorMessage") or "")[:60] or None,
                 r.get("finishedAt"),
             )
-            for r in page.get("items") or []
+            for r in map(wire, page.items)
         ]
         headers = ["RUN KEY", "ATTEMPT", "REDRIVES", "ERROR", "MESSAGE", "FINISHED"]
         return with_more(format_table(headers, rows), page)
@@ -229,10 +285,8 @@ def cmd_dlq_list(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_dlq_redrive(ctx: Context, args: argparse.Namespace) -> int:
     if args.run_key is not None and not _bulk_asked(args):
-        run = ctx.client.redrive(args.run_key, reason=args.reason, fix=_fix(args))
-        return ctx.emit(
-            run, lambda: f"redriven {run.get('runKey')}  {run.get('state')}  redrives {run.get('redrives')}"
-        )
+        run = ctx.client.redrive_run(args.run_key, reason=args.reason, **_fix(args))
+        return ctx.emit(run, lambda: f"redriven {run.run_key}  {run.state}  redrives {run.redrives}")
     return _bulk(ctx, args, "redrive")
 
 
@@ -275,24 +329,30 @@ def _bulk(ctx: Context, args: argparse.Namespace, action: str) -> int:
     if args.accept_repeated_effect:
         body["acceptRepeatedEffect"] = True
     body.update(_fix(args))
-    outcomes = [ctx.client.bulk_dead_letters(action, body)]
-    while outcomes[-1].get("nextCursor") and not args.dry_run:
-        outcomes.append(ctx.client.bulk_dead_letters(action, {**body, "cursor": outcomes[-1]["nextCursor"]}))
-    changed = [key for o in outcomes for key in o.get("runKeys") or []]
-    refused = [r for o in outcomes for r in o.get("refused") or []]
+    send = ctx.client.redrive_dead_letters if action == "redrive" else ctx.client.cancel_dead_letters
+
+    def page(cursor: str | None) -> BulkDeadLettersView:
+        fields = body if cursor is None else {**body, "cursor": cursor}
+        return send(BulkDeadLettersBody.model_validate(fields))
+
+    outcomes = [page(None)]
+    while outcomes[-1].next_cursor and not args.dry_run:
+        outcomes.append(page(outcomes[-1].next_cursor))
+    changed = [key for o in outcomes for key in o.run_keys]
+    refused = [wire(r) for o in outcomes for r in o.refused]
     result = {
-        "requestIds": [o.get("requestId") for o in outcomes],
+        "requestIds": [o.request_id for o in outcomes],
         "dryRun": args.dry_run,
         "count": len(changed),
         "runKeys": changed,
         "refused": refused,
-        "more": bool(outcomes[-1].get("nextCursor")),
+        "more": bool(outcomes[-1].next_cursor),
     }
 
     def human() -> str:
         verb = {"redrive": "redriven", "cancel": "cancelled"}[action]
         lines = [f"{'would be ' if args.dry_run else ''}{verb}: {len(changed)}", *changed]
-        lines += [f"refused {r.get('runKey')}: {r.get('code')} {r.get('message')}" for r in refused]
+        lines += [f"refused {r['runKey']}: {r['code']} {r['message']}" for r in refused]
         if result["more"]:
             lines.append("(more match: a dry run shows the first page)")
         return "\n".join(lines)
@@ -368,7 +428,7 @@ def cmd_events_tail(ctx: Context, args: argparse.Namespace) -> int:
         return 0
 
 
-def _newest(client: ApiClient, cursor: int) -> int:
+def _newest(client: Client, cursor: int) -> int:
     """The cursor past every event the bus already holds for the caller."""
     while True:
         page = client.local_events(cursor)
@@ -404,8 +464,8 @@ def cmd_console(ctx: Context, args: argparse.Namespace) -> int:
     from jobsched_console.proxy import serve
 
     if ctx.client.sigv4:
-        ctx.client.build_request("GET", "/v1/jobs")  # no credentials or region: say so now
-    return serve(ctx.client, args.port, open_browser=args.open)
+        ctx.client.connection.prepare("GET", "/v1/jobs")  # no credentials or region: say so now
+    return serve(ctx.client.connection, args.port, open_browser=args.open)
 
 
 def cmd_doctor(argv: list[str]) -> int:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import sys
 
+from jobsched.client import ApiError, ApiUnreachable, SigningUnavailable
+from pydantic import ValidationError
+
 from .args import build_parser
-from .client import ApiError, ApiUnreachable, SigningUnavailable
 from .commands import Context, cmd_doctor
-from .rendering import format_api_error
+from .rendering import format_api_error, refused_here
 from .values import UsageError, attach_negative_values
 
 
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ApiError as exc:
         print(format_api_error(exc), file=sys.stderr)
+        return 1
+    except ValidationError as exc:
+        # A body the client refused before sending it: reported as the API reports it.
+        print(format_api_error(refused_here(exc)), file=sys.stderr)
         return 1
     except ApiUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .client import ApiClient, ApiError
+from jobsched.client import ApiError, Client
+
+from .rendering import wire
 
 OPEN_RUN_STATES = frozenset({"PENDING", "QUEUED", "LEASED", "RETRY_WAIT"})
 
@@ -23,7 +25,7 @@ class RunFollower:
 
     def __init__(
         self,
-        client: ApiClient,
+        client: Client,
         job_ids: list[str],
         lookback: float,
         now: Callable[[], datetime],
@@ -46,24 +48,25 @@ class RunFollower:
         if self.fixed:
             for job_id in self.fixed:
                 if job_id not in self.names:
-                    self.names[job_id] = str(self.client.get_job(job_id).get("name"))
+                    self.names[job_id] = self.client.get_job(job_id).name
             return self.fixed
         ids = []
         for job in self.client.iter_jobs():
-            self.names[job["jobId"]] = str(job.get("name"))
-            ids.append(job["jobId"])
+            self.names[job.job_id] = job.name
+            ids.append(job.job_id)
         return ids
 
     def _recent_runs(self, job_id: str, horizon: str, floor: str) -> Iterable[dict[str, Any]]:
+        """The job's runs (in their wire form) scheduled from `floor` to `horizon`, newest first."""
         cursor = None
         while True:
             page = self.client.list_runs(job_id, limit=100, cursor=cursor)
-            for run in page.get("items") or []:
+            for run in map(wire, page.items):
                 if run["scheduledFor"] < floor:
                     return
                 if run["scheduledFor"] <= horizon:
                     yield run
-            cursor = page.get("nextCursor")
+            cursor = page.next_cursor
             if not cursor:
                 return
 
@@ -78,7 +81,7 @@ class RunFollower:
                 seen[run["runKey"]] = run
         for run_key in [k for k in self.tracked if k not in seen]:
             try:
-                seen[run_key] = self.client.get_run(run_key)
+                seen[run_key] = wire(self.client.get_run(run_key))
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -104,7 +107,7 @@ class RunFollower:
     def _new_transitions(
         self, run_key: str, run: dict[str, Any], since: str | None = None
     ) -> list[dict[str, Any]]:
-        detail = run if "transitions" in run else self.client.get_run(run_key)
+        detail = run if "transitions" in run else wire(self.client.get_run(run_key))
         transitions = detail.get("transitions") or []
         if run_key in self.reported:
             start = self.reported[run_key]

@@ -1,4 +1,7 @@
-"""How the CLI prints what the API answers: tables, fields, errors and tail lines."""
+"""How the CLI prints what the API answers: tables, fields, errors and tail lines.
+
+Answers arrive as the server's own models (`jobsched.client`); each is printed from its wire
+form (`wire`): the names, instants and values exactly as the API spells them."""
 
 from __future__ import annotations
 
@@ -6,7 +9,27 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .client import ApiError
+from jobsched.api_models.problems import problems_of
+from jobsched.api_models.views import AttemptView
+from jobsched.client import ApiError, JobList, JobView, RunList, RunSummaryList, RunSummaryView, RunView
+from pydantic import BaseModel, ValidationError
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """The model as the API sends it: camelCase names, RFC 3339 instants, nulls included."""
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def refused_here(exc: ValidationError) -> ApiError:
+    """A request body the client refused before sending it (a value not of the field's
+    type), as the API's own 400 would name each field and rule."""
+    problems = problems_of(exc.errors())
+    body = {
+        "code": "invalid_request",
+        "message": "; ".join(str(p) for p in problems),
+        "errors": [{"field": p.field, "rule": p.rule} for p in problems],
+    }
+    return ApiError.of(400, body)
 
 
 def cell(value: Any) -> str:
@@ -82,6 +105,7 @@ def human_seconds(seconds: int) -> str:
 
 
 def schedule_of(job: dict[str, Any]) -> str:
+    """A job's schedule from its wire form."""
     if job.get("cron"):
         return f"cron {job['cron']} ({job.get('timeZone') or 'UTC'})"
     if job.get("every") is not None:
@@ -98,7 +122,8 @@ def short_time(instant: str | None) -> str:
     return instant[11:19] if len(instant) >= 19 else instant
 
 
-def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
+def job_fields(model: JobView) -> list[tuple[str, Any]]:
+    job = wire(model)
     first = ["jobId", "name", "type", "state", "version"]
     fields: list[tuple[str, Any]] = [(k, job.get(k)) for k in first]
     fields.append(("schedule", schedule_of(job)))
@@ -109,15 +134,15 @@ def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
     return fields
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> str:
+def jobs_table(jobs: Iterable[JobView]) -> str:
     rows = [
         (j.get("jobId"), j.get("name"), j.get("type"), schedule_of(j), j.get("state"), j.get("nextRunAt"))
-        for j in jobs
+        for j in map(wire, jobs)
     ]
     return format_table(["JOB ID", "NAME", "TYPE", "SCHEDULE", "STATE", "NEXT RUN"], rows)
 
 
-def runs_table(runs: list[dict[str, Any]]) -> str:
+def runs_table(runs: Iterable[RunView]) -> str:
     """One row per run; WAITING FOR says why an open run is not running (the API's waitingFor)."""
     rows = [
         (
@@ -128,12 +153,12 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
             r.get("lastErrorClass"),
             r.get("waitingFor"),
         )
-        for r in runs
+        for r in map(wire, runs)
     ]
     return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPT", "ERROR", "WAITING FOR"], rows)
 
 
-def run_summaries_table(runs: list[dict[str, Any]]) -> str:
+def run_summaries_table(runs: Iterable[RunSummaryView]) -> str:
     """One row per run of a listing across jobs (`GET /v1/runs`)."""
     rows = [
         (
@@ -145,12 +170,12 @@ def run_summaries_table(runs: list[dict[str, Any]]) -> str:
             r.get("finishedAt"),
             r.get("errorClass") or r.get("reason"),
         )
-        for r in runs
+        for r in map(wire, runs)
     ]
     return format_table(["RUN KEY", "STATE", "TRIGGER", "ATTEMPTS", "STARTED", "FINISHED", "ERROR"], rows)
 
 
-def attempts_table(attempts: list[dict[str, Any]]) -> str:
+def attempts_table(attempts: Iterable[AttemptView]) -> str:
     """The run's attempts as the API returns them: one per claim, its outcome and error."""
     rows = [
         (
@@ -161,14 +186,14 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
             a.get("outcome"),
             a.get("errorClass"),
         )
-        for a in attempts
+        for a in map(wire, attempts)
     ]
     return format_table(["ATTEMPT", "FENCE", "STARTED", "ENDED", "OUTCOME", "ERROR"], rows)
 
 
-def with_more(table: str, page: dict[str, Any]) -> str:
-    if page.get("nextCursor"):
-        table += f"\n(more: --all, or --cursor {page['nextCursor']})"
+def with_more(table: str, page: JobList | RunList | RunSummaryList) -> str:
+    if page.next_cursor:
+        table += f"\n(more: --all, or --cursor {page.next_cursor})"
     return table
 
 

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from jobsched.client import ApiUnreachable, Client, HeartbeatView, LeaseView, RunView
 from jobsched.worker import Lease, LeaseLost, LeaseWorker, Permanent
-from jobsched_cli.client import ApiClient, ApiUnreachable
+from jobsched_cli.client import ApiClient
 
 from .helpers import finish, instant, unique, wait_for
 
@@ -23,6 +24,11 @@ pytestmark = [pytest.mark.e2e]
 def job(client: ApiClient, job_type: str, **fields: Any) -> str:
     created = client.create_job({"name": unique("sdk"), "type": job_type, "runAt": instant(1), **fields})
     return str(created["jobId"])
+
+
+def typed(client: ApiClient) -> Client:
+    """The typed client a worker runs on, over the suite's connection (endpoint, key, SigV4)."""
+    return Client.over(client)
 
 
 def only_run(client: ApiClient, job_id: str) -> dict[str, Any]:
@@ -51,7 +57,7 @@ def test_each_outcome_lands_on_the_run_under_its_fence(client_a: ApiClient, star
     ok_id = job(client_a, f"{prefix}.ok", payload={"n": 7})
     bad_id = job(client_a, f"{prefix}.bad")
     retry_id = job(client_a, f"{prefix}.retry", maxAttempts=2, retry={"baseSeconds": 1, "capSeconds": 1})
-    worker = LeaseWorker(client_a, "sdk-1", concurrency=3, poll_seconds=0.2)
+    worker = LeaseWorker(typed(client_a), "sdk-1", concurrency=3, poll_seconds=0.2)
 
     @worker.handler(f"{prefix}.ok")
     def ok(run: Lease) -> Any:
@@ -90,16 +96,16 @@ class Partitioned:
     """The API as a worker cut off from it after its claim: heartbeats never arrive."""
 
     def __init__(self, client: ApiClient) -> None:
-        self.client = client
+        self.client = typed(client)
         self.completions: list[tuple[str, int]] = []
 
-    def claim(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    def claim(self, *args: Any, **kwargs: Any) -> list[LeaseView]:
         return self.client.claim(*args, **kwargs)
 
-    def heartbeat(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def heartbeat(self, *args: Any, **kwargs: Any) -> HeartbeatView:
         raise ApiUnreachable("partitioned")
 
-    def complete(self, run_key: str, fence: int, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def complete(self, run_key: str, fence: int, *args: Any, **kwargs: Any) -> RunView:
         self.completions.append((run_key, fence))
         return self.client.complete(run_key, fence, *args, **kwargs)
 
@@ -130,7 +136,7 @@ def test_a_lease_lost_to_a_second_worker_stops_the_first_and_the_run_completes_o
     try:
         assert claimed.wait(30), "the first worker never leased the run"
         first.stop()  # it leases nothing more; its handler goes on until the lease is lost
-        second = LeaseWorker(client_a, "sdk-2", concurrency=1, poll_seconds=0.2)
+        second = LeaseWorker(typed(client_a), "sdk-2", concurrency=1, poll_seconds=0.2)
 
         @second.handler(job_type)
         def quick(run: Lease) -> Any:
@@ -171,7 +177,7 @@ def test_an_at_most_once_run_whose_worker_is_cut_off_is_never_run_again(client_a
     try:
         assert claimed.wait(30), "the first worker never leased the run"
         first.stop()
-        second = LeaseWorker(client_a, "sdk-2", concurrency=1, poll_seconds=0.2)
+        second = LeaseWorker(typed(client_a), "sdk-2", concurrency=1, poll_seconds=0.2)
 
         @second.handler(job_type)
         def again(run: Lease) -> Any:

@@ -15,6 +15,18 @@ from typing import Any
 
 import jobsched_cli as cli
 import pytest
+from jobsched.api_models.views import RunDetailView
+from jobsched.client import (
+    ApiError,
+    BulkDeadLettersView,
+    Client,
+    JobView,
+    RunList,
+    RunSummaryView,
+    RunView,
+    SigningUnavailable,
+)
+from jobsched.client.http import is_loopback, quote_segment
 from jobsched_cli import (
     RunFollower,
     UsageError,
@@ -33,7 +45,6 @@ from jobsched_cli import (
     parse_json_arg,
     tail_line,
 )
-from jobsched_cli.client import ApiClient, ApiError, SigningUnavailable, is_loopback, quote_segment
 
 # --- --set and the other argument parsers ---
 
@@ -355,11 +366,23 @@ def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
 
+class Signed:
+    """A request as the CLI's client would send it (`Connection.prepare`), headers by any case."""
+
+    def __init__(self, client: Client, method: str, path: str, body: Any = None, **query: Any) -> None:
+        prepared = client.connection.prepare(method, path, body, query=query)
+        self.full_url, self.data = prepared.url, prepared.data
+        self.headers = {name.lower(): value for name, value in prepared.headers.items()}
+
+    def get_header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
 @pytest.mark.usefixtures("fake_aws_credentials")
 def test_sigv4_signs_for_execute_api_in_the_endpoints_region() -> None:
-    client = ApiClient("https://abc123.execute-api.eu-west-1.amazonaws.com/prod", sigv4=True)
+    client = Client("https://abc123.execute-api.eu-west-1.amazonaws.com/prod", sigv4=True)
     run_key = "j_7hq2m4x9c0d1e5fr@2026-11-02T09:00:00Z"
-    request = client.build_request("POST", f"/v1/runs/{quote_segment(run_key)}/redrive", {"reason": "r"})
+    request = Signed(client, "POST", f"/v1/runs/{quote_segment(run_key)}/redrive", {"reason": "r"})
     authorization = request.get_header("Authorization")
     assert authorization is not None and authorization.startswith("AWS4-HMAC-SHA256 ")
     assert "Credential=AKIDEXAMPLE/" in authorization
@@ -369,13 +392,13 @@ def test_sigv4_signs_for_execute_api_in_the_endpoints_region() -> None:
     assert request.get_header("X-amz-security-token") == "session-token"
     assert request.get_header("X-amz-date")
     assert request.full_url.endswith("/prod/v1/runs/j_7hq2m4x9c0d1e5fr%402026-11-02T09%3A00%3A00Z/redrive")
-    assert json.loads(request.data or b"") == {"reason": "r"}  # type: ignore[arg-type]
+    assert json.loads(request.data or b"") == {"reason": "r"}
 
 
 @pytest.mark.usefixtures("fake_aws_credentials")
 def test_sigv4_region_flag_and_api_key_are_signed_too() -> None:
-    client = ApiClient("https://api.example.com", sigv4=True, region="ap-south-1", api_key="usage-plan-key")
-    request = client.build_request("GET", "/v1/jobs", query={"state": "ACTIVE", "cursor": None})
+    client = Client("https://api.example.com", sigv4=True, region="ap-south-1", api_key="usage-plan-key")
+    request = Signed(client, "GET", "/v1/jobs", state="ACTIVE", cursor=None)
     authorization = request.get_header("Authorization") or ""
     assert "/ap-south-1/execute-api/aws4_request" in authorization
     assert "x-api-key" in authorization.split("SignedHeaders=")[1]
@@ -390,9 +413,9 @@ def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     for name in ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
         monkeypatch.delenv(name, raising=False)
-    client = ApiClient("https://abc.execute-api.us-east-1.amazonaws.com/prod", sigv4=True)
+    client = Client("https://abc.execute-api.us-east-1.amazonaws.com/prod", sigv4=True)
     with pytest.raises(SigningUnavailable, match="credentials"):
-        client.build_request("GET", "/v1/jobs")
+        Signed(client, "GET", "/v1/jobs")
     assert main(["--endpoint", client.endpoint, "--sigv4", "jobs", "list"]) == 2
 
 
@@ -450,20 +473,126 @@ def stub() -> Iterator[StubApi]:
     api.server.server_close()
 
 
-JOB = {
-    "jobId": "j_abc",
-    "name": "nightly",
-    "type": "report.build",
-    "cron": "0 9 * * *",
-    "timeZone": "Europe/London",
-    "state": "ACTIVE",
-    "version": 3,
-    "nextRunAt": "2026-11-03T09:00:00Z",
-}
+# Answers as the API sends them: every member, checked against the server's own views.
+
+
+def job_answer(**fields: Any) -> dict[str, Any]:
+    """A job as the API answers it; `fields` (the API's spelling) over a cron job's defaults."""
+    job = {
+        "name": "nightly",
+        "type": "report.build",
+        "target": None,
+        "payload": None,
+        "runAt": None,
+        "cron": "0 9 * * *",
+        "timeZone": "UTC",
+        "every": None,
+        "startAt": None,
+        "endAt": None,
+        "maxRuns": None,
+        "priority": "default",
+        "missedRuns": "skip",
+        "catchUpWindow": 3600,
+        "overlap": "skip",
+        "dst": {"gap": "shift", "fold": "first"},
+        "maxAttempts": 3,
+        "retry": {"baseSeconds": 2.0, "capSeconds": 300.0, "maxAgeSeconds": None},
+        "delivery": "at-least-once",
+        "jitterSeconds": 0,
+        "timeoutSeconds": 30,
+        "pauseOnFailure": False,
+        "notify": [],
+        "jobId": "j_abc",
+        "version": 1,
+        "state": "ACTIVE",
+        "nextRunAt": None,
+        "runsCreated": 0,
+        "createdAt": "2026-11-02T08:00:00Z",
+        "updatedAt": "2026-11-02T08:00:00Z",
+        "nextFireTimes": None,
+        **fields,
+    }
+    return JobView.model_validate(job).model_dump(mode="json", by_alias=True)
+
+
+def run_answer(run_key: str, **fields: Any) -> dict[str, Any]:
+    """A run as the API answers it (RunView); with `attempts` and `transitions`, a run's
+    detail (RunDetailView, `GET /v1/runs/{key}`)."""
+    job_id, scheduled = run_key.split("@", 1)
+    scheduled = fields.get("scheduledFor", scheduled)
+    run = {
+        "runKey": run_key,
+        "jobId": job_id,
+        "state": "PENDING",
+        "trigger": "schedule",
+        "scheduledFor": scheduled,
+        "dueAt": scheduled,
+        "attempt": 0,
+        "fence": 0,
+        "redrives": 0,
+        "definitionVersion": 1,
+        "priority": "default",
+        "reason": None,
+        "lastErrorClass": None,
+        "lastErrorMessage": None,
+        "result": None,
+        "createdAt": scheduled,
+        "updatedAt": scheduled,
+        "finishedAt": None,
+        "leaseExpiresAt": None,
+        "skippedThrough": None,
+        "skippedCount": None,
+        "blockedBy": None,
+        "waitingFor": None,
+        **fields,
+    }
+    view = RunDetailView if "transitions" in run else RunView
+    if view is RunDetailView:
+        run = {"target": None, "payload": None, "attempts": [], "historyDropped": 0, **run}
+    return view.model_validate(run).model_dump(mode="json", by_alias=True)
+
+
+def transition(
+    at: str, source: str | None, target: str, fence: int, attempt: int, **more: Any
+) -> dict[str, Any]:
+    """One entry of a run's history, as `GET /v1/runs/{key}` shows it."""
+    return {
+        "at": at,
+        "actor": more.pop("actor", "x"),
+        "from": source,
+        "to": target,
+        "fence": fence,
+        "attempt": attempt,
+        "errorClass": more.pop("errorClass", None),
+        "errorMessage": None,
+        "reason": None,
+        "traceId": None,
+        "traceUrl": None,
+        **more,
+    }
+
+
+def bulk_answer(
+    request_id: str, run_keys: list[str], next_cursor: str | None, *, dry_run: bool = False
+) -> dict[str, Any]:
+    """The outcome of `POST /v1/dead-letters/{redrive,cancel}`."""
+    outcome = {
+        "requestId": request_id,
+        "dryRun": dry_run,
+        "count": len(run_keys),
+        "runKeys": run_keys,
+        "refused": [],
+        "nextCursor": next_cursor,
+    }
+    return BulkDeadLettersView.model_validate(outcome).model_dump(mode="json", by_alias=True)
+
+
+JOB = job_answer(timeZone="Europe/London", version=3, nextRunAt="2026-11-03T09:00:00Z")
 
 
 def test_create_sends_json_and_the_key(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
-    stub.routes[("POST", "/v1/jobs")] = (201, JOB, {"ETag": '"1"'})
+    # The key was used before with this body: the answer is the job it made (200, no secret).
+    stub.routes[("POST", "/v1/jobs")] = (200, JOB, {"ETag": '"3"'})
     argv = ["--endpoint", stub.url, "jobs", "create", "--name", "nightly", "--type", "report.build"]
     code = main([*argv, "--cron", "0 9 * * *", "--idempotency-key", "k-1", "--json"])
     assert code == 0
@@ -492,6 +621,19 @@ def test_api_error_exits_1_with_the_fields_on_stderr(
     assert captured.out == ""
     assert captured.err.splitlines() == [
         "error: 400 invalid_request: cron: '0 25 * * *' is not a valid cron expression",
+    ]
+
+
+def test_a_body_the_client_refuses_is_reported_as_the_api_would_and_not_sent(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--endpoint", stub.url, "jobs", "create", "--name", "n", "--type", "t", "--cron", "0 9 * * *"]
+    assert main([*argv, "--set", "maxAttempts=three", "--set", "tags=[1]"]) == 1
+    assert stub.requests == []
+    assert capsys.readouterr().err.splitlines() == [
+        "error: 400 invalid_request",
+        "  maxAttempts: Input should be a valid integer",
+        "  tags: is not a known field",
     ]
 
 
@@ -524,7 +666,10 @@ def test_list_follows_cursors_with_all(stub: StubApi, capsys: pytest.CaptureFixt
     pages = iter(
         [
             {"items": [JOB], "nextCursor": "c1"},
-            {"items": [{**JOB, "jobId": "j_def", "cron": None, "every": 900}], "nextCursor": None},
+            {
+                "items": [{**JOB, "jobId": "j_def", "cron": None, "timeZone": None, "every": 900}],
+                "nextCursor": None,
+            },
         ]
     )
 
@@ -558,23 +703,22 @@ def test_runs_list_asks_for_history_unless_told(
 
 def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     run_key = "j_abc@2026-11-02T09:00:00Z"
-    run = {
-        "runKey": run_key,
-        "state": "SUCCEEDED",
-        "attempt": 1,
-        "attempts": [],
-        "transitions": [
-            {"at": "2026-11-02T08:59:00Z", "actor": "sweeper", "from": None, "to": "PENDING", "fence": 0,
-             "attempt": 0},
-            {"at": "2026-11-02T09:00:01Z", "actor": "worker:w", "from": "LEASED", "to": "SUCCEEDED",
-             "fence": 1, "attempt": 1},
+    run = run_answer(
+        run_key,
+        state="SUCCEEDED",
+        attempt=1,
+        fence=1,
+        transitions=[
+            transition("2026-11-02T08:59:00Z", None, "PENDING", 0, 0, actor="sweeper"),
+            transition("2026-11-02T09:00:01Z", "LEASED", "SUCCEEDED", 1, 1, actor="worker:w"),
         ],
-    }  # fmt: skip
+    )
     stub.routes[("GET", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z")] = (200, run, {})
     assert main(["--endpoint", stub.url, "runs", "get", run_key]) == 0
     out = capsys.readouterr().out
     fields, table = out.split("\n\ntransitions:\n")
-    assert fields.splitlines()[0] == f"runKey   {run_key}"
+    # Names padded to the widest a run's answer has (definitionVersion).
+    assert fields.splitlines()[0] == f"runKey             {run_key}"
     assert table.splitlines() == [
         "AT                    ACTOR     FROM    TO         FENCE  ATTEMPT  ERROR  DETAIL",
         "2026-11-02T08:59:00Z  sweeper   -       PENDING        0        0  -      -",
@@ -588,7 +732,7 @@ def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[st
     key = "j_abc@2026-11-02T09:00:00Z"
     stub.routes[("POST", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z/redrive")] = (
         200,
-        {"runKey": key, "state": "PENDING", "redrives": 1},
+        run_answer(key, state="PENDING", redrives=1),
         {},
     )
     assert main(["--endpoint", stub.url, "jobs", "pause", "j_abc", "--if-match", "3"]) == 0
@@ -613,42 +757,32 @@ def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 class FakeRuns:
-    """The slice of ApiClient the follower uses, over runs the test moves by hand."""
+    """The slice of the Client the follower uses, over runs the test moves by hand."""
 
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
 
     def add(self, key: str, scheduled: str, *moves: tuple[str, str | None, str, int, str | None]) -> None:
-        self.runs[key] = {"runKey": key, "jobId": "j_a", "scheduledFor": scheduled, "transitions": []}
+        self.runs[key] = run_answer(key, scheduledFor=scheduled, transitions=[])
         self.move(key, *moves)
 
     def move(self, key: str, *moves: tuple[str, str | None, str, int, str | None]) -> None:
         run = self.runs[key]
         for at, source, target, attempt, error in moves:
-            run["transitions"].append(
-                {
-                    "at": at,
-                    "from": source,
-                    "to": target,
-                    "attempt": attempt,
-                    "errorClass": error,
-                    "actor": "x",
-                }
-            )
-            run.update(state=target, attempt=attempt, updatedAt=at)
+            run["transitions"].append(transition(at, source, target, attempt, attempt, errorClass=error))
+            run.update(state=target, attempt=attempt, fence=attempt, updatedAt=at)
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
-        return {"jobId": job_id, "name": "nightly"}
+    def get_job(self, job_id: str) -> JobView:
+        return JobView.model_validate(job_answer(jobId=job_id, name="nightly"))
 
-    def list_runs(self, job_id: str, **kw: Any) -> dict[str, Any]:
+    def list_runs(self, job_id: str, **kw: Any) -> RunList:
         items = sorted(self.runs.values(), key=lambda r: r["scheduledFor"], reverse=True)
-        return {
-            "items": [{k: v for k, v in r.items() if k != "transitions"} for r in items],
-            "nextCursor": None,
-        }
+        detail_only = {"target", "payload", "attempts", "transitions", "historyDropped"}
+        shown = [{k: v for k, v in r.items() if k not in detail_only} for r in items]
+        return RunList.model_validate({"items": shown, "nextCursor": None})
 
-    def get_run(self, key: str) -> dict[str, Any]:
-        return json.loads(json.dumps(self.runs[key]))
+    def get_run(self, key: str) -> RunDetailView:
+        return RunDetailView.model_validate(self.runs[key])
 
 
 def test_follower_reports_only_transitions_after_it_started() -> None:
@@ -806,7 +940,7 @@ def test_tail_count_counts_lines_about_runs_that_are_due(
                   (f"2026-11-02T09:0{minute}:01Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
 
     monkeypatch.setattr(commands.time, "sleep", sleep)
-    monkeypatch.setattr(commands, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(commands, "Client", lambda *a, **kw: fake)
     monkeypatch.setattr(commands, "utc_now", lambda: clock[0])
     assert main(["tail", "j_a", "--count", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -824,7 +958,7 @@ def test_tail_lookback_first_shows_the_runs_of_that_window_finished_or_not(
              ("2026-11-02T08:10:02Z", "LEASED", "SUCCEEDED", 1, None))  # fmt: skip
     fake.add("j_a@07:00:00", "2026-11-02T07:00:00Z", ("2026-11-02T07:00:00Z", None, "PENDING", 0, None),
              ("2026-11-02T07:00:01Z", "PENDING", "SUCCEEDED", 1, None))  # fmt: skip
-    monkeypatch.setattr(commands, "ApiClient", lambda *a, **kw: fake)
+    monkeypatch.setattr(commands, "Client", lambda *a, **kw: fake)
     monkeypatch.setattr(commands, "utc_now", lambda: datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC))
     monkeypatch.setattr(commands.time, "sleep", _interrupt)
     assert main(["tail", "j_a", "--lookback", "3600", "--count", "3"]) == 0
@@ -875,11 +1009,14 @@ def test_doctor_hands_its_arguments_to_the_preflight(monkeypatch):
 def test_runs_get_shows_the_attempts_and_why_it_waits(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run: dict[str, Any] = {
-        "runKey": "j_a@2026-11-02T09:00:00Z",
-        "state": "RETRY_WAIT",
-        "waitingFor": "waiting for its retry at 2026-11-02T09:00:04Z",
-        "attempts": [
+    run = run_answer(
+        "j_a@2026-11-02T09:00:00Z",
+        state="RETRY_WAIT",
+        attempt=1,
+        fence=1,
+        lastErrorClass="HTTP503",
+        waitingFor="waiting for its retry at 2026-11-02T09:00:04Z",
+        attempts=[
             {
                 "attempt": 1,
                 "fence": 1,
@@ -889,14 +1026,18 @@ def test_runs_get_shows_the_attempts_and_why_it_waits(
                 "errorClass": "HTTP503",
             }
         ],
-        "transitions": [],
-    }
+        transitions=[
+            transition("2026-11-02T08:59:00Z", None, "PENDING", 0, 0),
+            transition("2026-11-02T09:00:00Z", "QUEUED", "LEASED", 1, 1),
+            transition("2026-11-02T09:00:01Z", "LEASED", "RETRY_WAIT", 1, 1, errorClass="HTTP503"),
+        ],
+    )
     ctx = context(monkeypatch, [])
-    monkeypatch.setattr(ctx.client, "get_run", lambda key: run)
+    monkeypatch.setattr(ctx.client, "get_run", lambda key: RunDetailView.model_validate(run))
     args = build_parser().parse_args(["runs", "get", run["runKey"]])
     assert commands.cmd_runs_get(ctx, args) == 0
     out = capsys.readouterr().out
-    assert "waitingFor  waiting for its retry at 2026-11-02T09:00:04Z" in out
+    assert "waitingFor         waiting for its retry at 2026-11-02T09:00:04Z" in out
     attempts = out.split("attempts:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert attempts[0].split() == ["ATTEMPT", "FENCE", "STARTED", "ENDED", "OUTCOME", "ERROR"]
     assert attempts[1].split() == [
@@ -940,15 +1081,26 @@ def test_runs_list_with_filters_or_no_job_lists_across_jobs(
         "parse_instant",
         lambda text, now=None: real(text, now or datetime(2026, 11, 2, 8, tzinfo=UTC)),
     )
-    item = {
-        "runKey": "j_abc@2026-11-02T07:10:00Z",
-        "state": "DEAD",
-        "trigger": "schedule",
-        "attempts": 3,
-        "startedAt": "2026-11-02T07:10:00Z",
-        "finishedAt": "2026-11-02T07:12:00Z",
-        "errorClass": "HTTP503",
-    }
+    item = RunSummaryView.model_validate(
+        {
+            "runKey": "j_abc@2026-11-02T07:10:00Z",
+            "jobId": "j_abc",
+            "jobType": "report.build",
+            "state": "DEAD",
+            "trigger": "schedule",
+            "priority": "default",
+            "scheduledFor": "2026-11-02T07:10:00Z",
+            "dueAt": "2026-11-02T07:10:00Z",
+            "attempts": 3,
+            "redrives": 0,
+            "startedAt": "2026-11-02T07:10:00Z",
+            "finishedAt": "2026-11-02T07:12:00Z",
+            "errorClass": "HTTP503",
+            "reason": None,
+            "skippedCount": None,
+            "updatedAt": "2026-11-02T07:12:00Z",
+        }
+    ).model_dump(mode="json", by_alias=True)
     stub.routes[("GET", "/v1/runs")] = (200, {"items": [item], "nextCursor": None}, {})
     assert main(["--endpoint", stub.url, "runs", "list", *argv]) == 0
     assert stub.requests[-1]["path"] == "/v1/runs" + (f"?{query}" if query else "")
@@ -969,18 +1121,8 @@ def test_dead_letters_redrive_with_filters_sends_every_page_as_one_request_each(
 ) -> None:
     pages = iter(
         [
-            {
-                "requestId": "bulk_1",
-                "runKeys": ["j_a@2026-11-02T07:10:00Z"],
-                "refused": [],
-                "nextCursor": "c1",
-            },
-            {
-                "requestId": "bulk_2",
-                "runKeys": ["j_b@2026-11-02T07:20:00Z"],
-                "refused": [],
-                "nextCursor": None,
-            },
+            bulk_answer("bulk_1", ["j_a@2026-11-02T07:10:00Z"], "c1"),
+            bulk_answer("bulk_2", ["j_b@2026-11-02T07:20:00Z"], None),
         ]
     )
     stub.routes[("POST", "/v1/dead-letters/redrive")] = lambda: (200, next(pages), {})
@@ -995,12 +1137,7 @@ def test_dead_letters_redrive_with_filters_sends_every_page_as_one_request_each(
 def test_dead_letters_dry_run_asks_once_and_changes_nothing(
     stub: StubApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    outcome = {
-        "requestId": "bulk_1",
-        "runKeys": ["j_a@2026-11-02T07:10:00Z"],
-        "refused": [],
-        "nextCursor": "c1",
-    }
+    outcome = bulk_answer("bulk_1", ["j_a@2026-11-02T07:10:00Z"], "c1", dry_run=True)
     stub.routes[("POST", "/v1/dead-letters/cancel")] = (200, outcome, {})
     assert main(["--endpoint", stub.url, "dlq", "cancel", "--job", "j_a", "--dry-run"]) == 0
     assert len(stub.requests) == 1 and stub.requests[0]["body"]["dryRun"] is True
@@ -1020,14 +1157,10 @@ def test_a_redrive_sends_its_fix_for_one_run_and_for_one_jobs_dead_letters(
     key = "j_abc@2026-11-02T09:00:00Z"
     stub.routes[("POST", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z/redrive")] = (
         200,
-        {"runKey": key, "state": "PENDING", "redrives": 1},
+        run_answer(key, state="PENDING", redrives=1),
         {},
     )
-    stub.routes[("POST", "/v1/dead-letters/redrive")] = (
-        200,
-        {"requestId": "bulk_1", "runKeys": [key], "refused": [], "nextCursor": None},
-        {},
-    )
+    stub.routes[("POST", "/v1/dead-letters/redrive")] = (200, bulk_answer("bulk_1", [key], None), {})
     target = tmp_path / "target.json"
     target.write_text('{"kind": "eventbridge", "eventBusName": "a-bus"}')
     argv = ["--endpoint", stub.url, "dlq", "redrive"]

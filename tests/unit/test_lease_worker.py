@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 import pytest
-from jobsched.worker import Lease, LeaseLost, LeaseWorker, Permanent
+from jobsched.client import Client, HeartbeatView, LeaseView, RunView
+from jobsched.worker import Lease, LeaseClient, LeaseLost, LeaseWorker, Permanent
 
 
 class Refused(Exception):
@@ -19,7 +20,8 @@ class Refused(Exception):
 
 
 class FakeApi:
-    """Hands out `leases` once each; records heartbeats and completions."""
+    """Hands out `leases` once each, as the lease API answers them (`jobsched.client.Client`'s
+    views); records heartbeats and completions, and whether each was sent as idempotent."""
 
     def __init__(self, leases: list[dict[str, Any]], *, heartbeat_status: int | None = None) -> None:
         self.waiting = list(leases)
@@ -27,29 +29,36 @@ class FakeApi:
         self.heartbeats: list[tuple[str, int]] = []
         self.completions: list[dict[str, Any]] = []
         self.claims: list[int] = []
+        self.idempotent: set[tuple[str, bool]] = set()  # (call, idempotent) as sent
         self.lock = threading.Lock()
 
-    def claim(self, types, worker_id, *, max_runs=1, lease_seconds=60):
+    def claim(self, types, worker_id, *, max_runs=1, lease_seconds=60) -> list[LeaseView]:
         with self.lock:
             self.claims.append(max_runs)
             taken, self.waiting = self.waiting[:max_runs], self.waiting[max_runs:]
-            return taken
+            return [LeaseView.model_validate(answer) for answer in taken]
 
-    def heartbeat(self, run_key, fence, *, lease_seconds=60):
+    def heartbeat(self, run_key, fence, *, lease_seconds=60, idempotent=False) -> HeartbeatView:
         self.heartbeats.append((run_key, fence))
+        self.idempotent.add(("heartbeat", idempotent))
         if self.heartbeat_status is not None:
             raise Refused(self.heartbeat_status)
-        return {"runKey": run_key, "fence": fence}
+        return HeartbeatView(run_key=run_key, fence=fence, lease_expires_at=EXPIRES)
 
-    def complete(self, run_key, fence, outcome, *, result=None, error=None):
+    def complete(self, run_key, fence, outcome, *, result=None, error=None, idempotent=False) -> RunView:
         with self.lock:
+            self.idempotent.add(("complete", idempotent))
             self.completions.append(
                 {"runKey": run_key, "fence": fence, "outcome": outcome, "result": result, "error": error}
             )
-        return {}
+        return ended_run(run_key, fence, outcome, result)
+
+
+EXPIRES = "2026-12-03T02:01:00Z"
 
 
 def lease(n: int, job_type: str = "t", fence: int = 3) -> dict[str, Any]:
+    """A lease as `POST /v1/leases` answers it, every member present."""
     return {
         "runKey": f"j_x@2026-12-03T02:00:0{n}Z",
         "jobId": "j_x",
@@ -57,8 +66,46 @@ def lease(n: int, job_type: str = "t", fence: int = 3) -> dict[str, Any]:
         "scheduledFor": f"2026-12-03T02:00:0{n}Z",
         "attempt": 1,
         "fence": fence,
+        "leaseExpiresAt": EXPIRES,
         "payload": {"n": n},
     }
+
+
+def ended_run(run_key: str, fence: int, outcome: str, result: Any) -> RunView:
+    """The run as a completion's answer shows it."""
+    scheduled = run_key.split("@", 1)[1]
+    return RunView.model_validate(
+        {
+            "runKey": run_key,
+            "jobId": "j_x",
+            "state": "SUCCEEDED" if outcome == "succeeded" else "RETRY_WAIT",
+            "trigger": "schedule",
+            "scheduledFor": scheduled,
+            "dueAt": scheduled,
+            "attempt": 1,
+            "fence": fence,
+            "redrives": 0,
+            "definitionVersion": 1,
+            "priority": "default",
+            "reason": None,
+            "lastErrorClass": None,
+            "lastErrorMessage": None,
+            "result": result,
+            "createdAt": scheduled,
+            "updatedAt": EXPIRES,
+            "finishedAt": EXPIRES if outcome == "succeeded" else None,
+            "leaseExpiresAt": None,
+            "skippedThrough": None,
+            "skippedCount": None,
+            "blockedBy": None,
+            "waitingFor": None,
+        }
+    )
+
+
+def test_the_client_is_a_lease_client():
+    client: LeaseClient = Client("http://127.0.0.1:9", api_key="k")  # mypy checks the protocol
+    assert LeaseWorker(client, "w").client is client
 
 
 def run_until(worker: LeaseWorker, api: FakeApi, done: int, timeout: float = 10.0) -> None:
@@ -107,6 +154,59 @@ def test_each_outcome_is_reported_under_the_claims_fence():
         "message": "upstream slow",
         "retryable": True,
     }
+    assert sorted(worker.completed) == sorted((c["runKey"], 3, c["outcome"]) for c in api.completions)
+    # A completion under the claim's fence may be repeated by the client (see LeaseClient).
+    assert api.idempotent == {("complete", True)}
+
+
+def test_heartbeats_are_sent_as_safe_to_repeat():
+    api = FakeApi([lease(1)])
+    worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
+    worker.lease_seconds = 0.03  # type: ignore[assignment]  # beats every 10 ms: the test's pace
+
+    @worker.handler("t")
+    def slow(run: Lease) -> Any:
+        deadline = time.monotonic() + 5
+        while len(api.heartbeats) < 3 and time.monotonic() < deadline:
+            run.check()
+            time.sleep(0.005)
+        return "done"
+
+    run_until(worker, api, 1)
+    assert len(api.heartbeats) >= 3 and api.completions[0]["outcome"] == "succeeded"
+    assert api.idempotent == {("heartbeat", True), ("complete", True)}
+
+
+def test_a_heartbeat_still_waiting_when_the_lease_runs_out_loses_it():
+    """The client may be retrying a heartbeat (or waiting out a Retry-After): the lease's own
+    clock keeps running, and the handler learns it lost the lease when it runs out."""
+    answer = threading.Event()
+
+    class Hanging(FakeApi):
+        def heartbeat(self, run_key, fence, *, lease_seconds=60, idempotent=False) -> HeartbeatView:
+            self.heartbeats.append((run_key, fence))
+            answer.wait(10)
+            raise Refused(503)
+
+    api = Hanging([lease(1)])
+    worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
+    worker.lease_seconds = 0.06  # type: ignore[assignment]
+    seen: list[bool] = []
+
+    @worker.handler("t")
+    def slow(run: Lease) -> Any:
+        seen.append(run.lost.wait(5))
+        run.check()
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    thread.join(5)
+    answer.set()
+    assert seen == [True] and api.heartbeats == [(lease(1)["runKey"], 3)] and api.completions == []
 
 
 def test_a_refused_heartbeat_stops_the_handler_and_nothing_is_reported():
@@ -217,7 +317,7 @@ def test_more_types_than_one_claim_takes_are_asked_for_in_turn():
             with self.lock:
                 taken = [lease for lease in self.waiting if lease["type"] in types][:max_runs]
                 self.waiting = [lease for lease in self.waiting if lease not in taken]
-                return taken
+                return [LeaseView.model_validate(answer) for answer in taken]
 
     api = Typed(leases)
     worker = LeaseWorker(api, "w", concurrency=2, poll_seconds=0.01)

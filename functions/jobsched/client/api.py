@@ -53,6 +53,7 @@ RunsView = Literal["history", "upcoming", "all"]
 TimeField = Literal["scheduled", "finished"]
 Instant = datetime | str
 JobRef = JobView | str
+Version = int | str  # a job's version (3), or its ETag as the server sent it ('"3"')
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -192,7 +193,7 @@ class Client:
         return f"/v1/jobs/{quote_segment(job_id)}{suffix}"
 
     @staticmethod
-    def _if_match(job: JobRef, version: int | None) -> dict[str, str]:
+    def _if_match(job: JobRef, version: Version | None) -> dict[str, str]:
         if version is None and isinstance(job, JobView):
             version = job.version
         return {"if-match": etag(version)} if version is not None else {}
@@ -233,32 +234,33 @@ class Client:
         """Every job (in `state`), page after page from `cursor`, fetched as iterated."""
         return _pages(lambda c: self.list_jobs(state=state, limit=page_size, cursor=c), cursor)
 
-    def update_job(self, job: JobRef, patch: Mapping[str, Any], *, version: int | None = None) -> JobView:
+    def update_job(self, job: JobRef, patch: Mapping[str, Any], *, version: Version | None = None) -> JobView:
         """`PATCH /v1/jobs/{id}` with `patch` as a JSON merge patch (RFC 7396: a null removes
-        a field, an object merges, anything else replaces), sent with If-Match: `version`,
-        else the version of `job` when it is a JobView. Without either the API answers 428.
+        a field, an object merges, anything else replaces), sent with If-Match: `version`
+        (a number, or an ETag as the server sent it), else the version of `job` when it is
+        a JobView. Without either the API answers 428.
 
         Returns the job as changed. Raises VersionMismatch (the job changed since;
         `current_version`), PreconditionRequired, Invalid, NotFound, Conflict."""
         headers = {"content-type": MERGE_PATCH, **self._if_match(job, version)}
         return self._parse(JobView, self._send("PATCH", self._job_path(job), dict(patch), headers=headers))
 
-    def pause_job(self, job: JobRef, *, version: int | None = None) -> JobView:
+    def pause_job(self, job: JobRef, *, version: Version | None = None) -> JobView:
         """`POST /v1/jobs/{id}/pause`; conditional on `version` (or a JobView's version)
         when known, else unconditional. Raises VersionMismatch, Conflict, NotFound."""
         return self._job_action("POST", job, "/pause", version)
 
-    def resume_job(self, job: JobRef, *, version: int | None = None) -> JobView:
+    def resume_job(self, job: JobRef, *, version: Version | None = None) -> JobView:
         """`POST /v1/jobs/{id}/resume`; If-Match as for pause_job. Raises VersionMismatch,
         Conflict, NotFound."""
         return self._job_action("POST", job, "/resume", version)
 
-    def cancel_job(self, job: JobRef, *, version: int | None = None) -> JobView:
+    def cancel_job(self, job: JobRef, *, version: Version | None = None) -> JobView:
         """`DELETE /v1/jobs/{id}`: the job is cancelled (its open runs too); If-Match as for
         pause_job. Returns the cancelled job. Raises VersionMismatch, Conflict, NotFound."""
         return self._job_action("DELETE", job, "", version)
 
-    def _job_action(self, method: str, job: JobRef, suffix: str, version: int | None) -> JobView:
+    def _job_action(self, method: str, job: JobRef, suffix: str, version: Version | None) -> JobView:
         headers = self._if_match(job, version)
         return self._parse(JobView, self._send(method, self._job_path(job, suffix), headers=headers))
 
@@ -438,12 +440,17 @@ class Client:
         )
         return self._parse(LeaseList, self._send("POST", "/v1/leases", _dump_all(body))).leases
 
-    def heartbeat(self, run_key: str, fence: int, *, lease_seconds: int = 60) -> HeartbeatView:
+    def heartbeat(
+        self, run_key: str, fence: int, *, lease_seconds: int = 60, idempotent: bool = False
+    ) -> HeartbeatView:
         """`POST /v1/leases/{key}/heartbeat`: the lease runs `lease_seconds` from now.
+        `idempotent`: also send it again after no answer, 502, 503 or 504 (a renewal under
+        the same fence may be repeated: it renews the same lease, or is refused).
         Raises Conflict (`stale_fence`: the lease is gone), NotFound."""
         body = HeartbeatBody.model_validate({"fence": fence, "lease_seconds": lease_seconds})
         path = f"/v1/leases/{quote_segment(run_key)}/heartbeat"
-        return self._parse(HeartbeatView, self._send("POST", path, _dump_all(body)))
+        reply = self._send("POST", path, _dump_all(body), idempotent=idempotent)
+        return self._parse(HeartbeatView, reply)
 
     def complete(
         self,
@@ -453,10 +460,14 @@ class Client:
         *,
         result: Any = None,
         error: ReportedError | Mapping[str, Any] | None = None,
+        idempotent: bool = False,
     ) -> RunView:
         """`POST /v1/leases/{key}/complete` under `fence`: `succeeded` with `result`, or
         `failed` with `error` (`class`, `message`, `retryable`). Returns the run as it
-        ends up (SUCCEEDED, RETRY_WAIT, DEAD). Raises Conflict (`stale_fence`), Invalid."""
+        ends up (SUCCEEDED, RETRY_WAIT, DEAD). `idempotent`: also send it again after no
+        answer, 502, 503 or 504 (the fence makes a repeat harmless: a completion that
+        already landed is refused as `stale_fence`, never applied twice).
+        Raises Conflict (`stale_fence`), Invalid."""
         fields: dict[str, Any] = {"fence": fence, "outcome": outcome}
         if result is not None:
             fields["result"] = result
@@ -464,7 +475,7 @@ class Client:
             fields["error"] = error
         body = CompleteBody.model_validate(fields)
         path = f"/v1/leases/{quote_segment(run_key)}/complete"
-        return self._parse(RunView, self._send("POST", path, _dump(body)))
+        return self._parse(RunView, self._send("POST", path, _dump(body), idempotent=idempotent))
 
     # --- the API's own documents ---
 
