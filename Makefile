@@ -85,7 +85,18 @@ test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target test311 test313 \
 	  TEST311_ARGS="$(CHAOS_ELSEWHERE)" TEST313_SUITES="tests/unit tests/integration $(if $(SKIP_PY313),,tests/chaos)"
 
-checks: lint typecheck docs-check
+checks: lint typecheck docs-check package
+
+# The distribution a user installs (`pip install jobsched[client]`, `[worker]`, `[cdk]`,
+# `[local]`): the sdist and the wheel built as PyPI would get them, their metadata checked.
+# Set-up tree and output stay under .venv, so the build leaves nothing in the checkout.
+PACKAGE_DIR := $(VENV)/dist
+.PHONY: package
+package: $(STAMP)
+	rm -rf $(PACKAGE_DIR) build
+	$(BIN)/python -m build --quiet --outdir $(PACKAGE_DIR) .
+	rm -rf build
+	$(BIN)/twine check --strict $(PACKAGE_DIR)/*
 
 test311: $(STAMP) browser
 	$(BIN)/pytest -q $(TEST311_ARGS)
