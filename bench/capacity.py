@@ -59,7 +59,7 @@ LIMITS: dict[str, dict[str, Any]] = {
     },
     "sweeper_budget_seconds": {
         "value": 50,
-        "source": "infra/names.py: sweeper timeout (the tick is every 60 s)",
+        "source": "functions/jobsched/cdk/names.py: sweeper timeout (the tick is every 60 s)",
     },
     "sqs_inflight_per_queue": {
         "value": 120000,
@@ -318,7 +318,7 @@ UNRESERVED = 100  # Lambda keeps this much of the account's concurrency unreserv
 
 @dataclass(frozen=True)
 class BurstSettings:
-    """The stack settings a top-of-hour burst depends on (infra/config.py names in comments)."""
+    """The stack settings a top-of-hour burst depends on (jobsched/cdk/config.py names in comments)."""
 
     label: str
     shards: int = SHARD_COUNT  # shardCount (shardsPerSweep 1)
@@ -520,7 +520,7 @@ _BURST_1M = BurstSettings(
     account_concurrency=5000,
     warm_wru_per_s=40000,
 )
-# The same preset as cdk.json context (infra/config.py), for the README.
+# The same preset as cdk.json context (functions/jobsched/cdk/config.py), for the README.
 BURST_1M_CONTEXT = {
     "shardCount": 64,
     "horizonSeconds": 600,

@@ -44,7 +44,7 @@ PLATFORM_LOG_BYTES = 350  # START, END and REPORT lines Lambda writes per invoca
 XRAY_SAMPLED = 0.05  # default sampling rule beyond the first request each second
 ESM_IDLE_RECEIVES_PER_MINUTE = 3 * 5 * 3  # 3 queues x ~5 pollers x one 20 s long poll each
 RUN_ITEM_OVERHEAD = 100  # bytes DynamoDB adds per stored item
-# `billingMode: provisioned` (infra/config.py): capacity auto-scaled to this utilisation, so
+# `billingMode: provisioned` (functions/jobsched/cdk/config.py): capacity auto-scaled to this utilisation, so
 # each used unit pays for 1/0.7 units provisioned.
 PROVISIONED_UTILIZATION = 0.70
 MINUTES_PER_MONTH = 43_800
@@ -66,7 +66,7 @@ def load_prices(path: Path = PRICES_FILE) -> dict[str, float]:
 
 
 def function_memory() -> dict[str, int]:
-    from infra.names import FUNCTIONS
+    from jobsched.cdk.names import FUNCTIONS
 
     return {f.name: f.memory_mb for f in FUNCTIONS}
 

@@ -24,8 +24,8 @@ from .cost import FULL_VCPU_MB
 
 TENANT = "tenant-bench"
 OK_TYPE, BAD_TYPE, FLAKY_TYPE = "bench.events.ok", "bench.events.bad", "bench.events.flaky"
-EVENTS_BATCH_SIZE = 100  # infra.event_sources.EVENTS_BATCH_SIZE (the smoke test checks it)
-EVENTS_MEMORY_MB = 512  # infra.names: the events function
+EVENTS_BATCH_SIZE = 100  # jobsched.cdk.event_sources.EVENTS_BATCH_SIZE (the smoke test checks it)
+EVENTS_MEMORY_MB = 512  # jobsched.cdk.names: the events function
 PUT_EVENTS_LATENCY_MS = 25  # assumed: one PutEvents call of up to 10 entries from Lambda
 EVENT_CHUNK_BYTES = 64 * 1024  # EventBridge bills each 64 KB of an entry as one event
 KINDS = ("succeeded", "dead", "retried")

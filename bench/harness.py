@@ -31,9 +31,9 @@ from .lag import thread_stage
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 REGION = "us-east-1"
 
-# Mirror of infra/config.py and infra/event_sources.py defaults (checked by the smoke test;
-# importing infra.config would start the jsii runtime). The runtime settings' defaults are the
-# stack's: read from the model itself.
+# Mirror of jobsched/cdk/config.py and jobsched/cdk/event_sources.py defaults (checked by the
+# smoke test; importing jobsched.cdk.config would start the jsii runtime). The runtime settings'
+# defaults are the stack's: read from the model itself.
 WORKER_BATCH_SIZE = {"high": 5, "default": 10, "low": 10}
 WORKER_CONCURRENCY = {"high": 50, "default": 100, "low": 25}
 OUTBOX_BATCH_SIZE = 100

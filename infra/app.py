@@ -13,11 +13,12 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
+from jobsched.cdk import nag
+from jobsched.cdk.config import Config
+from jobsched.cdk.layer_asset import layer_code
+from jobsched.cdk.names import STACK_ID
 
-from . import nag
-from .config import Config
-from .layer_asset import layer_code
-from .names import ROOT, STACK_ID
+from . import ROOT
 from .stack import JobschedStack
 
 CDK_JSON = ROOT / "cdk.json"

@@ -39,10 +39,11 @@ def parse_context(pairs: list[str]) -> dict[str, Any]:
 
 def synthesized_plan(context: dict[str, Any]) -> Plan:
     """Synthesize the stack with `context` over cdk.json's and return its Plan. Raises
-    infra.config.ConfigError when the config is refused (as `cdk synth` would)."""
+    jobsched.cdk.config.ConfigError when the config is refused (as `cdk synth` would)."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    from jobsched.cdk.config import Config
+
     from .app import build_app
-    from .config import Config
 
     with tempfile.TemporaryDirectory(prefix="jobsched-preflight-") as outdir:
         app, stack = build_app({"aws:cdk:bundling-stacks": [], **context}, outdir, checks=False)
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None, client: ClientFactory | None = None) -> 
     parser.add_argument("--profile", help="AWS profile (default: the standard chain)")
     args = parser.parse_args(argv)
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # before jsii starts
-    from .config import ConfigError
+    from jobsched.cdk.config import ConfigError
 
     try:
         plan = synthesized_plan(parse_context(args.context))

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .names import ROOT
+from . import ROOT
 
 RELEASED_TABLES = ROOT / "infra" / "released-tables.json"
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from jobsched.cdk.names import FUNCTIONS_BY_NAME
 from pydantic import BaseModel, ConfigDict, Field
-
-from .names import FUNCTIONS_BY_NAME
 
 # Lambda keeps this much of the account's concurrency unreserved (PutFunctionConcurrency fails
 # past it).
@@ -136,7 +135,7 @@ class AccountFacts(BaseModel):
 
 
 def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -> Plan:
-    """The Plan of a synthesized template and its infra.config.Config."""
+    """The Plan of a synthesized template and its jobsched.cdk.config.Config."""
     resources: dict[str, dict[str, Any]] = template.get("Resources", {})
 
     def of_type(kind: str) -> dict[str, dict[str, Any]]:

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from jobsched.cdk.names import table_logical_id
 from jobsched.store.definitions import SHARD_COUNT_ITEM
 from jobsched.store.schema import DEFINITIONS
 
-from .names import table_logical_id
 from .preflight import DYNAMODB_TABLES_QUOTA, AccountFacts, Plan, QuotaReading
 
 # Clients by service name: boto3.Session.client, or a test's moto-backed one.

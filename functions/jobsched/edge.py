@@ -1,5 +1,5 @@
 """What the API's edge refuses before the `api` function sees a request: one limit and one
-answer for the deployed stack (its web ACL, infra.api) and local mode's front
+answer for the deployed stack (its web ACL, jobsched.cdk.api) and local mode's front
 (jobsched_local.glue), so a client tried locally meets exactly the deployed behaviour.
 
 Lambda refuses a synchronous event past 6 MB (a 500), below API Gateway's own 10 MB; the

@@ -1,7 +1,7 @@
 """Runtime settings: one pydantic model, read from the environment once at cold start.
 
 Each field's alias is the environment variable that carries it, and its default is the value
-the stack deploys (infra.config takes its defaults from here), so the two cannot drift. The
+the stack deploys (jobsched.cdk.config takes its defaults from here), so the two cannot drift. The
 stack's Lambda environment is generated from the model (`lambda_environment`), never listed
 by hand. Only handlers and wiring read this; the domain and services receive plain values.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
-from infra.names import ROOT
+from infra import ROOT
 
 
 def test_the_performance_page_has_the_markers_once():

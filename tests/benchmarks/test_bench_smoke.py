@@ -129,10 +129,11 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
 
 
 def test_mirrored_stack_settings_match_infra() -> None:
-    """bench.harness mirrors infra's event source settings instead of importing infra.config."""
+    """bench.harness mirrors infra's event source settings instead of importing jobsched.cdk.config."""
+    from jobsched.cdk.config import Config
+    from jobsched.cdk.event_sources import OUTBOX_BATCH_SIZE, OUTBOX_PARALLELIZATION
+
     from bench import harness
-    from infra.config import Config
-    from infra.event_sources import OUTBOX_BATCH_SIZE, OUTBOX_PARALLELIZATION
 
     config = Config()
     assert config.worker_batch_size == harness.WORKER_BATCH_SIZE
@@ -173,8 +174,9 @@ def test_bulk_redrive_smoke() -> None:
 def test_events_smoke() -> None:
     """Each level publishes what its contract says for each kind of run, and a level that
     publishes more costs more."""
+    from jobsched.cdk.event_sources import EVENTS_BATCH_SIZE
+
     from bench import events, report
-    from infra.event_sources import EVENTS_BATCH_SIZE
 
     assert events.EVENTS_BATCH_SIZE == EVENTS_BATCH_SIZE
     result = events.run(runs_per_kind=5)

@@ -67,7 +67,7 @@ def synthesized_template() -> dict[str, Any]:
 
 def in_moto(target: Target) -> AlarmPath:
     """The template's alarm topic and dead-letter alarms, made in local mode's moto server."""
-    from infra.names import QUEUE_KEYS, dlq_logical_id
+    from jobsched.cdk.names import QUEUE_KEYS, dlq_logical_id
 
     runtime = target.runtime
 

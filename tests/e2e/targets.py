@@ -27,7 +27,7 @@ LOCAL, AWS = "local", "aws"
 DEFAULT_STACK = "Jobsched"
 LOCAL_KEY = "key-a"
 # A deployed stack makes runs beyond the first one at the sweeper's every-minute tick
-# (infra/schedules.py); a wait may span two ticks, a publish and an execution.
+# (functions/jobsched/cdk/schedules.py); a wait may span two ticks, a publish and an execution.
 AWS_TIMEOUT = 180
 LOCAL_TIMEOUT = 20
 SETUP_HINT = (

@@ -25,6 +25,7 @@ from unittest import mock
 import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.response import StreamingBody
+from jobsched.cdk.names import API, EVENTS, NOTIFIER, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
 from jobsched.domain.errors import PermanentError
 from jobsched.domain.events import RunEventsLevel
 from jobsched.domain.instants import ManualClock, format_instant
@@ -32,7 +33,6 @@ from jobsched.domain.lifecycle import advance
 from jobsched.domain.runs import RunState
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, EVENT_BUS_NAME, RUNS, TableSpec
 
-from infra.names import API, EVENTS, NOTIFIER, OUTBOX, RECONCILER, ROUTES, SWEEPER, WORKER
 from tests.helpers import T0, ApiClient, create_queues
 
 REGION = "us-east-1"
@@ -188,7 +188,7 @@ class Flows:
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/jobsched-target-flow",
         )["stateMachineArn"]
         # The grants as the deploy writes them, and a queue in the tenant's own account.
-        from infra.config import Config
+        from jobsched.cdk.config import Config
 
         document = Config(**{_snake(k): _tupled(v) for k, v in FLOW_CONTEXT.items()}).grants_document(
             {"partition": "aws", "region": REGION, "account": ACCOUNT}

@@ -9,8 +9,8 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jobsched.cdk.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
 
-from infra.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
 from tests.infrastructure.synth import render
 
 ARN_PREFIX = (
@@ -237,7 +237,7 @@ JSON_ESCAPE_FACTOR = 6  # a control byte becomes \u00XX in the event's JSON stri
 
 
 def test_bodies_lambda_cannot_take_are_a_413_from_the_stages_web_acl(synth, config):
-    from infra.api import BODY_TOO_LARGE_RULE, integers_above
+    from jobsched.cdk.api import BODY_TOO_LARGE_RULE, integers_above
 
     limit = config.api_max_body_bytes
     assert (
@@ -269,7 +269,7 @@ def test_the_content_length_rule_matches_exactly_the_lengths_past_the_limit(limi
     """The rule's regex (in the subset WAF runs, read here by Python's re; WAF looks for a
     match anywhere in the header, hence `search`) against integer comparison: a
     Content-Length over the limit matches, one at or under it never does."""
-    from infra.api import integers_above
+    from jobsched.cdk.api import integers_above
 
     pattern = re.compile(integers_above(limit))
     for written in (str(length), "0" * zeros + str(length), f" {length} "):

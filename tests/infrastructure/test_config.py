@@ -7,9 +7,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from jobsched.cdk.config import CONTEXT_KEYS, Config, ConfigError, target_service
 
 from infra.app import CDK_JSON
-from infra.config import CONTEXT_KEYS, Config, ConfigError, target_service
 
 
 class Node:
@@ -188,9 +188,8 @@ def test_cdk_json_pins_the_recommended_feature_flags_of_the_installed_cdk():
 
 def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     """shardCount was 16 in the runtime and 32 in the stack; sweepAheadSeconds None and 300."""
+    from jobsched.cdk.config import RUNTIME_FIELDS
     from jobsched.settings import Settings
-
-    from infra.config import RUNTIME_FIELDS
 
     config, settings = Config(), Settings()
     assert {name: getattr(config, name) for name in RUNTIME_FIELDS} == {

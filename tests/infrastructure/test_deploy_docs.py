@@ -8,9 +8,9 @@ import json
 import re
 
 import pytest
+from jobsched.cdk.config import CONTEXT_KEYS
 
-from infra.config import CONTEXT_KEYS
-from infra.names import ROOT
+from infra import ROOT
 
 OPERATE = ROOT / "docs" / "operate"
 PAGES = ["configure", "preflight", "deploy", "limits", "alarms", "upgrade", "teardown"]

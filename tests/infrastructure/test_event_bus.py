@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from infra.event_bus import MAX_ARCHIVE_NAME, SOURCE_PREFIX, archive_name
-from infra.names import EVENT_BUS_ID, OUTPUT_EVENT_ARCHIVE, OUTPUT_EVENT_BUS
+from jobsched.cdk.event_bus import MAX_ARCHIVE_NAME, SOURCE_PREFIX, archive_name
+from jobsched.cdk.names import EVENT_BUS_ID, OUTPUT_EVENT_ARCHIVE, OUTPUT_EVENT_BUS
 
 
 def archive(synth) -> dict:

@@ -7,13 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from jobsched.domain.events import RunEventsLevel
-from jobsched.handlers.events import filter_patterns
-from jobsched.handlers.events import matches_filter as events_matches
-from jobsched.handlers.outbox import FILTER_PATTERNS, matches_filter
-from jobsched.store.schema import DEFINITIONS, RUNS
-
-from infra.names import (
+from jobsched.cdk.names import (
     EVENTS_FAILURE_QUEUE_ID,
     NOTIFICATIONS_QUEUE_ID,
     NOTIFIER_BATCH_SIZE,
@@ -22,6 +16,11 @@ from infra.names import (
     queue_logical_id,
     table_logical_id,
 )
+from jobsched.domain.events import RunEventsLevel
+from jobsched.handlers.events import filter_patterns
+from jobsched.handlers.events import matches_filter as events_matches
+from jobsched.handlers.outbox import FILTER_PATTERNS, matches_filter
+from jobsched.store.schema import DEFINITIONS, RUNS
 
 
 def mappings(synth) -> dict[str, dict]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infra.names import API_STAGE, REST_API_LOGICAL_ID
+from jobsched.cdk.names import API_STAGE, REST_API_LOGICAL_ID
+
 from tests.infrastructure.synth import render
 
 
@@ -110,7 +111,7 @@ def test_machine_logs_are_kept_as_long_as_every_other_log(synth, variant):
 
 
 def test_outputs_name_what_docs_deploy_uses(synth):
-    from infra import names
+    from jobsched.cdk import names
 
     outputs = synth.template["Outputs"]
     expected = {

@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from jobsched.settings import Settings, environment_names
-from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
-
-from infra.config import UNRESERVED_MINIMUM, Config, ConfigError
-from infra.names import (
+from jobsched.cdk.config import UNRESERVED_MINIMUM, Config, ConfigError
+from jobsched.cdk.names import (
+    DEPLOY_ONLY,
     EVENT_BUS_ID,
     FUNCTIONS,
     FUNCTIONS_DIR,
@@ -29,6 +27,8 @@ from infra.names import (
     queue_logical_id,
     table_logical_id,
 )
+from jobsched.settings import Settings, environment_names
+from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 # Read only in local mode, where the functions talk to a moto server.
 # The grants document itself: local mode and tests only (the stack sets the parameter's name).
@@ -90,11 +90,17 @@ def test_code_asset_is_the_runtime_package_alone(synth):
         folder, name = cached.rsplit("/", 1)
         assert folder.endswith("/__pycache__") and name.endswith(f".{tag}.pyc"), cached
         assert f"{folder.removesuffix('/__pycache__')}/{name.split('.')[0]}.py" in files, cached
-    # Every module of the package ships: nothing under functions/jobsched is left out.
+    # Every module of the package ships but the construct that deploys it (DEPLOY_ONLY).
     source = FUNCTIONS_DIR / RUNTIME_PACKAGE
     shipped = {f for f in files if f.endswith(".py")}
-    expected = {p.relative_to(FUNCTIONS_DIR).as_posix() for p in source.rglob("*.py")}
+    left_out = {source / name for name in DEPLOY_ONLY}
+    expected = {
+        p.relative_to(FUNCTIONS_DIR).as_posix()
+        for p in source.rglob("*.py")
+        if not any(p.is_relative_to(d) for d in left_out)
+    }
     assert shipped == expected
+    assert {"cdk"} == DEPLOY_ONLY and not any(f.startswith("jobsched/cdk/") for f in files)
 
 
 def test_every_handler_string_imports_from_the_asset(synth):
@@ -186,8 +192,9 @@ def _with_refs(settings_env: dict[str, str]) -> dict[str, object]:
 def test_each_functions_environment_is_the_settings_models_serialisation(synth, tmp_path, context):
     """Nothing hand-listed: the template's variables are Settings.lambda_environment() of the
     infra config (resources as references) plus Powertools' own, on every function."""
-    from infra.functions import POWERTOOLS_ENVIRONMENT
-    from infra.grants import parameter_name as grants_parameter_name
+    from jobsched.cdk.functions import POWERTOOLS_ENVIRONMENT
+    from jobsched.cdk.grants import parameter_name as grants_parameter_name
+
     from tests.infrastructure.synth import synthesize
 
     built = synthesize(tmp_path, context, checks=False) if context else synth
@@ -311,7 +318,7 @@ def test_outside_lambda_missing_variables_fall_back_to_local_names():
 
 def test_handler_modules_ship_their_package_and_nothing_local():
     assert code_asset_packages(("jobsched.demo_handlers",)) == (RUNTIME_PACKAGE,)
-    from infra.layer_asset import code_files
+    from jobsched.cdk.layer_asset import code_files
 
     shipped = {p.relative_to(FUNCTIONS_DIR).parts[0] for p in code_files(("jobsched",))}
     assert shipped == {"jobsched"}  # never jobsched_local, whatever sits next to it

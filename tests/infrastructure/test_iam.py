@@ -1,4 +1,4 @@
-"""IAM parity: each function's role holds exactly the statements of infra.permissions; every
+"""IAM parity: each function's role holds exactly the statements of jobsched.cdk.permissions; every
 AWS call the handlers make in the moto flows (tests/infrastructure/flows.py) is granted; and
 every granted action is one the named code calls, and the flows exercise it.
 
@@ -14,10 +14,8 @@ import inspect
 from typing import Any
 
 import pytest
-from jobsched.store.schema import ALL_TABLES, EVENT_BUS_NAME, QUEUES
-
-from infra import permissions
-from infra.names import (
+from jobsched.cdk import permissions
+from jobsched.cdk.names import (
     API,
     EVENT_BUS_ID,
     EVENTS_FAILURE_QUEUE_ID,
@@ -29,6 +27,8 @@ from infra.names import (
     queue_logical_id,
     table_logical_id,
 )
+from jobsched.store.schema import ALL_TABLES, EVENT_BUS_NAME, QUEUES
+
 from tests.infrastructure.flows import (
     ACCOUNT,
     ASSUMED_SUFFIX,

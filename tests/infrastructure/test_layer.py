@@ -7,10 +7,11 @@ import tomllib
 from importlib.metadata import version
 
 import pytest
+from jobsched.cdk.names import LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
-from infra.names import LAYER_REQUIREMENTS, PIP_PLATFORM, PYTHON_VERSION, ROOT
+from infra import ROOT
 from tests.infrastructure.synth import synthesize
 
 
@@ -70,9 +71,8 @@ def layer_key(monkeypatch, tmp_path, *, compiled: bool) -> str:
     """The S3 key the layer asset gets in a stack of its own (bundling skipped)."""
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_
-
-    from infra import layer
-    from infra.layer_asset import layer_code
+    from jobsched.cdk import layer
+    from jobsched.cdk.layer_asset import layer_code
 
     monkeypatch.setattr(layer, "runtime_python", lambda *_: "/usr/bin/python3.13" if compiled else None)
     app = cdk.App(context={"aws:cdk:bundling-stacks": []}, outdir=str(tmp_path / str(compiled)))
@@ -88,7 +88,7 @@ def test_a_compiled_and_a_source_only_layer_are_different_assets(monkeypatch, tm
 
 
 def test_the_asset_hashes_cover_the_bundling_code(monkeypatch, tmp_path):
-    from infra import layer_asset
+    from jobsched.cdk import layer_asset
 
     before = layer_asset.layer_asset_hash(LAYER_REQUIREMENTS, PYTHON_VERSION, PIP_PLATFORM)
     code_before = layer_asset.code_asset_hash(("jobsched",))
@@ -102,7 +102,7 @@ def test_the_asset_hashes_cover_the_bundling_code(monkeypatch, tmp_path):
 
 def assert_compiled_for_the_runtime(site, minimum_sources: int = 100):
     """/opt is read-only in Lambda: bytecode the runtime can use must ship in the layer."""
-    from infra.layer import runtime_python
+    from jobsched.cdk.layer import runtime_python
 
     if runtime_python(PYTHON_VERSION) is None:
         pytest.skip(f"no Python {PYTHON_VERSION} on this machine to compile the layer with")

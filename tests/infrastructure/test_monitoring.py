@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from jobsched.services.reconciler import KINDS
-
-from infra.config import ConfigError
-from infra.names import (
+from jobsched.cdk.config import ConfigError
+from jobsched.cdk.names import (
     EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
     NOTIFICATIONS_DLQ_ID,
@@ -19,6 +17,8 @@ from infra.names import (
     dlq_logical_id,
     queue_logical_id,
 )
+from jobsched.services.reconciler import KINDS
+
 from tests.infrastructure.synth import render, synthesize
 
 
@@ -153,7 +153,7 @@ def test_every_dead_letter_queue_alarms_on_each_new_dead_letter(synth):
 
 
 def test_stopped_ticks_are_alarmed_with_missing_data_breaching(synth, config):
-    from infra.names import RECONCILER, SWEEPER
+    from jobsched.cdk.names import RECONCILER, SWEEPER
 
     invocations = simple_alarms(synth, "Invocations")
     by_handler = {synth.props(ref)["Handler"]: alarm for ref, alarm in invocations.items()}
@@ -192,7 +192,7 @@ def test_largest_stack_keeps_failed_invocation_alarms_within_cloudwatchs_limits(
 
 
 def test_account_concurrency_near_its_quota_is_alarmed(synth, config):
-    from infra.monitoring import ACCOUNT_CONCURRENCY_SHARE
+    from jobsched.cdk.monitoring import ACCOUNT_CONCURRENCY_SHARE
 
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "ConcurrentExecutions"]
     assert alarm["Namespace"] == "AWS/Lambda" and "Dimensions" not in alarm  # the account's
@@ -329,7 +329,7 @@ def test_sweeps_and_reconcile_passes_near_their_time_limit_are_alarmed(synth):
 
 
 def test_api_server_errors_and_latency_are_alarmed(synth):
-    from infra.names import API_STAGE
+    from jobsched.cdk.names import API_STAGE
 
     api_alarms = {a["MetricName"]: a for a in alarms(synth) if a.get("Namespace") == "AWS/ApiGateway"}
     assert set(api_alarms) == {"5XXError", "Latency", "Count"}
@@ -349,9 +349,8 @@ def test_api_server_errors_and_latency_are_alarmed(synth):
 
 
 def test_every_table_and_index_is_watched_for_throttling(synth):
+    from jobsched.cdk.names import table_logical_id
     from jobsched.store.schema import ALL_TABLES
-
-    from infra.names import table_logical_id
 
     watched: dict[str, set[tuple[str, str | None]]] = {}
     for alarm in alarms(synth):
@@ -401,7 +400,7 @@ def test_a_run_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, 
 def test_the_shared_stage_rate_is_alarmed_before_tenants_starve_each_other(synth, config):
     """Each tenant is held to its rate by the function, after the stage admitted the request:
     the stage's own rate is what all tenants share, and a busy stage is an alarm."""
-    from infra.monitoring import API_STAGE_BUSY_SHARE
+    from jobsched.cdk.monitoring import API_STAGE_BUSY_SHARE
 
     (alarm,) = [a for a in alarms(synth) if render(a["AlarmName"]).endswith("-api-stage-busy")]
     assert alarm["MetricName"] == "Count" and alarm["Namespace"] == "AWS/ApiGateway"

@@ -16,7 +16,7 @@ def test_synth_has_no_unacknowledged_findings(synth):
 
 
 def test_every_acknowledgement_gives_its_reason(synth):
-    from infra.nag import MIN_REASON
+    from jobsched.cdk.nag import MIN_REASON
 
     acknowledged: dict[str, str] = {}
     for construct in synth.stack.node.find_all():
@@ -30,7 +30,7 @@ def test_every_acknowledgement_gives_its_reason(synth):
 
 
 def test_a_reason_is_required():
-    from infra.nag import acknowledge
+    from jobsched.cdk.nag import acknowledge
 
     with pytest.raises(ValueError, match="reason"):
         acknowledge(None, "AwsSolutions-SQS3", "ok")  # type: ignore[arg-type]
@@ -39,8 +39,7 @@ def test_a_reason_is_required():
 def test_an_unacknowledged_finding_fails_synth(tmp_path):
     import aws_cdk as cdk
     from aws_cdk import aws_sqs as sqs
-
-    from infra import nag
+    from jobsched.cdk import nag
 
     app = cdk.App(outdir=str(tmp_path))
     stack = cdk.Stack(app, "Probe")

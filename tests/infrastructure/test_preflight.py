@@ -16,10 +16,10 @@ from typing import Any
 
 import boto3
 import pytest
+from jobsched.cdk.names import table_logical_id
 from moto import mock_aws
 
 from infra.doctor import load_prices, main
-from infra.names import table_logical_id
 from infra.preflight import (
     AccountFacts,
     Plan,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from jobsched.store.schema import QUEUES
-
-from infra.names import (
+from jobsched.cdk.names import (
     EVENTS_FAILURE_QUEUE_ID,
     NOTIFICATIONS_DLQ_ID,
     NOTIFICATIONS_QUEUE_ID,
@@ -14,6 +12,7 @@ from infra.names import (
     dlq_logical_id,
     queue_logical_id,
 )
+from jobsched.store.schema import QUEUES
 
 KEYS = [q.key for q in QUEUES]
 
@@ -30,7 +29,7 @@ def test_exactly_the_schema_queues_their_dlqs_and_the_failure_queues(synth):
 
 
 def test_notifications_are_retried_by_their_queue_then_kept_on_its_dlq(synth):
-    from infra.names import FUNCTIONS_BY_NAME, NOTIFICATIONS_MAX_RECEIVES, NOTIFIER
+    from jobsched.cdk.names import FUNCTIONS_BY_NAME, NOTIFICATIONS_MAX_RECEIVES, NOTIFIER
 
     props = synth.props(NOTIFICATIONS_QUEUE_ID)
     assert props["VisibilityTimeout"] == 6 * FUNCTIONS_BY_NAME[NOTIFIER].timeout_seconds

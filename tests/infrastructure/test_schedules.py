@@ -126,7 +126,7 @@ def test_function_policies_stay_small_at_the_largest_shard_count(largest):
 
 def test_every_tick_target_has_a_dead_letter_queue_the_rules_may_send_to(synth):
     """A tick EventBridge gave up on leaves a message (alarmed like every DLQ), not nothing."""
-    from infra.names import TICK_FAILURE_QUEUE_ID
+    from jobsched.cdk.names import TICK_FAILURE_QUEUE_ID
 
     rules = synth.of_type("AWS::Events::Rule")
     for rule in rules.values():

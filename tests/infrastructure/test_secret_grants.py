@@ -1,7 +1,7 @@
 """The worker reads only the secrets the operator granted to some tenant (context
 tenantTargets): GetSecretValue and GetParameter on exactly those ARN patterns, kms:Decrypt only
 through those services for those secrets, and nothing at all when nothing is granted. The
-grants reach the functions in the grants parameter (infra.grants), the same document that
+grants reach the functions in the grants parameter (jobsched.cdk.grants), the same document that
 grants AWS targets, which the API and the worker check per tenant."""
 
 from __future__ import annotations

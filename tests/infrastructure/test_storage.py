@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from jobsched.cdk.names import table_logical_id
 from jobsched.store.schema import ALL_TABLES, RUNS, TableSpec
-
-from infra.names import table_logical_id
 
 SPECS = {spec.logical_id: spec for spec in ALL_TABLES}
 
@@ -166,9 +165,9 @@ def test_warm_and_on_demand_throughput_reach_every_table_and_index(warmed, synth
 )
 def test_throughput_settings_outside_what_dynamodb_takes_are_refused(context, message):
     import aws_cdk as cdk
+    from jobsched.cdk.config import Config, ConfigError
 
     from infra.app import file_context
-    from infra.config import Config, ConfigError
 
     app = cdk.App(context={**file_context(), **context})
     with pytest.raises(ConfigError, match=message):

@@ -1,6 +1,7 @@
-"""The trust policy the docs (Design, Security) tell a tenant to put on its role is the one infra.grants
-writes, names the stack's worker and notifier roles (outputs), and admits exactly the AssumeRole
-either makes for that tenant: not another tenant's, not one without a source identity."""
+"""The trust policy the docs (Design, Security) tell a tenant to put on its role is the one
+jobsched.cdk.grants writes, names the stack's worker and notifier roles (outputs), and admits
+exactly the AssumeRole either makes for that tenant: not another tenant's, not one without a
+source identity."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import re
 from typing import Any
 
 import pytest
+from jobsched.cdk.grants import trust_policy
+from jobsched.cdk.names import OUTPUT_NOTIFIER_FUNCTION_ROLE, OUTPUT_WORKER_FUNCTION_ROLE
 from jobsched.domain.instants import ManualClock
 from jobsched.targets import AssumedRoles, external_id
 
-from infra.grants import trust_policy
-from infra.names import OUTPUT_NOTIFIER_FUNCTION_ROLE, OUTPUT_WORKER_FUNCTION_ROLE, ROOT
+from infra import ROOT
 from tests.helpers import T0
 
 ROLE = "arn:aws:iam::210987654321:role/jobsched-target-reports"

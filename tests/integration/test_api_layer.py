@@ -55,9 +55,8 @@ def test_no_helper_is_defined_twice_in_the_api_package():
 def test_the_lambda_entry_point_the_stack_names_is_the_api_handler():
     import importlib
 
+    from jobsched.cdk.names import API, FUNCTIONS_BY_NAME
     from jobsched.handlers.api.app import handler
-
-    from infra.names import API, FUNCTIONS_BY_NAME
 
     module, _, name = FUNCTIONS_BY_NAME[API].handler.rpartition(".")
     assert getattr(importlib.import_module(module), name) is handler

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from infra.names import ROOT
+from infra import ROOT
 
 pytestmark = pytest.mark.timeout(600)
 

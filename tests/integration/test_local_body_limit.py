@@ -74,7 +74,7 @@ def test_a_body_at_the_deployed_limit_reaches_the_function(front):
 
 
 def test_a_zero_padded_length_is_judged_by_its_value_as_the_web_acl_judges_it(front):
-    """The web ACL's pattern allows leading zeros (infra.api.integers_above): a small body with
+    """The web ACL's pattern allows leading zeros (jobsched.cdk.api.integers_above): a small body with
     a padded length passes it, so it passes here too."""
     import socket
 

@@ -1,6 +1,6 @@
 """Every metric goes through the one port (jobsched.domain.metrics), and a pass of the sweeper,
 outbox, worker and reconciler emits exactly the names, units and dimensions the stack's alarms
-and dashboard read (infra/monitoring.py). The names are the deployed contract: this table is
+and dashboard read (functions/jobsched/cdk/monitoring.py). The names are the deployed contract: this table is
 what they were before the port, so renaming one breaks this test, not an alarm in silence."""
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def test_a_run_deferred_for_minutes_never_reaches_the_dlq(container, clock, monk
 def deployed_visibility(container, queue: str = "default") -> int:
     """Give `queue` the visibility timeout the stack deploys (six worker timeouts), not local
     mode's: what a failed record would wait out without its backoff."""
-    from infra.dead_letters import visibility_timeout
+    from jobsched.cdk.dead_letters import visibility_timeout
 
     seconds = visibility_timeout(next(q for q in QUEUES if q.key == queue))
     boto3.client("sqs").set_queue_attributes(

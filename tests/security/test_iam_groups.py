@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("aws_cdk")
 
-from infra.names import API_ROLES, API_STAGE, OPERATOR, READER, REDRIVER, REST_API_LOGICAL_ID, ROUTES
+from jobsched.cdk.names import API_ROLES, API_STAGE, OPERATOR, READER, REDRIVER, REST_API_LOGICAL_ID, ROUTES
+
 from tests.infrastructure.synth import render, synthesize
 
 ARN_PREFIX = (

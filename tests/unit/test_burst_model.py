@@ -164,8 +164,9 @@ def test_the_stack_defaults_are_bound_by_runs_made_after_the_hour():
 
 def test_the_first_burst_on_new_tables_is_held_to_their_warm_throughput():
     pytest.importorskip("aws_cdk")  # it reads the stack config (the 3.13 lane has no CDK)
+    from jobsched.cdk.config import WARM_THROUGHPUT_BASE
+
     from bench.capacity import _BURST_1M, BURST_1M_CONTEXT, first_burst_store_runs_per_second
-    from infra.config import WARM_THROUGHPUT_BASE
 
     # runs: 2 write units a run; a new table takes 4,000 at once, warm to its quota it takes 40,000.
     cold = BurstSettings("x", shards=32)
@@ -177,9 +178,9 @@ def test_the_first_burst_on_new_tables_is_held_to_their_warm_throughput():
     assert isinstance(warm, dict)
     assert warm["write"] == warm["indexWrite"] == _BURST_1M.warm_wru_per_s
     import aws_cdk as cdk
+    from jobsched.cdk.config import Config
 
     from infra.app import file_context
-    from infra.config import Config
 
     config = Config.from_context(cdk.App(context={**file_context(), **BURST_1M_CONTEXT}).node)
     assert config.warm_throughput["write"] == config.warm_throughput["indexWrite"] == 40000

@@ -1,5 +1,5 @@
 """The backoff a failed worker record's message gets, and the arithmetic that bounds how long a
-record that keeps failing takes to reach its DLQ (infra/dead_letters.py)."""
+record that keeps failing takes to reach its DLQ (functions/jobsched/cdk/dead_letters.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jobsched.services.worker import FAILURE_BACKOFF_CAP_SECONDS, failure_backoff_seconds
-from jobsched.store.schema import QUEUES
-
-from infra.dead_letters import (
+from jobsched.cdk.dead_letters import (
     DEAD_LETTER_WITHIN_SECONDS,
     check_dead_letter_arithmetic,
     seconds_to_dead_letter,
 )
+from jobsched.services.worker import FAILURE_BACKOFF_CAP_SECONDS, failure_backoff_seconds
+from jobsched.store.schema import QUEUES
 
 
 @given(st.text(min_size=1, max_size=80), st.integers(min_value=1, max_value=10_000))

@@ -149,7 +149,7 @@ def test_local_mode_builds_its_settings_with_the_model():
 
 
 def test_local_mode_may_tick_faster_with_a_shorter_horizon():
-    # The stack's sweeper runs every minute (infra.config requires horizonSeconds >= 60); local
+    # The stack's sweeper runs every minute (jobsched.cdk.config requires horizonSeconds >= 60); local
     # mode's tick is its own (the e2e suite ticks every second with a 15 s horizon).
     assert LocalConfig(horizon_seconds=15, sweep_seconds=1).runtime_settings().horizon_seconds == 15
 

@@ -9,18 +9,20 @@ Powertools Parameters, cached for a minute (jobsched.targets.grant_source)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from aws_cdk import Aws, Fn, Stack
+import jsii
+from aws_cdk import Aws, Fn, IStableStringProducer, Lazy, Stack
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .config import CHECK_HOME, STANDARD_PARAMETER_BYTES, Config
 
 
-def parameter_name(stack_name: str) -> str:
-    return f"/{stack_name}/target-grants"
+def parameter_name(name: str) -> str:
+    """`name`: the scheduler's (the stack's name for the app's own)."""
+    return f"/{name}/target-grants"
 
 
 def _resolved(pattern: str) -> str:
@@ -29,14 +31,22 @@ def _resolved(pattern: str) -> str:
 
 
 class TargetGrants(Construct):
-    """`extra`: grants the stack itself adds (the example machine's caller), tokens allowed."""
+    """`name`: the scheduler's (names.Naming), which the parameter's name is made of; `extra`:
+    grants the construct itself adds (the example machine's caller, JobScheduler.grant_target's),
+    tokens allowed. The document is written at synth, so `extra` may grow until then."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: Config, extra: Sequence[dict[str, Any]] = ()
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        name: str,
+        extra: Sequence[dict[str, Any]] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.name = parameter_name(stack.stack_name)
+        self.name = parameter_name(name)
         # The home is the deploy's own (set below); any home validates the patterns here.
         document = config.grants_document(CHECK_HOME).model_dump(
             mode="json", by_alias=True, exclude_defaults=True
@@ -45,11 +55,13 @@ class TargetGrants(Construct):
             {**t, "targets": [_resolved(p) for p in t.get("targets", [])]}
             for t in document.get("tenants", [])
         ]
-        value = {
-            "home": {"partition": Aws.PARTITION, "region": Aws.REGION, "account": Aws.ACCOUNT_ID},
-            "tenants": [*tenants, *extra],
-            "assumableRoles": [_resolved(p) for p in document.get("assumableRoles", [])],
-        }
+        self.extra: list[dict[str, Any]] = list(extra)
+        home = {"partition": Aws.PARTITION, "region": Aws.REGION, "account": Aws.ACCOUNT_ID}
+        roles = [_resolved(p) for p in document.get("assumableRoles", [])]
+
+        def value() -> dict[str, Any]:
+            return {"home": home, "tenants": [*tenants, *self.extra], "assumableRoles": roles}
+
         tier = (
             ssm.ParameterTier.STANDARD
             if config.grants_bytes() <= STANDARD_PARAMETER_BYTES
@@ -59,10 +71,19 @@ class TargetGrants(Construct):
             self,
             "Parameter",
             parameter_name=self.name,
-            string_value=stack.to_json_string(value),
+            string_value=Lazy.string(_Produced(lambda: stack.to_json_string(value()))),
             tier=tier,
             description="jobsched: what each tenant may target (tenantTargets, assumableRoles, ...)",
         )
+
+
+@jsii.implements(IStableStringProducer)
+class _Produced:
+    def __init__(self, produce: Callable[[], str]) -> None:
+        self._produce = produce
+
+    def produce(self) -> str:
+        return self._produce()
 
 
 def trust_policy(worker_role_arn: str, notifier_role_arn: str, external_id: str) -> dict[str, Any]:

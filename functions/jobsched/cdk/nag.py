@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Acknowledgment, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
@@ -24,3 +26,20 @@ def render(arn: str) -> str:
     for name in ("Partition", "Region", "AccountId", "URLSuffix"):
         arn = arn.replace("${AWS::" + name + "}", "<AWS::" + name + ">")
     return arn
+
+
+def render_value(value: Any) -> str:
+    """How cdk-nag prints a resolved template value: Ref X as <X>, GetAtt X.Y as <X.Y>, a Join
+    flattened, a pseudo parameter as <AWS::...>."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Ref":
+            return f"<{argument}>"
+        if function == "Fn::GetAtt":
+            return f"<{'.'.join(argument)}>"
+        if function == "Fn::Join":
+            separator, parts = argument
+            return str(separator).join(render_value(part) for part in parts)
+    raise ValueError(f"cannot render {value!r} as cdk-nag does")

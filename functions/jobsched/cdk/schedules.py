@@ -76,8 +76,11 @@ class Schedules(Construct):
         config: Config,
         functions: Functions,
         dead_letters: sqs.Queue,
+        name: str,
     ) -> None:
+        """`name`: the scheduler's (names.Naming), which every rule's name starts with."""
         super().__init__(scope, construct_id)
+        self._name = name
         self.dead_letters = dead_letters
         sweeps = [{"shards": group} for group in shard_groups(config.shard_count, config.shards_per_sweep)]
         # The reconciler's handler takes one shard per event.
@@ -89,7 +92,7 @@ class Schedules(Construct):
 
     def _rules(self, kind: str, function: lambda_.Function, inputs: list[dict]) -> list[events.Rule]:
         stack = Stack.of(self)
-        prefix = rule_prefix(stack.stack_name, kind.lower())
+        prefix = rule_prefix(self._name, kind.lower())
         permission = lambda_.CfnPermission(
             self,
             f"{kind}RulesInvoke",

@@ -1,5 +1,5 @@
 """The run queues' timing, as plain arithmetic over the queue specs and the worker's waits (no
-CDK, for infra.queues and the tests): the visibility timeout AWS's rule for a Lambda event
+CDK, for jobsched.cdk.queues and the tests): the visibility timeout AWS's rule for a Lambda event
 source asks for, and how fast a message the worker keeps failing on reaches its DLQ (the
 check synth makes)."""
 

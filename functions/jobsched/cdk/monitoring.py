@@ -20,6 +20,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
 from jobsched.services.reconciler import KINDS as REPAIR_KINDS
 from jobsched.store.schema import ALL_TABLES, TableSpec
 
@@ -105,8 +106,11 @@ class Monitoring(Construct):
         storage: Storage,
         api: Api,
         schedules: Schedules,
+        name: str,
     ) -> None:
+        """`name`: the scheduler's (names.Naming), which every alarm's name starts with."""
         super().__init__(scope, construct_id)
+        self._name = name
         # A customer-managed key: CloudWatch cannot publish to a topic under the AWS-managed SNS key.
         self.key = kms.Key(
             self,
@@ -451,7 +455,7 @@ class Monitoring(Construct):
         alarm = cw.Alarm(
             self,
             name,
-            alarm_name=f"{Stack.of(self).stack_name}-{name}",  # readable in e-mails and the console
+            alarm_name=f"{self._name}-{name}",  # readable in e-mails and the console
             metric=metric,
             threshold=threshold,
             evaluation_periods=periods,

@@ -5,13 +5,14 @@ managed policy per caller role."""
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
+
 from jobsched.edge import payload_too_large_body
 
 from .config import Config
@@ -58,8 +59,18 @@ def integers_above(limit: int) -> str:
 
 
 class Api(Construct):
+    """`name`: the scheduler's (names.Naming), the API's name; `logical_prefix` goes before
+    the REST API's fixed logical id."""
+
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: Config, handler: lambda_.IFunction
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        handler: lambda_.IFunction,
+        name: str,
+        logical_prefix: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         self.access_logs = logs.LogGroup(
@@ -73,7 +84,7 @@ class Api(Construct):
             "RestApi",
             # API Gateway's metrics name the API by this (ApiName): the stack's name keeps the
             # alarms on this API alone, not on every API of the default name in the region.
-            rest_api_name=Stack.of(self).stack_name,
+            rest_api_name=name,
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # API Gateway needs an account-level role (one per account and region) to write
@@ -105,7 +116,7 @@ class Api(Construct):
             ),
             default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
         )
-        self.rest_api.node.default_child.override_logical_id(REST_API_LOGICAL_ID)  # type: ignore[union-attr]
+        self.rest_api.node.default_child.override_logical_id(logical_prefix + REST_API_LOGICAL_ID)  # type: ignore[union-attr]
         self.rest_api.node.try_remove_child("Endpoint")  # the stack's ApiUrl output replaces it
         for name, response_type in (
             ("Default4xx", apigw.ResponseType.DEFAULT_4_XX),

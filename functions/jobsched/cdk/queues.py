@@ -7,6 +7,7 @@ from __future__ import annotations
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
 from jobsched.store.schema import QUEUES, QueueSpec
 
 from .dead_letters import VISIBILITY_PER_FUNCTION_TIMEOUT, check_dead_letter_arithmetic, visibility_timeout
@@ -26,7 +27,7 @@ from .names import (
 RETENTION = Duration.days(14)  # the SQS maximum: time to notice and redrive
 
 
-def _queue(scope: Construct, construct_id: str, logical_id: str, **props: object) -> sqs.Queue:
+def _queue(scope: Queues, construct_id: str, logical_id: str, **props: object) -> sqs.Queue:
     queue = sqs.Queue(
         scope,
         construct_id,
@@ -36,13 +37,16 @@ def _queue(scope: Construct, construct_id: str, logical_id: str, **props: object
         removal_policy=RemovalPolicy.DESTROY,
         **props,  # type: ignore[arg-type]
     )
-    queue.node.default_child.override_logical_id(logical_id)  # type: ignore[union-attr]
+    queue.node.default_child.override_logical_id(scope.logical_prefix + logical_id)  # type: ignore[union-attr]
     return queue
 
 
 class Queues(Construct):
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    """`logical_prefix` goes before each queue's fixed logical id (names.Naming)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, logical_prefix: str = "") -> None:
         super().__init__(scope, construct_id)
+        self.logical_prefix = logical_prefix
         self.specs: dict[str, QueueSpec] = {q.key: q for q in QUEUES}
         self.queues: dict[str, sqs.Queue] = {}
         self.dlqs: dict[str, sqs.Queue] = {}
@@ -67,7 +71,7 @@ class Queues(Construct):
             self, "outbox-failures", OUTBOX_FAILURE_QUEUE_ID, retention_period=RETENTION
         )
         # The events mapping's on-failure destination: a batch of records whose events the bus
-        # kept refusing until they aged out (infra.event_sources), named by shard and sequence.
+        # kept refusing until they aged out (jobsched.cdk.event_sources), named by shard and sequence.
         self.events_failures = _queue(
             self, "events-failures", EVENTS_FAILURE_QUEUE_ID, retention_period=RETENTION
         )

@@ -1,5 +1,5 @@
-"""The functions (infra.names.FUNCTIONS): one code asset (functions/), one layer, one role
-each with exactly the actions in infra.permissions, and the environment generated from
+"""The functions (jobsched.cdk.names.FUNCTIONS): one code asset (functions/), one layer, one role
+each with exactly the actions in jobsched.cdk.permissions, and the environment generated from
 jobsched.settings.Settings."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
+
 from jobsched.settings import Settings
 from jobsched.store.schema import DEFINITIONS, QUEUES, RUNS
 
@@ -77,9 +78,15 @@ POWERTOOLS_ENVIRONMENT = {
 
 
 def runtime_settings(
-    config: Config, storage: Storage, queues: Queues, grants_parameter: str, event_bus: events.IEventBus
+    config: Config,
+    storage: Storage,
+    queues: Queues,
+    grants_parameter: str,
+    event_bus: events.IEventBus,
+    source_name: str | None = None,
 ) -> Settings:
-    """The settings every function runs with: the config's, pointed at this stack's resources."""
+    """The settings every function runs with: the config's, pointed at this scheduler's
+    resources. `source_name`: the scheduler's name (names.Naming), the stack's by default."""
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
         runs_table=storage.table(RUNS).table_name,
@@ -87,16 +94,21 @@ def runtime_settings(
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
         target_grants_parameter=grants_parameter,
         event_bus_name=event_bus.event_bus_name,
-        event_source_name=Stack.of(event_bus).stack_name,
+        event_source_name=source_name or Stack.of(event_bus).stack_name,
         notifications_queue_url=queues.notifications.queue_url,
     )
 
 
 def environment(
-    config: Config, storage: Storage, queues: Queues, grants_parameter: str, event_bus: events.IEventBus
+    config: Config,
+    storage: Storage,
+    queues: Queues,
+    grants_parameter: str,
+    event_bus: events.IEventBus,
+    source_name: str | None = None,
 ) -> dict[str, str]:
     """Generated from the runtime settings model: every variable it reads, and Powertools'."""
-    settings = runtime_settings(config, storage, queues, grants_parameter, event_bus)
+    settings = runtime_settings(config, storage, queues, grants_parameter, event_bus, source_name)
     return {**settings.lambda_environment(), **POWERTOOLS_ENVIRONMENT}
 
 
@@ -112,6 +124,7 @@ class Functions(Construct):
         grants_parameter: str,
         event_bus: events.IEventBus,
         layer_code_factory: Callable[[], lambda_.Code] = layer_code,
+        name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._config = config
@@ -129,7 +142,7 @@ class Functions(Construct):
         )
         packages = code_asset_packages(config.handler_modules)
         code = function_code(packages)
-        env = environment(config, storage, queues, grants_parameter, event_bus)
+        env = environment(config, storage, queues, grants_parameter, event_bus, name)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, logs.LogGroup] = {}
@@ -144,7 +157,7 @@ class Functions(Construct):
             retention=log_retention(self._config.log_retention_days),
             removal_policy=RemovalPolicy.DESTROY,
         )
-        # No managed policies: every action the role holds is listed in infra.permissions.
+        # No managed policies: every action the role holds is listed in jobsched.cdk.permissions.
         role = iam.Role(
             self,
             base + "Role",
@@ -185,7 +198,7 @@ class Functions(Construct):
     def grant_all(
         self, grants_parameter_arn: str, extra_targets: dict[str, Sequence[str]] | None = None
     ) -> None:
-        """Attach the statements of infra.permissions to each role (after every resource exists)."""
+        """Attach the statements of jobsched.cdk.permissions to each role (after every resource exists)."""
         self._grants_parameter_arn = grants_parameter_arn
         for name, role in self.roles.items():
             for grant in permissions.grants(name):

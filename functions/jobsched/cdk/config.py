@@ -1,4 +1,6 @@
-"""Deploy-time settings, read from CDK context (cdk.json, or `-c key=value` on the CLI).
+"""Deploy-time settings: read from CDK context by the app (cdk.json, or `-c key=value` on the
+CLI), or given to the JobScheduler construct as props (JobSchedulerProps, the same fields in
+Python's spelling, checked the same way).
 
 The settings the functions read at run time (shardCount, horizonSeconds, ...) are owned by
 the runtime model, jobsched.settings.Settings: their defaults and their rules come from it,
@@ -6,19 +8,22 @@ and the functions' environment is generated from it (`runtime_settings`)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from constructs import Node
+from pydantic import ValidationError
+
 from jobsched.domain.grants import SECRET_SERVICES, GrantsDocument, service_of
 from jobsched.domain.grants import TARGET_SERVICES as GRANTED_TARGET_SERVICES
 from jobsched.edge import MAX_BODY_BYTES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
-from pydantic import ValidationError
 
 from .names import QUEUE_KEYS, RECONCILER, SWEEPER, WORKER, code_asset_packages
 
@@ -500,3 +505,98 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+# --- the construct's props: the context keys in Python's spelling ---
+
+PROP_OF = {key: _snake(key) for key in _FIELDS}  # context key -> prop
+CONTEXT_KEY_OF_PROP = {prop: key for key, prop in PROP_OF.items()}
+PROPS = tuple(PROP_OF.values())
+_CONTEXT_KEY = re.compile(r"\b(" + "|".join(sorted(_FIELDS, key=len, reverse=True)) + r")\b")
+
+
+def props_message(message: str) -> str:
+    """A ConfigError's message in the construct's terms: each context key by its prop's name."""
+    return _CONTEXT_KEY.sub(lambda m: PROP_OF[m.group(1)], message)
+
+
+def check_prop_names(names: Iterable[str]) -> None:
+    """Refuses a keyword that is no prop, naming the closest one."""
+    for name in names:
+        if name not in CONTEXT_KEY_OF_PROP:
+            close = difflib.get_close_matches(name, PROPS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{name}: no such JobScheduler prop{hint}")
+
+
+_KINDS = {
+    "int": "an int",
+    "bool": "a bool",
+    "str": "a str",
+    "list": "a list of str",
+    "map": "a mapping of str to int",
+    "grants": "a mapping of tenant id to a list of ARN patterns",
+}
+
+
+def _prop_value(prop: str, value: Any, kind: str, default: Any) -> Any:
+    """`value` of a prop of `kind`, typed as Config holds it (lists as tuples, a partial map
+    over the default's keys), or ConfigError naming the prop."""
+
+    def strings(items: Any) -> bool:
+        return (
+            not isinstance(items, str | bytes)
+            and isinstance(items, list | tuple)
+            and all(isinstance(x, str) for x in items)
+        )
+
+    ok = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "list": strings,
+        "map": lambda v: (
+            isinstance(v, Mapping)
+            and all(
+                isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) for k, n in v.items()
+            )
+        ),
+        "grants": lambda v: (
+            isinstance(v, Mapping) and all(isinstance(k, str) and strings(p) for k, p in v.items())
+        ),
+    }[kind]
+    if prop == "alarm_email" and value is None:
+        return None
+    if not ok(value):
+        raise ConfigError(f"{prop}: expected {_KINDS[kind]}, got {value!r}")
+    if kind == "list":
+        return tuple(value)
+    if kind == "map":
+        return {**default, **value}
+    if kind == "grants":
+        return {tenant: tuple(patterns) for tenant, patterns in value.items()}
+    return value
+
+
+class JobSchedulerProps(Config):
+    """The JobScheduler construct's props: Config's fields (the context keys in Python's
+    spelling: shard_count for shardCount), each checked for its type, a map merged over its
+    default's keys as the context's is, and every rule of Config applied; a ConfigError names
+    the prop. Being a Config, it is what the construct builds from."""
+
+    def __post_init__(self) -> None:
+        defaults = Config()
+        for spec in fields(Config):
+            kind = _FIELDS[CONTEXT_KEY_OF_PROP[spec.name]]
+            value = _prop_value(spec.name, getattr(self, spec.name), kind, getattr(defaults, spec.name))
+            object.__setattr__(self, spec.name, value)
+        try:
+            super().__post_init__()
+        except ConfigError as exc:
+            raise ConfigError(props_message(str(exc))) from None
+
+    @classmethod
+    def of(cls, **props: Any) -> JobSchedulerProps:
+        """Props from keywords, a keyword that is no prop refused by name."""
+        check_prop_names(props)
+        return cls(**props)

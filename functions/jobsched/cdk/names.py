@@ -1,9 +1,17 @@
-"""Names shared by the stack and its tests: construct ids, logical ids, handlers, routes, outputs.
+"""Names shared by the construct and its tests: construct ids, logical ids, handlers, routes,
+outputs, and where the assets come from.
 
-Table keys, indexes and queue settings are not here: they come from jobsched.store.schema."""
+Table keys, indexes and queue settings are not here: they come from jobsched.store.schema.
+
+Paths are the package's own: the code asset is this `jobsched` package (and the user's handler
+packages beside it), wherever it is installed; the layer's requirements ship inside this package
+(layer-requirements.txt, a copy of the checkout's layers/requirements.txt that a test holds
+equal). Builds are cached under layers/build/ in a checkout, else under $JOBSCHED_BUILD_DIR or
+the user's cache directory."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +20,35 @@ from jobsched.domain.models import MAX_TIMEOUT_SECONDS
 from jobsched.services.worker import WORKER_OVERHEAD_SECONDS
 from jobsched.store.schema import QUEUES, TableSpec
 
-ROOT = Path(__file__).resolve().parent.parent
-FUNCTIONS_DIR = ROOT / "functions"
-LAYERS_DIR = ROOT / "layers"
-LAYER_REQUIREMENTS = LAYERS_DIR / "requirements.txt"
-LAYER_BUILD_DIR = LAYERS_DIR / "build"
+CDK_DIR = Path(__file__).resolve().parent  # this package: jobsched/cdk
+# Where `jobsched` and its sibling packages live: functions/ in a checkout, site-packages once
+# installed. The code asset is built from here.
+FUNCTIONS_DIR = CDK_DIR.parent.parent
+# The layer's requirements, shipped in the package (tests/infrastructure/test_cdk.py holds it
+# equal to the checkout's layers/requirements.txt, their one source).
+LAYER_REQUIREMENTS = CDK_DIR / "layer-requirements.txt"
+BUILD_DIR_ENV = "JOBSCHED_BUILD_DIR"
+
+
+def _checkout() -> Path | None:
+    """The repository root when this package runs from a checkout (functions/jobsched/cdk)."""
+    root = FUNCTIONS_DIR.parent
+    return root if FUNCTIONS_DIR.name == "functions" and (root / "layers").is_dir() else None
+
+
+def _build_dir() -> Path:
+    """Where the layer's wheels and the built code are cached: $JOBSCHED_BUILD_DIR, the
+    checkout's layers/build/, or the user's cache directory (never site-packages)."""
+    if os.environ.get(BUILD_DIR_ENV):
+        return Path(os.environ[BUILD_DIR_ENV])
+    checkout = _checkout()
+    if checkout is not None:
+        return checkout / "layers" / "build"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "jobsched" / "build"
+
+
+LAYER_BUILD_DIR = _build_dir()
 
 STACK_ID = "Jobsched"
 SERVICE = "jobsched"  # Powertools service and metric namespace (jobsched.observability)
@@ -28,8 +60,12 @@ PIP_PLATFORM = "manylinux2014_aarch64"
 # The function asset is the runtime package, plus the packages of the user's own job handlers
 # (`handlerModules`, placed in functions/). Local mode and the CLI are packages of their own
 # beside it (functions/jobsched_local, functions/jobsched_cli) and never ship; the chaos harness
-# lives outside functions/ (chaos/). Nothing is excluded by name: the asset names what it holds.
+# lives outside functions/ (chaos/). The asset names what it holds; the one subpackage left out
+# of it is DEPLOY_ONLY, below.
 RUNTIME_PACKAGE = "jobsched"
+# Subpackages of the runtime package that never run in Lambda: this construct (it needs
+# aws-cdk-lib, which the layer does not hold) is left out of the code asset.
+DEPLOY_ONLY = frozenset({"cdk"})
 LOCAL_PACKAGES = frozenset({"jobsched_local", "jobsched_cli", "jobsched_console"})
 
 
@@ -88,7 +124,7 @@ FUNCTIONS = (
     ),
     # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
     # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
-    # The queues' visibility timeout is six times this (infra.dead_letters.WORKER_QUEUE_VISIBILITY).
+    # The queues' visibility timeout is six times this (jobsched.cdk.dead_letters.WORKER_QUEUE_VISIBILITY).
     FunctionSpec(
         WORKER,
         "jobsched.handlers.worker.handler",

@@ -1,11 +1,11 @@
-"""The layer and the function code as CDK assets, built locally: the layer by infra.layer
+"""The layer and the function code as CDK assets, built locally: the layer by jobsched.cdk.layer
 through CDK's local bundling (never in a Docker container), the code by `build_code`. Each is
 compiled to bytecode for the runtime's Python when an interpreter of that version is here
 (Lambda mounts both read-only, so Python cannot cache what it compiles).
 
 Each asset's hash covers what decides its content: the layer's requirements, runtime and
 platform, the code's files, whether bytecode was compiled, and the building code itself
-(infra/layer.py and this module), so a build that differs in any of them is a new asset."""
+(jobsched/cdk/layer.py and this module), so a build that differs in any of them is a new asset."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ from aws_cdk import aws_lambda as lambda_
 from . import layer as layer_build
 from .layer import build_layer, compile_bytecode, content_hash
 from .names import (
+    DEPLOY_ONLY,
     FUNCTIONS_DIR,
     LAYER_BUILD_DIR,
     LAYER_REQUIREMENTS,
-    LAYERS_DIR,
     PIP_PLATFORM,
     PYTHON_VERSION,
+    RUNTIME_PACKAGE,
 )
 
 CODE_BUILD_DIR = LAYER_BUILD_DIR / "code"
@@ -54,8 +55,10 @@ def layer_asset_hash(requirements: Path, python_version: str, platform: str) -> 
 
 
 def code_files(packages: Sequence[str], root: Path = FUNCTIONS_DIR) -> list[Path]:
-    """The files of `packages` (packages or modules of `root`), without bytecode, sorted."""
+    """The files of `packages` (packages or modules of `root`), without bytecode, sorted; of
+    the runtime package, without what only deploys it (names.DEPLOY_ONLY: this construct)."""
     found: list[Path] = []
+    left_out = {root / RUNTIME_PACKAGE / name for name in DEPLOY_ONLY}
     for name in packages:
         module = root / f"{name}.py"
         if module.is_file():
@@ -63,7 +66,10 @@ def code_files(packages: Sequence[str], root: Path = FUNCTIONS_DIR) -> list[Path
         found += [
             p
             for p in (root / name).rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and p.suffix != ".pyc"
+            and not any(p.is_relative_to(skipped) for skipped in left_out)
         ]
     return sorted(found)
 
@@ -93,7 +99,7 @@ class PipLayerBundling:
 def build_code(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> Path:
     """The code asset's directory: `packages` of functions/ copied and, with an interpreter of
     the runtime's version here, compiled (unchecked-hash .pyc). Built once per asset hash
-    under layers/build/code/ (a synth that skips bundling ships the same code)."""
+    under the build directory's code/ (a synth that skips bundling ships the same code)."""
     digest = code_asset_hash(packages, python_version)
     built = CODE_BUILD_DIR / digest[:16]
     if built.is_dir():
@@ -135,7 +141,7 @@ def layer_code(
     platform: str = PIP_PLATFORM,
 ) -> lambda_.Code:
     return lambda_.Code.from_asset(
-        str(LAYERS_DIR),
+        str(requirements.parent),
         exclude=["*", "!" + requirements.name],
         asset_hash_type=AssetHashType.CUSTOM,
         asset_hash=layer_asset_hash(requirements, python_version, platform),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from constructs import Construct
 
@@ -27,15 +27,20 @@ def archive_name(stack_name: str) -> str:
 
 
 class EventBus(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, config: Config) -> None:
+    """`name`: the scheduler's (names.Naming), which the archive's name is made of;
+    `logical_prefix` goes before the bus's fixed logical id."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, name: str, logical_prefix: str = ""
+    ) -> None:
         super().__init__(scope, construct_id)
         self.bus = events.EventBus(self, EVENT_BUS_ID, description="jobsched run and job events")
         # A fixed logical id, as for the tables and queues: a refactor never replaces the bus.
-        self.bus.node.default_child.override_logical_id(EVENT_BUS_ID)  # type: ignore[union-attr]
+        self.bus.node.default_child.override_logical_id(logical_prefix + EVENT_BUS_ID)  # type: ignore[union-attr]
         days = config.event_archive_days
         self.archive = self.bus.archive(
             "Archive",
-            archive_name=archive_name(Stack.of(self).stack_name),
+            archive_name=archive_name(name),
             description="every jobsched run and job event, replayable",
             event_pattern=events.EventPattern(source=events.Match.prefix(SOURCE_PREFIX)),
             retention=Duration.days(days) if days else None,

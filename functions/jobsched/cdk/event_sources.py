@@ -1,7 +1,7 @@
 """Runs stream → outbox, and the priority queues → worker.
 
 Declared with the L1 mapping so every setting is explicit and the role holds exactly the
-polling permissions listed in infra.permissions (the L2 sources add their own grants)."""
+polling permissions listed in jobsched.cdk.permissions (the L2 sources add their own grants)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
 from jobsched.domain.events import RunEventsLevel
 from jobsched.handlers.events import filter_patterns as event_filter_patterns
 from jobsched.handlers.outbox import FILTER_PATTERNS
@@ -129,7 +130,7 @@ class EventSources(Construct):
             self.events_mappings[spec.logical_id] = mapping
 
         # One delivery per record; a failed one is reported alone and comes back after the
-        # queue's visibility timeout (infra.queues), at most NOTIFIER_CONCURRENCY at once.
+        # queue's visibility timeout (jobsched.cdk.queues), at most NOTIFIER_CONCURRENCY at once.
         self.notifier_mapping = lambda_.CfnEventSourceMapping(
             self,
             "NotificationsQueueToNotifier",

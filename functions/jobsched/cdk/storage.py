@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
+
 from jobsched.store.schema import ALL_TABLES, Key, TableSpec
 
 from .names import table_logical_id
@@ -39,12 +40,15 @@ class Storage(Construct):
         provisioned: dict[str, int] | None = None,
         warm_throughput: dict[str, int] | None = None,
         on_demand_throughput: dict[str, int] | None = None,
+        logical_prefix: str = "",
     ) -> None:
         """`provisioned`: auto-scaled capacity (min/max read and write, target utilisation)
         for every table and index; None is on-demand. `warm_throughput` (read, write,
         indexRead, indexWrite) and `on_demand_throughput` (maxRead, maxWrite, on-demand only)
-        apply to every table and index; a 0 leaves AWS's default."""
+        apply to every table and index; a 0 leaves AWS's default. `logical_prefix` goes before
+        each table's fixed logical id (names.Naming)."""
         super().__init__(scope, construct_id)
+        self._prefix = logical_prefix
         self._provisioned = provisioned
         warm = warm_throughput or {}
         self._warm = _warm(warm.get("read", 0), warm.get("write", 0))
@@ -96,7 +100,7 @@ class Storage(Construct):
         if self._provisioned:
             self._autoscale(table, spec)
         # A fixed logical id: renaming a construct must never replace a table.
-        table.node.default_child.override_logical_id(table_logical_id(spec))  # type: ignore[union-attr]
+        table.node.default_child.override_logical_id(self._prefix + table_logical_id(spec))  # type: ignore[union-attr]
         return table
 
     def _autoscale(self, table: dynamodb.Table, spec: TableSpec) -> None:
