@@ -831,9 +831,11 @@ def test_a_read_refused_after_the_sdk_retries_is_tried_again_within_the_tick(con
 
 
 def test_a_read_refused_every_time_loses_only_its_own_shards_tick(container, clock):
+    """Refused at each of its tries and once more at the end of the pass: the run waits for
+    the next tick, and only its shard's pass is the worse for it."""
     run = insert(container, make_run(job_id="j_throttled", at=T0 - timedelta(minutes=5)))
     store = RunStore(
-        RefusingTwice(boto3.client("dynamodb"), ("batch_get_item",), times=3), RUNS.default_name, 4
+        RefusingTwice(boto3.client("dynamodb"), ("batch_get_item",), times=4), RUNS.default_name, 4
     )
     clock.sleep = lambda seconds: None
     reconciler = Reconciler(store, clock, shard_count=4)
@@ -884,3 +886,121 @@ def test_a_pass_waits_out_refusals_only_within_its_budget(container, clock):
     reconciler = Reconciler(store, clock, shard_count=1, batch_limit=1)
     assert reconciler.reconcile_all().failed >= 2
     assert sum(pauses) <= MAX_PAUSES_PER_PASS_SECONDS
+
+
+class RefusingRuns:
+    """A client that refuses, as throttled after the SDK's retries, the next `times` calls of
+    `call` that name one of `values` (a job id, a run's sort key); the rest reach the table."""
+
+    def __init__(self, client: Any, call: str, values: set[str], times: int) -> None:
+        self._client = client
+        self._call = call
+        self._values = values
+        self.left = times
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._client, name)
+        if name != self._call:
+            return call
+
+        def maybe_refused(**kwargs: Any) -> Any:
+            if self.left > 0 and any(f'"{value}"' in json.dumps(kwargs) for value in self._values):
+                self.left -= 1
+                from botocore.exceptions import ClientError
+
+                raise ClientError(
+                    {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, name
+                )
+            return call(**kwargs)
+
+        return maybe_refused
+
+
+@pytest.mark.parametrize("stranded", ["never published", "lease expired"])
+def test_a_repair_whose_write_is_refused_once_is_made_again_within_the_tick(container, clock, stranded):
+    """The store refuses the repair's write (throttled after the SDK's retries, or a timeout):
+    the pass tries it again before it ends, and the run is repaired at this tick, not a minute
+    later at the next."""
+    if stranded == "never published":
+        run = insert(container, make_run(job_id="j_refused"))
+        clock.set(T0 + timedelta(seconds=PUBLISH_GRACE))
+        repaired = RunState.PENDING
+    else:
+        run = insert(container, leased(job_id="j_refused", attempt=1))
+        clock.set(T0 + timedelta(seconds=60 + LEASE_GRACE))
+        repaired = RunState.RETRY_WAIT
+    client = RefusingRuns(boto3.client("dynamodb"), "put_item", {run.job_id}, times=1)
+    store = RunStore(client, RUNS.default_name, 4)
+    pauses: list[float] = []
+    clock.sleep = pauses.append
+
+    report = Reconciler(store, clock, shard_count=4).reconcile_all()
+
+    assert client.left == 0  # the first write was refused
+    assert report.repaired == [run.run_key] and report.failed == 0 and report.examined == 1
+    after = stored(container, run)
+    assert after.state is repaired and after.rev == run.rev + 1 and after.updated_at == clock.now()
+    assert sum(pauses) <= 0.5
+
+
+def test_a_late_runs_repair_refused_after_its_late_note_is_still_made_within_the_tick(container, clock):
+    """A run that has become late is noted (a write) before its repair: the note lands, the
+    repair's write is refused. Tried again, the repair is judged from the run as first read,
+    not from the note (which would put the run's deadline a grace past now)."""
+    from jobsched.domain.models import Notification, NotifyOn
+
+    notify = [Notification(on=[NotifyOn.LATE], late_seconds=45, target=TARGET)]
+    run = insert(
+        container, make_run(job_id="j_late_refused", notify=notify, late_at=T0 + timedelta(seconds=45))
+    )
+    clock.set(T0 + timedelta(seconds=60))
+    assert run.late_unnoticed(clock.now())
+
+    class RefusingTheRepair(RefusingRuns):
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(self._client, name)
+            if name != "put_item":
+                return call
+
+            def maybe_refused(**kwargs: Any) -> Any:
+                if self.left > 0 and "republish" in json.dumps(kwargs):
+                    self.left -= 1
+                    from botocore.exceptions import ClientError
+
+                    raise ClientError(
+                        {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, name
+                    )
+                return call(**kwargs)
+
+            return maybe_refused
+
+    client = RefusingTheRepair(boto3.client("dynamodb"), "put_item", set(), times=1)
+    clock.sleep = lambda seconds: None
+    report = Reconciler(RunStore(client, RUNS.default_name, 4), clock, shard_count=4).reconcile_all()
+
+    assert client.left == 0  # the repair's first write was refused
+    assert report.repaired == [run.run_key] and report.failed == 0 and report.late == 1
+    after = stored(container, run)
+    assert [(h.reason, h.at) for h in reconciler_entries(after)] == [
+        ("late", clock.now()),
+        ("republish", clock.now()),
+    ]
+
+
+def test_a_batch_refused_for_one_jobs_hot_partition_holds_back_no_other_jobs_run(container, clock):
+    """One job's partition refuses every read this tick (a hot key): the other runs that
+    shared its batch are read again without it and repaired at this tick; the hot job's run
+    waits for the next."""
+    hot_job, *cold_jobs = _jobs_in_one_shard(container, "hot", 4, shard=0)
+    hot = insert(container, make_run(job_id=hot_job, at=T0 - timedelta(minutes=5)))
+    cold = [insert(container, make_run(job_id=job_id, at=T0 - timedelta(minutes=5))) for job_id in cold_jobs]
+    client = RefusingRuns(boto3.client("dynamodb"), "batch_get_item", {hot.job_id}, times=99)
+    clock.sleep = lambda seconds: None
+    reconciler = Reconciler(RunStore(client, RUNS.default_name, 4), clock, shard_count=4, batch_limit=10)
+
+    first = reconciler.reconcile_shard(0)
+
+    assert sorted(first.repaired) == sorted(run.run_key for run in cold)
+    assert first.failed == 1
+    client.left = 0  # the burst is over
+    assert reconciler.reconcile_shard(0).repaired == [hot.run_key]

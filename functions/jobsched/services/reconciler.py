@@ -20,7 +20,7 @@ from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import repair_deadline, stranded_since
 from ..domain.runs import LATE_REASON, PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
-from ..store.runs import RunChanged, RunStore
+from ..store.runs import RunChanged, RunStore, key_sk
 from .sweeper import round_robin, shards_above
 
 ACTOR = "reconciler"
@@ -43,6 +43,12 @@ READ_PAUSES_SECONDS = (0.5, 2.0)
 # All the pauses of one shard's pass together (reads and sends) stay within this share of
 # the reconciler's 50 s budget: past it a refusal is not waited out (its tick is lost).
 MAX_PAUSES_PER_PASS_SECONDS = 5.0
+# What the store refused in a pass (a batch read still refused after READ_PAUSES_SECONDS, a
+# repair's write or read refused or timed out) is tried once more at the end of the pass, one
+# job's keys a read, so that one hot partition holds back no other job's runs in its batch.
+# Past this many of those reads refused too, the store refuses more than one partition: the
+# rest waits for the next tick.
+MAX_REFUSED_RETRY_READS = 2
 
 
 @dataclass
@@ -94,6 +100,16 @@ class RepairReport:
         }
 
 
+@dataclass
+class _Refused:
+    """What the store refused in one pass (StorageUnavailable), to try once more: the keys
+    whose batch read it refused and of the runs whose repair it refused; of the latter, each
+    run as the pass first read it (by run key)."""
+
+    keys: list[dict[str, Any]] = field(default_factory=list)
+    first_reads: dict[str, Run] = field(default_factory=dict)
+
+
 class Reconciler:
     """Repairs a shard's overdue runs each tick, with a bounded share for each job and tenant.
 
@@ -104,7 +120,12 @@ class Reconciler:
     has beyond its share waits for the next tick at the cost of its keys only, so a tenant
     with thousands of overdue runs in a shard pushes no other tenant's repair back. A job's
     tenant is learnt from its first run read (and kept: it never changes); until then the
-    job is a tenant of its own."""
+    job is a tenant of its own.
+
+    A read or repair the store refuses (throttled after the SDK's retries, a timeout) costs
+    its run no tick: the pass tries it once more at its end (MAX_REFUSED_RETRY_READS), within
+    the shares the run was taken under; only what is refused again waits for the next tick
+    (counted `failed`)."""
 
     def __init__(
         self,
@@ -195,6 +216,7 @@ class Reconciler:
         taken: Counter[str] = Counter()  # keys chosen this tick, per tenant (or job, until known)
         applied: Counter[str] = Counter()  # runs looked at this tick, per tenant
         batch: list[dict[str, Any]] = []
+        refused = _Refused()  # what the store refused: tried once more at the end of the pass
         for key in self._in_turn(self._overdue_keys(shard, now), report):
             if report.examined + len(batch) >= self.max_per_shard:
                 report.capped += 1
@@ -206,12 +228,38 @@ class Reconciler:
             taken[lane] += 1
             batch.append(key)
             if len(batch) >= self.batch_limit:
-                self._repair_batch(batch, now, report, taken, applied)
+                self._repair_batch(batch, now, report, taken, applied, refused)
                 batch = []
         if batch:
-            self._repair_batch(batch, now, report, taken, applied)
+            self._repair_batch(batch, now, report, taken, applied, refused)
+        if refused.keys:
+            self._retry_refused(refused, now, report, taken, applied)
         self._emit(report)
         return report
+
+    def _retry_refused(
+        self,
+        refused: _Refused,
+        now: datetime,
+        report: RepairReport,
+        taken: Counter[str],
+        applied: Counter[str],
+    ) -> None:
+        """Read and repair once more what the store refused in this pass, after a pause if the
+        pass's budget allows one: each job's keys in one read (the job's oldest first, jobs in
+        the order first refused), until MAX_REFUSED_RETRY_READS of those reads are refused
+        too; what is refused again, or left, is counted `failed` and waits for the next tick."""
+        self._may_pause(READ_PAUSES_SECONDS[0])
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for key in refused.keys:
+            by_job.setdefault(_job_of(key), []).append(key)
+        reads_refused = 0
+        for keys in by_job.values():
+            if reads_refused >= MAX_REFUSED_RETRY_READS:
+                report.failed += len(keys)
+                continue
+            if not self._repair_batch(keys, now, report, taken, applied, None, refused.first_reads):
+                reads_refused += 1
 
     def _overdue_keys(self, shard: int, now: datetime) -> list[dict[str, Any]]:
         """The shard's overdue keys, at most `max_keys_per_shard`. Raises StorageUnavailable
@@ -275,28 +323,62 @@ class Reconciler:
         report: RepairReport,
         taken: Counter[str],
         applied: Counter[str],
-    ) -> None:
-        """Read and repair one batch. `taken` counts the keys chosen per lane (tenant, or job
-        while its tenant is unknown), `applied` the runs looked at per tenant."""
+        refused: _Refused | None,
+        first_reads: dict[str, Run] | None = None,
+    ) -> bool:
+        """Read and repair one batch; False when its read was refused. `taken` counts the keys
+        chosen per lane (tenant, or job while its tenant is unknown), `applied` the runs looked
+        at per tenant. With `refused`, the read waits out refusals (READ_PAUSES_SECONDS) and
+        what the store still refuses (StorageUnavailable: the read, or a run's repair) is added
+        to it; without (the pass's second try), the read is made once and what is refused is
+        counted `failed`. `first_reads`: the runs of this pass's refused repairs as first read,
+        already counted (examined, `applied`)."""
+        first_reads = first_reads or {}
         try:
-            runs = self._read(lambda: self._runs.read_keys(keys))
+            # The pass's first try of a batch waits out refusals (READ_PAUSES_SECONDS); its
+            # second reads once.
+            runs = (
+                self._runs.read_keys(keys)
+                if refused is None
+                else self._read(lambda: self._runs.read_keys(keys))
+            )
+        except StorageUnavailable:
+            if refused is not None:
+                refused.keys += keys
+            else:
+                logger.exception("reading overdue runs failed again", extra={"count": len(keys)})
+                report.failed += len(keys)
+            return False
         except Exception:
             logger.exception("reading overdue runs failed", extra={"count": len(keys)})
             report.failed += len(keys)
-            return
+            return False
         publishable: list[Run] = []
         for run in runs:
             if run.job_id not in self._tenants:
                 # Learnt now: from here on the job's keys count against its tenant.
                 self._remember(run.job_id, run.tenant)
                 taken[run.tenant] += taken.pop(run.job_id, 0)
-            if applied[run.tenant] >= self.max_per_tenant:
-                report.capped += 1  # read before its tenant was known; repaired next tick
-                continue
-            applied[run.tenant] += 1
-            report.examined += 1
+            first = first_reads.get(run.run_key)
+            if first is None:
+                if applied[run.tenant] >= self.max_per_tenant:
+                    report.capped += 1  # read before its tenant was known; repaired next tick
+                    continue
+                applied[run.tenant] += 1
+                report.examined += 1
             try:
-                saved = self._apply(run, now, report)
+                saved = self._apply(run, now, report, judged=_judged_from(first, run, now))
+            except StorageUnavailable:
+                if refused is None:
+                    logger.exception(
+                        "repair failed again", extra={"run_key": run.run_key, "tenant": run.tenant}
+                    )
+                    report.failed += 1
+                    report.failed_keys.append(run.run_key)
+                else:
+                    refused.keys.append({"job_id": {"S": run.job_id}, "sk": {"S": key_sk(run.run_key)}})
+                    refused.first_reads[run.run_key] = run
+                continue
             except Exception:
                 # One run must never stop the repairs of the others in its shard (another
                 # tenant's, often): record it, count it (RepairsFailed alarms) and go on.
@@ -307,6 +389,7 @@ class Reconciler:
             if saved is not None and _publishable(saved):
                 publishable.append(saved)
         self._send(publishable)
+        return True
 
     def _send(self, runs: list[Run]) -> None:
         """Publish the repaired runs now (see `publish`), and those whose send failed once
@@ -351,13 +434,17 @@ class Reconciler:
 
     # --- one run ---
 
-    def _apply(self, run: Run, now: datetime, report: RepairReport) -> Run | None:
+    def _apply(
+        self, run: Run, now: datetime, report: RepairReport, *, judged: Run | None = None
+    ) -> Run | None:
         """Repair `run` if it is overdue, counted in `report`: the run as the repair wrote it,
         or None when none was made. A run that has become late is noted so first (a recorded
         touch, reason `late`: the events consumer tells its notifications), once. This pass
-        judges the repair from the run as it was read; the note is a write, so a later pass
-        counts the run's repair deadline from it (a lost message is requeued that much later)."""
-        read = run
+        judges the repair from the run as it was read (or from `judged`, an earlier read of
+        it that only this pass's note has changed since); the note is a write, so a later pass
+        counts the run's repair deadline from it (a lost message is requeued that much later).
+        Raises what the store raises (StorageUnavailable: refused, the repair maybe not made)."""
+        read = run if judged is None else judged
         if run.late_unnoticed(now):
             try:
                 run = self._runs.commit(
@@ -504,6 +591,20 @@ def _requeues_since_claim(run: Run) -> int:
         if entry.reason == "requeue":
             count += 1
     return count
+
+
+def _judged_from(first: Run | None, again: Run, now: datetime) -> Run | None:
+    """The read a repair tried again is judged from: its first read when the only write
+    since is this pass's late note (which would otherwise move its repair deadline on), else
+    None (the run as read again)."""
+    if (
+        first is not None
+        and again.rev == first.rev + 1
+        and first.late_unnoticed(now)
+        and again.late_noticed_at == now
+    ):
+        return first
+    return None
 
 
 def _job_of(key: dict[str, Any]) -> str:
