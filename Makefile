@@ -34,8 +34,8 @@ $(LOCAL_STAMP): pyproject.toml layers/requirements.txt
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check functions chaos bench tests infra docs/hooks
-	$(BIN)/ruff format --check functions chaos bench tests infra docs/hooks
+	$(BIN)/ruff check functions chaos bench tests infra docs/hooks examples
+	$(BIN)/ruff format --check functions chaos bench tests infra docs/hooks examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

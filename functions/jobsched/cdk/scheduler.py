@@ -254,7 +254,7 @@ class JobScheduler(Construct):
     def grant_invoke_api(self, grantee: iam.IGrantable, *roles: str) -> iam.Grant:
         """execute-api:Invoke on the API's routes: every route, or those of the caller `roles`
         named (reader, writer, operator, trigger, redriver, worker: names.API_ROLES). The
-        tenant is the caller's IAM identity (docs/concepts/tenants.md)."""
+        tenant is the caller's IAM identity (docs/operate/deploy.md)."""
         unknown = sorted(set(roles) - set(API_ROLES))
         if unknown:
             raise ValueError(f"grant_invoke_api: no API role {unknown[0]!r} (one of {', '.join(API_ROLES)})")

@@ -1,0 +1,53 @@
+"""A team's own CDK app with jobsched in it: one stack holding the scheduler, a role that
+may call its API, and a function of the team's that one tenant's jobs may run.
+
+    pip install 'jobsched[cdk]'        # or the built wheel: pip install 'dist/jobsched-….whl[cdk]'
+    npx cdk synth                       # cdk.json runs `python app.py`
+
+Context `alarmEmail` (cdk.json, or `-c alarmEmail=…`) subscribes an address to the alarms."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+from jobsched.cdk import JobScheduler
+
+
+class Platform(cdk.Stack):
+    """The scheduler, its callers and the targets it may reach."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, alarm_email: str, **kwargs: object) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        self.scheduler = JobScheduler(
+            self,
+            "Scheduler",
+            shard_count=4,
+            alarm_email=alarm_email,
+            # The external worker (worker.py) leases the `invoice.send` jobs: no target needed.
+            tenant_targets={"billing": []},
+        )
+        # The billing service calls the API as the tenant its IAM identity names.
+        billing = iam.Role(self, "BillingService", assumed_by=iam.AccountRootPrincipal())
+        self.scheduler.grant_invoke_api(billing, "reader", "writer", "worker")
+        # A function of this app the billing tenant's jobs may run as a `lambda` target.
+        self.nightly = lambda_.Function(
+            self,
+            "NightlyReport",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            handler="index.handler",
+            code=lambda_.Code.from_inline("def handler(event, context):\n    return {'rows': 0}\n"),
+        )
+        self.scheduler.grant_target("billing", self.nightly)
+        cdk.CfnOutput(self, "SchedulerUrl", value=self.scheduler.url)
+
+
+def main() -> None:
+    app = cdk.App()
+    Platform(app, "Platform", alarm_email=app.node.try_get_context("alarmEmail") or "ops@example.com")
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

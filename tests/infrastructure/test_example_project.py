@@ -1,0 +1,166 @@
+"""examples/platform: a team's own CDK app with the scheduler as a construct, and its
+external worker. Synthesized here with this checkout's package, and from the built wheel in a
+clean virtualenv, as a team installs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import venv
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.infrastructure.synth import SKIP_BUNDLING
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "platform"
+CONSTRAINTS = ROOT / "layers" / "requirements.txt"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"platform_example_{name}", EXAMPLE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def check_template(template: dict[str, Any]) -> None:
+    """What the example's stack must hold: the scheduler's tables, queues, functions and API,
+    the team's function, and the team's role allowed to call the API."""
+    assert len(resources(template, "AWS::DynamoDB::Table")) == 2  # definitions, runs
+    assert resources(template, "AWS::SQS::Queue")
+    assert resources(template, "AWS::ApiGateway::RestApi")
+    functions = resources(template, "AWS::Lambda::Function")
+    assert any(k.startswith("NightlyReport") for k in functions), sorted(functions)
+    invoke = [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "execute-api:Invoke"
+    ]
+    assert invoke, "the billing role may call the scheduler's API"
+    assert "SchedulerUrl" in template["Outputs"]
+
+
+def test_the_example_app_synthesizes(tmp_path: Path):
+    import aws_cdk as cdk
+
+    app_module = load("app")
+    app = cdk.App(context=SKIP_BUNDLING, outdir=str(tmp_path))
+    stack = app_module.Platform(app, "Platform", alarm_email="ops@example.com")
+    app.synth()
+    check_template(json.loads((tmp_path / f"{stack.artifact_id}.template.json").read_text()))
+
+
+def test_the_example_workers_writes_are_fenced():
+    """A write under an older fence than the stored one changes nothing: the attempt that
+    lost its lease to a later claim cannot overwrite it."""
+    worker = load("worker")
+    invoices = worker.Invoices()
+    assert invoices.mark_sent("inv-1", 2)
+    assert not invoices.mark_sent("inv-1", 1)  # an earlier claim, lease lost
+    assert not invoices.mark_sent("inv-1", 2)  # the same attempt again
+    assert invoices.fence_of("inv-1") == 2
+    assert invoices.mark_sent("inv-1", 3)  # a later claim
+    assert invoices.fence_of("inv-1") == 3
+
+
+def test_the_example_worker_runs_its_handler_under_the_fence(api: Any, clock: Any):
+    """The worker leases an `invoice.send` run through the real API, writes the invoice under
+    the lease's fence and completes the run with its result."""
+    from jobsched.client import Client
+
+    from tests.integration.test_client import ENDPOINT, HandlerTransport
+
+    worker_module = load("worker")
+    created = api.post(
+        "/v1/jobs",
+        {
+            "name": "invoice",
+            "type": "invoice.send",
+            "runAt": clock.now().isoformat(),
+            "payload": {"invoiceId": "inv-9"},
+        },
+    )
+    assert created.status == 201, created.body
+    invoices = worker_module.Invoices()
+    handler = HandlerTransport(tenant="tenant-a")
+    one_at_a_time = threading.Lock()  # one invocation at a time, as one Lambda environment serves
+
+    def transport(method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> Any:
+        with one_at_a_time:
+            return handler(method, url, headers, body)
+
+    worker = worker_module.build(Client(ENDPOINT, transport=transport), invoices)
+    original = worker.client.complete
+
+    def complete_then_stop(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            worker.stop()
+
+    worker.client.complete = complete_then_stop
+    worker.run(install_signals=False)
+    (run,) = api.get(f"/v1/jobs/{created.body['jobId']}/runs").body["items"]
+    assert run["state"] == "SUCCEEDED", run
+    assert invoices.fence_of("inv-9") == 1
+
+
+@pytest.mark.timeout(900)
+def test_the_example_app_synthesizes_from_the_built_wheel_in_a_clean_virtualenv(tmp_path: Path):
+    """As a team installs it: the wheel `make package` builds, with the `cdk` extra, into a
+    virtualenv that has nothing else; the example app synthesizes there."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = dist.glob("jobsched-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    constraints = tmp_path / "constraints.txt"
+    # The runtime's pins (extras left out: pip refuses them in a constraint), as `make` does.
+    constraints.write_text(re.sub(r"\[[^]]*\]", "", CONSTRAINTS.read_text()))
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", f"{wheel}[cdk]", "-c", str(constraints)],
+        check=True,
+        capture_output=True,
+    )
+    out = tmp_path / "cdk.out"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
+        "CDK_OUTDIR": str(out),
+        "CDK_CONTEXT_JSON": json.dumps({**SKIP_BUNDLING, "alarmEmail": "ops@example.com"}),
+    }
+    synth = subprocess.run(
+        [str(python), "app.py"], cwd=EXAMPLE, env=env, capture_output=True, text=True, check=False
+    )
+    assert synth.returncode == 0, synth.stderr[-3000:]
+    found = subprocess.run(
+        [str(python), "-c", "import jobsched, jobsched.client, jobsched.worker; print(jobsched.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    ).stdout
+    assert str(env_dir) in found, f"imported from the checkout, not the wheel: {found}"
+    check_template(json.loads((out / "Platform.template.json").read_text()))
