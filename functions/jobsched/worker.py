@@ -18,7 +18,11 @@ What the worker does, so a handler does not have to:
 - heartbeats each lease on its own thread every third of the lease, and when a heartbeat is
   refused (the lease expired and another worker claimed the run, or the run was cancelled)
   marks the lease lost: `lease.lost` is set, `lease.check()` raises LeaseLost, and the
-  handler's answer is never reported (its completion would be refused under a stale fence);
+  handler's answer is never reported (its completion would be refused under a stale fence).
+  A lease that ran out by this process's own clock (the API unreachable, or a renewal still
+  unanswered) is lost too, so the handler stops before its next effect; but a handler that
+  finishes is still reported, and the API's fence check decides: an answer it accepts
+  records the effect, which would otherwise run again after the lease;
 - completes under the claim's fence: the handler's return value is the result; `Permanent`
   fails the run for good; any other exception fails the attempt, retried by the job's policy;
 - on SIGTERM/SIGINT (or `stop()`) leases nothing more, lets the handlers under way finish
@@ -48,6 +52,7 @@ logger = logging.getLogger("jobsched.worker")
 MAX_CLAIM = 10  # the lease API's `max`
 MAX_TYPES = 10  # the lease API's `types`, at most
 MAX_ERROR_MESSAGE = 4000  # the lease API's limit on a reported error's message
+RENEWAL_POLL_SECONDS = 0.05  # how often a heartbeat waiting for its answer looks at its handler
 
 
 class LeaseClient(Protocol):
@@ -110,6 +115,9 @@ class Lease:
     fence: int
     payload: Any
     lost: threading.Event = field(default_factory=threading.Event)
+    # Set when the API refused a renewal (404, 409): another claim holds the run, or it
+    # ended. `lost` alone may be this process's own clock running out.
+    refused: threading.Event = field(default_factory=threading.Event)
     claimed_at: float = 0.0  # time.monotonic() when the claim was sent: the lease runs from before it
 
     def check(self) -> None:
@@ -261,7 +269,11 @@ class LeaseWorker:
         finally:
             done.set()
             beat.join()
-        if lease.lost.is_set() or outcome == "lost":
+        if outcome == "lost" or lease.refused.is_set():
+            # The handler stopped (LeaseLost), or the API said another claim holds the run.
+            # A handler that finished is otherwise reported, even past the lease by this
+            # process's clock: the API's fence check decides, and a completion it accepts
+            # records the effect, which would otherwise run again after the lease.
             logger.warning("lease lost: the outcome is not reported", extra={"run_key": lease.run_key})
             return
         try:
@@ -289,15 +301,22 @@ class LeaseWorker:
         while not done.wait(self.lease_seconds / 3):
             sent = time.monotonic()
             renewal = _Renewal(self.client, lease, self.lease_seconds)
-            if not renewal.finished.wait(max(0.0, expires - sent)):
-                lease.lost.set()  # still waiting for an answer when the lease ran out
-                logger.warning("lease lost: it ran out while renewing", extra={"run_key": lease.run_key})
-                return
+            # Wait for the answer, but never past the lease, nor once the handler has finished
+            # (its completion goes out at once; the API's fence check decides it).
+            while not renewal.finished.wait(min(RENEWAL_POLL_SECONDS, max(0.0, expires - time.monotonic()))):
+                if done.is_set():
+                    return
+                if time.monotonic() >= expires:
+                    lease.lost.set()  # still waiting for an answer when the lease ran out
+                    logger.warning("lease lost: it ran out while renewing", extra={"run_key": lease.run_key})
+                    return
             if renewal.error is None:
                 expires = sent + self.lease_seconds
                 continue
             status = getattr(renewal.error, "status", None)
             if status in (404, 409) or time.monotonic() >= expires:
+                if status in (404, 409):
+                    lease.refused.set()
                 lease.lost.set()
                 logger.warning("lease lost", extra={"run_key": lease.run_key, "status": status})
                 return

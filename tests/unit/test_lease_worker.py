@@ -209,6 +209,47 @@ def test_a_heartbeat_still_waiting_when_the_lease_runs_out_loses_it():
     assert seen == [True] and api.heartbeats == [(lease(1)["runKey"], 3)] and api.completions == []
 
 
+@pytest.mark.parametrize("finishes", ["inside the lease", "past the lease by the worker's clock"])
+def test_a_handler_that_finishes_while_a_renewal_is_unanswered_is_reported(finishes):
+    """A renewal hangs (the client retrying a 503, or waiting out a Retry-After) while the
+    handler finishes: its answer is reported at once, under the claim's fence, and the API's
+    fence check decides. Withheld, the lease would run out on the API too and the run's
+    effect would run again. Past the lease by the worker's own clock the handler was told
+    (`lost`), but its effect is done: reporting it is what keeps it from running twice."""
+    answer = threading.Event()
+
+    class Hanging(FakeApi):
+        def heartbeat(self, run_key, fence, *, lease_seconds=60, idempotent=False) -> HeartbeatView:
+            self.heartbeats.append((run_key, fence))
+            answer.wait(10)
+            raise Refused(503)
+
+    api = Hanging([lease(1)])
+    worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
+    worker.lease_seconds = 0.6  # type: ignore[assignment]  # a renewal is sent after 0.2 s
+    finished = threading.Event()
+
+    @worker.handler("t")
+    def effect(run: Lease) -> Any:
+        while not api.heartbeats:  # the renewal is under way
+            time.sleep(0.005)
+        if finishes != "inside the lease":
+            run.lost.wait(5)  # the worker's own clock ran out meanwhile
+        finished.set()
+        return {"done": True}
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    assert finished.wait(5)
+    deadline = time.monotonic() + 5
+    while not api.completions and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+    thread.join(5)
+    answer.set()
+    assert [(c["fence"], c["outcome"]) for c in api.completions] == [(3, "succeeded")]
+
+
 def test_a_refused_heartbeat_stops_the_handler_and_nothing_is_reported():
     api = FakeApi([lease(1)], heartbeat_status=409)
     worker = LeaseWorker(api, "w", concurrency=1, lease_seconds=10, poll_seconds=0.01)
