@@ -656,6 +656,101 @@ def test_an_at_most_once_lease_whose_start_mark_is_refused_is_given_back_not_str
     assert stored(container, first).effect_started_at is not None
 
 
+def test_an_in_progress_record_the_store_refuses_gives_the_attempt_back(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The worker's in-progress record, written just before the effect, is refused: the
+    effect never started, so the attempt is given back uncounted instead of left LEASED, whose
+    expiry would end a one-attempt run DEAD `LeaseExpired` with nothing tried."""
+    from jobsched.domain import lifecycle
+
+    _, run = one_run(container, clock, job_type="ok", maxAttempts=1)
+
+    def record_refused(*args, **kwargs):
+        raise StorageUnavailable("throttled (injected)")
+
+    monkeypatch.setattr(lifecycle, "record_in_progress", record_refused)
+    clock.set(run.due_at)
+    result = attempt(container, registry, "w").process(delivery(run))
+    assert result.outcome is AttemptOutcome.DEFERRED
+    given_back = stored(container, run)
+    assert given_back.state is RunState.PENDING and given_back.attempt == 0
+    assert given_back.effect_fence is None and given_back.history[-1].reason == "deferred: store unavailable"
+    monkeypatch.undo()
+    clock.advance(6)
+    assert attempt(container, registry, "w").process(delivery(stored(container, run))).outcome is (
+        AttemptOutcome.SUCCEEDED
+    )
+    assert ledger.effects == {run.run_key: 1}
+
+
+def test_an_at_most_once_start_mark_that_landed_although_refused_is_cleared_with_the_give_back(
+    api, container, clock, monkeypatch
+):
+    """The start mark's write lands but its answer is lost (a timeout after DynamoDB applied
+    it): nothing was handed out, so the give-back clears the mark, and the run is leased again
+    rather than dying `AtMostOnce` for an effect that never began."""
+    created = api.post(
+        "/v1/jobs", {"name": "n", "type": "report.build", "every": 10, "delivery": "at-most-once"}
+    )
+    assert created.status == 201, created.body
+    first = min(
+        container.runs.list_for_job(created.body["jobId"], limit=20, cursor=None).items,
+        key=lambda r: r.scheduled_for,
+    )
+    real_commit = type(container.runs).commit
+
+    def lands_then_times_out(self, run, change):
+        saved = real_commit(self, run, change)
+        if saved.effect_started_at is not None and run.effect_started_at is None:
+            monkeypatch.setattr(type(container.runs), "commit", real_commit)
+            raise StorageUnavailable("read timed out (injected, after the write landed)")
+        return saved
+
+    monkeypatch.setattr(type(container.runs), "commit", lands_then_times_out)
+    clock.set(first.due_at)
+    body = {"types": ["report.build"], "max": 1, "workerId": "w1"}
+    leased = api.post("/v1/leases", body)
+    assert leased.status == 200 and leased.body["leases"] == [], leased.body
+    given_back = stored(container, first)
+    assert given_back.state is RunState.PENDING and given_back.effect_started_at is None
+    assert given_back.attempt == 0
+    monkeypatch.undo()
+    clock.advance(6)
+    leased = api.post("/v1/leases", body)
+    assert [lease["runKey"] for lease in leased.body["leases"]] == [first.run_key], leased.body
+
+
+def test_an_attempt_given_back_again_and_again_backs_off(
+    api, container, clock, registry, ledger, monkeypatch
+):
+    """A store that keeps refusing the check after the claim is not met by a claim every
+    5 s: each give-back of the run doubles the wait (5, 10, 20 s ...), and no attempt is
+    counted."""
+    created = api.post("/v1/jobs", {"name": "n", "type": "ok", "every": 3600, "maxAttempts": 1})
+    assert created.status == 201, created.body
+    job_id = created.body["jobId"]
+    run = min(container.runs.list_for_job(job_id, limit=20, cursor=None).items, key=lambda r: r.scheduled_for)
+    real_get = container.definitions.get
+
+    def job_read_refused(wanted: str):
+        if wanted == job_id and stored(container, run).state is RunState.LEASED:
+            raise StorageUnavailable("throttled (injected)")
+        return real_get(wanted)
+
+    monkeypatch.setattr(container.definitions, "get", job_read_refused)
+    clock.set(run.due_at)
+    waits = []
+    for _ in range(4):
+        attempt(container, registry, "w").process(delivery(stored(container, run)))
+        given_back = stored(container, run)
+        assert given_back.state is RunState.PENDING and given_back.attempt == 0
+        waits.append((given_back.deferred_until - clock.now()).total_seconds())
+        clock.set(given_back.deferred_until)
+    assert waits == [5, 10, 20, 40]
+    assert ledger.effects == {}
+
+
 def test_the_lease_api_applies_the_overlap_policy(api, container, clock):
     created = api.post("/v1/jobs", {"name": "ext", "type": "report.build", "every": 10, "overlap": "skip"})
     assert created.status == 201, created.body

@@ -492,21 +492,34 @@ def buffered(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
     )
 
 
+GIVEN_BACK = "deferred: store unavailable"
+
+
 @transition("give_back")
 def give_back(run: Run, *, now: datetime, actor: str, until: datetime) -> Run:
-    """Claimed, but the check before its effect (its job, its overlap policy) could not be
-    made: the attempt is given back, not counted (no effect started), and the run published
-    again at `until`, when it is admitted and checked once more. Left LEASED instead, the
-    lease's expiry would count the attempt and could end the run DEAD with nothing tried."""
+    """Claimed, but what must be written or read before its effect (its job check, its
+    overlap policy, the at-most-once start mark, the in-progress record) was refused by the
+    store: the attempt is given back, not counted (no effect started, nothing handed out),
+    and the run published again at `until`, when it is admitted and checked once more. A
+    start mark or an in-progress record of this attempt that landed although its write
+    raised is cleared with it: the effect never began. Left LEASED instead, the lease's
+    expiry would count the attempt and could end the run DEAD with nothing tried."""
     return advance(
         run,
         RunState.PENDING,
         now=now,
         actor=actor,
-        reason="deferred: store unavailable",
+        reason=GIVEN_BACK,
         deferred_until=until,
+        effect_started_at=None,
         **_given_back(run),
     )
+
+
+def times_given_back(run: Run) -> int:
+    """How many attempts of the run were given back (`give_back`), as its history still
+    shows them (a history past its byte budget may show fewer)."""
+    return sum(1 for entry in run.history if entry.reason == GIVEN_BACK)
 
 
 def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -> Run:

@@ -71,9 +71,12 @@ CLOCK_SKEW = timedelta(seconds=2)
 # Of the invocation's time, kept back after the effect for the completion (retried while the
 # store throttles) and for the invocation to return.
 COMPLETION_RESERVE = 3.0
-# An attempt given back before its effect (its check could not be made) is published again
-# this many seconds later; its give-back write is tried again after each of these pauses.
+# An attempt given back before its effect (what precedes it could not be read or written) is
+# published again GIVE_BACK_SECONDS later, doubled for each earlier give-back of the run up to
+# GIVE_BACK_MAX_SECONDS, so a store that keeps refusing is not met by a claim every 5 s; the
+# give-back write itself is tried again after each of GIVE_BACK_RETRIES.
 GIVE_BACK_SECONDS = 5
+GIVE_BACK_MAX_SECONDS = 120
 GIVE_BACK_RETRIES = (0.2, 1.0)
 
 
@@ -322,18 +325,22 @@ class Attempts:
 
     def give_back(self, leased: Run, *, actor: str) -> Ending:
         """The attempt `leased` just began, given back before its effect (not counted) and the
-        run published again in GIVE_BACK_SECONDS: what a check that could not be made (a job
-        read, a hold or skip write, an overlap read refused by the store) leaves. Left LEASED,
-        the lease's expiry would count an attempt that never ran and could end the run DEAD
-        `LeaseExpired` with nothing tried. The write is tried again while the store refuses it
-        (GIVE_BACK_RETRIES); raises StorageUnavailable when every try was refused."""
+        run published again after GIVE_BACK_SECONDS, doubled for each earlier give-back (up to
+        GIVE_BACK_MAX_SECONDS): what a read or write refused by the store before the effect
+        (a job read, a hold or skip write, an overlap read, the at-most-once start mark, the
+        in-progress record) leaves. Left LEASED, the lease's expiry would count an attempt
+        that never ran and could end the run DEAD `LeaseExpired` with nothing tried. The write
+        is tried again while the store refuses it (GIVE_BACK_RETRIES); raises
+        StorageUnavailable when every try was refused. Bounded as every wait is: by the run's
+        `retry.maxAgeSeconds`."""
         self._metrics.add("AttemptsGivenBack")
         logger.warning(
             "attempt given back: the check before its effect could not be made",
             extra={"run_key": leased.run_key, "fence": leased.fence},
         )
         now = self._clock.now()
-        until = now + timedelta(seconds=GIVE_BACK_SECONDS)
+        doubled = GIVE_BACK_SECONDS * 2 ** min(lifecycle.times_given_back(leased), 10)
+        until = now + timedelta(seconds=min(GIVE_BACK_MAX_SECONDS, doubled))
         return self._completer.write(
             leased,
             lambda r: lifecycle.give_back(r, now=now, actor=actor, until=until),
@@ -390,8 +397,8 @@ class Attempts:
             if leased.policies.delivery is DeliveryGuarantee.AT_MOST_ONCE:
                 return self._runs.commit(leased, lambda r: lifecycle.effect_started(r, now=now))
         except StorageUnavailable:
-            # Nothing was handed out: a mark that may have landed all the same (a timed-out
-            # write) makes the give-back lose to it, and the run dies AtMostOnce at its expiry.
+            # Nothing was handed out: a mark that landed all the same (a timed-out write) is
+            # cleared with the give-back, as no effect can have begun.
             return self.give_back(leased, actor=actor)
         return leased
 
@@ -519,6 +526,10 @@ class Attempts:
                 # The lease was lost before the effect started: no effect, nothing to write.
                 self._metrics.add("StaleFencesRejected")
                 return AttemptResult(AttemptOutcome.STALE, cause.current)
+            if isinstance(cause, StorageUnavailable) and not ran:
+                # The in-progress record was refused: the effect never started. Given back
+                # rather than left LEASED (its expiry would count an attempt never made).
+                return ended(self.give_back(lease.run, actor=actor))
             # The store failed around the effect (its in-progress or completed record): the
             # record is retried by redelivery; a completed effect whose completion could not
             # be written is repeated only after this invocation's deadline.
