@@ -20,18 +20,14 @@ class Platform(cdk.Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, alarm_email: str, **kwargs: object) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-        self.scheduler = JobScheduler(
-            self,
-            "Scheduler",
-            shard_count=4,
-            alarm_email=alarm_email,
-            # The external worker (worker.py) leases the `invoice.send` jobs: no target needed.
-            tenant_targets={"billing": []},
-        )
-        # The billing service calls the API as the tenant its IAM identity names.
+        self.scheduler = JobScheduler(self, "Scheduler", shard_count=4, alarm_email=alarm_email)
+        # The billing service calls the API with SigV4 as this role: its tenant is the role's
+        # IAM identity, `<account>/role/<name>` (a custom authorizer's tenantId otherwise).
         billing = iam.Role(self, "BillingService", assumed_by=iam.AccountRootPrincipal())
         self.scheduler.grant_invoke_api(billing, "reader", "writer", "worker")
-        # A function of this app the billing tenant's jobs may run as a `lambda` target.
+        self.billing_tenant = cdk.Fn.join("", [cdk.Aws.ACCOUNT_ID, "/role/", billing.role_name])
+        # A function of this app the billing tenant's jobs may run as a `lambda` target (its
+        # `invoice.send` jobs need none: the external worker, worker.py, leases them).
         self.nightly = lambda_.Function(
             self,
             "NightlyReport",
@@ -39,7 +35,7 @@ class Platform(cdk.Stack):
             handler="index.handler",
             code=lambda_.Code.from_inline("def handler(event, context):\n    return {'rows': 0}\n"),
         )
-        self.scheduler.grant_target("billing", self.nightly)
+        self.scheduler.grant_target(self.billing_tenant, self.nightly)
         cdk.CfnOutput(self, "SchedulerUrl", value=self.scheduler.url)
 
 

@@ -100,9 +100,9 @@ class Client:
     Authentication: `api_key` is sent as `x-api-key` (local mode's keys, or an API Gateway
     usage plan); `sigv4` signs every request for `execute-api` with botocore's credentials
     (or `credentials`) in `region`, else the region in an execute-api host name, else
-    botocore's configured one. Retries: up to `retries` more tries of an answer 429 or 503
-    (after its Retry-After), and of a safe request (a GET, or a create with an idempotency
-    key) that got no answer, 502 or 504. `timeout` is per try. `transport` replaces urllib
+    botocore's configured one. Retries: up to `retries` more tries of an answer 429 (after
+    its Retry-After), and of a safe request (a GET, a create with an idempotency key, or a
+    call marked `idempotent`) that got no answer, 502, 503 or 504. `timeout` is per try. `transport` replaces urllib
     (a callable `(method, url, headers, body) -> (status, headers, body)`); `sleep`, `clock`
     and `jitter` replace time.sleep, time.time and random.random.
 
