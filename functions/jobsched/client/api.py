@@ -102,9 +102,10 @@ class Client:
     (or `credentials`) in `region`, else the region in an execute-api host name, else
     botocore's configured one. Retries: up to `retries` more tries of an answer 429 (after
     its Retry-After), and of a safe request (a GET, a create with an idempotency key, or a
-    call marked `idempotent`) that got no answer, 502, 503 or 504. `timeout` is per try. `transport` replaces urllib
-    (a callable `(method, url, headers, body) -> (status, headers, body)`); `sleep`, `clock`
-    and `jitter` replace time.sleep, time.time and random.random.
+    call marked `idempotent`) that got no answer, 502, 503 or 504. `timeout` is per try.
+    `transport` replaces urllib (a callable `(method, url, headers, body) -> (status,
+    headers, body)`); `sleep`, `clock` and `jitter` replace time.sleep, time.time and
+    random.random.
 
     Every method raises `ApiError` (its subclass for the status: Invalid, Unauthorized,
     Forbidden, NotFound, Conflict, VersionMismatch, PreconditionRequired, RateLimited,
