@@ -270,8 +270,9 @@ def test_when_the_completion_cannot_be_written_the_effect_stays_in_progress(
 def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
     container, clock, registry, ledger, monkeypatch
 ):
-    """The job read after the claim fails: the effect never started, so the next claim after
-    the lease runs it instead of waiting for the first invocation's deadline."""
+    """The job read after the claim fails: the effect never started, so the attempt is given
+    back (no record, not counted) and the next claim, 5 s later, runs it instead of waiting for
+    the lease, let alone the first invocation's deadline."""
     _, run = one_run(container, clock)
     real_get = container.definitions.get
     failures: list[str] = []
@@ -283,11 +284,13 @@ def test_an_attempt_that_stops_before_the_effect_gives_its_record_back(
         return real_get(job_id)
 
     monkeypatch.setattr(container.definitions, "get", throttled_get)
-    with pytest.raises(StorageUnavailable):
-        invocation(container, registry, "w1", 900).process(delivery(run))
-    held = stored(container, run)
-    assert held.state is RunState.LEASED and held.effect_fence is None
-    clock.advance(61)  # the lease, not the 900 s invocation
+    assert (
+        invocation(container, registry, "w1", 900).process(delivery(run)).outcome is AttemptOutcome.DEFERRED
+    )
+    given_back = stored(container, run)
+    assert given_back.state is RunState.PENDING and given_back.effect_fence is None
+    assert given_back.attempt == 0
+    clock.advance(5)  # the give-back's wait, not the lease nor the 900 s invocation
     assert (
         invocation(container, registry, "w2", 900).process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
     )
