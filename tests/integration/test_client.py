@@ -659,3 +659,17 @@ def test_the_library_pages_example_runs_against_local_mode(
     exec(compile(example.group(1), str(page), "exec"), {})
     out = capsys.readouterr().out
     assert "stale: 412 version_mismatch" in out and "ACTIVE" in out
+
+
+def test_the_worker_pages_example_runs_against_local_mode(
+    local: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """docs/library/worker.md's example, as it is: a job created, leased by the worker, its
+    own write fenced, the run SUCCEEDED."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "library" / "worker.md"
+    example = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    assert example is not None
+    monkeypatch.setenv("JOBSCHED_URL", str(local.api_url))
+    monkeypatch.setenv("JOBSCHED_KEY", "key-a")
+    exec(compile(example.group(1), str(page), "exec"), {})
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "SUCCEEDED 1 [(1,)]"
