@@ -409,7 +409,7 @@ class World:
             on_dead=completer.after,
             is_external=self.is_external,
             settle_held=missed_runs.settle_held,
-            decided_not_to_run=missed_runs.decided_not_to_run,
+            paused_claim=missed_runs.paused_claim,
             # As wiring.Container.reconciler: the repair sends what it repaired (its own
             # outbox, with the reconciler's clock; its sends are throttled like the outbox's).
             publish=Outbox(

@@ -208,7 +208,7 @@ class Container:
             on_dead=self.completer.after,
             is_external=self.is_external,
             settle_held=self.missed_runs.settle_held,
-            decided_not_to_run=self.missed_runs.decided_not_to_run,
+            paused_claim=self.missed_runs.paused_claim,
             metrics=self.metrics,
             recorded_shard_count=self.definitions.recorded_shard_count,
             publish=Outbox(

@@ -734,6 +734,100 @@ def test_a_missed_occurrence_whose_claim_died_in_the_pause_is_skipped_on_its_ret
 
 
 @pytest.mark.parametrize("expiry_seen_by", ["worker", "reconciler"])
+@pytest.mark.parametrize("expires", ["in the pause", "after the resume"])
+def test_a_one_attempt_run_claimed_deep_in_a_pause_whose_worker_died_runs_once_after_it(
+    api, container, clock, monkeypatch, expires, expiry_seen_by
+):
+    """Every 10 s with `catch-up` and `maxAttempts: 1`, paused at 5 s: a worker claims the
+    30 s occurrence at 32 s and dies before its job read. That claim read nothing yet, but
+    its check would have read the job paused and held the run: it began no effect. So its
+    lease's expiry does not spend the run's only attempt: found in the pause, the run is
+    held for the resume; found after the resume (which picked it), it waits again, due now.
+    Either way it then runs, once, instead of dying `LeaseExpired` untried. (Chaos seed 2
+    found a run-once occurrence claimed in its pause that died so before the resume, where
+    the resume could no longer skip it.)"""
+    from jobsched.targets import HandlerRegistry
+
+    effects: list[str] = []
+    registry = HandlerRegistry()
+
+    @registry.register("tick")
+    def tick(payload, invocation):
+        effects.append(invocation.run_key)
+        return {"ok": True}
+
+    worker = make_worker(container, registry)
+    job_id = create(
+        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="catch-up", maxAttempts=1
+    )["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=32))
+    key = f"{job_id}@{_at(30)}"
+
+    def dies(wanted):
+        raise RuntimeError("the worker's process died at the job read")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(container.definitions, "get", dies)
+        with pytest.raises(RuntimeError):
+            _deliver(worker, _run(container, key))
+    assert _run(container, key).state is RunState.LEASED and _run(container, key).attempt == 1
+
+    def expiry_found() -> None:
+        if expiry_seen_by == "worker":
+            _deliver(worker, _run(container, key))
+        else:
+            container.reconciler.reconcile_all()
+
+    if expires == "in the pause":
+        clock.set(T0 + timedelta(seconds=200))  # long past the lease; the job still paused
+        expiry_found()
+        held = _run(container, key)
+        assert held.state is RunState.PENDING and held.blocked_by == "job-paused", held.history[-1]
+        assert held.attempt == 0
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+    else:
+        clock.set(T0 + timedelta(seconds=50))  # the claim is well inside the pause
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+        clock.set(T0 + timedelta(seconds=200))  # long past the lease
+        expiry_found()
+        waiting = _run(container, key)
+        assert waiting.state in (RunState.RETRY_WAIT, RunState.QUEUED), waiting.history[-1]
+        assert waiting.attempt == 0
+    clock.advance(1)
+    result = _deliver(worker, _run(container, key))
+    assert result.outcome is AttemptOutcome.SUCCEEDED, (result, _run(container, key).history[-1])
+    assert effects == [key]
+
+
+def test_a_run_claimed_as_its_job_was_paused_still_counts_its_attempt(api, container, clock, monkeypatch):
+    """A claim within the clocks' margin of the pause may have read the job active and begun
+    its effect: its lease's expiry counts the attempt, as before (here: DEAD at its only one)."""
+    registry_worker = make_worker(
+        container, __import__("jobsched.targets", fromlist=["HandlerRegistry"]).HandlerRegistry()
+    )
+    job_id = create(
+        api, type="tick", runAt=None, every=10, startAt=_at(10), missedRuns="catch-up", maxAttempts=1
+    )["jobId"]
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=12))  # 7 s after the pause: within the margin
+    key = f"{job_id}@{_at(10)}"
+
+    def dies(wanted):
+        raise RuntimeError("the worker's process died at the job read")
+
+    with monkeypatch.context() as dying:
+        dying.setattr(container.definitions, "get", dies)
+        with pytest.raises(RuntimeError):
+            _deliver(registry_worker, _run(container, key))
+    clock.set(T0 + timedelta(seconds=200))
+    container.reconciler.reconcile_all()
+    assert _run(container, key).state is RunState.DEAD
+
+
+@pytest.mark.parametrize("expiry_seen_by", ["worker", "reconciler"])
 def test_a_missed_occurrence_whose_last_attempt_died_in_the_pause_is_skipped_not_dead(
     api, container, clock, monkeypatch, expiry_seen_by
 ):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from .budget import (
@@ -321,21 +322,57 @@ def in_progress_elsewhere(run: Run, *, now: datetime, actor: str, until: datetim
     )
 
 
+class PausedClaim(StrEnum):
+    """What its job's pause says of a run whose lease ran out (services.missed.paused_claim)."""
+
+    NONE = "none"  # nothing: the lease's expiry counts as an attempt
+    SKIP = "skip"  # the job's resume decided this occurrence of its pause does not run
+    HOLD = "hold"  # claimed inside the job's pause, still standing: it began no effect
+    RELEASE = "release"  # claimed inside a pause since resumed, whose decision lets it run
+
+
 @transition("lease_expired")
-def lease_expired(run: Run, *, now: datetime, actor: str, missed: bool = False) -> Run:
+def lease_expired(run: Run, *, now: datetime, actor: str, paused: PausedClaim = PausedClaim.NONE) -> Run:
     """The holder died (its lease is past): RETRY_WAIT due now if another attempt may start,
-    else DEAD. `missed`: the job's resume decided (`Job.missed_verdict` False) that this
-    occurrence of its pause does not run; a run the pause decides (`pause_decides`: the
-    attempt claimed in the pause started nothing) with no attempt left is then SKIPPED as
-    missed, as its next claim would have been (`missed`), not DEAD."""
+    else DEAD. For a run the pause decides (`pause_decides`), `paused` may say otherwise: HOLD
+    (its claim was made in its job's standing pause, so its worker died before writing the
+    hold its check would have: it began nothing) holds it for the resume, the attempt given
+    back; RELEASE (claimed in a pause since resumed, whose decision lets it run) gives the
+    attempt back and leaves it waiting, due now; SKIP (the resume decided this occurrence
+    does not run) with no attempt left makes it SKIPPED as missed, as its next claim would
+    have (`missed`), not DEAD."""
     if run.lease_live(now):
         raise TransitionRefused(f"run {run.run_key}: the lease is still live")
     until = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
     message = f"lease held by {run.lease_owner or 'unknown'} expired at {until}"
+    if paused is PausedClaim.HOLD and pause_decides(run):
+        return advance(
+            run,
+            RunState.PENDING,
+            now=now,
+            actor=actor,
+            reason="job paused",
+            error_class="LeaseExpired",
+            error_message=f"{message}; claimed while its job was paused, it began nothing",
+            blocked_by=PAUSED_HOLD,
+            **_given_back(run),
+        )
+    if paused is PausedClaim.RELEASE and pause_decides(run):
+        given_back = _given_back(run)
+        return advance(
+            run,
+            RunState.RETRY_WAIT,
+            now=now,
+            actor=actor,
+            error_class="LeaseExpired",
+            error_message=f"{message}; claimed while its job was paused, it began nothing",
+            due_at=now,
+            **given_back,
+        )
     refusal = attempt_refusal(run, now)
     if refusal is None:
         return _retry_wait(run, now=now, actor=actor, error_class="LeaseExpired", message=message, due=now)
-    if missed and pause_decides(run):
+    if paused is PausedClaim.SKIP and pause_decides(run):
         return _skipped_as_missed(run, now=now, actor=actor)
     # At-most-once names itself: the effect may have run, which is why it is never tried again.
     error_class = "AtMostOnce" if refusal.error_class == "AtMostOnce" else "LeaseExpired"

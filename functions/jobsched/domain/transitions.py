@@ -136,10 +136,12 @@ TRANSITIONS: dict[str, Rule] = {
         _rule(
             "lease_expired",
             frozenset({_S.LEASED}),
-            frozenset({_S.RETRY_WAIT, _S.DEAD, _S.SKIPPED}),
+            frozenset({_S.RETRY_WAIT, _S.DEAD, _S.SKIPPED, _S.PENDING}),
             Writer.ANYONE,
             "the lease is past; DEAD when attempt_refusal allows no further attempt, SKIPPED"
-            " instead when the job's resume decided this occurrence of its pause does not run",
+            " instead when the job's resume decided this occurrence of its pause does not run;"
+            " claimed inside its job's pause (it began nothing): held (PENDING) while the pause"
+            " stands, else waiting again, the attempt given back either way",
         ),
         _rule(
             "refused",

@@ -64,7 +64,7 @@ from ..store.runs import RunChanged, RunStore
 from ..store.tenant_slots import TenantSlots
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
-from .missed import decided_not_to_run
+from .missed import paused_claim
 
 # A message this early is waited out; earlier, it is deferred.
 CLOCK_SKEW = timedelta(seconds=2)
@@ -217,11 +217,11 @@ class Attempts:
             # old, or at-most-once and an earlier attempt may have acted): dead, not claimed.
             if run.state is RunState.LEASED:
                 self._metrics.add("LeasesExpired")
-                # Its last attempt claimed in its job's pause, whose resume decided it does
-                # not run: SKIPPED as missed, not DEAD (the claim started nothing).
-                missed = decided_not_to_run(self._definitions, run)
+                # Its last attempt claimed in its job's pause started nothing: held for the
+                # resume, given back, or SKIPPED as the resume decided (missed.paused_claim).
+                paused = paused_claim(self._definitions, run)
                 ending = self._completer.write(
-                    run, lambda r: lifecycle.lease_expired(r, now=now, actor=actor, missed=missed), actor
+                    run, lambda r: lifecycle.lease_expired(r, now=now, actor=actor, paused=paused), actor
                 )
             else:
                 ending = self._completer.dead(run, refusal, actor=actor)

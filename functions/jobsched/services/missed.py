@@ -42,16 +42,44 @@ def chosen(policy: Misfire, missed: list[datetime], window_edge: datetime) -> se
     return set(inside)
 
 
-def decided_not_to_run(definitions: DefinitionStore, run: Run) -> bool:
-    """Whether the run is an occurrence its job's resume decided, under `missedRuns`, not to
-    run (`Job.missed_verdict` False), and one the pause decides (`lifecycle.pause_decides`):
-    what `lifecycle.lease_expired(missed=...)` needs for a run whose last attempt was claimed
-    in the pause and whose worker died. One consistent job read, made only for such a run;
+# A claim made this long after its job's pause was acknowledged (or before its resume) read
+# the job paused at its check, whatever the two clocks' skew: it cannot have begun an effect.
+PAUSE_CLAIM_MARGIN = timedelta(seconds=10)
+
+
+def paused_claim(definitions: DefinitionStore, run: Run) -> lifecycle.PausedClaim:
+    """What a pause says of a LEASED run whose lease ran out (`lifecycle.lease_expired`): SKIP
+    when its job's resume decided this occurrence does not run; HOLD when its last claim was
+    made inside the job's pause, which still stands; RELEASE when that claim was made inside a
+    pause the job was resumed from since, whose decision lets it run; NONE otherwise. A claim
+    made inside a pause (PAUSE_CLAIM_MARGIN from either end) read the job paused at its check
+    (a consistent read after the claim), so its worker died before the hold it would have
+    written: it began no effect, and its attempt is given back. Only for a run the pause
+    decides (`lifecycle.pause_decides`); one consistent job read, made only for such a run;
     a job that cannot be read raises as the store raises."""
+    none = lifecycle.PausedClaim.NONE
     if run.trigger is not Trigger.SCHEDULE or not lifecycle.pause_decides(run):
-        return False
+        return none
     job = definitions.get(run.job_id)
-    return job is not None and job.missed_verdict(run.scheduled_for) is False
+    if job is None:
+        return none
+    if job.missed_verdict(run.scheduled_for) is False:
+        return lifecycle.PausedClaim.SKIP
+    claimed = next((e.at for e in reversed(run.history) if e.target is RunState.LEASED), None)
+    if claimed is None:
+        return none
+    if (
+        job.state is JobState.PAUSED
+        and job.paused_at is not None
+        and claimed >= job.paused_at + PAUSE_CLAIM_MARGIN
+    ):
+        return lifecycle.PausedClaim.HOLD
+    if any(
+        w.paused_at + PAUSE_CLAIM_MARGIN <= claimed <= w.resumed_at - PAUSE_CLAIM_MARGIN
+        for w in job.missed_windows
+    ):
+        return lifecycle.PausedClaim.RELEASE
+    return none
 
 
 class MissedRuns:
@@ -111,9 +139,9 @@ class MissedRuns:
             if run.state is not RunState.LEASED and lifecycle.pause_decides(run):
                 self._decide(run, window.runs(run.scheduled_for) is True)
 
-    def decided_not_to_run(self, run: Run) -> bool:
-        """`decided_not_to_run` with this service's job store."""
-        return decided_not_to_run(self._definitions, run)
+    def paused_claim(self, run: Run) -> lifecycle.PausedClaim:
+        """`paused_claim` with this service's job store."""
+        return paused_claim(self._definitions, run)
 
     def settle_held(self, run: Run) -> Run | None:
         """A held run the resume did not decide (its hold landed after the resume read the

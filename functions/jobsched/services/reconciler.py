@@ -142,7 +142,7 @@ class Reconciler:
         on_dead: Callable[[Run], None] | None = None,
         is_external: Callable[[Run], bool] | None = None,
         settle_held: Callable[[Run], Run | None] | None = None,
-        decided_not_to_run: Callable[[Run], bool] | None = None,
+        paused_claim: Callable[[Run], lifecycle.PausedClaim] | None = None,
         metrics: Metrics = NO_METRICS,
         recorded_shard_count: Callable[[], int | None] | None = None,
         publish: Callable[[list[Run]], Collection[str]] | None = None,
@@ -162,7 +162,7 @@ class Reconciler:
         self._settle_held = settle_held
         # Whether a run is an occurrence its job's resume decided not to run (services.missed):
         # a lease that expired on its last attempt, claimed in the pause, ends SKIPPED then.
-        self._decided_not_to_run = decided_not_to_run or (lambda run: False)
+        self._paused_claim = paused_claim or (lambda run: lifecycle.PausedClaim.NONE)
         # Runs for external workers wait in the claimable index, not on a queue: waiting long
         # is not a lost message, and only the retry policy's max age ends the wait.
         self._is_external = is_external or (lambda run: False)
@@ -531,9 +531,9 @@ class Reconciler:
         if run.state is RunState.LEASED:
             # Overdue means the lease expired (plus grace) as read. Not a holder write: a
             # heartbeat since the read bumped the rev, so this write fails and the run is skipped.
-            missed = lifecycle.attempt_refusal(run, now) is not None and self._decided_not_to_run(run)
+            paused = self._paused_claim(run)
             return LEASE_EXPIRED_KIND, commit(
-                run, lambda r: lifecycle.lease_expired(r, now=now, actor=ACTOR, missed=missed)
+                run, lambda r: lifecycle.lease_expired(r, now=now, actor=ACTOR, paused=paused)
             )
         return None, None
 
