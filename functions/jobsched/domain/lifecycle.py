@@ -345,29 +345,15 @@ def lease_expired(run: Run, *, now: datetime, actor: str, paused: PausedClaim = 
         raise TransitionRefused(f"run {run.run_key}: the lease is still live")
     until = format_instant(run.lease_expires_at) if run.lease_expires_at else "unknown"
     message = f"lease held by {run.lease_owner or 'unknown'} expired at {until}"
+    began_nothing = {
+        "error_class": "LeaseExpired",
+        "error_message": f"{message}; claimed while its job was paused, it began nothing",
+    }
     if paused is PausedClaim.HOLD and pause_decides(run):
-        return advance(
-            run,
-            RunState.PENDING,
-            now=now,
-            actor=actor,
-            reason="job paused",
-            error_class="LeaseExpired",
-            error_message=f"{message}; claimed while its job was paused, it began nothing",
-            blocked_by=PAUSED_HOLD,
-            **_given_back(run),
-        )
+        return _held_for_resume(run, now=now, actor=actor, **began_nothing)
     if paused is PausedClaim.RELEASE and pause_decides(run):
-        given_back = _given_back(run)
         return advance(
-            run,
-            RunState.RETRY_WAIT,
-            now=now,
-            actor=actor,
-            error_class="LeaseExpired",
-            error_message=f"{message}; claimed while its job was paused, it began nothing",
-            due_at=now,
-            **given_back,
+            run, RunState.RETRY_WAIT, now=now, actor=actor, due_at=now, **began_nothing, **_given_back(run)
         )
     refusal = attempt_refusal(run, now)
     if refusal is None:
@@ -443,6 +429,11 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
     """Its job was found paused before the effect: back to PENDING, held (`blocked_by`
     PAUSED_HOLD: not published, not claimable) until resume decides it under `missedRuns`.
     The attempt it had just begun is given back: no effect was started."""
+    return _held_for_resume(run, now=now, actor=actor)
+
+
+def _held_for_resume(run: Run, *, now: datetime, actor: str, **recorded: Any) -> Run:
+    """PENDING, held by its job's pause (`blocked_by` PAUSED_HOLD), the attempt given back."""
     return advance(
         run,
         RunState.PENDING,
@@ -451,6 +442,7 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
         reason="job paused",
         blocked_by=PAUSED_HOLD,
         **_given_back(run),
+        **recorded,
     )
 
 
