@@ -36,7 +36,9 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   says: `skip` runs none; `run-once` runs only the latest one inside the catch-up window;
   `catch-up` runs each one inside it; every other one is SKIPPED. One SKIPPED by the overlap
   policy is excused when that came after the resume (a chosen occurrence still obeys it as
-  it starts), and a violation when it came while the job was paused.
+  it starts), and a violation when it came while the job was paused. A run that died
+  without acting, every claim of it made deep in the pause (PAUSE_EDGE from either end),
+  is a violation whatever the policy: such a claim read its job paused and spends nothing.
 - `tenant_limit_exceeded`: a target call that started while the tenant already had its
   `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
 - `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
@@ -50,7 +52,8 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
 - the restart goal (not a count): of the runs the reconciler repaired because they should
   have started (a lost publish, a dead worker), the 99th percentile of the seconds from when
   each should have to its next claim, call or end is at most RESTART_GOAL_SECONDS; restarts
-  its tenant's own limit held back are counted apart, not timed.
+  its tenant's own limit, its job's overlap or its job's pause held back are counted apart,
+  not timed.
 - `fixes_ignored`: a target call after a redrive that fixed the run's payload (or after a
   later plain redrive of it) that did not receive that payload: the fix must reach every
   later attempt, whichever target kind makes it.
@@ -88,6 +91,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobsched.domain.jitter import start_jitter_seconds
+from jobsched.domain.lifecycle import HELD_FOR_RESUME
 from jobsched.domain.models import (
     DeliveryGuarantee,
     Job,
@@ -120,6 +124,9 @@ RESTART_GOAL_SECONDS = 90.0  # a stranded run starts again within this of when i
 # harness does not simulate waits, so a call may start that much before its due instant by
 # the worker's clock, which is itself up to CLOCK_SKEW off.
 EARLY_ALLOWANCE = CLOCK_SKEW + timedelta(seconds=2)
+# A claim this far inside its job's pause read the job paused at its check (docs/concepts/
+# policies.md): it begins nothing and spends no attempt. Nearer an edge, it may have begun.
+PAUSE_EDGE = timedelta(seconds=10)
 # A late run is noted by the reconciler's pass over its shard (every 60 s in the harness, as
 # the deployed rule): three ticks, so one or two passes lost to throttling are not a finding,
 # and both clocks' skew.
@@ -877,8 +884,8 @@ def _restart_latencies(evidence: Evidence, runs: dict[str, Run]) -> tuple[list[t
     ledger), a claim, the run's end (a death, a skip, a cancel), or for an external worker's
     run its offer in the claimable index (recorded times plus the clock skew); the end of the
     simulation if none came. A restart held back on purpose in between (a claim refused at
-    TENANT_CONCURRENCY, a buffer-one run deferred behind the job's running run) is not
-    timed: listed second."""
+    TENANT_CONCURRENCY, a buffer-one run deferred behind the job's running run, a run held
+    for its job's resume) is not timed: listed second."""
     latencies: list[tuple[str, float]] = []
     held_back: list[str] = []
     for run_key, repairs in evidence.stranded.items():
@@ -892,12 +899,16 @@ def _restart_latencies(evidence: Evidence, runs: dict[str, Run]) -> tuple[list[t
         if evidence.is_external(run_key):
             moved.add(RunState.QUEUED)
         ends = [e.at + CLOCK_SKEW for e in (run.history if run else []) if e.target in moved]
+        # Held for its job's resume (a claim made in the pause whose worker died began
+        # nothing): the resume decides when, or whether, it starts again.
+        paused_holds = [e.at for e in (run.history if run else []) if _held_by_pause(e)]
         for since, repaired_at in repairs:
             # A call in the repair's second came before it (the reconciler ticks last).
             after = [at for at in calls if at > repaired_at] + [at for at in ends if at >= repaired_at]
             restarted = min(after) if after else evidence.end
-            if any(since <= at <= restarted for at in evidence.held_back.get(run_key, [])):
-                held_back.append(run_key)  # its tenant's limit or its job's overlap held it
+            held = [*evidence.held_back.get(run_key, []), *paused_holds]
+            if any(since - CLOCK_SKEW <= at <= restarted for at in held):
+                held_back.append(run_key)  # its tenant's limit, its job's overlap or pause held it
                 continue
             latencies.append((run_key, max(0.0, (restarted - since).total_seconds())))
     return latencies, held_back
@@ -998,6 +1009,27 @@ def _check_overlap_of(mine: list[Run], evidence: Evidence, figures: Figures) -> 
                 break
 
 
+def _held_by_pause(entry: Transition) -> bool:
+    """Whether a history entry holds its run for its job's resume (PENDING, `job paused`)."""
+    return entry.target is RunState.PENDING and entry.reason == HELD_FOR_RESUME
+
+
+def _died_untried_in_pause(run: Run, calls: list[Call], paused: datetime, resumed: datetime) -> bool:
+    """Whether `run` died having acted nowhere, every claim of its first series made deep in
+    the pause [paused, resumed) (PAUSE_EDGE from either end, plus the skew): each of those
+    read its job paused before any effect, so none may spend an attempt, and the resume's
+    `missedRuns` decides the occurrence. `MaxAge` and `Unclaimed` deaths are dead_untried's."""
+    if run.state is not RunState.DEAD or any(call.acted for call in calls):
+        return False
+    first = _history_series(run)[0]
+    deaths = [e for e in first if e.target is RunState.DEAD]
+    if not deaths or deaths[0].error_class in UNTRIED_REASONS:
+        return False
+    claims = [e.at for e in first if e.target is RunState.LEASED]
+    low, high = paused + PAUSE_EDGE + CLOCK_SKEW, resumed - PAUSE_EDGE - CLOCK_SKEW
+    return bool(claims) and all(low <= at <= high for at in claims)
+
+
 def _pause_windows(tracked: TrackedJob) -> list[tuple[datetime, datetime]]:
     """(paused, resumed) true times of each acknowledged pause that a resume ended."""
     windows: list[tuple[datetime, datetime]] = []
@@ -1047,7 +1079,11 @@ def _check_missed(evidence: Evidence, by_job: dict[str, list[Run]], figures: Fig
                     # After the resume: a chosen occurrence still obeys the overlap policy when it
                     # starts (overlap_violations judges that), so it may be skipped.
                     continue
-                if run is not None and run.state is not RunState.SKIPPED:
+                if run is not None and _died_untried_in_pause(
+                    run, evidence.ledger.calls.get(run.run_key, []), paused, resumed
+                ):
+                    flag(instant, "DEAD untried: its every claim was made deep in the pause")
+                elif run is not None and run.state is not RunState.SKIPPED:
                     ran[instant] = True
                 elif run is not None or any(lo <= instant <= hi for lo, hi in ranges):
                     ran[instant] = False

@@ -226,6 +226,10 @@ def _effect_outlives_invocation(original: Any) -> Any:
     return outlast
 
 
+def _paused_claim_counted(original: Any) -> Any:
+    return timedelta(days=365)  # no claim is ever deep in a pause: each one spends an attempt
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -258,6 +262,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # Resume under `run-once` runs none of the made-ahead runs of the pause.
     Mutant("missed-occurrence-dropped", "jobsched.services.missed.chosen",
            _missed_occurrence_dropped, "missed_run_violations", "pauses"),
+    # A claim made deep in its job's pause whose worker died spends its attempt: a run with
+    # none left dies instead of being decided by the resume.
+    Mutant("paused-claim-counted", "jobsched.services.missed.PAUSE_CLAIM_MARGIN",
+           _paused_claim_counted, "missed_run_violations", "paused-claims"),
     # A holder's final write lands although another attempt's claim superseded its fence.
     Mutant("stale-fence-accepted", "jobsched.store.runs.RunStore._put",
            _stale_fence_accepted, "stale_fence_writes", "deaths"),

@@ -72,6 +72,28 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), misfire=(1, 4, 1)),
     ),
+    # Every-5-to-7-second jobs of one attempt, mostly `catch-up`, paused for 40-90 s, and
+    # workers that die after half their claims, before their check: claims deep in a pause
+    # whose worker died, found by the reconciler while the pause stands or after the resume
+    # chose their occurrence.
+    "paused-claims": ChaosConfig(
+        seed=11,
+        runs=150,
+        window_seconds=300,
+        faults=replace(QUIET, control=0.08, crash_before_effect=0.5),
+        resume_after=(40, 90),
+        cancel_share=0.0,
+        tenant_concurrency=0,
+        hog=False,
+        mix=Mix(
+            types=((OK, 1),),
+            overlap=(1, 0, 0),
+            misfire=(0, 1, 3),
+            max_attempts=(1, 1),
+            kinds=(0, 1, 0),
+            rates=(5, 7),
+        ),
+    ),
     # `skip`/`buffer-one` jobs whose runs retry, paused and resumed soon after, mostly
     # `catch-up`: occurrences claimed in the pause are held, and the resume releases them
     # while an earlier run of their job (its retry held too) is still open.

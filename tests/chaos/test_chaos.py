@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobsched.domain.lifecycle import HELD_FOR_RESUME
 from jobsched.domain.models import (
     Job,
     JobSpec,
@@ -340,6 +341,73 @@ def test_run_once_after_a_pause_runs_only_the_latest_missed_occurrence():
     # latest one clearly inside may then run, or be skipped.
     near = [Ack("pause", 1, T0 + timedelta(seconds=5)), Ack("resume", 2, T0 + timedelta(seconds=41))]
     assert check(_evidence([*right, _run(job, 40)], ledger, job, near)).missed_run_violations == 0
+
+
+def test_a_run_dead_untried_after_claims_made_deep_in_a_pause_is_a_missed_run():
+    # Every occurrence of the pause is to run (`catch-up`); each died without acting.
+    job = _job(misfire=Misfire.CATCH_UP, every=30)
+    acks = [Ack("pause", 1, T0 + timedelta(seconds=25)), Ack("resume", 2, T0 + timedelta(seconds=95))]
+
+    def judged(deep_death, ledger=None):
+        # Claimed within the pause's first 10 s (plus the skew): it may have begun its effect.
+        edge = _run(job, 30, (31, RunState.LEASED, 1, 1, None), (80, RunState.DEAD, 1, 1, "LeaseExpired"))
+        deep = _run(job, 60, (60, RunState.LEASED, 1, 1, None), (120, RunState.DEAD, 1, 1, deep_death))
+        # Claimed again after the resume: that attempt counts.
+        after = _run(
+            job,
+            90,
+            (90, RunState.LEASED, 1, 1, None),
+            (96, RunState.LEASED, 2, 2, None),
+            (160, RunState.DEAD, 2, 2, "LeaseExpired"),
+        )
+        figures = check(_evidence([edge, deep, after], ledger or _ledger()[0], job, acks))
+        return [v for v in figures.violations if v.figure == "missed_run_violations"]
+
+    flagged = judged("LeaseExpired")
+    assert [v.run_key for v in flagged] == ["j_x@2026-10-25T00:51:00Z"], flagged
+    assert "deep in the pause" in flagged[0].detail
+    assert judged("MaxAge") == []  # an age it really has: dead_untried's to judge
+    # The same death with its effect in the ledger is a run that ran.
+    ledger, clock = _ledger()
+    clock.at = T0 + timedelta(seconds=61)
+    ledger.end(ledger.begin(_run(job, 60).run_key, "chaos.ok", 1, "acme"), acted=True)
+    assert judged("LeaseExpired", ledger) == []
+
+
+def test_a_restart_held_for_its_jobs_resume_is_not_timed():
+    job = _job()
+    ledger, _ = _ledger()
+    expired = T0 + timedelta(seconds=40)
+    held = _run(job, 10, (10, RunState.LEASED, 1, 1, None))
+    hold = Transition(
+        at=expired + timedelta(seconds=20),
+        actor="reconciler",
+        source=RunState.LEASED,
+        target=RunState.PENDING,
+        fence=1,
+        attempt=0,
+        reason=HELD_FOR_RESUME,
+    )
+    skip = Transition(
+        at=expired + timedelta(seconds=300),
+        actor="api:acme",
+        source=RunState.PENDING,
+        target=RunState.SKIPPED,
+        fence=1,
+        attempt=0,
+        reason="paused",
+    )
+    unheld = _run(job, 20, (20, RunState.LEASED, 1, 1, None), (340, RunState.DEAD, 1, 1, "LeaseExpired"))
+    held = held.model_copy(update={"history": [*held.history, hold, skip], "state": RunState.SKIPPED})
+    evidence = _evidence([held, unheld], ledger, job)
+    repaired = expired + timedelta(seconds=20)
+    evidence.stranded = {held.run_key: [(expired, repaired)], unheld.run_key: [(expired, repaired)]}
+    figures = check(evidence)
+    assert figures.restarts == 1 and figures.restarts_held_back == 1
+    assert figures.restart_latency_p99 >= 300  # the unheld one's death came 300 s late
+    evidence.runs = [held]
+    evidence.stranded = {held.run_key: [(expired, repaired)]}
+    assert check(evidence).restart_latency_p99 == 0
 
 
 def _notifying(*notifications):

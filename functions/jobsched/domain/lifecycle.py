@@ -432,6 +432,9 @@ def hold(run: Run, *, now: datetime, actor: str) -> Run:
     return _held_for_resume(run, now=now, actor=actor)
 
 
+HELD_FOR_RESUME = "job paused"  # the reason recorded by a hold for its job's resume
+
+
 def _held_for_resume(run: Run, *, now: datetime, actor: str, **recorded: Any) -> Run:
     """PENDING, held by its job's pause (`blocked_by` PAUSED_HOLD), the attempt given back."""
     return advance(
@@ -439,7 +442,7 @@ def _held_for_resume(run: Run, *, now: datetime, actor: str, **recorded: Any) ->
         RunState.PENDING,
         now=now,
         actor=actor,
-        reason="job paused",
+        reason=HELD_FOR_RESUME,
         blocked_by=PAUSED_HOLD,
         **_given_back(run),
         **recorded,
