@@ -8,7 +8,10 @@
 - `RunTable`: one line per run state change, read from the runs table's stream (a second
   reader beside the outbox's event source mapping, as DynamoDB allows); `--follow` says
   whose runs (`mine`: of the jobs created through this instance, the demo's recurring jobs
-  for their first run only; `all`: every run of every tenant; `none`: no table).
+  for their first run only; `all`: every run of every tenant; `none`: no table). Job names
+  are read in one batch for the runs a poll shows (a burst of runs due at once is one read,
+  not one per job, taken from the moto server the worker is waiting on) and kept, each with
+  the job's version: a run made from a later version (a rename bumps it) reads it again.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import shlex
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Container
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -126,6 +130,10 @@ HEADER = f"{'time':<9} {'tenant':<12} {'job':<18} {'scheduled for':<21} {'state'
 
 FOLLOW_CHOICES = ("mine", "all", "none")
 DETAIL_WIDTH = 60
+NAMES_KEPT = 10_000  # job names the table keeps (least recently shown dropped first)
+
+# Job ids -> (the job's version, its name) for the jobs that exist; one read for them all.
+JobNames = Callable[[Collection[str]], Mapping[str, tuple[int, str]]]
 
 
 class RunTable:
@@ -134,13 +142,17 @@ class RunTable:
     Runs materialised ahead of time (PENDING or QUEUED before they are due) are held back and
     shown once due, so the table reads in time order. With `follow="mine"` the runs of the
     jobs in `tour_jobs` (the demo's, as it creates them) are shown for each job's first run
-    only, then one line says the rest are hidden; `follow="all"` shows every run."""
+    only, then one line says the rest are hidden; `follow="all"` shows every run.
+
+    `job_names` reads the names of many jobs at once: each poll asks once for the jobs of the
+    runs it shows whose names are not kept, or were kept from a version older than the run's
+    (`definition_version`: the job was changed, perhaps renamed, after the name was read)."""
 
     def __init__(
         self,
         streams: Any,
         stream_arn: str,
-        job_name: Callable[[str], str | None],
+        job_names: JobNames,
         out: TextIO | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         *,
@@ -154,11 +166,12 @@ class RunTable:
         self._tour_shown: dict[str, str] = {}  # tour job id -> the run key shown for it
         self._streams = streams
         self._arn = stream_arn
-        self._job_name = job_name
+        self._job_names = job_names
         self._out = out
         self._now = now
         self._iterators: dict[str, str] = {}
-        self._names: dict[str, str] = {}
+        # job id -> (the version the name was read at, the name; None for a job not found)
+        self._names: OrderedDict[str, tuple[int, str | None]] = OrderedDict()
         self._held: dict[str, Run] = {}
         self._header_printed = False
         self._loop: Loop | None = None
@@ -181,13 +194,13 @@ class RunTable:
             boto3.client("dynamodb", **endpoint), DEFINITIONS.default_name, runtime.config.shard_count
         )
 
-        def job_name(job_id: str) -> str | None:
-            job = definitions.get(job_id)
-            return job.spec.name if job else None
+        def job_names(job_ids: Collection[str]) -> dict[str, tuple[int, str]]:
+            # One BatchGetItem per 100 jobs (a single job: one GetItem).
+            return {job.job_id: (job.version, job.spec.name) for job in definitions.get_many(list(job_ids))}
 
         stream_arn = runtime.resources["streams"][RUNS.logical_id]
         streams = boto3.client("dynamodbstreams", **endpoint)
-        return cls(streams, stream_arn, job_name, out, follow=follow, tour_jobs=tour_jobs)
+        return cls(streams, stream_arn, job_names, out, follow=follow, tour_jobs=tour_jobs)
 
     def start(self, interval: float = 0.5) -> RunTable:
         self._loop = Loop("run-table", interval, self.poll)
@@ -199,21 +212,21 @@ class RunTable:
             self._loop.stop()
 
     def poll(self) -> None:
-        for record in self._read():
-            self.observe(record)
+        changes = [run for run in map(_change_of, self._read()) if run is not None]
+        # The names of the jobs of every change in one read (a held run a change replaces is of
+        # the same job); release_due reads those of the held runs coming due, in one more.
+        self._read_names(changes)
+        for run in changes:
+            self._observe(run)
         self.release_due()
 
     def observe(self, record: dict[str, Any]) -> None:
         """One stream record (as dynamodbstreams returns it)."""
-        images = record.get("dynamodb") or {}
-        new, old = images.get("NewImage"), images.get("OldImage")
-        if record.get("eventName") == "REMOVE" or not new:
-            return  # expired (TTL)
-        run = _run_of(new)
-        if run is None:
-            return  # a transition overflow item (the run item carries the state), or unreadable
-        if old is not None and _signature(_run_of(old)) == _signature(run):
-            return  # a write that moved nothing a reader sees (a lease renewal, a rev bump)
+        run = _change_of(record)
+        if run is not None:
+            self._observe(run)
+
+    def _observe(self, run: Run) -> None:
         now = self._now()
         held = self._held.pop(run.run_key, None)
         if run.state in (RunState.PENDING, RunState.QUEUED) and run.due_at > now:
@@ -225,6 +238,7 @@ class RunTable:
 
     def release_due(self) -> None:
         now = self._now()
+        self._read_names(run for run in self._held.values() if run.due_at <= now)
         for run_key, run in sorted(self._held.items(), key=lambda item: item[1].due_at):
             if run.due_at <= now:
                 del self._held[run_key]
@@ -240,7 +254,7 @@ class RunTable:
             return True
         if first != "":
             self._tour_shown[run.job_id] = ""  # said once
-            name = self._name(run.job_id)
+            name = self._name(run)
             print(
                 f"{'':<9} {name}: its later runs are not shown (jobsched local --follow all shows them)",
                 file=self._out or sys.stdout,
@@ -248,11 +262,34 @@ class RunTable:
             )
         return False
 
-    def _name(self, job_id: str) -> str:
-        name = self._names.get(job_id)
-        if name is None:
-            name = self._names[job_id] = self._job_name(job_id) or job_id
-        return name
+    def _stale(self, run: Run) -> bool:
+        kept = self._names.get(run.job_id)
+        return kept is None or kept[0] < run.definition_version
+
+    def _read_names(self, runs: Iterable[Run]) -> None:
+        """Read, in one call, the names of the jobs of `runs` not kept at their runs' version."""
+        wanted: dict[str, int] = {}
+        for run in runs:
+            if self._stale(run):
+                wanted[run.job_id] = max(wanted.get(run.job_id, 0), run.definition_version)
+            else:
+                self._names.move_to_end(run.job_id)  # about to be shown: kept over older ones
+        if not wanted:
+            return
+        found = self._job_names(list(wanted))
+        for job_id, version in wanted.items():
+            # A job gone (deleted) is shown by its id, and not asked for again at this version.
+            read_at, name = found.get(job_id) or (version, None)
+            self._names[job_id] = (max(read_at, version), name)
+            self._names.move_to_end(job_id)
+        while len(self._names) > max(NAMES_KEPT, len(wanted)):  # never the names just read
+            self._names.popitem(last=False)
+
+    def _name(self, run: Run) -> str:
+        if self._stale(run):
+            self._read_names([run])  # a run the poll did not read ahead (observe called directly)
+        self._names.move_to_end(run.job_id)
+        return self._names[run.job_id][1] or run.job_id
 
     def _print(self, run: Run, at: datetime) -> None:
         if not self._shown(run):
@@ -261,7 +298,7 @@ class RunTable:
         if not self._header_printed:
             self._header_printed = True
             print(HEADER, file=out)
-        name = self._name(run.job_id)
+        name = self._name(run)
         print(
             f"{at.astimezone(UTC).strftime('%H:%M:%S'):<9} {run.tenant[:12]:<12} {name[:18]:<18} "
             f"{run.scheduled_for.strftime('%Y-%m-%dT%H:%M:%SZ'):<21} {run.state.value:<11} "
@@ -272,6 +309,20 @@ class RunTable:
 
     def _read(self) -> list[dict[str, Any]]:
         return read_stream(self._streams, self._arn, self._iterators)
+
+
+def _change_of(record: dict[str, Any]) -> Run | None:
+    """The run a stream record shows changed, or None: a removal (expiry by TTL), a transition
+    overflow item (the run item carries the state), an unreadable item, or a write that moved
+    nothing a reader sees (a lease renewal, a rev bump)."""
+    images = record.get("dynamodb") or {}
+    new, old = images.get("NewImage"), images.get("OldImage")
+    if record.get("eventName") == "REMOVE" or not new:
+        return None
+    run = _run_of(new)
+    if run is None or (old is not None and _signature(_run_of(old)) == _signature(run)):
+        return None
+    return run
 
 
 def _run_of(image: dict[str, Any]) -> Run | None:

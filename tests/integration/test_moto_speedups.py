@@ -227,6 +227,211 @@ def test_a_receive_honours_the_retention_period_without_counting_the_queue(sqs, 
     assert sorted(bodies, key=int) == [str(i) for i in range(10, 30)]
 
 
+def counting_clock_reads(monkeypatch: Any) -> list[int]:
+    """How often a message's visibility or delay is looked at: each count of the queue does it
+    for every message."""
+    from moto.sqs.models import Message
+
+    looked = [0]
+    for name in ("visible", "delayed"):
+        original = getattr(Message, name)
+
+        def counting(self: Any, original: Any = original) -> Any:
+            looked[0] += 1
+            return original.fget(self)
+
+        monkeypatch.setattr(Message, name, property(counting))
+    return looked
+
+
+def test_a_send_does_not_count_the_queue_and_the_counts_stay_right(sqs, monkeypatch):
+    url = sqs.create_queue(QueueName="busy")["QueueUrl"]
+    for start in range(0, 1000, 10):  # a burst queued ahead: delayed messages
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "MessageBody": f"later {i}", "DelaySeconds": 900}
+                for i in range(start, start + 10)
+            ],
+        )
+    for i in range(20):
+        sqs.send_message(QueueUrl=url, MessageBody=f"now {i}")
+    in_flight = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=5, VisibilityTimeout=600)["Messages"]
+    looked = counting_clock_reads(monkeypatch)
+    for i in range(30):
+        sqs.send_message(QueueUrl=url, MessageBody=f"sent {i}", DelaySeconds=300 if i % 3 == 0 else 0)
+    sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(i), "MessageBody": f"batch {i}", "DelaySeconds": 60} for i in range(10)],
+    )
+    assert looked[0] == 0  # moto's own send counted the queue 3 times a message: 1,000s of looks
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert len(in_flight) == 5
+    assert attributes["ApproximateNumberOfMessages"] == str(20 - 5 + 20)
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == str(1000 + 10 + 10)
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == str(5)
+    assert looked[0] > 0  # asked for, they are counted
+
+
+def test_a_fifo_send_still_deduplicates_and_checks_without_counting(sqs, monkeypatch):
+    url = sqs.create_queue(
+        QueueName="q.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    strict = sqs.create_queue(QueueName="strict.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    looked = counting_clock_reads(monkeypatch)
+    for body in ("a", "b", "a"):  # the second "a" is a duplicate by content
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+    sqs.send_message(QueueUrl=url, MessageBody="c", MessageGroupId="g", MessageDeduplicationId="d1")
+    sqs.send_message(QueueUrl=url, MessageBody="c again", MessageGroupId="g", MessageDeduplicationId="d1")
+    with pytest.raises(sqs.exceptions.ClientError, match="MessageDeduplicationId"):
+        sqs.send_message(QueueUrl=strict, MessageBody="x", MessageGroupId="g")
+    with pytest.raises(sqs.exceptions.ClientError, match="MessageGroupId"):
+        sqs.send_message(QueueUrl=url, MessageBody="x")
+    with pytest.raises(sqs.exceptions.ClientError, match="DelaySeconds"):
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", DelaySeconds=5)
+    assert looked[0] == 0
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "3"
+    assert attributes["ContentBasedDeduplication"] == "true"
+    bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+    assert bodies == ["a", "b", "c"]
+
+
+def test_a_message_redriven_to_its_dead_letter_queue_is_counted_there(sqs):
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = f'{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": 1}}'
+    url = sqs.create_queue(QueueName="main", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    (first,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # moved on this receive
+    counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    assert sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=counts)["Attributes"] == {
+        "ApproximateNumberOfMessages": "1",
+        "ApproximateNumberOfMessagesNotVisible": "0",
+    }
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=dlq)["Messages"]] == ["poison"]
+
+
+def test_a_queue_with_an_event_source_mapping_is_sent_to_as_moto_does(sqs, monkeypatch):
+    from moto.sqs.models import sqs_backends
+
+    url = sqs.create_queue(QueueName="mapped")["QueueUrl"]
+    queue = sqs_backends["123456789012"]["us-east-1"].get_queue("mapped")
+    sqs.send_message(QueueUrl=url, MessageBody="first")
+
+    class Disabled:  # moto's own poller runs inside add_message; a disabled mapping is passed over
+        enabled = False
+
+    mappings: dict[str, Any] = queue.lambda_event_source_mappings
+    mappings["arn:mapping"] = Disabled()
+    looked = counting_clock_reads(monkeypatch)
+    sqs.send_message(QueueUrl=url, MessageBody="second")
+    assert looked[0] > 0  # everything inside is moto's own, counts included
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "2"
+
+
+def test_a_receive_finds_the_visible_undelayed_messages_without_asking_each_one(sqs, monkeypatch):
+    from moto.sqs.models import sqs_backends
+
+    url = sqs.create_queue(QueueName="waiting")["QueueUrl"]
+    for start in range(0, 500, 10):
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "MessageBody": f"later {i}", "DelaySeconds": 900}
+                for i in range(start, start + 10)
+            ],
+        )
+    for i in range(4):
+        sqs.send_message(QueueUrl=url, MessageBody=f"now {i}")
+    taken = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=600)["Messages"]
+    queue = sqs_backends["123456789012"]["us-east-1"].get_queue("waiting")
+    due, back = queue._messages[0], next(m for m in queue._messages if m.body == taken[0]["Body"])
+    due.delayed_until -= 901_000  # its delay ended
+    back.visible_at -= 601_000  # its visibility timeout passed: receivable again
+    looked = counting_clock_reads(monkeypatch)
+    empty_before = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in empty_before) == sorted(["later 0", taken[0]["Body"], "now 2", "now 3"])
+    assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []) == []
+    # moto asks each message it is about to return (4 here), not the 500 it passes over.
+    assert looked[0] <= 2 * 4
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesDelayed"]) == (
+        "0",
+        "499",
+    )
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "5"
+
+
+def test_a_delete_finds_its_message_without_asking_every_message(sqs, monkeypatch):
+    from moto.sqs.models import Message
+
+    url = sqs.create_queue(QueueName="deleting")["QueueUrl"]
+    other = sqs.create_queue(QueueName="other")["QueueUrl"]
+    for start in range(0, 500, 10):
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "MessageBody": "later", "DelaySeconds": 900} for i in range(start, start + 10)
+            ],
+        )
+    for i in range(6):
+        sqs.send_message(QueueUrl=url, MessageBody=f"now {i}")
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600)["Messages"]
+    assert len(first) == len(again) == 6
+    asked = [0]
+    had = Message.had_receipt_handle
+
+    def counting(self: Any, receipt_handle: str) -> bool:
+        asked[0] += 1
+        return had(self, receipt_handle)
+
+    monkeypatch.setattr(Message, "had_receipt_handle", counting)
+    by_body = {m["Body"]: m["ReceiptHandle"] for m in again}
+    stale = {m["Body"]: m["ReceiptHandle"] for m in first}
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=by_body["now 0"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=stale["now 1"])  # an earlier receive's handle
+    deleted = sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": "a", "ReceiptHandle": by_body["now 2"]}, {"Id": "b", "ReceiptHandle": "bogus"}],
+    )
+    assert [e["Id"] for e in deleted["Successful"]] == ["a"]
+    assert [(e["Id"], e["Code"]) for e in deleted["Failed"]] == [("b", "ReceiptHandleIsInvalid")]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=by_body["now 0"])  # twice: moto lets it be
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=other, ReceiptHandle=by_body["now 3"])  # not that queue's
+    assert asked[0] <= 600  # the unknown handle asks every message (about 500), once: moto's own way
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (
+        counts["ApproximateNumberOfMessagesNotVisible"],
+        counts["ApproximateNumberOfMessagesDelayed"],
+    ) == (
+        "3",
+        "500",
+    )
+    sqs.purge_queue(QueueUrl=url)
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=by_body["now 4"])
+
+
+def test_a_message_moved_to_its_dead_letter_queue_is_deleted_there_by_its_handle(sqs):
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = f'{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": 1}}'
+    url = sqs.create_queue(QueueName="main", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    (first,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # moved to the dead-letter queue
+    with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=dlq, ReceiptHandle=first["ReceiptHandle"])  # as moto's own allows
+    assert sqs.receive_message(QueueUrl=dlq).get("Messages", []) == []
+
+
 def test_a_request_does_not_list_motos_package_directory(monkeypatch):
     import os
 

@@ -154,10 +154,26 @@ class Clock:
         return self.now
 
 
+class Names:
+    """The jobs' names as the definitions table holds them, counting the reads."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.jobs = {job_id: (1, name) for job_id, name in names.items()}
+        self.reads: list[list[str]] = []
+
+    def __call__(self, job_ids: Any) -> dict[str, tuple[int, str]]:
+        self.reads.append(sorted(job_ids))
+        return {job_id: self.jobs[job_id] for job_id in job_ids if job_id in self.jobs}
+
+    def rename(self, job_id: str, name: str) -> None:
+        version, _ = self.jobs[job_id]
+        self.jobs[job_id] = (version + 1, name)  # a PATCH bumps the version
+
+
 def table(clock: Clock) -> tuple[RunTable, io.StringIO]:
     out = io.StringIO()
-    names = {"j_a": "tenant a's job", "j_b": "tenant b's job"}
-    return RunTable(None, "arn", names.get, out=out, now=clock), out
+    names = Names({"j_a": "tenant a's job", "j_b": "tenant b's job"})
+    return RunTable(None, "arn", names, out=out, now=clock), out
 
 
 def test_every_tenants_runs_are_shown_as_they_change_state() -> None:
@@ -239,13 +255,130 @@ def test_a_run_held_until_due_is_shown_before_what_followed_it() -> None:
     ]
 
 
+# --- job names: one read per poll, not one per job ---
+
+
+def streamed(runs: RunTable, records: list[dict[str, Any]]) -> None:
+    """What the next poll reads from the stream."""
+    runs._read = lambda: records  # type: ignore[method-assign]
+
+
+def burst_table(clock: Clock, jobs: int) -> tuple[RunTable, io.StringIO, Names]:
+    out = io.StringIO()
+    names = Names({f"j_{n}": f"report {n}" for n in range(jobs)})
+    return RunTable(None, "arn", names, out=out, now=clock), out, names
+
+
+def test_a_burst_of_runs_due_at_once_reads_the_names_of_its_jobs_once() -> None:
+    clock = Clock()
+    runs, out, names = burst_table(clock, jobs=40)
+    due = T0 + timedelta(minutes=1)
+    ahead = [
+        run("dev", f"j_{n % 40}", RunState.QUEUED, due=due + timedelta(seconds=n // 40), at=T0)
+        for n in range(200)  # 200 runs of 40 jobs, queued ahead of their due instant
+    ]
+    streamed(runs, [record(r) for r in ahead])
+    runs.poll()
+    assert out.getvalue() == ""
+    assert len(names.reads) <= 1  # read ahead with the records, or not at all yet
+    clock.now = due + timedelta(seconds=10)
+    streamed(runs, [])
+    runs.poll()
+    lines = out.getvalue().splitlines()[1:]
+    assert len(lines) == 200
+    assert len(names.reads) == 1  # one read for the 40 jobs, not one a job (or a run)
+    assert names.reads[0] == sorted(f"j_{n}" for n in range(40))
+    assert all(f"report {n % 40} " in line for n, line in zip(range(200), lines, strict=True))
+    # Their next changes are shown with the names kept: no read at all.
+    streamed(
+        runs, [record(r.model_copy(update={"state": RunState.SUCCEEDED, "attempt": 1}), r) for r in ahead]
+    )
+    runs.poll()
+    assert len(names.reads) == 1
+    assert len(out.getvalue().splitlines()) == 1 + 400
+
+
+def test_the_changes_a_poll_reads_cost_one_read_of_names() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=1)
+    runs, out, names = burst_table(clock, jobs=25)
+    streamed(runs, [record(run("dev", f"j_{n % 25}", RunState.SUCCEEDED, due=T0, at=T0)) for n in range(100)])
+    runs.poll()
+    assert len(names.reads) == 1
+    assert len(out.getvalue().splitlines()) == 1 + 100
+
+
+def test_a_renamed_job_is_shown_by_its_new_name_from_its_next_run_on() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=5)
+    runs, out, names = burst_table(clock, jobs=1)
+    first = run("dev", "j_0", RunState.SUCCEEDED, due=T0, at=T0)
+    streamed(runs, [record(first)])
+    runs.poll()
+    names.rename("j_0", "renamed report")
+    second = run("dev", "j_0", RunState.SUCCEEDED, due=T0 + timedelta(minutes=1), at=T0).model_copy(
+        update={"definition_version": 2}  # made from the job as renamed
+    )
+    streamed(runs, [record(second)])
+    runs.poll()
+    # A job created after the table started is read when its first run shows up.
+    names.jobs["j_new"] = (1, "created later")
+    streamed(runs, [record(run("dev", "j_new", RunState.SUCCEEDED, due=T0, at=T0))])
+    runs.poll()
+    lines = out.getvalue().splitlines()[1:]
+    assert ["report 0" in lines[0], "renamed report" in lines[1], "created later" in lines[2]] == [True] * 3
+    assert names.reads == [["j_0"], ["j_0"], ["j_new"]]
+
+
+def test_a_deleted_jobs_runs_show_its_id_and_are_not_read_again() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=5)
+    runs, out, names = burst_table(clock, jobs=0)
+    streamed(runs, [record(run("dev", "j_gone", RunState.CANCELLED, due=T0, at=T0))])
+    runs.poll()
+    runs.poll()
+    streamed(runs, [record(run("dev", "j_gone", RunState.CANCELLED, due=T0 + timedelta(minutes=1), at=T0))])
+    runs.poll()
+    assert names.reads == [["j_gone"]]
+    assert all(" j_gone " in line for line in out.getvalue().splitlines()[1:])
+
+
+def test_the_names_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobsched_local import console
+
+    monkeypatch.setattr(console, "NAMES_KEPT", 10)
+    clock = Clock()
+    clock.now = T0 + timedelta(minutes=5)
+    runs, out, names = burst_table(clock, jobs=30)
+    streamed(runs, [record(run("dev", f"j_{n}", RunState.SUCCEEDED, due=T0, at=T0)) for n in range(30)])
+    runs.poll()  # more jobs in one poll than are kept: all shown by name, from one read
+    assert len(runs._names) == 30 and len(names.reads) == 1
+    names.jobs["j_new"] = (1, "created later")
+    later = T0 + timedelta(minutes=1)
+    streamed(
+        runs,
+        [record(run("dev", job_id, RunState.SUCCEEDED, due=later, at=later)) for job_id in ("j_0", "j_new")],
+    )
+    runs.poll()
+    assert len(runs._names) == 10  # the least recently shown dropped
+    assert {"j_0", "j_new"} <= set(runs._names)
+    assert names.reads[1:] == [["j_new"]]
+    assert [
+        "report 0 " in out.getvalue().splitlines()[-2],
+        "created later" in out.getvalue().splitlines()[-1],
+    ] == [
+        True,
+        True,
+    ]
+
+
 # --- whose runs: --follow ---
 
 
 def followed(clock: Clock, follow: str, tour_jobs: set[str]) -> tuple[RunTable, io.StringIO]:
     out = io.StringIO()
-    names = {"j_a": "cron-10s", "j_b": "mine"}
-    return RunTable(None, "arn", names.get, out=out, now=clock, follow=follow, tour_jobs=tour_jobs), out
+    names = Names({"j_a": "cron-10s", "j_b": "mine"})
+    return RunTable(None, "arn", names, out=out, now=clock, follow=follow, tour_jobs=tour_jobs), out
 
 
 def three_runs_each(runs: RunTable) -> None:
