@@ -25,6 +25,8 @@ os.environ.update(
         "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_DEV": "0",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
+        # botocore checks every store request too: moto checks less than DynamoDB does.
+        "VALIDATE_STORE_REQUESTS": "true",
     }
 )
 

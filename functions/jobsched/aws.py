@@ -55,10 +55,18 @@ _NOT_RUN_CODES = frozenset(
 _BUILDING = threading.Lock()
 
 
+# The stores' own services: botocore's check of their requests is left to the service unless
+# Settings.validate_store_requests asks for it.
+STORE_SERVICES = frozenset({"dynamodb", "sqs"})
+
+
 @cache
 def client(service: str) -> Any:
+    config = _CONFIG
+    if service in STORE_SERVICES and not settings().validate_store_requests:
+        config = _CONFIG.merge(Config(parameter_validation=False))
     with _BUILDING:
-        return boto3.client(service, config=_CONFIG, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
+        return boto3.client(service, config=config, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
 
 
 def timeout_bucket(seconds: float) -> int:

@@ -140,6 +140,11 @@ class Settings(BaseModel):
     queue_urls: dict[str, str] = Field(default_factory=dict)
     dlq_urls: dict[str, str] = Field(default_factory=dict)
     endpoint_url: str | None = Field(None, alias=ENDPOINT_URL)
+    # botocore's client-side check of each DynamoDB and SQS request before it is sent. Our
+    # stores build every one of them and the service checks each again; the check is about a
+    # tenth of the worker's CPU. Off where it runs; the test suite turns it on (moto checks
+    # less than DynamoDB does). Requests to a run's target are always checked.
+    validate_store_requests: bool = Field(False, alias="VALIDATE_STORE_REQUESTS")
 
     @model_validator(mode="before")
     @classmethod
