@@ -121,7 +121,7 @@ run: $(if $(wildcard $(STAMP)),$(STAMP),$(LOCAL_STAMP))
 demo: run
 
 clean:
-	rm -rf $(VENV) $(VENV313) site cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) .venv-peers site cdk.out .pytest_cache .mypy_cache .ruff_cache
 
 # --- the end-to-end suite against a deployed stack (docs/operate/deploy.md: Prove the deployment) ---
 # JOBSCHED_E2E_ENDPOINT is the stack's ApiUrl; AWS credentials come from the standard chain.
@@ -179,6 +179,25 @@ BENCH_ARGS ?=
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Local mode beside procrastinate and APScheduler 3 on PostgreSQL (bench/peers): a venv of
+# its own, so the peers never enter the dev dependencies. PostgreSQL is started and stopped
+# by the benchmark in a temporary directory. PEERS_ARGS=--quick: smoke sizes.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS_ARGS ?=
+
+$(PEERS_STAMP): pyproject.toml layers/requirements.txt bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	sed 's/\[[^]]*\]//' layers/requirements.txt > $(PEERS_VENV)/layer-constraints.txt
+	$(PEERS_VENV)/bin/pip install --quiet -e '.[local]' -r bench/peers/requirements.txt \
+	  -c $(PEERS_VENV)/layer-constraints.txt
+	touch $(PEERS_STAMP)
+
+.PHONY: bench-peers
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m bench.peers $(PEERS_ARGS)
 
 # --- fault injection: the real pipeline on moto under a simulated clock (chaos) ---
 # Prints one line of figures; exits non-zero when any must-be-0 figure is not 0.

@@ -118,6 +118,18 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": None,
             }
         )
+    prof = results.get("profile")
+    if prof:
+        from . import profile
+
+        rows.append(
+            {
+                "what": "Lambda CPU ms per run, profiled (moto apart; API per request)",
+                "measured": profile.summary(prof),
+                "goal": "report only",
+                "met": None,
+            }
+        )
     bulk = results.get("bulk")
     if bulk:
         rows.append(
@@ -220,6 +232,14 @@ def markdown(results: dict[str, Any], picture: str | None) -> str:
         out += _bulk_md(results["bulk"])
     if "events" in results:
         out += _events_md(results["events"])
+    if "profile" in results:
+        from . import profile
+
+        out += profile.markdown(results["profile"])
+    # `make bench-peers`'s section (bench/peers.json) is kept when this report is rewritten.
+    from .peers.render import saved_section
+
+    out += saved_section(Path(__file__).with_name("peers.json"))
     return "\n".join(out) + "\n"
 
 

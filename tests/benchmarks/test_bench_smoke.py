@@ -191,3 +191,21 @@ def test_events_smoke() -> None:
     assert "## 7. Run events, by `runEvents` level" in report.markdown(
         {"environment": SMOKE_ENVIRONMENT, "events": result}, None
     )
+
+
+@pytest.mark.integration
+def test_profile_smoke() -> None:
+    """Every function's CPU lands in buckets that add up to it, and the report renders them."""
+    from bench import profile, report
+
+    result = profile.run(jobs=2, minutes=1, top=5)
+    assert result["runs"] > 0
+    assert set(result["functions"]) == set(profile.FUNCTIONS)
+    for name, figures in result["functions"].items():
+        assert figures["cpu_ms"] > 0, name
+        assert abs(sum(g["ms"] for g in figures["groups"].values()) - figures["cpu_ms"]) < 1e-6
+        assert 0 < len(figures["top"]) <= 5
+    assert result["functions"]["worker"]["groups"]["moto"]["ms"] > 0
+    results = {"environment": SMOKE_ENVIRONMENT, "profile": result}
+    assert "## 8. Where the CPU goes" in report.markdown(results, None)
+    assert "Lambda CPU ms per run, profiled" in report.terminal(results)
