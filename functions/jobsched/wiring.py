@@ -91,6 +91,8 @@ class Container:
             runs=self.runs,
             plan_missed=self.missed_runs.window,
             authorize_target=self.target_authority.check_write,
+            first_pass=self.materializer.first_pass,
+            run_request=self.runs.insert_request,
         )
 
     @cached_property

@@ -19,6 +19,7 @@ from .commands import (
     cmd_events_tail,
     cmd_jobs_backfill,
     cmd_jobs_create,
+    cmd_jobs_create_many,
     cmd_jobs_get,
     cmd_jobs_list,
     cmd_jobs_summary,
@@ -114,6 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--type", required=True)
     add_job_options(create, create=True)
     create.add_argument("--idempotency-key", help="repeat-safe create: the same key returns the same job")
+
+    many = command(
+        jobs, "create-many", cmd_jobs_create_many, "create the jobs of a JSON Lines file, 100 per request"
+    )
+    many.add_argument(
+        "file", metavar="FILE", help="one job body (as POST /v1/jobs takes it) per line; - for stdin"
+    )
+    many.add_argument(
+        "--idempotency-key",
+        help="repeat-safe: the job on line N gets the key KEY#N (unless it has its own idempotencyKey)",
+    )
 
     listing = command(jobs, "list", cmd_jobs_list, "list jobs, newest first")
     listing.add_argument("--state", type=str.upper, choices=JOB_STATES)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jobsched.client import (
+    MAX_BATCH_JOBS,
     ApiError,
     BulkDeadLettersBody,
     BulkDeadLettersView,
@@ -105,6 +106,57 @@ def cmd_jobs_create(ctx: Context, args: argparse.Namespace) -> int:
     body = job_body(args)
     job = ctx.client.create_job(body, idempotency_key=args.idempotency_key)
     return ctx.emit(job, lambda: format_fields(job_fields(job)))
+
+
+def read_job_lines(path: str) -> list[dict[str, Any]]:
+    """The job bodies of a JSON Lines file (blank lines skipped), or a UsageError naming the line."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    bodies: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as exc:
+            raise UsageError(f"{path}:{number}: not JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise UsageError(f"{path}:{number}: a job is a JSON object")
+        bodies.append(body)
+    return bodies
+
+
+def cmd_jobs_create_many(ctx: Context, args: argparse.Namespace) -> int:
+    """POST /v1/jobs/batch, MAX_BATCH_JOBS lines at a time. Prints one line per job (created,
+    replayed or refused, by its line's position among the jobs); exits 1 if any was refused."""
+    bodies = read_job_lines(args.file)
+    if args.idempotency_key:
+        bodies = [{"idempotencyKey": f"{args.idempotency_key}#{n}", **body} for n, body in enumerate(bodies)]
+    items: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for start in range(0, len(bodies), MAX_BATCH_JOBS):
+        answer = ctx.client.create_jobs(bodies[start : start + MAX_BATCH_JOBS])
+        for item in answer.items:
+            position = start + item.index
+            shown = wire(item)
+            items.append({**shown, "index": position})
+            if item.job is not None:
+                verb = "created" if item.status == 201 else "replayed"
+                lines.append(f"{position}: {verb} {item.job.job_id} {item.job.name}")
+            elif item.error is not None:
+                lines.append(f"{position}: refused {item.status} {item.error.code}: {item.error.message}")
+    statuses = [item["status"] for item in items]
+    created, replayed = statuses.count(201), statuses.count(200)
+    summary = {
+        "items": items,
+        "created": created,
+        "replayed": replayed,
+        "refused": len(items) - created - replayed,
+    }
+    ctx.emit(
+        summary,
+        lambda: "\n".join([*lines, f"{created} created, {replayed} replayed, {summary['refused']} refused"]),
+    )
+    return 1 if summary["refused"] else 0
 
 
 def listing(fetch: Callable[[str | None], Page], cursor: str | None, all_pages: bool) -> Page:

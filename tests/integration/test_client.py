@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from jobsched.client import (
+    MAX_BATCH_JOBS,
     ApiError,
     ApiUnreachable,
     BulkDeadLettersBody,
@@ -155,6 +156,31 @@ def test_jobs_round_trip_through_the_server_models(client: Client, wire: Handler
     assert wire.exchanges[-1]["method"] == "DELETE" and wire.exchanges[-1]["headers"]["if-match"] == '"4"'
 
 
+def test_a_batch_create_round_trips_each_job_as_a_single_create(client: Client, wire: HandlerTransport):
+    jobs: list[JobBody | dict[str, Any]] = [
+        ext_job(name="a"),
+        ext_job(name="b", cron="0 9 * * *"),
+        JobBody(name="c", type="t", cron="0 9 * * *"),
+    ]
+    answer = client.create_jobs(jobs, idempotency_key="batch-1")
+    same_as_sent(answer, wire)
+    first, refused, last = answer.items
+    assert isinstance(first.job, CreatedJobView) and first.status == 201
+    assert refused.status == 400 and refused.job is None and refused.error is not None
+    assert [e.field for e in refused.error.errors or []] == ["schedule"]
+    assert isinstance(last.job, CreatedJobView) and last.job.name == "c"
+    assert wire.exchanges[-1]["headers"]["idempotency-key"] == "batch-1"
+
+    again = client.create_jobs(jobs, idempotency_key="batch-1")
+    assert [item.status for item in again.items] == [200, 400, 200]
+    assert type(again.items[0].job) is JobView and again.items[0].job.job_id == first.job.job_id
+    same_as_sent(again, wire)
+
+    with pytest.raises(Invalid) as too_many:
+        client.create_jobs([ext_job() for _ in range(MAX_BATCH_JOBS + 1)])
+    assert too_many.value.fields == ["jobs"]
+
+
 def test_runs_leases_and_dead_letters_round_trip(client: Client, wire: HandlerTransport, clock: Any):
     hourly = client.create_job({"name": "hourly", "type": "ext", "cron": "0 * * * *"})
     triggered = client.trigger_job(hourly.job_id)
@@ -235,6 +261,7 @@ def test_every_route_has_a_method(client: Client, wire: HandlerTransport):
     """The OpenAPI document lists every route; each is one of the client's methods."""
     methods = {
         ("post", "/v1/jobs"): "create_job",
+        ("post", "/v1/jobs/batch"): "create_jobs",
         ("get", "/v1/jobs"): "list_jobs",
         ("get", "/v1/jobs/{job_id}"): "get_job",
         ("patch", "/v1/jobs/{job_id}"): "update_job",

@@ -82,6 +82,26 @@ def test_api_changes_reach_the_bus_once_each_and_again_with_the_same_ids(contain
     assert sorted(e["id"] for e in received(bus)) == sorted(e["id"] for e in first)
 
 
+def test_a_job_written_with_its_first_run_tells_its_creation_and_its_completion(container, api, bus):
+    """A one-time job due inside the horizon is written done, its run made, in one write: its
+    events are those of a creation followed by the first pass of the materialiser."""
+    at_level(container, RunEventsLevel.ALL)
+    soon = "2026-11-02T08:00:30Z"
+    job_id = api.post("/v1/jobs", {"name": "once", "type": "ext", "runAt": soon}).body["jobId"]
+    rate = api.post("/v1/jobs", {"name": "often", "type": "ext", "every": 30}).body
+    rate_id = rate["jobId"]
+    events_handler.handler({"Records": job_records(RunEventsLevel.ALL)}, CONTEXT)
+    told = [(e["subject"], e["type"], e["data"]["state"], e["data"]["nextRunAt"]) for e in received(bus)]
+    assert sorted(told) == sorted(
+        [
+            (job_id, "jobsched.job.created", "ACTIVE", soon),
+            (job_id, "jobsched.job.completed", "COMPLETED", None),
+            # Still ACTIVE after its first runs: created, as its creation answered, and nothing else.
+            (rate_id, "jobsched.job.created", "ACTIVE", rate["nextRunAt"]),
+        ]
+    ), told
+
+
 def test_the_failures_level_publishes_job_changes_and_no_healthy_run_transition(container, api, bus):
     job = api.post("/v1/jobs", {"name": "nightly", "type": "report.build", "every": 3600}).body
     run = api.post(f"/v1/jobs/{job['jobId']}/trigger").body

@@ -133,6 +133,9 @@ ROUTES = {
         f"create {target['kind']} target": Route("POST", "/v1/jobs", {**JOB, "target": target}, fields)
         for target, fields in TARGETS
     },
+    # Each job of a batch is checked as a single create's body is (per job, in the answer);
+    # what is refused whole is the batch itself: its `jobs`, or a body the decoder refuses.
+    "create batch": Route("POST", "/v1/jobs/batch", {"jobs": [JOB, {**JOB, "target": HTTP}]}, {"jobs": ANY}),
     "patch": Route(
         "PATCH",
         "/v1/jobs/{job}",
@@ -231,6 +234,7 @@ def parameter_cases(job: str) -> list[tuple[str, str, str, str, str, str]]:
         for value in (HUGE, f'"{HUGE}"', f'W/"{HUGE}"', LONG, "\u00b2", "-1", "1e3", '"1', "NaN"):
             cases.append((method, path, "header", "if-match", value, "if-match"))
     cases.append(("POST", "/v1/jobs", "header", "idempotency-key", LONG, "idempotency-key"))
+    cases.append(("POST", "/v1/jobs/batch", "header", "idempotency-key", LONG, "idempotency-key"))
     for path in ("/v1/jobs", f"/v1/jobs/{job}/runs", "/v1/dead-letters", "/v1/runs"):
         for value in (HUGE, "-" + HUGE, "NaN", "Infinity", "1e400", "1.5", "true", LONG):
             cases.append(("GET", path, "query", "limit", value, "limit"))

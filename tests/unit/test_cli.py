@@ -604,6 +604,42 @@ def test_create_sends_json_and_the_key(stub: StubApi, capsys: pytest.CaptureFixt
     assert sent["headers"]["content-type"] == "application/json"
 
 
+def test_create_many_sends_the_file_in_batches_with_keys_per_line(
+    stub: StubApi, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    lines = [json.dumps({"name": f"n{i}", "type": "t", "cron": "0 9 * * *"}) for i in range(102)]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join([*lines[:50], "", *lines[50:]]) + "\n")
+    problem = {
+        "code": "invalid_request",
+        "message": "cron: bad",
+        "errors": [{"field": "cron", "rule": "bad"}],
+    }
+
+    def answer() -> Any:
+        jobs = stub.requests[-1]["body"]["jobs"]
+        items = [
+            {"index": i, "status": 201, "job": {**JOB, "name": job["name"], "signingSecret": "whsec_x"}}
+            if job["name"] != "n101"
+            else {"index": i, "status": 400, "error": problem}
+            for i, job in enumerate(jobs)
+        ]
+        refused = sum(1 for item in items if item["status"] == 400)
+        body = {"items": items, "created": len(items) - refused, "replayed": 0, "refused": refused}
+        return 200, body, {}
+
+    stub.routes[("POST", "/v1/jobs/batch")] = answer
+    code = main(["--endpoint", stub.url, "jobs", "create-many", str(path), "--idempotency-key", "imp"])
+    assert code == 1  # one job was refused
+    sent = [r["body"]["jobs"] for r in stub.requests]
+    assert [len(jobs) for jobs in sent] == [100, 2]
+    assert sent[1][1] == {"idempotencyKey": "imp#101", "name": "n101", "type": "t", "cron": "0 9 * * *"}
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "0: created j_abc n0"
+    assert out[101] == "101: refused 400 invalid_request: cron: bad"
+    assert out[-1] == "101 created, 0 replayed, 1 refused"
+
+
 def test_api_error_exits_1_with_the_fields_on_stderr(
     stub: StubApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

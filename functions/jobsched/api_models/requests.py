@@ -10,7 +10,15 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SkipValidation,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from ..domain.errors import FieldProblem, ValidationFailed
 from ..domain.instants import ClientInstant
@@ -190,6 +198,26 @@ class JobBody(ApiModel):
         """Fingerprint of the request for idempotent create (the key itself excluded)."""
         data = self.model_dump(mode="json", by_alias=True, exclude={"idempotency_key"}, exclude_none=True)
         return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+MAX_BATCH_JOBS = 100  # jobs per batch create: four or more DynamoDB transactions of them
+
+
+class JobBatchBody(ApiModel):
+    """Jobs to create in one request (`POST /v1/jobs/batch`). Each is checked on its own, as
+    the body of a single create is, so one job's mistake refuses that job alone."""
+
+    jobs: list[SkipValidation[JobBody]] = Field(
+        description=f"1 to {MAX_BATCH_JOBS} jobs, each as the body of POST /v1/jobs",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_BATCH_JOBS},
+    )
+
+    @field_validator("jobs", mode="before")
+    @classmethod
+    def _bounded(cls, jobs: Any) -> Any:
+        if isinstance(jobs, list) and not 1 <= len(jobs) <= MAX_BATCH_JOBS:
+            raise ValueError(f"must hold 1 to {MAX_BATCH_JOBS} jobs; got {len(jobs)}")
+        return jobs
 
 
 def _whole_seconds(

@@ -531,3 +531,33 @@ class ErrorBody(ApiModel):
     code: str
     message: str
     errors: list[ErrorItem] | None = None
+
+
+# --- batch create ---
+
+
+class JobBatchItemView(View):
+    """One job of a batch create, answered as a single create of it would be."""
+
+    index: int = Field(description="the job's position in the request's `jobs`, from 0")
+    status: int = Field(
+        description="the status a single create of it answers: 201 created, 200 replayed (its"
+        " idempotency key made the job before), or the refusal's (400, 403, 409, 429, 503)"
+    )
+    job: CreatedJobView | JobView | None = Field(
+        default=None,
+        union_mode="left_to_right",
+        description="201: the job with its signing secret (shown this once); 200: the job its key made",
+    )
+    error: ErrorBody | None = Field(
+        default=None, description="a refusal: the error body a single create gives"
+    )
+
+
+class JobBatchView(View):
+    """A batch create's answer: one item per job, in the order sent, and their tally."""
+
+    items: list[JobBatchItemView]
+    created: int
+    replayed: int
+    refused: int

@@ -191,6 +191,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_DEF_STORE}.get_guard",
                 f"{_DEF_STORE}.get_stats",
                 f"{_DEF_STORE}.create",
+                f"{_DEF_STORE}._create_group",
                 f"{_DEF_STORE}.save",
                 f"{_DEF_STORE}.add_stats",
             ),
@@ -211,8 +212,10 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"),
             (RUNS_T,),
             "runs of a job, one run, trigger, backfill, redrive and cancel (conditional writes), "
+            "a new job's first runs (written in its creation's transaction), "
             "and the external workers' lease protocol (claim, heartbeat, complete under the fence)",
             (
+                f"{_DEF_STORE}._create_group",
                 f"{_RUN_STORE}.get",
                 f"{_RUN_STORE}.list_for_job",
                 f"{_RUN_STORE}.insert",

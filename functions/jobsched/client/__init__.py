@@ -11,12 +11,20 @@
 Requests are built from, and answers parsed into, the server's own models
 (`jobsched.api_models`); see `Client` for every operation and `errors` for what is raised."""
 
-from ..api_models.requests import BulkDeadLettersBody, JobBody, RedriveBody, ReportedError
+from ..api_models.requests import (
+    MAX_BATCH_JOBS,
+    BulkDeadLettersBody,
+    JobBody,
+    RedriveBody,
+    ReportedError,
+)
 from ..api_models.views import (
     BackfillView,
     BulkDeadLettersView,
     CreatedJobView,
     HeartbeatView,
+    JobBatchItemView,
+    JobBatchView,
     JobList,
     JobSummaryView,
     JobView,
@@ -49,6 +57,7 @@ from .errors import (
 from .http import Connection, HttpReply, Transport, UrllibTransport
 
 __all__ = [
+    "MAX_BATCH_JOBS",
     "UNSET",
     "ApiError",
     "ApiUnreachable",
@@ -64,6 +73,8 @@ __all__ = [
     "HeartbeatView",
     "HttpReply",
     "Invalid",
+    "JobBatchItemView",
+    "JobBatchView",
     "JobBody",
     "JobList",
     "JobSummaryView",

@@ -27,6 +27,7 @@ from ..api_models.views import (
     BulkDeadLettersView,
     CreatedJobView,
     HeartbeatView,
+    JobBatchView,
     JobList,
     JobSummaryView,
     JobView,
@@ -217,6 +218,27 @@ class Client:
         repeatable = bool(idempotency_key or body.idempotency_key)
         reply = self._send("POST", "/v1/jobs", _dump(body), headers=headers, idempotent=repeatable)
         return self._parse(CreatedJobView if reply.status == 201 else JobView, reply)
+
+    def create_jobs(
+        self, jobs: Iterable[JobBody | Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> JobBatchView:
+        """`POST /v1/jobs/batch`: up to MAX_BATCH_JOBS (100) jobs in one request, each created
+        as `create_job` would one after another. `jobs`: JobBody models, or mappings in the
+        API's spelling validated into them. With `idempotency_key` the job at index i gets the
+        key `<idempotency_key>#<i>` unless it has its own `idempotencyKey`; the request is
+        then safe to repeat (each job replays), and is repeated after a lost answer.
+
+        Returns JobBatchView: one item per job, in order, with `status` 201 (`job` is a
+        CreatedJobView with its signing secret), 200 (replayed: the JobView its key made) or
+        the refusal's status with `error` (the error body a single create gives). Raises
+        Invalid when the request itself is refused (no jobs, more than 100) and the errors of
+        any request (Unauthorized, RateLimited, Unavailable...)."""
+        bodies = [job if isinstance(job, JobBody) else JobBody.model_validate(job) for job in jobs]
+        headers = {"idempotency-key": idempotency_key} if idempotency_key else None
+        repeatable = bool(idempotency_key) or all(body.idempotency_key for body in bodies)
+        payload = {"jobs": [_dump(body) for body in bodies]}
+        reply = self._send("POST", "/v1/jobs/batch", payload, headers=headers, idempotent=repeatable)
+        return self._parse(JobBatchView, reply)
 
     def get_job(self, job_id: str) -> JobView:
         """`GET /v1/jobs/{id}`: the job with its next five fire times. Raises NotFound."""

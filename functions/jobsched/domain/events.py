@@ -27,7 +27,7 @@ run, whichever saw it."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import quote
@@ -35,8 +35,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from .instants import Instant
-from .models import Job, JobState
+from .models import Job, JobState, ScheduleKind
 from .runs import LATE_REASON, Run, RunState, Transition
+from .schedule import next_fire
 
 SPEC_VERSION = "1.0"
 # The longest error message an event carries (a run's own may be longer; the run keeps it).
@@ -274,12 +275,41 @@ def job_event_type(before: Job | None, after: Job) -> EventType | None:
     return None
 
 
+def as_created(job: Job) -> Job:
+    """`job`, written with its first runs, as it was before they were made: ACTIVE, its next
+    run at its first occurrence (as services.jobs.first_occurrence found it then)."""
+    schedule = job.spec.schedule
+    start = (
+        min(schedule.at, job.created_at)
+        if schedule.kind is ScheduleKind.ONCE and schedule.at
+        else job.created_at
+    )
+    first = next_fire(schedule, start - timedelta(seconds=1))
+    return job.model_copy(
+        update={
+            "state": JobState.ACTIVE,
+            "next_run_at": first if first is not None else job.next_run_at,
+            "runs_created": 0,
+            "last_scheduled_for": None,
+            "last_run_at": None,
+        }
+    )
+
+
 def job_events(
     stack: str, before: Job | None, after: Job, level: RunEventsLevel, changed_at: datetime
 ) -> list[CloudEvent]:
     """The event of one job change (none, or one), when `level` publishes it. `changed_at`:
     when the write happened (the stream record's), the time of a completion, which the
-    sweeper's write does not record; an API change has its own (`updatedAt`)."""
+    sweeper's write does not record; an API change has its own (`updatedAt`).
+
+    A job written with its first runs (one that fired inside the horizon when it was created:
+    services.jobs) is one record for two changes, its creation and the materialiser's first
+    pass over it: it has the events of both, the creation's showing the job as created."""
+    if before is None and after.runs_created > 0:
+        created = as_created(after)
+        events = job_events(stack, None, created, level, changed_at)
+        return events + job_events(stack, created, after, level, changed_at)
     event_type = job_event_type(before, after)
     if event_type is None or not published(level, event_type):
         return []

@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..domain.errors import (
     ConcurrentUpdate,
     Conflict,
     IdempotencyKeyReused,
+    JobschedError,
     LimitExceeded,
     NotFound,
+    StorageUnavailable,
     ValidationFailed,
     VersionMismatch,
 )
 from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
-from ..domain.runs import Trigger
+from ..domain.runs import Run, Trigger
 from ..domain.schedule import next_fire, upcoming
 from ..domain.signing import SigningSecrets
 from ..observability import logger
-from ..store.definitions import DefinitionStore, Guard, GuardTaken, Page
+from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
 from ..store.runs import RunStore
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
@@ -33,11 +36,31 @@ _BASE32 = "0123456789abcdefghjkmnpqrstvwxyz"
 # (room for runs that ended early), and at most this many pages are read.
 _ENDED_SLACK = 8
 _WAITING_PAGES = 4
+# A new job firing inside the horizon is written with at most this many first runs in its
+# creation's transaction; one that makes more (a short rate) has them made after the write.
+_RUNS_WITH_CREATE = 8
 
 
 def new_job_id() -> str:
     """`j_` + 16 random Crockford base32 characters (80 bits); never contains '@' or '#'."""
     return "j_" + "".join(secrets.choice(_BASE32) for _ in range(16))
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """One job to create: its spec, and the idempotency key and body fingerprint, if any."""
+
+    spec: JobSpec
+    idempotency_key: str | None = None
+    body_hash: str = ""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    shown: Job  # the job as its creation answers it (before any run is made)
+    entry: NewJob  # what is written
+    secret: str | None
+    materialize_after: bool  # its first runs are made after the write, not with it
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,8 @@ class JobService:
         runs: RunStore | None = None,
         plan_missed: Callable[[Job, datetime], MissedWindow | None] | None = None,
         authorize_target: Callable[[str, object], None] | None = None,
+        first_pass: Callable[..., tuple[Job, list[Run]] | None] | None = None,
+        run_request: Callable[[Run], dict[str, Any]] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -75,6 +100,11 @@ class JobService:
         # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field. Every
         # write of a target is checked (create, update); without one nothing is checked.
         self._authorize_target = authorize_target
+        # The materialiser's first pass over a new job (Materializer.first_pass) and the write
+        # of a run (RunStore.insert_request): a job firing inside the horizon is written with
+        # its first runs in its creation's transaction; without them they are made after it.
+        self._first_pass = first_pass
+        self._run_request = run_request
 
     def _authorize(self, tenant: str, spec: JobSpec) -> None:
         """The job's target and each notification's, as the API names them (`target.…`,
@@ -117,9 +147,66 @@ class JobService:
     def create(
         self, tenant: str, spec: JobSpec, *, idempotency_key: str | None = None, body_hash: str = ""
     ) -> CreateResult:
-        self._authorize(tenant, spec)
+        """Create one job (`create_many` of one), raising its refusal."""
+        (result,) = self.create_many(tenant, [CreateRequest(spec, idempotency_key, body_hash)])
+        if isinstance(result, JobschedError):
+            raise result
+        return result
+
+    def create_many(
+        self, tenant: str, requests: Sequence[CreateRequest]
+    ) -> list[CreateResult | JobschedError]:
+        """Create each job as `create` would one after another, in order, answering each: its
+        CreateResult, or the error a single create would raise (a target not granted, a
+        schedule with no occurrence, the quota, a key reused for another body...).
+
+        Each job is written whole in one transaction with its signing secrets, its guard and,
+        when it fires inside the horizon, its first runs (the job advanced past them, as the
+        materialiser's first pass leaves it); jobs share transactions. A key's first request
+        in the list goes first; a later one with the same key is then answered from its guard:
+        the same job (not created, as a replay) or idempotency_key_reused."""
         now = self._clock.now()
-        spec = with_anchor(spec, now)
+        results: list[CreateResult | JobschedError | None] = [None] * len(requests)
+        prepared: dict[int, _Prepared] = {}
+        for index, request in enumerate(requests):
+            try:
+                prepared[index] = self._prepare(tenant, request, now)
+            except JobschedError as exc:
+                results[index] = exc
+        tries: dict[int, int] = {}
+        pending = sorted(prepared)
+        while pending:
+            this_round: list[int] = []
+            later: list[int] = []
+            keys: set[str] = set()
+            for index in pending:
+                key = requests[index].idempotency_key
+                if key is not None and key in keys:
+                    later.append(index)
+                    continue
+                if key is not None:
+                    keys.add(key)
+                this_round.append(index)
+            again = self._write(tenant, requests, prepared, this_round, now, results)
+            for index in again:
+                tries[index] = tries.get(index, 0) + 1
+                if tries[index] >= _WRITE_ATTEMPTS:
+                    results[index] = ConcurrentUpdate(
+                        "idempotencyKey: concurrent requests with this key; retry"
+                    )
+            pending = sorted([i for i in again if results[i] is None] + later)
+        # One job's runs beyond those written with it are made now, as a single create's
+        # always were; a batch's are left to the sweeper's next pass (within a minute): a
+        # hundred every-second jobs would otherwise write thousands of runs in one request.
+        for index in sorted(prepared) if len(requests) == 1 else ():
+            result = results[index]
+            if isinstance(result, CreateResult) and result.created and prepared[index].materialize_after:
+                self._materialize_soon(result.job)
+        return [r if r is not None else ConcurrentUpdate("retry") for r in results]
+
+    def _prepare(self, tenant: str, request: CreateRequest, now: datetime) -> _Prepared:
+        self._authorize(tenant, request.spec)
+        spec = with_anchor(request.spec, now)
         job = Job(
             job_id=new_job_id(),
             tenant=tenant,
@@ -129,29 +216,86 @@ class JobService:
             updated_at=now,
         )
         signing = SigningSecrets.first(job.job_id, tenant, now)
-        created = CreateResult(job, True, signing.current)
-        if idempotency_key is None:
-            self._store.create(job, None, now, max_live=self.max_jobs_per_tenant, signing=signing)
-            self._materialize_soon(job)
-            return created
-        guard = Guard(tenant, idempotency_key, job.job_id, body_hash, now + self._guard_ttl)
-        for _ in range(_WRITE_ATTEMPTS):
+        key = request.idempotency_key
+        guard = (
+            Guard(tenant, key, job.job_id, request.body_hash, now + self._guard_ttl)
+            if key is not None
+            else None
+        )
+        written: Job = job
+        runs: list[Run] = []
+        materialize_after = False
+        if self._materialize is not None and job.is_due_indexed:
+            first = self._first_pass(job, now, most=_RUNS_WITH_CREATE) if self._first_pass else None
+            if first is None:
+                materialize_after = True  # after the write, as the sweeper would (best effort)
+            else:
+                written, runs = first
+        run_writes = tuple(self._run_request(run) for run in runs) if runs and self._run_request else ()
+        if runs and not run_writes:
+            written, materialize_after = job, True
+        entry = NewJob(written, signing, guard, run_writes)
+        return _Prepared(job, entry, signing.current, materialize_after)
+
+    def _write(
+        self,
+        tenant: str,
+        requests: Sequence[CreateRequest],
+        prepared: dict[int, _Prepared],
+        indexes: list[int],
+        now: datetime,
+        results: list[CreateResult | JobschedError | None],
+    ) -> list[int]:
+        """Write the prepared jobs at `indexes` and answer them; returns those to try again (a
+        guard that expired or lost its job meanwhile, a write that kept conflicting)."""
+        outcomes = self._store.create_many(
+            [prepared[i].entry for i in indexes], now, max_live=self.max_jobs_per_tenant
+        )
+        again: list[int] = []
+        replays: dict[int, str] = {}
+        for index, outcome in zip(indexes, outcomes, strict=True):
+            request = requests[index]
+            if outcome.kind == "created":
+                ready = prepared[index]
+                results[index] = CreateResult(ready.shown, True, ready.secret)
+            elif outcome.kind == "over_quota":
+                results[index] = over_quota(self.max_jobs_per_tenant)
+            elif outcome.kind == "unavailable":
+                results[index] = StorageUnavailable("the store is throttling; retry with backoff")
+            elif outcome.kind == "conflict":
+                if request.idempotency_key is None:
+                    results[index] = ConcurrentUpdate("a concurrent request is creating this job; retry")
+                else:
+                    again.append(index)
+            else:
+                assert request.idempotency_key is not None
+                try:
+                    existing = outcome.guard or self._store.get_guard(tenant, request.idempotency_key)
+                except StorageUnavailable as exc:
+                    results[index] = exc  # others of the batch were written: answer them all the same
+                    continue
+                if existing is None or existing.expires_at < now:
+                    again.append(index)  # the holder was rolled back or expired meanwhile
+                elif existing.body_hash != request.body_hash:
+                    results[index] = IdempotencyKeyReused(
+                        "idempotencyKey: already used for a different request body", jobId=existing.job_id
+                    )
+                else:
+                    replays[index] = existing.job_id
+        if replays:
             try:
-                self._store.create(job, guard, now, max_live=self.max_jobs_per_tenant, signing=signing)
-                self._materialize_soon(job)
-                return created
-            except (GuardTaken, ConcurrentUpdate):
-                existing = self._store.get_guard(tenant, idempotency_key)
-            if existing is None or existing.expires_at < now:
-                continue  # the holder was rolled back or expired meanwhile: try again
-            if existing.body_hash != body_hash:
-                raise IdempotencyKeyReused(
-                    "idempotencyKey: already used for a different request body", jobId=existing.job_id
-                )
-            original = self._store.get(existing.job_id)
-            if original is not None:
-                return CreateResult(original, False)
-        raise ConcurrentUpdate("idempotencyKey: concurrent requests with this key; retry")
+                originals = {job.job_id: job for job in self._store.get_many(list(replays.values()))}
+            except StorageUnavailable as exc:
+                for index in replays:
+                    results[index] = exc
+                return again
+            for index, job_id in replays.items():
+                original = originals.get(job_id)
+                if original is None or original.tenant != tenant:
+                    again.append(index)
+                else:
+                    results[index] = CreateResult(original, False)
+        return again
 
     # --- webhook signing ---
 

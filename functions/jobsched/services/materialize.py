@@ -127,10 +127,22 @@ class Materializer:
             else:
                 result.created.append(run)
         processed = [r.scheduled_for for r, _ in written] + [last for _, last, _, _ in plan.skips]
+        advanced = self._advanced(job, plan, processed)
+        try:
+            result.job = self._definitions.save(advanced, previous_state=job.state)
+            result.advanced = True
+        except ConcurrentUpdate:
+            pass  # another sweeper or a client edit got there first: re-read and go again
+        return result
+
+    @staticmethod
+    def _advanced(job: Job, plan: _Plan, processed: list[datetime]) -> Job:
+        """`job` moved past the occurrences a pass handled (`processed`: the instants of its
+        runs and the last of each skipped range), as that pass writes it."""
         runs_made = job.runs_created + len(plan.runs)
         limit = job.spec.schedule.max_runs
         done = plan.next_at is None or (limit is not None and runs_made >= limit)
-        advanced = job.model_copy(
+        return job.model_copy(
             update={
                 "next_run_at": None if done else plan.next_at,
                 "state": JobState.COMPLETED if done else JobState.ACTIVE,
@@ -148,12 +160,30 @@ class Materializer:
                 ),
             }
         )
-        try:
-            result.job = self._definitions.save(advanced, previous_state=job.state)
-            result.advanced = True
-        except ConcurrentUpdate:
-            pass  # another sweeper or a client edit got there first: re-read and go again
-        return result
+
+    def first_pass(self, job: Job, now: datetime, *, most: int) -> tuple[Job, list[Run]] | None:
+        """What `materialize` would make of a job not written yet, to be written with it in
+        one transaction: the job as that pass leaves it (advanced past its runs, at the rev
+        that pass's save gives it) and the runs it makes. `(job, [])` when the job has nothing
+        due inside the horizon. None when the pass must run after the job is written instead:
+        it would make more than `most` runs, or record a SKIPPED range (whose writes read
+        what the store holds)."""
+        if not job.is_due_indexed:
+            return job, []
+        assert job.next_run_at is not None
+        if job.next_run_at > now + self.horizon:
+            return job, []
+        plan = self.plan(job, now, self.horizon)
+        if plan.skips or len(plan.runs) > most:
+            return None
+        runs: list[Run] = []
+        previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
+        for at in plan.runs:
+            run = make_run(job, at, now=now, actor=ACTOR, previous_run_key=previous)
+            previous = run.run_key
+            runs.append(run)
+        advanced = self._advanced(job, plan, [r.scheduled_for for r in runs])
+        return advanced.model_copy(update={"rev": job.rev + 1}), runs
 
     def _write_skipped(
         self, job: Job, first: datetime, last: datetime, count: int, reason: str, *, now: datetime, actor: str

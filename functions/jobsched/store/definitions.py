@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import random
+import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 from pydantic import TypeAdapter
 
-from ..domain.errors import ConcurrentUpdate, LimitExceeded
+from ..domain.errors import ConcurrentUpdate, LimitExceeded, StorageUnavailable
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.models import Job, JobSpec, JobState, MissedWindow
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
 from .dynamo import (
+    CONFLICT_PAUSE,
     batch_get,
     decode_cursor,
     encode_cursor,
@@ -62,6 +66,82 @@ class Guard:
 
 class GuardTaken(Exception):
     """The idempotency key was already used; the service decides between 200 and 409."""
+
+
+# DynamoDB's TransactWriteItems takes at most 100 items and 4 MB; a transaction of new jobs is
+# cut well under the size (items are counted as their attribute names and values).
+MAX_TRANSACTION_ITEMS = 100
+MAX_TRANSACTION_BYTES = 3_000_000
+_CREATE_ATTEMPTS = 5  # transactions of one group: each refusal decides at least one entry
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to create (as written), its signing secrets, its idempotency guard and the Put
+    requests of the runs written with it (RunStore.insert_request)."""
+
+    job: Job
+    signing: SigningSecrets | None = None
+    guard: Guard | None = None
+    runs: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def live(self) -> int:
+        """1 when the job takes a place in the tenant's quota as written (ACTIVE or PAUSED)."""
+        return 1 if self.job.state in LIVE_STATES else 0
+
+
+def _item_size(item: dict[str, Any]) -> int:
+    """At least the bytes DynamoDB counts for a transaction item: its attributes as UTF-8
+    JSON (names, values and their type tags; a character outside ASCII is 2 to 4 bytes)."""
+    body = next(iter(item.values()))
+    attributes = body.get("Item") or body.get("Key") or {}
+    return 100 + len(json.dumps(attributes, ensure_ascii=False, default=str).encode())
+
+
+def _groups(built: list[list[dict[str, Any]]]) -> Iterator[list[int]]:
+    """Consecutive entries packed into transactions: at most MAX_TRANSACTION_ITEMS items
+    (one left for the live counter) and about MAX_TRANSACTION_BYTES each."""
+    group: list[int] = []
+    count = size = 0
+    for index, items in enumerate(built):
+        weight = sum(_item_size(item) for item in items)
+        full = count + len(items) > MAX_TRANSACTION_ITEMS - 1 or size + weight > MAX_TRANSACTION_BYTES
+        if group and full:
+            yield group
+            group, count, size = [], 0, 0
+        group.append(index)
+        count += len(items)
+        size += weight
+    if group:
+        yield group
+
+
+def _refused_at(reasons: list[dict[str, Any]], position: int) -> bool:
+    return 0 <= position < len(reasons) and reasons[position].get("Code") == "ConditionalCheckFailed"
+
+
+def _last_of(owners: list[int], index: int) -> int:
+    return len(owners) - 1 - owners[::-1].index(index)
+
+
+@dataclass(frozen=True)
+class Created:
+    """What became of one NewJob: `created`; `guard_held` (its key holds another job: `guard`,
+    None if the refusal did not carry it); `over_quota`; `conflict` (an item of it already
+    exists, or the transaction kept meeting others: nothing was written); `unavailable` (the
+    store kept throttling: nothing was written)."""
+
+    kind: Literal["created", "guard_held", "over_quota", "conflict", "unavailable"]
+    guard: Guard | None = None
+
+
+def over_quota(max_live: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"the tenant already has {max_live} active or paused jobs (the limit); "
+        "cancel some before creating more",
+        limit=max_live,
+    )
 
 
 @dataclass(frozen=True)
@@ -233,30 +313,71 @@ class DefinitionStore:
         """Write a new job; with a guard (idempotency key), a quota (the tenant's live-job
         counter) and/or its signing secrets, all commit in one transaction or none does, so
         a job never exists without the secret its creation answered with. The first create of
-        this store records its shard count first (record_shard_count)."""
+        this store records its shard count first (record_shard_count).
+        Raises GuardTaken, LimitExceeded (the quota) or ConcurrentUpdate."""
+        if signing is None and guard is None and max_live <= 0:
+            self._record_shard_count_once()
+            with translated_errors():
+                self._db.put_item(**self._new_job_put(job))
+            return
+        (outcome,) = self.create_many([NewJob(job, signing, guard)], now, max_live=max_live)
+        if outcome.kind == "guard_held":
+            raise GuardTaken(guard.key if guard else "")
+        if outcome.kind == "over_quota":
+            raise over_quota(max_live)
+        if outcome.kind == "unavailable":
+            raise StorageUnavailable("the store is throttling; retry with backoff")
+        if outcome.kind != "created":
+            raise ConcurrentUpdate("a concurrent request is creating this job; retry")
+
+    def create_many(self, entries: list[NewJob], now: datetime, *, max_live: int = 0) -> list[Created]:
+        """Write new jobs, each with its signing secrets, guard and runs (NewJob), and each
+        either whole or not at all; one outcome per entry, in order.
+
+        Entries share transactions (at most MAX_TRANSACTION_ITEMS items and about
+        MAX_TRANSACTION_BYTES each), so one write commits many jobs. The quota (max_live > 0)
+        holds as if the entries were created one after another in order: an entry is
+        created only while the tenant's live jobs, those created before it included, are
+        under max_live (a job that is no longer live once written still needs the room, as
+        a single create does). A transaction refused by a condition answers with the items
+        that refused it (ReturnValuesOnConditionCheckFailure): a guard taken names the job it
+        holds, the live counter its count, so the entries that can still be written are sent
+        again without a read. When the store keeps throttling, the entries not written by
+        then are `unavailable` (those of earlier transactions keep their outcome)."""
         self._record_shard_count_once()
-        items: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self._table,
-                    "Item": self._job_item(self._stamped(job)),
-                    "ConditionExpression": "attribute_not_exists(job_id)",
-                }
-            }
-        ]
-        if signing is not None:
+        outcomes: list[Created | None] = [None] * len(entries)
+        built = [self._entry_items(entry, now) for entry in entries]
+        for group in _groups(built):
+            try:
+                self._create_group(entries, built, group, max_live, outcomes)
+            except StorageUnavailable:
+                # The groups before were written: theirs are answered; this one's and the rest are not.
+                return [o if o is not None else Created("unavailable") for o in outcomes]
+        return [o if o is not None else Created("conflict") for o in outcomes]
+
+    def _new_job_put(self, job: Job) -> dict[str, Any]:
+        return {
+            "TableName": self._table,
+            "Item": self._job_item(self._stamped(job)),
+            "ConditionExpression": "attribute_not_exists(job_id)",
+        }
+
+    def _entry_items(self, entry: NewJob, now: datetime) -> list[dict[str, Any]]:
+        """The transaction items of one entry; its guard's Put, if any, is the last of them."""
+        items: list[dict[str, Any]] = [{"Put": self._new_job_put(entry.job)}]
+        if entry.signing is not None:
             items.append(
                 {
                     "Put": {
                         "TableName": self._table,
-                        "Item": self._signing_item(signing),
+                        "Item": self._signing_item(entry.signing),
                         "ConditionExpression": "attribute_not_exists(job_id)",
                     }
                 }
             )
-        guard_at = quota_at = -1
+        items.extend({"Put": run} for run in entry.runs)
+        guard = entry.guard
         if guard is not None:
-            guard_at = len(items)
             items.append(
                 {
                     "Put": {
@@ -273,34 +394,127 @@ class DefinitionStore:
                         # An expired guard that TTL has not yet deleted no longer holds the key.
                         "ConditionExpression": "attribute_not_exists(job_id) OR expires_at < :now",
                         "ExpressionAttributeValues": to_item({":now": int(now.timestamp())}),
+                        # Refused: the guard that holds the key, read with the refusal.
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     }
                 }
             )
+        return items
+
+    def _create_group(
+        self,
+        entries: list[NewJob],
+        built: list[list[dict[str, Any]]],
+        group: list[int],
+        max_live: int,
+        outcomes: list[Created | None],
+    ) -> None:
+        pending = list(group)
         if max_live > 0:
-            quota_at = len(items)
-            items.append({"Update": self._live_update(job.tenant, 1, max_live)})
-        with translated_errors():
-            if len(items) == 1:
-                self._db.put_item(**items[0]["Put"])
-                return
+            # An entry after max_live live ones of its own group cannot fit, whatever the count.
+            pending = self._within_quota(entries, pending, 0, max_live, outcomes)
+        stalled = 0  # transactions that decided nothing (conflicts with other writers)
+        while pending and stalled < _CREATE_ATTEMPTS:
+            items: list[dict[str, Any]] = []
+            owners: list[int] = []
+            for index in pending:
+                items.extend(built[index])
+                owners.extend([index] * len(built[index]))
+            quota_at = -1
+            if max_live > 0:
+                quota_at = len(items)
+                items.append(self._quota_item(entries, pending, max_live))
             try:
-                self._db.transact_write_items(TransactItems=items)
+                with translated_errors():
+                    self._db.transact_write_items(TransactItems=items)
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
-                codes = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
-                failed = {i for i, code in enumerate(codes) if code == "ConditionalCheckFailed"}
-                if guard_at in failed:
-                    raise GuardTaken(guard.key if guard else "") from exc
-                if quota_at in failed:
-                    raise LimitExceeded(
-                        f"the tenant already has {max_live} active or paused jobs (the limit); "
-                        "cancel some before creating more",
-                        limit=max_live,
-                    ) from exc
-                if "TransactionConflict" in codes:
-                    raise ConcurrentUpdate("a concurrent request is creating this job; retry") from exc
-                raise
+                reasons: list[dict[str, Any]] = [
+                    dict(r) for r in exc.response.get("CancellationReasons") or []
+                ]
+                left = self._after_refusal(entries, pending, owners, quota_at, reasons, max_live, outcomes)
+                if len(left) < len(pending):
+                    pending = left
+                    continue
+                if any(r.get("Code") == "ThrottlingError" for r in reasons):
+                    # A transaction is throttled as a whole: nothing of it was written.
+                    raise StorageUnavailable("the store is throttling; retry with backoff") from exc
+                conflicted = any(r.get("Code") == "TransactionConflict" for r in reasons)
+                if not conflicted and not _refused_at(reasons, quota_at):
+                    raise  # refused for a reason that names no entry: not ours to decide
+                if conflicted:
+                    time.sleep(random.uniform(0, CONFLICT_PAUSE * 2**stalled))
+                stalled += 1  # the counter moved under us, or another writer held an item
+                continue
+            for index in pending:
+                outcomes[index] = Created("created")
+            return
+        for index in pending:
+            outcomes[index] = Created("conflict")
+
+    def _quota_item(self, entries: list[NewJob], pending: list[int], max_live: int) -> dict[str, Any]:
+        """The live counter's part of a transaction: add the live jobs it writes, if each of
+        its entries finds the counter (with the live ones before it in the group) under max_live."""
+        live_before_last = sum(1 for index in pending[:-1] if entries[index].live)
+        added = sum(1 for index in pending if entries[index].live)
+        update = self._live_update(entries[pending[0]].job.tenant, added)
+        update["ConditionExpression"] = "attribute_not_exists(live) OR live < :room"
+        update["ExpressionAttributeValues"] = to_item({":delta": added, ":room": max_live - live_before_last})
+        update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        return {"Update": update}
+
+    @staticmethod
+    def _within_quota(
+        entries: list[NewJob], pending: list[int], live: int, max_live: int, outcomes: list[Created | None]
+    ) -> list[int]:
+        """The entries of `pending` created one after another would find room for, with
+        `live` jobs live before them; the others are marked over the quota."""
+        kept: list[int] = []
+        for index in pending:
+            if live >= max_live:
+                outcomes[index] = Created("over_quota")
+                continue
+            kept.append(index)
+            live += entries[index].live
+        return kept
+
+    def _after_refusal(
+        self,
+        entries: list[NewJob],
+        pending: list[int],
+        owners: list[int],
+        quota_at: int,
+        reasons: list[dict[str, Any]],
+        max_live: int,
+        outcomes: list[Created | None],
+    ) -> list[int]:
+        """Decide the entries a cancelled transaction's reasons name, and return those to
+        send again: a guard taken (with the guard that holds it), a job or secret item already
+        there (a conflict), and, when the live counter refused, those past the quota."""
+        live: int | None = None
+        for position, reason in enumerate(reasons):
+            if reason.get("Code") != "ConditionalCheckFailed":
+                continue
+            if position == quota_at:
+                live = int(from_item(reason.get("Item") or {}).get("live", 0)) if reason.get("Item") else None
+                if live is None:
+                    live = self.live_jobs(entries[pending[0]].job.tenant)
+                continue
+            if position >= len(owners):
+                continue
+            index = owners[position]
+            entry = entries[index]
+            if entry.guard is not None and position == _last_of(owners, index):
+                item = reason.get("Item")
+                held = self._guard_of(item, entry.guard.key) if item else None
+                outcomes[index] = Created("guard_held", held)
+            else:
+                outcomes[index] = Created("conflict")
+        left = [index for index in pending if outcomes[index] is None]
+        if live is not None:
+            left = self._within_quota(entries, left, live, max_live, outcomes)
+        return left
 
     def _live_update(self, tenant: str, delta: int, max_live: int = 0) -> dict[str, Any]:
         update: dict[str, Any] = {
@@ -486,14 +700,24 @@ class DefinitionStore:
             return None
         return self.job_from_item(item)
 
+    def get_many(self, job_ids: list[str]) -> list[Job]:
+        """The jobs of `job_ids` that exist (strongly consistent), in the order given."""
+        if len(job_ids) == 1:
+            job = self.get(job_ids[0])
+            return [job] if job is not None else []
+        keys = [to_item({"job_id": job_id}) for job_id in job_ids if not job_id.startswith(_NOT_JOBS)]
+        return [self.job_from_item(item) for item in batch_get(self._db, self._table, keys)] if keys else []
+
     def get_guard(self, tenant: str, key: str) -> Guard | None:
         with translated_errors():
             response = self._db.get_item(
                 TableName=self._table, Key=to_item({"job_id": guard_id(tenant, key)}), ConsistentRead=True
             )
         item = response.get("Item")
-        if not item:
-            return None
+        return self._guard_of(item, key) if item else None
+
+    @staticmethod
+    def _guard_of(item: dict[str, Any], key: str) -> Guard:
         data = from_item(item)
         return Guard(
             tenant=data["guard_tenant"],
@@ -539,4 +763,4 @@ class DefinitionStore:
         return Page(items=items, cursor=next_cursor)
 
 
-__all__ = ["DEFINITIONS", "DefinitionStore", "Guard", "GuardTaken", "Page", "guard_id"]
+__all__ = ["DEFINITIONS", "Created", "DefinitionStore", "Guard", "GuardTaken", "NewJob", "Page", "guard_id"]

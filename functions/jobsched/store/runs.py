@@ -355,17 +355,21 @@ class RunStore:
 
     # --- writes ---
 
+    def insert_request(self, run: Run) -> dict[str, Any]:
+        """The PutItem request that creates `run` unless its key exists (`insert`'s write, or
+        a `Put` of a transaction that writes the run with its job)."""
+        return {
+            "TableName": self._table,
+            "Item": self.to_item(self.stamped(run, None)),
+            "ConditionExpression": "attribute_not_exists(sk)",
+        }
+
     def insert(self, run: Run) -> bool:
         """Create the run unless its key exists. False means another writer got there first."""
+        request = self.insert_request(run)
         with translated_errors():
             try:
-                retry_conflicts(
-                    lambda: self._db.put_item(
-                        TableName=self._table,
-                        Item=self.to_item(self.stamped(run, None)),
-                        ConditionExpression="attribute_not_exists(sk)",
-                    )
-                )
+                retry_conflicts(lambda: self._db.put_item(**request))
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":
                     return False

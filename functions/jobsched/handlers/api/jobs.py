@@ -8,10 +8,22 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Query
+from pydantic import ValidationError
 
-from ...api_models.requests import JobBody, merge_patch
-from ...api_models.views import CreatedJobView, JobList, JobView, SigningSecretView
+from ...api_models.problems import validation_failed
+from ...api_models.requests import JobBatchBody, JobBody, merge_patch
+from ...api_models.views import (
+    CreatedJobView,
+    ErrorBody,
+    JobBatchItemView,
+    JobBatchView,
+    JobList,
+    JobView,
+    SigningSecretView,
+)
+from ...domain.errors import JobschedError
 from ...domain.models import Job, JobSpec, JobState
+from ...services.jobs import CreateRequest, CreateResult
 from ...targets.secrets import authorise_references
 from ...wiring import container
 from .common import (
@@ -71,6 +83,73 @@ def create_job(
     upcoming = container().jobs.next_fire_times(result.job, 1)
     shown = CreatedJobView.created(result.job, upcoming, result.signing_secret)
     return json_response(201, shown, {"ETag": f'"{result.job.version}"', **NO_STORE})
+
+
+@router.post(
+    "/v1/jobs/batch",
+    responses=documented(
+        {200: ("each job's answer, in the order sent: created, replayed or refused", JobBatchView)},
+        CHANGE_ERRORS,
+    ),
+)
+def create_jobs(
+    body: Annotated[JobBatchBody, Body()],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="idempotency-key",
+            max_length=255,
+            description="gives the job at index i the key `<this key>#<i>`, unless it has its own"
+            " idempotencyKey",
+        ),
+    ] = None,
+) -> Response[JobBatchView]:
+    """Create up to 100 jobs in one request, each as `POST /v1/jobs` would, one after another
+    in order: each is checked on its own and answered on its own (201 with its signing secret,
+    200 replayed by its idempotency key, or the error body a single create gives, with the
+    status it gives), so one job's mistake refuses that job alone. The tenant's job limit
+    holds exactly as for single creates; the batch counts as one request of the rate."""
+    tenant = tenant_of(router.current_event)
+    grants = container().grants()
+    answers: dict[int, CreateResult | JobschedError] = {}
+    indexes: list[int] = []
+    requests: list[CreateRequest] = []
+    for index, raw in enumerate(body.jobs):
+        try:
+            item = JobBody.model_validate(raw)
+            spec = item.to_spec()
+            authorise_references(tenant, spec.target, grants)
+        except ValidationError as exc:
+            answers[index] = validation_failed(exc)
+            continue
+        except JobschedError as exc:
+            answers[index] = exc
+            continue
+        key = item.idempotency_key or (f"{idempotency_key}#{index}" if idempotency_key else None)
+        indexes.append(index)
+        requests.append(CreateRequest(spec, key, item.body_hash()))
+    answers.update(zip(indexes, container().jobs.create_many(tenant, requests), strict=True))
+    items = [_batch_item(index, answers[index]) for index in range(len(body.jobs))]
+    statuses = [item.status for item in items]
+    shown = JobBatchView(
+        items=items,
+        created=statuses.count(201),
+        replayed=statuses.count(200),
+        refused=len(items) - statuses.count(201) - statuses.count(200),
+    )
+    return json_response(200, shown, NO_STORE)
+
+
+def _batch_item(index: int, answer: CreateResult | JobschedError) -> JobBatchItemView:
+    if isinstance(answer, JobschedError):
+        return JobBatchItemView(index=index, status=answer.status, error=ErrorBody(**answer.to_dict()))
+    if not answer.created:
+        return JobBatchItemView(index=index, status=200, job=view(answer.job))
+    assert answer.signing_secret is not None  # every job is created with one
+    upcoming = container().jobs.next_fire_times(answer.job, 1)
+    return JobBatchItemView(
+        index=index, status=201, job=CreatedJobView.created(answer.job, upcoming, answer.signing_secret)
+    )
 
 
 @router.get("/v1/jobs", responses=documented({200: ("OK", JobList)}))
