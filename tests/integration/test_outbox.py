@@ -11,8 +11,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from jobsched.domain.instants import epoch_seconds, format_instant
+from jobsched.domain.lifecycle import touch
 from jobsched.domain.models import HttpTarget, Priority
-from jobsched.domain.runs import Run, RunState, created
+from jobsched.domain.runs import LATE_REASON, Run, RunState, created
 from jobsched.services.outbox import Outbox, default_router, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
@@ -290,6 +291,31 @@ def test_a_batch_retried_after_its_invocation_died_before_sending_sends_its_runs
     sent = [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()[3:]]
     assert sorted(sent) == sorted(r.run_key for r in runs)
     assert all(len([h for h in stored(container, r).history if h.actor == "outbox"]) == 1 for r in runs)
+
+
+def test_a_retried_batch_sends_a_run_noted_late_since_its_mark(container, clock, sqs):
+    run = insert(container, make_run(clock))
+
+    def die() -> None:
+        raise Died()
+
+    sqs.before_send = die
+    with pytest.raises(Died):
+        container.outbox.publish([run])  # marked QUEUED, not sent
+    sqs.before_send = None
+    clock.advance(2)
+    # The reconciler notes the run late (its due instant passed unclaimed): it stays QUEUED.
+    container.runs.commit(
+        stored(container, run),
+        lambda r: touch(
+            r, now=clock.now(), actor="reconciler", reason=LATE_REASON, late_noticed_at=clock.now()
+        ),
+    )
+    clock.advance(30)  # Lambda retries the batch: the run's PENDING image again
+    assert container.outbox.publish([run]) == []
+    # The first entry is the send that never came (the invocation died in it).
+    assert [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()[1:]] == [run.run_key]
+    assert metric(container, "OutboxStaleTransition") == 0
 
 
 def test_a_retried_record_is_not_sent_once_the_run_moved_past_the_mark(container, clock, sqs):

@@ -242,11 +242,22 @@ class Outbox:
 
 def _marked_from(image: Run, current: Run | None, actor: str) -> bool:
     """Whether `current` is `image` with one QUEUED mark by `actor` written on top of it and
-    nothing since: whether that mark's message was sent is unknown to a retried record."""
-    if current is None or current.state is not RunState.QUEUED or current.rev != image.rev + 1:
+    nothing since but entries that keep it QUEUED (the reconciler's late note): whether that
+    mark's message was sent is unknown to a retried record. Such a note sends nothing, so a
+    run noted late between a mark and a send that never came would otherwise wait for the
+    15-minute requeue."""
+    if current is None or current.state is not RunState.QUEUED or current.rev <= image.rev:
         return False
-    last = current.history[-1] if current.history else None
-    return last is not None and last.actor == actor and last.target is RunState.QUEUED
+    history = current.history
+    at = len(history) - 1
+    while at >= 0 and history[at].source is RunState.QUEUED and history[at].target is RunState.QUEUED:
+        at -= 1  # kept QUEUED since the mark
+    if at < 0 or history[at].actor != actor or history[at].target is not RunState.QUEUED:
+        return False
+    if at == len(history) - 1:
+        return current.rev == image.rev + 1  # the mark is the last write
+    # Notes since: the mark must stand right on the image (its entry before is the image's last).
+    return at >= 1 and bool(image.history) and history[at - 1] == image.history[-1]
 
 
 def _failed_sends_in_a_row(run: Run) -> int:
