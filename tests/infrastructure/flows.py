@@ -343,6 +343,17 @@ class Flows:
         with self.recorder.acting_as(API):
             response = ApiClient("tenant-b").post("/v1/jobs", {"name": "not granted", **refused})
         assert response.status == 403, response  # tenant-b was granted nothing
+        # Many at once: one written with its first run in its creation's transaction.
+        batch = {
+            "jobs": [
+                {"name": "batched", "type": "iamflow.ok", "runAt": soon},
+                {"name": "batched cron", "type": "iamflow.ok", "cron": "0 0 1 1 *"},
+            ]
+        }
+        answer = self.call(
+            "POST", "/v1/jobs/batch", "/v1/jobs/batch", batch, headers={"idempotency-key": "flow-batch"}
+        )
+        assert [item["status"] for item in answer.body["items"]] == [201, 201], answer
         ok = self.jobs["ok"]
         self.call("GET", "/v1/jobs", "/v1/jobs")
         etag = self.call("GET", f"/v1/jobs/{ok}", "/v1/jobs/{id}").headers["ETag"]

@@ -263,7 +263,11 @@ def test_the_apps_scheduler_keeps_the_released_logical_ids(synth):
     assert synth.stack.scheduler.node.id == "Default" and synth.stack.scheduler.naming.prefix == ""
     released: dict[str, str] = json.loads(RELEASED_LOGICAL_IDS.read_text())
     current = {k: v["Type"] for k, v in synth.resources.items()}
-    missing = {k: t for k, t in released.items() if current.get(k) != t}
+    # An API deployment's id ends in a hash of the API's methods: a new route makes a new
+    # deployment, as CDK means it to (it holds no data; the stage moves to it). One is there.
+    redeployed = "AWS::ApiGateway::Deployment"
+    assert list(current.values()).count(redeployed) == 1
+    missing = {k: t for k, t in released.items() if current.get(k) != t and t != redeployed}
     assert not missing, f"replaced or gone: {sorted(missing)[:20]}"
 
 

@@ -196,6 +196,7 @@ API_ROLES = (READER, WRITER, OPERATOR, TRIGGER, REDRIVER, LEASE_WORKER)
 ROUTES = (
     Route("GET", "/v1/jobs", READER),
     Route("POST", "/v1/jobs", WRITER),
+    Route("POST", "/v1/jobs/batch", WRITER),
     Route("GET", "/v1/jobs/{id}", READER),
     Route("PATCH", "/v1/jobs/{id}", WRITER),
     Route("DELETE", "/v1/jobs/{id}", OPERATOR),
