@@ -349,7 +349,13 @@ def test_redrive_all_matching_shows_the_dry_run_count_before_it_acts(
 
     # One of them ticked and dismissed: one audited request, that run CANCELLED.
     dismissed = dead[0]
-    row_of(driver, "data-run-key", dismissed).find_element(By.CSS_SELECTOR, "[data-test=select]").click()
+
+    def tick() -> bool:
+        # The live table may redraw between finding the row and clicking it (a stale element).
+        row_of(driver, "data-run-key", dismissed).find_element(By.CSS_SELECTOR, "[data-test=select]").click()
+        return True
+
+    wait_until(driver, tick, "the dead letter's tick box")
     assert "(1)" in one(driver, "[data-test=dismiss-selected]").text
     one(driver, "[data-test=bulk-reason]").send_keys("obsolete run")
     one(driver, "[data-test=dismiss-selected]").click()
