@@ -26,7 +26,7 @@ from typing import Any
 from ..domain import lifecycle
 from ..domain.errors import RetryableError, TenantAtLimit
 from ..domain.instants import Clock, from_epoch
-from ..domain.jitter import retry_delay_seconds
+from ..domain.jitter import retry_delay_seconds, spread_seconds
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState
 from ..observability import logger
@@ -56,9 +56,13 @@ WORKER_OVERHEAD_SECONDS = 60
 # back to the outbox, which publishes it with the delay.
 DEFER_IN_PLACE = 60
 
-# How long a run that may not start yet waits before it looks again, by how long it has
-# waited since it was due: a slot held by a short run frees within a second, so the first
-# looks come soon; then the waits double, up to TENANT_WAIT_LONGEST.
+# How long a run whose tenant is at its limit waits before it looks again, by how long it
+# has waited since it was due: a slot held by a short run frees within a second, so the first
+# looks come soon; then the waits double, up to TENANT_WAIT_LONGEST. Each wait is drawn in
+# its upper half per run and receive (tenant_wait), so the runs of a burst deferred together
+# do not all look again in the same second: a herd that finds every slot still held leaves
+# the slots freed in between idle until the next herd (1,000 runs due at once with a limit of
+# 50: one herd every 30 s, about 50 runs started per herd).
 TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
 TENANT_WAIT_LONGEST = 30
 
@@ -93,9 +97,14 @@ def failure_backoff_seconds(message_id: str, receive_count: int) -> int:
     return int(min(FAILURE_BACKOFF_CAP_SECONDS, round(half_bound + drawn)))
 
 
-def tenant_wait(waited_seconds: float) -> int:
-    """Seconds a run that has waited `waited_seconds` since due waits before looking again."""
-    return next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
+def tenant_wait(waited_seconds: float, run_key: str, receive_count: int) -> int:
+    """Seconds a run whose tenant is at its limit, having waited `waited_seconds` since it was
+    due, stays invisible before it looks again: in [ceil(bound / 2), bound], bound by
+    TENANT_WAITS (TENANT_WAIT_LONGEST past them), the draw picked by
+    sha256(run_key#receive_count), so a redelivered message waits as the first did and runs
+    deferred together spread out. At least 1; never above TENANT_WAIT_LONGEST."""
+    bound = next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
+    return spread_seconds(f"tenant-wait#{run_key}#{receive_count}", math.ceil(bound / 2), bound)
 
 
 @dataclass(frozen=True)
@@ -260,7 +269,9 @@ class Worker:
         except TenantAtLimit:
             self._metrics.add("TenantThrottled")
             waited = (now - run.due_at).total_seconds()
-            return self._defer(run, delivery, tenant_wait(waited), "tenant_limit")
+            return self._defer(
+                run, delivery, tenant_wait(waited, run.run_key, delivery.receive_count), "tenant_limit"
+            )
         return leased, current, start_lag
 
     def _run(self, leased: Run, delivery: Received, *, start_lag: float) -> AttemptResult:
