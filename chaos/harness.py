@@ -859,7 +859,7 @@ class World:
         # No draw when the fault is off: a world without it keeps the fault sequence it had.
         self.outbox_sqs.armed = self.rates.outbox_died > 0 and self.rng.random() < self.rates.outbox_died
         try:
-            failed = set(self.outbox.publish([runs[s] for s in sorted(runs)]))
+            failed = set(self.outbox.publish_records([runs[s] for s in sorted(runs)]))
         except InvocationDied:
             self.faults["outbox_died"] += 1  # Lambda retries the whole batch
             failed = {run.run_key for run in runs.values()}

@@ -554,17 +554,68 @@ def invoke(event: dict[str, Any]) -> dict[str, Any]:
     return outbox.handler(event, InvocationContext(function_name="jobsched-outbox"))
 
 
-def test_handler_reports_exactly_the_failed_record(container, clock, sqs):
+class PutBackFails:
+    """DynamoDB refusing the outbox's put-back (a QUEUED run written back to PENDING) after the
+    SDK's retries: the run stays QUEUED with no message sent."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put_item(self, **request: Any) -> Any:
+        if request["Item"].get("state") == {"S": "PENDING"} and "publish failed" in json.dumps(
+            request["Item"]
+        ):
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
+                "PutItem",
+            )
+        return self._inner.put_item(**request)
+
+
+def test_handler_fails_no_record_whose_run_was_put_back(container, clock, sqs):
     runs = [insert(container, make_run(clock, job_id=f"j_h{i}", due_in=10 * i)) for i in range(3)]
     sqs.fail_entry_of = {runs[1].run_key}
     event = {"Records": [stream_record(container.runs, r, f"{100 + i}") for i, r in enumerate(runs)]}
 
-    result = invoke(event)
-
-    assert result == {"batchItemFailures": [{"itemIdentifier": "101"}]}
+    # The put-back's own record publishes the run again: failing this record would only
+    # spend the batch's retries, which a later death between marks and sends needs.
+    assert invoke(event) == {"batchItemFailures": []}
     # One SendMessageBatch for the whole stream batch.
     assert len(sqs.batches) == 1 and len(sqs.entries()) == 3
     assert [stored(container, r).state for r in runs] == [RunState.QUEUED, RunState.PENDING, RunState.QUEUED]
+    put_back(container, runs[1])
+
+
+def test_handler_fails_exactly_the_record_whose_run_may_stand_queued_unsent(
+    container, clock, sqs, monkeypatch
+):
+    from jobsched.wiring import container as wired
+
+    runs = [insert(container, make_run(clock, job_id=f"j_u{i}", due_in=10 * i)) for i in range(3)]
+    sqs.fail_entry_of = {runs[1].run_key}
+    outbox = wired().outbox
+    monkeypatch.setattr(
+        outbox,
+        "_runs",
+        RunStore(
+            PutBackFails(boto3.client("dynamodb")),
+            container.settings.runs_table,
+            container.settings.shard_count,
+        ),
+    )
+    event = {"Records": [stream_record(container.runs, r, f"{400 + i}") for i, r in enumerate(runs)]}
+
+    assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": "401"}]}
+    assert stored(container, runs[1]).state is RunState.QUEUED  # marked, not sent, not put back
+
+    # The retried record finds the run as its image plus this outbox's mark: sent now.
+    sqs.fail_entry_of = set()
+    assert invoke({"Records": [event["Records"][1]]}) == {"batchItemFailures": []}
+    sent = [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()]
+    assert sent.count(runs[1].run_key) == 2 and stored(container, runs[1]).state is RunState.QUEUED
 
 
 def test_handler_passes_over_records_the_filter_rejects(container, clock, sqs):

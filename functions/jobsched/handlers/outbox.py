@@ -1,8 +1,8 @@
 """`outbox` Lambda: the Runs table stream → SQS.
 
 The whole batch is published in one call (so SendMessageBatch carries up to ten runs per
-request); the batch processor then reports exactly the records whose run failed, and the
-stream retries from the first of them."""
+request); the batch processor then reports exactly the records whose run may stand QUEUED
+without a message (`Outbox.publish_records`), and the stream retries from the first of them."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 @log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     runs, unreadable = runs_of(event.get("Records") or [])
-    failed = set(container().outbox.publish(list(runs.values()))) if runs else set()
+    failed = set(container().outbox.publish_records(list(runs.values()))) if runs else set()
 
     def record_handler(record: DynamoDBRecord) -> None:
         sequence = record.dynamodb.sequence_number if record.dynamodb else None

@@ -7,13 +7,15 @@ between its read and its claim would fail the claim, which the worker takes for 
 someone else has and acknowledges the message: the run would wait QUEUED with no message
 until the reconciler's 15 minutes. A run whose send fails is put back to PENDING (so QUEUED
 always means "a message was sent") and that write's stream record publishes it again, a few
-times in a row at most before it is left to the reconciler (60 s after it is due).
+times in a row at most before it is left to the reconciler (60 s after it is due). Such a
+run does not fail its stream record: the record's retry would add nothing, and a batch that
+fails often is given up by Lambda sooner, with the runs it left marked and unsent.
 
 The SQS delay is the timing wheel, so a run is published only once it is due within the
 SQS delay limit; runs further out are left PENDING and re-touched by the reconciler at
 `due_at - 900 s`. A run published twice is harmless (the worker's claim is conditional);
-a run that fails to publish is also reported so the stream batch retries its record. An
-invocation that dies between its marks and its sends (a crash, its timeout) leaves runs
+a run that fails to publish and cannot be put back is reported, so the stream batch retries
+its record. An invocation that dies between its marks and its sends (a crash, its timeout) leaves runs
 QUEUED without a message; Lambda retries its batch, and a retried record whose run is as
 its image plus this outbox's one mark is sent again, so those runs do not wait for the
 reconciler's 15 minutes."""
@@ -78,6 +80,9 @@ class PublishOutcome:
     failed: list[str] = field(default_factory=list)
     skipped_far_future: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # not sent: the run had moved on before QUEUED
+    # Of `failed`: put back to PENDING (or moved on since), so the put-back's own stream
+    # record, or the reconciler's repair of a PENDING run, publishes it again.
+    put_back: list[str] = field(default_factory=list)
     # Not sent: its last sends failed QUICK_RETRIES times in a row; the reconciler republishes it.
     left_for_repair: list[str] = field(default_factory=list)
 
@@ -108,6 +113,18 @@ class Outbox:
     def publish(self, runs: list[Run]) -> list[str]:
         """Publish what is publishable; returns the run keys whose publish failed."""
         return self.publish_detailed(runs).failed
+
+    def publish_records(self, runs: list[Run]) -> list[str]:
+        """Publish the runs of a stream batch; returns the keys of the runs whose records the
+        stream must retry: not sent, and not known to be put back to PENDING (its put-back, or
+        the mark before it, failed), so the run may stand QUEUED without a message, which only
+        a retried record publishes before the reconciler's 15-minute requeue. A run whose
+        failed send was put back is not among them: its put-back's record publishes it again,
+        and a retry would only spend the batch's retries, after which Lambda gives the batch
+        up, with whatever an invocation that dies later leaves marked and unsent."""
+        outcome = self.publish_detailed(runs)
+        put_back = set(outcome.put_back)
+        return [key for key in outcome.failed if key not in put_back]
 
     def publish_detailed(self, runs: list[Run]) -> PublishOutcome:
         """Mark each publishable run QUEUED, then send it (no write to a run after its send).
@@ -155,7 +172,8 @@ class Outbox:
             for run in marked_runs:
                 if run.run_key in failed:
                     outcome.failed.append(run.run_key)
-                    self._put_back(run, now)
+                    if self._put_back(run, now):
+                        outcome.put_back.append(run.run_key)
                     continue
                 outcome.published.append(run.run_key)
                 lag = (now - run.due_at).total_seconds()
@@ -210,9 +228,11 @@ class Outbox:
             )
             return run
 
-    def _put_back(self, run: Run, now: datetime) -> None:
+    def _put_back(self, run: Run, now: datetime) -> bool:
         """A marked run whose send failed: back to PENDING, so its stream record publishes it
-        again and QUEUED never stands for a message that was not sent."""
+        again and QUEUED never stands for a message that was not sent. True when the put-back
+        landed, or the run had moved on since its mark; False when the run may stand QUEUED
+        without a message (a write or read failed) or whether its mark landed is unknown."""
         if run.state is not RunState.QUEUED:
             # Its mark raised: it may have landed all the same (a timeout after the table
             # applied it). Read it: a QUEUED run is put back (at worst a second message).
@@ -223,21 +243,25 @@ class Outbox:
                     "run maybe QUEUED without a message; the reconciler requeues it",
                     extra={"run_key": run.run_key, "error": str(exc)},
                 )
-                return
+                return False
             if current is None or current.state is not RunState.QUEUED:
-                return  # still as it was: its own stream record, or the reconciler, publishes it
+                # Still as it was, as far as this read shows (a mark that timed out may yet
+                # land): its own stream record's retry publishes it.
+                return False
             run = current
         try:
             self._runs.commit(
                 run, lambda r: advance(r, RunState.PENDING, now=now, actor=self._actor, reason=PUBLISH_FAILED)
             )
         except RunChanged:
-            pass  # moved on (cancelled, ...): nothing waits on this publish any more
+            return True  # moved on (cancelled, ...): nothing waits on this publish any more
         except Exception as exc:
             logger.error(
-                "run QUEUED without a message; the reconciler requeues it",
+                "run QUEUED without a message; its record's retry or the reconciler publishes it",
                 extra={"run_key": run.run_key, "error": str(exc)},
             )
+            return False
+        return True
 
 
 def _marked_from(image: Run, current: Run | None, actor: str) -> bool:
