@@ -618,6 +618,35 @@ def test_handler_fails_exactly_the_record_whose_run_may_stand_queued_unsent(
     assert sent.count(runs[1].run_key) == 2 and stored(container, runs[1]).state is RunState.QUEUED
 
 
+def test_handler_fails_the_record_of_a_run_noted_late_while_its_send_failed(container, clock, sqs):
+    run = insert(container, make_run(clock, job_id="j_late"))
+    other = insert(container, make_run(clock, job_id="j_other"))
+    record = stream_record(container.runs, run, "500")
+
+    def noted_late_then_refused() -> None:
+        # While the send is under way (SDK retries), the reconciler notes the marked run late.
+        container.runs.commit(
+            stored(container, run),
+            lambda r: touch(
+                r, now=clock.now(), actor="reconciler", reason=LATE_REASON, late_noticed_at=clock.now()
+            ),
+        )
+        raise ClientError({"Error": {"Code": "InternalError", "Message": "boom"}}, "SendMessageBatch")
+
+    sqs.before_send = noted_late_then_refused
+    # The put-back meets the note: the run stays QUEUED, unsent, so its record must fail;
+    # the other run is put back to PENDING, and its put-back's record publishes it.
+    event = {"Records": [record, stream_record(container.runs, other, "501")]}
+    assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": "500"}]}
+    assert stored(container, run).state is RunState.QUEUED
+    put_back(container, other)
+
+    sqs.before_send = None
+    assert invoke({"Records": [record]}) == {"batchItemFailures": []}
+    # After the refused batch of both: the retried record's run, sent.
+    assert [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()[2:]] == [run.run_key]
+
+
 def test_handler_passes_over_records_the_filter_rejects(container, clock, sqs):
     pending = insert(container, make_run(clock, job_id="j_p"))
     queued = insert(container, make_run(clock, job_id="j_q", state=RunState.QUEUED))

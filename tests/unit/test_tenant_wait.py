@@ -11,13 +11,35 @@ import math
 
 from hypothesis import given
 from hypothesis import strategies as st
-from jobsched.services.worker import DEFER_IN_PLACE, TENANT_WAIT_LONGEST, TENANT_WAITS, tenant_wait
+from jobsched.services.worker import DEFER_IN_PLACE, TENANT_WAIT_LONGEST, tenant_wait
 
-BOUNDS = [wait for _, wait in TENANT_WAITS] + [TENANT_WAIT_LONGEST]
+# (waited since due, the bound of its wait): 1, 2, 4, 8, 16 s, then 30 s.
+SCHEDULE = [
+    (-5.0, 1),
+    (0.0, 1),
+    (0.99, 1),
+    (1.0, 2),
+    (2.9, 2),
+    (3.0, 4),
+    (6.9, 4),
+    (7.0, 8),
+    (14.9, 8),
+    (15.0, 16),
+    (30.9, 16),
+    (31.0, 30),
+    (3600.0, 30),
+    (1e12, 30),
+]
 
 
 def _bound(waited: float) -> int:
-    return next((wait for below, wait in TENANT_WAITS if waited < below), TENANT_WAIT_LONGEST)
+    return next(bound for at, bound in reversed(SCHEDULE) if waited >= at) if waited >= -5 else 1
+
+
+def test_the_schedule_of_bounds_is_pinned() -> None:
+    for waited, bound in SCHEDULE:
+        waits = {tenant_wait(waited, f"job-{i}#t", 3) for i in range(400)}
+        assert min(waits) == math.ceil(bound / 2) and max(waits) == bound, (waited, bound, waits)
 
 
 @given(
@@ -43,10 +65,6 @@ def test_the_first_looks_come_soon_and_then_back_off() -> None:
         assert all(later > earlier for earlier, later in itertools.pairwise(looks))
         assert max(b - a for a, b in itertools.pairwise(looks)) <= TENANT_WAIT_LONGEST
         assert len(looks) <= 16  # backing off: a look every second would be 100
-
-
-def test_a_redelivered_message_waits_as_the_first_did() -> None:
-    assert tenant_wait(40, "job#1", 3) == tenant_wait(40, "job#1", 3)
 
 
 def test_a_run_not_yet_due_by_this_clock_waits_the_shortest() -> None:

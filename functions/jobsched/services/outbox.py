@@ -80,8 +80,9 @@ class PublishOutcome:
     failed: list[str] = field(default_factory=list)
     skipped_far_future: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # not sent: the run had moved on before QUEUED
-    # Of `failed`: put back to PENDING (or moved on since), so the put-back's own stream
-    # record, or the reconciler's repair of a PENDING run, publishes it again.
+    # Of `failed`: put back to PENDING, so the put-back's own stream record, or the
+    # reconciler's repair of a PENDING run, publishes it again; or found out of QUEUED by
+    # another write since its mark (a worker's claim, a cancel), which nothing waits on.
     put_back: list[str] = field(default_factory=list)
     # Not sent: its last sends failed QUICK_RETRIES times in a row; the reconciler republishes it.
     left_for_repair: list[str] = field(default_factory=list)
@@ -130,10 +131,11 @@ class Outbox:
         """Mark each publishable run QUEUED, then send it (no write to a run after its send).
 
         Takes runs as the stream delivered them (any revs, duplicates). Returns what became of
-        each: published, failed (not sent: put back to PENDING, or nothing was written), stale
-        (moved on since the image: not sent), skipped far in the future, left for repair.
-        Guarantees that a run this call leaves QUEUED was sent, unless putting it back failed
-        too (logged; the reconciler requeues it)."""
+        each: published, failed (not sent: put back to PENDING, or nothing was written, or
+        maybe left QUEUED when its put-back could not be written), stale (moved on since the
+        image: not sent), skipped far in the future, left for repair.
+        Guarantees that a run this call leaves QUEUED was sent, or is in `failed` and not in
+        `put_back` (its stream record's retry sends it: see `_marked_from`)."""
         now = self._clock.now()
         outcome = PublishOutcome()
         by_queue: dict[str, list[Run]] = {}
@@ -231,8 +233,10 @@ class Outbox:
     def _put_back(self, run: Run, now: datetime) -> bool:
         """A marked run whose send failed: back to PENDING, so its stream record publishes it
         again and QUEUED never stands for a message that was not sent. True when the put-back
-        landed, or the run had moved on since its mark; False when the run may stand QUEUED
-        without a message (a write or read failed) or whether its mark landed is unknown."""
+        landed, or another write has since taken the run out of QUEUED; False when the run may
+        stand QUEUED without a message: a write or read failed, whether its mark landed is
+        unknown, or a write since the mark kept it QUEUED (the reconciler's late note), so
+        that the record's retry, finding the run as its image plus the mark, sends it."""
         if run.state is not RunState.QUEUED:
             # Its mark raised: it may have landed all the same (a timeout after the table
             # applied it). Read it: a QUEUED run is put back (at worst a second message).
@@ -253,8 +257,11 @@ class Outbox:
             self._runs.commit(
                 run, lambda r: advance(r, RunState.PENDING, now=now, actor=self._actor, reason=PUBLISH_FAILED)
             )
-        except RunChanged:
-            return True  # moved on (cancelled, ...): nothing waits on this publish any more
+        except RunChanged as exc:
+            # Out of QUEUED (claimed, cancelled): nothing waits on this publish any more. Still
+            # QUEUED (noted late since the mark, or marked again by another publisher, which
+            # sent its own message): the record's retry sends it if the mark is still ours.
+            return exc.current is None or exc.current.state is not RunState.QUEUED
         except Exception as exc:
             logger.error(
                 "run QUEUED without a message; its record's retry or the reconciler publishes it",

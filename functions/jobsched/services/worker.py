@@ -101,8 +101,9 @@ def tenant_wait(waited_seconds: float, run_key: str, receive_count: int) -> int:
     """Seconds a run whose tenant is at its limit, having waited `waited_seconds` since it was
     due, stays invisible before it looks again: in [ceil(bound / 2), bound], bound by
     TENANT_WAITS (TENANT_WAIT_LONGEST past them), the draw picked by
-    sha256(run_key#receive_count), so a redelivered message waits as the first did and runs
-    deferred together spread out. At least 1; never above TENANT_WAIT_LONGEST."""
+    sha256(run_key#receive_count), so the same inputs always give the same wait and runs
+    deferred together spread out (from their second look: the first bound is 1 s). At least
+    1; never above TENANT_WAIT_LONGEST."""
     bound = next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
     return spread_seconds(f"tenant-wait#{run_key}#{receive_count}", math.ceil(bound / 2), bound)
 
