@@ -57,7 +57,8 @@ def test_every_wait_is_in_the_upper_half_of_its_bound(
 def test_the_first_looks_come_soon_and_then_back_off() -> None:
     # Waiting from the due instant: the bounds are 1, 2, 4, 8, 16, then 30 s.
     for key in ("job-a#2026-12-05T00:00:00Z", "job-b#2026-12-05T00:00:01Z"):
-        waited, looks = 0.0, []
+        waited = 0.0
+        looks: list[float] = []
         while waited < 100:
             waited += tenant_wait(waited, key, len(looks) + 1)
             looks.append(waited)
