@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobsched.domain.jitter import retry_delay_seconds, spread_seconds, start_jitter_seconds
+from jobsched.domain.jitter import retry_delay_seconds, start_jitter_seconds
 
 KEY = "job-1@2026-01-01T00:00:00Z"
 # A fixed alphabet avoids building Hypothesis' unicode tables (seconds of start-up).
@@ -91,16 +91,3 @@ def test_retry_delay_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         retry_delay_seconds(KEY, 0, -2.0, 300.0)
     assert retry_delay_seconds(KEY, 3, 2.0, 0.0) == 0.0
-
-
-def test_spread_reaches_both_ends_and_stays_inside() -> None:
-    values = [spread_seconds(f"job-{i}#t", 15, 30) for i in range(2000)]
-    assert min(values) == 15 and max(values) == 30
-    assert spread_seconds(KEY, 7, 7) == 7
-    assert spread_seconds(KEY, 3, 9) == spread_seconds(KEY, 3, 9)
-
-
-def test_spread_rejects_bad_bounds() -> None:
-    for low, high in ((-1, 3), (4, 3)):
-        with pytest.raises(ValueError):
-            spread_seconds(KEY, low, high)

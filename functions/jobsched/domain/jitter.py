@@ -21,14 +21,6 @@ def start_jitter_seconds(run_key: str, max_seconds: int) -> int:
     return int.from_bytes(_digest(run_key), "big") % (max_seconds + 1)
 
 
-def spread_seconds(key: str, low: int, high: int) -> int:
-    """Uniform integer in [low, high] picked by sha256(key). Raises ValueError when low is
-    negative or above high."""
-    if low < 0 or low > high:
-        raise ValueError("need 0 <= low <= high")
-    return low + int.from_bytes(_digest(key), "big") % (high - low + 1)
-
-
 def retry_delay_seconds(run_key: str, attempt: int, base_seconds: float, cap_seconds: float) -> float:
     """Full jitter: uniform in [0, min(cap, base * 2**attempt)], picked by sha256(run_key#attempt).
 

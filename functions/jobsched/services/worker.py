@@ -26,7 +26,7 @@ from typing import Any
 from ..domain import lifecycle
 from ..domain.errors import RetryableError, TenantAtLimit
 from ..domain.instants import Clock, from_epoch
-from ..domain.jitter import retry_delay_seconds, spread_seconds
+from ..domain.jitter import retry_delay_seconds, start_jitter_seconds
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState
 from ..observability import logger
@@ -105,7 +105,8 @@ def tenant_wait(waited_seconds: float, run_key: str, receive_count: int) -> int:
     deferred together spread out (from their second look: the first bound is 1 s). At least
     1; never above TENANT_WAIT_LONGEST."""
     bound = next((wait for below, wait in TENANT_WAITS if waited_seconds < below), TENANT_WAIT_LONGEST)
-    return spread_seconds(f"tenant-wait#{run_key}#{receive_count}", math.ceil(bound / 2), bound)
+    shortest = math.ceil(bound / 2)
+    return shortest + start_jitter_seconds(f"tenant-wait#{run_key}#{receive_count}", bound - shortest)
 
 
 @dataclass(frozen=True)
