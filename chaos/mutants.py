@@ -212,6 +212,13 @@ def _outbox_retry_not_sent(original: Any) -> Any:
     return marked_from
 
 
+def _put_back_record_failed(original: Any) -> Any:
+    def publish_records(self: Any, runs: list[Any]) -> list[str]:
+        return list(self.publish_detailed(runs).failed)  # put-back runs fail their records too
+
+    return publish_records
+
+
 def _running_effect_frees_its_slot(original: Any) -> Any:
     def effect_open(run: Any, fence: int, now: Any) -> bool:
         return False  # a release frees the slot of an effect still running
@@ -293,6 +300,11 @@ MUTANTS: tuple[Mutant, ...] = (
     # without a message: they wait for the 15-minute requeue (the restart goal).
     Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",
            _outbox_retry_not_sent, "restart_goal_missed", "repairs"),
+    # A send refused and put back to PENDING fails its stream record all the same: refused
+    # sends spend the batch's retries, the batch is given up, and runs a later dying
+    # invocation left marked and unsent wait for the 15-minute requeue.
+    Mutant("put-back-record-failed", "jobsched.services.outbox.Outbox.publish_records",
+           _put_back_record_failed, "restart_goal_missed", "refused-sends"),
     # A redrive with a fixed payload records the fix in the history but leaves the run's
     # payload as it was: the next attempts repeat the broken call.
     Mutant("redrive-fix-not-written", "jobsched.domain.models.RunFix.fields",

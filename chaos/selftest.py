@@ -151,6 +151,17 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(3, 5)),
     ),
+    # Sends refused often and outboxes that die between their marks and their sends: a
+    # batch whose records failed for every refused send spends its retries and is given up
+    # with runs marked and unsent.
+    "refused-sends": ChaosConfig(
+        seed=5,
+        runs=300,
+        window_seconds=200,
+        faults=replace(QUIET, publish_failure=0.3, outbox_died=0.4),
+        hog=False,
+        mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(3, 5), kinds=(0, 1, 0), rates=(2, 3)),
+    ),
     # Workers that die or freeze between their effect and its completion, and the copies of
     # their messages that come back before the dead invocation's deadline.
     "deaths": ChaosConfig(
