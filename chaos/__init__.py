@@ -12,7 +12,7 @@ batch processor with every record of a batch on its own thread) gets each batch 
 event Lambda builds, and its Workers claim, execute (Python handlers, and webhooks through
 the production HttpTargetClient and signer to the harness's receiver, `chaos.receiver`)
 and complete under the fence; the messages it does not report failed are deleted, as
-Lambda deletes them. The Reconciler repairs every minute.
+Lambda deletes them. The Reconciler repairs twice a minute, as the stack's ticks do.
 
 Time. One ManualClock is the true time, advanced one second per loop; nothing sleeps.
 Each component reads it through its own fixed offset of up to ±3 s (clock skew).

@@ -127,9 +127,9 @@ EARLY_ALLOWANCE = CLOCK_SKEW + timedelta(seconds=2)
 # A claim this far inside its job's pause read the job paused at its check (docs/concepts/
 # policies.md): it begins nothing and spends no attempt. Nearer an edge, it may have begun.
 PAUSE_EDGE = timedelta(seconds=10)
-# A late run is noted by the reconciler's pass over its shard (every 60 s in the harness, as
-# the deployed rule): three ticks, so one or two passes lost to throttling are not a finding,
-# and both clocks' skew.
+# A late run is noted by the reconciler's pass over its shard (every 30 s in the harness, as
+# the deployed rule and its second tick): six passes, so a few passes lost to throttling are
+# not a finding, and both clocks' skew.
 LATE_NOTICE_BOUND = timedelta(seconds=180) + 2 * CLOCK_SKEW
 HOLDERS = ("worker:", "lease:")  # actors that write under a lease they claimed
 MUST_BE_ZERO = (

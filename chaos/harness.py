@@ -160,7 +160,9 @@ class ChaosConfig:
     settle_limit_seconds: int = 2700
     shard_count: int = 4
     workers: int = 3
-    reconcile_every: int = 60
+    # The stack reconciles each shard twice a minute: the rule's tick, and its second tick
+    # 30 s later through a delaying queue (jobsched.cdk.schedules).
+    reconcile_every: int = 30
     sweep_every: int = 10  # the deployed rule sweeps every 60 s with a 120 s horizon
     faults: FaultRates = field(default_factory=FaultRates)
     mutant: str | None = None  # a mutant of the pipeline (chaos.mutants), to prove the checker fails
@@ -1350,8 +1352,9 @@ class World:
     # --- reconciler ---
 
     def _reconcile(self) -> None:
-        """One tick: one reconciler invocation per shard, as the rules invoke them, so a shard
-        whose pass fails (throttled after retries) loses only its own tick."""
+        """One tick (the rule's, or the second tick of the minute): one reconciler invocation
+        per shard, as the stack invokes them, so a shard whose pass fails (throttled after
+        retries) loses only its own tick."""
         for shard in range(self.config.shard_count):
             try:
                 report = self.reconciler.reconcile_shard(shard)

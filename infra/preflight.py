@@ -47,6 +47,7 @@ IDLE_TICK_SECONDS = 0.1
 IDLE_TICK_READ_UNITS = 1.0
 IDLE_TICK_LOG_BYTES = 1_000
 # Lambda's SQS pollers long-poll an empty queue: about 45 receives a minute per queue mapping
+# (the priority queues, notifications, the reconciler's second ticks)
 # (bench/report.md's assumption), each one SQS request.
 IDLE_RECEIVES_PER_MINUTE = 45
 
@@ -88,7 +89,8 @@ class Plan(BaseModel):
     gsis_per_table: dict[str, int] = {}
     billing_mode: str = "on-demand"
     provisioned_max: dict[str, int] = {}  # maxRead / maxWrite per table and per index
-    worker_queues: int = 0
+    polled_queues: int = 0  # SQS queues a Lambda event source mapping polls
+    second_ticks_per_minute: int = 0  # messages through the reconciler's second-tick queue
     rules: int = 0  # EventBridge rules on the default bus (the every-minute ticks)
     alarms: int = 0
     kms_keys: int = 0
@@ -171,7 +173,9 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
         gsis_per_table={k: len(p.get("GlobalSecondaryIndexes", [])) for k, p in tables.items()},
         billing_mode=config.billing_mode,
         provisioned_max={"read": capacity["maxRead"], "write": capacity["maxWrite"]},
-        worker_queues=len(config.worker_ceilings()),
+        polled_queues=sum(
+            1 for p in of_type("AWS::Lambda::EventSourceMapping").values() if "StartingPosition" not in p
+        ),
         rules=len(of_type("AWS::Events::Rule")),
         alarms=len(of_type("AWS::CloudWatch::Alarm")),
         kms_keys=len(of_type("AWS::KMS::Key")),
@@ -185,6 +189,7 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
             if (p.get("PointInTimeRecoverySpecification") or {}).get("PointInTimeRecoveryEnabled")
         ),
         ticks_per_minute=config.ticks_per_minute(),
+        second_ticks_per_minute=config.shard_count,
         memory_mb={name: FUNCTIONS_BY_NAME[name].memory_mb for name in config.ticks_per_minute()},
     )
 
@@ -480,7 +485,9 @@ def cost_at_rest(plan: Plan, prices: dict[str, float]) -> Check:
         + gb_seconds * prices["lambda_gb_second_arm64"],
         "ticks (dynamodb reads)": invocations * IDLE_TICK_READ_UNITS * prices["dynamodb_read_request_unit"],
         "ticks (logs)": invocations * IDLE_TICK_LOG_BYTES / 1e9 * prices["cloudwatch_logs_ingest_gb"],
-        "idle sqs polling": plan.worker_queues
+        # Each sent, received and deleted: three requests.
+        "second ticks (sqs)": plan.second_ticks_per_minute * 3 * minutes * prices["sqs_standard_request"],
+        "idle sqs polling": plan.polled_queues
         * IDLE_RECEIVES_PER_MINUTE
         * minutes
         * prices["sqs_standard_request"],

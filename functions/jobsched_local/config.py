@@ -59,7 +59,9 @@ class LocalConfig:
     # ahead than the stack (300 s): moto's queues slow down as they fill.
     sweep_ahead_seconds: int | None = None
     sweep_seconds: float = 60.0  # the EventBridge rule rate for the sweeper
-    reconcile_seconds: float = 60.0
+    # The stack reconciles each shard twice a minute (the rule, and its second tick half a
+    # minute later through a delaying queue); here one tick every 30 s does the same.
+    reconcile_seconds: float = 30.0
     ttl_seconds: float = 30.0  # how often expired items are deleted (DynamoDB TTL)
     stream_poll_seconds: float = 0.2
     queue_poll_seconds: float = 0.2

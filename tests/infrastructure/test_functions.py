@@ -254,7 +254,7 @@ def test_scheduled_functions_neither_retry_nor_keep_old_ticks(synth):
 def test_scheduled_functions_reserve_a_tick_and_the_total_fits_the_account(request, which):
     synth = request.getfixturevalue(which)
     config = synth.stack.config
-    ticks = config.ticks_per_minute()
+    ticks = config.tick_invocations()
     reserved = {}
     for spec in FUNCTIONS:
         value = synth.props(function_of(synth, spec.name)).get("ReservedConcurrentExecutions")

@@ -22,6 +22,7 @@ from jobsched.cdk.names import (
     FUNCTIONS,
     NOTIFICATIONS_QUEUE_ID,
     OUTBOX_FAILURE_QUEUE_ID,
+    SECOND_TICK_QUEUE_ID,
     WORKER,
     dlq_logical_id,
     queue_logical_id,
@@ -120,6 +121,8 @@ def rendered(synth, function: str, res: permissions.Res) -> list[str]:
         return [f"<{EVENTS_FAILURE_QUEUE_ID}.Arn>"]
     if res.kind == "notifications":
         return [f"<{NOTIFICATIONS_QUEUE_ID}.Arn>"]
+    if res.kind == "second_ticks":
+        return [f"<{SECOND_TICK_QUEUE_ID}.Arn>"]
     if res.kind == "event_bus":
         return [f"<{EVENT_BUS_ID}.Arn>"]
     if res.kind == "log_group":

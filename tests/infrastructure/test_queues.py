@@ -8,6 +8,7 @@ from jobsched.cdk.names import (
     NOTIFICATIONS_DLQ_ID,
     NOTIFICATIONS_QUEUE_ID,
     OUTBOX_FAILURE_QUEUE_ID,
+    SECOND_TICK_QUEUE_ID,
     TICK_FAILURE_QUEUE_ID,
     dlq_logical_id,
     queue_logical_id,
@@ -25,6 +26,7 @@ def test_exactly_the_schema_queues_their_dlqs_and_the_failure_queues(synth):
         TICK_FAILURE_QUEUE_ID,
         NOTIFICATIONS_QUEUE_ID,
         NOTIFICATIONS_DLQ_ID,
+        SECOND_TICK_QUEUE_ID,
     }
 
 
@@ -76,9 +78,9 @@ def test_visibility_is_six_worker_timeouts_and_receives_fit_the_retention(synth)
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
         if (
             synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
-            or source == NOTIFICATIONS_QUEUE_ID
+            or source in (NOTIFICATIONS_QUEUE_ID, SECOND_TICK_QUEUE_ID)
         ):
-            continue  # the notifications queue has its own rule
+            continue  # the notifications and second-tick queues have their own rules
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
         queue = synth.props(source)
         assert queue["VisibilityTimeout"] >= 6 * timeout, source
@@ -100,9 +102,9 @@ def test_every_record_of_a_batch_gets_a_jobs_longest_timeout(synth):
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
         if (
             synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
-            or source == NOTIFICATIONS_QUEUE_ID
+            or source in (NOTIFICATIONS_QUEUE_ID, SECOND_TICK_QUEUE_ID)
         ):
-            continue  # the notifications queue has its own rule
+            continue  # the notifications and second-tick queues have their own rules
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
         assert MAX_TIMEOUT_SECONDS + WORKER_OVERHEAD_SECONDS <= timeout <= 900
         assert synth.props(source)["VisibilityTimeout"] >= 6 * timeout

@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from jobsched.domain.errors import JobschedError
 from jobsched.domain.instants import format_instant
 from jobsched.domain.lifecycle import advance
 from jobsched.domain.metrics import Unit
@@ -482,6 +483,72 @@ def test_handler_repairs_only_the_shard_named_in_the_rule_input(container, clock
     assert sorted(result["repaired"]) == expected
     others = [r for r in runs if r.run_key not in expected]
     assert others and all(stored(container, r) == r for r in others)
+
+
+def second_tick_event(*bodies: str) -> dict[str, Any]:
+    """The SQS event the second-tick queue's mapping delivers: one record per body."""
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{number}",
+                "receiptHandle": f"r-{number}",
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1793000000000"},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:jobsched-SecondTickQueue",
+            }
+            for number, body in enumerate(bodies)
+        ]
+    }
+
+
+def test_second_tick_repairs_only_the_shard_its_record_names(container, clock):
+    runs = [insert(container, make_run(job_id=f"j_st{i}", at=T0 - timedelta(minutes=5))) for i in range(8)]
+    shard = container.runs.open_shard_of(runs[0].job_id)
+    expected = [r for r in runs if container.runs.open_shard_of(r.job_id) == shard]
+
+    result = invoke(second_tick_event(json.dumps({"shard": shard})))
+
+    assert result == {"batchItemFailures": []}
+    assert expected
+    for run in runs:  # repaired (re-touched, so published again), or left as it was
+        assert (stored(container, run) == run) == (run not in expected), run.job_id
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["", "not json", "[]", "{}", '{"shard": "1"}', '{"shard": -1}', '{"shard": true}', '{"shard": 1.5}'],
+)
+def test_second_tick_drops_a_record_that_names_no_shard_and_repairs_nothing(container, clock, body):
+    runs = [insert(container, make_run(job_id=f"j_sb{i}", at=T0 - timedelta(minutes=5))) for i in range(4)]
+
+    result = invoke(second_tick_event(body))
+
+    assert result == {"batchItemFailures": []}  # dropped: retrying cannot help
+    assert all(stored(container, r) == r for r in runs)
+
+
+def test_second_tick_reports_a_failed_pass_and_still_makes_the_others(container, clock, monkeypatch):
+    runs = [insert(container, make_run(job_id=f"j_sf{i}", at=T0 - timedelta(minutes=5))) for i in range(8)]
+    shards = sorted({container.runs.open_shard_of(r.job_id) for r in runs})
+    assert len(shards) >= 2
+    failing, working = shards[0], shards[1]
+    real = container.reconciler.reconcile_shard
+
+    def reconcile_shard(shard: int):
+        if shard == failing:
+            raise JobschedError("throttled after retries")
+        return real(shard)
+
+    monkeypatch.setattr(container.reconciler, "reconcile_shard", reconcile_shard)
+
+    result = invoke(second_tick_event(json.dumps({"shard": failing}), json.dumps({"shard": working})))
+
+    assert result == {"batchItemFailures": [{"itemIdentifier": "m-0"}]}
+    for run in runs:
+        shard = container.runs.open_shard_of(run.job_id)
+        assert (stored(container, run) != run) == (shard == working), run.job_id
 
 
 # --- end to end: committed but never published, then published by the outbox ---

@@ -326,12 +326,18 @@ class Config:
             )
         return ceilings
 
-    def ticks_per_minute(self) -> dict[str, int]:
-        """Invocations each scheduled function gets at once, every minute."""
+    def tick_invocations(self) -> dict[str, int]:
+        """Invocations each scheduled function gets at once, each tick."""
         return {
             SWEEPER: math.ceil(self.shard_count / self.shards_per_sweep),
             RECONCILER: self.shard_count,
         }
+
+    def ticks_per_minute(self) -> dict[str, int]:
+        """Invocations each scheduled function gets a minute: the sweeper one tick, the
+        reconciler two (the rule's, and the second tick half a minute later)."""
+        ticks = self.tick_invocations()
+        return {SWEEPER: ticks[SWEEPER], RECONCILER: 2 * ticks[RECONCILER]}
 
     def reserved_concurrency(self) -> dict[str, int]:
         """Reserved concurrency of the scheduled functions: one tick's invocations and a quarter
@@ -339,7 +345,7 @@ class Config:
         sweep running late does not throttle the next tick."""
         reserved = {}
         if self.account_concurrency:
-            reserved = {name: n + max(2, math.ceil(n / 4)) for name, n in self.ticks_per_minute().items()}
+            reserved = {name: n + max(2, math.ceil(n / 4)) for name, n in self.tick_invocations().items()}
         if self.worker_reserved_concurrency:  # asked for by name: kept even with accountConcurrency 0
             reserved[WORKER] = self.worker_reserved_concurrency
         return reserved

@@ -1,4 +1,4 @@
-"""Runs stream → outbox, and the priority queues → worker.
+"""Runs stream → outbox, the priority queues → worker, and the delayed second ticks → reconciler.
 
 Declared with the L1 mapping so every setting is explicit and the role holds exactly the
 polling permissions listed in jobsched.cdk.permissions (the L2 sources add their own grants)."""
@@ -26,6 +26,7 @@ from .names import (
     NOTIFIER_CONCURRENCY,
     OUTBOX,
     QUEUE_KEYS,
+    RECONCILER,
     WORKER,
 )
 from .queues import Queues
@@ -144,6 +145,22 @@ class EventSources(Construct):
             ),
         )
         self.notifier_mapping.node.add_dependency(functions.roles[NOTIFIER])
+
+        # The reconciler's second tick each minute: one shard a record, so each shard's pass
+        # is its own invocation (as the rules invoke the first), all of them at once.
+        self.second_tick_mapping = lambda_.CfnEventSourceMapping(
+            self,
+            "SecondTicksToReconciler",
+            function_name=functions.functions[RECONCILER].function_name,
+            event_source_arn=queues.second_ticks.queue_arn,
+            batch_size=1,
+            maximum_batching_window_in_seconds=0,
+            function_response_types=REPORT_FAILURES,
+            scaling_config=lambda_.CfnEventSourceMapping.ScalingConfigProperty(
+                maximum_concurrency=min(1000, max(2, config.shard_count))  # AWS's range
+            ),
+        )
+        self.second_tick_mapping.node.add_dependency(functions.roles[RECONCILER])
 
         worker = functions.functions[WORKER]
         self.worker_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}

@@ -248,6 +248,8 @@ class Functions(Construct):
             return [self._queues.events_failures.queue_arn]
         if res.kind == "notifications":
             return [self._queues.notifications.queue_arn]
+        if res.kind == "second_ticks":
+            return [self._queues.second_ticks.queue_arn]
         if res.kind == "event_bus":
             return [self._event_bus.event_bus_arn]
         if res.kind == "log_group":

@@ -242,13 +242,18 @@ class Monitoring(Construct):
                 ),
             )
         # A tick EventBridge could not deliver (it also lands in the tick-failures queue).
-        for kind, rules in (("sweep", schedules.sweeper_rules), ("reconcile", schedules.reconciler_rules)):
+        for kind, rules in (
+            ("sweep", schedules.sweeper_rules),
+            ("reconcile", schedules.reconciler_rules),
+            ("second-reconcile", schedules.second_tick_rules),
+        ):
             for number, start in enumerate(range(0, len(rules), RULES_PER_ALARM)):
                 self._alarm(
                     f"{kind}-rules-failed-{number}",
                     self.failed_invocations_metric(rules[start : start + RULES_PER_ALARM]),
                     threshold=1,
-                    description=f"{kind} ticks: EventBridge failed to invoke the function",
+                    description=f"{kind} ticks: EventBridge failed to deliver them (invoke the "
+                    "function, or send the second tick to its queue)",
                 )
         # The account's concurrency near its quota: the next burst is throttled, and every
         # function without a reservation competes for what is left.

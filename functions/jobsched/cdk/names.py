@@ -166,6 +166,14 @@ NOTIFIER_BATCH_SIZE = 5
 NOTIFICATIONS_MAX_RECEIVES = 5  # about 30 minutes of retries (a receive every 6 minutes) before the DLQ
 NOTIFIER_CONCURRENCY = 5  # the mapping's MaximumConcurrency: deliveries never crowd the workers out
 TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
+# The reconciler's second pass each minute: the rules put `{"shard": n}` on this queue, which
+# holds it SECOND_TICK_DELAY_SECONDS before its mapping invokes the reconciler, so every shard
+# is reconciled twice a minute (EventBridge rules tick at most once a minute). A message not
+# taken within SECOND_TICK_RETENTION_SECONDS of being sent expires: by then the next minute's
+# tick has done the same work, so a late or failed second pass is never run (or retried) late.
+SECOND_TICK_QUEUE_ID = "SecondTickQueue"
+SECOND_TICK_DELAY_SECONDS = 30
+SECOND_TICK_RETENTION_SECONDS = 60  # SQS's least
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
 # --- API ---

@@ -30,7 +30,7 @@ class Res:
     """A resource named by role, resolved to an ARN by the stack."""
 
     # table | index | stream | queue | dlq | outbox_failures | events_failures | event_bus | notifications
-    # | targets | secrets | secret_keys | roles | grants_parameter
+    # | second_ticks | targets | secrets | secret_keys | roles | grants_parameter
     # | log_group | any
     kind: str
     name: str = ""  # table spec logical id, queue key, or target service
@@ -78,6 +78,7 @@ OUTBOX_FAILURES = Res("outbox_failures")
 EVENTS_FAILURES = Res("events_failures")
 EVENT_BUS = Res("event_bus")
 NOTIFICATIONS = Res("notifications")  # the notifications queue (services.notifications)
+SECOND_TICKS = Res("second_ticks")  # the reconciler's delayed second tick (jobsched.cdk.schedules)
 
 
 @dataclass(frozen=True)
@@ -421,7 +422,15 @@ _TRACES = Grant(("xray:PutTraceSegments", "xray:PutTelemetryRecords"), (ANY,), "
 PLATFORM: dict[str, tuple[Grant, ...]] = {
     API: (_LOGS, _TRACES),
     SWEEPER: (_LOGS, _TRACES),
-    RECONCILER: (_LOGS, _TRACES),
+    RECONCILER: (
+        _LOGS,
+        _TRACES,
+        Grant(
+            ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"),
+            (SECOND_TICKS,),
+            "the event source mapping polls the queue that delays the second tick each minute",
+        ),
+    ),
     OUTBOX: (
         _LOGS,
         _TRACES,

@@ -1,6 +1,7 @@
 """One queue per priority (jobsched.store.schema.QUEUES), each with its DLQ and redrive policy,
-plus the queue that receives stream batches the outbox mapping gives up on and the one that
-receives the every-minute ticks EventBridge could not deliver."""
+plus the queue that receives stream batches the outbox mapping gives up on, the one that
+receives the every-minute ticks EventBridge could not deliver, and the one that delays the
+reconciler's second tick each minute."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from .names import (
     NOTIFICATIONS_QUEUE_ID,
     NOTIFIER,
     OUTBOX_FAILURE_QUEUE_ID,
+    RECONCILER,
+    SECOND_TICK_DELAY_SECONDS,
+    SECOND_TICK_QUEUE_ID,
+    SECOND_TICK_RETENTION_SECONDS,
     TICK_FAILURE_QUEUE_ID,
     dlq_logical_id,
     queue_logical_id,
@@ -96,6 +101,20 @@ class Queues(Construct):
         # The scheduled rules' targets' dead-letter queue: a tick EventBridge gave up on
         # (permission refused, function missing, retries spent) leaves a message here.
         self.tick_failures = _queue(self, "tick-failures", TICK_FAILURE_QUEUE_ID, retention_period=RETENTION)
+        # The reconciler's second tick each minute (jobsched.cdk.schedules): delayed half a
+        # minute, expired a minute after it was sent. Its visibility timeout (the function's,
+        # six times over, as AWS asks of a Lambda event source) outlasts the retention, so a
+        # pass that failed is never received again: the next tick does its work.
+        self.second_ticks = _queue(
+            self,
+            "second-ticks",
+            SECOND_TICK_QUEUE_ID,
+            delivery_delay=Duration.seconds(SECOND_TICK_DELAY_SECONDS),
+            retention_period=Duration.seconds(SECOND_TICK_RETENTION_SECONDS),
+            visibility_timeout=Duration.seconds(
+                VISIBILITY_PER_FUNCTION_TIMEOUT * FUNCTIONS_BY_NAME[RECONCILER].timeout_seconds
+            ),
+        )
 
     def all_dead_letter_queues(self) -> dict[str, sqs.Queue]:
         """Every queue whose depth means something was given up on."""

@@ -169,6 +169,7 @@ class JobScheduler(Construct):
             config=config,
             functions=self.functions,
             dead_letters=self.queues.tick_failures,
+            second_ticks=self.queues.second_ticks,
             name=self.naming.name,
         )
         self.api = Api(
@@ -368,6 +369,13 @@ class JobScheduler(Construct):
             "AwsSolutions-SQS3",
             "This queue is itself a dead letter: the on-failure destination of the events "
             "mappings; its depth is alarmed like every DLQ.",
+        )
+        ack(
+            self.queues.second_ticks,
+            "AwsSolutions-SQS3",
+            "A tick: a message not taken within a minute of being sent expires, and a pass "
+            "that failed is never received again (the visibility timeout outlasts the "
+            "retention); the next minute's tick does the same work, so nothing is lost.",
         )
         ack(
             self.queues.tick_failures,

@@ -20,11 +20,13 @@ class RepairTimings:
     """How long each open state may go unmoved before the reconciler repairs the run.
 
     A run that should have started (it is due, or its lease expired) and has not is started
-    again within grace + one reconciler tick (60 s) + the pass over the shard (under 20 s
-    for a burst of a few hundred repairs) + the publish path (a few seconds): with these
-    graces under 90 s. A grace only has to cover the usual path's own latency (the stream
-    and outbox, seconds; a heartbeat every third of the lease); a repair made too early is
-    harmless (a second message is suppressed by the worker's conditional claim)."""
+    again within grace + the wait for the shard's next pass (up to 30 s: a rule's tick each
+    minute and its second tick half a minute later) + the pass over the shard (under 20 s
+    for a burst of a few hundred repairs) + the publish path (a few seconds, more when the
+    worker's invocation is throttled): with these graces under 90 s. A grace only has to
+    cover the usual path's own latency (the stream and outbox, seconds; a heartbeat every
+    third of the lease); a repair made too early is harmless (a second message is suppressed
+    by the worker's conditional claim)."""
 
     publish_grace: timedelta = timedelta(seconds=10)  # PENDING/RETRY_WAIT not yet QUEUED
     queue_dwell: timedelta = timedelta(minutes=15)  # QUEUED but never claimed

@@ -1,13 +1,24 @@
-"""`reconciler` Lambda: EventBridge every minute; the rule input may name one shard (fan-out)."""
+"""`reconciler` Lambda: EventBridge every minute, the rule input naming one shard (fan-out),
+and the same shard again half a minute later through the second-tick queue
+(jobsched.cdk.schedules): an SQS event whose records each name one shard."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from ..domain.metrics import Unit
 from ..observability import log_metrics, logger, tracer
+from ..services.reconciler import RepairReport
 from ..wiring import container
+
+# A failed pass is reported like any other record, not raised; its message is never received
+# again (the queue's visibility timeout outlasts its retention): the next tick does its work.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def shard_of(event: dict[str, Any] | None) -> int | None:
@@ -20,16 +31,51 @@ def shard_of(event: dict[str, Any] | None) -> int | None:
     return None
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def reconcile(shard: int | None) -> RepairReport:
+    """One pass over `shard` (taken modulo the shard count), or over every shard when None."""
     services = container()
-    shard = shard_of(event)
     if shard is None:
         report = services.reconciler.reconcile_all()
     else:
         report = services.reconciler.reconcile_shard(shard % services.settings.shard_count)
     if report.repaired:
         logger.info("reconciled", extra={"shards": report.shards, "repaired": len(report.repaired)})
-    return report.as_dict()
+    return report
+
+
+def second_tick_shard(body: str) -> int:
+    """The shard a second tick's body names: `{"shard": n}`, n a whole number >= 0 (taken
+    modulo the shard count by the pass). Raises ValueError for anything else."""
+    try:
+        payload = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    shard = payload.get("shard") if isinstance(payload, dict) else None
+    if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
+        raise ValueError(f'the body must be {{"shard": <whole number >= 0>}}, got {body[:100]!r}')
+    return shard
+
+
+def second_tick(record: SQSRecord) -> None:
+    """The second tick's pass over the shard its body names. A body that names none is
+    logged, counted and dropped (retrying cannot help)."""
+    try:
+        shard = second_tick_shard(record.body)
+    except ValueError as exc:
+        logger.error(
+            "unreadable second tick: dropped", extra={"message_id": record.message_id, "error": str(exc)}
+        )
+        container().metrics.add("TicksUnreadable", 1, Unit.COUNT)
+        return
+    reconcile(shard)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """A rule's tick (`{"shard": n}`, or nothing: every shard) returns the pass's report; the
+    second-tick queue's SQS event returns its batch item failures."""
+    if isinstance(event, dict) and isinstance(event.get("Records"), list):
+        return dict(process_partial_response(event, second_tick, processor, context))
+    return reconcile(shard_of(event)).as_dict()
