@@ -944,3 +944,46 @@ def test_a_delivery_keeps_a_leased_runs_message_only_when_it_can_outlast_a_dead_
     assert (result.outcome is AttemptOutcome.DUPLICATE) is not kept, case
     assert result.redeliver is kept
     assert stored(container, run).fence == 1  # the holder's lease is left alone either way
+
+
+# --- what follows a landed completion is best effort, each part on its own ---
+
+
+def test_a_counter_that_cannot_be_written_after_the_completion_leaves_the_outcome_as_written(
+    container, clock, worker, ledger, monkeypatch
+):
+    from jobsched.domain.errors import StorageUnavailable
+
+    _, run = one_run(container, clock)
+
+    def throttled(*args, **kwargs):
+        raise StorageUnavailable("throttled after retries")
+
+    monkeypatch.setattr(container.definitions, "add_stats", throttled)
+    result = worker.process(delivery(run))
+
+    assert result.outcome is AttemptOutcome.SUCCEEDED
+    assert stored(container, run).state is RunState.SUCCEEDED
+    assert ledger.effects[run.run_key] == 1
+    clock.advance(61)
+    assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
+    assert ledger.effects[run.run_key] == 1
+
+
+def test_a_dead_run_whose_counter_cannot_be_written_still_pauses_its_job_and_reaches_the_dlq(
+    container, clock, worker, monkeypatch
+):
+    from jobsched.domain.errors import StorageUnavailable
+
+    job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
+
+    def throttled(*args, **kwargs):
+        raise StorageUnavailable("throttled after retries")
+
+    monkeypatch.setattr(container.definitions, "add_stats", throttled)
+    result = worker.process(delivery(run))
+
+    assert result.outcome is AttemptOutcome.DEAD
+    assert stored(container, run).state is RunState.DEAD
+    assert container.definitions.get(job.job_id).state.value == "PAUSED"
+    assert queue_messages(container, run.priority.value, dlq=True) == 1

@@ -190,6 +190,13 @@ class Completer:
     # --- what follows a transition, whoever wrote it ---
 
     def after(self, run: Run) -> None:
+        """What follows a landed transition to `run`'s state: the job's counter and metric,
+        a dead run's DLQ copy and pause-on-failure, the chained run's release.
+
+        Never raises: the transition has landed, so its outcome stands whatever follows.
+        Each part is tried on its own, so one that fails (a throttled counter) does not stop
+        the others; a failure is logged and counted (`AfterTransitionFailed`). A lost counter
+        stays lost; a chained run not released is released by the reconciler."""
         if run.state not in TERMINAL_STATES:
             if run.state is RunState.RETRY_WAIT:
                 self._metrics.add("RetriesScheduled")
@@ -201,22 +208,34 @@ class Completer:
         )
         if counted is not None:
             counter, metric = counted
-            self._definitions.add_stats(run.job_id, **{counter: 1})
             self._metrics.add(metric)
+            self._best_effort(
+                "job counter not written", run, self._definitions.add_stats, run.job_id, **{counter: 1}
+            )
         if run.state is RunState.DEAD:
-            self._after_dead(run)
+            reason = f"{run.last_error_class}: {run.last_error_message}"
+            # The copy makes the DLQ's depth alarm fire.
+            self._best_effort(
+                "dead run not copied to the DLQ",
+                run,
+                self._queues.dead_letter,
+                run.priority.value,
+                run,
+                reason,
+            )
+            if run.policies.pause_on_failure:
+                self._best_effort("job not paused on failure", run, self._pause_job, run)
         if run.blocks:
-            self.unblock_successor(run)
+            self._best_effort("chained run not released", run, self.unblock_successor, run)
 
-    def _after_dead(self, run: Run) -> None:
-        """A dead run's DLQ copy (so the depth alarm fires) and pause-on-failure."""
-        reason = f"{run.last_error_class}: {run.last_error_message}"
+    def _best_effort(
+        self, failed: str, run: Run, step: Callable[..., object], *args: object, **kwargs: object
+    ) -> None:
         try:
-            self._queues.dead_letter(run.priority.value, run, reason)
+            step(*args, **kwargs)
         except Exception:
-            logger.exception("dead run not copied to the DLQ", extra={"run_key": run.run_key})
-        if run.policies.pause_on_failure:
-            self._pause_job(run)
+            logger.exception(failed, extra={"run_key": run.run_key})
+            self._metrics.add("AfterTransitionFailed")
 
     def unblock_successor(self, run: Run) -> None:
         """Let the run chained behind this one be published (best effort: the reconciler
