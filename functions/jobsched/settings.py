@@ -133,6 +133,9 @@ class Settings(BaseModel):
     # Where the events consumer queues notification deliveries, and the notifier takes them
     # from (services.notifications). None: deliveries are counted (NotificationsDropped) and dropped.
     notifications_queue_url: str | None = Field(None, alias="NOTIFICATIONS_QUEUE_URL", min_length=1)
+    # Where a rule's reconciler pass sends its shard's second tick of the minute
+    # (store.second_ticks). None: no second tick (local mode ticks every 30 s itself).
+    second_tick_queue_url: str | None = Field(None, alias="SECOND_TICK_QUEUE_URL", min_length=1)
     # Set by Lambda itself (SET_BY_LAMBDA: a reserved name no stack may set): the API links
     # each transition's X-Ray trace to this region's console.
     aws_region: str | None = Field(None, alias="AWS_REGION")

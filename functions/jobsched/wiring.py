@@ -34,6 +34,7 @@ from .settings import Settings, settings
 from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
 from .store.runs import RunStore
+from .store.second_ticks import SecondTicks
 from .store.tenant_slots import TenantSlots
 
 if TYPE_CHECKING:
@@ -182,6 +183,10 @@ class Container:
     @cached_property
     def notification_queue(self) -> NotificationQueue:
         return NotificationQueue(client("sqs"), self.settings.notifications_queue_url, self.metrics)
+
+    @cached_property
+    def second_ticks(self) -> SecondTicks:
+        return SecondTicks(client("sqs"), self.settings.second_tick_queue_url, self.metrics)
 
     @cached_property
     def notifier(self) -> Notifier:

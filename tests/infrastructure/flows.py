@@ -62,6 +62,7 @@ GRANTS_PARAMETER = "/Jobsched/target-grants"
 SERVICES = ("dynamodb", "sqs", "lambda", "events", "stepfunctions", "ssm", "sts", "sns")
 TARGET_TOPIC = "jobsched-target-alerts"
 NOTIFICATIONS_QUEUE = "jobsched-notifications"
+SECOND_TICK_QUEUE = "jobsched-second-ticks"
 HARNESS = "harness"
 ASSUMED_SUFFIX = ", as the tenant's role"  # calls made with a tenant's assumed credentials
 SHARDS = 4
@@ -180,6 +181,7 @@ class Flows:
         self.queue_urls: dict[str, str] = urls["urls"]
         self.target_queue_url = self.sqs.create_queue(QueueName=TARGET_QUEUE)["QueueUrl"]
         self.notifications_url = self.sqs.create_queue(QueueName=NOTIFICATIONS_QUEUE)["QueueUrl"]
+        self.second_tick_url = self.sqs.create_queue(QueueName=SECOND_TICK_QUEUE)["QueueUrl"]
         self.target_topic_arn = boto3.client("sns").create_topic(Name=TARGET_TOPIC)["TopicArn"]
         self.hooks = Hooks()
         self.target_machine_arn = boto3.client("stepfunctions").create_state_machine(
@@ -248,6 +250,7 @@ class Flows:
             dlq_urls=urls["dlq_urls"],
             target_grants_parameter=GRANTS_PARAMETER,
             notifications_queue_url=self.notifications_url,
+            second_tick_queue_url=self.second_tick_url,
             http_allow_destinations=("127.0.0.1/32",),
         ).model_copy(update={"lease_seconds": 3})
         self.container = wiring.Container(settings, self.clock)

@@ -21,6 +21,7 @@ from jobsched.cdk.names import (
     PYTHON_VERSION,
     RECONCILER,
     RUNTIME_PACKAGE,
+    SECOND_TICK_QUEUE_ID,
     SWEEPER,
     code_asset_packages,
     dlq_logical_id,
@@ -208,6 +209,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         event_bus_name="ref:" + EVENT_BUS_ID,
         event_source_name=built.stack.stack_name,
         notifications_queue_url="ref:" + NOTIFICATIONS_QUEUE_ID,
+        second_tick_queue_url="ref:" + SECOND_TICK_QUEUE_ID,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

@@ -36,6 +36,7 @@ from tests.infrastructure.flows import (
     GRANTS_PARAMETER,
     NOTIFICATIONS_QUEUE,
     REGION,
+    SECOND_TICK_QUEUE,
     TENANT_ROLE,
     Call,
 )
@@ -294,6 +295,8 @@ def _queue(url: str) -> str:
             return f"<{dlq_logical_id(queue.key)}.Arn>"
     if name == NOTIFICATIONS_QUEUE:
         return f"<{NOTIFICATIONS_QUEUE_ID}.Arn>"
+    if name == SECOND_TICK_QUEUE:
+        return f"<{SECOND_TICK_QUEUE_ID}.Arn>"
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
 
 

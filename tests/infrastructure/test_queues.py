@@ -76,9 +76,9 @@ def test_visibility_is_six_worker_timeouts_and_receives_fit_the_retention(synth)
     for mapping in synth.of_type("AWS::Lambda::EventSourceMapping").values():
         props = mapping["Properties"]
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
-        if (
-            synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
-            or source in (NOTIFICATIONS_QUEUE_ID, SECOND_TICK_QUEUE_ID)
+        if synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue" or source in (
+            NOTIFICATIONS_QUEUE_ID,
+            SECOND_TICK_QUEUE_ID,
         ):
             continue  # the notifications and second-tick queues have their own rules
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]
@@ -100,9 +100,9 @@ def test_every_record_of_a_batch_gets_a_jobs_longest_timeout(synth):
     for mapping in synth.of_type("AWS::Lambda::EventSourceMapping").values():
         props = mapping["Properties"]
         source = props["EventSourceArn"].get("Fn::GetAtt", [None])[0]
-        if (
-            synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue"
-            or source in (NOTIFICATIONS_QUEUE_ID, SECOND_TICK_QUEUE_ID)
+        if synth.resources.get(source, {}).get("Type") != "AWS::SQS::Queue" or source in (
+            NOTIFICATIONS_QUEUE_ID,
+            SECOND_TICK_QUEUE_ID,
         ):
             continue  # the notifications and second-tick queues have their own rules
         timeout = synth.props(props["FunctionName"]["Ref"])["Timeout"]

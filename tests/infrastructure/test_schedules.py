@@ -1,6 +1,6 @@
-"""EventBridge ticks: every shard is swept each minute and reconciled twice (the second time
-through a queue that delays the tick half a minute), and each input is a shape the handler
-accepts."""
+"""EventBridge ticks: every shard is swept and reconciled each minute (and reconciled again
+half a minute later through the second-tick queue), and each rule input is a shape the
+handler accepts."""
 
 from __future__ import annotations
 
@@ -24,20 +24,9 @@ def targets_of(synth, handler: str) -> list[tuple[str, dict]]:
     for logical_id, rule in synth.of_type("AWS::Events::Rule").items():
         for target in rule["Properties"]["Targets"]:
             function = target["Arn"]["Fn::GetAtt"][0]
-            if synth.props(function).get("Handler") == handler:
+            if synth.props(function)["Handler"] == handler:
                 found.append((logical_id, target))
     return found
-
-
-def second_tick_targets(synth) -> list[tuple[str, dict]]:
-    from jobsched.cdk.names import SECOND_TICK_QUEUE_ID
-
-    return [
-        (logical_id, target)
-        for logical_id, rule in synth.of_type("AWS::Events::Rule").items()
-        for target in rule["Properties"]["Targets"]
-        if target["Arn"] == {"Fn::GetAtt": [SECOND_TICK_QUEUE_ID, "Arn"]}
-    ]
 
 
 def test_rules_tick_every_minute_and_respect_the_target_limit(synth):
@@ -65,19 +54,15 @@ def test_every_shard_is_reconciled_exactly_once_per_tick(synth, config):
     assert sorted(shards) == list(range(config.shard_count))  # type: ignore[type-var]
 
 
-def test_every_shard_is_reconciled_again_half_a_minute_after_its_tick(synth, config):
-    """Each shard's `{"shard": n}` goes every minute to a queue that holds it 30 s and lets
-    it expire 60 s after it was sent; the queue's mapping invokes the reconciler, one shard a
-    record, and a pass that failed is never received again (visibility outlasts retention)."""
+def test_every_shard_is_reconciled_again_half_a_minute_after_its_rules_tick(synth, config):
+    """The reconciler sends each rule tick's shard to a queue that holds it 30 s and lets it
+    expire 120 s after it was sent; its mapping invokes the reconciler, one shard a record,
+    and a pass that failed is never received again (visibility outlasts retention)."""
     from jobsched.cdk.names import SECOND_TICK_QUEUE_ID
-    from jobsched.handlers.reconciler import second_tick_shard
 
-    targets = second_tick_targets(synth)
-    shards = [second_tick_shard(target["Input"]) for _, target in targets]
-    assert sorted(shards) == list(range(config.shard_count))
     queue = synth.props(SECOND_TICK_QUEUE_ID)
     assert queue["DelaySeconds"] == 30
-    assert queue["MessageRetentionPeriod"] == 60
+    assert queue["MessageRetentionPeriod"] == 120
     assert queue["VisibilityTimeout"] > queue["MessageRetentionPeriod"]
     (mapping,) = [
         p["Properties"]
@@ -85,28 +70,23 @@ def test_every_shard_is_reconciled_again_half_a_minute_after_its_tick(synth, con
         if p["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [SECOND_TICK_QUEUE_ID, "Arn"]}
     ]
     function = mapping["FunctionName"]["Ref"]
-    assert synth.props(function)["Handler"] == "jobsched.handlers.reconciler.handler"
+    props = synth.props(function)
+    assert props["Handler"] == "jobsched.handlers.reconciler.handler"
     assert mapping["BatchSize"] == 1
+    assert mapping.get("Enabled", True) is True
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-
-
-def test_only_the_second_tick_rules_may_send_to_the_second_tick_queue(synth):
-    from jobsched.cdk.names import SECOND_TICK_QUEUE_ID
-
-    (policy,) = [
-        p["Properties"]
-        for p in synth.of_type("AWS::SQS::QueuePolicy").values()
-        if p["Properties"]["Queues"] == [{"Ref": SECOND_TICK_QUEUE_ID}]
-    ]
-    (source,) = [
-        concrete(s["Condition"]["ArnLike"]["aws:SourceArn"])
-        for s in policy["PolicyDocument"]["Statement"]
-        if s["Effect"] == "Allow" and s["Principal"] == {"Service": "events.amazonaws.com"}
-    ]
-    senders = {logical_id for logical_id, _ in second_tick_targets(synth)}
-    assert senders
-    for logical_id in synth.of_type("AWS::Events::Rule"):
-        assert fnmatchcase(rule_arn(synth, logical_id), source) == (logical_id in senders), logical_id
+    # Every shard's second tick may run at once, within what the function reserves.
+    concurrency = mapping["ScalingConfig"]["MaximumConcurrency"]
+    assert min(config.shard_count, 1000) <= concurrency <= props.get("ReservedConcurrentExecutions", 1000)
+    # The reconciler sends to it (the queue's URL in its environment).
+    variables = props["Environment"]["Variables"]
+    assert variables["SECOND_TICK_QUEUE_URL"] == {"Ref": SECOND_TICK_QUEUE_ID}
+    # Only the ticks make second ticks: the queue's policy allows no one (it denies plain
+    # HTTP); the reconciler's role is the one granted to send (tests/infrastructure/test_iam).
+    for policy in synth.of_type("AWS::SQS::QueuePolicy").values():
+        if {"Ref": SECOND_TICK_QUEUE_ID} in policy["Properties"]["Queues"]:
+            statements = policy["Properties"]["PolicyDocument"]["Statement"]
+            assert all(s["Effect"] == "Deny" for s in statements)
 
 
 def test_a_missed_tick_is_not_retried_for_long(synth):
@@ -168,8 +148,7 @@ def policy_statement_bytes(props: dict) -> int:
 
 
 def test_function_policies_stay_small_at_the_largest_shard_count(largest):
-    # 52 each: the sweeper's, the reconciler's and its second tick's
-    assert len(largest.of_type("AWS::Events::Rule")) == 3 * (-(-256 // 5))
+    assert len(largest.of_type("AWS::Events::Rule")) == 2 * 256 // 5 + 2  # 52 per function
     for function in largest.of_type("AWS::Lambda::Function"):
         granted = [
             p["Properties"]
@@ -201,7 +180,7 @@ def test_every_tick_target_has_a_dead_letter_queue_the_rules_may_send_to(synth):
         and s["Principal"] == {"Service": "events.amazonaws.com"}
         and s["Action"] == "sqs:SendMessage"
     ]
-    assert len(sources) == 3  # one statement per kind, whatever the shard count
+    assert len(sources) == 2  # one statement per kind, whatever the shard count
     prefix = "arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:rule/"
     for rule in rules.values():
         name = prefix + rule["Properties"]["Name"]

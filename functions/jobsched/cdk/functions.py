@@ -96,6 +96,7 @@ def runtime_settings(
         event_bus_name=event_bus.event_bus_name,
         event_source_name=source_name or Stack.of(event_bus).stack_name,
         notifications_queue_url=queues.notifications.queue_url,
+        second_tick_queue_url=queues.second_ticks.queue_url,
     )
 
 

@@ -241,19 +241,29 @@ class Monitoring(Construct):
                     "minute arrived for 5 minutes; shards go unprocessed"
                 ),
             )
+        # The reconciler's second ticks (store.second_ticks) alone: the invocations above count
+        # both, so a share of second ticks lost (not sent, expired before the poller took them,
+        # or their passes failing) shows here first.
+        per_minute = config.tick_invocations()[RECONCILER]
+        self._alarm(
+            "reconciler-second-ticks-missing",
+            app_metric("SecondTickPasses", period=FIVE_MINUTES),
+            threshold=math.floor(per_minute * 5 * TICKS_EXPECTED_SHARE),
+            comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            missing=cw.TreatMissingData.BREACHING,
+            description=(
+                f"reconciler: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} second "
+                "ticks a minute made their pass for 5 minutes; repairs come up to 30 s later"
+            ),
+        )
         # A tick EventBridge could not deliver (it also lands in the tick-failures queue).
-        for kind, rules in (
-            ("sweep", schedules.sweeper_rules),
-            ("reconcile", schedules.reconciler_rules),
-            ("second-reconcile", schedules.second_tick_rules),
-        ):
+        for kind, rules in (("sweep", schedules.sweeper_rules), ("reconcile", schedules.reconciler_rules)):
             for number, start in enumerate(range(0, len(rules), RULES_PER_ALARM)):
                 self._alarm(
                     f"{kind}-rules-failed-{number}",
                     self.failed_invocations_metric(rules[start : start + RULES_PER_ALARM]),
                     threshold=1,
-                    description=f"{kind} ticks: EventBridge failed to deliver them (invoke the "
-                    "function, or send the second tick to its queue)",
+                    description=f"{kind} ticks: EventBridge failed to invoke the function",
                 )
         # The account's concurrency near its quota: the next burst is throttled, and every
         # function without a reservation competes for what is left.

@@ -166,14 +166,16 @@ NOTIFIER_BATCH_SIZE = 5
 NOTIFICATIONS_MAX_RECEIVES = 5  # about 30 minutes of retries (a receive every 6 minutes) before the DLQ
 NOTIFIER_CONCURRENCY = 5  # the mapping's MaximumConcurrency: deliveries never crowd the workers out
 TICK_FAILURE_QUEUE_ID = "TickFailures"  # ticks EventBridge could not deliver
-# The reconciler's second pass each minute: the rules put `{"shard": n}` on this queue, which
-# holds it SECOND_TICK_DELAY_SECONDS before its mapping invokes the reconciler, so every shard
-# is reconciled twice a minute (EventBridge rules tick at most once a minute). A message not
-# taken within SECOND_TICK_RETENTION_SECONDS of being sent expires: by then the next minute's
-# tick has done the same work, so a late or failed second pass is never run (or retried) late.
+# The reconciler's second pass each minute (store.second_ticks): a rule's pass puts its
+# shard's `{"shard": n}` on this queue, which holds it SECOND_TICK_DELAY_SECONDS before its
+# mapping invokes the reconciler, so every shard is reconciled twice a minute, half a minute
+# apart (EventBridge rules tick at most once a minute). A message not taken within
+# SECOND_TICK_RETENTION_SECONDS of being sent expires (a pass the poller took up to 90 s
+# to start is still made: a late pass is harmless), and one whose pass failed is never
+# received again (the visibility timeout outlasts the retention): the next tick does its work.
 SECOND_TICK_QUEUE_ID = "SecondTickQueue"
 SECOND_TICK_DELAY_SECONDS = 30
-SECOND_TICK_RETENTION_SECONDS = 60  # SQS's least
+SECOND_TICK_RETENTION_SECONDS = 120
 QUEUE_KEYS = tuple(q.key for q in QUEUES)  # every queue is drained by the worker
 
 # --- API ---

@@ -78,7 +78,7 @@ OUTBOX_FAILURES = Res("outbox_failures")
 EVENTS_FAILURES = Res("events_failures")
 EVENT_BUS = Res("event_bus")
 NOTIFICATIONS = Res("notifications")  # the notifications queue (services.notifications)
-SECOND_TICKS = Res("second_ticks")  # the reconciler's delayed second tick (jobsched.cdk.schedules)
+SECOND_TICKS = Res("second_ticks")  # the reconciler's delayed second tick (store.second_ticks)
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ _DEAD_COPY = Grant(
     ("sqs:SendMessage",),
     dlqs(*QUEUE_KEYS),
     "a copy of every run that dies, on its priority's DLQ, so the dead-letter alarm fires",
-    (f"{_QUEUES}.dead_letter", f"{_COMPLETER}._after_dead"),
+    (f"{_QUEUES}.dead_letter", f"{_COMPLETER}.after"),
 )
 
 CODE: dict[str, tuple[Grant, ...]] = {
@@ -362,6 +362,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ),
         ),
         _DEAD_COPY,
+        Grant(
+            ("sqs:SendMessage",),
+            (SECOND_TICKS,),
+            "a rule's pass sends its shard's second tick of the minute, which the queue delays",
+            ("jobsched.store.second_ticks:SecondTicks.send",),
+        ),
     ),
     WORKER: (
         Grant(
@@ -428,7 +434,7 @@ PLATFORM: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"),
             (SECOND_TICKS,),
-            "the event source mapping polls the queue that delays the second tick each minute",
+            "the event source mapping polls the queue that delays the second tick of each minute",
         ),
     ),
     OUTBOX: (

@@ -101,10 +101,10 @@ class Queues(Construct):
         # The scheduled rules' targets' dead-letter queue: a tick EventBridge gave up on
         # (permission refused, function missing, retries spent) leaves a message here.
         self.tick_failures = _queue(self, "tick-failures", TICK_FAILURE_QUEUE_ID, retention_period=RETENTION)
-        # The reconciler's second tick each minute (jobsched.cdk.schedules): delayed half a
-        # minute, expired a minute after it was sent. Its visibility timeout (the function's,
-        # six times over, as AWS asks of a Lambda event source) outlasts the retention, so a
-        # pass that failed is never received again: the next tick does its work.
+        # The reconciler's second tick each minute (store.second_ticks): delayed half a
+        # minute, expired two minutes after it was sent. Its visibility timeout (the
+        # function's, six times over, as AWS asks of a Lambda event source) outlasts the
+        # retention, so a pass that failed is never received again: the next tick does its work.
         self.second_ticks = _queue(
             self,
             "second-ticks",

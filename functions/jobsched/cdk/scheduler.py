@@ -169,7 +169,6 @@ class JobScheduler(Construct):
             config=config,
             functions=self.functions,
             dead_letters=self.queues.tick_failures,
-            second_ticks=self.queues.second_ticks,
             name=self.naming.name,
         )
         self.api = Api(
@@ -373,7 +372,7 @@ class JobScheduler(Construct):
         ack(
             self.queues.second_ticks,
             "AwsSolutions-SQS3",
-            "A tick: a message not taken within a minute of being sent expires, and a pass "
+            "A tick: a message not taken within two minutes of being sent expires, and a pass "
             "that failed is never received again (the visibility timeout outlasts the "
             "retention); the next minute's tick does the same work, so nothing is lost.",
         )

@@ -1,16 +1,12 @@
 """EventBridge rules that tick the sweeper (one target per shard group) and the reconciler
-(one target per shard) every minute, and rules that put the reconciler's second tick of each
-minute on a queue that delays it half a minute (jobsched.cdk.queues): EventBridge rules tick at
-most once a minute, and a run whose publish was lost, or whose worker died, must start again
-within 90 s of when it should have (grace + the wait for a pass + the publish path).
+(one target per shard) every minute.
 
 One resource-policy statement per function, whatever the shard count: the rules are named
 `<stack>-sweep-<n>` / `<stack>-reconcile-<n>`, and a single permission allows EventBridge
 rules of this account whose name starts with that prefix. (`targets.LambdaFunction` would add
 a statement per rule: 52 per function at 256 shards, against Lambda's 20 KB policy limit.)
 A tick EventBridge cannot deliver goes to one dead-letter queue, which the same prefixes may
-send to (one queue-policy statement per kind, for the same reason). The second-tick rules are
-`<stack>-second-tick-<n>`, and the delaying queue accepts messages from that prefix alone."""
+send to (one queue-policy statement per kind, for the same reason)."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from constructs import Construct
 
 from .config import Config
 from .functions import TICK_MAX_EVENT_AGE, Functions
-from .names import RECONCILER, SECOND_TICK_DELAY_SECONDS, SWEEPER
+from .names import RECONCILER, SWEEPER
 
 MAX_TARGETS_PER_RULE = 5  # EventBridge limit
 EVERY_MINUTE = events.Schedule.rate(Duration.minutes(1))
@@ -35,7 +31,6 @@ MAX_RULE_NAME = 64  # EventBridge limit
 # Delivery to Lambda (not the function's own failures: see functions.SCHEDULED). A missed
 # tick is harmless: the next one finds the same work (no watermark).
 TICK_RETRY_ATTEMPTS = 2
-SECOND_TICK_KIND = "SecondTick"  # the rules of the reconciler's delayed second tick
 
 
 def shard_groups(shard_count: int, per_group: int) -> list[list[int]]:
@@ -50,30 +45,25 @@ def rule_prefix(stack_name: str, kind: str) -> str:
 
 @jsii.implements(events.IRuleTarget)
 class TickTarget:
-    """A Lambda (or SQS) target without the per-rule permission (or queue-policy statement)
-    targets.LambdaFunction (targets.SqsQueue) adds."""
+    """A Lambda target without the per-rule permission targets.LambdaFunction adds."""
 
     def __init__(
-        self, target: lambda_.Function | sqs.Queue, payload: dict[str, Any], dead_letters: sqs.IQueue
+        self, function: lambda_.IFunction, payload: dict[str, Any], dead_letters: sqs.IQueue
     ) -> None:
-        """`target`: the function the tick invokes, or the queue it is sent to (whose own
-        policy must let the rule send)."""
-        self.target = target
+        self.function = function
         self.payload = payload
         self.dead_letters = dead_letters
 
     def bind(self, rule: events_interfaces.IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
-        target = self.target
-        arn = target.queue_arn if isinstance(target, sqs.Queue) else target.function_arn
         return events.RuleTargetConfig(
-            arn=arn,
+            arn=self.function.function_arn,
             input=events.RuleTargetInput.from_object(self.payload),
             retry_policy=events.CfnRule.RetryPolicyProperty(
                 maximum_retry_attempts=TICK_RETRY_ATTEMPTS,
                 maximum_event_age_in_seconds=int(TICK_MAX_EVENT_AGE.to_seconds()),
             ),
             dead_letter_config=events.CfnRule.DeadLetterConfigProperty(arn=self.dead_letters.queue_arn),
-            target_resource=self.target,
+            target_resource=self.function,
         )
 
 
@@ -86,11 +76,9 @@ class Schedules(Construct):
         config: Config,
         functions: Functions,
         dead_letters: sqs.Queue,
-        second_ticks: sqs.Queue,
         name: str,
     ) -> None:
-        """`name`: the scheduler's (names.Naming), which every rule's name starts with.
-        `second_ticks`: the queue that delays the reconciler's second tick (Queues.second_ticks)."""
+        """`name`: the scheduler's (names.Naming), which every rule's name starts with."""
         super().__init__(scope, construct_id)
         self._name = name
         self.dead_letters = dead_letters
@@ -101,18 +89,9 @@ class Schedules(Construct):
         self.prefixes: dict[str, str] = {}
         self.sweeper_rules = self._rules("Sweep", functions.functions[SWEEPER], sweeps)
         self.reconciler_rules = self._rules("Reconcile", functions.functions[RECONCILER], reconciles)
-        self.second_tick_rules = self._second_tick_rules(second_ticks, reconciles)
-
-    def _rules_arn(self, prefix: str) -> str:
-        """Every rule of this account and region whose name starts with `prefix`."""
-        return Stack.of(self).format_arn(
-            service="events",
-            resource="rule",
-            resource_name=prefix + "*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
 
     def _rules(self, kind: str, function: lambda_.Function, inputs: list[dict]) -> list[events.Rule]:
+        stack = Stack.of(self)
         prefix = rule_prefix(self._name, kind.lower())
         permission = lambda_.CfnPermission(
             self,
@@ -120,58 +99,31 @@ class Schedules(Construct):
             action="lambda:InvokeFunction",
             function_name=function.function_arn,
             principal="events.amazonaws.com",
-            source_account=Stack.of(self).account,
-            source_arn=self._rules_arn(prefix),
+            source_account=stack.account,
+            source_arn=stack.format_arn(
+                service="events",
+                resource="rule",
+                resource_name=prefix + "*",
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            ),
         )
         self.permissions[function.node.id] = permission
-        self.prefixes[function.node.id] = prefix
-        rules = self._tick_rules(kind, prefix, function, inputs, f"jobsched {kind.lower()} tick")
-        for rule in rules:
-            rule.node.add_dependency(permission)  # no tick is refused for want of it
-        return rules
-
-    def _second_tick_rules(self, queue: sqs.Queue, inputs: list[dict]) -> list[events.Rule]:
-        """Rules that send each shard's `{"shard": n}` to `queue` every minute, which delivers
-        it SECOND_TICK_DELAY_SECONDS later: the reconciler's second pass of that minute.
-        Named `<stack>-second-tick-<n>`: outside the reconciler's own prefix, so its
-        permission lets no rule invoke it that does not."""
-        prefix = rule_prefix(self._name, SECOND_TICK_KIND.lower())
-        statement = queue.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="SecondTickRulesSend",
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["sqs:SendMessage"],
-                resources=[queue.queue_arn],
-                conditions={"ArnLike": {"aws:SourceArn": self._rules_arn(prefix)}},
-            )
+        rules_arn = stack.format_arn(
+            service="events",
+            resource="rule",
+            resource_name=prefix + "*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
         )
-        self.prefixes[queue.node.id] = prefix
-        description = f"jobsched reconcile tick, delivered {SECOND_TICK_DELAY_SECONDS} s later"
-        rules = self._tick_rules(SECOND_TICK_KIND, prefix, queue, inputs, description)
-        if statement.policy_dependable is not None:
-            for rule in rules:
-                rule.node.add_dependency(statement.policy_dependable)  # no tick is refused for want of it
-        return rules
-
-    def _tick_rules(
-        self,
-        kind: str,
-        prefix: str,
-        target: lambda_.Function | sqs.Queue,
-        inputs: list[dict],
-        description: str,
-    ) -> list[events.Rule]:
-        """Every-minute rules named `<prefix><n>`, up to five targets each, one per input; the
-        dead-letter queue takes what they cannot deliver (one statement for the prefix)."""
         self.dead_letters.add_to_resource_policy(
             iam.PolicyStatement(
                 sid=f"{kind}RulesDeadLetters",
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["sqs:SendMessage"],
                 resources=[self.dead_letters.queue_arn],
-                conditions={"ArnLike": {"aws:SourceArn": self._rules_arn(prefix)}},
+                conditions={"ArnLike": {"aws:SourceArn": rules_arn}},
             )
         )
+        self.prefixes[function.node.id] = prefix
         rules = []
         for number, start in enumerate(range(0, len(inputs), MAX_TARGETS_PER_RULE)):
             rule = events.Rule(
@@ -179,9 +131,10 @@ class Schedules(Construct):
                 f"{kind}{number}",
                 rule_name=f"{prefix}{number}",
                 schedule=EVERY_MINUTE,
-                description=description,
+                description=f"jobsched {kind.lower()} tick",
             )
             for payload in inputs[start : start + MAX_TARGETS_PER_RULE]:
-                rule.add_target(TickTarget(target, payload, self.dead_letters))
+                rule.add_target(TickTarget(function, payload, self.dead_letters))
+            rule.node.add_dependency(permission)  # no tick is refused for want of it
             rules.append(rule)
         return rules

@@ -7,7 +7,8 @@ between its read and its claim would fail the claim, which the worker takes for 
 someone else has and acknowledges the message: the run would wait QUEUED with no message
 until the reconciler's 15 minutes. A run whose send fails is put back to PENDING (so QUEUED
 always means "a message was sent") and that write's stream record publishes it again, a few
-times in a row at most before it is left to the reconciler (60 s after it is due). Such a
+times in a row at most before it is left to the reconciler (its publish grace after it is
+due, and the shard's next pass: within 30 s). Such a
 run does not fail its stream record: the record's retry would add nothing, and a batch that
 fails often is given up by Lambda sooner, with the runs it left marked and unsent.
 
