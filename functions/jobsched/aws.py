@@ -28,6 +28,11 @@ from .settings import settings
 
 # Standard mode retries throttling with backoff; what still fails surfaces as a domain error.
 _CONFIG = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=3, read_timeout=10)
+# A call worth a few seconds at most, before the work it precedes (the reconciler's second
+# tick, sent before its pass): an SQS brownout must not eat the pass's 50 s.
+QUICK_CONFIG = Config(
+    retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=1, read_timeout=2
+)
 
 EFFECT_CONNECT_TIMEOUT = 3
 EFFECT_MAX_ATTEMPTS = 3  # of a request that provably did not run (see _retry_if_not_run)
@@ -61,10 +66,12 @@ STORE_SERVICES = frozenset({"dynamodb", "sqs"})
 
 
 @cache
-def client(service: str) -> Any:
-    config = _CONFIG
+def client(service: str, *, quick: bool = False) -> Any:
+    """A client of `service` with the SDK's standard retries; `quick`: two attempts in all and
+    timeouts of 1 s (connect) and 2 s (read), for a call that must not hold up what follows."""
+    config = QUICK_CONFIG if quick else _CONFIG
     if service in STORE_SERVICES and not settings().validate_store_requests:
-        config = _CONFIG.merge(Config(parameter_validation=False))
+        config = config.merge(Config(parameter_validation=False))
     with _BUILDING:
         return boto3.client(service, config=config, endpoint_url=settings().endpoint_url)  # type: ignore[call-overload]
 

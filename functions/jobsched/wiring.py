@@ -186,7 +186,8 @@ class Container:
 
     @cached_property
     def second_ticks(self) -> SecondTicks:
-        return SecondTicks(client("sqs"), self.settings.second_tick_queue_url, self.metrics)
+        # Sent before the pass: a few seconds at most, whatever SQS does.
+        return SecondTicks(client("sqs", quick=True), self.settings.second_tick_queue_url, self.metrics)
 
     @cached_property
     def notifier(self) -> Notifier:

@@ -210,8 +210,10 @@ class Flows:
 
         aws_clients.client.cache_clear()
         for service in SERVICES:
-            client = aws_clients.client(service)  # the cached clients every function uses
-            client.meta.events.register("before-parameter-build", recorder.before_parameter_build)
+            # The cached clients every function uses (called as the functions call them: the
+            # cache keys on the call's form).
+            for client in (aws_clients.client(service), aws_clients.client(service, quick=True)):
+                client.meta.events.register("before-parameter-build", recorder.before_parameter_build)
         aws_clients.client("lambda").meta.events.register("before-call.lambda.Invoke", _lambda_stub)
         # The targets' clients (one per service and timeout) are made as runs need them.
         aws_clients._effect_client.cache_clear()

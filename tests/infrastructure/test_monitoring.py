@@ -215,6 +215,25 @@ def test_a_lowered_shard_count_is_alarmed_on_the_sweepers_metric(synth):
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
+def test_second_ticks_missing_is_alarmed_on_the_passes_they_make(synth, config):
+    """The reconciler's invocations count both ticks; its second ticks alone are watched on
+    the metric each second pass emits, so a share of them lost shows."""
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "SecondTickPasses"]
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    assert alarm["TreatMissingData"] == "breaching"  # none at all is no data
+    expected = config.shard_count * alarm["Period"] / 60  # one second tick a shard a minute
+    assert expected / 2 < alarm["Threshold"] < expected  # half of them lost raises it
+
+
+def test_a_follow_up_of_a_landed_transition_that_failed_is_alarmed(synth):
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "AfterTransitionFailed"]
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
 def allows(statement: dict, principal: str, action: str) -> bool:
     actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
     return (
@@ -381,9 +400,14 @@ def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
         "jobsched.handlers.sweeper.handler",
         "jobsched.handlers.reconciler.handler",
     }
-    (recursion,) = simple_alarms(synth, "RecursiveInvocationsDropped").items()
-    assert synth.props(recursion[0])["Handler"] == "jobsched.handlers.worker.handler"
-    for alarm in [*dropped.values(), recursion[1]]:
+    # The worker's queues, and the reconciler's second ticks (a loop there is something else
+    # sending to its queue).
+    recursion = simple_alarms(synth, "RecursiveInvocationsDropped")
+    assert {synth.props(ref)["Handler"] for ref in recursion} == {
+        "jobsched.handlers.worker.handler",
+        "jobsched.handlers.reconciler.handler",
+    }
+    for alarm in [*dropped.values(), *recursion.values()]:
         assert alarm["Namespace"] == "AWS/Lambda"
         assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"
 

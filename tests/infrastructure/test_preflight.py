@@ -262,6 +262,12 @@ def test_cost_at_rest_counts_what_is_billed_without_traffic(plan):
     assert f"alarms ${plan.alarms * 0.10:.2f}" in check.detail
     assert "kms keys $1.00" in check.detail and "waf $6.00" in check.detail
     assert "PITR on 2 tables" in check.detail and "Assumed:" in check.detail
+    # The reconciler's second ticks: 3 SQS requests a shard a minute, and its queue polled.
+    per_month = plan.second_ticks_per_minute * 3 * 60 * 730 * load_prices()["sqs_standard_request"]
+    assert plan.second_ticks_per_minute == 32 and f"second ticks (sqs) ${per_month:.2f}" in check.detail
+    from jobsched.cdk.names import QUEUE_KEYS
+
+    assert plan.polled_queues == len(QUEUE_KEYS) + 2  # the priority queues, notifications, second ticks
     more = cost_at_rest(plan.model_copy(update={"alarms": plan.alarms + 10}), load_prices())
     assert float(more.detail.split("$")[1].split("/")[0]) > float(check.detail.split("$")[1].split("/")[0])
 

@@ -600,6 +600,14 @@ def test_a_rules_tick_sends_its_shards_second_tick_before_its_pass(container, cl
     assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
 
 
+def test_the_second_tick_is_sent_with_few_tries_and_short_timeouts(container):
+    """The send comes before the pass: an SQS brownout must not eat the pass's 50 s (the
+    stores' clients try 6 times with a 10 s read timeout); two tries of at most 3 s each."""
+    config = container.second_ticks._client.meta.config
+    assert config.retries["total_max_attempts"] == 2 and config.retries["mode"] == "standard"
+    assert config.connect_timeout == 1 and config.read_timeout == 2
+
+
 def test_a_second_tick_not_sent_costs_only_that_tick(container, clock, second_tick_queue):
     runs = [insert(container, make_run(job_id=f"j_ns{i}", at=T0 - timedelta(minutes=5))) for i in range(8)]
     shard = container.runs.open_shard_of(runs[0].job_id)
@@ -834,12 +842,13 @@ def test_a_hostile_tenant_with_many_overdue_runs_pushes_no_other_tenants_repair_
 
 # A pass over each shard every 30 s: its rule's tick each minute and the second tick the
 # pass sends half a minute later (store.second_ticks). With one pass a minute the budget
-# below does not hold (phase 59: 10 + 59 + 30 > 90).
+# below does not hold (phase 59: 10 + 59 + 20 + 30 > 90).
 TICK = 30
 RESTART_GOAL = 90  # a stranded run starts again within 90 s of when it should have
 # Stream, outbox and a worker's receive after the repair, and a throttled worker invocation
 # the poller invokes again (up to 20 s in chaos), generously.
 PUBLISH_PATH = 30
+PASS = 20  # the pass over the shard before it reaches the run (a burst of a few hundred repairs)
 
 
 def _first_repair(container, clock, run: Run, start: datetime, phase: int) -> datetime:
@@ -857,7 +866,7 @@ def _first_repair(container, clock, run: Run, start: datetime, phase: int) -> da
 def test_a_lost_publish_is_repaired_in_time_to_start_within_90_s_of_due(container, clock, phase):
     run = insert(container, make_run(job_id=f"j_late{phase}", at=T0 - timedelta(seconds=120), due_in=120))
     repaired = _first_repair(container, clock, run, T0, phase)
-    assert (repaired - run.due_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+    assert (repaired - run.due_at).total_seconds() + PASS + PUBLISH_PATH <= RESTART_GOAL
 
 
 @pytest.mark.parametrize("phase", [0, 1, 9, 10, 11, 19, 20, 21, 29])
@@ -865,7 +874,7 @@ def test_a_dead_workers_run_is_repaired_in_time_to_start_within_90_s_of_its_leas
     run = insert(container, leased(job_id=f"j_died{phase}", lease_for=60))
     assert run.lease_expires_at is not None
     repaired = _first_repair(container, clock, run, run.lease_expires_at, phase)
-    assert (repaired - run.lease_expires_at).total_seconds() + PUBLISH_PATH <= RESTART_GOAL
+    assert (repaired - run.lease_expires_at).total_seconds() + PASS + PUBLISH_PATH <= RESTART_GOAL
     assert stored(container, run).state is RunState.RETRY_WAIT  # due at once: published now
 
 

@@ -965,6 +965,7 @@ def test_a_counter_that_cannot_be_written_after_the_completion_leaves_the_outcom
     assert result.outcome is AttemptOutcome.SUCCEEDED
     assert stored(container, run).state is RunState.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
+    assert container.metrics.total("AfterTransitionFailed") == 1  # for its alarm
     clock.advance(61)
     assert worker.process(delivery(run)).outcome is AttemptOutcome.DUPLICATE
     assert ledger.effects[run.run_key] == 1
@@ -987,3 +988,23 @@ def test_a_dead_run_whose_counter_cannot_be_written_still_pauses_its_job_and_rea
     assert stored(container, run).state is RunState.DEAD
     assert container.definitions.get(job.job_id).state.value == "PAUSED"
     assert queue_messages(container, run.priority.value, dlq=True) == 1
+    assert container.metrics.total("AfterTransitionFailed") == 1  # the counter alone
+
+
+def test_a_job_that_cannot_be_paused_after_a_failure_is_counted_for_its_alarm(
+    container, clock, worker, monkeypatch
+):
+    from jobsched.domain.errors import StorageUnavailable
+
+    job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
+
+    def throttled(*args, **kwargs):
+        raise StorageUnavailable("throttled after retries")
+
+    monkeypatch.setattr(container.definitions, "save", throttled)
+    result = worker.process(delivery(run))
+
+    assert result.outcome is AttemptOutcome.DEAD
+    assert container.definitions.get(job.job_id).state.value == "ACTIVE"  # not paused: said so
+    assert container.metrics.total("AfterTransitionFailed") == 1
+    assert queue_messages(container, run.priority.value, dlq=True) == 1  # the rest still done

@@ -147,7 +147,8 @@ class EventSources(Construct):
         self.notifier_mapping.node.add_dependency(functions.roles[NOTIFIER])
 
         # The reconciler's second tick each minute: one shard a record, so each shard's pass
-        # is its own invocation (as the rules invoke the first), all of them at once.
+        # is its own invocation (as the rules invoke the first), as many at once as the
+        # pollers scale to (they start at a few and grow; the 120 s retention waits for them).
         self.second_tick_mapping = lambda_.CfnEventSourceMapping(
             self,
             "SecondTicksToReconciler",

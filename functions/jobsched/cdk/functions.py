@@ -37,7 +37,8 @@ RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, "PYTHON_" + PYTHON_VERSION.r
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
 # Invoked asynchronously by the every-minute rules. A failed or throttled tick is not worth
-# retrying: the next tick, a minute later, finds the same work (sweeps keep no watermark).
+# retrying: the next tick (a minute later; the reconciler's second, half a minute) finds the
+# same work (sweeps keep no watermark).
 # Lambda's defaults would retry a failure twice and keep a throttled event for 6 hours.
 SCHEDULED = (SWEEPER, RECONCILER)
 # The keys kms:Decrypt names for secrets: any key (a tenant's secret may be under its own key,

@@ -299,7 +299,9 @@ class Monitoring(Construct):
             threshold=1,
             description="sweeper: shardCount is below the highest shard count in use (see Resharding)",
         )
-        # No function re-sends its own trigger (RecursiveLoop Terminate): a loop Lambda stops
+        # No function re-sends its own trigger, but for the reconciler's second tick: a rule's
+        # pass sends it once, and the pass it triggers sends nothing (two invocations a chain;
+        # each rule tick starts a new trace). RecursiveLoop is Terminate: a loop Lambda stops
         # is a misconfiguration (a target pointed back at a jobsched queue) and is alarmed.
         self._alarm(
             "worker-recursion-dropped",
@@ -308,6 +310,29 @@ class Monitoring(Construct):
             ),
             threshold=1,
             description="worker: Lambda stopped a worker -> SQS -> worker loop (RecursiveLoop Terminate)",
+        )
+        self._alarm(
+            "reconciler-recursion-dropped",
+            functions.functions[RECONCILER].metric(
+                "RecursiveInvocationsDropped", statistic="Sum", period=FIVE_MINUTES
+            ),
+            threshold=1,
+            description=(
+                "reconciler: Lambda stopped a reconciler -> SQS -> reconciler loop (a second tick "
+                "makes no third: something else sends to SecondTickQueue)"
+            ),
+        )
+        # What follows a landed transition, not done (Completer.after): a dead run missing
+        # from its DLQ (whose depth alarm then stays quiet), a job not paused on failure, a
+        # chained run not released (the reconciler releases it), a job counter lost.
+        self._alarm(
+            "after-transition-failed",
+            app_metric("AfterTransitionFailed", period=FIVE_MINUTES),
+            threshold=1,
+            description=(
+                "a run's transition landed but what follows it failed: a DLQ copy, a pause on "
+                "failure, a chained run's release or a job counter (the functions' logs say which)"
+            ),
         )
         # A sweep has its function's timeout for every shard it handles (near it, runs are made
         # late: the capacity model's first limit); a reconcile pass cut off by its timeout

@@ -8,13 +8,14 @@ and pause-on-failure, and unblocking the run chained behind the one that ended."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..domain import lifecycle
-from ..domain.errors import ExecutionError, StorageUnavailable
+from ..domain.errors import ConcurrentUpdate, ExecutionError, StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Job, JobState
@@ -238,22 +239,19 @@ class Completer:
             self._metrics.add("AfterTransitionFailed")
 
     def unblock_successor(self, run: Run) -> None:
-        """Let the run chained behind this one be published (best effort: the reconciler
-        unblocks it later if this fails)."""
+        """Let the run chained behind this one be published. Raises what the store raises
+        (but RunChanged: the chained run moved meanwhile); `after` takes it as best effort,
+        and the reconciler unblocks the run later."""
         assert run.blocks is not None
         successor = self._runs.get_by_key(run.blocks)
         if successor is None or successor.blocked_by != run.run_key or not successor.is_open:
             return
         now = self._clock.now()
-        try:
+        with contextlib.suppress(RunChanged):  # moved meanwhile (cancelled, or released by the reconciler)
             self._runs.commit(
                 successor,
                 lambda r: lifecycle.touch(r, now=now, actor="unblock", reason="unblocked", blocked_by=None),
             )
-        except RunChanged:
-            pass  # moved meanwhile (cancelled, or released by the reconciler)
-        except Exception:
-            logger.exception("could not unblock the chained run", extra={"run_key": run.blocks})
 
     def _pause_job(self, run: Run) -> None:
         job = self._definitions.get(run.job_id)
@@ -265,6 +263,10 @@ class Completer:
         )
         try:
             self._definitions.save(paused)
-            logger.info("job paused after a failed run", extra={"job_id": run.job_id, "run_key": run.run_key})
-        except Exception:
-            logger.exception("could not pause the job after a failed run", extra={"job_id": run.job_id})
+        except ConcurrentUpdate:
+            # Changed meanwhile (paused, cancelled or edited): what it became stands.
+            logger.warning(
+                "job not paused after a failed run: it changed meanwhile", extra={"job_id": run.job_id}
+            )
+            return
+        logger.info("job paused after a failed run", extra={"job_id": run.job_id, "run_key": run.run_key})

@@ -38,7 +38,7 @@ DEFERRED = "deferred"  # not a repair: a blocked run whose blocker is still open
 MAX_KNOWN_JOBS = 50_000
 # A read of the pass the store refused after the SDK's own retries (StorageUnavailable) is
 # tried again this many times in the same invocation, after these pauses: a lost read costs
-# its shard a whole tick (a minute's delay for every overdue run in it), a pause seconds.
+# its shard a whole pass (half a minute's delay for every overdue run in it), a pause seconds.
 READ_PAUSES_SECONDS = (0.5, 2.0)
 # All the pauses of one shard's pass together (reads and sends) stay within this share of
 # the reconciler's 50 s budget: past it a refusal is not waited out (its tick is lost).

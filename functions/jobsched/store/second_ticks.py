@@ -18,8 +18,9 @@ from ..observability import logger
 
 
 class SecondTicks:
-    """Sends second ticks. `client` is an SQS client (boto3; its own retries apply); with no
-    `queue_url` (local mode, which ticks every 30 s itself) nothing is sent."""
+    """Sends second ticks. `client` is an SQS client (boto3; its own retries apply: the
+    wiring gives it two attempts and short timeouts, as the send comes before the pass); with
+    no `queue_url` (local mode, which ticks every 30 s itself) nothing is sent."""
 
     def __init__(self, client: Any, queue_url: str | None, metrics: Metrics = NO_METRICS) -> None:
         self._client = client
