@@ -306,9 +306,24 @@ class Harness:
         for group in groups:
             self.invoke("sweep", {"shards": group})
 
-    def reconcile(self) -> None:
+    def reconcile(self, *, second: bool = False) -> None:
+        """One pass per shard: a rule's tick, or (`second`) the second tick half a minute
+        later, delivered as the second-tick queue's mapping delivers it (its SQS requests,
+        three a shard, are not counted here)."""
         for shard in range(self.shards):
-            self.invoke("reconcile", {"shard": shard})
+            if second:
+                record = {
+                    "messageId": f"second-{shard}",
+                    "receiptHandle": f"second-{shard}",
+                    "body": json.dumps({"shard": shard}),
+                    "attributes": {"ApproximateReceiveCount": "1"},
+                    "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:jobsched-second-ticks",
+                }
+                self.invoke("reconcile", {"Records": [record]})
+            else:
+                self.invoke("reconcile", {"shard": shard})
 
     def _sqs_queues(self) -> list[Any]:
         from moto.core import DEFAULT_ACCOUNT_ID
@@ -354,13 +369,14 @@ class Harness:
 
     def run_until(self, end: float, *, sweep: bool = True, reconcile: bool = True) -> None:
         """Play simulated time up to `end` (epoch seconds): the minute ticks of the sweeper and
-        the reconciler (each when asked), and every moment a message becomes visible."""
+        the reconciler and the reconciler's second ticks half a minute after (each when
+        asked), and every moment a message becomes visible."""
         ticks = sweep or reconcile
         self.pump()  # what the last calls wrote reaches the stream at once, as in AWS
         while True:
             candidates = [end]
             if ticks:
-                candidates.append((int(self.clock.t) // 60 + 1) * 60)
+                candidates.append((int(self.clock.t) // 30 + 1) * 30)
             visible = self.next_visible()
             if visible is not None:
                 candidates.append(visible)
@@ -373,6 +389,8 @@ class Harness:
                     self.sweep()
                 if reconcile:
                     self.reconcile()
+            elif ticks and target % 30 == 0 and reconcile:
+                self.reconcile(second=True)
             self.pump()
             if target >= end:
                 return
