@@ -54,6 +54,7 @@ def test_the_lambda_environment_reads_back_as_the_same_settings():
         queue_urls={q.key: f"url-{q.key}" for q in QUEUES},
         dlq_urls={q.key: f"dlq-{q.key}" for q in QUEUES},
         notifications_queue_url="url-notifications",
+        second_tick_queue_url="url-second-ticks",
         endpoint_url="http://127.0.0.1:5055",
         target_grants=GrantsDocument.from_maps(
             {"t": ["arn:aws:sqs:*:*:q"]}, {"t": ["com.t.*"]}, ("arn:aws:iam::*:role/r",)
@@ -128,6 +129,7 @@ def test_in_lambda_a_bad_value_fails_loudly_too():
         queue_urls={q.key: "u" for q in QUEUES},
         dlq_urls={q.key: "d" for q in QUEUES},
         notifications_queue_url="n",
+        second_tick_queue_url="s",
     )
     good = {**env.lambda_environment(), IN_LAMBDA: "jobsched-worker"}
     assert Settings.from_env(good).shard_count == 32
