@@ -949,17 +949,19 @@ def test_a_delivery_keeps_a_leased_runs_message_only_when_it_can_outlast_a_dead_
 # --- what follows a landed completion is best effort, each part on its own ---
 
 
+def throttled_after_retries(*args, **kwargs):
+    """A store call refused after the SDK's own retries."""
+    from jobsched.domain.errors import StorageUnavailable
+
+    raise StorageUnavailable("throttled after retries")
+
+
 def test_a_counter_that_cannot_be_written_after_the_completion_leaves_the_outcome_as_written(
     container, clock, worker, ledger, monkeypatch
 ):
-    from jobsched.domain.errors import StorageUnavailable
-
     _, run = one_run(container, clock)
 
-    def throttled(*args, **kwargs):
-        raise StorageUnavailable("throttled after retries")
-
-    monkeypatch.setattr(container.definitions, "add_stats", throttled)
+    monkeypatch.setattr(container.definitions, "add_stats", throttled_after_retries)
     result = worker.process(delivery(run))
 
     assert result.outcome is AttemptOutcome.SUCCEEDED
@@ -974,14 +976,9 @@ def test_a_counter_that_cannot_be_written_after_the_completion_leaves_the_outcom
 def test_a_dead_run_whose_counter_cannot_be_written_still_pauses_its_job_and_reaches_the_dlq(
     container, clock, worker, monkeypatch
 ):
-    from jobsched.domain.errors import StorageUnavailable
-
     job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
 
-    def throttled(*args, **kwargs):
-        raise StorageUnavailable("throttled after retries")
-
-    monkeypatch.setattr(container.definitions, "add_stats", throttled)
+    monkeypatch.setattr(container.definitions, "add_stats", throttled_after_retries)
     result = worker.process(delivery(run))
 
     assert result.outcome is AttemptOutcome.DEAD
@@ -994,14 +991,9 @@ def test_a_dead_run_whose_counter_cannot_be_written_still_pauses_its_job_and_rea
 def test_a_job_that_cannot_be_paused_after_a_failure_is_counted_for_its_alarm(
     container, clock, worker, monkeypatch
 ):
-    from jobsched.domain.errors import StorageUnavailable
-
     job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
 
-    def throttled(*args, **kwargs):
-        raise StorageUnavailable("throttled after retries")
-
-    monkeypatch.setattr(container.definitions, "save", throttled)
+    monkeypatch.setattr(container.definitions, "save", throttled_after_retries)
     result = worker.process(delivery(run))
 
     assert result.outcome is AttemptOutcome.DEAD

@@ -230,31 +230,23 @@ class Monitoring(Construct):
         # (or none: no data) means the ticks stopped (rules disabled, EventBridge or the
         # function failing): nothing is swept or repaired until they come back.
         for name, per_minute in config.ticks_per_minute().items():
-            self._alarm(
+            self._too_few(
                 f"{name}-ticks-missing",
                 functions.functions[name].metric_invocations(period=FIVE_MINUTES, statistic="Sum"),
-                threshold=math.floor(per_minute * 5 * TICKS_EXPECTED_SHARE),
-                comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                missing=cw.TreatMissingData.BREACHING,
-                description=(
-                    f"{name}: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} ticks a "
-                    "minute arrived for 5 minutes; shards go unprocessed"
-                ),
+                per_minute,
+                f"{name}: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} ticks a "
+                "minute arrived for 5 minutes; shards go unprocessed",
             )
         # The reconciler's second ticks (store.second_ticks) alone: the invocations above count
         # both, so a share of second ticks lost (not sent, expired before the poller took them,
         # or their passes failing) shows here first.
         per_minute = config.tick_invocations()[RECONCILER]
-        self._alarm(
+        self._too_few(
             "reconciler-second-ticks-missing",
             app_metric("SecondTickPasses", period=FIVE_MINUTES),
-            threshold=math.floor(per_minute * 5 * TICKS_EXPECTED_SHARE),
-            comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-            missing=cw.TreatMissingData.BREACHING,
-            description=(
-                f"reconciler: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} second "
-                "ticks a minute made their pass for 5 minutes; repairs come up to 30 s later"
-            ),
+            per_minute,
+            f"reconciler: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} second "
+            "ticks a minute made their pass for 5 minutes; repairs come up to 30 s later",
         )
         # A tick EventBridge could not deliver (it also lands in the tick-failures queue).
         for kind, rules in (("sweep", schedules.sweeper_rules), ("reconcile", schedules.reconciler_rules)):
@@ -477,6 +469,18 @@ class Monitoring(Construct):
             using_metrics=parts,
             label="runs repaired",
             period=FIVE_MINUTES,
+        )
+
+    def _too_few(self, name: str, metric: cw.IMetric, per_minute: int, description: str) -> cw.Alarm:
+        """An alarm on something that must happen `per_minute` times a minute: fewer than
+        TICKS_EXPECTED_SHARE of them in 5 minutes, or none at all (missing data breaches)."""
+        return self._alarm(
+            name,
+            metric,
+            threshold=math.floor(per_minute * 5 * TICKS_EXPECTED_SHARE),
+            comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            missing=cw.TreatMissingData.BREACHING,
+            description=description,
         )
 
     def _alarm(
