@@ -162,6 +162,71 @@ def test_a_table_query_reads_one_partition_in_sort_order(ddb):
         assert found == sorted((i for i in items if i["pk"]["S"] == job), key=lambda i: i["sk"]["S"])
 
 
+def counting_equality(monkeypatch: Any) -> list[int]:
+    """How many times moto compares two attribute values for equality from now on."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    compared = [0]
+    equal, unequal = DynamoType.__eq__, DynamoType.__ne__
+
+    def counting_eq(self: Any, other: Any) -> bool:
+        compared[0] += 1
+        return equal(self, other)
+
+    def counting_ne(self: Any, other: Any) -> bool:
+        compared[0] += 1
+        return unequal(self, other)
+
+    monkeypatch.setattr(DynamoType, "__eq__", counting_eq)
+    monkeypatch.setattr(DynamoType, "__ne__", counting_ne)
+    return compared
+
+
+def test_a_table_query_looks_its_partition_up_instead_of_comparing_every_item(ddb, monkeypatch):
+    items = fill(ddb)
+    compared = counting_equality(monkeypatch)
+    found = query_all(ddb, KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "job-2"}})
+    assert found == sorted((i for i in items if i["pk"]["S"] == "job-2"), key=lambda i: i["sk"]["S"])
+    # Comparing the key with each of the 360 items' costs 360 comparisons or more; the
+    # partition's own (about 10 items) are compared by moto once each.
+    assert compared[0] < 60
+
+
+def test_a_table_query_of_a_missing_partition_finds_nothing_and_adds_nothing(ddb):
+    fill(ddb)
+    nobody = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": "nobody"}}}
+    before = ddb.scan(TableName=TABLE, Select="COUNT")["Count"]
+    assert query_all(ddb, **nobody) == []
+    assert ddb.scan(TableName=TABLE, Select="COUNT")["Count"] == before
+    ddb.put_item(TableName=TABLE, Item={"pk": {"S": "nobody"}, "sk": {"S": "R#1"}})
+    assert keys_of(query_all(ddb, **nobody)) == [("nobody", "R#1")]
+
+
+def test_a_number_keyed_partition_is_found_under_any_spelling_of_its_number():
+    install()
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(
+            TableName="numbered",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "n", "KeyType": "HASH"}, {"AttributeName": "s", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "n", "AttributeType": "N"},
+                {"AttributeName": "s", "AttributeType": "S"},
+            ],
+        )
+        for n, s in (("10", "a"), ("10.0", "b"), ("1", "c"), ("100", "d")):
+            client.put_item(TableName="numbered", Item={"n": {"N": n}, "s": {"S": s}})
+        for asked in ("10", "0010", "1E1"):
+            found = client.query(
+                TableName="numbered",
+                KeyConditionExpression="n = :n",
+                ExpressionAttributeValues={":n": {"N": asked}},
+            )["Items"]
+            # DynamoDB stores a number, not its spelling: "10" and "10.0" are one partition.
+            assert [i["s"]["S"] for i in found] == ["a", "b"], asked
+
+
 def test_an_index_query_does_not_sort_or_convert_what_is_not_in_its_index(ddb, monkeypatch):
     fill(ddb)
     from moto.dynamodb.models.dynamo_type import DynamoType
@@ -814,3 +879,62 @@ def test_a_request_does_not_list_its_handlers_members(ddb, monkeypatch):
     ddb.put_item(TableName=TABLE, Item={"pk": {"S": "p"}, "sk": {"S": "s"}})
     assert ddb.get_item(TableName=TABLE, Key={"pk": {"S": "p"}, "sk": {"S": "s"}})["Item"]
     assert listed[0] == 0
+
+
+# --- EventBridge input paths: parsed once, delivered as before -------------------------------
+
+
+def test_an_events_target_gets_the_same_input_and_each_path_is_parsed_once(monkeypatch):
+    import json
+
+    from jsonpath_ng.ext.parser import ExtendedJsonPathParser
+
+    install()
+    built = [0]
+    init = ExtendedJsonPathParser.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        built[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExtendedJsonPathParser, "__init__", counting)
+    with mock_aws():
+        events = boto3.client("events", region_name="us-east-1")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="targets")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="all", EventPattern=json.dumps({"source": ["jobsched"]}))
+        events.put_targets(
+            Rule="all",
+            Targets=[
+                {"Id": "whole", "Arn": arn},
+                {
+                    "Id": "shaped",
+                    "Arn": arn,
+                    "InputTransformer": {
+                        "InputPathsMap": {"run": "$.detail.runKey", "kind": "$.detail-type"},
+                        "InputTemplate": '{"run": "<run>", "kind": "<kind>"}',
+                    },
+                },
+            ],
+        )
+
+        def send(run_key: str) -> list[Any]:
+            detail = json.dumps({"runKey": run_key})
+            events.put_events(Entries=[{"Source": "jobsched", "DetailType": "run.done", "Detail": detail}])
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+            for message in got:
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            return sorted((json.loads(m["Body"]) for m in got), key=lambda b: "run" in b)
+
+        first = send("job-1#a")
+        after_first = built[0]
+        second = send("job-1#b")
+        assert first[0]["detail"] == {"runKey": "job-1#a"} and first[0]["detail-type"] == "run.done"
+        assert first[1] == {"run": "job-1#a", "kind": "run.done"}
+        assert second[0]["detail"] == {"runKey": "job-1#b"}
+        assert second[1] == {"run": "job-1#b", "kind": "run.done"}
+        # Every path was parsed for the first event (moto builds a parser per parse); the
+        # second event's paths are the same ones: no parser is built for them.
+        assert after_first > 0
+        assert built[0] == after_first
