@@ -54,7 +54,7 @@ from jobsched.store.definitions import DefinitionStore
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
-from jobsched.store.tenant_slots import TenantSlots
+from jobsched.store.tenant_slots import SlotHolder, TenantSlots
 
 from .bus import ChaosBus, ChaosNoticeQueue
 from .checker import (
@@ -212,12 +212,25 @@ class ObservedSlots(TenantSlots):
         super().__init__(runs, limit)
         self._refused = refused
 
-    def claim(self, run: Run, change: Callable[[Run], Run], *, now: datetime) -> Run:
+    def claim(
+        self,
+        run: Run,
+        change: Callable[[Run], Run],
+        *,
+        now: datetime,
+        holders: list[SlotHolder] | None = None,
+    ) -> Run:
         try:
-            return super().claim(run, change, now=now)
+            return super().claim(run, change, now=now, holders=holders)
         except TenantAtLimit:
             self._refused(run.run_key)
             raise
+
+    def at_limit(self, holders: list[SlotHolder], run_key: str, *, now: datetime) -> bool:
+        full = super().at_limit(holders, run_key, now=now)
+        if full:
+            self._refused(run_key)  # the worker's look defers the run without a claim
+        return full
 
 
 @dataclass

@@ -97,7 +97,7 @@ def _stale_fence_accepted(original: Any) -> Any:
 
 
 def _tenant_limit_ignored(original: Any) -> Any:
-    def claim(self: Any, read: Any, change: Any, *, now: Any) -> Any:
+    def claim(self: Any, read: Any, change: Any, *, now: Any, holders: Any = None) -> Any:
         return self._runs.commit(read, change)  # claimed without taking a slot
 
     return claim

@@ -210,6 +210,7 @@ def test_message_is_a_pointer_grouped_by_tenant(container, clock):
         "scheduledFor": format_instant(run.scheduled_for),
         "tenant": "tenant-z",
         "priority": "default",
+        "dueAt": format_instant(run.due_at),
     }
     # The group is the tenant's digest: a tenant id does not fit MessageGroupId's rule.
     assert message["Attributes"]["MessageGroupId"] == hashlib.sha256(b"tenant-z").hexdigest()

@@ -583,6 +583,55 @@ def test_slot_items_are_in_no_index_listing_or_stream_filter(runs, ddb):
 # --- the limit changing while slots are held ---
 
 
+# --- a look before the claim: at the limit only when a claim could take no slot ---
+
+
+def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs, ddb):
+    """Each state of the slots, read as a waiting run's look reads them: where the look says
+    the tenant is full, the claim made with those holders raises TenantAtLimit and writes
+    nothing; where it does not, a claim decides (and takes a slot in every case but the
+    lowered limit's, whose holders are live)."""
+    slots = TenantSlots(runs, 2)
+    held = [claim(slots, run, T0) for run in insert(runs, "j_l1", "j_l2")]
+    (waiting,) = insert(runs, "j_l3")
+    soon = T0 + timedelta(seconds=10)
+    expired = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
+
+    def look(at: datetime, limit: int = 2, key: str = waiting.run_key) -> bool:
+        return TenantSlots(runs, limit).at_limit(slots.holders(TENANT), key, now=at)
+
+    # Every slot held by another run's live lease: full, and the claim agrees.
+    assert look(soon)
+    before = slot_items(ddb, TENANT)
+    with pytest.raises(TenantAtLimit):
+        slots.claim(waiting, claim_change(soon), now=soon, holders=slots.holders(TENANT))
+    assert slot_items(ddb, TENANT) == before
+    # A slot's lease expired past the takeover margin: its holder may be dead, a claim looks.
+    assert not look(expired)
+    # The run's own earlier claim holds a slot: the claim may take it back.
+    assert not look(soon, key=held[0].run_key)
+    # A raised limit has absent slots; a lowered one has slots past it, which a claim settles.
+    assert not look(soon, limit=3)
+    assert not look(soon, limit=1)
+    # No limit: nothing to look at.
+    assert not TenantSlots(runs, 0).at_limit(slots.holders(TENANT), waiting.run_key, now=soon)
+    finish(runs, slots, held[0], soon)
+    assert not look(soon)
+    assert claim(slots, waiting, soon).tenant_slot == held[0].tenant_slot
+
+
+def test_a_claim_given_holders_that_changed_since_reads_them_again(runs, ddb):
+    slots = TenantSlots(runs, 2)
+    (first,) = insert(runs, "j_g1")
+    read_before = slots.holders(TENANT)  # both slots absent
+    (second,) = insert(runs, "j_g2")
+    taken = claim(slots, second, T0)  # one of them taken since that read
+    # Whichever slot the stale read offers, the claim ends with the other one, never both.
+    leased = slots.claim(first, claim_change(T0), now=T0, holders=read_before)
+    assert {leased.tenant_slot, taken.tenant_slot} == {0, 1}
+    assert len(live_leases(ddb, TENANT, T0)) == 2
+
+
 def test_a_lowered_limit_admits_no_claim_until_the_live_leases_are_below_it(runs, ddb):
     held = [claim(TenantSlots(runs, 3), run, T0) for run in insert(runs, "j_d1", "j_d2", "j_d3")]
     (waiting,) = insert(runs, "j_d4")

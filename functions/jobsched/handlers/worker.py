@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from ..domain.metrics import Unit
 from ..observability import log_metrics, logger, tracer
 from ..services.attempt import AttemptOutcome
-from ..services.worker import Received, Worker, failure_backoff_seconds, parse_sent_at
+from ..services.worker import Received, Worker, failure_backoff_seconds, parse_due_at, parse_sent_at
 from ..store.queues import RunMessage
 from ..wiring import container
 
@@ -86,6 +86,8 @@ def delivery_of(record: SQSRecord, queue: str, message: RunMessage | None = None
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
         sent_at=parse_sent_at(attributes.get("SentTimestamp")),
         receipt_handle=record.receipt_handle,
+        tenant=message.tenant,
+        due_at=parse_due_at(message.due_at),
     )
 
 

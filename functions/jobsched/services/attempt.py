@@ -61,7 +61,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.run_idempotency import RunIdempotency, envelope
 from ..store.runs import RunChanged, RunStore
-from ..store.tenant_slots import TenantSlots
+from ..store.tenant_slots import SlotHolder, TenantSlots
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 from .missed import paused_claim
@@ -279,13 +279,21 @@ class Attempts:
         return self.claim_or_current(run, now, owner=owner, actor=actor, lease_seconds=lease_seconds)[0]
 
     def claim_or_current(
-        self, run: Run, now: datetime, *, owner: str, actor: str, lease_seconds: float
+        self,
+        run: Run,
+        now: datetime,
+        *,
+        owner: str,
+        actor: str,
+        lease_seconds: float,
+        holders: list[SlotHolder] | None = None,
     ) -> tuple[Run | None, Run | None]:
         """(the leased run, None), or (None, the run as stored) when the claim lost to another
         write: a claim is conditioned on the run as read, and a write that changed nothing a
         claim depends on (the outbox's QUEUED mark, a repair's touch) makes it lose too; the
         caller may admit and claim the stored run again. With a tenant limit the claim takes
-        one of the tenant's slots in the same write (store.tenant_slots).
+        one of the tenant's slots in the same write (store.tenant_slots); `holders`, the
+        tenant's slots as the caller just read them, spare the claim's first read of them.
         Raises TenantAtLimit when the tenant's slots are all held: nothing was written."""
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")
@@ -299,7 +307,7 @@ class Attempts:
 
         try:
             if self._slots is not None and self._slots.limit > 0:
-                return self._slots.claim(run, change, now=now), None
+                return self._slots.claim(run, change, now=now, holders=holders), None
             return self._runs.commit(run, change), None
         except RunChanged as exc:
             return None, exc.current

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..domain import lifecycle
 from ..domain.errors import RetryableError, TenantAtLimit
-from ..domain.instants import Clock, from_epoch
+from ..domain.instants import Clock, from_epoch, parse_instant
 from ..domain.jitter import retry_delay_seconds, start_jitter_seconds
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState
@@ -34,7 +34,7 @@ from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
 from ..store.schema import QUEUES
-from ..store.tenant_slots import TenantSlots
+from ..store.tenant_slots import SlotHolder, TenantSlots
 from ..targets import TargetRunner
 from .attempt import (
     CLOCK_SKEW,
@@ -65,6 +65,19 @@ DEFER_IN_PLACE = 60
 # 50: one herd every 30 s, about 50 runs started per herd).
 TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
 TENANT_WAIT_LONGEST = 30
+
+# How long a look that found every slot of a tenant held stands for the tenant's next looks in
+# this process: they wait without a read. A slot freed meanwhile waits at most this long
+# more for a look; a burst's waiting runs of one tenant, many a second in one batch or process,
+# read the tenant's slots a few times a second instead of once each.
+FULL_KEPT_SECONDS = 0.25
+FULL_KEPT_TENANTS = 256  # tenants whose full slots a process keeps at once
+
+
+def _kept(kept: tuple[datetime, list[Any]], now: datetime) -> bool:
+    """Whether slots read at `kept[0]` still stand at `now` (FULL_KEPT_SECONDS)."""
+    return 0 <= (now - kept[0]).total_seconds() < FULL_KEPT_SECONDS
+
 
 # Seconds a heartbeat keeps the message invisible beyond the lease it renews.
 MESSAGE_AFTER_LEASE = 5
@@ -120,6 +133,11 @@ class Received:
     receive_count: int = 1
     sent_at: datetime | None = None
     receipt_handle: str | None = None  # lets the heartbeat keep the message invisible
+    # What the message says of the run (None when it does not): its tenant, and its due
+    # instant when published. Used only to decide whether to look at the tenant's slots
+    # before reading the run; the run as stored decides everything else.
+    tenant: str | None = None
+    due_at: datetime | None = None
 
 
 class Worker:
@@ -150,6 +168,10 @@ class Worker:
         self._metrics = metrics
         # The tenant limit, exact: a claim and a tenant slot are one write (store.tenant_slots).
         slots = tenant_slots or (TenantSlots(runs, tenant_concurrency) if tenant_concurrency > 0 else None)
+        self._slots = slots if slots is not None and slots.limit > 0 else None
+        # Tenant -> (when, its slots as a look read them), kept for a look that finds every slot
+        # held (FULL_KEPT_SECONDS): shared by the invocations of this process.
+        self._full: dict[str, tuple[datetime, list[SlotHolder]]] = {}
         self._completer = completer or Completer(definitions, runs, queues, clock, metrics, slots=slots)
         self.attempts = Attempts(
             definitions,
@@ -223,7 +245,15 @@ class Worker:
         (services.attempt), or deferred. A claim lost to a write that left the run claimable
         (the outbox's mark, a repair's touch) is tried again on the run as stored, so such a
         write never costs the run its message. Raises what the store raises before the
-        effect (the message is then redelivered)."""
+        effect (the message is then redelivered).
+
+        With a tenant limit, a delivery whose message names its tenant and due instant and
+        may be deferred in place looks at the tenant's slots first (`_look`): every slot held
+        defers it without reading the run; otherwise the slots read serve the first claim."""
+        looked = self._look(delivery)
+        if isinstance(looked, AttemptResult):
+            return looked
+        holders = looked
         run = self._runs.get_by_key(delivery.run_key)
         for _ in range(CLAIM_TRIES):
             now = self._clock.now()
@@ -238,7 +268,8 @@ class Worker:
             if admitted.admission is Admission.ENDED:
                 assert admitted.ending is not None
                 return ended(admitted.ending)
-            claimed = self._claim(run, now, delivery)
+            claimed = self._claim(run, now, delivery, holders)
+            holders = None  # read once: a second claim reads them again
             if isinstance(claimed, AttemptResult):
                 return claimed
             leased, current, start_lag = claimed
@@ -249,12 +280,67 @@ class Worker:
             run = current  # lost to a write that left it claimable: admit and claim it again
         raise RetryableError(f"run {delivery.run_key} keeps changing; its message comes back")
 
+    def _look(self, delivery: Received) -> AttemptResult | list[SlotHolder] | None:
+        """Before the run is read: with a tenant limit, and a message that names the run's
+        tenant and due instant and may still be deferred in place (a receipt handle, receives
+        to spare), the tenant's slots. When every one is held by another run's live claim
+        (TenantSlots.at_limit), the run waits as a refused claim would (`tenant_wait` of the
+        time since its due instant), its message left invisible for it: that deferral,
+        without the run read. Otherwise the slots as read (for the first claim), or None
+        when no look was made (the run is then read and claimed as always). A wait that
+        cannot be set on the message goes on to read the run. Slots found all held are
+        judged again, without a read, for the tenant's looks in the next FULL_KEPT_SECONDS
+        (only to wait: a claim always reads them). Raises what the store raises."""
+        slots = self._slots
+        spare = self.deferral_receives.get(delivery.queue, 0)
+        if (
+            slots is None
+            or delivery.tenant is None
+            or delivery.due_at is None
+            or not delivery.receipt_handle
+            or delivery.receive_count > spare
+        ):
+            return None
+        now = self._clock.precise()
+        kept = self._full.get(delivery.tenant)
+        if kept is not None and _kept(kept, now) and slots.at_limit(kept[1], delivery.run_key, now=now):
+            holders = kept[1]  # every slot held a moment ago (this run's own among them: no)
+        else:
+            holders = slots.holders(delivery.tenant)
+            if not slots.at_limit(holders, delivery.run_key, now=now):
+                self._full.pop(delivery.tenant, None)
+                return holders
+            self._keep_full(delivery.tenant, now, holders)
+        waited = (now - delivery.due_at).total_seconds()
+        delay = tenant_wait(waited, delivery.run_key, delivery.receive_count)
+        try:
+            self._queues.change_visibility(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
+        except Exception:
+            logger.warning("could not defer by visibility; reading the run", extra={"why": "tenant_limit"})
+            return holders
+        self._metrics.add("TenantThrottled")
+        logger.debug("deferred in place", extra={"run_key": delivery.run_key, "why": "tenant_limit"})
+        return AttemptResult(
+            AttemptOutcome.DEFERRED, None, error_class="tenant_limit", wait_seconds=delay, redeliver=True
+        )
+
+    def _keep_full(self, tenant: str, now: datetime, holders: list[SlotHolder]) -> None:
+        """Keep `holders` as the tenant's full slots read at `now`; past FULL_KEPT_TENANTS kept,
+        those no longer standing are dropped first (one process serves any number of tenants)."""
+        if len(self._full) >= FULL_KEPT_TENANTS:
+            for other, kept in list(self._full.items()):
+                if not _kept(kept, now):
+                    self._full.pop(other, None)
+        if len(self._full) < FULL_KEPT_TENANTS:
+            self._full[tenant] = (now, holders)
+
     def _claim(
-        self, run: Run, now: datetime, delivery: Received
+        self, run: Run, now: datetime, delivery: Received, holders: list[SlotHolder] | None = None
     ) -> AttemptResult | tuple[Run | None, Run | None, float]:
         """After waiting out an early message: the claim's outcome (leased, or the run as
         stored) with the start lag (seconds from due to the claim), or the deferral when the
-        tenant is at its limit (the claim took none of its slots)."""
+        tenant is at its limit (the claim took none of its slots). `holders`: the tenant's
+        slots as `_look` read them, for the claim's first try."""
         if run.state in CLAIMABLE_STATES:
             # A message may be visible a fraction of a second early (SQS delays are whole
             # seconds; see outbox.sqs_delay) or early by the sender's clock: wait it out, so a
@@ -266,7 +352,12 @@ class Worker:
         start_lag = max(0.0, (self._clock.precise() - run.due_at).total_seconds())
         try:
             leased, current = self.attempts.claim_or_current(
-                run, now, owner=self.worker_id, actor=self.actor, lease_seconds=self.lease_seconds
+                run,
+                now,
+                owner=self.worker_id,
+                actor=self.actor,
+                lease_seconds=self.lease_seconds,
+                holders=holders,
             )
         except TenantAtLimit:
             self._metrics.add("TenantThrottled")
@@ -438,3 +529,14 @@ def parse_sent_at(epoch_ms: str | None) -> datetime | None:
     if not epoch_ms:
         return None
     return from_epoch(int(epoch_ms) / 1000)
+
+
+def parse_due_at(instant: str | None) -> datetime | None:
+    """A message's `dueAt`, or None when it has none or it does not parse (the run is then
+    read before anything is decided, as for a message without it)."""
+    if not instant:
+        return None
+    try:
+        return parse_instant(instant)
+    except ValueError:
+        return None

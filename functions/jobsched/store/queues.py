@@ -30,34 +30,52 @@ def message_group_id(tenant: str) -> str:
 
 @dataclass(frozen=True)
 class RunMessage:
-    """What travels on a queue: a pointer to the run, never its payload."""
+    """What travels on a queue: a pointer to the run, never its payload. `due_at`: the run's
+    due instant when it was published (None in a message published without it): lets the
+    worker judge how long the run has waited for its tenant's slots before reading it."""
 
     run_key: str
     job_id: str
     scheduled_for: str
     tenant: str
     priority: str
+    due_at: str | None = None
 
     @classmethod
     def of(cls, run: Run) -> RunMessage:
-        return cls(run.run_key, run.job_id, format_instant(run.scheduled_for), run.tenant, run.priority.value)
+        return cls(
+            run.run_key,
+            run.job_id,
+            format_instant(run.scheduled_for),
+            run.tenant,
+            run.priority.value,
+            format_instant(run.due_at),
+        )
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "runKey": self.run_key,
-                "jobId": self.job_id,
-                "scheduledFor": self.scheduled_for,
-                "tenant": self.tenant,
-                "priority": self.priority,
-            },
-            separators=(",", ":"),
-        )
+        body = {
+            "runKey": self.run_key,
+            "jobId": self.job_id,
+            "scheduledFor": self.scheduled_for,
+            "tenant": self.tenant,
+            "priority": self.priority,
+        }
+        if self.due_at is not None:
+            body["dueAt"] = self.due_at
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, body: str) -> RunMessage:
         data = json.loads(body)
-        return cls(data["runKey"], data["jobId"], data["scheduledFor"], data["tenant"], data["priority"])
+        due_at = data.get("dueAt")
+        return cls(
+            data["runKey"],
+            data["jobId"],
+            data["scheduledFor"],
+            data["tenant"],
+            data["priority"],
+            due_at if isinstance(due_at, str) else None,
+        )
 
 
 class RunQueues:

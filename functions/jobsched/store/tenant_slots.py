@@ -65,6 +65,9 @@ partition (the slots held now, ~170 bytes each: 1 read unit up to ~24 held, 3 at
 one transaction (2 write units for the slot, 2 per KB of the run, where a plain claim pays
 1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit), or,
 for an effect still running, one UpdateItem of the hint and the DeleteItem when it ends.
+A run waiting for a slot looks first (the worker: `holders`, then `at_limit` before it reads
+the run): a look that finds every slot held costs that one Query, and a look that finds one
+free hands what it read to `claim`, so a claim costs no more than before.
 Every claim and release of one tenant writes the same partition key: ~3 write units a run,
 so one tenant's claims top out near 330 a second on one partition's 1,000 WCU/s unless
 DynamoDB splits it for heat (the `leased_by_tenant` index caps it at ~500 today).
@@ -84,7 +87,7 @@ from botocore.exceptions import ClientError
 from ..domain.effects import MAX_CLOCK_SKEW, excluded_until
 from ..domain.errors import StorageUnavailable, TenantAtLimit
 from ..domain.instants import format_instant, parse_instant
-from ..domain.runs import Run, RunState
+from ..domain.runs import Run, RunState, split_run_key
 from ..observability import logger
 from .dynamo import error_code, from_item, retry_conflicts, to_item, translated_errors
 from .runs import RunChanged, RunStore, key_sk
@@ -149,7 +152,15 @@ class SlotHolder:
         }
 
     def is_run(self, run: Run) -> bool:
-        return self.run_job == run.job_id and self.run_sk == key_sk(run.run_key)
+        return self.is_key(run.run_key)
+
+    def is_key(self, run_key: str) -> bool:
+        """Whether this slot was taken by a claim of the run `run_key` (a malformed key: no)."""
+        try:
+            job_id = split_run_key(run_key)[0]
+        except ValueError:
+            return False
+        return self.run_job == job_id and self.run_sk == key_sk(run_key)
 
     def worth_checking(self, cutoff: datetime) -> bool:
         """The lease its claim wrote has been expired since `cutoff`: the holder may be dead
@@ -211,13 +222,23 @@ class TenantSlots:
 
     # --- claiming ---
 
-    def claim(self, read: Run, change: Callable[[Run], Run], *, now: datetime) -> Run:
+    def claim(
+        self,
+        read: Run,
+        change: Callable[[Run], Run],
+        *,
+        now: datetime,
+        holders: list[SlotHolder] | None = None,
+    ) -> Run:
         """Write `change(read)` (a claim: it must return the run LEASED, with a lease) if the
         stored run is still `read` AND one of the tenant's slots is free, both in one write.
 
         Takes: the run as read, the claim transition (e.g. `lifecycle.claim(...)` bound to
-        its arguments), and the claimer's clock `now` (a holder's lease counts as expired
-        once `now - steal_after` has passed it).
+        its arguments), the claimer's clock `now` (a holder's lease counts as expired
+        once `now - steal_after` has passed it), and optionally the tenant's `holders` as
+        the caller read them just before (`holders`): the first try then chooses from those
+        instead of reading them again (a slot taken since is refused by the transaction, and
+        the next try reads them afresh).
         Returns: the run as written, with `tenant_slot` set (None when the limit is 0).
         Raises:
           - TenantAtLimit: every slot is held by a live lease (or the slots kept changing
@@ -235,8 +256,9 @@ class TenantSlots:
         leased = change(read)
         if leased.state is not RunState.LEASED or leased.lease_expires_at is None:
             raise ValueError(f"run {read.run_key}: a claim must leave the run LEASED with a lease")
+        given = holders
         for _ in range(self.attempts):
-            holders = self.holders(read.tenant)
+            holders, given = (given if given is not None else self.holders(read.tenant)), None
             if any(h.index >= self.limit for h in holders):
                 # The limit was lowered: no claim until every slot past it is gone (deleted
                 # once dead, or moved below it), since they count as much as the slots below.
@@ -256,6 +278,24 @@ class TenantSlots:
         raise TenantAtLimit(
             f"tenant {read.tenant!r}'s slots kept changing under {self.attempts} claims; try again",
             limit=self.limit,
+        )
+
+    def at_limit(self, holders: list[SlotHolder], run_key: str, *, now: datetime) -> bool:
+        """Whether a claim of the run `run_key` at `now`, given the tenant's `holders` as just
+        read, would find no slot to try and raise TenantAtLimit before any write: every slot
+        below the limit is present, none lies past it (a lowered limit: the claim settles
+        those), none was taken by a claim of this run (the claim may take it back), and none
+        is worth checking (its hint expired by `now - steal_after`: its holder may be dead).
+        Pure. False says only that a claim must decide: the slots' holders may be live.
+        With the limit 0: False (no limit)."""
+        if self.limit == 0:
+            return False
+        cutoff = now - self.steal_after
+        below = {h.index for h in holders if h.index < self.limit}
+        return (
+            len(below) == self.limit
+            and all(h.index < self.limit for h in holders)
+            and not any(h.is_key(run_key) or h.worth_checking(cutoff) for h in holders)
         )
 
     def _choose(self, holders: list[SlotHolder], read: Run, now: datetime) -> _Take | None:
