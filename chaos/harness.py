@@ -206,7 +206,9 @@ class Report:
 
 
 class ObservedSlots(TenantSlots):
-    """A worker's tenant slots that tell the harness of each claim refused at the limit."""
+    """A worker's tenant slots that tell the harness of each claim refused at the limit, and
+    of each look (the worker's read of the slots before a waiting run's) that found them all
+    held: the run waits on purpose either way."""
 
     def __init__(self, runs: RunStore, limit: int, refused: Callable[[str], None]) -> None:
         super().__init__(runs, limit)

@@ -620,16 +620,27 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     assert claim(slots, waiting, soon).tenant_slot == held[0].tenant_slot
 
 
-def test_a_claim_given_holders_that_changed_since_reads_them_again(runs, ddb):
-    slots = TenantSlots(runs, 2)
+def test_a_claim_given_holders_that_changed_since_reads_them_again(runs, ddb, monkeypatch):
+    slots = TenantSlots(runs, 1)
     (first,) = insert(runs, "j_g1")
-    read_before = slots.holders(TENANT)  # both slots absent
+    read_before = slots.holders(TENANT)  # the one slot absent
     (second,) = insert(runs, "j_g2")
-    taken = claim(slots, second, T0)  # one of them taken since that read
-    # Whichever slot the stale read offers, the claim ends with the other one, never both.
-    leased = slots.claim(first, claim_change(T0), now=T0, holders=read_before)
-    assert {leased.tenant_slot, taken.tenant_slot} == {0, 1}
-    assert len(live_leases(ddb, TENANT, T0)) == 2
+    claim(slots, second, T0)  # taken since that read
+    reads = [0]
+    real = slots.holders
+
+    def counted(tenant: str) -> Any:
+        reads[0] += 1
+        return real(tenant)
+
+    monkeypatch.setattr(slots, "holders", counted)
+    # The stale read offers slot 0: the transaction refuses it, the claim reads the slots
+    # again and finds the tenant at its limit. Nothing of the first run is written.
+    with pytest.raises(TenantAtLimit):
+        slots.claim(first, claim_change(T0), now=T0, holders=read_before)
+    assert reads[0] == 1
+    assert runs.get_by_key(first.run_key) == first
+    assert len(live_leases(ddb, TENANT, T0)) == 1
 
 
 def test_a_lowered_limit_admits_no_claim_until_the_live_leases_are_below_it(runs, ddb):

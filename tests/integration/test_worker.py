@@ -471,9 +471,10 @@ def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clo
 # --- a run waiting for its tenant's slots looks at them before it reads the run ---
 
 
-def waiting_delivery(container, run, *, receive_count=1, message=None):
+def waiting_delivery(container, run, *, receive_count=2, message=None):
     """`run`'s message really sent and received (a real receipt handle), as the handler turns
-    it into a delivery: with the tenant and due instant the message names."""
+    it into a delivery: with the tenant and due instant the message names, received for the
+    `receive_count`-th time (by default, back from a first wait)."""
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from jobsched.handlers.worker import delivery_of
     from jobsched.store.queues import RunMessage
@@ -520,45 +521,11 @@ def test_a_run_of_a_full_tenant_waits_in_place_without_its_run_being_read(
     assert result.outcome is AttemptOutcome.DEFERRED and result.error_class == "tenant_limit"
     assert result.redeliver and reads.calls == 0
     # The wait a refused claim would have drawn, from the time since the run was due.
-    assert result.wait_seconds == tenant_wait(5.0, waiting.run_key, 1)
+    assert result.wait_seconds == tenant_wait(5.0, waiting.run_key, 2)
     time.sleep(1.2)  # past the 1 s visibility it was received with: the wait holds it longer
     url = container.queues.urls["default"]
     assert boto3.client("sqs").receive_message(QueueUrl=url).get("Messages", []) == []
     assert stored(container, waiting) == waiting  # nothing written
-
-
-def test_looks_at_a_full_tenant_within_a_quarter_second_share_one_read_of_its_slots(
-    container, clock, registry, monkeypatch
-):
-    from jobsched.services.worker import FULL_KEPT_SECONDS
-    from jobsched.store.tenant_slots import TenantSlots
-
-    limited = make_worker(container, registry, tenant_concurrency=1).for_invocation(_Invocation())
-    _, busy = one_run(container, clock, name="a")
-    waiting = [one_run(container, clock, name=f"w{i}")[1] for i in range(3)]
-    hold_a_slot(container, clock, busy, limit=1, lease_for=60)
-    deliveries = [waiting_delivery(container, run) for run in waiting]
-    looks = Counting(monkeypatch, TenantSlots, "holders")
-    outcomes = [limited.process(deliveries[0]).outcome, limited.process(deliveries[1]).outcome]
-    assert outcomes == [AttemptOutcome.DEFERRED] * 2 and looks.calls == 1
-    clock.advance(FULL_KEPT_SECONDS)  # what was read no longer stands: read again
-    assert limited.process(deliveries[2]).outcome is AttemptOutcome.DEFERRED and looks.calls == 2
-    # Another invocation of this process shares what its looks found.
-    other = make_worker(container, registry, tenant_concurrency=1)
-    assert other.for_invocation(_Invocation())._full is not limited._full  # a process of its own
-    assert limited.for_invocation(_Invocation())._full is limited._full
-
-
-def test_a_look_sharing_a_full_read_still_finds_its_runs_own_slot(container, clock, registry, ledger):
-    limited = make_worker(container, registry, tenant_concurrency=1)
-    _, run = one_run(container, clock, name="own")
-    _, other = one_run(container, clock, name="other")
-    hold_a_slot(container, clock, run, limit=1, lease_for=60)  # its own claim, whose worker died
-    clock.advance(61)
-    assert limited.process(waiting_delivery(container, other)).outcome is AttemptOutcome.DEFERRED
-    # The slots read for `other` a moment ago are held by `run`'s own claim: no wait for it.
-    assert limited.process(waiting_delivery(container, run)).outcome is AttemptOutcome.SUCCEEDED
-    assert ledger.effects[run.run_key] == 1
 
 
 def test_a_look_that_finds_a_free_slot_is_the_claims_only_read_of_the_slots(
@@ -585,8 +552,11 @@ def test_a_look_never_defers_a_run_whose_own_earlier_claim_holds_a_slot(containe
     assert ledger.effects[run.run_key] == 1
 
 
-@pytest.mark.parametrize("why", ["no due instant", "receives spent", "wait not set"])
-def test_a_run_that_cannot_wait_in_place_is_read_and_handed_to_the_outbox(
+@pytest.mark.parametrize(
+    "why",
+    ["first receive", "not due yet", "no due instant", "bad due instant", "receives spent", "wait not set"],
+)
+def test_a_delivery_that_may_not_look_first_reads_its_run_as_before(
     container, clock, registry, monkeypatch, why
 ):
     from dataclasses import replace
@@ -597,17 +567,18 @@ def test_a_run_that_cannot_wait_in_place_is_read_and_handed_to_the_outbox(
     _, busy = one_run(container, clock, name="a")
     _, waiting = one_run(container, clock, name="b")
     hold_a_slot(container, clock, busy, limit=1, lease_for=60)
-    message = replace(RunMessage.of(waiting), due_at=None) if why == "no due instant" else None
-    d = waiting_delivery(
-        container, waiting, message=message, receive_count=6 if why == "receives spent" else 1
-    )
+    due = {"no due instant": None, "bad due instant": "tomorrow", "not due yet": "2026-11-02T08:10:00Z"}
+    message = replace(RunMessage.of(waiting), due_at=due[why]) if why in due else None
+    receives = {"first receive": 1, "receives spent": 6}.get(why, 2)
+    d = waiting_delivery(container, waiting, message=message, receive_count=receives)
     if why == "wait not set":
         monkeypatch.setattr(container.queues, "change_visibility", throttled_after_retries)
     reads = Counting(monkeypatch, container.runs, "get_by_key")
     result = limited.process(d)
+    # The run as stored decides (its due instant is the stored one, whatever the message says).
     assert result.outcome is AttemptOutcome.DEFERRED and result.error_class == "tenant_limit"
     assert reads.calls >= 1
-    if why != "no due instant":
+    if why in ("receives spent", "wait not set"):
         # The look could not keep the message: the run waits in the outbox instead.
         assert not result.redeliver
         assert stored(container, waiting).deferred_until == clock.now() + timedelta(seconds=1)

@@ -293,7 +293,8 @@ class Attempts:
         claim depends on (the outbox's QUEUED mark, a repair's touch) makes it lose too; the
         caller may admit and claim the stored run again. With a tenant limit the claim takes
         one of the tenant's slots in the same write (store.tenant_slots); `holders`, the
-        tenant's slots as the caller just read them, spare the claim's first read of them.
+        tenant's slots as the caller just read them, spare the claim's first read of them
+        (TenantSlots.claim says what a read that old can and cannot miss).
         Raises TenantAtLimit when the tenant's slots are all held: nothing was written."""
         if run.state is RunState.LEASED:
             self._metrics.add("LeasesExpired")

@@ -66,19 +66,6 @@ DEFER_IN_PLACE = 60
 TENANT_WAITS = ((1.0, 1), (3.0, 2), (7.0, 4), (15.0, 8), (31.0, 16))  # (waited less than, wait) s
 TENANT_WAIT_LONGEST = 30
 
-# How long a look that found every slot of a tenant held stands for the tenant's next looks in
-# this process: they wait without a read. A slot freed meanwhile waits at most this long
-# more for a look; a burst's waiting runs of one tenant, many a second in one batch or process,
-# read the tenant's slots a few times a second instead of once each.
-FULL_KEPT_SECONDS = 0.25
-FULL_KEPT_TENANTS = 256  # tenants whose full slots a process keeps at once
-
-
-def _kept(kept: tuple[datetime, list[Any]], now: datetime) -> bool:
-    """Whether slots read at `kept[0]` still stand at `now` (FULL_KEPT_SECONDS)."""
-    return 0 <= (now - kept[0]).total_seconds() < FULL_KEPT_SECONDS
-
-
 # Seconds a heartbeat keeps the message invisible beyond the lease it renews.
 MESSAGE_AFTER_LEASE = 5
 # Claims a delivery tries when each loses to a write that left the run claimable.
@@ -134,8 +121,9 @@ class Received:
     sent_at: datetime | None = None
     receipt_handle: str | None = None  # lets the heartbeat keep the message invisible
     # What the message says of the run (None when it does not): its tenant, and its due
-    # instant when published. Used only to decide whether to look at the tenant's slots
-    # before reading the run; the run as stored decides everything else.
+    # instant when published. Used only by a look at the tenant's slots before the run is
+    # read (whether to look, and how long a run found waiting waits); the run as stored
+    # decides everything else.
     tenant: str | None = None
     due_at: datetime | None = None
 
@@ -169,9 +157,6 @@ class Worker:
         # The tenant limit, exact: a claim and a tenant slot are one write (store.tenant_slots).
         slots = tenant_slots or (TenantSlots(runs, tenant_concurrency) if tenant_concurrency > 0 else None)
         self._slots = slots if slots is not None and slots.limit > 0 else None
-        # Tenant -> (when, its slots as a look read them), kept for a look that finds every slot
-        # held (FULL_KEPT_SECONDS): shared by the invocations of this process.
-        self._full: dict[str, tuple[datetime, list[SlotHolder]]] = {}
         self._completer = completer or Completer(definitions, runs, queues, clock, metrics, slots=slots)
         self.attempts = Attempts(
             definitions,
@@ -247,9 +232,9 @@ class Worker:
         write never costs the run its message. Raises what the store raises before the
         effect (the message is then redelivered).
 
-        With a tenant limit, a delivery whose message names its tenant and due instant and
-        may be deferred in place looks at the tenant's slots first (`_look`): every slot held
-        defers it without reading the run; otherwise the slots read serve the first claim."""
+        With a tenant limit, a due run's message received again (a run back from a wait)
+        looks at the tenant's slots first (`_look`): every slot held defers it without
+        reading the run; otherwise the slots read serve the first claim."""
         looked = self._look(delivery)
         if isinstance(looked, AttemptResult):
             return looked
@@ -281,36 +266,32 @@ class Worker:
         raise RetryableError(f"run {delivery.run_key} keeps changing; its message comes back")
 
     def _look(self, delivery: Received) -> AttemptResult | list[SlotHolder] | None:
-        """Before the run is read: with a tenant limit, and a message that names the run's
-        tenant and due instant and may still be deferred in place (a receipt handle, receives
-        to spare), the tenant's slots. When every one is held by another run's live claim
-        (TenantSlots.at_limit), the run waits as a refused claim would (`tenant_wait` of the
-        time since its due instant), its message left invisible for it: that deferral,
-        without the run read. Otherwise the slots as read (for the first claim), or None
-        when no look was made (the run is then read and claimed as always). A wait that
-        cannot be set on the message goes on to read the run. Slots found all held are
-        judged again, without a read, for the tenant's looks in the next FULL_KEPT_SECONDS
-        (only to wait: a claim always reads them). Raises what the store raises."""
+        """Before the run is read, for a delivery that came back from a wait: with a tenant
+        limit, and a message that names the run's tenant and due instant, received again
+        (its first receive reads and admits the run: an overlap skip, a death or a duplicate
+        is decided there) while it may still be deferred in place (a receipt handle,
+        receives to spare), for a run already due, the tenant's slots. When every one is
+        held by another run's live claim (TenantSlots.at_limit), the run waits as a refused
+        claim would (`tenant_wait` of the time since its due instant), its message left
+        invisible for it: that deferral, without the run read. Otherwise the slots as read
+        (for the first claim), or None when no look was made (the run is then read and
+        claimed as always). A wait that cannot be set on the message goes on to read the
+        run. Raises what the store raises."""
         slots = self._slots
         spare = self.deferral_receives.get(delivery.queue, 0)
+        now = self._clock.now()
         if (
             slots is None
             or delivery.tenant is None
             or delivery.due_at is None
+            or delivery.due_at > now + CLOCK_SKEW  # not due yet: the run decides how long to wait
             or not delivery.receipt_handle
-            or delivery.receive_count > spare
+            or not 1 < delivery.receive_count <= spare
         ):
             return None
-        now = self._clock.precise()
-        kept = self._full.get(delivery.tenant)
-        if kept is not None and _kept(kept, now) and slots.at_limit(kept[1], delivery.run_key, now=now):
-            holders = kept[1]  # every slot held a moment ago (this run's own among them: no)
-        else:
-            holders = slots.holders(delivery.tenant)
-            if not slots.at_limit(holders, delivery.run_key, now=now):
-                self._full.pop(delivery.tenant, None)
-                return holders
-            self._keep_full(delivery.tenant, now, holders)
+        holders = slots.holders(delivery.tenant)
+        if not slots.at_limit(holders, delivery.run_key, now=now):
+            return holders
         waited = (now - delivery.due_at).total_seconds()
         delay = tenant_wait(waited, delivery.run_key, delivery.receive_count)
         try:
@@ -323,16 +304,6 @@ class Worker:
         return AttemptResult(
             AttemptOutcome.DEFERRED, None, error_class="tenant_limit", wait_seconds=delay, redeliver=True
         )
-
-    def _keep_full(self, tenant: str, now: datetime, holders: list[SlotHolder]) -> None:
-        """Keep `holders` as the tenant's full slots read at `now`; past FULL_KEPT_TENANTS kept,
-        those no longer standing are dropped first (one process serves any number of tenants)."""
-        if len(self._full) >= FULL_KEPT_TENANTS:
-            for other, kept in list(self._full.items()):
-                if not _kept(kept, now):
-                    self._full.pop(other, None)
-        if len(self._full) < FULL_KEPT_TENANTS:
-            self._full[tenant] = (now, holders)
 
     def _claim(
         self, run: Run, now: datetime, delivery: Received, holders: list[SlotHolder] | None = None

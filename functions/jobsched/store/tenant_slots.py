@@ -65,9 +65,9 @@ partition (the slots held now, ~170 bytes each: 1 read unit up to ~24 held, 3 at
 one transaction (2 write units for the slot, 2 per KB of the run, where a plain claim pays
 1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit), or,
 for an effect still running, one UpdateItem of the hint and the DeleteItem when it ends.
-A run waiting for a slot looks first (the worker: `holders`, then `at_limit` before it reads
-the run): a look that finds every slot held costs that one Query, and a look that finds one
-free hands what it read to `claim`, so a claim costs no more than before.
+A run back from waiting for a slot looks first (the worker: `holders`, then `at_limit`,
+before it reads the run): a look that finds every slot held costs that one Query instead of
+the run's read and the Query, and a look that finds one free hands what it read to `claim`.
 Every claim and release of one tenant writes the same partition key: ~3 write units a run,
 so one tenant's claims top out near 330 a second on one partition's 1,000 WCU/s unless
 DynamoDB splits it for heat (the `leased_by_tenant` index caps it at ~500 today).
@@ -236,9 +236,10 @@ class TenantSlots:
         Takes: the run as read, the claim transition (e.g. `lifecycle.claim(...)` bound to
         its arguments), the claimer's clock `now` (a holder's lease counts as expired
         once `now - steal_after` has passed it), and optionally the tenant's `holders` as
-        the caller read them just before (`holders`): the first try then chooses from those
-        instead of reading them again (a slot taken since is refused by the transaction, and
-        the next try reads them afresh).
+        the caller read them just before: the first try then chooses from those instead of
+        reading them again. A slot taken since is refused by the transaction and the next
+        try reads them afresh; a slot freed since is not seen (holders that leave no slot to
+        try raise TenantAtLimit at once, as a read made then would have).
         Returns: the run as written, with `tenant_slot` set (None when the limit is 0).
         Raises:
           - TenantAtLimit: every slot is held by a live lease (or the slots kept changing
@@ -291,10 +292,10 @@ class TenantSlots:
         if self.limit == 0:
             return False
         cutoff = now - self.steal_after
-        below = {h.index for h in holders if h.index < self.limit}
+        below = {h.index for h in holders if 0 <= h.index < self.limit}
         return (
             len(below) == self.limit
-            and all(h.index < self.limit for h in holders)
+            and all(0 <= h.index < self.limit for h in holders)
             and not any(h.is_key(run_key) or h.worth_checking(cutoff) for h in holders)
         )
 
