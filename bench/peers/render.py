@@ -60,9 +60,13 @@ def ratio_table(results: dict[str, Any]) -> list[str]:
 
 
 def goal_table(results: dict[str, Any]) -> list[str]:
-    out = ["| Goal | Measured | Target | Result |", "|---|---|---|---|"]
+    out = [
+        "| Goal | Measured | Target | Result | What holds it, measured here |",
+        "|---|---|---|---|---|",
+    ]
     for g in results["goals"]:
-        out.append(f"| {g['what']} | {g['measured']} | {g['goal']} | {_ok(g['met'])} |")
+        holds = g.get("holds", "") if g["met"] is False else ""
+        out.append(f"| {g['what']} | {g['measured']} | {g['goal']} | {_ok(g['met'])} | {holds or '-'} |")
     return out
 
 

@@ -102,6 +102,11 @@ def test_pooled_figures_ratios_and_goals():
     goals = compute.goals(summary)
     assert [g["met"] for g in goals] == [True, True, False]  # 2.0x ≤ 2; 2.0x ≤ 3; 50 s for 1,000
     assert "scaled from 100" in goals[2]["measured"]
+    # What holds each: the own CPU a run, and the drain (100 runs done 6 s after due: 16.7 a
+    # second; moto's 60 CPU s per 1,000 runs is 6 s for 100, busy the whole drain).
+    assert goals[0]["holds"].startswith("40.0 ms of CPU a run")
+    assert "100 runs done 6 s after their due instant (16.7 a second)" in goals[1]["holds"]
+    assert "60 CPU s per 1,000 runs: busy 100%" in goals[1]["holds"]
 
 
 def test_rounds_are_pooled():
