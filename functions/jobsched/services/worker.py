@@ -294,16 +294,11 @@ class Worker:
             return holders
         waited = (now - delivery.due_at).total_seconds()
         delay = tenant_wait(waited, delivery.run_key, delivery.receive_count)
-        try:
-            self._queues.change_visibility(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
-        except Exception:
-            logger.warning("could not defer by visibility; reading the run", extra={"why": "tenant_limit"})
-            return holders
+        deferred = self._wait_in_place(delivery, None, delay, "tenant_limit")
+        if deferred is None:
+            return holders  # the run is read and claimed, or deferred, as always
         self._metrics.add("TenantThrottled")
-        logger.debug("deferred in place", extra={"run_key": delivery.run_key, "why": "tenant_limit"})
-        return AttemptResult(
-            AttemptOutcome.DEFERRED, None, error_class="tenant_limit", wait_seconds=delay, redeliver=True
-        )
+        return deferred
 
     def _claim(
         self, run: Run, now: datetime, delivery: Received, holders: list[SlotHolder] | None = None
@@ -404,6 +399,23 @@ class Worker:
 
     # --- deferral ---
 
+    def _wait_in_place(
+        self, delivery: Received, run: Run | None, delay: int, why: str
+    ) -> AttemptResult | None:
+        """Leave `delivery`'s message in its queue, invisible for `delay` s: the DEFERRED result
+        (`run` as read, None when it was not read), or None when SQS refused (logged; the
+        caller then goes on without the wait)."""
+        assert delivery.receipt_handle is not None
+        try:
+            self._queues.change_visibility(self._queues.url(delivery.queue), delivery.receipt_handle, delay)
+        except Exception:
+            logger.warning("could not defer by visibility", extra={"run_key": delivery.run_key, "why": why})
+            return None
+        logger.debug("deferred in place", extra={"run_key": delivery.run_key, "why": why})
+        return AttemptResult(
+            AttemptOutcome.DEFERRED, run, error_class=why, wait_seconds=delay, redeliver=True
+        )
+
     def _defer(self, run: Run, delivery: Received, seconds: float, why: str) -> AttemptResult:
         """Come back in `seconds`. A short wait leaves the message in its queue, invisible for
         the delay, while it has receives to spare (QueueSpec.deferral_receives); otherwise the
@@ -413,18 +425,9 @@ class Worker:
         delay = int(max(1, min(900, seconds)))
         spare = self.deferral_receives.get(delivery.queue, 0)
         if delivery.receipt_handle and delivery.receive_count <= spare and delay <= DEFER_IN_PLACE:
-            try:
-                self._queues.change_visibility(
-                    self._queues.url(delivery.queue), delivery.receipt_handle, delay
-                )
-                logger.debug("deferred in place", extra={"run_key": run.run_key, "why": why})
-                return AttemptResult(
-                    AttemptOutcome.DEFERRED, run, error_class=why, wait_seconds=delay, redeliver=True
-                )
-            except Exception:
-                logger.warning(
-                    "could not defer by visibility; handing the run to the outbox", extra={"why": why}
-                )
+            in_place = self._wait_in_place(delivery, run, delay, why)
+            if in_place is not None:
+                return in_place
         now = self._clock.now()
         until = now + timedelta(seconds=delay)
         try:
