@@ -166,7 +166,7 @@ def model(
     # Runs table and each of its GSIs is its own on-demand throughput bucket.
     if w.get("runs"):
         limits["Runs table: on-demand WRU/s quota"] = table_cap / w["runs"]
-    for index in ("open", "claimable", "leased_by_tenant"):
+    for index in ("open", "claimable", "runs_by_tenant"):
         if w.get(f"gsi:{index}"):
             limits[f"Runs GSI {index}: on-demand WRU/s quota"] = table_cap / w[f"gsi:{index}"]
     if w.get("gsi:open"):
@@ -200,8 +200,6 @@ def model(
     per_tenant = {}
     if w.get("gsi:claimable"):
         per_tenant["claimable (key tenant#type)"] = part / w["gsi:claimable"] * 60
-    if w.get("gsi:leased_by_tenant"):
-        per_tenant["leased_by_tenant (key tenant)"] = part / w["gsi:leased_by_tenant"] * 60
     job_idx = inp["job_advance_gsi_units"]
     if job_idx.get("by_tenant"):
         per_tenant["by_tenant on job advance (key tenant)"] = part / job_idx["by_tenant"] * 60

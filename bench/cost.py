@@ -424,14 +424,6 @@ WHAT_IFS = (
         " the job's counters in the API would go",
         drop=lambda name, w: name == "job: stats counter (ADD)",
     ),
-    WhatIf(
-        "no leased-by-tenant index",
-        "enforce tenant concurrency with the fair queues' MessageGroupId"
-        " (or per-mapping MaximumConcurrency) instead of counting live leases",
-        image=lambda item: (
-            _strip(item, "leased_tenant", "lease_expires_at") if item and "sk" in item else item
-        ),
-    ),
 )
 
 # Not a cut but a lifecycle this design does not have: a run made when it is first claimed (the

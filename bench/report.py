@@ -476,8 +476,8 @@ def _floor_md(dense: dict[str, Any]) -> list[str]:
         f"With every guarantee kept, a recurring run costs {_f(units, 1)} write units here, and each write above"
         " holds one of them: the PENDING insert and its `open` index entry are the durable occurrence and its"
         " repair (a lost publish or an expired lease is found by the reconciler); QUEUED tells a lost publish"
-        " from a backlogged queue, so a backlog is not re-published; the claim and its `leased_by_tenant`"
-        " entry are the fence and the tenant's concurrency limit; the completion (leaving both indexes) is"
+        " from a backlogged queue, so a backlog is not re-published; the claim and its tenant slot"
+        " are the fence and the tenant's concurrency limit; the completion (leaving the `open` index) is"
         " the history and the effect's completed idempotency record (one effect per run); the counter is the"
         " job's counters in the API. The goal of 5 units (and $3 per million,"
         f" which needs about {_f(units_for_goal, 1)} on demand with the rest as measured) is below this floor."
@@ -663,8 +663,8 @@ def _top_of_hour_md(cap: dict[str, Any]) -> list[str]:
         + _poller_price_md(cap)
         + " The minimum's EPUs are billed all month, the extra EPUs of each hourly burst while it lasts (at least a "
         "minute); pre-warmed environments (Lambda provisioned concurrency on a schedule, not a stack "
-        "setting) at the arm64 provisioned-concurrency price (an assumption, see `bench/prices.json`). Not modelled: a single tenant's burst (the "
-        "`leased_by_tenant` index caps one tenant at 500 runs/s), the first burst on a new table (on-demand takes "
+        "setting) at the arm64 provisioned-concurrency price (an assumption, see `bench/prices.json`). Not modelled: a single tenant's burst (its "
+        "slot partition caps one tenant at about 330 claims a second), the first burst on a new table (on-demand takes "
         "twice the previous peak at once; warm throughput or a previous burst covers it), the outbox (its headroom "
         "is shown below), targets' own limits.",
         "",

@@ -161,7 +161,6 @@ FAULT_FIGURES = (
     "stale_due_reads",
     "stale_open_reads",
     "stale_claimable_reads",
-    "stale_tenant_reads",
     "write_timeouts_raised",
     "write_timeouts_replayed",
     "killed_invocations",

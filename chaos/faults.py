@@ -21,7 +21,7 @@ from jobsched.domain.models import Job
 from jobsched.domain.runs import Run, RunState
 from jobsched.store.definitions import DefinitionStore
 from jobsched.store.runs import RunStore
-from jobsched.store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, LEASED_INDEX, OPEN_INDEX, RUNS
+from jobsched.store.schema import CLAIM_INDEX, DEFINITIONS, DUE_INDEX, OPEN_INDEX, RUNS
 
 REGION = "us-east-1"
 # How often a wait on simulated time looks at the clock (real seconds): well under the real
@@ -322,7 +322,6 @@ STALE_INDEXES = {
     DUE_INDEX: "stale_due_reads",
     OPEN_INDEX: "stale_open_reads",
     CLAIM_INDEX: "stale_claimable_reads",
-    LEASED_INDEX: "stale_tenant_reads",
 }
 LONG_LAG = 15.0  # seconds: the longest an index lags its table here
 _TABLES = {spec.default_name: spec for spec in (DEFINITIONS, RUNS)}

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from jobsched.domain.instants import ManualClock
-from jobsched.store.schema import LEASED_INDEX, RUNS
+from jobsched.store.schema import CLAIM_INDEX, RUNS
 
 from chaos import MUST_BE_ZERO, ChaosConfig, FaultRates, run_chaos
 from chaos.faults import (
@@ -55,12 +55,12 @@ def run_item(sk, **extra):
     return {**item, **{k: {"S": v} for k, v in extra.items()}}
 
 
-def leases(client, clock):
+def claimable(client, clock):
     return client.query(
         TableName=RUNS.default_name,
-        IndexName=LEASED_INDEX,
-        KeyConditionExpression="leased_tenant = :t AND lease_expires_at > :now",
-        ExpressionAttributeValues={":t": {"S": "acme"}, ":now": {"S": "2000-01-01T00:00:00Z"}},
+        IndexName=CLAIM_INDEX,
+        KeyConditionExpression="claim_key = :k AND due_at > :since",
+        ExpressionAttributeValues={":k": {"S": "acme#report"}, ":since": {"S": "2000-01-01T00:00:00Z"}},
         Select="COUNT",
     )["Count"]
 
@@ -70,22 +70,22 @@ def test_a_stale_index_read_shows_what_the_item_has_left_and_misses_what_is_new(
     faults = faults_for(world, stale_index_read=1.0)
     faults.lagging_share = 1.0
     client = faults.client(Throttle(random.Random(0), 0), "Throttled")
-    leased = run_item("R#1", leased_tenant="acme", lease_expires_at="2026-10-25T01:00:00Z")
-    client.put_item(TableName=RUNS.default_name, Item=leased)
+    waiting = run_item("R#1", claim_key="acme#report", due_at="2026-10-25T01:00:00Z")
+    client.put_item(TableName=RUNS.default_name, Item=waiting)
     clock.advance(60)
-    # The run leaves LEASED: the index entry goes; a stale read still counts it.
+    # The run is claimed: the index entry goes; a stale read still counts it.
     client.put_item(TableName=RUNS.default_name, Item=run_item("R#1"))
-    # A run leased just now: a stale read does not count it yet.
-    client.put_item(TableName=RUNS.default_name, Item={**leased, "sk": {"S": "R#2"}})
+    # A run waiting from just now: a stale read does not count it yet.
+    client.put_item(TableName=RUNS.default_name, Item={**waiting, "sk": {"S": "R#2"}})
     faults.rates = replace(QUIET, stale_index_read=1.0)
-    assert leases(client, clock) == 1  # R#1 (gone) counted, R#2 (new) not
-    assert faults.counts["stale_tenant_reads"] == 1
+    assert claimable(client, clock) == 1  # R#1 (gone) counted, R#2 (new) not
+    assert faults.counts["stale_claimable_reads"] == 1
     faults.enabled = False
-    assert leases(client, clock) == 1  # R#2 only, as the table says
+    assert claimable(client, clock) == 1  # R#2 only, as the table says
     clock.advance(60)
     faults.enabled = True
-    assert leases(client, clock) == 1  # nothing recent: the index has caught up
-    assert faults.counts["stale_tenant_reads"] == 1
+    assert claimable(client, clock) == 1  # nothing recent: the index has caught up
+    assert faults.counts["stale_claimable_reads"] == 1
 
 
 def test_a_write_the_table_applied_still_fails_to_its_caller(world):
@@ -199,8 +199,6 @@ def test_every_fault_moto_never_shows_fires_and_the_invariants_hold():
     for name in MUST_BE_ZERO:
         if name not in PIPELINE_DEFECTS:
             assert getattr(figures, name) == 0, f"{name}\n{detail}"
-    # (No code reads the leased-by-tenant index since the tenant limit became slots, so its
-    # stale reads cannot happen here: the stale-index test above still proves the fault.)
     for name in (
         "stale_due_reads",
         "stale_claimable_reads",

@@ -42,9 +42,8 @@ def run_order(run_key: str, scheduled_for: datetime) -> str:
 
 
 class RunSummary(Model):
-    """What a run shows in a listing, kept on its item (and projected into the index), so a
-    list needs no read of the runs themselves. Its texts are bounded by the run's byte
-    budget (domain.budget): an error class 128 bytes, a reason 512."""
+    """What a run shows in a listing, made from the run as read. Its texts are bounded by the
+    run's byte budget (domain.budget): an error class 128 bytes, a reason 512."""
 
     run_key: str
     job_id: str

@@ -284,7 +284,6 @@ class RunStore:
             "doc": run_doc(run),
             "run_lane": run_lane(run.tenant, run.job_id),
             "run_order": run_order(run.run_key, run.scheduled_for),
-            "summary": RunSummary.of(run).model_dump_json(exclude_none=True),
         }
         if run.blocked_by:
             values["blocked_by"] = run.blocked_by
@@ -302,7 +301,7 @@ class RunStore:
         if run.state in CLAIMABLE_STATES and not run.blocked_by and self.waits_for_lease(run):
             values["claim_key"] = claim_key(run.tenant, run.job_type)
         if run.state is RunState.LEASED and run.lease_expires_at is not None:
-            values["leased_tenant"] = run.tenant
+            # Top-level for the conditions of a lease's renewal and a slot's takeover.
             values["lease_expires_at"] = format_instant(run.lease_expires_at)
         if excluded_until(run) is not None:
             # An attempt's in-progress record: its effect may be running until effect_until.
@@ -706,9 +705,11 @@ class RunStore:
         finished since its entry was written is seen as it is now."""
         return self._readable(self._read_entries(keys))
 
-    def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _read_entries(
+        self, entries: list[dict[str, Any]], *, consistent: bool = True
+    ) -> list[dict[str, Any]]:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
-        return batch_get(self._db, self._table, keys) if keys else []
+        return batch_get(self._db, self._table, keys, consistent=consistent) if keys else []
 
     def claimable(
         self,
@@ -748,7 +749,8 @@ class RunStore:
         due_by: datetime | None = None,
     ) -> SummaryPage:
         """One page of the tenant's runs that `run_filter` keeps, newest scheduled first, from
-        the `runs_by_tenant` index (one job's: from the job's own partition), summaries only.
+        the `runs_by_tenant` index (one job's: from the job's own partition) and the runs it
+        names, as summaries.
         A page may hold fewer than `limit` runs and still name a cursor (a filter that keeps
         few of the runs read); the cursor is bound to the tenant and the filter (400 for
         another). Without `until`, runs scheduled after `due_by` (made ahead) are left out.
@@ -800,8 +802,10 @@ class RunStore:
     ) -> LaneRead:
         """Read one lane of the index (or, with `job_id`, the job's partition) newest first,
         orders in [low, high] but below `before`, until `limit` runs match, it is read out, or
-        `max_reads` queries were made. Read eventually consistent (an index cannot be read
-        otherwise): a run written a moment ago may show its previous summary."""
+        `max_reads` queries were made. The index holds keys only (its entry is written once,
+        when the run is): the runs it names are then read by key, eventually consistent, so a
+        run written a moment ago may show its previous state; one gone since (its retention
+        ended) is left out."""
         if job_id is not None:
             request: dict[str, Any] = {
                 "TableName": self._table,
@@ -813,9 +817,6 @@ class RunStore:
                         ":b": _sk_of_order(high) if high else _RUNS_END,
                     }
                 ),
-                # Names, not words: DynamoDB reserves hundreds of words as expression keywords.
-                "ProjectionExpression": "#t, #o, #s",
-                "ExpressionAttributeNames": {"#t": "tenant", "#o": "run_order", "#s": "summary"},
             }
         else:
             request = {
@@ -833,23 +834,20 @@ class RunStore:
         for _ in range(max_reads):
             with translated_errors():
                 response = self._db.query(**request)
-            for item in response.get("Items", []):
-                if "summary" not in item or item.get("tenant", {}).get("S", tenant) != tenant:
-                    continue  # written before summaries were kept; or not the tenant's
-                order = str(item["run_order"]["S"])
-                if before is not None and order >= before:
-                    continue  # the cursor's own run (BETWEEN is inclusive)
+            entries = []
+            for entry in response.get("Items", []):
+                order = entry.get("run_order", {}).get("S")
+                if order is None or (before is not None and order >= before):
+                    continue  # written before the listing existed; or the cursor's own run
                 lowest = order
-                try:
-                    summary = RunSummary.model_validate_json(item["summary"]["S"])
-                except Exception as exc:
-                    logger.error(
-                        "unreadable run summary", extra={"run_order": order, "error": type(exc).__name__}
-                    )
-                    self._metrics.add(UNREADABLE_METRIC)
-                    continue
-                if run_filter.matches(summary):
-                    matches.append(summary)
+                entries.append(entry)
+            # A job's partition answers the runs themselves; the index, their keys.
+            items = entries if job_id is not None else self._read_entries(entries, consistent=False)
+            for run in self._readable(items):
+                if run.tenant == tenant:
+                    summary = RunSummary.of(run)
+                    if run_filter.matches(summary):
+                        matches.append(summary)
             last = response.get("LastEvaluatedKey")
             if not last:
                 return LaneRead(matches, lowest, exhausted=True)

@@ -119,10 +119,12 @@ DEFINITIONS = TableSpec(
 # (store.tenant_slots); no index, TTL, listing or stream filter picks them up.
 OPEN_INDEX = "open"
 DEAD_INDEX = "dead_by_tenant"
-# No code reads this index since the tenant limit moved to slots (store.tenant_slots); it
-# stays until a release removes it on its own (one GSI per table update).
-LEASED_INDEX = "leased_by_tenant"
 CLAIM_INDEX = "claimable"
+# Retired: no run item carries `leased_tenant` any more, so the index stays empty and costs no
+# write; it is deleted by a later release, alone (CloudFormation takes one index creation or
+# deletion per table update, and `runs_by_tenant` is this release's).
+LEASED_INDEX = "leased_by_tenant"
+RETIRED_INDEXES = frozenset({LEASED_INDEX})
 TENANT_RUNS_INDEX = "runs_by_tenant"
 RUNS = TableSpec(
     logical_id="Runs",
@@ -140,12 +142,13 @@ RUNS = TableSpec(
         # Sparse: claim_key = "<tenant>#<type>" is present while a run without a target waits
         # to be claimed; external workers lease from it through the API (reading the runs).
         Index(CLAIM_INDEX, Key("claim_key", "S"), Key("due_at", "S"), "KEYS_ONLY"),
-        # Sparse: leased_tenant is present only while LEASED; counts a tenant's live leases.
+        # Retired (RETIRED_INDEXES): nothing writes its key any more.
         Index(LEASED_INDEX, Key("leased_tenant", "S"), Key("lease_expires_at", "S"), "KEYS_ONLY"),
         # Every run, by tenant lane ("<tenant>#<n>", domain.run_listing) newest first: the
-        # listing across a tenant's jobs. Only the run's summary is projected (about 0.5 KB:
-        # one write unit per transition, where ALL would copy the whole run each time).
-        Index(TENANT_RUNS_INDEX, Key("run_lane", "S"), Key("run_order", "S"), "INCLUDE", ("summary",)),
+        # listing across a tenant's jobs. Keys only, and neither key changes after the run is
+        # made, so its entry is written once (one unit) and never by a transition; a listing
+        # reads the runs it names by key.
+        Index(TENANT_RUNS_INDEX, Key("run_lane", "S"), Key("run_order", "S"), "KEYS_ONLY"),
     ),
     stream="NEW_AND_OLD_IMAGES",
     ttl_attribute="expires_at",

@@ -42,7 +42,7 @@ is claimed once, so a run holds at most one live slot.
 Why the Runs table and this key: the claim is a write of the run item, so the transaction
 stays in one table and on the roles that already write runs. No index picks a slot item up
 (none of its attributes is a key of `open`, `dead_by_tenant`, `claimable` or
-`leased_by_tenant`); no listing does (a job's runs are `R#…` sort keys of its own
+`runs_by_tenant`); no listing does (a job's runs are `R#…` sort keys of its own
 partition; the chaos checker's scan, the outbox's stream filter and the stream audit all
 require `sk` to begin with `R#`); it has no `expires_at`, so TTL leaves it alone. Its stream
 records (a put per claim, a delete per release) are dropped by the outbox's event filter,
@@ -70,7 +70,7 @@ before it reads the run): a look that finds every slot held costs that one Query
 the run's read and the Query, and a look that finds one free hands what it read to `claim`.
 Every claim and release of one tenant writes the same partition key: ~3 write units a run,
 so one tenant's claims top out near 330 a second on one partition's 1,000 WCU/s unless
-DynamoDB splits it for heat (the `leased_by_tenant` index caps it at ~500 today).
+DynamoDB splits it for heat.
 """
 
 from __future__ import annotations
