@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import types
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,8 @@ from jobsched_cli import (
     parse_json_arg,
     tail_line,
 )
+
+from tests.helpers import StubApi
 
 # --- --set and the other argument parsers ---
 
@@ -422,55 +422,11 @@ def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPa
 # --- the HTTP exchange, against a stub API ---
 
 
-class StubApi:
-    """Answers from a table of (method, path) → (status, body, headers); records requests."""
-
-    def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], Any] = {}  # (status, body, headers), or a callable answering one
-        self.requests: list[dict[str, Any]] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                stub.requests.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": json.loads(body) if body else None,
-                    }
-                )
-                route = stub.routes.get(
-                    (self.command, self.path.split("?")[0]), (404, {"code": "not_found", "message": "no"}, {})
-                )
-                status, payload, headers = route() if callable(route) else route  # a callable: per request
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_POST = do_PATCH = do_DELETE = do_GET
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-
 @pytest.fixture
 def stub() -> Iterator[StubApi]:
     api = StubApi()
     yield api
-    api.server.shutdown()
-    api.server.server_close()
+    api.close()
 
 
 # Answers as the API sends them: every member, checked against the server's own views.
