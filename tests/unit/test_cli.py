@@ -745,6 +745,37 @@ def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().err.startswith("error: cannot reach http://127.0.0.1:1")
 
 
+@pytest.fixture
+def elsewhere() -> Iterator[StubApi]:
+    """Another host (127.0.0.2, loopback too) that records what reaches it."""
+    api = StubApi("127.0.0.2")
+    yield api
+    api.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "list"],
+        ["jobs", "create", "--name", "n", "--type", "t", "--cron", "0 9 * * *"],
+        ["docs", "--json"],
+    ],
+)
+def test_a_redirect_to_another_host_exits_1_and_the_key_stays_here(
+    stub: StubApi, elsewhere: StubApi, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for route in (("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/openapi.json")):
+        stub.routes[route] = (302, {}, {"Location": f"{elsewhere.url}{route[1]}"})
+        elsewhere.routes[route] = (200, {"items": [], "nextCursor": None}, {})
+    code = main(["--endpoint", stub.url, "--api-key", "tenant-secret", *command])
+    assert [sent["headers"].get("x-api-key") for sent in elsewhere.requests] == []
+    assert [sent["headers"]["x-api-key"] for sent in stub.requests] == ["tenant-secret"]
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: 302 redirect_refused: a redirect to another origin ({elsewhere.url})")
+    assert f"location: {elsewhere.url}/" in err
+
+
 # --- tail ---
 
 
