@@ -18,7 +18,9 @@ from jobsched.client import (
     ApiError,
     BulkDeadLettersView,
     Client,
+    ClientError,
     JobView,
+    RedirectRefused,
     RunList,
     RunSummaryView,
     RunView,
@@ -774,6 +776,20 @@ def test_a_redirect_to_another_host_exits_1_and_the_key_stays_here(
     err = capsys.readouterr().err
     assert err.startswith(f"error: 302 redirect_refused: a redirect to another origin ({elsewhere.url})")
     assert f"location: {elsewhere.url}/" in err
+
+
+def test_the_local_tour_keeps_its_key_on_a_redirect_elsewhere(stub: StubApi, elsewhere: StubApi) -> None:
+    from jobsched_local.demo import Demo
+
+    stub.routes[("GET", "/v1/jobs")] = (307, {}, {"Location": f"{elsewhere.url}/v1/jobs"})
+    tour = Demo(stub.url, "tenant-secret")
+    try:
+        with pytest.raises(ClientError) as raised:
+            tour.call("GET", "/v1/jobs")
+    finally:
+        tour.receiver.stop()
+    assert [sent["headers"].get("x-api-key") for sent in elsewhere.requests] == []
+    assert isinstance(raised.value, RedirectRefused) and raised.value.origin == elsewhere.url
 
 
 # --- tail ---
