@@ -1,11 +1,13 @@
 """Helpers shared by the suites: the test clock's start, workers and claims built the way the
-stack builds them, a thread-safe wrapper for moto clients, and an API client that drives the
-real `api` handler with API Gateway REST events. Fixtures live in conftest.py and use these."""
+stack builds them, a thread-safe wrapper for moto clients, a stub API over HTTP, and an API
+client that drives the real `api` handler with API Gateway REST events. Fixtures live in
+conftest.py and use these."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,6 +123,58 @@ class SerializedClient:
                 return attr(*args, **kwargs)
 
         return call
+
+
+class StubApi:
+    """An HTTP server on `host` (a loopback address: 127.0.0.1, or 127.0.0.2 for another
+    host) that answers from a table of (method, path) → (status, body, headers) and records
+    every request it receives (its headers with names in lower case)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.routes: dict[tuple[str, str], Any] = {}  # (status, body, headers), or a callable answering one
+        self.requests: list[dict[str, Any]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                stub.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": json.loads(body) if body else None,
+                    }
+                )
+                route = stub.routes.get(
+                    (self.command, self.path.split("?")[0]), (404, {"code": "not_found", "message": "no"}, {})
+                )
+                status, payload, headers = route() if callable(route) else route  # a callable: per request
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_HEAD = do_POST = do_PATCH = do_DELETE = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 @dataclass

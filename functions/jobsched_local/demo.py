@@ -7,15 +7,14 @@ as they change state, beside those of every other job."""
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
+
+from jobsched.client.http import Connection
 
 from .background import quiet_disconnects
 
@@ -61,19 +60,12 @@ class Demo:
         self.jobs: dict[str, str] = {}  # job id -> label
         self.receiver = Receiver()
         self._redriven: set[str] = set()
+        self._api = Connection(api_url, api_key=api_key)  # loopback: no proxy
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(
-            self.api_url + path,
-            method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"x-api-key": self.api_key, "content-type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{method} {path}: {exc.code} {exc.read().decode()}") from None
+        """The answer's JSON; raises what `Connection.request` raises (an ApiError on an
+        error answer, RedirectRefused for a redirect elsewhere: the key stays here)."""
+        return self._api.request(method, path, body).body
 
     def setup(self) -> None:
         soon = datetime.now(UTC).replace(microsecond=0)

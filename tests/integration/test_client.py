@@ -22,6 +22,7 @@ from jobsched.client import (
     ApiUnreachable,
     BulkDeadLettersBody,
     Client,
+    ClientError,
     Conflict,
     CreatedJobView,
     Invalid,
@@ -30,15 +31,18 @@ from jobsched.client import (
     NotFound,
     PreconditionRequired,
     RateLimited,
+    RedirectRefused,
     ServerError,
     Unauthorized,
     Unavailable,
     UnexpectedResponse,
+    UrllibTransport,
     VersionMismatch,
 )
+from jobsched.client.http import redirect_refusal
 from jobsched.domain.runs import RunState
 
-from tests.helpers import T0
+from tests.helpers import T0, StubApi
 
 pytestmark = pytest.mark.integration
 
@@ -633,6 +637,116 @@ def test_the_api_key_is_sent(container: Any):
     script = Scripted((200, {}, JOB_LIST))
     Client(ENDPOINT, api_key="k-1", transport=script).list_jobs()
     assert script.sent[0][2]["x-api-key"] == "k-1"
+
+
+# --- redirects: over real HTTP, between two loopback hosts ---
+
+
+@pytest.fixture
+def here_and_there() -> Iterator[tuple[StubApi, StubApi]]:
+    """The endpoint's server on 127.0.0.1, and another host's on 127.0.0.2 (both loopback)."""
+    here, there = StubApi("127.0.0.1"), StubApi("127.0.0.2")
+    yield here, there
+    here.close()
+    there.close()
+
+
+CREDENTIAL_HEADERS = ("x-api-key", "authorization", "x-amz-date", "x-amz-security-token")
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("operation", ["read", "write"])
+def test_a_redirect_to_another_host_is_refused_and_nothing_reaches_it(
+    here_and_there: tuple[StubApi, StubApi], fake_credentials: Any, code: int, operation: str
+):
+    here, there = here_and_there
+    for method, path in (("GET", "/v1/jobs"), ("POST", "/v1/jobs")):
+        here.routes[(method, path)] = (code, {}, {"Location": f"{there.url}{path}"})
+        there.routes[(method, path)] = (200, JOB_LIST if method == "GET" else CREATED, {})
+    keyed = Client(here.url, api_key="tenant-secret", sleep=_no_sleep)
+    signed = Client(here.url, sigv4=True, region="eu-west-1", credentials=fake_credentials, sleep=_no_sleep)
+    raised: list[ClientError | None] = []
+    for client in (keyed, signed):
+        try:
+            client.list_jobs() if operation == "read" else client.create_job(ext_job())
+            raised.append(None)
+        except ClientError as exc:
+            raised.append(exc)
+    leaked = [name for sent in there.requests for name in CREDENTIAL_HEADERS if name in sent["headers"]]
+    assert leaked == []
+    assert there.requests == []
+    for refused in raised:
+        assert isinstance(refused, RedirectRefused)
+        assert refused.status == code and refused.code == "redirect_refused"
+        assert refused.origin == there.url and refused.location == f"{there.url}/v1/jobs"
+        assert f"another origin ({there.url})" in str(refused)
+    assert len(here.requests) == 2 and "x-api-key" in here.requests[0]["headers"]
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_read_redirected_on_its_own_origin_is_followed_with_the_key(
+    here_and_there: tuple[StubApi, StubApi], code: int
+):
+    here, _ = here_and_there
+    here.routes[("GET", "/v1/jobs")] = (code, {}, {"Location": "/moved/v1/jobs?limit=5"})
+    here.routes[("GET", "/moved/v1/jobs")] = (code, {}, {"Location": f"{here.url}/final/v1/jobs"})
+    here.routes[("GET", "/final/v1/jobs")] = (200, JOB_LIST, {})
+    assert Client(here.url, api_key="tenant-secret", sleep=_no_sleep).list_jobs().items == []
+    assert [(sent["method"], sent["path"]) for sent in here.requests] == [
+        ("GET", "/v1/jobs"),
+        ("GET", "/moved/v1/jobs?limit=5"),
+        ("GET", "/final/v1/jobs"),
+    ]
+    assert all(sent["headers"]["x-api-key"] == "tenant-secret" for sent in here.requests)
+
+
+def test_a_head_redirected_on_its_own_origin_stays_a_head(here_and_there: tuple[StubApi, StubApi]):
+    here, _ = here_and_there
+    here.routes[("HEAD", "/v1/jobs")] = (301, {}, {"Location": "/moved/v1/jobs"})
+    here.routes[("HEAD", "/moved/v1/jobs")] = (200, {}, {})
+    status, _, _ = UrllibTransport(direct=True)("HEAD", f"{here.url}/v1/jobs", {"x-api-key": "k"}, None)
+    assert status == 200
+    assert [(sent["method"], sent["path"]) for sent in here.requests] == [
+        ("HEAD", "/v1/jobs"),
+        ("HEAD", "/moved/v1/jobs"),
+    ]
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_write_redirected_on_its_own_origin_is_not_resent_nor_turned_into_a_read(
+    here_and_there: tuple[StubApi, StubApi], code: int
+):
+    here, _ = here_and_there
+    here.routes[("POST", "/v1/jobs")] = (code, {}, {"Location": "/moved/v1/jobs"})
+    here.routes[("GET", "/moved/v1/jobs")] = (200, JOB_LIST, {})
+    here.routes[("POST", "/moved/v1/jobs")] = (201, CREATED, {})
+    with pytest.raises(RedirectRefused, match=r"a POST is never resent to another URL") as refused:
+        Client(here.url, api_key="tenant-secret", sleep=_no_sleep).create_job(ext_job())
+    assert refused.value.status == code and refused.value.location == f"{here.url}/moved/v1/jobs"
+    assert [(sent["method"], sent["path"]) for sent in here.requests] == [("POST", "/v1/jobs")]
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "location", "refused"),
+    [
+        ("GET", "http://a.test/v1", "http://A.test:80/v2", None),
+        ("GET", "https://a.test/v1", "https://a.test:443/v2", None),
+        ("HEAD", "http://a.test:8080/v1", "http://a.test:8080/v2", None),
+        ("GET", "http://a.test/v1", "http://b.test/v1", "another origin (http://b.test:80)"),
+        ("GET", "http://a.test/v1", "http://a.test:8080/v1", "another origin (http://a.test:8080)"),
+        ("GET", "http://a.test/v1", "https://a.test/v1", "another origin (https://a.test:443)"),
+        ("GET", "https://a.test/v1", "http://a.test/v1", "from https to http (http://a.test:80)"),
+        ("GET", "https://a.test:443/v1", "http://a.test:443/v1", "from https to http (http://a.test:443)"),
+        ("GET", "http://127.0.0.1:80/v1", "http://localhost/v1", "another origin (http://localhost:80)"),
+        ("GET", "http://[::1]/v1", "http://[::2]/v1", "another origin (http://[::2]:80)"),
+        ("GET", "http://a.test/v1", "http://a.test:99999/v1", "another origin (http://a.test:99999)"),
+        ("GET", "http://a.test/v1", "ftp://a.test/v1", "another origin (ftp://a.test)"),
+        ("PATCH", "http://a.test/v1/j", "http://a.test/v1/k", "a PATCH is never resent"),
+    ],
+)
+def test_which_redirects_are_followed(method: str, url: str, location: str, refused: str | None):
+    reason = redirect_refusal(method, url, location)
+    assert reason is None if refused is None else refused in (reason or "")
 
 
 # --- light to import ---

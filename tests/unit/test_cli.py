@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import types
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,9 @@ from jobsched.client import (
     ApiError,
     BulkDeadLettersView,
     Client,
+    ClientError,
     JobView,
+    RedirectRefused,
     RunList,
     RunSummaryView,
     RunView,
@@ -45,6 +45,8 @@ from jobsched_cli import (
     parse_json_arg,
     tail_line,
 )
+
+from tests.helpers import StubApi
 
 # --- --set and the other argument parsers ---
 
@@ -422,55 +424,11 @@ def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPa
 # --- the HTTP exchange, against a stub API ---
 
 
-class StubApi:
-    """Answers from a table of (method, path) → (status, body, headers); records requests."""
-
-    def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], Any] = {}  # (status, body, headers), or a callable answering one
-        self.requests: list[dict[str, Any]] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                stub.requests.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": json.loads(body) if body else None,
-                    }
-                )
-                route = stub.routes.get(
-                    (self.command, self.path.split("?")[0]), (404, {"code": "not_found", "message": "no"}, {})
-                )
-                status, payload, headers = route() if callable(route) else route  # a callable: per request
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_POST = do_PATCH = do_DELETE = do_GET
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-
 @pytest.fixture
 def stub() -> Iterator[StubApi]:
     api = StubApi()
     yield api
-    api.server.shutdown()
-    api.server.server_close()
+    api.close()
 
 
 # Answers as the API sends them: every member, checked against the server's own views.
@@ -787,6 +745,51 @@ def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[st
 def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--endpoint", "http://127.0.0.1:1", "jobs", "list"]) == 1
     assert capsys.readouterr().err.startswith("error: cannot reach http://127.0.0.1:1")
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[StubApi]:
+    """Another host (127.0.0.2, loopback too) that records what reaches it."""
+    api = StubApi("127.0.0.2")
+    yield api
+    api.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "list"],
+        ["jobs", "create", "--name", "n", "--type", "t", "--cron", "0 9 * * *"],
+        ["docs", "--json"],
+    ],
+)
+def test_a_redirect_to_another_host_exits_1_and_the_key_stays_here(
+    stub: StubApi, elsewhere: StubApi, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for route in (("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/openapi.json")):
+        stub.routes[route] = (302, {}, {"Location": f"{elsewhere.url}{route[1]}"})
+        elsewhere.routes[route] = (200, {"items": [], "nextCursor": None}, {})
+    code = main(["--endpoint", stub.url, "--api-key", "tenant-secret", *command])
+    assert [sent["headers"].get("x-api-key") for sent in elsewhere.requests] == []
+    assert [sent["headers"]["x-api-key"] for sent in stub.requests] == ["tenant-secret"]
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: 302 redirect_refused: a redirect to another origin ({elsewhere.url})")
+    assert f"location: {elsewhere.url}/" in err
+
+
+def test_the_local_tour_keeps_its_key_on_a_redirect_elsewhere(stub: StubApi, elsewhere: StubApi) -> None:
+    from jobsched_local.demo import Demo
+
+    stub.routes[("GET", "/v1/jobs")] = (307, {}, {"Location": f"{elsewhere.url}/v1/jobs"})
+    tour = Demo(stub.url, "tenant-secret")
+    try:
+        with pytest.raises(ClientError) as raised:
+            tour.call("GET", "/v1/jobs")
+    finally:
+        tour.receiver.stop()
+    assert [sent["headers"].get("x-api-key") for sent in elsewhere.requests] == []
+    assert isinstance(raised.value, RedirectRefused) and raised.value.origin == elsewhere.url
 
 
 # --- tail ---

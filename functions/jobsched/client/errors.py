@@ -1,6 +1,7 @@
 """What the client raises. Every error answer is an `ApiError` (or the subclass for its status)
-carrying the API's `code`, `message`, field `errors` and the HTTP `status`; no answer at all is
-`ApiUnreachable`; a success whose body is not the documented shape is `UnexpectedResponse`."""
+carrying the API's `code`, `message`, field `errors` and the HTTP `status` (a redirect not
+followed is `RedirectRefused`); no answer at all is `ApiUnreachable`; a success whose body is
+not the documented shape is `UnexpectedResponse`."""
 
 from __future__ import annotations
 
@@ -108,6 +109,26 @@ class ApiError(ClientError):
         """The error for an answer: the subclass for its status, else ApiError (ServerError for 5xx)."""
         cls: type[ApiError] = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
         return cls(status, body, headers, retry_after)
+
+
+class RedirectRefused(ApiError):
+    """A redirect (3xx) the client did not follow; nothing was sent to its `location`. Only
+    a GET or HEAD redirected within the endpoint's origin (scheme, host and port) is
+    followed: a redirect to another origin would carry the API key or signature there, one
+    from https to http would carry them unencrypted, and a write is never resent to another
+    URL nor turned into a GET.
+
+    `status`: the 3xx. `location`: the URL it pointed to. `origin`: that URL's
+    `scheme://host:port`. `code`: `redirect_refused`; `message`: why; `body` is the client's
+    own (`code`, `message`, `location`), not the answer's."""
+
+    def __init__(
+        self, status: int, location: str, origin: str, reason: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.location = location
+        self.origin = origin
+        body = {"code": "redirect_refused", "message": reason, "location": location}
+        super().__init__(status, body, headers)
 
 
 class Invalid(ApiError):

@@ -9,7 +9,13 @@ are sent again only for a request that is safe to repeat (GET, HEAD, OPTIONS, or
 idempotent, e.g. a create with an idempotency key): a 503 may follow a write the store
 applied before its answer was lost (DynamoDB times out after applying), so a POST, PATCH or
 DELETE that may have been applied is never repeated. A refused connection is reported at
-once."""
+once.
+
+Redirects (the default transport's): only a GET or HEAD redirected within the endpoint's
+origin (scheme, host and port) is followed, with the same headers. Any other redirect raises
+`RedirectRefused` before anything is sent to its location: to another origin the API key
+and the SigV4 headers would go along, from https to http they would go unencrypted, and a
+write is never resent to another URL nor turned into a GET (urllib's way with a POST)."""
 
 from __future__ import annotations
 
@@ -26,12 +32,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import ApiError, ApiUnreachable, SigningUnavailable
+from .errors import ApiError, ApiUnreachable, RedirectRefused, SigningUnavailable
 
 USER_AGENT = "jobsched-client/0.1"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 RETRIED_STATUSES = frozenset({429})  # the request was not applied: any method may repeat it
 RETRIED_WHEN_SAFE = frozenset({502, 503, 504})  # it may have been: only a safe request repeats it
+FOLLOWED_METHODS = frozenset({"GET", "HEAD"})  # redirected within the origin, these are followed
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _EXECUTE_API_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 
 
@@ -52,13 +60,76 @@ class Transport(Protocol):
     ) -> tuple[int, Mapping[str, str], bytes]: ...
 
 
+def origin(url: str) -> str:
+    """`url`'s origin as `scheme://host:port`: scheme and host in lower case, the scheme's
+    default port written out (`http://api.test` is `http://api.test:80`). A port out of
+    range is kept as written, so the origin matches none a request can have."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        return f"{scheme}://{parts.netloc.rpartition('@')[2].lower()}"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
+
+
+def redirect_refusal(method: str, url: str, location: str) -> str | None:
+    """Why the redirect of a `method` request for `url` to `location` (an absolute URL) is
+    not followed, or None when it is: a GET or HEAD to the same origin (scheme, host, port).
+    The reason names where it pointed."""
+    there = origin(location)
+    if urlsplit(url).scheme.lower() == "https" and urlsplit(location).scheme.lower() == "http":
+        return (
+            f"a redirect from https to http ({there}) is not followed: the API key or signature "
+            "would travel unencrypted"
+        )
+    here = origin(url)
+    if there != here:
+        return (
+            f"a redirect to another origin ({there}) is not followed: the API key or signature is "
+            f"sent only to {here}; if the API moved, use its new address as the endpoint"
+        )
+    if method.upper() not in FOLLOWED_METHODS:
+        return f"a redirect to {location} is not followed: a {method.upper()} is never resent to another URL"
+    return None
+
+
+class _RedirectPolicy(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, for those `redirect_refusal` allows; any other raises
+    RedirectRefused before anything is sent to its location."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        method = req.get_method()
+        reason = redirect_refusal(method, req.full_url, newurl)
+        if reason is not None:
+            fp.close()
+            raise RedirectRefused(code, newurl, origin(newurl), reason, dict(headers.items()))
+        followed = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if followed is not None:
+            followed.method = method  # urllib's copy is a GET: a HEAD stays a HEAD
+        return followed
+
+
 class UrllibTransport:
-    """The default transport: the standard library's urllib. `direct`: ignore proxies from
-    the environment (local mode's loopback traffic must never reach one)."""
+    """The default transport: the standard library's urllib, following only the redirects
+    `redirect_refusal` allows (any other raises RedirectRefused). `direct`: ignore proxies
+    from the environment (local mode's loopback traffic must never reach one)."""
 
     def __init__(self, timeout: float = 30, *, direct: bool = False) -> None:
         self.timeout = timeout
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})] if direct else []
+        handlers: list[urllib.request.BaseHandler] = [_RedirectPolicy()]
+        if direct:
+            handlers.append(urllib.request.ProxyHandler({}))
         self._opener = urllib.request.build_opener(*handlers)
 
     def __call__(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> HttpReply:
@@ -277,7 +348,8 @@ class Connection:
         (default: for GET, HEAD and OPTIONS only).
 
         Raises ApiError (its subclass for the status) on an error answer, once retries are
-        spent; ApiUnreachable when there is no answer; SigningUnavailable."""
+        spent, RedirectRefused (an ApiError) for a redirect the transport does not follow;
+        ApiUnreachable when there is no answer; SigningUnavailable."""
         method = method.upper()
         repeatable = method in SAFE_METHODS if idempotent is None else idempotent
         attempt = 0
