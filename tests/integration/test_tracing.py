@@ -197,5 +197,5 @@ def test_history_entries_keep_their_traces_through_compaction_of_the_doc():
     run = run.model_copy(update={"history": history})
     doc = json.loads(run_doc(run))
     assert sum("trace_id" in e for e in doc["history"]) == 5  # the repeats are left out
-    read = _read_doc(doc)
+    read = _read_doc(doc, run.job_id)
     assert [e["trace_id"] for e in read["history"]] == traces

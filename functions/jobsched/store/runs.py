@@ -58,35 +58,55 @@ _ATTRIBUTES = ("job_id", "tenant", "state", "rev", "fence", "priority", "due_at"
 _IN_KEY = {"run_key", "scheduled_for"}  # <job_id>@<scheduled_for>, the sort key R#<scheduled_for>
 
 
+# History fields an entry leaves out when they equal the entry before it's (a claim and its
+# completion share an actor, fence and attempt); a reader carries them forward.
+_CARRIED = ("actor", "fence", "attempt")
+
+
 def run_doc(run: Run) -> str:
     """The rest of the run as compact JSON.
 
     Every transition rewrites the whole item, so each byte is paid for four or more times:
-    nulls, defaults and what the attributes already say are left out, keeping a typical
-    run under the 1 KB write unit. Field defaults are therefore part of the stored format:
-    changing one changes how earlier runs read back."""
+    nulls, defaults and what the attributes already say are left out, and so is whatever a
+    reader can restore exactly (`_read_doc`): an entry's source, actor, fence, attempt and
+    trace id where they equal the entry before's; `created_at` and `updated_at` where they
+    equal the first and the last entry's instant; the `<job_id>@` of `previous_run_key`.
+    Field defaults are therefore part of the stored format: changing one changes how
+    earlier runs read back."""
     doc = run.model_dump(
         mode="json", exclude_none=True, exclude_defaults=True, exclude={*_ATTRIBUTES, *_IN_KEY}
     )
-    for before, entry in pairwise(doc.get("history", ())):
+    history = doc.get("history") or []
+    for before, entry in reversed(list(pairwise(history))):
         # The history is a chain: each entry starts where the last ended, so its source is
         # left out, except after a gap where compaction dropped entries (`fit`).
         if entry.get("source") == before["target"]:
             entry.pop("source")
+        for name in _CARRIED:
+            if entry[name] == before[name]:
+                del entry[name]
     # A trace id is written where it changes: an invocation's entries follow one another (a
     # claim and its completion). An entry without one after one with it is marked "".
     trace = None
-    for entry in doc.get("history", ()):
+    for entry in history:
         mine = entry.get("trace_id")
         if mine == trace:
             entry.pop("trace_id", None)
         elif mine is None:
             entry["trace_id"] = ""
         trace = mine
+    if history:
+        for name, entry in (("created_at", history[0]), ("updated_at", history[-1])):
+            if doc.get(name) == entry["at"]:
+                del doc[name]
+    previous = doc.get("previous_run_key")
+    if previous is not None and previous.startswith(run.job_id + "@"):
+        doc["previous_run_key"] = previous.removeprefix(run.job_id + "@")
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
-def _read_doc(doc: dict[str, Any]) -> dict[str, Any]:
+def _read_doc(doc: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """`run_doc`'s output with every field it left out restored."""
     history = doc.get("history") or []
     trace = None
     for entry in history:
@@ -94,6 +114,14 @@ def _read_doc(doc: dict[str, Any]) -> dict[str, Any]:
         entry["trace_id"] = trace
     for before, entry in pairwise(history):
         entry.setdefault("source", before["target"])
+        for name in _CARRIED:
+            entry.setdefault(name, before[name])
+    if history:
+        doc.setdefault("created_at", history[0]["at"])
+        doc.setdefault("updated_at", history[-1]["at"])
+    previous = doc.get("previous_run_key")
+    if previous is not None and "@" not in previous:
+        doc["previous_run_key"] = f"{job_id}@{previous}"
     return doc
 
 
@@ -319,7 +347,7 @@ class RunStore:
     @staticmethod
     def from_item(item: dict[str, Any]) -> Run:
         data = from_item(item)
-        doc = _read_doc(json.loads(data["doc"]))
+        doc = _read_doc(json.loads(data["doc"]), data["job_id"])
         doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
         slot = data["sk"].removeprefix(RUN_PREFIX)
         doc["scheduled_for"] = slot.partition("~")[0]

@@ -1,0 +1,131 @@
+"""The run item's document: what `run_doc` leaves out, `_read_doc` restores exactly, for any
+history (actors, fences, attempts and trace ids that repeat or change, entries compaction
+dropped), any instants and any previous run key; and a run's usual life stays under the
+1 KB write unit."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jobsched.domain.models import Job, JobSpec, Schedule, ScheduleKind
+from jobsched.domain.runs import RunState, Transition, make_run
+from jobsched.store.runs import RunStore
+
+T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+STORE = RunStore(client=None, table_name="runs", shard_count=4, trace=lambda: None)
+
+
+def a_run(job_id: str = "j_9k4s0bwhmv1hf39c", tenant: str = "tenant-a"):
+    spec = JobSpec(name="n", type="bench.mark", schedule=Schedule(kind=ScheduleKind.RATE, every_seconds=60))
+    job = Job(job_id=job_id, tenant=tenant, spec=spec, created_at=T0, updated_at=T0)
+    return make_run(job, T0, now=T0, actor="sweeper")
+
+
+def item_bytes(item: dict) -> int:
+    return sum(len(k.encode()) + len(str(next(iter(v.values()))).encode()) for k, v in item.items())
+
+
+instants = st.integers(0, 10_000).map(lambda s: T0 + timedelta(seconds=s))
+entries = st.builds(
+    Transition,
+    at=instants,
+    actor=st.sampled_from(["sweeper", "outbox", "worker:a", "worker:b", "api:t", "reconciler"]),
+    source=st.none() | st.sampled_from(list(RunState)),
+    target=st.sampled_from(list(RunState)),
+    fence=st.integers(0, 3),
+    attempt=st.integers(0, 3),
+    reason=st.none() | st.text(max_size=5),
+    trace_id=st.none() | st.sampled_from(["1-a-1", "1-a-2"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    history=st.lists(entries, min_size=0, max_size=6),
+    created=instants,
+    updated=instants,
+    # A previous run key is always a run key: `<job_id>@<instant>`, of this job or (by hand) another.
+    previous=st.none() | st.sampled_from(["@2026-11-02T07:59:00Z", "j_other@2026-11-02T07:59:00Z"]),
+)
+def test_an_item_reads_back_as_the_run_it_was_written_from(history, created, updated, previous):
+    base = a_run()
+    # Only the creation has no source (compaction leaves the source of an entry after a gap).
+    history = [
+        e if i == 0 or e.source else e.model_copy(update={"source": e.target}) for i, e in enumerate(history)
+    ]
+    run = base.model_copy(
+        update={
+            "history": history,
+            "created_at": created,
+            "updated_at": updated,
+            "previous_run_key": None
+            if previous is None
+            else previous.replace("@", base.job_id + "@", 1)
+            if previous.startswith("@")
+            else previous,
+        }
+    )
+    assert RunStore.from_item(STORE.to_item(run)) == run
+
+
+def test_what_a_reader_restores_is_left_out_of_the_document():
+    run = a_run()
+    claimed = [
+        Transition(at=T0, actor="sweeper", target=RunState.PENDING, fence=0, attempt=0),
+        Transition(at=T0, actor="outbox", target=RunState.QUEUED, fence=0, attempt=0),
+        Transition(
+            at=T0 + timedelta(seconds=5), actor="worker:w", target=RunState.LEASED, fence=1, attempt=1
+        ),
+        Transition(
+            at=T0 + timedelta(seconds=6), actor="worker:w", target=RunState.SUCCEEDED, fence=1, attempt=1
+        ),
+    ]
+    run = run.model_copy(
+        update={
+            "history": claimed,
+            "updated_at": T0 + timedelta(seconds=6),
+            "previous_run_key": f"{run.job_id}@2026-11-02T07:59:00Z",
+        }
+    )
+    doc = json.loads(STORE.to_item(run)["doc"]["S"])
+    assert "created_at" not in doc and "updated_at" not in doc
+    assert doc["previous_run_key"] == "2026-11-02T07:59:00Z"
+    last = doc["history"][-1]
+    assert set(last) == {"at", "target"}  # actor, fence and attempt carried from the claim
+    assert doc["history"][2]["actor"] == "worker:w" and doc["history"][2]["fence"] == 1
+
+
+def test_a_recurring_runs_usual_life_stays_under_one_write_unit():
+    # A worker's actor is its invocation's request id; trace ids are X-Ray's 35 characters.
+    run = a_run().model_copy(update={"previous_run_key": "j_9k4s0bwhmv1hf39c@2026-11-02T07:59:00Z"})
+    worker = "worker:bb66b1e0-528d-4248-8d29-8dba79a3ebde"
+    steps = [
+        ("outbox", RunState.QUEUED, 0, 0, 0),
+        (worker, RunState.LEASED, 1, 1, 10),
+        (worker, RunState.SUCCEEDED, 1, 1, 11),
+    ]
+    history = [run.history[0].model_copy(update={"trace_id": "1-6ae8433c-000000000000000000000045"})]
+    for n, (actor, state, fence, attempt, later) in enumerate(steps):
+        at = T0 + timedelta(seconds=later)
+        trace = None if state is RunState.SUCCEEDED else f"1-6ae8433c-00000000000000000000006{n}"
+        history.append(
+            Transition(at=at, actor=actor, target=state, fence=fence, attempt=attempt, trace_id=trace)
+        )
+    done = run.model_copy(
+        update={
+            "state": RunState.SUCCEEDED,
+            "fence": 1,
+            "attempt": 1,
+            "claim_token": "dd86fca625c0d2eb",
+            "tenant_slot": 47,
+            "first_attempt_at": T0 + timedelta(seconds=10),
+            "result": {"ok": True},
+            "history": history,
+            "updated_at": T0 + timedelta(seconds=11),
+            "finished_at": T0 + timedelta(seconds=11),
+        }
+    )
+    assert item_bytes(STORE.to_item(done)) < 1024
