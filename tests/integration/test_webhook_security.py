@@ -22,6 +22,7 @@ import pytest
 from jobsched.domain.errors import PermanentError
 from jobsched.domain.grants import Grants, GrantsDocument
 from jobsched.domain.models import HttpTarget, JobSpec
+from jobsched.domain.runs import RunState
 from jobsched.services.attempt import AttemptOutcome
 from jobsched.services.worker import Received as ReceivedMessage
 from jobsched.targets.secrets import SecretReader
@@ -575,6 +576,130 @@ def test_a_secret_not_granted_to_the_tenant_is_refused_when_the_job_is_written(
         f"/v1/jobs/{own.body['jobId']}", {"target": {"headers": headers}}, headers={"if-match": '"1"'}
     )
     assert moved.status == 403 and moved.body["code"] == "target_not_granted", moved
+
+
+def refused_naming(response: Any, field: str) -> None:
+    """The error body of a reference the tenant was not granted: 403, naming the field only."""
+    assert response.status == 403, response
+    assert response.body["code"] == "target_not_granted", response
+    assert [error["field"] for error in response.body["errors"]] == [field], response
+    assert SECRET_VALUE not in json.dumps(response.body)
+
+
+def notifying(url: str, headers: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"on": ["dead"], "target": http_target(url, headers=headers)}]
+
+
+NOTIFY_FIELD = "notify.0.target.http.headers.Authorization.valueFrom"
+
+
+def test_a_webhook_naming_a_secret_not_granted_is_refused_when_the_job_is_created(
+    other_api, system, arns, now
+):
+    """A notification's webhook is a target the tenant writes, as the job's own is: its
+    references pass the same check, in a single create and in each job of a batch."""
+    theirs = {"Authorization": {"valueFrom": arns["token"]}}  # tenant-a's
+    body = job_body(
+        now, http_target("https://example.com/h"), notify=notifying("https://example.com/n", theirs)
+    )
+    refused_naming(other_api.post("/v1/jobs", body), NOTIFY_FIELD)
+    assert other_api.get("/v1/jobs").body["items"] == []  # nothing written
+    own = {"Authorization": {"valueFrom": arns["b"]}}
+    created = other_api.post(
+        "/v1/jobs",
+        job_body(now, http_target("https://example.com/h"), notify=notifying("https://example.com/n", own)),
+    )
+    assert created.status == 201, created
+
+
+def test_a_webhook_naming_a_secret_not_granted_refuses_its_job_of_a_batch(other_api, system, arns, now):
+    theirs = {"Authorization": {"valueFrom": arns["token"]}}  # tenant-a's
+    own = {"Authorization": {"valueFrom": arns["b"]}}
+    jobs = [
+        job_body(now, http_target("https://example.com/h"), notify=notifying("https://example.com/n", refs))
+        for refs in (theirs, own)
+    ]
+    batch = other_api.post("/v1/jobs/batch", {"jobs": jobs})
+    assert batch.status == 200 and (batch.body["created"], batch.body["refused"]) == (1, 1), batch
+    refused, created = batch.body["items"]
+    assert refused["status"] == 403 and refused["error"]["code"] == "target_not_granted", refused
+    assert [error["field"] for error in refused["error"]["errors"]] == [NOTIFY_FIELD], refused
+    assert created["status"] == 201, created
+
+
+def test_a_webhook_naming_a_secret_not_granted_is_refused_when_the_job_is_changed(
+    other_api, system, arns, now
+):
+    theirs = {"Authorization": {"valueFrom": arns["token"]}}  # tenant-a's
+    own = {"Authorization": {"valueFrom": arns["b"]}}
+    created = other_api.post(
+        "/v1/jobs",
+        job_body(now, http_target("https://example.com/h"), notify=notifying("https://example.com/n", own)),
+    )
+    assert created.status == 201, created
+    job_url = f"/v1/jobs/{created.body['jobId']}"
+    before = other_api.get(job_url).body
+    moved = other_api.patch(
+        job_url, {"notify": notifying("https://example.com/n2", theirs)}, headers={"if-match": '"1"'}
+    )
+    refused_naming(moved, NOTIFY_FIELD)
+    assert other_api.get(job_url).body == before  # nothing written
+    kept = other_api.patch(
+        job_url, {"notify": notifying("https://example.com/n2", own)}, headers={"if-match": '"1"'}
+    )
+    assert kept.status == 200, kept
+    assert kept.body["notify"][0]["target"]["url"] == "https://example.com/n2"
+
+
+def dead_run(api: ApiClient, system, receiver: Receiver, now: datetime) -> tuple[str, str]:
+    """A job of the tenant whose first run died (its receiver answered 400): (job id, run key)."""
+    created = api.post("/v1/jobs", job_body(now, http_target(receiver.url("/reject"))))
+    assert created.status == 201, created
+    key = first_run_key(api, created.body["jobId"])
+    assert deliver(system, key).outcome is AttemptOutcome.DEAD
+    return created.body["jobId"], key
+
+
+def test_a_redrive_fix_naming_a_secret_not_granted_is_refused_before_anything_is_written(
+    other_api, system, receiver, arns, now
+):
+    _, key = dead_run(other_api, system, receiver, now)
+    run_url = f"/v1/runs/{quote(key, safe='')}"
+    before = other_api.get(run_url).body
+    theirs = http_target(receiver.url("/hook"), headers={"Authorization": {"valueFrom": arns["token"]}})
+    refused_naming(
+        other_api.post(f"{run_url}/redrive", {"reason": "moved", "target": theirs}),
+        "target.http.headers.Authorization.valueFrom",
+    )
+    assert other_api.get(run_url).body == before  # nothing written
+    mine = http_target(receiver.url("/hook"), headers={"Authorization": {"valueFrom": arns["b"]}})
+    redriven = other_api.post(f"{run_url}/redrive", {"reason": "moved", "target": mine})
+    assert redriven.status == 200, redriven
+    assert deliver(system, key).outcome is AttemptOutcome.SUCCEEDED
+    [request] = [r for r in receiver.requests if r.path == "/hook"]
+    assert request.headers["Authorization"] == "tok-of-tenant-b-0000"
+
+
+def test_a_bulk_redrive_fix_naming_a_secret_not_granted_refuses_the_whole_request(
+    other_api, system, receiver, arns, now
+):
+    """The fix is one value for every run the request redrives: refused, it changes none,
+    dry run or not."""
+    job_id, key = dead_run(other_api, system, receiver, now)
+    theirs = http_target(receiver.url("/hook"), headers={"Authorization": {"valueFrom": arns["token"]}})
+    body = {"reason": "moved", "jobId": job_id, "target": theirs}
+    for dry_run in (True, False):
+        refused_naming(
+            other_api.post("/v1/dead-letters/redrive", {**body, "dryRun": dry_run}),
+            "target.http.headers.Authorization.valueFrom",
+        )
+    assert system.runs.get_by_key(key).state is RunState.DEAD
+    mine = http_target(receiver.url("/hook"), headers={"Authorization": {"valueFrom": arns["b"]}})
+    done = other_api.post("/v1/dead-letters/redrive", {**body, "target": mine})
+    assert done.status == 200 and done.body["runKeys"] == [key], done
+    assert deliver(system, key).outcome is AttemptOutcome.SUCCEEDED
+    [request] = [r for r in receiver.requests if r.path == "/hook"]
+    assert request.headers["Authorization"] == "tok-of-tenant-b-0000"
 
 
 def test_a_grant_withdrawn_after_the_write_stops_the_delivery_before_any_request(

@@ -114,6 +114,7 @@ def test_a_stored_job_naming_them_sends_nothing(stack, receiver, now, arn):
             "schedule": {"kind": "rate", "every_seconds": 3600},
         }
     )
+    stack.jobs._authorize_target = None  # written before the rule
     job = stack.jobs.create("tenant-a", spec).job
     key = first_run_key(ApiClient("tenant-a"), job.job_id)
     assert deliver(stack, key).outcome is AttemptOutcome.DEAD

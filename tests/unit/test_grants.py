@@ -145,19 +145,20 @@ def test_secrets_and_parameters_are_granted_like_targets():
 def test_a_secret_reference_is_authorised_by_the_grants():
     from jobsched.domain.grants import TargetNotGranted
     from jobsched.domain.models import HttpTarget
-    from jobsched.targets.secrets import authorise_references, authorise_secret
+    from jobsched.targets.authority import secret_refusal
 
     granted = grants({"acme": ["arn:aws:secretsmanager:*:*:secret:acme/*"]})
-    authorise_secret("acme", SECRET, field="f", grants=granted)
-    with pytest.raises(TargetNotGranted) as refused:
-        authorise_secret("other", SECRET, field="target.http.headers.X.valueFrom", grants=granted)
-    assert refused.value.status == 403 and refused.value.code == "target_not_granted"
-    assert refused.value.field == "target.http.headers.X.valueFrom"
+    assert secret_refusal(granted, "acme", SECRET, "f") is None
+    refused = secret_refusal(granted, "other", SECRET, "target.http.headers.X.valueFrom")
+    assert refused is not None and refused.field == "target.http.headers.X.valueFrom"
+    assert refused.to_error().status == 403 and refused.to_error().code == "target_not_granted"
     target = HttpTarget(
         kind="http", url="https://example.com", headers={"X-Api-Key": {"valueFrom": PARAMETER}}
     )
+    # An HTTP target's references pass the one check every write of a target passes.
     with pytest.raises(TargetNotGranted, match=r"target\.http\.headers\.X-Api-Key\.valueFrom"):
-        authorise_references("acme", target, granted)
+        TargetAuthority(lambda: granted).check_write("acme", target)
+    assert TargetAuthority(lambda: grants({"acme": [PARAMETER]})).refusal("acme", target) is None
 
 
 def test_placeholders_need_a_home_and_tenants_must_be_printable():

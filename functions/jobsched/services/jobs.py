@@ -97,8 +97,10 @@ class JobService:
         self._on_resume = on_resume  # decides the runs made ahead for occurrences missed while paused
         self._runs = runs  # the runs made ahead, for the instants the job will fire at
         self._plan_missed = plan_missed  # decides, on resume, which occurrences of the pause run
-        # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field. Every
-        # write of a target is checked (create, update); without one nothing is checked.
+        # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field: an AWS
+        # target's call, or a secret an HTTP target's headers reference (TargetAuthority.
+        # check_write). Every write of a target is checked (create, batch, update, each
+        # notification's); without one nothing is checked.
         self._authorize_target = authorize_target
         # The materialiser's first pass over a new job (Materializer.first_pass) and the write
         # of a run (RunStore.insert_request): a job firing inside the horizon is written with
@@ -107,8 +109,8 @@ class JobService:
         self._run_request = run_request
 
     def _authorize(self, tenant: str, spec: JobSpec) -> None:
-        """The job's target and each notification's, as the API names them (`target.…`,
-        `notify.<i>.target.…`)."""
+        """The job's target and each notification's (the secrets their headers reference
+        included), as the API names them (`target.…`, `notify.<i>.target.…`)."""
         if self._authorize_target is None:
             return
         if spec.target is not None:

@@ -108,7 +108,8 @@ class RunService:
         authorize_target: Callable[[str, object], None] | None = None,
     ) -> None:
         # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field: the
-        # check every job write of a target passes (services.jobs), applied to a redrive's fix.
+        # check every job write of a target passes (services.jobs), applied to a redrive's fix
+        # (its AWS target's call, or the secrets its HTTP headers reference).
         self._authorize_target = authorize_target
         self._definitions = definitions
         self._slots = slots
@@ -289,7 +290,8 @@ class RunService:
         as it is, so this is also how a COMPLETED one-time job's dead run gets a corrected
         target); the history entry names what was replaced. Raises ValidationFailed (400) for
         a target on a run that has none (its type runs in a handler or an external worker)
-        and TargetNotGranted (403) for a target the tenant may not call. A result an earlier
+        and TargetNotGranted (403) for a target the tenant may not call or whose headers
+        reference a secret it was not granted, before anything is written. A result an earlier
         attempt saved is still replayed, not sent to the new target: one effect per run."""
         if fix is not None:
             self._authorize_fix(tenant, fix)
@@ -332,7 +334,8 @@ class RunService:
         )
 
     def _authorize_fix(self, tenant: str, fix: RunFix) -> None:
-        """TargetNotGranted (403) for a fix's target the tenant may not call; nothing written."""
+        """TargetNotGranted (403) for a fix's target the tenant may not call, or whose headers
+        reference a secret it was not granted; nothing written."""
         if fix.target is not None and self._authorize_target is not None:
             self._authorize_target(tenant, fix.target)
 
@@ -357,7 +360,9 @@ class RunService:
         dry run changes nothing and answers what it would change.
 
         `selection.fix` (a redrive of one job's dead letters, `job_id` set) is applied to each
-        run redriven; a target the tenant may not call refuses the whole request (403)."""
+        run redriven; a target the tenant may not call, or whose headers reference a secret it
+        was not granted, refuses the whole request (403) before any run is changed, dry run
+        or not: the fix is one value for every run."""
         fix = selection.fix
         if fix is not None:
             if action != "redrive" or selection.job_id is None:

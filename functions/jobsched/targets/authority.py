@@ -1,6 +1,11 @@
-"""May this tenant make this target's call? The one check the API makes when a job is written
-and the worker makes again before the effect (a grant revoked since the job was written).
+"""May this tenant make this target's call, and read the secrets its headers reference? The
+one check the API makes wherever a target is written (a job's own, each of its notifications',
+a redrive's fix) and the worker makes again before the effect or the secret's read (a grant
+revoked since the write).
 
+- An HTTP target's header that references a secret (`valueFrom`) reads it with the
+  scheduler's own role, so the secret's ARN must be granted to the tenant (`tenantTargets`,
+  the same grants as AWS targets), and is never one of the scheduler's own (`grants.own`).
 - A target with `roleArn` acts with that role's credentials: the role's trust policy decides
   which tenant may use it (ExternalId), the role's own policy what it may reach. The operator
   decides only which roles the scheduler may assume at all (`assumableRoles`).
@@ -20,7 +25,14 @@ from urllib.parse import urlsplit
 
 from ..domain.errors import PermanentError
 from ..domain.grants import Grants, Home, TargetNotGranted, own_event_source
-from ..domain.models import EventBridgeTarget, LambdaTarget, SnsTarget, SqsTarget, StepFunctionsTarget
+from ..domain.models import (
+    EventBridgeTarget,
+    HttpTarget,
+    LambdaTarget,
+    SnsTarget,
+    SqsTarget,
+    StepFunctionsTarget,
+)
 
 AwsTarget = LambdaTarget | SqsTarget | EventBridgeTarget | StepFunctionsTarget | SnsTarget
 AWS_TARGETS = (LambdaTarget, SqsTarget, EventBridgeTarget, StepFunctionsTarget, SnsTarget)
@@ -158,6 +170,33 @@ def refusal(grants: Grants, tenant: str, target: AwsTarget) -> Refusal | None:
     return None
 
 
+def header_field(name: str) -> str:
+    """How the API names a header's reference in errors, as it names the header's other rules."""
+    return f"target.http.headers.{name}.valueFrom"
+
+
+def secret_refusal(grants: Grants, tenant: str, arn: str, field: str) -> Refusal | None:
+    """Why `tenant` may not read the secret or parameter `arn` (which `field` names), or None
+    when it may: `grants.allows(tenant, arn)`, nothing granted by default. The scheduler's own
+    parameters and secrets (`grants.own`: the grants parameter beside them) and SSM's own are
+    refused whatever the grants say, so a broad grant (`parameter/*`) never reaches them."""
+    own = grants.own.refusal(arn)
+    if own is not None:
+        return Refusal(field, own)
+    if not grants.allows(tenant, arn):
+        return Refusal(field, "this secret is not granted to the tenant (tenantTargets)")
+    return None
+
+
+def references_refusal(grants: Grants, tenant: str, target: HttpTarget) -> Refusal | None:
+    """The first of the secrets `target`'s headers reference that `tenant` may not read."""
+    for name, ref in target.secret_headers.items():
+        found = secret_refusal(grants, tenant, ref.value_from, header_field(name))
+        if found is not None:
+            return found
+    return None
+
+
 class TargetAuthority:
     """The check, with the grants as they are now (`grants` is called on every check, so a
     source that refreshes, such as the SSM parameter, takes effect without a restart)."""
@@ -166,12 +205,18 @@ class TargetAuthority:
         self._grants = grants
 
     def refusal(self, tenant: str, target: object) -> Refusal | None:
+        """Why `tenant` may not use `target`: an AWS target's call, or a secret an HTTP
+        target's headers reference. None when it may (a handler's job: nothing to check)."""
+        if isinstance(target, HttpTarget):
+            return references_refusal(self._grants(), tenant, target)
         if not isinstance(target, AWS_TARGETS):
-            return None  # HTTP and handler jobs: no AWS authority involved
+            return None
         return refusal(self._grants(), tenant, target)
 
     def check_write(self, tenant: str, target: object) -> None:
-        """Raises TargetNotGranted (403) naming the field."""
+        """The check of every write of a target by a tenant: a job's (create, batch, PATCH),
+        each of its notifications', a redrive's fix (single and bulk). Raises
+        TargetNotGranted (403) naming the field as the target's own (`target.…`)."""
         found = self.refusal(tenant, target)
         if found is not None:
             raise found.to_error()

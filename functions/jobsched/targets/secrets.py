@@ -1,7 +1,8 @@
 """Header values referenced by ARN (`{"valueFrom": ...}`), read from Secrets Manager or SSM
 Parameter Store with Powertools Parameters, cached for `max_age` seconds, and authorised per
 tenant before every read (cached or not), so one tenant never reaches another's secret through
-the cache.
+the cache. The check is the one every write of a target passes
+(targets.authority.secret_refusal).
 
 The value lives only in the worker's memory for the request: it is never stored, logged or
 returned, and `scrub` removes it from whatever the receiver answers before that is recorded."""
@@ -16,8 +17,9 @@ from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterEr
 from botocore.exceptions import ClientError
 
 from ..domain.errors import PermanentError, RetryableError
-from ..domain.grants import Grants, TargetNotGranted
+from ..domain.grants import Grants
 from ..domain.models import MAX_HEADER_VALUE_CHARS, HttpTarget, SecretRef, is_header_text
+from .authority import header_field, secret_refusal
 
 ClientFactory = Callable[[str], Any]
 
@@ -43,37 +45,6 @@ _PERMANENT_CODES = frozenset(
         "KMSNotFoundException",
     }
 )
-
-
-# --- authorisation -----------------------------------------------------------------------
-
-
-def authorise_secret(tenant: str, arn: str, *, field: str, grants: Grants) -> None:
-    """The one check of a secret reference, when a job is written and again before every read.
-
-    Takes the tenant, the secret's ARN, the field that names it (API spelling) and the
-    operator's grants (jobsched.domain.grants, the same `tenantTargets` that grant AWS
-    targets). Raises TargetNotGranted (403 `target_not_granted`) naming the field unless
-    `grants.allows(tenant, arn)`; nothing is granted by default. The scheduler's own
-    parameters and secrets (`grants.own`: the grants parameter beside them) are refused
-    whatever the grants say, so a broad grant (`parameter/*`) never reaches them."""
-    own = grants.own.refusal(arn)
-    if own is not None:
-        raise TargetNotGranted(field, own)
-    if not grants.allows(tenant, arn):
-        raise TargetNotGranted(field, "this secret is not granted to the tenant (tenantTargets)")
-
-
-def header_field(name: str) -> str:
-    """How the API names a header's reference in errors, as it names the header's other rules."""
-    return f"target.http.headers.{name}.valueFrom"
-
-
-def authorise_references(tenant: str, target: Any, grants: Grants) -> None:
-    """Every secret a job's target references, checked when the job is written."""
-    if isinstance(target, HttpTarget):
-        for name, ref in target.secret_headers.items():
-            authorise_secret(tenant, ref.value_from, field=header_field(name), grants=grants)
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -110,10 +81,9 @@ class SecretReader:
         return {name: self.value(tenant, name, ref) for name, ref in target.secret_headers.items()}
 
     def value(self, tenant: str, header: str, ref: SecretRef) -> str:
-        try:
-            authorise_secret(tenant, ref.value_from, field=header_field(header), grants=self._grants())
-        except TargetNotGranted as exc:
-            raise PermanentError(exc.message, error_class="TargetNotGranted") from None
+        refused = secret_refusal(self._grants(), tenant, ref.value_from, header_field(header))
+        if refused is not None:
+            raise refused.to_failure()
         where = f"the secret of header '{header}' ({ref.value_from})"
         provider = self._provider(ref.store)
         region = ref.value_from.split(":")[3]
