@@ -162,3 +162,34 @@ def test_a_redrive_replaces_only_the_target_and_payload_it_is_given():
     assert cleared.payload is None and cleared.target is None
     with pytest.raises(ValueError, match="only target and payload"):
         lifecycle.redrive(dead, now=T0, actor="api:t", reason="r", fixes={"job_type": "other"})
+
+
+def test_no_code_outside_the_lifecycle_changes_a_runs_state_with_advance():
+    # `advance` is the lifecycle's own tool: a caller outside it would move a run without a
+    # row of the table (no sources checked, no rule stamped). The outbox's put-back once did.
+    import ast
+    from pathlib import Path
+
+    import jobsched
+
+    package = Path(jobsched.__file__).parent
+    callers = set()
+    for path in package.rglob("*.py"):
+        if path == package / "domain" / "lifecycle.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("lifecycle")
+            for alias in node.names
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                called = node.func
+                name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", None)
+                owner = getattr(called.value, "id", "") if isinstance(called, ast.Attribute) else ""
+                via_module = owner == "lifecycle"
+                if name == "advance" and (via_module or "advance" in imported):
+                    callers.add(str(path.relative_to(package)))
+    assert callers == set()

@@ -569,9 +569,11 @@ def _skipped_as_missed(run: Run, *, now: datetime, actor: str, **changes: Any) -
 
 
 @transition("requeue")
-def requeue(run: Run, *, now: datetime, actor: str) -> Run:
-    """QUEUED but its message is gone: back to PENDING so the outbox publishes it again."""
-    return advance(run, RunState.PENDING, now=now, actor=actor, reason="requeue")
+def requeue(run: Run, *, now: datetime, actor: str, reason: str = "requeue") -> Run:
+    """QUEUED but its message is gone (the reconciler found it lost; the outbox's send
+    failed after its mark: `reason` says which): back to PENDING so the outbox publishes it
+    again."""
+    return advance(run, RunState.PENDING, now=now, actor=actor, reason=reason)
 
 
 def effect_may_have_run(run: Run) -> bool:

@@ -31,7 +31,7 @@ from datetime import datetime
 
 from ..domain.errors import JobschedError
 from ..domain.instants import Clock
-from ..domain.lifecycle import advance, queued
+from ..domain.lifecycle import queued, requeue
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import SQS_MAX_DELAY
 from ..domain.runs import Run, RunState
@@ -256,7 +256,7 @@ class Outbox:
             run = current
         try:
             self._runs.commit(
-                run, lambda r: advance(r, RunState.PENDING, now=now, actor=self._actor, reason=PUBLISH_FAILED)
+                run, lambda r: requeue(r, now=now, actor=self._actor, reason=PUBLISH_FAILED)
             )
         except RunChanged as exc:
             # Out of QUEUED (claimed, cancelled): nothing waits on this publish any more. Still
