@@ -680,9 +680,13 @@ def test_at_most_once_never_repeats_an_effect_that_may_have_started(
 
 def test_pause_on_failure_pauses_the_job(container, clock, worker):
     job, run = one_run(container, clock, job_type="bad", every=60, runAt=None, pauseOnFailure=True)
-    assert container.definitions.get(job.job_id).state.value == "ACTIVE"
+    # Resumed a moment ago: the pause closes that resume's missed window, as the API's does.
+    resumed = container.definitions.get(job.job_id)
+    container.definitions.save(resumed.model_copy(update={"missed_until": clock.now()}))
     worker.process(delivery(run))
-    assert container.definitions.get(job.job_id).state.value == "PAUSED"
+    paused = container.definitions.get(job.job_id)
+    assert (paused.state.value, paused.paused_at, paused.missed_until) == ("PAUSED", clock.now(), None)
+    assert paused.version == job.version + 1
 
 
 def test_execution_timeout_is_enforced_and_retried(container, clock, worker, ledger):

@@ -748,6 +748,23 @@ class Job(Model):
         """Only ACTIVE jobs with a next occurrence sit in the sparse `due` index."""
         return self.state is JobState.ACTIVE and self.next_run_at is not None
 
+    def paused(self, now: datetime) -> Job:
+        """This ACTIVE job paused at `now`, by whoever pauses it (the API, or a run's death
+        under `pauseOnFailure`): a new version; occurrences from `now` on are missed until a
+        resume, and the window of an earlier resume (`missed_until`) is closed. Raises
+        ValueError for a job that is not ACTIVE."""
+        if self.state is not JobState.ACTIVE:
+            raise ValueError(f"job {self.job_id} is {self.state.value}; only an ACTIVE job can be paused")
+        return self.model_copy(
+            update={
+                "state": JobState.PAUSED,
+                "version": self.version + 1,
+                "updated_at": now,
+                "paused_at": now,
+                "missed_until": None,
+            }
+        )
+
 
 MANUAL_SEPARATOR = "~"
 

@@ -257,12 +257,8 @@ class Completer:
         job = self._definitions.get(run.job_id)
         if job is None or job.state is not JobState.ACTIVE:
             return
-        now = self._clock.now()
-        paused = job.model_copy(
-            update={"state": JobState.PAUSED, "version": job.version + 1, "updated_at": now, "paused_at": now}
-        )
         try:
-            self._definitions.save(paused)
+            self._definitions.save(job.paused(self._clock.now()), previous_state=job.state)
         except ConcurrentUpdate:
             # Changed meanwhile (paused, cancelled or edited): what it became stands.
             logger.warning(

@@ -405,7 +405,7 @@ class JobService:
                 return job
             if job.state is not JobState.ACTIVE:
                 raise Conflict(f"job {job_id} is {job.state.value}; only an ACTIVE job can be paused")
-            return _bump(job, now, state=JobState.PAUSED, paused_at=now, missed_until=None)
+            return job.paused(now)
 
         return self._change(tenant, job_id, if_match, change)
 
