@@ -112,7 +112,7 @@ from jobsched.domain.runs import (
     Transition,
     Trigger,
 )
-from jobsched.domain.schedule import fires_between
+from jobsched.domain.schedule import fires_between, fires_in
 from jobsched.store.runs import RunStore
 
 from .ledger import PERMANENT, Call, Ledger
@@ -292,7 +292,7 @@ class StreamAudit:
 
 @dataclass
 class Backfill:
-    """One backfill the harness asked for: its range and, once answered, the runs it made."""
+    """One backfill the harness asked for: its window [start, end) and, once answered, the runs it made."""
 
     start: datetime
     end: datetime
@@ -541,7 +541,7 @@ def _check_coverage(evidence: Evidence, by_job: dict[str, list[Run]], figures: F
         backfilled = {
             instant
             for backfill in tracked.backfills
-            for instant in fires_between(schedule, backfill.start - ONE_SECOND, backfill.end, 10_000)
+            for instant in fires_in(schedule, backfill.start, backfill.end, 10_000)
         }
         manual = [run for run in mine if run.trigger is Trigger.MANUAL]
         for run in mine:
@@ -572,7 +572,7 @@ def _check_coverage(evidence: Evidence, by_job: dict[str, list[Run]], figures: F
         for backfill in tracked.backfills:
             if not backfill.acknowledged:
                 continue
-            for instant in fires_between(schedule, backfill.start - ONE_SECOND, backfill.end, 10_000):
+            for instant in fires_in(schedule, backfill.start, backfill.end, 10_000):
                 figures.due += 1
                 if instant in at_instant or any(lo <= instant <= hi for lo, hi in ranges):
                     continue

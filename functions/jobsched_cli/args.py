@@ -150,10 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     trigger = command(jobs, "trigger", cmd_jobs_trigger, "start a run now")
     trigger.add_argument("job_id", metavar="JOB")
 
-    backfill = command(jobs, "backfill", cmd_jobs_backfill, "make runs for past occurrences")
+    backfill = command(jobs, "backfill", cmd_jobs_backfill, "make runs for past occurrences in [start, end)")
     backfill.add_argument("job_id", metavar="JOB")
-    backfill.add_argument("--start", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -2h)")
-    backfill.add_argument("--end", required=True, help="RFC 3339 instant, now, or -DURATION (e.g. -30m)")
+    backfill.add_argument(
+        "--start", required=True, help="included: RFC 3339 instant, now, or -DURATION (e.g. -2h)"
+    )
+    backfill.add_argument(
+        "--end", required=True, help="excluded: RFC 3339 instant, now, or -DURATION (e.g. -30m)"
+    )
 
     summary = command(jobs, "summary", cmd_jobs_summary, "next fire times, last runs and counters")
     summary.add_argument("job_id", metavar="JOB")

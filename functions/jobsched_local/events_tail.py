@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from jobsched.domain.errors import MethodNotAllowed
+
 CAPACITY = 5000  # events kept; older ones fall off (a cursor before them starts at the oldest)
 PAGE = 100
 PATH = "/local/events"
@@ -67,11 +69,12 @@ class EventTail:
         return {"items": [t.event for t in mine], "cursor": max(after, newest)}
 
     def answer(self, method: str, path: str, query: str, tenant: str) -> tuple[int, Any] | None:
-        """The local front's hook: `GET /local/events?after=N&limit=M`, or None for another path."""
+        """The local front's hook: `GET /local/events?after=N&limit=M`, or None for another path.
+        Raises MethodNotAllowed for another method on it."""
         if path != PATH:
             return None
         if method != "GET":
-            return 405, {"code": "method_not_allowed", "message": f"{PATH}: GET only"}
+            raise MethodNotAllowed(method, PATH, ["GET"])
         values = parse_qs(query)
         try:
             after = int(values.get("after", ["0"])[0])

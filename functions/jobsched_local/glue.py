@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from jobsched.domain.errors import JobschedError
 from jobsched.edge import MAX_BODY_BYTES, payload_too_large_body
 from jobsched_console import console_response
 
@@ -96,7 +97,12 @@ class HttpFront(BackgroundServer):
     authorizer would put it (`requestContext.authorizer.tenantId`). Requests from other sites
     or addressed to another host name are refused first (loopback.api_refusal). `local`
     answers local mode's own paths (method, path, query, tenant) -> (status, JSON) or None,
-    after the same checks and the same key, before the API."""
+    or raises a JobschedError answered as the API answers one, after the same checks and
+    the same key, before the API.
+
+    Every method reaches `handle`, whatever its name: the console answers its own paths, the
+    `api` function the rest (a 405 with `Allow` for a method its route lacks, OPTIONS, HEAD
+    and TRACE included), never http.server's HTML 501. An answer to HEAD has no body."""
 
     def __init__(
         self,
@@ -111,10 +117,11 @@ class HttpFront(BackgroundServer):
         class RequestHandler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:
-                front.handle(self)
-
-            do_POST = do_PATCH = do_DELETE = do_PUT = do_GET
+            def __getattr__(self, name: str) -> Any:
+                # http.server calls do_<METHOD> and answers an HTML 501 when there is none.
+                if name.startswith("do_"):
+                    return functools.partial(front.handle, self)
+                raise AttributeError(name)
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("api %s", format % args)
@@ -171,7 +178,11 @@ class HttpFront(BackgroundServer):
                 request, 401, {"code": "unauthenticated", "message": "x-api-key: missing or unknown"}, {}
             )
             return
-        answered = self._local(request.command, parts.path, parts.query, tenant) if self._local else None
+        try:
+            answered = self._local(request.command, parts.path, parts.query, tenant) if self._local else None
+        except JobschedError as exc:
+            self._reply(request, exc.status, exc.to_dict(), {**exc.headers, "Cache-Control": "no-store"})
+            return
         if answered is not None:
             self._reply(request, answered[0], answered[1], {"Cache-Control": "no-store"})
             return
@@ -218,7 +229,8 @@ class HttpFront(BackgroundServer):
                 request.send_header(name, value)
         request.send_header("Content-Length", str(len(payload)))
         request.end_headers()
-        request.wfile.write(payload)
+        if request.command != "HEAD":
+            request.wfile.write(payload)
 
 
 LINGER_BYTES = 4 * MAX_BODY_BYTES  # of a refused body, read and dropped before the close

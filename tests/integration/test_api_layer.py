@@ -203,3 +203,36 @@ def test_error_bodies_are_json_with_the_documented_shape(api):
     assert response.status == 400
     assert response.body["errors"][0]["field"] == "body"
     assert json.loads(json.dumps(response.body))["code"] == "invalid_request"
+
+
+# --- methods a path does not take ---
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/v1/jobs", "GET, POST"),  # no CORS: not a preflight
+        ("HEAD", "/v1/runs", "GET"),
+        ("TRACE", "/v1/jobs/j_1/runs", "GET"),
+        ("PROPFIND", "/openapi.json", "GET"),
+        ("PUT", "/v1/jobs/j_1", "DELETE, GET, PATCH"),
+        ("GET", "/v1/leases", "POST"),
+    ],
+)
+def test_a_method_the_path_does_not_take_is_a_405_naming_those_it_takes(api, method, path, allow):
+    response = api.request(method, path)
+    assert response.status == 405, response
+    assert response.headers["Allow"] == allow
+    assert response.body == {
+        "code": "method_not_allowed",
+        "message": f"{path} does not take {method}; it takes {allow}",
+    }
+    assert "Access-Control-Allow-Origin" not in response.headers
+
+
+@pytest.mark.parametrize("method", ["GET", "OPTIONS", "TRACE"])
+def test_a_path_no_route_has_is_a_404_whatever_the_method(api, method):
+    response = api.request(method, "/v1/nowhere")
+    assert response.status == 404, response
+    assert response.body == {"code": "not_found", "message": "no route for /v1/nowhere"}
+    assert "Allow" not in response.headers

@@ -116,7 +116,7 @@ def claim(api, types=("ext",), **fields):
 def test_list_runs_newest_first_with_pagination(api, clock):
     job_id = hourly(api)
     backfilled = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T03:00:00Z", "end": "2026-11-02T07:00:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T03:00:00Z", "end": "2026-11-02T08:00:00Z"}
     )
     assert backfilled.status == 201, backfilled
     seen, cursor = [], None
@@ -354,7 +354,7 @@ def test_backfill_creates_each_occurrence_once(api):
     window = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T05:00:00Z"}
     first = api.post(f"/v1/jobs/{job_id}/backfill", window)
     assert first.status == 201, first
-    expected = [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in range(6)]
+    expected = [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in range(5)]
     assert first.body == {"created": expected, "existing": []}
     run = run_of(api, expected[0])
     assert run["trigger"] == "backfill" and run["state"] == "PENDING" and run["blockedBy"] is None
@@ -363,16 +363,48 @@ def test_backfill_creates_each_occurrence_once(api):
     assert again.status == 201 and again.body == {"created": [], "existing": expected}
 
     wider = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T04:30:00+00:00", "end": "2026-11-01T07:00:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T03:30:00+00:00", "end": "2026-11-01T07:00:00Z"}
     )
-    assert wider.body["existing"] == expected[5:]
-    assert wider.body["created"] == [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in (6, 7)]
+    assert wider.body["existing"] == expected[4:]
+    assert wider.body["created"] == [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in (5, 6)]
+
+
+def test_backfill_window_is_half_open(api):
+    """[start, end): an occurrence exactly at start is made, one exactly at end is not, so
+    back-to-back windows make each occurrence once, and none twice."""
+    job_id = hourly(api)
+    first = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T01:00:00Z", "end": "2026-11-01T05:00:00Z"}
+    )
+    assert first.status == 201, first
+    assert first.body == {
+        "created": [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in (1, 2, 3, 4)],
+        "existing": [],
+    }
+    assert "2026-11-01T05:00:00Z" not in scheduled_fors(api, job_id)
+
+    next_window = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T05:00:00Z", "end": "2026-11-01T07:00:00Z"}
+    )
+    assert next_window.body == {
+        "created": [key_of(job_id, f"2026-11-01T0{h}:00:00Z") for h in (5, 6)],
+        "existing": [],
+    }
+
+    one_second = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T07:00:00Z", "end": "2026-11-01T07:00:01Z"}
+    )
+    assert one_second.body == {"created": [key_of(job_id, "2026-11-01T07:00:00Z")], "existing": []}
+    up_to_now = api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T07:59:59Z", "end": NOW})
+    assert up_to_now.status == 201, up_to_now  # end may be now; the occurrence at now is not backfilled
+    day = [f"2026-11-01T{h:02d}:00:00Z" for h in range(8, 24)] + [f"2026-11-02T0{h}:00:00Z" for h in range(8)]
+    assert up_to_now.body == {"created": [key_of(job_id, at) for at in day], "existing": []}
 
 
 def test_backfill_with_overlap_skip_chains_the_runs(api, container, clock):
     job_id = hourly(api, overlap="skip")
     response = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T03:00:00Z"}
     )
     keys = response.body["created"]
     assert len(keys) == 3
@@ -394,7 +426,7 @@ def test_backfill_with_overlap_skip_chains_the_runs(api, container, clock):
 def test_a_lost_release_is_repaired_by_the_reconciler(api, container, clock, monkeypatch):
     job_id = hourly(api, overlap="skip")
     keys = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T01:00:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
     ).body["created"]
     monkeypatch.setattr(container.completer, "unblock_successor", lambda run: None)
     lease = run_of(api, keys[0])
@@ -410,7 +442,7 @@ def test_a_lost_release_is_repaired_by_the_reconciler(api, container, clock, mon
 def test_backfill_with_overlap_allow_does_not_chain(api):
     job_id = hourly(api)
     keys = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T02:00:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T03:00:00Z"}
     ).body["created"]
     assert [run_of(api, k)["blockedBy"] for k in keys] == [None, None, None]
 
@@ -427,12 +459,13 @@ def test_backfill_over_the_limit_is_400_naming_start_and_end(api):
 
 def test_backfill_of_exactly_the_limit_is_accepted(api):
     job_id = create(api, runAt=None, cron="* * * * *")
-    # 1000 minutes, both ends included.
+    # 1000 minutes, 00:00 to 16:39; the occurrence at end (16:40) is not counted.
     response = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T16:39:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T16:40:00Z"}
     )
     assert response.status == 201, response
     assert len(response.body["created"]) == 1000
+    assert response.body["created"][-1] == key_of(job_id, "2026-11-01T16:39:00Z")
 
 
 BAD_BACKFILL = [
@@ -837,7 +870,7 @@ def test_lease_calls_on_a_run_never_claimed_are_409(api):
 
 def test_job_summary(api, clock):
     job_id = hourly(api)
-    api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T06:00:00Z"})
+    api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T07:00:00Z"})
     (lease,) = claim(api, max=1)
     api.post(f"/v1/leases/{lease['runKey']}/complete", {"fence": lease["fence"], "outcome": "succeeded"})
     response = api.get(f"/v1/jobs/{job_id}/summary")

@@ -246,7 +246,7 @@ def test_backfilled_occurrences_hold_their_keys_when_the_sweep_skips_the_missed_
         f"/v1/jobs/{job.job_id}/backfill",
         {
             "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "end": (start + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "end": (start + timedelta(seconds=75)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
     )
     assert backfill.status in (200, 201), backfill.body

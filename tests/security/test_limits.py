@@ -87,8 +87,9 @@ def test_oversized_cursor_is_400_naming_cursor(api):
 
 def test_backfill_over_1000_occurrences_is_400_naming_start_and_end(api):
     job_id = api.post("/v1/jobs", job(cron="* * * * *", runAt=None)).body["jobId"]
+    # 1001 minutes, 00:00 to 16:40 (the one at end, 16:41, is not counted): one too many.
     response = api.post(
-        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T16:40:00Z"}
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T00:00:00Z", "end": "2026-11-01T16:41:00Z"}
     )
     assert field_errors(response) == {"start", "end"}
     runs = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100").body["items"]

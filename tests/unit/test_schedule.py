@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jobsched.domain.cron import check_cron_expression, croniter_form, day_or, has_seconds_field
 from jobsched.domain.models import DstFold, DstGap, DstPolicy, Schedule
-from jobsched.domain.schedule import fires_between, next_fire, uncovered, upcoming
+from jobsched.domain.schedule import fires_between, fires_in, next_fire, uncovered, upcoming
 
 ONE_SECOND = timedelta(seconds=1)
 
@@ -326,6 +326,17 @@ def test_start_and_end_bounds_are_inclusive() -> None:
         z("2026-05-12T09:00"),
     ]
     assert next_fire(s, z("2026-05-12T09:00")) is None
+
+
+def test_fires_in_is_half_open() -> None:
+    s = cron("0 * * * *", "UTC")
+    hours = [z(f"2026-05-10T0{h}:00") for h in (1, 2, 3, 4)]
+    assert fires_in(s, z("2026-05-10T01:00"), z("2026-05-10T05:00"), 100) == hours
+    assert fires_in(s, z("2026-05-10T01:00"), z("2026-05-10T01:00:01"), 100) == hours[:1]
+    assert fires_in(s, z("2026-05-10T00:59:59"), z("2026-05-10T01:00"), 100) == []
+    assert fires_in(s, z("2026-05-10T01:00"), z("2026-05-10T01:00"), 100) == []
+    assert fires_in(s, z("2026-05-10T05:00"), z("2026-05-10T01:00"), 100) == []
+    assert fires_in(s, z("2026-05-10T01:00"), z("2026-05-10T05:00"), 2) == hours[:2]
 
 
 def test_rate_bounds() -> None:

@@ -293,8 +293,11 @@ JobType = Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]
 
 
 class BackfillBody(ApiModel):
-    start: ClientInstant
-    end: ClientInstant
+    """The past window to backfill, half-open: a run for each occurrence t with
+    start <= t < end (at most 1,000 of them; end not after now, start before end)."""
+
+    start: ClientInstant = Field(description="RFC 3339 instant, included: an occurrence at start is run")
+    end: ClientInstant = Field(description="RFC 3339 instant, excluded: an occurrence at end is not run")
 
 
 class FixFields(ApiModel):

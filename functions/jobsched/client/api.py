@@ -298,9 +298,10 @@ class Client:
         return self._parse(RunView, self._send("POST", self._job_path(job_id, "/trigger")))
 
     def backfill_job(self, job_id: str, start: Instant, end: Instant) -> BackfillView:
-        """`POST /v1/jobs/{id}/backfill`: a run for each fire time in [start, end) (RFC 3339
-        strings or aware datetimes). Returns the run keys `created` and those `existing`.
-        Raises Invalid, NotFound, Conflict."""
+        """`POST /v1/jobs/{id}/backfill`: a run for each fire time t with start <= t < end
+        (RFC 3339 strings or aware datetimes; one at `end` is not run). Returns the run keys
+        `created` and those `existing`. Raises Invalid (naming `start` when start >= end,
+        `end` when it is in the future, both past 1,000 fire times), NotFound, Conflict."""
         body = BackfillBody.model_validate({"start": _instant(start), "end": _instant(end)})
         return self._parse(BackfillView, self._send("POST", self._job_path(job_id, "/backfill"), _dump(body)))
 

@@ -3,6 +3,7 @@ maps them in one place, and validation errors name the field and the rule broken
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,11 @@ class JobschedError(Exception):
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         body.update({k: v for k, v in self.details.items() if v is not None})
         return body
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The HTTP headers the answer carries beside its body (none unless a subclass says)."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,22 @@ class NotFound(JobschedError):
 
     status = 404
     code = "not_found"
+
+
+class MethodNotAllowed(JobschedError):
+    """The path exists, but not with this method; `allowed` (sorted) is what it takes, sent
+    as the `Allow` header."""
+
+    status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, method: str, path: str, allowed: Iterable[str]) -> None:
+        self.allowed = tuple(sorted(set(allowed)))
+        super().__init__(f"{path} does not take {method}; it takes {', '.join(self.allowed)}")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Allow": ", ".join(self.allowed)}
 
 
 class Conflict(JobschedError):
@@ -104,6 +126,10 @@ class LimitExceeded(JobschedError):
     status = 429
     code = "limit_exceeded"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
 
 class TenantAtLimit(LimitExceeded):
     """Every one of the tenant's concurrency slots (TENANT_CONCURRENCY) is held by a live
@@ -129,6 +155,10 @@ class StorageUnavailable(JobschedError):
     def __init__(self, message: str, *, retry_after: int = 1, **details: Any) -> None:
         super().__init__(message, **details)
         self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 # --- execution outcomes: how a target's failure is classed for the retry policy ---

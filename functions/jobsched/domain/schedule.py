@@ -51,6 +51,13 @@ def fires_between(schedule: Schedule, after: datetime, until: datetime, limit: i
     return found
 
 
+def fires_in(schedule: Schedule, start: datetime, end: datetime, limit: int) -> list[datetime]:
+    """Occurrences t with start <= t < end (a half-open window, as a backfill's), ascending,
+    at most `limit` of them; none when end <= start."""
+    start, end = to_utc(start), to_utc(end)
+    return fires_between(schedule, start - _ONE_SECOND, end - _ONE_SECOND, limit)
+
+
 def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: datetime) -> datetime | None:
     """The last occurrence t with not_before <= t < before, or None.
 
@@ -72,7 +79,7 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
     width = _ONE_SECOND
     while True:
         start = max(not_before, before - width)
-        found = fires_between(schedule, start - _ONE_SECOND, before - _ONE_SECOND, limit=_SEARCH_LIMIT)
+        found = fires_in(schedule, start, before, limit=_SEARCH_LIMIT)
         if found and len(found) < _SEARCH_LIMIT:
             return found[-1]
         if found:  # too many in this window: the latest is in its last part

@@ -31,7 +31,7 @@ from ..domain.models import Job, JobState, Overlap, RunFix
 from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
-from ..domain.schedule import fires_between
+from ..domain.schedule import fires_in
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
@@ -39,7 +39,6 @@ from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
 
-_ONE_SECOND = timedelta(seconds=1)
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
 # A lease call reads at most this many pages of one type's claim index, each of at least
@@ -221,7 +220,10 @@ class RunService:
     def backfill(
         self, tenant: str, job_id: str, start: datetime, end: datetime, actor: str
     ) -> BackfillResult:
-        """A run for every past occurrence with start <= t <= end that has none yet.
+        """A run for every past occurrence in the half-open window [start, end) that has none
+        yet: one at `start` is made, one at `end` is not (the next window starts there).
+        Raises ValidationFailed naming `start` for an empty window (start >= end), `end` for
+        one reaching past now, and both when it holds more than `max_backfill` occurrences.
 
         Without overlap ("skip"/"buffer-one") the runs are chained: each waits on the previous
         occurrence's run through `blocked_by`, and each names its successor in `blocks`. The
@@ -232,13 +234,13 @@ class RunService:
         now = self._clock.now()
         problems: list[FieldProblem] = []
         if start >= end:
-            problems.append(FieldProblem("start", "must be before end"))
+            problems.append(FieldProblem("start", "must be before end: [start, end) is empty otherwise"))
         if end > now:
             problems.append(FieldProblem("end", f"must not be in the future (now is {format_instant(now)})"))
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
         job = self._active_job(tenant, job_id, "backfilled")
-        times = fires_between(job.spec.schedule, start - _ONE_SECOND, end, limit=self.max_backfill + 1)
+        times = fires_in(job.spec.schedule, start, end, limit=self.max_backfill + 1)
         if len(times) > self.max_backfill:
             rule = f"the range holds more than {self.max_backfill} occurrences; backfill it in parts"
             raise ValidationFailed("start", rule, FieldProblem("end", rule))

@@ -25,7 +25,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ...api_models.problems import problems_of
-from ...domain.errors import FieldProblem, JobschedError, StorageUnavailable, Unauthenticated
+from ...domain.errors import FieldProblem, JobschedError, MethodNotAllowed, Unauthenticated
 from ...observability import logger, tracer
 from ...wiring import container
 from . import jobs, leases, runs
@@ -94,15 +94,8 @@ def rate_limit(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> 
     try:
         container().jobs.admit(tenant)
     except JobschedError as exc:
-        return json_response(exc.status, exc.to_dict(), retry_headers(exc))
+        return error_response(exc)
     return next_middleware(app)
-
-
-def retry_headers(exc: JobschedError) -> dict[str, str] | None:
-    """`Retry-After` for an answer worth sending again: 429, and a 503 after its own wait."""
-    if isinstance(exc, StorageUnavailable):
-        return {"Retry-After": str(exc.retry_after)}
-    return {"Retry-After": "1"} if exc.status == 429 else None
 
 
 app.use(middlewares=[rate_limit])
@@ -119,11 +112,17 @@ def invalid_request(problems: list[FieldProblem], code: str = "invalid_request")
     }
 
 
+def error_response(exc: JobschedError) -> Response[Any]:
+    """The API's answer for a domain error: its status, its body (`to_dict`) and its headers
+    (`Retry-After` on a 429 and a 503, `Allow` on a 405)."""
+    return json_response(exc.status, exc.to_dict(), exc.headers or None)
+
+
 @app.exception_handler(JobschedError)
 def domain_error(exc: JobschedError) -> Response[Any]:
     if exc.status >= 500:
         logger.warning("request failed", extra={"code": exc.code, "error": exc.message})
-    return json_response(exc.status, exc.to_dict(), retry_headers(exc))
+    return error_response(exc)
 
 
 @app.exception_handler(RequestValidationError)
@@ -174,7 +173,19 @@ def unexpected(exc: Exception) -> Response[Any]:
 
 @app.not_found
 def route_not_found(exc: NotFoundError) -> Response[Any]:
-    return json_response(404, {"code": "not_found", "message": f"no route for {app.current_event.path}"})
+    """A path no route has is a 404; one a route has, asked with another method (OPTIONS,
+    HEAD and TRACE included: the API sets no CORS), is a 405 naming the methods it takes."""
+    path, method = app.current_event.path, app.current_event.http_method.upper()
+    allowed = methods_of(path)
+    if allowed:
+        return error_response(MethodNotAllowed(method, path, allowed))
+    return json_response(404, {"code": "not_found", "message": f"no route for {path}"})
+
+
+def methods_of(path: str) -> set[str]:
+    """The methods the resolver's routes take for `path` (none: no route has it)."""
+    routes = app._static_routes + app._dynamic_routes  # Powertools lists them nowhere public
+    return {route.method for route in routes if route.rule.match(path)}
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
