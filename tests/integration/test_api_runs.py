@@ -395,9 +395,19 @@ def test_backfill_window_is_half_open(api):
         f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T07:00:00Z", "end": "2026-11-01T07:00:01Z"}
     )
     assert one_second.body == {"created": [key_of(job_id, "2026-11-01T07:00:00Z")], "existing": []}
-    up_to_now = api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T07:59:59Z", "end": NOW})
+    # A fraction of a second rounds a bound up, never down: 08:00:00 is inside [07:59:59.2,
+    # 08:00:00.5), and 09:00:00 outside [08:00:00.5, ...): occurrences are whole seconds.
+    fractions = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T07:59:59.2Z", "end": "2026-11-01T08:00:00.5Z"}
+    )
+    assert fractions.body == {"created": [key_of(job_id, "2026-11-01T08:00:00Z")], "existing": []}
+    later = api.post(
+        f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T08:00:00.5Z", "end": "2026-11-01T09:00:00Z"}
+    )
+    assert later.body == {"created": [], "existing": []}  # [08:00:01, 09:00:00) holds none
+    up_to_now = api.post(f"/v1/jobs/{job_id}/backfill", {"start": "2026-11-01T08:00:01Z", "end": NOW})
     assert up_to_now.status == 201, up_to_now  # end may be now; the occurrence at now is not backfilled
-    day = [f"2026-11-01T{h:02d}:00:00Z" for h in range(8, 24)] + [f"2026-11-02T0{h}:00:00Z" for h in range(8)]
+    day = [f"2026-11-01T{h:02d}:00:00Z" for h in range(9, 24)] + [f"2026-11-02T0{h}:00:00Z" for h in range(8)]
     assert up_to_now.body == {"created": [key_of(job_id, at) for at in day], "existing": []}
 
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from ..domain.errors import FieldProblem, ValidationFailed
-from ..domain.instants import ClientInstant
+from ..domain.instants import ClientBound, ClientInstant
 from ..domain.models import (
     JOB_TYPE_PATTERN,
     WRITE,
@@ -296,8 +296,14 @@ class BackfillBody(ApiModel):
     """The past window to backfill, half-open: a run for each occurrence t with
     start <= t < end (at most 1,000 of them; end not after now, start before end)."""
 
-    start: ClientInstant = Field(description="RFC 3339 instant, included: an occurrence at start is run")
-    end: ClientInstant = Field(description="RFC 3339 instant, excluded: an occurrence at end is not run")
+    start: ClientBound = Field(
+        description="RFC 3339 instant, included: an occurrence at start is run (a fraction of a"
+        " second is rounded up: occurrences are whole seconds)"
+    )
+    end: ClientBound = Field(
+        description="RFC 3339 instant, excluded: an occurrence at end is not run (a fraction of a"
+        " second is rounded up: one at 05:00:00 is inside an end of 05:00:00.5)"
+    )
 
 
 class FixFields(ApiModel):

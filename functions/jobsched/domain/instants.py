@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer
@@ -71,6 +71,24 @@ def parse_client_instant(value: Any) -> datetime:
     return instant
 
 
+def parse_client_bound(value: Any) -> datetime:
+    """A window's bound as a client sends it (`parse_client_instant`'s rules), a fraction of
+    a second rounded up to the next whole second, never down: occurrences are whole
+    seconds, so `start <= t < end` keeps exactly the occurrences it keeps at the instant
+    given (a truncated 05:00:00.5 as an end would leave 05:00:00 out)."""
+    if not isinstance(value, str):
+        return parse_client_instant(value)
+    match = _RFC3339.fullmatch(value)
+    whole = parse_client_instant(value)
+    fraction = match.group(2) if match is not None else None
+    if fraction and fraction.strip("0"):
+        whole += timedelta(seconds=1)
+        if whole > MAX_INSTANT:
+            span = f"{format_instant(MIN_INSTANT)} and {format_instant(MAX_INSTANT)}"
+            raise ValueError(f"must lie between {span} (a fraction of a second rounds up)")
+    return whole
+
+
 def _json_type(value: Any) -> str:
     names = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
     return names.get(type(value), "null" if value is None else type(value).__name__)
@@ -89,6 +107,10 @@ Instant = Annotated[datetime, AfterValidator(to_utc), PlainSerializer(format_ins
 # What the API accepts from a client: an RFC 3339 string only, within MIN_INSTANT..MAX_INSTANT.
 ClientInstant = Annotated[
     datetime, BeforeValidator(parse_client_instant), PlainSerializer(format_instant, return_type=str)
+]
+# A bound of a window of occurrences ([start, end)): as ClientInstant, a fraction rounded up.
+ClientBound = Annotated[
+    datetime, BeforeValidator(parse_client_bound), PlainSerializer(format_instant, return_type=str)
 ]
 
 

@@ -255,9 +255,7 @@ class Outbox:
                 return False
             run = current
         try:
-            self._runs.commit(
-                run, lambda r: requeue(r, now=now, actor=self._actor, reason=PUBLISH_FAILED)
-            )
+            self._runs.commit(run, lambda r: requeue(r, now=now, actor=self._actor, reason=PUBLISH_FAILED))
         except RunChanged as exc:
             # Out of QUEUED (claimed, cancelled): nothing waits on this publish any more. Still
             # QUEUED (noted late since the mark, or marked again by another publisher, which
