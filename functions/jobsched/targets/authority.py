@@ -6,7 +6,9 @@ and the worker makes again before the effect (a grant revoked since the job was 
   decides only which roles the scheduler may assume at all (`assumableRoles`).
 - A target without one acts with the scheduler's own role, so each resource it names must be
   granted to the tenant (`tenantTargets`), and an EventBridge event must carry a `Source` the
-  tenant may use (its own `jobsched.<digest>` or an operator-granted one).
+  tenant may use (its own `jobsched.<digest>` or an operator-granted one). Whatever the grants
+  say, no such target names the scheduler's own resources (domain.grants.OwnNames: its bus,
+  queues, functions, topics).
 
 Bare names (a function name, an event bus name) resolve in the deployment's own partition,
 region and account (the grants' `home`)."""
