@@ -345,3 +345,19 @@ def test_a_stored_job_aimed_at_the_stacks_bus_forges_no_event(stack, every_bus, 
     assert "target.eventBusName" in (run.last_error_message or "")
     received = boto3.client("sqs").receive_message(QueueUrl=every_bus, WaitTimeSeconds=0)
     assert received.get("Messages", []) == []
+
+
+def test_no_grant_lets_a_tenant_use_the_schedulers_own_source(every_bus):
+    """`jobsched/<stack>/<tenant>` is the source of the scheduler's own events, which rules
+    select by: refused on any bus, even to a tenant granted every source (`*`)."""
+    api = ApiClient("tenant-a")
+
+    def event_job(source: str) -> Any:
+        target = forged("tenant-a-bus", source=source)
+        return api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": target})
+
+    refused = event_job("jobsched/jobsched/tenant-b")
+    assert refused.status == 403 and refused.body["code"] == "target_not_granted", refused
+    [error] = refused.body["errors"]
+    assert error["field"] == "target.source" and "scheduler's own events" in error["rule"], error
+    assert event_job("com.acme.orders").status == 201  # what `*` grants otherwise

@@ -355,6 +355,16 @@ def test_the_schedulers_own_queues_are_refused_whatever_their_names(url):
     assert owning(own, EVERYTHING).refusal("t", SqsTarget(kind="sqs", queue_url=theirs)) is None
 
 
+@pytest.mark.parametrize("source", ["jobsched/Jobsched/tenant-b", "jobsched/x"])
+def test_no_grant_reaches_the_schedulers_own_source(source):
+    found = owning(OwnNames(), EVERYTHING, ("*",)).refusal("t", bus("tenant-bus", source=source))
+    assert found is not None and found.field == "target.source", found
+    assert "scheduler's own events" in found.rule and own_event_source("t") in found.rule
+    granted = owning(OwnNames(), EVERYTHING, ("*",))
+    assert granted.refusal("t", bus("tenant-bus", source="jobsched.orders")) is None
+    assert granted.refusal("t", bus("tenant-bus")) is None  # the tenant's own, jobsched.<digest>
+
+
 # --- the STS fields ---
 
 STS_EXTERNAL_ID = re.compile(r"[\w+=,.@:/-]{2,1224}", re.ASCII)
