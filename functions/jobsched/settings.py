@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .domain.events import RunEventsLevel
-from .domain.grants import GrantsDocument
+from .domain.grants import GrantsDocument, OwnNames
 from .store.schema import DEFINITIONS, EVENT_BUS_NAME, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
@@ -199,6 +199,17 @@ class Settings(BaseModel):
             return cls.model_validate(env)
         except ValidationError as exc:
             raise InvalidSettings(exc) from None
+
+    def own_names(self) -> OwnNames:
+        """The scheduler's own resources, which no grant reaches (domain.grants.OwnNames): the
+        stack's names beside its grants parameter, and the bus and every queue these settings
+        name, so local mode's are protected as the stack's are."""
+        queues = (
+            *self.queue_urls.values(),
+            *self.dlq_urls.values(),
+            *(url for url in (self.notifications_queue_url, self.second_tick_queue_url) if url),
+        )
+        return OwnNames.beside(self.target_grants_parameter, buses=(self.event_bus_name,), queues=queues)
 
     def lambda_environment(self) -> dict[str, str]:
         """Every variable `from_env` reads that the stack sets, as strings: what the stack

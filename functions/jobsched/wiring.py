@@ -100,12 +100,14 @@ class Container:
     def grants(self) -> Callable[[], Grants]:
         """The operator's grants as they are now (jobsched.targets.grant_source): the AWS
         targets and the secret references each tenant may name, checked at write and again
-        before each effect or secret read."""
+        before each effect or secret read. The scheduler's own resources (Settings.own_names)
+        are refused whatever they say."""
         from .targets.grant_source import ParameterGrants
 
+        own = self.settings.own_names()
         if self.settings.target_grants_parameter:
-            return ParameterGrants(self.settings.target_grants_parameter, client("ssm"))
-        fixed = Grants(self.settings.target_grants)
+            return ParameterGrants(self.settings.target_grants_parameter, client("ssm"), own=own)
+        fixed = Grants(self.settings.target_grants, own)
         return lambda: fixed
 
     @cached_property

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from jobsched.domain.events import SOURCE_PREFIX
 from jobsched.store.schema import ALL_TABLES, EVENT_BUS_NAME, QUEUES
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
@@ -223,7 +224,7 @@ def create_event_bus(events: Any, sqs: Any) -> str:
     events.put_rule(
         Name=EVENTS_TAIL_QUEUE,
         EventBusName=EVENT_BUS_NAME,
-        EventPattern=json.dumps({"source": [{"prefix": "jobsched/"}]}),
+        EventPattern=json.dumps({"source": [{"prefix": SOURCE_PREFIX}]}),
     )
     events.put_targets(
         Rule=EVENTS_TAIL_QUEUE, EventBusName=EVENT_BUS_NAME, Targets=[{"Id": "tail", "Arn": arn}]

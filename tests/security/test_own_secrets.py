@@ -1,11 +1,14 @@
-"""No grant, however broad, lets a tenant read the scheduler's own parameters and secrets.
+"""No grant, however broad, lets a tenant read the scheduler's own parameters and secrets, or
+reach its own functions, queues, topics and event bus.
 
 The stack keeps its grants in `/<stack>/target-grants`, and the worker may read that
 parameter. A tenant granted every parameter (`arn:aws:ssm:*:*:parameter/*`) would otherwise
 name it as a header secret and have the whole grants document (every tenant's ids and ARNs)
 sent to a URL of its own; `/aws/reference/secretsmanager/<name>` would read any Secrets
-Manager secret through SSM, past the secret grants (another tenant's included). Through the
-API as the stack wires it (the grants in an SSM parameter on moto) and the worker."""
+Manager secret through SSM, past the secret grants (another tenant's included). A tenant
+granted every bus (`event-bus/*`) would otherwise put `jobsched.run.dead` events on the
+stack's own bus, where subscribers' rules take them for the scheduler's. Through the API as
+the stack wires it (the grants in an SSM parameter on moto) and the worker."""
 
 from __future__ import annotations
 
@@ -256,3 +259,106 @@ def test_the_stacks_own_topics_are_no_tenants_notification_target(stack):
     assert refused.body["code"] == "target_not_granted"
     assert refused.body["errors"][0]["field"] == "notify.0.target.topicArn"
     assert job_notifying("arn:aws:sns:us-east-1:123456789012:a-alerts").status == 201
+
+
+# --- the stack's own event bus, and its own events' source ---
+
+BUS = "jobsched-events"  # the bus the stack's functions publish to (Settings.event_bus_name)
+BUS_ARN = f"arn:aws:events:us-east-1:123456789012:event-bus/{BUS}"
+EVERY_BUS = "arn:aws:events:*:*:event-bus/*"
+
+
+@pytest.fixture
+def every_bus(stack) -> str:
+    """tenant-a may put events on every bus, with any source (the operator's grants), and the
+    stack's own bus has the rule docs/concepts/events.md suggests: tenant-a's dead runs, by
+    detail-type and `detail.tenant`, to a queue of tenant-a's alerts. Returns that queue's URL."""
+    document = GrantsDocument.from_maps(
+        {"tenant-a": (*GRANTS["tenant-a"], EVERY_BUS)}, {"tenant-a": ("*",)}, home=HOME
+    )
+    boto3.client("ssm").put_parameter(
+        Name=GRANTS_PARAMETER, Value=document.model_dump_json(by_alias=True), Type="String", Overwrite=True
+    )
+    for built in ("grants", "target_authority", "jobs", "worker", "target_runner"):
+        stack.__dict__.pop(built, None)
+    events, sqs = boto3.client("events"), boto3.client("sqs")
+    events.create_event_bus(Name=BUS)
+    events.create_event_bus(Name="tenant-a-bus")
+    alerts = sqs.create_queue(QueueName="tenant-a-alerts")["QueueUrl"]
+    alerts_arn = sqs.get_queue_attributes(QueueUrl=alerts, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    pattern = {"detail-type": ["jobsched.run.dead"], "detail": {"tenant": ["tenant-a"]}}
+    events.put_rule(Name="tenant-a-failures", EventBusName=BUS, EventPattern=json.dumps(pattern))
+    events.put_targets(
+        Rule="tenant-a-failures", EventBusName=BUS, Targets=[{"Id": "alerts", "Arn": alerts_arn}]
+    )
+    return alerts
+
+
+def forged(bus: str, **fields: Any) -> dict[str, Any]:
+    return {"kind": "eventbridge", "eventBusName": bus, "detailType": "jobsched.run.dead", **fields}
+
+
+OWN_BUS = [pytest.param(BUS, id="by name"), pytest.param(BUS_ARN, id="by ARN")]
+
+
+@pytest.mark.parametrize("bus", OWN_BUS)
+def test_the_stacks_own_bus_is_no_tenants_target_at_create_and_patch(every_bus, bus):
+    api = ApiClient("tenant-a")
+    refused = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": forged(bus)})
+    assert refused.status == 403, refused
+    assert refused.body["code"] == "target_not_granted"
+    [error] = refused.body["errors"]
+    assert error["field"] == "target.eventBusName" and "scheduler's own event bus" in error["rule"], error
+
+    mine = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": forged("tenant-a-bus")})
+    assert mine.status == 201, mine  # the grant still reaches the tenant's own bus
+    patched = api.patch(
+        f"/v1/jobs/{mine.body['jobId']}", {"target": {"eventBusName": bus}}, headers={"if-match": '"1"'}
+    )
+    assert patched.status == 403 and patched.body["errors"][0]["field"] == "target.eventBusName", patched
+    # A bus of the same name in another account is not the stack's.
+    elsewhere = forged(f"arn:aws:events:us-east-1:111111111111:event-bus/{BUS}")
+    assert (
+        api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": elsewhere}).status == 201
+    )
+
+
+@pytest.mark.parametrize("bus", OWN_BUS)
+def test_a_stored_job_aimed_at_the_stacks_bus_forges_no_event(stack, every_bus, bus):
+    """Written before the rule (straight into the store): the worker refuses it before the
+    call, so the subscriber's rule receives nothing."""
+    spec = JobSpec.model_validate(
+        {
+            "name": "legacy",
+            "type": "t",
+            "target": forged(bus),
+            "schedule": {"kind": "rate", "every_seconds": 3600},
+        }
+    )
+    stack.jobs._authorize_target = None  # written before the rule
+    job = stack.jobs.create("tenant-a", spec).job
+    key = first_run_key(ApiClient("tenant-a"), job.job_id)
+    assert deliver(stack, key).outcome is AttemptOutcome.DEAD
+    run = stack.runs.get_by_key(key)
+    assert run.last_error_class == "TargetNotGranted", run.last_error_message
+    assert "target.eventBusName" in (run.last_error_message or "")
+    received = boto3.client("sqs").receive_message(QueueUrl=every_bus, WaitTimeSeconds=0)
+    assert received.get("Messages", []) == []
+
+
+def test_no_grant_lets_a_tenant_use_the_schedulers_own_source(every_bus):
+    """`jobsched/<stack>/<tenant>` is the source of the scheduler's own events, which rules
+    select by: refused on any bus, even to a tenant granted every source (`*`)."""
+    api = ApiClient("tenant-a")
+
+    def event_job(source: str) -> Any:
+        target = forged("tenant-a-bus", source=source)
+        return api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", "target": target})
+
+    refused = event_job("jobsched/jobsched/tenant-b")
+    assert refused.status == 403 and refused.body["code"] == "target_not_granted", refused
+    [error] = refused.body["errors"]
+    assert error["field"] == "target.source" and "scheduler's own events" in error["rule"], error
+    assert event_job("com.acme.orders").status == 201  # what `*` grants otherwise

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, ParamValidationError, ReadTimeoutEr
 from hypothesis import given
 from hypothesis import strategies as st
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
-from jobsched.domain.grants import Grants, GrantsDocument, own_event_source, tenant_digest
+from jobsched.domain.grants import Grants, GrantsDocument, OwnNames, own_event_source, tenant_digest
 from jobsched.domain.instants import ManualClock
 from jobsched.domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
 from jobsched.targets import AssumedRoles, external_id, session_identity
@@ -295,6 +295,75 @@ def test_the_default_bus_needs_its_grant_and_the_source_its_own():
     assert authority({"t": [bus]}).refusal("t", EventBridgeTarget(kind="eventbridge")) is None
     found = authority({"t": [bus]}).refusal("t", EventBridgeTarget(kind="eventbridge", source="jobsched"))
     assert found is not None and found.field == "target.source" and own_event_source("t") in found.rule
+
+
+# --- the scheduler's own bus, queues and source: no grant reaches them ---
+
+OWN_BUS = "Jobsched-EventBus-1A2B3C"  # as the settings name it (EVENT_BUS_NAME)
+OWN_QUEUE = f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/Jobsched-HighQueue-4D5E6F"
+EVERYTHING = ["arn:aws:events:*:*:event-bus/*", "arn:aws:sqs:*:*:*"]
+
+
+def owning(own: OwnNames, targets: list[str], sources: tuple[str, ...] = ()) -> TargetAuthority:
+    """tenant `t` granted `targets` and `sources`, by a scheduler whose own names are `own`."""
+    document = GrantsDocument.from_maps({"t": targets}, {"t": sources}, home=HOME)
+    found = Grants(document, own)
+    return TargetAuthority(lambda: found)
+
+
+def bus(name: str, **fields: Any) -> EventBridgeTarget:
+    return EventBridgeTarget(
+        kind="eventbridge", event_bus_name=name, detail_type="jobsched.run.dead", **fields
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        OWN_BUS,
+        f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/{OWN_BUS}",
+        f"arn:aws:events:eu-west-1:{ACCOUNT}:event-bus/{OWN_BUS}",  # its name in another region
+        OWN_BUS.lower(),  # no spelling of the name reaches it
+    ],
+)
+def test_the_schedulers_own_bus_is_refused_whatever_the_grants_say(name):
+    found = owning(OwnNames(buses=(OWN_BUS,)), EVERYTHING).refusal("t", bus(name))
+    assert found is not None and found.field == "target.eventBusName", found
+    assert "scheduler's own event bus" in found.rule
+    assert found.to_error().status == 403 and found.to_error().code == "target_not_granted"
+    assert found.to_failure().error_class == "TargetNotGranted" and not found.to_failure().retryable
+
+
+@pytest.mark.parametrize("setting", [OWN_BUS, f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/{OWN_BUS}"])
+def test_only_the_own_bus_is_refused_however_the_settings_name_it(setting):
+    own = OwnNames(buses=(setting,))
+    for name in (OWN_BUS, f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/{OWN_BUS}"):
+        assert owning(own, EVERYTHING).refusal("t", bus(name)) is not None, name
+    for name in ("tenant-bus", f"{OWN_BUS}-2", f"arn:aws:events:us-east-1:111111111111:event-bus/{OWN_BUS}"):
+        assert owning(own, EVERYTHING).refusal("t", bus(name)) is None, name
+    # The grants still decide the rest: the own names add refusals, never a grant.
+    assert owning(own, []).refusal("t", bus("tenant-bus")) is not None
+
+
+@pytest.mark.parametrize("url", [OWN_QUEUE, OWN_QUEUE.replace("us-east-1", "eu-west-1")])
+def test_the_schedulers_own_queues_are_refused_whatever_their_names(url):
+    """By the exact URLs the settings give, not only the `<stack>-` prefix: a second scheduler
+    in a stack (Naming) names its queues `<stack>-<prefix>…`, local mode `jobsched-…`."""
+    own = OwnNames("Other", queues=(OWN_QUEUE,))
+    found = owning(own, EVERYTHING).refusal("t", SqsTarget(kind="sqs", queue_url=url))
+    assert found is not None and found.field == "target.queueUrl" and "own queues" in found.rule
+    theirs = OWN_QUEUE.replace(ACCOUNT, "111111111111")
+    assert owning(own, EVERYTHING).refusal("t", SqsTarget(kind="sqs", queue_url=theirs)) is None
+
+
+@pytest.mark.parametrize("source", ["jobsched/Jobsched/tenant-b", "jobsched/x"])
+def test_no_grant_reaches_the_schedulers_own_source(source):
+    found = owning(OwnNames(), EVERYTHING, ("*",)).refusal("t", bus("tenant-bus", source=source))
+    assert found is not None and found.field == "target.source", found
+    assert "scheduler's own events" in found.rule and own_event_source("t") in found.rule
+    granted = owning(OwnNames(), EVERYTHING, ("*",))
+    assert granted.refusal("t", bus("tenant-bus", source="jobsched.orders")) is None
+    assert granted.refusal("t", bus("tenant-bus")) is None  # the tenant's own, jobsched.<digest>
 
 
 # --- the STS fields ---

@@ -189,3 +189,50 @@ def test_local_mode_grants_secrets_in_the_same_tenant_targets(tmp_path):
     assert grants.allows("acme", "arn:aws:ssm:us-east-1:123456789012:parameter/acme/api-key")
     assert grants.allows("acme", "arn:aws:sqs:us-east-1:123456789012:acme-in")
     assert not grants.allows("globex", "arn:aws:ssm:us-east-1:123456789012:parameter/acme/api-key")
+
+
+def test_the_own_names_are_every_resource_the_settings_name():
+    """What the functions publish to and queue on is refused to every tenant (OwnNames)."""
+    base = "https://sqs.us-east-1.amazonaws.com/123456789012/Jobsched-"
+    settings = Settings(
+        target_grants_parameter="/Jobsched/target-grants",
+        event_bus_name="JobschedEventsEventBus5A3B",
+        queue_urls={q.key: f"{base}{q.key}" for q in QUEUES},
+        dlq_urls={q.key: f"{base}{q.key}-dlq" for q in QUEUES},
+        notifications_queue_url=f"{base}Notifications",
+        second_tick_queue_url=f"{base}SecondTicks",
+    )
+    own = settings.own_names()
+    assert own.stack == "Jobsched" and own.buses == ("JobschedEventsEventBus5A3B",)
+    assert set(own.queues) == {
+        *settings.queue_urls.values(),
+        *settings.dlq_urls.values(),
+        f"{base}Notifications",
+        f"{base}SecondTicks",
+    }
+
+
+def test_local_mode_refuses_its_own_bus_and_queues_to_every_tenant():
+    """As the local runtime configures the functions (moto's URLs): a grant of every bus and
+    queue reaches neither the bus the events go to nor the run queues."""
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.domain.models import EventBridgeTarget, SqsTarget
+    from jobsched.wiring import Container
+
+    moto = "http://127.0.0.1:5055/123456789012/"
+    config = LocalConfig(tenant_targets={"dev": ["arn:aws:events:*:*:event-bus/*", "arn:aws:sqs:*:*:*"]})
+    settings = config.runtime_settings(
+        queue_urls={q.key: moto + q.default_name for q in QUEUES},
+        dlq_urls={q.key: moto + q.dlq_name for q in QUEUES},
+        notifications_queue_url=moto + "jobsched-notifications",
+    )
+    authority = Container(settings, metrics=RecordedMetrics()).target_authority
+    own_bus = EventBridgeTarget(kind="eventbridge", event_bus_name=settings.event_bus_name)
+    found = authority.refusal("dev", own_bus)
+    assert found is not None and found.field == "target.eventBusName", found
+    for name in (QUEUES[0].default_name, QUEUES[0].dlq_name, "jobsched-notifications"):
+        url = f"https://sqs.us-east-1.amazonaws.com/123456789012/{name}"
+        found = authority.refusal("dev", SqsTarget(kind="sqs", queue_url=url))
+        assert found is not None and found.field == "target.queueUrl", name
+    mine = EventBridgeTarget(kind="eventbridge", event_bus_name="dev-bus")
+    assert authority.refusal("dev", mine) is None

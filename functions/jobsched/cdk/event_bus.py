@@ -12,10 +12,11 @@ from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from constructs import Construct
 
+from jobsched.domain.events import SOURCE_PREFIX
+
 from .config import Config
 from .names import EVENT_BUS_ID
 
-SOURCE_PREFIX = "jobsched/"  # every event's source (domain.events.event_source)
 MAX_ARCHIVE_NAME = 48  # EventBridge's limit (CloudFormation's generated names pass it)
 
 

@@ -167,6 +167,9 @@ class CloudEvent(BaseModel):
 
 
 MAX_SOURCE_CHARS = 256  # EventBridge's limit on an entry's Source
+# Every event's source starts with it: rules and the archive select the scheduler's events by
+# it, and no tenant's event may carry it (targets.authority), whatever its grants.
+SOURCE_PREFIX = "jobsched/"
 
 
 def event_source(stack: str, tenant: str) -> str:
@@ -174,10 +177,10 @@ def event_source(stack: str, tenant: str) -> str:
     tenant too long for EventBridge's 256 characters appears as `sha256:<32 hex>` of its id
     (the event's `tenant` attribute still names it whole). Percent-encoding never leaves a
     `:`, so no tenant id, however chosen, spells another tenant's digest form."""
-    source = f"jobsched/{stack}/{quote(tenant, safe='')}"
+    source = f"{SOURCE_PREFIX}{stack}/{quote(tenant, safe='')}"
     if len(source) <= MAX_SOURCE_CHARS:
         return source
-    return f"jobsched/{stack}/sha256:{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
+    return f"{SOURCE_PREFIX}{stack}/sha256:{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
 
 
 def sequence_of(run: Run, index: int) -> int:

@@ -19,7 +19,9 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -177,28 +179,73 @@ def _matcher(pattern: str) -> re.Pattern[str]:
 _AWS_PARAMETER = re.compile(r"(?:aws|ssm)", re.IGNORECASE)
 
 
+# (account, case-folded name) of a resource of the scheduler's; account None: a bare name,
+# in the deployment's own account.
+_AccountName = tuple[str | None, str]
+
+
+def _bus_account_name(bus: str) -> _AccountName:
+    parts = bus.split(":", 5)
+    if len(parts) == 6 and parts[0] == "arn" and parts[5].startswith("event-bus/"):
+        return parts[4], parts[5].removeprefix("event-bus/").casefold()
+    return None, bus.casefold()
+
+
+def _queue_account_name(url: str) -> _AccountName:
+    path = urlsplit(url).path.strip("/").split("/")  # /<account>/<name>
+    return (path[0], path[1].casefold()) if len(path) == 2 else (None, path[-1].casefold())
+
+
 @dataclass(frozen=True)
 class OwnNames:
-    """The scheduler's own parameters, secrets, functions and queues, which no grant
-    reaches: the stack keeps its grants in `/<stack>/target-grants` (which the worker may
-    read), anything else of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets
-    Manager), and its functions and queues are `<stack>-…`. `stack` None: no such names
-    (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`."""
+    """The scheduler's own parameters, secrets, functions, queues, topics and event buses,
+    which no grant reaches: the stack keeps its grants in `/<stack>/target-grants` (which the
+    worker may read), anything else of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets
+    Manager), and its functions, queues and topics are `<stack>-…`. `stack` None: no such
+    names (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`.
+
+    `buses` (names, or ARNs) and `queues` (URLs): what the functions publish to and queue on,
+    as their settings name them, whatever they are called: the run-events bus (CDK names it,
+    not `<stack>-…`), the run queues and their DLQs, the notifications and second-tick
+    queues. A bare bus name is the one in the deployment's own account (`home`'s, when
+    known); an ARN or URL names its account. Names are compared case-blind: no spelling of
+    one reaches it."""
 
     stack: str | None = None
+    buses: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
 
     @classmethod
-    def beside(cls, grants_parameter: str | None) -> OwnNames:
-        """The names of the stack whose grants parameter is `grants_parameter` (`/<stack>/…`)."""
+    def beside(
+        cls, grants_parameter: str | None, *, buses: Iterable[str] = (), queues: Iterable[str] = ()
+    ) -> OwnNames:
+        """The names of the stack whose grants parameter is `grants_parameter` (`/<stack>/…`),
+        and these buses and queues."""
         parts = [part for part in (grants_parameter or "").split("/") if part]
-        return cls(parts[0] if parts else None)
+        return cls(parts[0] if parts else None, tuple(buses), tuple(queues))
+
+    @cached_property
+    def _buses(self) -> tuple[_AccountName, ...]:
+        return tuple(_bus_account_name(bus) for bus in self.buses)
+
+    @cached_property
+    def _queues(self) -> tuple[_AccountName, ...]:
+        return tuple(_queue_account_name(url) for url in self.queues)
+
+    @staticmethod
+    def _among(own: tuple[_AccountName, ...], account: str, name: str, home: Home | None) -> bool:
+        here = home is None or account == home.account
+        return any(
+            name.casefold() == own_name and (account == own_account if own_account else here)
+            for own_account, own_name in own
+        )
 
     def refusal(self, arn: str, home: Home | None = None) -> str | None:
-        """Why `arn` (a secret or parameter a header references, or a function or queue a
-        target calls) is the scheduler's own or AWS's, or None. A parameter path with an
-        empty, `.` or `..` segment is refused too: however SSM reads it, no spelling of a
-        name escapes this comparison or the grants'. Functions and queues are the stack's
-        only in its own account (`home`'s, when known)."""
+        """Why `arn` (a secret or parameter a header references, or a function, queue, topic
+        or event bus a target calls) is the scheduler's own or AWS's, or None. A parameter
+        path with an empty, `.` or `..` segment is refused too: however SSM reads it, no
+        spelling of a name escapes this comparison or the grants'. Functions, queues, topics
+        and buses are the stack's only in its own account (`home`'s, when known)."""
         parts = arn.split(":", 6)
         if len(parts) < 6:
             return None
@@ -229,6 +276,18 @@ class OwnNames:
         ):
             kind = {"lambda": "functions", "sqs": "queues", "sns": "topics"}[service]
             return f"names one of the scheduler's own {kind} ({self.stack}-…): no grant reaches them"
+        account = parts[4]
+        if (
+            service == "events"
+            and resource.startswith("event-bus/")
+            and self._among(self._buses, account, resource.removeprefix("event-bus/"), home)
+        ):
+            return (
+                "names the scheduler's own event bus, where its run and job events are published: "
+                "no grant reaches it"
+            )
+        if service == "sqs" and self._among(self._queues, account, resource, home):
+            return "names one of the scheduler's own queues: no grant reaches them"
         return None
 
 

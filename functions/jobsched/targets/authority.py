@@ -11,7 +11,9 @@ revoked since the write).
   decides only which roles the scheduler may assume at all (`assumableRoles`).
 - A target without one acts with the scheduler's own role, so each resource it names must be
   granted to the tenant (`tenantTargets`), and an EventBridge event must carry a `Source` the
-  tenant may use (its own `jobsched.<digest>` or an operator-granted one).
+  tenant may use (its own `jobsched.<digest>` or an operator-granted one). Whatever the grants
+  say, no such target names the scheduler's own resources (domain.grants.OwnNames: its bus,
+  queues, functions, topics) or carries its own events' `Source` (`jobsched/…`).
 
 Bare names (a function name, an event bus name) resolve in the deployment's own partition,
 region and account (the grants' `home`)."""
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..domain.errors import PermanentError
+from ..domain.events import SOURCE_PREFIX
 from ..domain.grants import Grants, Home, TargetNotGranted, own_event_source
 from ..domain.models import (
     EventBridgeTarget,
@@ -160,6 +163,13 @@ def refusal(grants: Grants, tenant: str, target: AwsTarget) -> Refusal | None:
             )
     if isinstance(target, EventBridgeTarget):
         source = event_source(target, tenant)
+        if source.startswith(SOURCE_PREFIX):  # whatever the grants say
+            return Refusal(
+                "target.source",
+                f"{source[:256]!r} starts with {SOURCE_PREFIX!r}, the source of the scheduler's own "
+                f"events, which no grant reaches: use {own_event_source(tenant)!r} (or a name below "
+                f"it, {own_event_source(tenant)}.<name>)",
+            )
         if not grants.allows_source(tenant, source):
             return Refusal(
                 "target.source",

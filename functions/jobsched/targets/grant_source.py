@@ -27,16 +27,19 @@ MAX_AGE_SECONDS = 60
 
 
 class ParameterGrants:
-    """Callable: the grants in SSM parameter `name`, as of at most `max_age` seconds ago."""
+    """Callable: the grants in SSM parameter `name`, as of at most `max_age` seconds ago.
+    `own`: the scheduler's own names, refused whatever the grants say; by default this
+    parameter's stack's (`/<stack>/…` and the rest of OwnNames' `<stack>` names)."""
 
-    def __init__(self, name: str, ssm_client: Any, *, max_age: int = MAX_AGE_SECONDS) -> None:
+    def __init__(
+        self, name: str, ssm_client: Any, *, max_age: int = MAX_AGE_SECONDS, own: OwnNames | None = None
+    ) -> None:
         self._name = name
         self._provider = SSMProvider(boto3_client=ssm_client)
         self._max_age = max_age
         self._lock = threading.Lock()
         self._parsed: tuple[str, Grants] | None = None
-        # This parameter and the rest of its stack's (`/<stack>/…`) are no tenant's secret.
-        self._own = OwnNames.beside(name)
+        self._own = own if own is not None else OwnNames.beside(name)
 
     def __call__(self) -> Grants:
         try:
