@@ -39,6 +39,10 @@ Every must-be-0 figure counts run keys (or occurrences) and means, exactly:
   it starts), and a violation when it came while the job was paused. A run that died
   without acting, every claim of it made deep in the pause (PAUSE_EDGE from either end),
   is a violation whatever the policy: such a claim read its job paused and spends nothing.
+  An occurrence SKIPPED as missed (`paused`) that its job's own record of its resumes puts
+  in no pause (it fell while the job was active: at or after a resume's whole second, or
+  between pauses) is a violation however near the resume it fell; only one before the
+  earliest pause of a full record (MAX_MISSED_WINDOWS) cannot be judged.
 - `tenant_limit_exceeded`: a target call that started while the tenant already had its
   `TENANT_CONCURRENCY` calls under way (Lambda worker and lease API together).
 - `early_effects`: a target call that started before its occurrence (`scheduledFor`) less
@@ -93,6 +97,7 @@ from typing import Any
 from jobsched.domain.jitter import start_jitter_seconds
 from jobsched.domain.lifecycle import HELD_FOR_RESUME
 from jobsched.domain.models import (
+    MAX_MISSED_WINDOWS,
     DeliveryGuarantee,
     Job,
     JobState,
@@ -1044,14 +1049,36 @@ def _pause_windows(tracked: TrackedJob) -> list[tuple[datetime, datetime]]:
     return windows
 
 
+def _missed_by_record(job: Job, run: Run) -> bool:
+    """Whether the job's own record of its resumes (`missed_windows`: what each decided, the
+    latest MAX_MISSED_WINDOWS of them) may count the run's occurrence missed: it fell inside
+    one, paused_at <= t < resumed_at (whole seconds: one in the resume's own second did not),
+    or the record cannot say (none kept, or before the earliest of a full list)."""
+    windows, instant = job.missed_windows, run.scheduled_for
+    if not windows or (len(windows) >= MAX_MISSED_WINDOWS and instant < windows[0].paused_at):
+        return True
+    return any(w.paused_at <= instant < w.resumed_at for w in windows)
+
+
 def _check_missed(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:
-    """Each occurrence inside a pause is run or recorded SKIPPED as `missedRuns` says."""
+    """Each occurrence inside a pause is run or recorded SKIPPED as `missedRuns` says, and
+    none SKIPPED as missed that its job's record puts outside every pause."""
     margin = CLOCK_SKEW + ONE_SECOND
     for job_id, tracked in evidence.jobs.items():
         job = evidence.stored_jobs.get(job_id)
         if job is None:
             continue
         mine = [r for r in by_job.get(job_id, []) if r.trigger.value == "schedule"]
+        for skipped in (r for r in mine if r.state is RunState.SKIPPED and r.reason == "paused"):
+            if not _missed_by_record(job, skipped):
+                figures.violations.append(
+                    Violation(
+                        "missed_run_violations",
+                        skipped.run_key,
+                        "SKIPPED as missed (paused) although it fell in none of its job's recorded"
+                        " pauses: its job was active at its instant",
+                    )
+                )
         at_instant = {run.scheduled_for: run for run in mine}
         ranges = [(r.scheduled_for, r.skipped_through) for r in mine if r.skipped_through is not None]
         policies = job.spec.policies

@@ -233,6 +233,19 @@ def _effect_outlives_invocation(original: Any) -> Any:
     return outlast
 
 
+def _resume_edge_left_undecided(original: Any) -> Any:
+    def missed_verdict(self: Any, scheduled_for: Any) -> Any:
+        # Only an occurrence inside a recorded pause is decided: one held at or just after
+        # the resume's instant (its own second included) is settled alone, as a missed one.
+        for window in reversed(self.missed_windows):
+            verdict = window.runs(scheduled_for)
+            if verdict is not None:
+                return verdict
+        return None
+
+    return missed_verdict
+
+
 def _paused_claim_counted(original: Any) -> Any:
     return timedelta(days=365)  # no claim is ever deep in a pause: each one spends an attempt
 
@@ -273,6 +286,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # none left dies instead of being decided by the resume.
     Mutant("paused-claim-counted", "jobsched.services.missed.PAUSE_CLAIM_MARGIN",
            _paused_claim_counted, "missed_run_violations", "paused-claims"),
+    # A run held as its job resumed, of an occurrence at or after the resume's instant (the
+    # job was active then), is SKIPPED as missed under `run-once` and `skip`: it never runs.
+    Mutant("resume-edge-left-undecided", "jobsched.domain.models.Job.missed_verdict",
+           _resume_edge_left_undecided, "missed_run_violations", "pauses"),
     # A holder's final write lands although another attempt's claim superseded its fence.
     Mutant("stale-fence-accepted", "jobsched.store.runs.RunStore._put",
            _stale_fence_accepted, "stale_fence_writes", "deaths"),

@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from jobsched.domain.lifecycle import HELD_FOR_RESUME
 from jobsched.domain.models import (
+    MAX_MISSED_WINDOWS,
     Job,
     JobSpec,
     Misfire,
+    MissedWindow,
     Notification,
     NotifyOn,
     Overlap,
@@ -341,6 +343,40 @@ def test_run_once_after_a_pause_runs_only_the_latest_missed_occurrence():
     # latest one clearly inside may then run, or be skipped.
     near = [Ack("pause", 1, T0 + timedelta(seconds=5)), Ack("resume", 2, T0 + timedelta(seconds=41))]
     assert check(_evidence([*right, _run(job, 40)], ledger, job, near)).missed_run_violations == 0
+
+
+def test_an_occurrence_skipped_as_missed_outside_its_jobs_recorded_pauses_is_a_missed_run():
+    """Resumed at T0+40 s by its own record: the 40 s occurrence fell in the resume's own
+    second, when the job was active again, so SKIPPED as missed (`paused`) it was lost. Only
+    an occurrence before the earliest pause of a full record cannot be judged."""
+    job = _job(misfire=Misfire.RUN_ONCE)
+    ledger, _ = _ledger()
+    acks = [Ack("pause", 1, T0 + timedelta(seconds=5)), Ack("resume", 2, T0 + timedelta(seconds=40))]
+
+    def window(paused, resumed):
+        return MissedWindow(
+            paused_at=T0 + timedelta(seconds=paused),
+            resumed_at=T0 + timedelta(seconds=resumed),
+            policy=Misfire.RUN_ONCE,
+            run_from=T0,
+            chosen=T0 + timedelta(seconds=resumed - 10),
+        )
+
+    def missed(seconds):
+        return _run(job, seconds).model_copy(update={"state": RunState.SKIPPED, "reason": "paused"})
+
+    ran = _run(job, 30).model_copy(update={"state": RunState.SUCCEEDED})
+    runs = [missed(10), missed(20), ran, missed(40)]
+
+    def flagged(windows):
+        recorded = job.model_copy(update={"missed_windows": windows})
+        figures = check(_evidence(runs, ledger, recorded, acks))
+        return [v.run_key for v in figures.violations if v.figure == "missed_run_violations"]
+
+    assert flagged([window(5, 40)]) == ["j_x@2026-10-25T00:50:40Z"]
+    assert flagged([window(5, 41)]) == []  # resumed a second later: 40 s fell in the pause
+    full = [window(100 + 20 * i, 110 + 20 * i) for i in range(MAX_MISSED_WINDOWS)]
+    assert flagged(full) == []  # before the earliest kept pause: a dropped one may have held it
 
 
 def test_a_run_dead_untried_after_claims_made_deep_in_a_pause_is_a_missed_run():

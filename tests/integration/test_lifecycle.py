@@ -497,7 +497,7 @@ def test_a_one_time_job_made_ahead_names_its_run_until_it_fires(api, clock):
 # --- run-once after a pause: the chosen occurrence runs exactly once, whatever the order ---
 
 
-def _hourly_from_ten_seconds(api, container):
+def _hourly_from_ten_seconds(api, container, **policies):
     """A job whose only occurrence in the pause below is T0+10 s (the next is an hour later),
     and a worker that records every effect."""
     from jobsched.targets import HandlerRegistry
@@ -510,7 +510,7 @@ def _hourly_from_ten_seconds(api, container):
         effects.append(invocation.run_key)
         return {"ok": True}
 
-    job_id = create(api, type="tick", runAt=None, every=3600, startAt=_at(10))["jobId"]
+    job_id = create(api, type="tick", runAt=None, every=3600, startAt=_at(10), **policies)["jobId"]
     return job_id, f"{job_id}@{_at(10)}", make_worker(container, registry), effects
 
 
@@ -579,6 +579,59 @@ def test_a_held_run_settled_while_the_job_resumes_runs_once(api, container, cloc
     assert run.state in (RunState.PENDING, RunState.QUEUED) and run.blocked_by is None
     assert _deliver(worker, run).outcome is AttemptOutcome.SUCCEEDED
     assert effects == [key]
+
+
+@pytest.mark.parametrize("hold_lands", ["after the resume", "before the resume"])
+@pytest.mark.parametrize("resumed_after", [0.4, 1.0], ids=["same-second", "next-second"])
+@pytest.mark.parametrize("policy", ["run-once", "skip", "catch-up"])
+def test_an_occurrence_held_as_its_job_resumes_is_decided_by_the_second_the_resume_lands_in(
+    api, container, clock, monkeypatch, policy, resumed_after, hold_lands
+):
+    """Paused at 5 s, the 10 s occurrence (made ahead) is claimed at 10 s: its worker reads
+    the job paused, and the resume comes 0.4 s or 1 s after the occurrence, before or after
+    the worker's hold lands. Resumed in the occurrence's own second, the resume's instant
+    is that second (instants are whole seconds): the occurrence did not fall in the pause,
+    it is no missed one, and its hold is released whatever `missedRuns` says. Resumed a
+    second later it fell in the pause, and it is the one `run-once` and `catch-up` pick
+    (`skip` runs none). Either way it runs exactly once or is SKIPPED as the resume
+    decided, never lost by the side of a second the resume landed on."""
+    job_id, key, worker, effects = _hourly_from_ten_seconds(api, container, missedRuns=policy)
+    clock.advance(5)
+    assert api.post(f"/v1/jobs/{job_id}/pause").status == 200
+    clock.set(T0 + timedelta(seconds=10))
+    real_get = container.definitions.get
+
+    def resume() -> None:
+        clock.advance(resumed_after)
+        assert api.post(f"/v1/jobs/{job_id}/resume").status == 200
+
+    def the_resume_comes_after_the_workers_job_read(wanted):
+        monkeypatch.setattr(container.definitions, "get", real_get)  # once
+        paused = real_get(wanted)
+        resume()
+        return paused
+
+    if hold_lands == "after the resume":
+        monkeypatch.setattr(container.definitions, "get", the_resume_comes_after_the_workers_job_read)
+    assert _deliver(worker, _run(container, key)).outcome is AttemptOutcome.HELD
+    if hold_lands == "before the resume":
+        resume()
+    missed = policy == "skip" and resumed_after >= 1
+    clock.advance(21)  # a fresh hold is settled at the next tick
+    container.reconciler.reconcile_all()
+    settled = _run(container, key)
+    if missed:
+        assert settled.state is RunState.SKIPPED and settled.reason == "paused", settled.history[-1]
+    else:
+        assert settled.state in (RunState.PENDING, RunState.QUEUED), settled.history[-1]
+        assert settled.blocked_by is None
+        assert _deliver(worker, settled).outcome is AttemptOutcome.SUCCEEDED
+    clock.advance(600)
+    container.reconciler.reconcile_all()
+    container.sweeper.sweep()
+    assert effects == ([] if missed else [key])
+    assert _run(container, key).state is (RunState.SKIPPED if missed else RunState.SUCCEEDED)
+    assert container.definitions.get_stats(job_id).get("missed", 0) == (1 if missed else 0)
 
 
 @pytest.mark.parametrize("policy", ["run-once", "skip"])

@@ -150,13 +150,15 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that moves only when told to (tests, simulations, benchmarks)."""
+    """A clock that moves only when told to (tests, simulations, benchmarks). It may be moved
+    by fractions of a second (`advance`, `sleep`); `now` is whole seconds all the same, as
+    SystemClock's, and `precise` keeps the fraction."""
 
     def __init__(self, start: datetime) -> None:
         self._now = to_utc(start)
 
     def now(self) -> datetime:
-        return self._now
+        return self._now.replace(microsecond=0)
 
     def precise(self) -> datetime:
         return self._now

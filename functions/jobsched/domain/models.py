@@ -735,12 +735,24 @@ class Job(Model):
     trace_id: str | None = None
 
     def missed_verdict(self, scheduled_for: datetime) -> bool | None:
-        """Whether a scheduled occurrence that fell in one of the job's recorded pauses runs
-        (the resume's decision); None when it fell in none of them."""
+        """Whether a scheduled occurrence runs as the job's recorded pauses decide it: the one
+        rule of every decider (the resume, the worker's check, the reconciler settling a hold
+        or an expired lease). One that fell in a recorded pause (paused_at <= t < resumed_at,
+        whole seconds) as that pause's resume decided. One that fell while the job was active
+        is no missed occurrence and runs (True): at or after the latest resume instant, its
+        own second included; between two recorded pauses; before the earliest one when none
+        was dropped (fewer than MAX_MISSED_WINDOWS kept). None when no record can say: it fell
+        in the pause that still stands (its resume decides), the job holds no record, or it
+        came before the earliest of a full list (it may have fallen in a dropped pause)."""
+        if self.paused_at is not None and scheduled_for >= self.paused_at:
+            return None
         for window in reversed(self.missed_windows):
             verdict = window.runs(scheduled_for)
             if verdict is not None:
                 return verdict
+        windows = self.missed_windows
+        if windows and (scheduled_for >= windows[0].paused_at or len(windows) < MAX_MISSED_WINDOWS):
+            return True
         return None
 
     @property

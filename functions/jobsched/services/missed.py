@@ -11,7 +11,12 @@ make), `catch-up` each one inside the window; every other one becomes SKIPPED (r
 the resume deciding the runs it read, the reconciler settling a hold that landed after —
 applies that one decision, so the chosen occurrence runs exactly once in whatever order they
 get to it. The occurrences that have no run yet are left to the sweeper, which treats
-everything before `missed_until` (the resume instant) as missed under the same policy."""
+everything before `missed_until` (the resume instant) as missed under the same policy.
+
+Every decider draws the pause's edges alike, in whole seconds: occurrences t with
+paused_at <= t < resumed_at were missed (the window's runs and latest occurrence, the
+sweeper's `missed_until`); one at or after the resume's second fell while the job was
+active, and `Job.missed_verdict` lets it run, held or not, whatever the policy."""
 
 from __future__ import annotations
 
@@ -147,11 +152,13 @@ class MissedRuns:
         """A held run the resume did not decide (its hold landed after the resume read the
         runs, or the resume stopped part-way): None while the job is still paused; otherwise
         decided as its job's resume decided its occurrence (`missed_windows`), whatever the
-        job became since: an occurrence that resume did not pick is SKIPPED as missed even
-        if the job was cancelled after it (the resume decided first). One it picked, or that
-        fell in no recorded pause, is cancelled with a cancelled or missing job; a COMPLETED
-        job's runs made ahead still run, as they do unheld. One that fell in no recorded
-        pause is decided alone, where only catch-up can say yes."""
+        job became since (`Job.missed_verdict`): an occurrence that resume did not pick is
+        SKIPPED as missed even if the job was cancelled after it (the resume decided first).
+        One it picked, or that fell while the job was active (at or after the resume instant,
+        however close: no missed occurrence), runs; it is cancelled with a cancelled or
+        missing job, and a COMPLETED job's runs made ahead still run, as they do unheld. One
+        no record can say of (before the earliest of a full list of pauses, or none recorded)
+        is decided alone, where only catch-up can say yes."""
         job = self._definitions.get(run.job_id)
         if job is not None and job.state is JobState.PAUSED:
             return None
