@@ -143,7 +143,7 @@ def recurring(jobs: int, per_second: int, minutes: int, shards: int = SHARD_COUN
     handlers.take()
     with Harness(shards=shards) as h:
         start = h.clock.t
-        h.add_minutely_jobs(jobs, per_second, prefix="r", tenants=5)
+        h.add_recurring_jobs(jobs, per_second, prefix="r", tenants=5)
         h.invocations.clear()
         h.sink.bytes.clear()
         h.run_until(start + minutes * 60 + 1)
