@@ -75,7 +75,12 @@ def run(
 
     if quick:
         timed("lag", lambda: lag.run(bursts=(3,), stream_runs=2, lead=3.0))
-        timed("cost", lambda: cost.run(dense=(10, 1), sparse=(2, 1), one_time_jobs=5, idle_minutes=1))
+        timed(
+            "cost",
+            lambda: cost.run(
+                dense=(10, 1), sparse=(2, 1), one_time_jobs=5, idle_minutes=1, hourly_jobs=10, retried_jobs=3
+            ),
+        )
     else:
         timed("lag", lambda: lag.run(bursts=(50, 200), stream_runs=60))
         timed("cost", lambda: cost.run())

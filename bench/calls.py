@@ -139,6 +139,23 @@ class Recorder:
 
     # --- one call ---
 
+    @contextmanager
+    def request(self, service: str, operation: str) -> Iterator[None]:
+        """A request made outside botocore (an HTTP target's delivery): timed and counted under
+        the calling thread's stage like an AWS call, billed nothing."""
+        name = current_stage(self._thread_stage)
+        started, cpu0 = time.perf_counter(), time.thread_time()
+        error: str | None = None
+        try:
+            yield
+        except Exception as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            wall, cpu = time.perf_counter() - started, time.thread_time() - cpu0
+            with self._lock:
+                self.calls.append(Call(name, service, operation, started, wall, cpu, error))
+
     def _record(self, client: BaseClient, original: Any, operation: str, params: dict[str, Any]) -> Any:
         service = client.meta.service_model.service_name
         name = current_stage(self._thread_stage)

@@ -27,6 +27,7 @@ from jobsched.settings import Settings
 from .calls import Call, Recorder, current_stage, moto_images, stage
 from .handlers import JOB_TYPE
 from .lag import thread_stage
+from .receiver import ALLOW as RECEIVER_ALLOW
 
 T0 = datetime(2026, 11, 2, 8, 0, 0, tzinfo=UTC)
 REGION = "us-east-1"
@@ -108,7 +109,9 @@ class Invocation:
 
 
 class Harness:
-    """`with Harness() as h:` — everything in-process, nothing on the network."""
+    """`with Harness() as h:` — everything in-process; the one network peer an http target may
+    reach is the bench receiver on loopback (bench.receiver), allowed as an operator's
+    HTTP_ALLOW_DESTINATIONS would allow it."""
 
     def __init__(self, *, shards: int = SHARD_COUNT, images: bool = True, start: datetime = T0) -> None:
         self.shards = shards
@@ -177,6 +180,8 @@ class Harness:
             handler_modules=("bench.handlers",),
             horizon_seconds=HORIZON_SECONDS,
             sweep_ahead_seconds=SWEEP_AHEAD_SECONDS,
+            # The bench receiver on loopback, as an operator's HTTP_ALLOW_DESTINATIONS would.
+            http_allow_destinations=(RECEIVER_ALLOW,),
         )
         self.container = wiring.Container(self.settings, self.clock)
         wiring.override(self.container)
@@ -195,6 +200,7 @@ class Harness:
             images=self._images() if self._want_images else None, thread_stage=_thread_stage
         )
         stack.enter_context(self.recorder)
+        self._time_http_targets()
         self.stream = StreamSource(
             boto3.client("dynamodbstreams", region_name=REGION),
             stream_arn,
@@ -232,6 +238,21 @@ class Harness:
             sqs_models.unix_time, sqs_models.unix_time_millis = saved
 
         self._stack.callback(restore)
+
+    def _time_http_targets(self) -> None:
+        """Each request of an HTTP target (each hop) recorded as a call `http:<method>`: its
+        time is the receiver's, not our code's."""
+        from jobsched.targets.http import HttpTargetClient
+
+        original = HttpTargetClient._exchange
+        recorder = self.recorder
+
+        def exchange(client: HttpTargetClient, dest: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+            with recorder.request("http", method):
+                return original(client, dest, method, *args, **kwargs)
+
+        HttpTargetClient._exchange = exchange  # type: ignore[method-assign,assignment]
+        self._stack.callback(setattr, HttpTargetClient, "_exchange", original)
 
     @staticmethod
     def _images() -> Callable[[str, dict[str, Any]], dict[str, Any] | None]:
@@ -415,9 +436,19 @@ class Harness:
     def iso(self, offset: float) -> str:
         return (self.clock.now() + timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def add_minutely_jobs(self, count: int, per_second: int, *, prefix: str, tenants: int = 1) -> None:
-        """`count` jobs every 60 s, `per_second` of them due in each busy second, starting
-        beyond the horizon so the sweeper (not the API) materialises every run."""
+    def add_recurring_jobs(
+        self,
+        count: int,
+        per_second: int,
+        *,
+        prefix: str,
+        tenants: int = 1,
+        every: int = 60,
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        """`count` jobs every `every` seconds (60 unless told), `per_second` of them due in
+        each busy second, starting beyond the horizon so the sweeper (not the API)
+        materialises every run; `fields` are added to each job (a target, a payload)."""
         with self.quiet():
             for i in range(count):
                 self.api(
@@ -426,8 +457,9 @@ class Harness:
                     {
                         "name": f"{prefix}{i}",
                         "type": JOB_TYPE,
-                        "every": 60,
+                        "every": every,
                         "startAt": self.iso(HORIZON_SECONDS + 10 + i // per_second),
+                        **(fields or {}),
                     },
                     tenant=f"tenant-{i % tenants}",
                 )

@@ -22,7 +22,7 @@ def _round(jobs: int, per_second: int, minutes: int) -> dict[str, Any]:
     handlers.take()
     with Harness(images=False) as h:
         start = h.clock.t
-        h.add_minutely_jobs(jobs, per_second, prefix="h")
+        h.add_recurring_jobs(jobs, per_second, prefix="h")
         h.invocations.clear()
         h.run_until(start + minutes * 60 + 1)
         h.drain()

@@ -78,6 +78,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": dense["usd_per_million_provisioned"] <= 3,
             },
         ]
+        rows += _run_goal_rows(cost)
     amp = results.get("amplification")
     if amp:
         values = [r["amplification"] for r in amp["rows"]]
@@ -165,6 +166,37 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "met": row["sustained_runs_per_minute"] >= cap["target_runs_per_minute"],
                 }
             )
+    return rows
+
+
+def _run_goal_rows(cost: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 46's goals for the scenarios with an http target and a payload: one row each."""
+    from .cost import GOAL_ITEM_BYTES, GOAL_USD_PER_MILLION, GOAL_WRITE_UNITS, MAX_RUN_BYTES
+
+    rows = []
+    for s in cost["scenarios"]:
+        met = s.get("goals_met")
+        if not met or not s.get("key", "").endswith(("_http", "_retries")):
+            continue
+        pr = s["per_run"]
+        if "item_bounded" in met:
+            rows.append(
+                {
+                    "what": f"run item, {s['scenario']}",
+                    "measured": f"{_f(pr['max_item_bytes'], 0)} bytes at most",
+                    "goal": f"bounded (≤ {MAX_RUN_BYTES:,} bytes)",
+                    "met": met["item_bounded"],
+                }
+            )
+            continue
+        rows.append(
+            {
+                "what": f"per run, {s['scenario']}",
+                "measured": f"{_f(pr['write_units'], 1)} WU, ${_f(s['usd_per_million'])}/M, item ≤ {_f(pr['max_item_bytes'], 0)} B",
+                "goal": f"≤ {GOAL_WRITE_UNITS:g} WU, ≤ ${GOAL_USD_PER_MILLION:g}, ≤ {GOAL_ITEM_BYTES:,} B",
+                "met": met["write_units"] and met["usd"] and met["item"],
+            }
+        )
     return rows
 
 
@@ -381,6 +413,7 @@ def _cost_md(cost: dict[str, Any]) -> list[str]:
         "burst beyond the provisioned capacity is throttled and retried until scaling catches up, so "
         "on-demand stays the default.",
         "",
+        *_run_goals_md(cost),
     ]
     dense = cost["scenarios"][0]
     out += [
@@ -410,23 +443,19 @@ def _cost_md(cost: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k.replace('_', ' ')} {_f(v * 1e6)}" for k, v in totals.items() if k != "total" and v)
         + f", storage {_f(dense['per_run']['usd_storage'] * 1e6)}.",
         "",
-        "### Where every write unit goes (per run)",
+        f"### Where every write unit goes ({dense['scenario']}, per run)",
         "",
-        "| Write | stage | per run | table units | GSI units | total |",
-        "|---|---|---|---|---|---|",
+        *_writes_md(dense),
     ]
-    for t in dense["transitions"]:
-        gsi = ", ".join(f"{k} {_f(v, 1)}" for k, v in t["gsi_wcu"].items()) or "-"
-        out.append(
-            f"| {t['write']} | {t['stage']} | {_f(t['per_run'], 2)} | {_f(t['table_wcu'], 2)} | {gsi} | {_f(t['total_wcu'], 2)} |"
-        )
-    out += [
-        "",
-        f"The run item is {_f(dense['per_run']['run_item_bytes'], 0)} bytes when it finishes (its history "
-        "included), so each of its writes is one unit; the keys-only `open` index is written when the run "
-        "enters it and when it leaves.",
-        "",
-    ]
+    webhook = next((s for s in cost["scenarios"] if s.get("key") == "minutely_http"), None)
+    if webhook:
+        out += [
+            f"### Where every write unit goes ({webhook['scenario']}, per run)",
+            "",
+            "The same jobs with an `http` target and a 1 KB payload, which every run copies into its item:",
+            "",
+            *_writes_md(webhook),
+        ]
     if dense.get("changes_made"):
         out += [
             "Changes made since the first measurement (35 write units and $25.45 per million runs then):",
@@ -457,6 +486,75 @@ def _cost_md(cost: dict[str, Any]) -> list[str]:
         + ").",
         "",
         "Assumptions: " + "; ".join(f"{k}: {v}" for k, v in cost["assumptions"].items()) + ".",
+        "",
+    ]
+    return out
+
+
+def _run_goals_md(cost: dict[str, Any]) -> list[str]:
+    """Issue 46's goals against every scenario that reports them."""
+    from .cost import (
+        GOAL_ITEM_BYTES,
+        GOAL_USD_PER_MILLION,
+        GOAL_WRITE_UNITS,
+        MAX_RUN_BYTES,
+        STRETCH_USD_PER_MILLION,
+        STRETCH_WRITE_UNITS,
+    )
+
+    scenarios = [s for s in cost["scenarios"] if "goals_met" in s]
+    if not scenarios:
+        return []
+    out = [
+        "### Per run against the goals",
+        "",
+        f"Goals: ≤ {GOAL_WRITE_UNITS:g} write units per run (stretch ≤ {STRETCH_WRITE_UNITS:g}), table and every "
+        f"index, transactions doubled; ≤ ${GOAL_USD_PER_MILLION:.2f} per million runs all-in on demand, 30 days' "
+        f"storage included (stretch ≤ ${STRETCH_USD_PER_MILLION:.2f}); no run item over {GOAL_ITEM_BYTES:,} bytes on "
+        f"the usual path (success on the first attempt), and any run's item bounded (≤ {MAX_RUN_BYTES:,} bytes, "
+        "the run's byte budget). *Max item*: the largest run item any write of the scenario left or found; "
+        "*finished*: the item as the run ends, p50 / max. The scenarios with an `http` target deliver for real "
+        "to a receiver on loopback through the production HTTP client (destination policy and signing "
+        "included), with a 1 KB JSON payload; a run copies both into its item.",
+        "",
+        "| Scenario | WU/run | of which index WU | $/M | max item bytes | finished item bytes, p50 / max | goal met? |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in scenarios:
+        pr, met = s["per_run"], s["goals_met"]
+        if "item_bounded" in met:
+            verdict = f"item bounded: {_ok(met['item_bounded'])} ({_f(s.get('attempts_per_run') or 0, 1)} attempts a run)"
+        else:
+            verdict = (
+                f"≤ {GOAL_WRITE_UNITS:g} WU: {_ok(met['write_units'])} (≤ {STRETCH_WRITE_UNITS:g}: {_ok(met['write_units_stretch'])}); "
+                f"≤ ${GOAL_USD_PER_MILLION:g}: {_ok(met['usd'])} (≤ ${STRETCH_USD_PER_MILLION:g}: {_ok(met['usd_stretch'])}); "
+                f"≤ 1 KB: {_ok(met['item'])}"
+            )
+        out.append(
+            f"| {s['scenario']} | {_f(pr['write_units'], 1)} | {_f(pr['gsi_wcu_total'], 1)} | ${_f(s['usd_per_million'])} | "
+            f"{_f(pr['max_item_bytes'], 0)} | {_f(pr['finished_item_bytes_p50'], 0)} / {_f(pr['finished_item_bytes_max'], 0)} | {verdict} |"
+        )
+    out.append("")
+    return out
+
+
+def _writes_md(scenario: dict[str, Any]) -> list[str]:
+    """Where a scenario's write units go, per kind of write, and what its run item costs a write."""
+    from .units import write_units
+
+    out = ["| Write | stage | per run | table units | GSI units | total |", "|---|---|---|---|---|---|"]
+    for t in scenario["transitions"]:
+        gsi = ", ".join(f"{k} {_f(v, 1)}" for k, v in t["gsi_wcu"].items()) or "-"
+        out.append(
+            f"| {t['write']} | {t['stage']} | {_f(t['per_run'], 2)} | {_f(t['table_wcu'], 2)} | {gsi} | {_f(t['total_wcu'], 2)} |"
+        )
+    size = scenario["per_run"]["run_item_bytes"]
+    each = write_units(math.ceil(size))
+    out += [
+        "",
+        f"The run item is {_f(size, 0)} bytes when it finishes (its history included): by then a write of it "
+        f"costs {each} unit{'s' if each > 1 else ''} ({2 * each} in a transaction), fewer while it is smaller; the "
+        "keys-only `open` index is written when the run enters it and when it leaves.",
         "",
     ]
     return out

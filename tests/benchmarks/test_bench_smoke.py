@@ -46,7 +46,9 @@ def _restore_environment() -> Iterator[None]:
 def cost_result() -> dict:
     from bench import cost
 
-    return cost.run(dense=(10, 1), sparse=(2, 1), one_time_jobs=3, idle_minutes=1, shards=2)
+    return cost.run(
+        dense=(10, 1), sparse=(2, 1), one_time_jobs=3, idle_minutes=1, shards=2, hourly_jobs=3, retried_jobs=2
+    )
 
 
 def test_units_follow_the_published_rules() -> None:
@@ -78,6 +80,50 @@ def test_cost_smoke(cost_result: dict) -> None:
     assert {"write_units", "sqs_requests", "usd"} <= set(dense["per_run"])
     assert dense["transitions"] and dense["what_ifs"]
     assert cost_result["fixed"]["total_usd_per_month"] >= 0
+
+
+def test_the_webhook_payload_is_the_size_asked() -> None:
+    from jobsched.domain.models import payload_size
+
+    from bench import cost
+
+    assert payload_size(cost.webhook_payload()) == cost.PAYLOAD_BYTES == 1024
+    assert payload_size(cost.webhook_payload(300)) == 300
+
+
+@pytest.mark.integration
+def test_cost_scenarios_with_an_http_target_deliver_it(cost_result: dict) -> None:
+    """The realistic scenarios run their http target for real (one request per attempt, to the
+    loopback receiver through the production client) and carry the target and the 1 KB
+    payload in every run item; the hourly one advances its job once per run."""
+    from bench import cost
+
+    by_key = {s["key"]: s for s in cost_result["scenarios"]}
+    assert list(by_key) == [
+        "recurring_10",
+        "recurring_1",
+        "one_time",
+        "minutely_http",
+        "hourly_http",
+        "one_time_http",
+        "one_time_http_3_retries",
+    ]
+    bare = {"minutely_http": "recurring_10", "hourly_http": "recurring_10", "one_time_http": "one_time"}
+    for key, without in bare.items():
+        s = by_key[key]
+        assert s["runs"] > 0 and s["attempts_per_run"] == 1, key
+        assert s["stages"]["worker"]["requests"]["http:POST"] == 1, key
+        item = by_key[without]["per_run"]["finished_item_bytes_max"] + cost.PAYLOAD_BYTES
+        assert s["per_run"]["finished_item_bytes_p50"] > item, key
+        assert s["per_run"]["max_item_bytes"] >= s["per_run"]["finished_item_bytes_max"], key
+        assert set(s["goals_met"]) == {"write_units", "write_units_stretch", "usd", "usd_stretch", "item"}
+    advances = {t["write"]: t["per_run"] for t in by_key["hourly_http"]["transitions"]}
+    assert advances["job: advance / save"] == 1
+    retried = by_key["one_time_http_3_retries"]
+    assert retried["runs"] == 2 and retried["attempts_per_run"] == 4
+    assert retried["stages"]["worker"]["requests"]["http:POST"] == 4
+    assert retried["per_run"]["max_item_bytes"] > by_key["one_time_http"]["per_run"]["max_item_bytes"]
+    assert retried["goals_met"] == {"item_bounded": True}
 
 
 @pytest.mark.integration
@@ -121,7 +167,10 @@ def test_capacity_and_report(cost_result: dict, tmp_path: Path) -> None:
         "cost": cost_result,
         "capacity": result,
     }
-    assert "## 2. Cost per run" in report.markdown(results, None)
+    markdown = report.markdown(results, None)
+    assert "## 2. Cost per run" in markdown
+    assert "### Per run against the goals" in markdown
+    assert "### Where every write unit goes (minutely, http target + 1 KB payload, per run)" in markdown
     assert "### Top-of-hour burst, runs made ahead" in report.markdown(results, None)
     assert result["top_of_hour"][0]["settings"]["label"] == "stack defaults"
     assert "## Performance" in report.readme_section(results)
