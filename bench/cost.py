@@ -595,8 +595,10 @@ MADE = (
     "`claim_key` only on runs waiting for external workers",
     "an open-index check time the usual PENDING → QUEUED → LEASED path does not move",
     "sweeps make a due job's runs 300 s ahead (`sweepAheadSeconds`): one advance for several runs",
-    "Powertools idempotency records on the run item, not a table of their own: the claim is the"
-    " in-progress record (to the claimer's invocation deadline)",
+    "Powertools idempotency records on the run item, not a table of their own (the in-progress"
+    " record is one write of the run between its claim and the effect)",
+    "no `leased_by_tenant` index entries (nothing read them) and a keys-only `runs_by_tenant` written"
+    " once; no listing `summary` on the item; a document that leaves out what its reader restores",
     "the completion is the completed idempotency record (the first write after the effect, as Powertools'"
     " own save was): no separate save of the result before it",
 )
