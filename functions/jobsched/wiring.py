@@ -24,7 +24,7 @@ from .services.jobs import JobService
 from .services.materialize import Materializer
 from .services.missed import MissedRuns
 from .services.notifications import NotificationQueue, Notifier
-from .services.outbox import EXTERNAL, Outbox, default_router
+from .services.outbox import EXTERNAL, Outbox, Router, priority_router
 from .services.reconciler import ACTOR as RECONCILER_ACTOR
 from .services.reconciler import Reconciler
 from .services.runs import RunService
@@ -69,9 +69,17 @@ class Container:
         )
 
     @cached_property
+    def router(self) -> Router:
+        """Each run's queue: its priority's, or external workers' for a target-less run of a
+        type no handler of the process-wide registry (targets.registry) runs."""
+        from .targets.registry import registry
+
+        return priority_router(lambda job_type: registry.get(job_type) is not None)
+
+    @cached_property
     def is_external(self) -> Callable[[Run], bool]:
         """Target-less runs of a type no registered handler runs: external workers lease them."""
-        route = default_router()
+        route = self.router
         return lambda run: route(run) == EXTERNAL
 
     @cached_property
@@ -176,7 +184,7 @@ class Container:
 
     @cached_property
     def outbox(self) -> Outbox:
-        return Outbox(self.runs, self.queues, self.clock, default_router(), self.metrics)
+        return Outbox(self.runs, self.queues, self.clock, self.router, self.metrics)
 
     @cached_property
     def event_publisher(self) -> EventPublisher:
@@ -222,7 +230,7 @@ class Container:
             metrics=self.metrics,
             recorded_shard_count=self.definitions.recorded_shard_count,
             publish=Outbox(
-                self.runs, self.queues, self.clock, default_router(), self.metrics, actor=RECONCILER_ACTOR
+                self.runs, self.queues, self.clock, self.router, self.metrics, actor=RECONCILER_ACTOR
             ).publish,
         )
 

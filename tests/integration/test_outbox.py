@@ -14,7 +14,7 @@ from jobsched.domain.instants import epoch_seconds, format_instant
 from jobsched.domain.lifecycle import touch
 from jobsched.domain.models import HttpTarget, Priority
 from jobsched.domain.runs import LATE_REASON, Run, RunState, created
-from jobsched.services.outbox import Outbox, default_router, priority_router
+from jobsched.services.outbox import Outbox, priority_router
 from jobsched.store.queues import RunQueues
 from jobsched.store.runs import RunStore
 
@@ -433,7 +433,7 @@ class MarkLandsThenFails:
 
 def outbox_over(container, clock, ddb: Any) -> Outbox:
     runs = RunStore(ddb, container.settings.runs_table, container.settings.shard_count)
-    return Outbox(runs, container.queues, clock, default_router())
+    return Outbox(runs, container.queues, clock, container.router)
 
 
 def test_a_mark_whose_answer_was_replayed_is_still_sent(container, clock, sqs):
@@ -462,7 +462,7 @@ def test_a_mark_that_landed_behind_a_timeout_is_put_back_when_its_send_fails(con
 def test_unconfigured_queue_reports_failure(container, clock):
     urls = {k: v for k, v in container.settings.queue_urls.items() if k != "high"}
     outbox = Outbox(
-        container.runs, RunQueues(boto3.client("sqs"), urls, {}, fair=True), clock, default_router()
+        container.runs, RunQueues(boto3.client("sqs"), urls, {}, fair=True), clock, container.router
     )
     run = insert(container, make_run(clock, priority=Priority.HIGH))
     assert outbox.publish([run]) == [run.run_key]
@@ -506,9 +506,10 @@ def test_target_less_run_without_handler_goes_to_external_workers(container, clo
     assert route(base.model_copy(update={"target": None, "job_type": "other.type"})) == "external"
 
 
-def test_default_router_uses_the_handler_registry(clock):
-    registry = pytest.importorskip("jobsched.targets.registry").registry
-    route = default_router()
+def test_the_containers_router_uses_the_handler_registry(clock, container):
+    from jobsched.targets.registry import registry
+
+    route = container.router
     run = make_run(clock, priority=Priority.LOW).model_copy(
         update={"target": None, "job_type": "outbox.test.t1"}
     )

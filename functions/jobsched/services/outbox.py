@@ -23,7 +23,6 @@ reconciler's 15 minutes."""
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,20 +58,6 @@ def priority_router(has_handler: Callable[[str], bool]) -> Router:
         return run.priority.value
 
     return route
-
-
-def registered_handler(job_type: str) -> bool:
-    """Whether the process-wide handler registry knows the job type (every type, if it is absent)."""
-    try:
-        module = importlib.import_module("jobsched.targets.registry")
-    except ImportError:
-        return True
-    registry = getattr(module, "registry", None)
-    return registry is None or registry.get(job_type) is not None
-
-
-def default_router() -> Router:
-    return priority_router(registered_handler)
 
 
 @dataclass

@@ -322,11 +322,12 @@ class RunStore:
             values["notify_on"] = ",".join(sorted({kind.value for n in run.notify for kind in n.on}))
             if run.late_at is not None and run.fence <= 1:
                 values["late_at"] = format_instant(run.late_at)
-        check = check_at(run, self.timings, waits_for_lease=self.waits_for_lease(run))
+        waits_for_lease = self.waits_for_lease(run)
+        check = check_at(run, self.timings, waits_for_lease=waits_for_lease)
         if check is not None:
             values["open_shard"] = self.open_shard_of(run.job_id)
             values["deadline_at"] = format_instant(check)
-        if run.state in CLAIMABLE_STATES and not run.blocked_by and self.waits_for_lease(run):
+        if run.state in CLAIMABLE_STATES and not run.blocked_by and waits_for_lease:
             values["claim_key"] = claim_key(run.tenant, run.job_type)
         if run.state is RunState.LEASED and run.lease_expires_at is not None:
             # Top-level for the conditions of a lease's renewal and a slot's takeover.
