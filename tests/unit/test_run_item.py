@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobsched.domain.models import Job, JobSpec, Schedule, ScheduleKind
+from jobsched.domain.models import Job, JobSpec, Priority, Schedule, ScheduleKind
 from jobsched.domain.runs import RunState, Transition, make_run
 from jobsched.store.runs import RunStore
 
@@ -49,8 +49,17 @@ entries = st.builds(
     updated=instants,
     # A previous run key is always a run key: `<job_id>@<instant>`, of this job or (by hand) another.
     previous=st.none() | st.sampled_from(["@2026-11-02T07:59:00Z", "j_other@2026-11-02T07:59:00Z"]),
+    # The lease's and the in-progress record's fields, in any state: held as attributes or not.
+    state=st.sampled_from(list(RunState)),
+    lease=st.none() | instants,
+    effect_fence=st.none() | st.integers(0, 3),
+    effect_until=st.none() | instants,
+    result_saved=st.none() | instants,
+    priority=st.sampled_from(list(Priority)),
 )
-def test_an_item_reads_back_as_the_run_it_was_written_from(history, created, updated, previous):
+def test_an_item_reads_back_as_the_run_it_was_written_from(
+    history, created, updated, previous, state, lease, effect_fence, effect_until, result_saved, priority
+):
     base = a_run()
     # Only the creation has no source (compaction leaves the source of an entry after a gap).
     history = [
@@ -61,6 +70,12 @@ def test_an_item_reads_back_as_the_run_it_was_written_from(history, created, upd
             "history": history,
             "created_at": created,
             "updated_at": updated,
+            "state": state,
+            "lease_expires_at": lease if lease or state is not RunState.LEASED else T0,  # LEASED has one
+            "effect_fence": effect_fence,
+            "effect_until": effect_until,
+            "result_saved_at": result_saved,
+            "priority": priority,
             "previous_run_key": None
             if previous is None
             else previous.replace("@", base.job_id + "@", 1)
@@ -68,7 +83,11 @@ def test_an_item_reads_back_as_the_run_it_was_written_from(history, created, upd
             else previous,
         }
     )
-    assert RunStore.from_item(STORE.to_item(run)) == run
+    item = STORE.to_item(run)
+    assert RunStore.from_item(item) == run
+    # What the item holds as attributes, the document leaves out.
+    doc = json.loads(item["doc"]["S"])
+    assert not {"lease_expires_at", "effect_fence", "effect_until"} & set(doc) & set(item)
 
 
 def test_what_a_reader_restores_is_left_out_of_the_document():
@@ -129,3 +148,17 @@ def test_a_recurring_runs_usual_life_stays_under_one_write_unit():
         }
     )
     assert item_bytes(STORE.to_item(done)) < 1024
+
+
+def test_an_item_written_by_the_earlier_version_reads_as_it_did():
+    # Then the priority was an attribute, left out of the document, and the lease's and the
+    # record's fields were in the document as well as attributes.
+    run = a_run().model_copy(
+        update={"priority": Priority.HIGH, "state": RunState.LEASED, "lease_expires_at": T0, "fence": 1}
+    )
+    item = STORE.to_item(run)
+    doc = json.loads(item["doc"]["S"])
+    doc.pop("priority")
+    doc["lease_expires_at"] = "2026-11-02T08:00:00Z"
+    earlier = {**item, "priority": {"S": "high"}, "doc": {"S": json.dumps(doc)}}
+    assert RunStore.from_item(earlier) == run

@@ -54,13 +54,34 @@ def _untraced(run: Run) -> Run:
 
 
 # Run fields stored as item attributes (keys, conditions, indexes) and so not again in `doc`.
-_ATTRIBUTES = ("job_id", "tenant", "state", "rev", "fence", "priority", "due_at", "blocked_by")
+_ATTRIBUTES = ("job_id", "tenant", "state", "rev", "fence", "due_at", "blocked_by")
+# Attributes of items written by an earlier version, read when the document lacks them: a
+# run's priority is in its document now, left out when it is the default.
+_FORMER_ATTRIBUTES = ("priority",)
 _IN_KEY = {"run_key", "scheduled_for"}  # <job_id>@<scheduled_for>, the sort key R#<scheduled_for>
+# Held as attributes while a lease or an in-progress record stands (lease_attributes).
+_LEASE_ATTRIBUTES = ("lease_expires_at", "effect_fence", "effect_until")
 
 
 # History fields an entry leaves out when they equal the entry before it's (a claim and its
 # completion share an actor, fence and attempt); a reader carries them forward.
 _CARRIED = ("actor", "fence", "attempt")
+
+
+def lease_attributes(run: Run) -> dict[str, Any]:
+    """What a run's item holds as attributes of their own while its lease or its attempt's
+    in-progress record stands, for the conditions of a renewal and of a slot's takeover
+    (store.tenant_slots): the lease's end while LEASED, the record's fence and end while it
+    excludes another attempt (domain.effects.excluded_until). Every write of the document
+    writes these with it, and the document leaves them out (`run_doc`)."""
+    values: dict[str, Any] = {}
+    if run.state is RunState.LEASED and run.lease_expires_at is not None:
+        values["lease_expires_at"] = format_instant(run.lease_expires_at)
+    if excluded_until(run) is not None:
+        assert run.effect_until is not None
+        values["effect_fence"] = run.effect_fence
+        values["effect_until"] = format_instant(run.effect_until)
+    return values
 
 
 def run_doc(run: Run) -> str:
@@ -70,11 +91,15 @@ def run_doc(run: Run) -> str:
     nulls, defaults and what the attributes already say are left out, and so is whatever a
     reader can restore exactly (`_read_doc`): an entry's source, actor, fence, attempt and
     trace id where they equal the entry before's; `created_at` and `updated_at` where they
-    equal the first and the last entry's instant; the `<job_id>@` of `previous_run_key`.
-    Field defaults are therefore part of the stored format: changing one changes how
-    earlier runs read back."""
+    equal the first and the last entry's instant; the `<job_id>@` of `previous_run_key`;
+    the lease's and the in-progress record's fields the item holds as attributes
+    (`lease_attributes`). Field defaults are therefore part of the stored format: changing
+    one changes how earlier runs read back."""
     doc = run.model_dump(
-        mode="json", exclude_none=True, exclude_defaults=True, exclude={*_ATTRIBUTES, *_IN_KEY}
+        mode="json",
+        exclude_none=True,
+        exclude_defaults=True,
+        exclude={*_ATTRIBUTES, *_IN_KEY, *lease_attributes(run)},
     )
     history = doc.get("history") or []
     for before, entry in reversed(list(pairwise(history))):
@@ -307,7 +332,6 @@ class RunStore:
             "state": run.state.value,
             "rev": run.rev,
             "fence": run.fence,
-            "priority": run.priority.value,
             "due_at": format_instant(run.due_at),
             "doc": run_doc(run),
             "run_lane": run_lane(run.tenant, run.job_id),
@@ -329,15 +353,7 @@ class RunStore:
             values["deadline_at"] = format_instant(check)
         if run.state in CLAIMABLE_STATES and not run.blocked_by and waits_for_lease:
             values["claim_key"] = claim_key(run.tenant, run.job_type)
-        if run.state is RunState.LEASED and run.lease_expires_at is not None:
-            # Top-level for the conditions of a lease's renewal and a slot's takeover.
-            values["lease_expires_at"] = format_instant(run.lease_expires_at)
-        if excluded_until(run) is not None:
-            # An attempt's in-progress record: its effect may be running until effect_until.
-            # Top-level so that a tenant slot's takeover check can read it (store.tenant_slots).
-            assert run.effect_until is not None
-            values["effect_fence"] = run.effect_fence
-            values["effect_until"] = format_instant(run.effect_until)
+        values.update(lease_attributes(run))
         if run.state is RunState.DEAD:
             values["dead_tenant"] = run.tenant
             values["dead_at"] = format_instant(run.finished_at or run.updated_at)
@@ -350,6 +366,9 @@ class RunStore:
         data = from_item(item)
         doc = _read_doc(json.loads(data["doc"]), data["job_id"])
         doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
+        for name in (*_LEASE_ATTRIBUTES, *_FORMER_ATTRIBUTES):  # held by the item, not the document
+            if name not in doc and name in data:
+                doc[name] = data[name]
         slot = data["sk"].removeprefix(RUN_PREFIX)
         doc["scheduled_for"] = slot.partition("~")[0]
         doc["run_key"] = f"{doc['job_id']}@{slot}"
@@ -493,13 +512,15 @@ class RunStore:
         read = run
         for _ in range(HOLDER_RETRIES):
             extended = heartbeat(read, until=until)
+            # The document leaves out what the item holds as attributes: they are set with it.
+            held = lease_attributes(extended)
             values: dict[str, Any] = {
                 ":one": 1,
                 ":fence": read.fence,
                 ":rev": read.rev,
                 ":leased": RunState.LEASED.value,
-                ":until": format_instant(until),
                 ":doc": run_doc(extended),
+                **{f":{name}": value for name, value in held.items()},
             }
             if live_at is not None:
                 values[":live_at"] = format_instant(live_at)
@@ -508,7 +529,8 @@ class RunStore:
                 "Key": self._run_key(read),
                 # The open-index entry stays: a later lease only makes the run's repair
                 # deadline later, and the reconciler moves the entry when it gets there.
-                "UpdateExpression": "SET rev = rev + :one, lease_expires_at = :until, #doc = :doc",
+                "UpdateExpression": "SET rev = rev + :one, #doc = :doc, "
+                + ", ".join(f"{name} = :{name}" for name in held),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": {"#state": "state", "#doc": "doc"},
                 "ExpressionAttributeValues": to_item(values),
