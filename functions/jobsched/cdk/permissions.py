@@ -186,7 +186,8 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "read, create (with its idempotency guard in one transaction) and change jobs; "
-            "job counters; materialising at write time advances the job",
+            "job counters; materialising at write time advances the job; the definition an "
+            "update replaces, kept for the runs made before it, and read for them",
             (
                 f"{_DEF_STORE}.get",
                 f"{_DEF_STORE}.get_guard",
@@ -195,6 +196,8 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_DEF_STORE}._create_group",
                 f"{_DEF_STORE}.save",
                 f"{_DEF_STORE}.add_stats",
+                f"{_DEF_STORE}.save_definition",
+                f"{_DEF_STORE}.definition",
             ),
         ),
         Grant(
@@ -380,8 +383,14 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
-            "check the job before the effect, pause it on failure, count outcomes",
-            (f"{_DEF_STORE}.get", f"{_DEF_STORE}.save", f"{_DEF_STORE}.add_stats"),
+            "check the job before the effect, pause it on failure, count outcomes; the "
+            "definition of an earlier version a run made from it runs with",
+            (
+                f"{_DEF_STORE}.get",
+                f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}.add_stats",
+                f"{_DEF_STORE}.definition",
+            ),
         ),
         Grant(
             ("sqs:ChangeMessageVisibility",),

@@ -196,3 +196,10 @@ class PermanentError(ExecutionError):
 
     retryable = False
     error_class = "Permanent"
+
+
+class DefinitionMissing(PermanentError):
+    """A run references its job's definition of a version (`Run.definition_since`) that
+    neither the job nor a stored snapshot holds: it cannot be run with what it was made from."""
+
+    error_class = "DefinitionMissing"

@@ -626,6 +626,13 @@ def payload_within_limit(payload: Any) -> Any:
     return payload
 
 
+class Definition(Model):
+    """What a run calls and with what: its job's `target` and `payload` as of one version."""
+
+    target: Target | None = None
+    payload: Any = None
+
+
 class JobSpec(Model):
     """Everything the client authors about a job."""
 
@@ -642,6 +649,11 @@ class JobSpec(Model):
     @classmethod
     def _payload_fits(cls, value: Any) -> Any:
         return payload_within_limit(value)
+
+    @property
+    def definition(self) -> Definition:
+        """The spec's target and payload: what its runs call and with what."""
+        return Definition(target=self.target, payload=self.payload)
 
     @model_validator(mode="after")
     def _fits_the_budget(self, info: ValidationInfo) -> JobSpec:
@@ -718,6 +730,10 @@ class Job(Model):
     spec: JobSpec
     state: JobState = JobState.ACTIVE
     version: int = 1  # the definition version clients see (ETag / If-Match)
+    # The version at which the spec's `target` and `payload` last changed: the runs made
+    # from the job reference that definition instead of copying it (domain.runs.make_run).
+    # None for a job not written since jobs had it: its runs copy their definition.
+    definition_since: int | None = None
     rev: int = 0  # internal write counter: every writer (API, sweeper) conditions on it
     next_run_at: Instant | None = None
     created_at: Instant

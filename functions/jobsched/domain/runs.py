@@ -90,6 +90,13 @@ class Run(Model):
     redrives: int = 0
     definition_version: int
     priority: Priority = Priority.DEFAULT
+    # What the run calls and with what. A run made from a job that has `definition_since`
+    # references that definition of its job instead of holding it: `definition_since` names
+    # it, `target_kind` tells whether (and what) it calls, and `target`/`payload` are not
+    # stored (None once read back; services.definitions resolves them). Otherwise (a run
+    # made before jobs had it, or given its own by a redrive's fix) they are the run's own.
+    definition_since: int | None = None
+    target_kind: str | None = None
     target: Target | None = None
     payload: Any = None
     policies: Policies = Policies()
@@ -146,6 +153,24 @@ class Run(Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
+
+    @property
+    def has_target(self) -> bool:
+        """Whether the run calls a target (else its type runs in a handler or an external
+        worker), whether its definition is its own or its job's."""
+        return self.target is not None or self.target_kind is not None
+
+    def with_definition(self, target: Target | None, payload: Any) -> Run:
+        """This run holding `target` and `payload` in memory (a resolved definition, for the
+        effect or a view), still referencing its job's definition as stored."""
+        return self.model_copy(update={"target": target, "payload": payload})
+
+    def with_own_definition(self, target: Target | None, payload: Any) -> Run:
+        """This run with `target` and `payload` as its own definition, stored with it (a
+        redrive's fix): it no longer references its job's."""
+        return self.model_copy(
+            update={"target": target, "payload": payload, "definition_since": None, "target_kind": None}
+        )
 
     @property
     def late_watch(self) -> datetime | None:
@@ -216,7 +241,9 @@ def make_run(
     skipped_through: datetime | None = None,
     skipped_count: int | None = None,
 ) -> Run:
-    """A new run of `job` at `scheduled_for`, snapshotting the definition it was made from.
+    """A new run of `job` at `scheduled_for`, with the definition it was made from: a job
+    with `definition_since` is referenced (the run holds its target and payload in memory
+    only; the store leaves them out), one without it is copied.
 
     Start jitter is derived from the run key, so a repeated sweep computes the same due time.
     A manual run gets a key of its own (`<jobId>@<instant>~m<10 random>`): it never collides
@@ -242,6 +269,10 @@ def make_run(
         state=state,
         definition_version=job.version,
         priority=spec.priority,
+        definition_since=job.definition_since,
+        target_kind=spec.target.kind
+        if spec.target is not None and job.definition_since is not None
+        else None,
         target=spec.target,
         payload=spec.payload,
         policies=spec.policies,

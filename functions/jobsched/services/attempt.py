@@ -10,7 +10,8 @@ HTTP). What differs is who executes; every rule before and after the effect is h
   and another attempt may start (lifecycle.attempt_refusal; DEAD otherwise);
 - claim: a new fence and lease, conditional on the run as read;
 - check: the job, read after the claim: a pause or cancel acknowledged before this read
-  stops the run before its effect;
+  stops the run before its effect; the run's definition is resolved with it
+  (services.definitions: one that cannot be found ends the run DEAD `DefinitionMissing`);
 - decide: domain.effects.effect_verdict — start the effect, replay a saved result, or wait
   for an earlier attempt's invocation deadline;
 - execute and complete: `execute_here` runs the effect under Powertools idempotency with its
@@ -44,7 +45,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from ..domain import lifecycle
 from ..domain.budget import storable_result
 from ..domain.effects import EffectDecision, effect_verdict, excluded_until, record_deadline
-from ..domain.errors import AmbiguousError, ExecutionError, StorageUnavailable
+from ..domain.errors import AmbiguousError, DefinitionMissing, ExecutionError, StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import DeliveryGuarantee, JobState
@@ -64,6 +65,7 @@ from ..store.runs import RunChanged, RunStore
 from ..store.tenant_slots import SlotHolder, TenantSlots
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
+from .definitions import DefinitionResolver
 from .missed import paused_claim
 
 # A message this early is waited out; earlier, it is deferred.
@@ -186,10 +188,16 @@ class Attempts:
         self._metrics = metrics
         self.records_lifetime = records_lifetime
         self._slots = slots
+        self._resolver = DefinitionResolver(definitions)
 
     @property
     def completer(self) -> Completer:
         return self._completer
+
+    @property
+    def resolver(self) -> DefinitionResolver:
+        """The definitions of runs that reference their job's (a process-wide snapshot cache)."""
+        return self._resolver
 
     # --- admit ---
 
@@ -315,11 +323,14 @@ class Attempts:
         except lifecycle.TransitionRefused:
             return None, None
 
-    def check_job(self, leased: Run, *, actor: str) -> Ending | None:
-        """Read after the claim: None to go on; otherwise the run was cancelled (job cancelled
-        or gone), held (job paused), SKIPPED as missed, stopped by its overlap policy judged
-        again under the claim (`_overlap_under_claim`), or given back because the check could
-        not be made (`give_back`), and no effect may start.
+    def check_job(self, leased: Run, *, actor: str) -> Run | Ending:
+        """Read after the claim: to go on, `leased` holding the target and payload its effect
+        runs with (services.definitions, resolved with the job this check read); otherwise
+        the Ending of a run cancelled (job cancelled or gone), held (job paused), SKIPPED as
+        missed, stopped by its overlap policy judged again under the claim
+        (`_overlap_under_claim`), DEAD `DefinitionMissing` (the definition it was made from
+        is found nowhere), or given back because the check could not be made (`give_back`),
+        and no effect may start.
 
         Raises StorageUnavailable only when even the give-back could not be written: the run
         is then left LEASED under a lease nobody renews, and comes back at its expiry."""
@@ -328,7 +339,14 @@ class Attempts:
             stopped = self._completer.before_effect(leased, job, actor=actor)
             if stopped is not None:
                 return stopped
-            return self._overlap_under_claim(leased, actor=actor)
+            stopped = self._overlap_under_claim(leased, actor=actor)
+            if stopped is not None:
+                return stopped
+            try:
+                return self._resolver.resolved(leased, job)
+            except DefinitionMissing as missing:
+                self._metrics.add("DefinitionsMissing")
+                return self._completer.fail(leased, missing, actor=actor)
         except StorageUnavailable:
             return self.give_back(leased, actor=actor)
 
@@ -433,6 +451,7 @@ class Attempts:
         heartbeat: Callable[[_Lease], Any] | None = None,
     ) -> AttemptResult:
         """Run the effect of the claimed run in this process and complete the attempt.
+        `leased` holds the definition the effect runs with (`check_job`'s answer).
 
         `time_left()`: seconds left in the invocation; the in-progress record promises its end,
         and the effect gets min(its timeoutSeconds, what is left less COMPLETION_RESERVE).

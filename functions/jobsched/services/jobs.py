@@ -216,6 +216,7 @@ class JobService:
             next_run_at=first_occurrence(spec, now, previous=None),
             created_at=now,
             updated_at=now,
+            definition_since=1,
         )
         signing = SigningSecrets.first(job.job_id, tenant, now)
         key = request.idempotency_key
@@ -377,7 +378,9 @@ class JobService:
     # --- changes ---
 
     def update(self, tenant: str, job_id: str, if_match: int, build: Callable[[Job], JobSpec]) -> Job:
-        """Replace the spec built from the current job. A schedule change recomputes next_run_at."""
+        """Replace the spec built from the current job. A schedule change recomputes next_run_at;
+        a change of the target or payload makes the new version the job's `definition_since`
+        (the definition the runs made before it had is kept for them: `_change`)."""
 
         def change(job: Job, now: datetime) -> Job:
             if job.state in (JobState.CANCELLED, JobState.COMPLETED):
@@ -395,6 +398,8 @@ class JobService:
                 spec = with_anchor(spec, now)
                 updates["spec"] = spec
                 updates["next_run_at"] = first_occurrence(spec, now, previous=job.last_scheduled_for)
+            if _definition_json(spec) != _definition_json(job.spec):
+                updates["definition_since"] = job.version + 1
             return _bump(job, now, **updates)
 
         return self._change(tenant, job_id, if_match, change)
@@ -455,7 +460,13 @@ class JobService:
         change: Callable[[Job, datetime], Job],
         after: Callable[[Job, Job], None] | None = None,
     ) -> Job:
-        """Read, check If-Match, apply, write conditioned on rev; re-read when the sweeper got in between."""
+        """Read, check If-Match, apply, write conditioned on rev; re-read when the sweeper got in between.
+
+        A job written without `definition_since` (stored before jobs had it) gets its new
+        version as one. When the change moves `definition_since` on, the definition the job
+        had from the old one is stored first (DefinitionStore.save_definition), so a run made
+        from it finds it whatever it reads after; a job write refused after it leaves an
+        unreferenced copy, harmless."""
         for _ in range(_WRITE_ATTEMPTS):
             job = self.get(tenant, job_id)
             if if_match is not None and if_match != job.version:
@@ -465,6 +476,12 @@ class JobService:
             changed = change(job, self._clock.now())
             if changed is job:
                 return job
+            if changed.definition_since is None:
+                changed = changed.model_copy(update={"definition_since": changed.version})
+            if job.definition_since is not None and changed.definition_since != job.definition_since:
+                self._store.save_definition(
+                    job.job_id, job.definition_since, job.spec.target, job.spec.payload
+                )
             try:
                 saved = self._store.save(changed, previous_state=job.state)
             except ConcurrentUpdate:
@@ -475,6 +492,11 @@ class JobService:
                 self._materialize_soon(saved)
             return saved
         raise ConcurrentUpdate(f"job {job_id} is changing concurrently; retry")
+
+
+def _definition_json(spec: JobSpec) -> str:
+    """The spec's target and payload as compared across an update (JSON: `1` and `true` differ)."""
+    return spec.definition.model_dump_json(exclude_none=True)
 
 
 def _bump(job: Job, now: datetime, **updates: object) -> Job:

@@ -53,7 +53,7 @@ def priority_router(has_handler: Callable[[str], bool]) -> Router:
     """Route by priority, except target-less runs nobody here can execute: those go to external workers."""
 
     def route(run: Run) -> str:
-        if run.target is None and not has_handler(run.job_type):
+        if not run.has_target and not has_handler(run.job_type):
             return EXTERNAL
         return run.priority.value
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from ..domain import lifecycle
 from ..domain.errors import (
     Conflict,
+    DefinitionMissing,
     EffectMayRepeat,
     ExecutionError,
     FieldProblem,
@@ -27,7 +28,7 @@ from ..domain.errors import (
     ValidationFailed,
 )
 from ..domain.instants import Clock, format_instant
-from ..domain.models import Job, JobState, Overlap, RunFix
+from ..domain.models import Job, JobState, Overlap, RunFix, Target
 from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
@@ -141,6 +142,17 @@ class RunService:
         if run is None or run.tenant != tenant:
             raise NotFound(f"run {run_key} not found")
         return run
+
+    def run_detail(self, tenant: str, run_key: str) -> Run:
+        """`get_run`, holding the target and payload the run runs with (services.definitions:
+        its job read for one that references the job's). One whose definition is found
+        nowhere is answered without them (its next attempt ends it DEAD `DefinitionMissing`)."""
+        run = self.get_run(tenant, run_key)
+        try:
+            return self._attempts.resolver.resolved(run)
+        except DefinitionMissing:
+            logger.warning("run definition missing", extra={"run_key": run.run_key})
+            return run
 
     def waiting(self, tenant: str, runs: Sequence[Run]) -> dict[str, str]:
         """Why each open run of `runs` (all of `tenant`) is not running now (domain.run_status),
@@ -331,9 +343,34 @@ class RunService:
         now = self._clock.now()
         # A concurrent change is a 409 (concurrent_update).
         fixes = fix.fields() if fix is not None else None
+        own = self._own_definition(run, fix) if fix is not None else None
         return self._runs.commit(
-            run, lambda r: lifecycle.redrive(r, now=now, actor=actor, reason=reason, fixes=fixes)
+            run,
+            lambda r: lifecycle.redrive(
+                r.with_own_definition(*own) if own is not None else r,
+                now=now,
+                actor=actor,
+                reason=reason,
+                fixes=fixes,
+            ),
         )
+
+    def _own_definition(self, run: Run, fix: RunFix) -> tuple[Target | None, Any] | None:
+        """The definition a fixed run takes as its own before `fix` applies to it: the one it
+        runs with (services.definitions), for a run that references its job's (a redrive's
+        fix is the run's alone; the item may grow); None for a run whose own it already is.
+        Conflict (409) when it cannot be found and the fix does not replace all of it."""
+        if run.definition_since is None:
+            return None
+        if fix.replaces_payload and (fix.target is not None or not run.has_target):
+            return None, None  # everything replaced: nothing of the old definition is kept
+        try:
+            return self._attempts.resolver.resolve(run)
+        except DefinitionMissing as exc:
+            raise Conflict(
+                f"{exc.message}: a redrive can fix it only by replacing its target and payload both",
+                state=run.state.value,
+            ) from None
 
     def _authorize_fix(self, tenant: str, fix: RunFix) -> None:
         """TargetNotGranted (403) for a fix's target the tenant may not call, or whose headers
@@ -344,7 +381,7 @@ class RunService:
     @staticmethod
     def _check_fix(run: Run, fix: RunFix) -> None:
         """ValidationFailed (400) for a fix this run cannot take (see `redrive`)."""
-        if fix.target is not None and run.target is None:
+        if fix.target is not None and not run.has_target:
             raise ValidationFailed(
                 "target",
                 "this run has no target to replace: its type runs in a handler or an external worker",
@@ -497,7 +534,7 @@ class RunService:
                 for run in candidates:
                     if len(leased) >= max_runs:
                         break
-                    if run.tenant != tenant or run.target is not None or not lifecycle.claimable(run, now):
+                    if run.tenant != tenant or run.has_target or not lifecycle.claimable(run, now):
                         continue  # the index is eventually consistent; the run item is the truth
                     usable = self._lease_one(run, now, lease_seconds, worker, actor)
                     if usable is not None:
@@ -517,14 +554,16 @@ class RunService:
             return None
         # Read after this claim, as the Lambda worker does: a pause acknowledged before this
         # read stops the run, one acknowledged after it cannot stop an effect already handed out.
-        if self._attempts.check_job(leased, actor=actor) is not None:
+        checked = self._attempts.check_job(leased, actor=actor)
+        if not isinstance(checked, Run):
             return None
         try:
-            handed = self._attempts.hand_out(leased, actor=actor)
+            handed = self._attempts.hand_out(checked, actor=actor)
         except RunChanged:
             return None
         # An Ending: replayed a saved result, or waits for an earlier attempt: not handed out.
-        return handed if isinstance(handed, Run) else None
+        # Handed out with the payload it runs with (the write of a mark reads it back without).
+        return handed.with_definition(checked.target, checked.payload) if isinstance(handed, Run) else None
 
     def heartbeat(self, tenant: str, run_key: str, fence: int, lease_seconds: int) -> Run:
         """Extend the lease while `fence` is current."""

@@ -336,11 +336,11 @@ class Worker:
     def _run(self, leased: Run, delivery: Received, *, start_lag: float) -> AttemptResult:
         logger.thread_safe_append_keys(tenant=leased.tenant, fence=leased.fence, attempt=leased.attempt)
         # Read after the claim: a pause or cancel acknowledged before this read stops the run.
-        stopped = self.attempts.check_job(leased, actor=self.actor)
-        if stopped is not None:
-            return ended(stopped)
+        checked = self.attempts.check_job(leased, actor=self.actor)
+        if not isinstance(checked, Run):
+            return ended(checked)
         result = self.attempts.execute_here(
-            leased,
+            checked,
             self._runner,
             actor=self.actor,
             time_left=self.remaining_seconds,

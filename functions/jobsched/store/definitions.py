@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 
 from ..domain.errors import ConcurrentUpdate, LimitExceeded, StorageUnavailable
 from ..domain.instants import format_instant, from_epoch, parse_instant
-from ..domain.models import Job, JobSpec, JobState, MissedWindow
+from ..domain.models import Definition, Job, JobSpec, JobState, MissedWindow, Target
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
@@ -45,7 +45,19 @@ SIGNING_PREFIX = "signing#"
 # jobs still sit in the shards above the new count until they are written again; the sweeper
 # reads this item to sweep those shards too, and the preflight to refuse the lower value.
 SHARD_COUNT_ITEM = "meta#shards"
-_NOT_JOBS = (GUARD_PREFIX, STATS_PREFIX, LIVE_PREFIX, RATE_PREFIX, SIGNING_PREFIX, SHARD_COUNT_ITEM)
+# Per job and version: the target and payload a job had from that version (its
+# `definition_since`) until an update replaced them, for the runs made before the update
+# (`def#<job_id>#<since>`). Only `job_id` and `definition`: no index or stream filter takes it.
+DEFINITION_PREFIX = "def#"
+_NOT_JOBS = (
+    GUARD_PREFIX,
+    STATS_PREFIX,
+    LIVE_PREFIX,
+    RATE_PREFIX,
+    SIGNING_PREFIX,
+    DEFINITION_PREFIX,
+    SHARD_COUNT_ITEM,
+)
 _SECRETS = TypeAdapter(tuple[SigningSecret, ...])
 LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
@@ -148,6 +160,11 @@ def over_quota(max_live: int) -> LimitExceeded:
 class Page:
     items: list[Job]
     cursor: str | None
+
+
+def definition_id(job_id: str, since: int) -> str:
+    """The key of the snapshot of `job_id`'s definition from version `since`."""
+    return f"{DEFINITION_PREFIX}{job_id}#{since}"
 
 
 def guard_id(tenant: str, key: str) -> str:
@@ -266,6 +283,8 @@ class DefinitionStore:
             values["due_shard"] = self.shard_of(job.job_id)
         if job.trace_id is not None:
             values["trace_id"] = job.trace_id
+        if job.definition_since is not None:
+            values["definition_since"] = job.definition_since
         return to_item(values)
 
     def _stamped(self, job: Job) -> Job:
@@ -297,6 +316,7 @@ class DefinitionStore:
             if data.get("missed_windows")
             else [],
             trace_id=data.get("trace_id"),
+            definition_since=data.get("definition_since"),
         )
 
     # --- writes ---
@@ -581,6 +601,39 @@ class DefinitionStore:
                     raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
                 raise
         return saved
+
+    # --- definitions of earlier versions ---
+
+    def save_definition(self, job_id: str, since: int, target: Target | None, payload: Any) -> None:
+        """Store the definition (`target`, `payload`) job `job_id` had from version `since`:
+        an unconditional put, so writing it again (the same content: a definition of one
+        version never changes) is harmless."""
+        definition = Definition(target=target, payload=payload)
+        with translated_errors():
+            self._db.put_item(
+                TableName=self._table,
+                Item=to_item(
+                    {
+                        "job_id": definition_id(job_id, since),
+                        "definition": definition.model_dump_json(exclude_none=True),
+                    }
+                ),
+            )
+
+    def definition(self, job_id: str, since: int) -> tuple[Target | None, Any] | None:
+        """(target, payload) of job `job_id` from version `since` as `save_definition`
+        stored it (strongly consistent), or None when none was stored."""
+        with translated_errors():
+            response = self._db.get_item(
+                TableName=self._table,
+                Key=to_item({"job_id": definition_id(job_id, since)}),
+                ConsistentRead=True,
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        stored = Definition.model_validate_json(from_item(item)["definition"])
+        return stored.target, stored.payload
 
     # --- signing secrets ---
 

@@ -63,6 +63,9 @@ _IN_KEY = {"run_key", "scheduled_for"}  # <job_id>@<scheduled_for>, the sort key
 _LEASE_ATTRIBUTES = ("lease_expires_at", "effect_fence", "effect_until")
 
 
+# The doc's field of a run that references its job's definition (`run_doc`).
+_DEFINITION = "def"
+
 # History fields an entry leaves out when they equal the entry before it's (a claim and its
 # completion share an actor, fence and attempt); a reader carries them forward.
 _CARRIED = ("actor", "fence", "attempt")
@@ -94,13 +97,24 @@ def run_doc(run: Run) -> str:
     equal the first and the last entry's instant; the `<job_id>@` of `previous_run_key`;
     the lease's and the in-progress record's fields the item holds as attributes
     (`lease_attributes`). Field defaults are therefore part of the stored format: changing
-    one changes how earlier runs read back."""
+    one changes how earlier runs read back.
+
+    A run that references its job's definition (`definition_since`) is stored without its
+    `target` and `payload` (held in memory once resolved, never written), and with the
+    reference as one short field, `_DEFINITION`: `<target kind>` (empty for none) when the
+    definition is of the version the run was made from (`definition_version`), else
+    `<definition_since>:<target kind>`."""
     doc = run.model_dump(
         mode="json",
         exclude_none=True,
         exclude_defaults=True,
-        exclude={*_ATTRIBUTES, *_IN_KEY, *lease_attributes(run)},
+        exclude={*_ATTRIBUTES, *_IN_KEY, *lease_attributes(run), "definition_since", "target_kind"}
+        | ({"target", "payload"} if run.definition_since is not None else set()),
     )
+    if run.definition_since is not None:
+        kind = run.target_kind or ""
+        same = run.definition_since == run.definition_version
+        doc[_DEFINITION] = kind if same else f"{run.definition_since}:{kind}"
     history = doc.get("history") or []
     for before, entry in reversed(list(pairwise(history))):
         # The history is a chain: each entry starts where the last ended, so its source is
@@ -132,6 +146,11 @@ def run_doc(run: Run) -> str:
 
 def _read_doc(doc: dict[str, Any], job_id: str) -> dict[str, Any]:
     """`run_doc`'s output with every field it left out restored."""
+    reference = doc.pop(_DEFINITION, None)
+    if reference is not None:
+        since, _, kind = reference.rpartition(":")
+        doc["definition_since"] = int(since) if since else doc["definition_version"]
+        doc["target_kind"] = kind or None
     history = doc.get("history") or []
     trace = None
     for entry in history:
@@ -291,7 +310,7 @@ class RunStore:
 
     def waits_for_lease(self, run: Run) -> bool:
         """A run for external workers: no target, and a type no handler here runs."""
-        return run.target is None and self._is_external(run)
+        return not run.has_target and self._is_external(run)
 
     def open_shard_of(self, job_id: str) -> int:
         return zlib.crc32(job_id.encode()) % self.shard_count

@@ -185,7 +185,7 @@ def list_runs_across_jobs(
 def get_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunDetailView]:
     tenant = tenant_of(router.current_event)
     service = container().run_service
-    run = service.get_run(tenant, run_key_of(run_key))
+    run = service.run_detail(tenant, run_key_of(run_key))
     waiting = service.waiting(tenant, [run]).get(run.run_key)
     return json_response(200, RunDetailView.from_run(run, waiting, region=container().settings.aws_region))
 

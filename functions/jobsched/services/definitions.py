@@ -1,0 +1,69 @@
+"""The definition a run runs with: its own target and payload, or its job's as of the version
+it references (domain.runs.Run.definition_since)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.errors import DefinitionMissing
+from ..domain.models import Job, Target
+from ..domain.runs import Run
+from ..store.definitions import DefinitionStore
+
+# Snapshots kept per process: (job id, version) -> (target, payload). A definition of one
+# version never changes, so a copy read once stays right; this bounds the memory it takes.
+_CACHE_LIMIT = 1024
+
+
+class DefinitionResolver:
+    """Resolves the target and payload of runs that reference their job's definition; the one
+    place every reader of those values (the worker's effect, the lease API, the run views, a
+    redrive's fix) goes through."""
+
+    def __init__(self, store: DefinitionStore) -> None:
+        self._store = store
+        self._snapshots: dict[tuple[str, int], tuple[Target | None, Any]] = {}
+
+    def resolve(self, run: Run, job: Job | None = None) -> tuple[Target | None, Any]:
+        """(target, payload) that `run` runs with.
+
+        - A run with its own definition (`definition_since` None: made before jobs had one,
+          or fixed by a redrive): its own `target` and `payload`, nothing read.
+        - Otherwise the job's definition from version `run.definition_since`: the job's own
+          when its `definition_since` is that version (`job`, the job as the caller just read
+          it, strongly consistent; read here when not given), nothing else read; else the
+          snapshot the update that replaced it stored (DefinitionStore.save_definition),
+          read consistently once per process.
+
+        The job is read before the snapshot: an update stores the snapshot before it writes
+        the job, so a job found past that version means the snapshot is there to read.
+        Raises DefinitionMissing when neither holds it (the job is gone, or the snapshot was
+        lost): the run must not run with an unresolved definition. Raises StorageUnavailable
+        when a read is refused."""
+        since = run.definition_since
+        if since is None:
+            return run.target, run.payload
+        if job is None:
+            job = self._store.get(run.job_id)
+        if job is not None and job.definition_since == since:
+            return job.spec.target, job.spec.payload
+        key = (run.job_id, since)
+        found = self._snapshots.get(key)
+        if found is None:
+            found = self._store.definition(run.job_id, since)
+            if found is None:
+                raise DefinitionMissing(
+                    f"the definition of job {run.job_id} from version {since}, which run"
+                    f" {run.run_key} was made from, is stored neither with the job nor as a snapshot"
+                )
+            if len(self._snapshots) >= _CACHE_LIMIT:
+                self._snapshots.clear()
+            self._snapshots[key] = found
+        return found
+
+    def resolved(self, run: Run, job: Job | None = None) -> Run:
+        """`run` holding the target and payload it runs with in memory (`resolve`); the
+        store still writes it referencing its job's definition. Raises as `resolve`."""
+        if run.definition_since is None:
+            return run
+        return run.with_definition(*self.resolve(run, job))

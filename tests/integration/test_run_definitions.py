@@ -1,0 +1,315 @@
+"""A run references its job's definition (target and payload) instead of copying it: the run
+item stays small, and every run still runs with the definition of the version it was made
+from, whatever updates, pauses and redrives come between. On moto, with a loopback HTTP
+target that records what it received."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from urllib.parse import quote
+
+import boto3
+import pytest
+from jobsched.api_models.requests import JobBody
+from jobsched.domain.events import RunEventsLevel
+from jobsched.domain.runs import RunState, make_run
+from jobsched.handlers import events as events_handler
+from jobsched.services.attempt import AttemptOutcome
+from jobsched.services.worker import Worker
+from jobsched.store.definitions import DEFINITION_PREFIX, definition_id
+from jobsched.store.runs import RunStore
+from jobsched.store.schema import DEFINITIONS, RUNS
+from jobsched.targets import HandlerRegistry, TargetRunner
+
+from tests.helpers import boto3_client
+from tests.integration.test_events_handler import stream_records
+from tests.integration.test_once_per_run import Context
+from tests.integration.test_worker import delivery
+from tests.unit.test_targets_http import Receiver
+from tests.unit.test_targets_http import client as http_client
+
+pytestmark = pytest.mark.integration
+
+# About 1 KB of JSON, as a job's payload.
+PAYLOAD = {"rows": [{"id": f"row-{i:04d}", "value": "x" * 24} for i in range(22)]}
+NEW_PAYLOAD = {"v": 2}
+
+
+@pytest.fixture
+def receiver():
+    hooks = Receiver()
+    yield hooks
+    hooks.close()
+
+
+@pytest.fixture
+def handled():
+    return []  # the payloads the `ok` handler was called with
+
+
+@pytest.fixture
+def worker(container, clock, handled):
+    registry = HandlerRegistry()
+
+    @registry.register("ok")
+    def ok(payload, invocation):
+        handled.append(payload)
+        return "ok"
+
+    return Worker(
+        container.definitions,
+        container.runs,
+        container.queues,
+        TargetRunner(boto3_client, registry=registry, http=http_client()),
+        clock,
+        worker_id="w",
+        metrics=container.metrics,
+    ).for_invocation(Context("w", 900_000))
+
+
+def every_minute(container, **fields):
+    """A job firing every minute from 08:00 (T0); its creation makes the runs of 08:00-08:02."""
+    body = {"name": "n", "type": "hook", "cron": "* * * * *", **fields}
+    job = container.jobs.create("tenant-a", JobBody.model_validate(body).to_spec()).job
+    return job, container.runs.list_for_job(job.job_id, limit=10, cursor=None, view="all").items[::-1]
+
+
+def http(receiver, version, path="/ok"):
+    return {
+        "kind": "http",
+        "url": receiver.url(f"{path}?v={version}"),
+        "headers": {"X-Version": str(version)},
+    }
+
+
+def raw_item(run):
+    item = boto3.client("dynamodb").get_item(
+        TableName=RUNS.default_name,
+        Key={"job_id": {"S": run.job_id}, "sk": {"S": "R#" + run.run_key.split("@", 1)[1]}},
+        ConsistentRead=True,
+    )["Item"]
+    return item, json.loads(item["doc"]["S"])
+
+
+def item_bytes(item):
+    return sum(len(k.encode()) + len(str(next(iter(v.values()))).encode()) for k, v in item.items())
+
+
+def received(receiver):
+    """(path, X-Version header, payload) of each request the target received, in order."""
+    return [(r.path, r.header("X-Version"), json.loads(r.body)["payload"]) for r in receiver.requests]
+
+
+def patch(api, job_id, version, body):
+    response = api.patch(f"/v1/jobs/{job_id}", body, headers={"If-Match": str(version)})
+    assert response.status == 200, response
+    return response.body
+
+
+def run_view(api, run):
+    response = api.get(f"/v1/runs/{quote(run.run_key, safe='')}")
+    assert response.status == 200, response
+    return response.body
+
+
+def test_a_run_stores_no_copy_of_its_jobs_target_and_payload_and_delivers_them(
+    container, clock, worker, receiver, api
+):
+    job, runs = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    assert job.definition_since == 1
+    first = runs[0]
+    item, doc = raw_item(first)
+    assert "target" not in doc and "payload" not in doc and doc["def"] == "http"
+    assert item_bytes(item) < 1024
+
+    result = worker.process(delivery(first))
+    assert result.outcome is AttemptOutcome.SUCCEEDED, result
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
+    # Its writes kept it referencing the job's definition.
+    item, doc = raw_item(first)
+    assert "payload" not in doc and doc["def"] == "http"
+    assert item_bytes(item) < 1024
+    shown = run_view(api, first)
+    assert shown["target"]["url"] == receiver.url("/ok?v=1") and shown["payload"] == PAYLOAD
+
+
+def test_runs_made_before_an_update_run_with_their_version_and_later_runs_with_the_new(
+    container, clock, worker, receiver, api
+):
+    job, (at_0800, at_0801, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    assert worker.process(delivery(at_0800)).outcome is AttemptOutcome.SUCCEEDED
+    patch(api, job.job_id, 1, {"target": http(receiver, 2), "payload": NEW_PAYLOAD})
+    updated = container.definitions.get(job.job_id)
+    assert (updated.version, updated.definition_since) == (2, 2)
+    # The definition the update replaced is kept for the runs made from it.
+    target, payload = container.definitions.definition(job.job_id, 1)
+    assert (target.url, payload) == (receiver.url("/ok?v=1"), PAYLOAD)
+
+    clock.advance(180)  # 08:03: the sweep makes the next runs from version 2
+    container.sweeper.sweep()
+    made_after = container.runs.get_by_key(f"{job.job_id}@2026-11-02T08:04:00Z")
+    assert (made_after.definition_since, made_after.definition_version) == (2, 2)
+
+    clock.advance(60)
+    assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.SUCCEEDED
+    assert worker.process(delivery(made_after)).outcome is AttemptOutcome.SUCCEEDED
+    assert received(receiver) == [
+        ("/ok?v=1", "1", PAYLOAD),  # 08:00, before the update
+        ("/ok?v=1", "1", PAYLOAD),  # 08:01, made before the update, run after it
+        ("/ok?v=2", "2", NEW_PAYLOAD),  # 08:04, made after it
+    ]
+    # The run views show what each ran with.
+    old, new = run_view(api, at_0801), run_view(api, made_after)
+    assert (old["target"]["url"], old["payload"]) == (receiver.url("/ok?v=1"), PAYLOAD)
+    assert (new["target"]["url"], new["payload"]) == (receiver.url("/ok?v=2"), NEW_PAYLOAD)
+    assert [j["jobId"] for j in api.get("/v1/jobs").body["items"]] == [job.job_id]
+
+
+def test_an_update_that_keeps_the_target_and_payload_keeps_the_definition_and_stores_no_copy(
+    container, clock, worker, receiver, api, monkeypatch
+):
+    job, (at_0800, _, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    patch(api, job.job_id, 1, {"name": "renamed", "target": http(receiver, 1), "payload": PAYLOAD})
+    clock.advance(30)
+    assert api.post(f"/v1/jobs/{job.job_id}/pause", headers={"If-Match": "2"}).status == 200
+    assert api.post(f"/v1/jobs/{job.job_id}/resume", headers={"If-Match": "3"}).status == 200
+    resumed = container.definitions.get(job.job_id)
+    assert (resumed.version, resumed.definition_since) == (4, 1)
+    ddb = boto3.client("dynamodb")
+    stored = ddb.scan(TableName=DEFINITIONS.default_name)["Items"]
+    assert not [i for i in stored if i["job_id"]["S"].startswith(DEFINITION_PREFIX)]
+
+    def never(*args):
+        raise AssertionError("no snapshot is read for a definition the job still has")
+
+    monkeypatch.setattr(container.definitions, "definition", never)
+    clock.advance(180)
+    container.sweeper.sweep()
+    made_after = container.runs.get_by_key(f"{job.job_id}@2026-11-02T08:04:00Z")
+    assert (made_after.definition_since, made_after.definition_version) == (1, 4)
+    assert raw_item(made_after)[1]["def"] == "1:http"
+    clock.advance(60)
+    for run in (at_0800, made_after):
+        assert worker.process(delivery(run)).outcome is AttemptOutcome.SUCCEEDED
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)] * 2
+
+
+def test_a_run_whose_definition_is_found_nowhere_dies_saying_so_and_runs_nothing(
+    container, clock, worker, handled, api
+):
+    job, (at_0800, _, _) = every_minute(container, type="ok", target=None, payload={"v": 1})
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    boto3.client("dynamodb").delete_item(
+        TableName=DEFINITIONS.default_name, Key={"job_id": {"S": definition_id(job.job_id, 1)}}
+    )
+    result = worker.process(delivery(at_0800))
+    assert result.outcome is AttemptOutcome.DEAD and result.error_class == "DefinitionMissing"
+    assert handled == []
+    dead = container.runs.get_by_key(at_0800.run_key)
+    assert dead.state is RunState.DEAD and dead.last_error_class == "DefinitionMissing"
+    last = dead.history[-1]
+    assert last.error_class == "DefinitionMissing"
+    assert f"job {job.job_id} from version 1" in last.error_message
+    assert container.metrics.total("DefinitionsMissing") == 1
+
+
+def test_an_external_worker_leases_each_run_with_the_payload_of_its_version(container, clock, api):
+    job, (at_0800, at_0801, _) = every_minute(container, type="ext", payload=PAYLOAD)
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    clock.advance(180)
+    container.sweeper.sweep()
+    response = api.post("/v1/leases", {"types": ["ext"], "workerId": "ext-1", "max": 5})
+    assert response.status == 200, response
+    leased = {lease["runKey"]: lease["payload"] for lease in response.body["leases"]}
+    assert leased[at_0800.run_key] == PAYLOAD and leased[at_0801.run_key] == PAYLOAD
+    assert leased[f"{job.job_id}@2026-11-02T08:03:00Z"] == NEW_PAYLOAD
+
+
+def test_a_redrive_fix_of_a_referencing_run_makes_the_definition_its_own(
+    container, clock, worker, receiver, api
+):
+    job, (at_0800, at_0801, _) = every_minute(
+        container, target=http(receiver, 1, "/status/400"), payload=PAYLOAD, maxAttempts=1
+    )
+    clock.advance(60)
+    for run in (at_0800, at_0801):
+        assert worker.process(delivery(run)).outcome is AttemptOutcome.DEAD
+    patch(api, job.job_id, 1, {"target": http(receiver, 2), "payload": NEW_PAYLOAD})
+
+    # The target fixed: the run keeps the payload it was made with (version 1's), not the job's.
+    fixed = http(receiver, "fixed")
+    assert api.post(f"/v1/runs/{at_0800.run_key}/redrive", {"target": fixed}).status == 200
+    # The payload fixed: the run keeps version 1's target.
+    assert api.post(f"/v1/runs/{at_0801.run_key}/redrive", {"payload": {"fixed": True}}).status == 200
+    for run in (at_0800, at_0801):
+        _, doc = raw_item(run)
+        assert "def" not in doc and "target" in doc  # its own definition now, stored with it
+    receiver.requests.clear()
+    assert worker.process(delivery(at_0800)).outcome is AttemptOutcome.SUCCEEDED
+    assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.DEAD
+    assert received(receiver) == [
+        ("/ok?v=fixed", "fixed", PAYLOAD),
+        ("/status/400?v=1", "1", {"fixed": True}),
+    ]
+    assert run_view(api, at_0801)["payload"] == {"fixed": True}
+
+
+def test_a_run_item_that_holds_its_own_definition_still_reads_and_runs(
+    container, clock, worker, receiver, api
+):
+    """Items written before runs referenced their job's definition carry it in their doc."""
+    job, _ = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    # A job stored before jobs had `definition_since`, and a run made from it then.
+    old_job = job.model_copy(update={"definition_since": None})
+    container.definitions.save(
+        container.definitions.get(job.job_id).model_copy(update={"definition_since": None})
+    )
+    old = make_run(old_job, job.created_at + timedelta(seconds=30), now=clock.now(), actor="sweeper")
+    assert container.runs.insert(old)
+    _, doc = raw_item(old)
+    assert doc["payload"] == PAYLOAD and doc["target"]["url"] == receiver.url("/ok?v=1") and "def" not in doc
+
+    # Its next write gives the job a definition version; its own runs keep theirs.
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    assert container.definitions.get(job.job_id).definition_since == 2
+    assert container.definitions.definition(job.job_id, 1) is None  # nothing to keep: runs hold theirs
+    clock.advance(60)
+    assert worker.process(delivery(old)).outcome is AttemptOutcome.SUCCEEDED
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
+    assert run_view(api, old)["payload"] == PAYLOAD
+
+
+def test_a_kept_definition_is_no_job_to_any_reader_of_the_definitions_table(container, api):
+    job, _ = every_minute(container, type="ext", payload=PAYLOAD)
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    key = definition_id(job.job_id, 1)
+    assert container.definitions.get(key) is None
+    assert container.definitions.get_many([key, job.job_id]) == [container.definitions.get(job.job_id)]
+    assert [j["jobId"] for j in api.get("/v1/jobs").body["items"]] == [job.job_id]
+    records = stream_records(RunEventsLevel.ALL)
+    assert records and not [r for r in records if r["dynamodb"]["Keys"]["job_id"]["S"] == key]
+    snapshot_record = {
+        "eventName": "INSERT",
+        "dynamodb": {"Keys": {"job_id": {"S": key}}, "NewImage": {"job_id": {"S": key}}},
+    }
+    assert not events_handler.matches_filter(snapshot_record, RunEventsLevel.ALL, DEFINITIONS)
+    assert events_handler.changes_of(snapshot_record, "stack", RunEventsLevel.ALL) == ([], [])
+    assert container.definitions.definition(job.job_id, 1) == (None, PAYLOAD)
+
+
+def test_a_run_read_back_without_its_target_still_calls_one(container, receiver, api):
+    """Read back, a referencing run holds no target until resolved: whether it has one is
+    told by its kind, so it is neither offered to external workers nor routed to them."""
+    from jobsched.services.outbox import EXTERNAL, priority_router
+
+    _, (at_0800, _, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    stored = container.runs.get_by_key(at_0800.run_key)
+    assert stored.target is None and stored.has_target and stored.target_kind == "http"
+    # A store without a router takes every target-less run for an external worker's.
+    every_type_external = RunStore(None, RUNS.default_name, 4)
+    assert not every_type_external.waits_for_lease(stored)
+    assert "claim_key" not in every_type_external.to_item(stored)
+    assert priority_router(lambda job_type: False)(stored) != EXTERNAL
+    response = api.post("/v1/leases", {"types": ["hook"], "workerId": "ext-1", "max": 5})
+    assert response.status == 200 and response.body["leases"] == []
