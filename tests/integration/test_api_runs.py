@@ -409,6 +409,12 @@ def test_backfill_window_is_half_open(api):
     assert up_to_now.status == 201, up_to_now  # end may be now; the occurrence at now is not backfilled
     day = [f"2026-11-01T{h:02d}:00:00Z" for h in range(9, 24)] + [f"2026-11-02T0{h}:00:00Z" for h in range(8)]
     assert up_to_now.body == {"created": [key_of(job_id, at) for at in day], "existing": []}
+    # A client's "now" carries its fraction: an end within the current second is not in the
+    # future, and reaches the occurrence at now (due now); one a second later would not be.
+    this_second = api.post(f"/v1/jobs/{job_id}/backfill", {"start": NOW, "end": NOW[:-1] + ".999999Z"})
+    assert this_second.body == {"created": [], "existing": [key_of(job_id, NOW)]}  # made at create
+    future = api.post(f"/v1/jobs/{job_id}/backfill", {"start": NOW, "end": "2026-11-02T08:00:01.5Z"})
+    assert future.status == 400 and errors_of(future) == {"end"}
 
 
 def test_backfill_with_overlap_skip_chains_the_runs(api, container, clock):

@@ -72,21 +72,14 @@ def parse_client_instant(value: Any) -> datetime:
 
 
 def parse_client_bound(value: Any) -> datetime:
-    """A window's bound as a client sends it (`parse_client_instant`'s rules), a fraction of
-    a second rounded up to the next whole second, never down: occurrences are whole
-    seconds, so `start <= t < end` keeps exactly the occurrences it keeps at the instant
-    given (a truncated 05:00:00.5 as an end would leave 05:00:00 out)."""
-    if not isinstance(value, str):
-        return parse_client_instant(value)
+    """A window's bound as a client sends it (`parse_client_instant`'s rules), in UTC to the
+    microsecond, not truncated: a truncated 05:00:00.5 as an end would leave the occurrence
+    at 05:00:00 out of `start <= t < end` (domain.schedule.fires_in counts a bound with a
+    fraction as the next whole second)."""
+    whole = parse_client_instant(value)  # the rules, and the range
     match = _RFC3339.fullmatch(value)
-    whole = parse_client_instant(value)
-    fraction = match.group(2) if match is not None else None
-    if fraction and fraction.strip("0"):
-        whole += timedelta(seconds=1)
-        if whole > MAX_INSTANT:
-            span = f"{format_instant(MIN_INSTANT)} and {format_instant(MAX_INSTANT)}"
-            raise ValueError(f"must lie between {span} (a fraction of a second rounds up)")
-    return whole
+    assert match is not None  # parse_client_instant accepted it
+    return whole + timedelta(microseconds=int(((match.group(2) or "") + "000000")[:6]))
 
 
 def _json_type(value: Any) -> str:
@@ -108,7 +101,7 @@ Instant = Annotated[datetime, AfterValidator(to_utc), PlainSerializer(format_ins
 ClientInstant = Annotated[
     datetime, BeforeValidator(parse_client_instant), PlainSerializer(format_instant, return_type=str)
 ]
-# A bound of a window of occurrences ([start, end)): as ClientInstant, a fraction rounded up.
+# A bound of a window of occurrences ([start, end)): as ClientInstant, to the microsecond.
 ClientBound = Annotated[
     datetime, BeforeValidator(parse_client_bound), PlainSerializer(format_instant, return_type=str)
 ]

@@ -53,9 +53,17 @@ def fires_between(schedule: Schedule, after: datetime, until: datetime, limit: i
 
 def fires_in(schedule: Schedule, start: datetime, end: datetime, limit: int) -> list[datetime]:
     """Occurrences t with start <= t < end (a half-open window, as a backfill's), ascending,
-    at most `limit` of them; none when end <= start."""
-    start, end = to_utc(start), to_utc(end)
+    at most `limit` of them; none when end <= start. Bounds may carry fractions of a second:
+    occurrences are whole seconds, so each bound counts as the whole second at or after it
+    (an end of 05:00:00.5 keeps 05:00:00)."""
+    start, end = whole_second_up(start), whole_second_up(end)
     return fires_between(schedule, start - _ONE_SECOND, end - _ONE_SECOND, limit)
+
+
+def whole_second_up(instant: datetime) -> datetime:
+    """`instant` in UTC, a fraction of a second rounded up to the next whole second."""
+    whole = to_utc(instant)
+    return whole if whole == instant else whole + _ONE_SECOND
 
 
 def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: datetime) -> datetime | None:

@@ -32,7 +32,7 @@ from ..domain.models import Job, JobState, Overlap, RunFix, Target
 from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
 from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
-from ..domain.schedule import fires_in
+from ..domain.schedule import fires_in, whole_second_up
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
@@ -247,7 +247,9 @@ class RunService:
         problems: list[FieldProblem] = []
         if start >= end:
             problems.append(FieldProblem("start", "must be before end: [start, end) is empty otherwise"))
-        if end > now:
+        # Occurrences are whole seconds: an end within the current second (a client's "now"
+        # with its fraction) reaches the occurrence at now at most, none in the future.
+        if whole_second_up(end) > now + timedelta(seconds=1):
             problems.append(FieldProblem("end", f"must not be in the future (now is {format_instant(now)})"))
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
