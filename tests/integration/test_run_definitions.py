@@ -273,7 +273,11 @@ def test_a_run_item_that_holds_its_own_definition_still_reads_and_runs(
     # Its next write gives the job a definition version; its own runs keep theirs.
     patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
     assert container.definitions.get(job.job_id).definition_since == 2
-    assert container.definitions.definition(job.job_id, 1) is None  # nothing to keep: runs hold theirs
+    # Since when it had its definition was unknown: the one it replaced is kept under its
+    # version, for runs made from that version that reference it (a job an earlier release
+    # rewrote during a deploy); these old runs hold their own.
+    kept_target, kept_payload = container.definitions.definition(job.job_id, 1)
+    assert (kept_target.url, kept_payload) == (receiver.url("/ok?v=1"), PAYLOAD)
     clock.advance(60)
     assert worker.process(delivery(old)).outcome is AttemptOutcome.SUCCEEDED
     assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
@@ -313,3 +317,20 @@ def test_a_run_read_back_without_its_target_still_calls_one(container, receiver,
     assert priority_router(lambda job_type: False)(stored) != EXTERNAL
     response = api.post("/v1/leases", {"types": ["hook"], "workerId": "ext-1", "max": 5})
     assert response.status == 200 and response.body["leases"] == []
+
+
+def test_a_job_rewritten_without_its_definition_since_still_resolves_its_runs(
+    container, clock, worker, receiver, api
+):
+    """During a deploy a function of the earlier release may still advance a job: it rewrites
+    the item without `definition_since`. Its runs still run with their definition, and a
+    later change of the job keeps the one it replaces for runs made before."""
+    job, (at_0800, at_0801, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    stripped = container.definitions.get(job.job_id)
+    container.definitions.save(stripped.model_copy(update={"definition_since": None}))
+    assert worker.process(delivery(at_0800)).outcome is AttemptOutcome.SUCCEEDED  # unchanged since
+    patch(api, job.job_id, 1, {"target": http(receiver, 2), "payload": NEW_PAYLOAD})
+    assert container.definitions.get(job.job_id).definition_since == 2
+    clock.advance(60)
+    assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.SUCCEEDED  # its version's
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD), ("/ok?v=1", "1", PAYLOAD)]

@@ -31,9 +31,13 @@ class DefinitionResolver:
           or fixed by a redrive): its own `target` and `payload`, nothing read.
         - Otherwise the job's definition from version `run.definition_since`: the job's own
           when its `definition_since` is that version (`job`, the job as the caller just read
-          it, strongly consistent; read here when not given), nothing else read; else the
-          snapshot the update that replaced it stored (DefinitionStore.save_definition),
-          read consistently once per process.
+          it, strongly consistent; read here when not given), nothing else read.
+        - A job stored without `definition_since` (rewritten by an earlier release during a
+          deploy) still at the run's `definition_version`: its own (unchanged since).
+        - Else the snapshot the update that replaced it stored (DefinitionStore.
+          save_definition) by `since`, or by the run's `definition_version` (kept when a job
+          whose `since` was unknown changed its definition), read consistently once per
+          process.
 
         The job is read before the snapshot: an update stores the snapshot before it writes
         the job, so a job found past that version means the snapshot is there to read.
@@ -47,15 +51,28 @@ class DefinitionResolver:
             job = self._store.get(run.job_id)
         if job is not None and job.definition_since == since:
             return job.spec.target, job.spec.payload
-        key = (run.job_id, since)
+        if job is not None and job.definition_since is None and job.version == run.definition_version:
+            # Rewritten by an earlier release, which drops the attribute, but not changed
+            # since the run was made from it: every change makes a new version.
+            return job.spec.target, job.spec.payload
+        for version in dict.fromkeys((since, run.definition_version)):
+            # By `since`; or by the run's own version, where a change of a job whose `since`
+            # was unknown kept the definition it replaced (services.jobs).
+            found = self._snapshot(run.job_id, version)
+            if found is not None:
+                return found
+        raise DefinitionMissing(
+            f"the definition of job {run.job_id} from version {since}, which run"
+            f" {run.run_key} was made from, is stored neither with the job nor as a snapshot"
+        )
+
+    def _snapshot(self, job_id: str, version: int) -> tuple[Target | None, Any] | None:
+        key = (job_id, version)
         found = self._snapshots.get(key)
         if found is None:
-            found = self._store.definition(run.job_id, since)
+            found = self._store.definition(job_id, version)
             if found is None:
-                raise DefinitionMissing(
-                    f"the definition of job {run.job_id} from version {since}, which run"
-                    f" {run.run_key} was made from, is stored neither with the job nor as a snapshot"
-                )
+                return None
             if len(self._snapshots) >= _CACHE_LIMIT:
                 self._snapshots.clear()
             self._snapshots[key] = found

@@ -476,6 +476,12 @@ class JobService:
             changed = change(job, self._clock.now())
             if changed is job:
                 return job
+            if job.definition_since is None and _definition_json(changed.spec) != _definition_json(job.spec):
+                # Since when the job has its definition is unknown (stored before jobs had
+                # one, or rewritten by an earlier release, which drops the attribute): the
+                # one it had is kept under its current version, which runs made from that
+                # version find (services.definitions).
+                self._store.save_definition(job.job_id, job.version, job.spec.target, job.spec.payload)
             if changed.definition_since is None:
                 changed = changed.model_copy(update={"definition_since": changed.version})
             if job.definition_since is not None and changed.definition_since != job.definition_since:
