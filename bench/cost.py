@@ -7,11 +7,12 @@ Scenarios, each in a fresh in-process moto account with a simulated clock:
   scale); the headline figure;
 - recurring, sparse: one run due per second (batches of one);
 - one-time: `runAt` jobs created through the API (with an idempotency key), one run each;
-- the realistic ones (issue 46), each job with an `http` target (delivered for real to the
-  bench receiver on loopback, through the production HTTP client) and a 1 KB JSON payload,
-  both of which a run copies into its item: minutely (the dense shape), hourly (one run per
-  schedule advance, so each run pays for its job's advance and `due` index rekey), one-time
-  via the API, and one-time answered 503 three times before its 200 (three retries).
+- the realistic ones, each job with an `http` target (delivered for real to the bench
+  receiver on loopback, through the production HTTP client) and a 1 KB JSON payload, both
+  of which a run references from its job (not copied into its item): minutely (the dense
+  shape), hourly (one run per schedule advance, so each run pays for its job's advance and
+  `due` index rekey), one-time via the API, and one-time answered 503 three times before its
+  200 (three retries).
 
 Lambda time is modelled, not taken from moto: our code's measured time (outside AWS
 calls), scaled to the function's CPU share, plus an assumed in-region latency per AWS call."""

@@ -452,7 +452,7 @@ def _cost_md(cost: dict[str, Any]) -> list[str]:
         out += [
             f"### Where every write unit goes ({webhook['scenario']}, per run)",
             "",
-            "The same jobs with an `http` target and a 1 KB payload, which every run copies into its item:",
+            "The same jobs with an `http` target and a 1 KB payload, which every run references from its job:",
             "",
             *_writes_md(webhook),
         ]
@@ -515,7 +515,7 @@ def _run_goals_md(cost: dict[str, Any]) -> list[str]:
         "the run's byte budget). *Max item*: the largest run item any write of the scenario left or found; "
         "*finished*: the item as the run ends, p50 / max. The scenarios with an `http` target deliver for real "
         "to a receiver on loopback through the production HTTP client (destination policy and signing "
-        "included), with a 1 KB JSON payload; a run copies both into its item.",
+        "included), with a 1 KB JSON payload; a run references both from its job, not copying them.",
         "",
         "| Scenario | WU/run | of which index WU | $/M | max item bytes | finished item bytes, p50 / max | goal met? |",
         "|---|---|---|---|---|---|---|",
