@@ -3,6 +3,7 @@ it references (domain.runs.Run.definition_since)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ..domain.errors import DefinitionMissing
@@ -67,6 +68,8 @@ class DefinitionResolver:
         )
 
     def _snapshot(self, job_id: str, version: int) -> tuple[Target | None, Any] | None:
+        """The kept definition, from this process's cache or read; each caller gets a payload
+        of its own (a handler that changes its payload in place changes no later run's)."""
         key = (job_id, version)
         found = self._snapshots.get(key)
         if found is None:
@@ -76,7 +79,8 @@ class DefinitionResolver:
             if len(self._snapshots) >= _CACHE_LIMIT:
                 self._snapshots.clear()
             self._snapshots[key] = found
-        return found
+        target, payload = found
+        return target, copy.deepcopy(payload)
 
     def resolved(self, run: Run, job: Job | None = None) -> Run:
         """`run` holding the target and payload it runs with in memory (`resolve`); the
