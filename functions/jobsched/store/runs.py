@@ -775,11 +775,9 @@ class RunStore:
         finished since its entry was written is seen as it is now."""
         return self._readable(self._read_entries(keys))
 
-    def _read_entries(
-        self, entries: list[dict[str, Any]], *, consistent: bool = True
-    ) -> list[dict[str, Any]]:
+    def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
-        return batch_get(self._db, self._table, keys, consistent=consistent) if keys else []
+        return batch_get(self._db, self._table, keys) if keys else []
 
     def claimable(
         self,
@@ -873,9 +871,10 @@ class RunStore:
         """Read one lane of the index (or, with `job_id`, the job's partition) newest first,
         orders in [low, high] but below `before`, until `limit` runs match, it is read out, or
         `max_reads` queries were made. The index holds keys only (its entry is written once,
-        when the run is): the runs it names are then read by key, eventually consistent, so a
-        run written a moment ago may show its previous state; one gone since (its retention
-        ended) is left out."""
+        when the run is): the runs it names are then read by key, consistently (the index
+        lags its table, so an entry names a run the table already holds: an eventually
+        consistent read could still miss it, and the page's position would pass it for good);
+        one gone since (its retention ended) is left out."""
         if job_id is not None:
             request: dict[str, Any] = {
                 "TableName": self._table,
@@ -912,7 +911,7 @@ class RunStore:
                 lowest = order
                 entries.append(entry)
             # A job's partition answers the runs themselves; the index, their keys.
-            items = entries if job_id is not None else self._read_entries(entries, consistent=False)
+            items = entries if job_id is not None else self._read_entries(entries)
             for run in self._readable(items):
                 if run.tenant == tenant:
                     summary = RunSummary.of(run)
