@@ -129,7 +129,7 @@ def label(write: dict[str, Any]) -> str:
     if old is None and new is None:
         return f"{table}: write that left no item (failed, or a delete of nothing)"
     if table == "jobsched-runs" and (_s(new or old, "job_id") or "").startswith(SLOT_PREFIX):
-        return "tenant slot: take (in the claim's transaction)" if new else "tenant slot: release"
+        return "tenant slot: take" if new else "tenant slot: release"
     if table == "jobsched-runs":
         before, after = _s(old, "state"), _s(new, "state")
         if before is None:
@@ -602,6 +602,8 @@ MADE = (
     " once; no listing `summary` on the item; a document that leaves out what its reader restores",
     "the completion is the completed idempotency record (the first write after the effect, as Powertools'"
     " own save was): no separate save of the result before it",
+    "the tenant slot taken by a conditional put of its own before the claim's, not in one transaction with"
+    " it (a transaction bills every item twice)",
 )
 
 

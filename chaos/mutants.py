@@ -226,6 +226,13 @@ def _running_effect_frees_its_slot(original: Any) -> Any:
     return effect_open
 
 
+def _slot_taken_from_live_holder(original: Any) -> Any:
+    def holder_over(self: Any, tenant: str, holder: Any, now: Any) -> bool:
+        return True  # a slot whose hint has passed is taken without reading its holder's run
+
+    return holder_over
+
+
 def _effect_outlives_invocation(original: Any) -> Any:
     def outlast(self: Any, future: Any, time_left: Any) -> None:
         return None  # returns while the effect it stopped waiting for still runs
@@ -313,6 +320,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # the tenant starts beside the effect still running.
     Mutant("running-effect-frees-slot", "jobsched.store.tenant_slots._effect_open",
            _running_effect_frees_its_slot, "tenant_limit_exceeded", "slow-effects"),
+    # A slot whose hint has passed is taken without reading its holder's run: a renewed
+    # lease, or an effect still running past its attempt, loses its slot to another run.
+    Mutant("slot-taken-from-live-holder", "jobsched.store.tenant_slots.TenantSlots._holder_over",
+           _slot_taken_from_live_holder, "tenant_limit_exceeded", "renewed-leases"),
     # A batch retried after its outbox died between marks and sends leaves its runs QUEUED
     # without a message: they wait for the 15-minute requeue (the restart goal).
     Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",

@@ -1030,6 +1030,31 @@ def test_a_queued_run_of_a_tenant_at_its_limit_says_so(api, container, monkeypat
     assert run_of(api, key)["waitingFor"] == "waiting for a worker"
 
 
+def test_a_lease_whose_claim_landed_after_its_end_is_given_back_not_handed_out(
+    api, container, clock, monkeypatch
+):
+    """A claimer frozen past its lease between the claim and the hand-out: the lease may have
+    lost its tenant slot meanwhile (store.tenant_slots), so no external effect may start
+    under it. The attempt is given back, not counted."""
+    key = key_of(create(api))
+    attempts = container.run_service._attempts
+    real = attempts.check_job
+
+    def frozen(leased, *, actor):
+        clock.advance(61)
+        return real(leased, actor=actor)
+
+    monkeypatch.setattr(attempts, "check_job", frozen)
+    assert claim(api, leaseSeconds=60) == []
+    run = run_of(api, key)
+    assert run["state"] != "LEASED"
+    assert [(a["attempt"], a["outcome"]) for a in run["attempts"]] == [(1, "held")]
+    clock.advance(30)  # its give-back's wait: the next claim is attempt 1 again, and handed out
+    monkeypatch.setattr(attempts, "check_job", real)
+    (lease,) = claim(api)
+    assert (lease["runKey"], lease["attempt"]) == (key, 1)
+
+
 def test_a_run_buffered_behind_its_running_predecessor_names_it(api, container, clock):
     job_id = create(api, runAt=None, cron="* * * * *", overlap="buffer-one")
     (first,) = claim(api)  # 08:00 is running

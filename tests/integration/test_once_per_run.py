@@ -700,8 +700,8 @@ def test_an_at_most_once_start_mark_that_landed_although_refused_is_cleared_with
     )
     real_commit = type(container.runs).commit
 
-    def lands_then_times_out(self, run, change):
-        saved = real_commit(self, run, change)
+    def lands_then_times_out(self, run, change, **kwargs):
+        saved = real_commit(self, run, change, **kwargs)
         if saved.effect_started_at is not None and run.effect_started_at is None:
             monkeypatch.setattr(type(container.runs), "commit", real_commit)
             raise StorageUnavailable("read timed out (injected, after the write landed)")

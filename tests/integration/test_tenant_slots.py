@@ -1,6 +1,7 @@
-"""The tenant concurrency limit as slot items claimed with the run in one transaction, on moto:
-never more live leases than the limit, whatever the interleaving, a frozen holder, a lost
-release, a limit change or a hostile tenant id (store.tenant_slots)."""
+"""The tenant concurrency limit as slot items taken before the run's claim, on moto: never
+more live leases than the limit, whatever the interleaving, a frozen holder, a claim landing
+late, a crash between the two writes, a lost release, a limit change or a hostile tenant id
+(store.tenant_slots)."""
 
 from __future__ import annotations
 
@@ -269,6 +270,56 @@ def test_a_run_reclaimed_after_its_lease_expired_reuses_its_own_slot(runs, ddb):
     assert slot["run_fence"]["N"] == "2"
 
 
+class RenewingFirst:
+    """Before the claim's run write (the second put_item), the earlier holder, whose clock
+    lags, renews the lease the claimer read as expired."""
+
+    def __init__(self, inner: Any, renew: Any) -> None:
+        self._inner = inner
+        self.renew = renew
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "put_item":
+            return attr
+
+        def put(**kwargs: Any) -> Any:
+            self.puts += 1
+            if self.puts == 2:
+                self.renew()
+            return attr(**kwargs)
+
+        return put
+
+
+def test_a_reclaim_that_loses_its_own_slot_to_the_earlier_holders_renewal_still_counts_it(ddb):
+    """The reclaim took its run's own slot over, then the earlier holder (its clock behind)
+    renewed before the claim landed: the claim is refused, and the slot, now naming the later
+    fence, is left to count the renewed holder, which no claim can take it from while it lives."""
+    plain = RunStore(ddb, RUNS.default_name, 4)
+    slots = TenantSlots(plain, 1)
+    run, other = insert(plain, "j_renew1", "j_renew2")
+    first = claim(slots, run, T0)
+    lagging = T0 + timedelta(seconds=LEASE - 1)  # the holder's clock: its lease still live
+    renewing = RenewingFirst(
+        ddb, lambda: plain.extend_lease(first, T0 + timedelta(seconds=3 * LEASE), live_at=lagging)
+    )
+    reclaimer = TenantSlots(RunStore(renewing, RUNS.default_name, 4), 1)
+    with pytest.raises(RunChanged):
+        reclaimer.claim(
+            first,
+            claim_change(T0 + timedelta(seconds=LEASE + 1), "w2"),
+            now=T0 + timedelta(seconds=LEASE + 1),
+        )
+    (slot,) = slot_items(ddb, TENANT)
+    assert slot["run_fence"]["N"] == "2"  # the refused reclaim's
+    later = T0 + timedelta(seconds=150)  # past that slot's hint (T0 + 121) and steal_after
+    with pytest.raises(TenantAtLimit):
+        claim(slots, other, later)  # the renewed holder still counts
+    assert [r.run_key for r in live_leases(ddb, TENANT, later)] == [run.run_key]
+
+
 # --- an effect that outlives its attempt ---
 
 RECORD_END = T0 + timedelta(seconds=90)  # the claiming invocation's deadline, after the lease's
@@ -368,64 +419,144 @@ def test_the_takeover_check_reads_the_effect_record_from_the_run_item(runs, ddb)
     assert slot_items(ddb, TENANT)[0]["lease_until"]["S"] == format_instant(RECORD_END)
 
 
-# --- no half claims ---
+# --- two writes: a crash between them, a claim landing late, a refusal ---
 
 
-class FailingClient:
-    """Passes calls through, except that transact_write_items can fail before or after it runs."""
+class FailingPuts:
+    """Passes calls through, except that the `at`-th put_item (1-based: a claim's slot is its
+    first, the run its second) dies before it is sent or after it was applied."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, at: int, *, applied: bool) -> None:
         self._inner = inner
-        self.crash_before = False
-        self.crash_after = False
+        self.at = at
+        self.applied = applied
+        self.puts = 0
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
-        if name != "transact_write_items":
+        if name != "put_item":
             return attr
 
-        def transact(**kwargs: Any) -> Any:
-            if self.crash_before:
-                raise ConnectionError("process died before the request left")
-            response = attr(**kwargs)
-            if self.crash_after:
+        def put(**kwargs: Any) -> Any:
+            self.puts += 1
+            if self.puts != self.at:
+                return attr(**kwargs)
+            if self.applied:
+                attr(**kwargs)
                 raise ConnectionError("process died before the answer arrived")
-            return response
+            raise ConnectionError("process died before the request left")
 
-        return transact
-
-
-def coherent(ddb: Any, tenant: str) -> bool:
-    """Every slot item names a run LEASED under its fence, and every slotted LEASED run's slot
-    item names it: a slot and its claim exist together or not at all."""
-    items = ddb.scan(TableName=RUNS.default_name)["Items"]
-    leased = {
-        (r.job_id, r.fence): r
-        for r in (RunStore.from_item(i) for i in items if i["sk"]["S"].startswith("R#"))
-        if r.tenant == tenant and r.state is RunState.LEASED and r.tenant_slot is not None
-    }
-    holders = {(i["run_job"]["S"], int(i["run_fence"]["N"])) for i in slot_items(ddb, tenant)}
-    return holders == set(leased)
+        return put
 
 
-def test_a_crash_around_the_claim_leaves_either_both_writes_or_neither(ddb):
-    failing = FailingClient(ddb)
+def slotted(ddb: Any, tenant: str, now: datetime) -> bool:
+    """Every live slotted lease of the tenant is named by exactly one slot item (its claim's
+    fence): what makes the count of slots a bound on the live leases."""
+    named: dict[tuple[str, int], int] = {}
+    for item in slot_items(ddb, tenant):
+        key = (item["run_job"]["S"], int(item["run_fence"]["N"]))
+        named[key] = named.get(key, 0) + 1
+    live = [r for r in live_leases(ddb, tenant, now) if r.tenant_slot is not None]
+    return all(named.get((r.job_id, r.fence)) == 1 for r in live)
+
+
+@pytest.mark.parametrize(
+    ("at", "applied", "slots_left", "claimed"),
+    [
+        (1, False, 0, False),  # dies before the slot's put leaves
+        (1, True, 1, False),  # the slot is taken, the run never claimed
+        (2, False, 1, False),  # the same, dying before the run's put leaves
+        (2, True, 1, True),  # both written, the answer lost
+    ],
+)
+def test_a_crash_between_the_slot_and_the_claim_costs_a_slot_until_its_hint_has_passed(
+    ddb, at, applied, slots_left, claimed
+):
+    failing = FailingPuts(ddb, at, applied=applied)
     runs = RunStore(failing, RUNS.default_name, 4)
-    slots = TenantSlots(runs, 2)
-    first, second = insert(runs, "j_x1", "j_x2")
+    slots = TenantSlots(runs, 1)
+    first, second = insert(RunStore(ddb, RUNS.default_name, 4), "j_x1", "j_x2")
 
-    failing.crash_before = True
     with pytest.raises(ConnectionError):
         claim(slots, first, T0)
-    assert slot_items(ddb, TENANT) == [] and coherent(ddb, TENANT)
+    assert len(slot_items(ddb, TENANT)) == slots_left and slotted(ddb, TENANT, T0)
+    stored = runs.get_by_key(first.run_key)
+    assert stored is not None and (stored.state is RunState.LEASED) is claimed
 
-    failing.crash_before, failing.crash_after = False, True
-    with pytest.raises(ConnectionError):
-        claim(slots, second, T0)
-    assert len(slot_items(ddb, TENANT)) == 1 and coherent(ddb, TENANT)
+    plain = TenantSlots(RunStore(ddb, RUNS.default_name, 4), 1)
+    if slots_left:  # the claim's slot counts until its lease would have been over
+        with pytest.raises(TenantAtLimit):
+            claim(plain, second, T0 + timedelta(seconds=LEASE - 1))
+    taken = claim(plain, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    assert taken.tenant_slot == 0 and slotted(ddb, TENANT, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
 
 
-def test_a_claim_of_a_run_that_changed_writes_no_slot_and_says_what_is_stored(runs, ddb):
+class StallingRunPut:
+    """Holds the claim's run put (its second put_item) back while `meanwhile` runs, then sends
+    it: a claimer frozen between its two writes."""
+
+    def __init__(self, inner: Any, meanwhile: Any) -> None:
+        self._inner = inner
+        self.meanwhile = meanwhile
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "put_item":
+            return attr
+
+        def put(**kwargs: Any) -> Any:
+            self.puts += 1
+            if self.puts == 2:
+                self.meanwhile()
+            return attr(**kwargs)
+
+        return put
+
+
+def test_a_claim_landing_after_its_slot_was_taken_over_holds_a_lease_already_over(ddb):
+    plain = RunStore(ddb, RUNS.default_name, 4)
+    late, other = insert(plain, "j_late", "j_other")
+    after = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
+    taken: list[Run] = []
+    stalled = RunStore(
+        StallingRunPut(ddb, lambda: taken.append(claim(TenantSlots(plain, 1), other, after))),
+        RUNS.default_name,
+        4,
+    )
+
+    landed = claim(TenantSlots(stalled, 1), late, T0)
+    assert taken[0].tenant_slot == landed.tenant_slot == 0
+    assert landed.state is RunState.LEASED and not landed.lease_live(after)  # its lease is over
+    assert [r.run_key for r in live_leases(ddb, TENANT, after)] == [other.run_key]
+    (slot,) = slot_items(ddb, TENANT)
+    assert slot["run_job"]["S"] == "j_other"
+    with pytest.raises(RunChanged, match="lease expired"):  # and can never be made live again
+        plain.extend_lease(landed, after + timedelta(seconds=LEASE), live_at=after)
+
+
+def test_before_its_hint_has_passed_a_slot_whose_claim_has_not_landed_is_never_taken(ddb):
+    plain = RunStore(ddb, RUNS.default_name, 4)
+    late, other = insert(plain, "j_late2", "j_other2")
+    refused: list[type] = []
+
+    def meanwhile() -> None:
+        try:
+            claim(
+                TenantSlots(plain, 1),
+                other,
+                T0 + timedelta(seconds=LEASE) + STEAL_AFTER - timedelta(seconds=1),
+            )
+        except TenantAtLimit as exc:
+            refused.append(type(exc))
+
+    stalled = RunStore(StallingRunPut(ddb, meanwhile), RUNS.default_name, 4)
+    landed = claim(TenantSlots(stalled, 1), late, T0)
+    assert refused == [TenantAtLimit]
+    assert landed.lease_live(T0 + timedelta(seconds=LEASE - 1))
+
+
+def test_a_claim_of_a_run_that_changed_leaves_no_slot_and_says_what_is_stored(runs, ddb):
     slots = TenantSlots(runs, 2)
     (run,) = insert(runs, "j_stale")
     moved = runs.commit(run, lambda r: lifecycle.touch(r, now=T0, actor="outbox", reason="republish"))
@@ -433,17 +564,41 @@ def test_a_claim_of_a_run_that_changed_writes_no_slot_and_says_what_is_stored(ru
     with pytest.raises(RunChanged) as refused:
         claim(slots, run, T0)
     assert refused.value.current is not None and refused.value.current.rev == moved.rev
-    assert slot_items(ddb, TENANT) == [] and coherent(ddb, TENANT)
+    assert slot_items(ddb, TENANT) == [] and slotted(ddb, TENANT, T0)
 
 
-def test_a_resent_claim_that_had_already_committed_is_the_claim(ddb):
-    """The SDK re-sends a request whose answer was lost; on AWS its ClientRequestToken makes
-    the repeat a no-op, and without it the repeat is refused by our own write: still a claim."""
+def test_two_claims_of_one_run_from_one_read_never_free_each_others_slot(runs, ddb):
+    """Same owner, same second, same read, same slot: their slot items differ only by the
+    claim's token, so the loser sees the slot is not its own (rather than a re-sent put of
+    its own) and never deletes the winner's."""
+    slots = TenantSlots(runs, 1)
+    (run,) = insert(runs, "j_twice")
+    before = slots.holders(TENANT)  # both read the slot absent
 
-    class Resending(FailingClient):
+    def change(token: str):
+        return lambda r: lifecycle.claim(
+            r, now=T0, owner="w", actor="worker:w", lease_seconds=LEASE, token=token
+        )
+
+    first = slots.claim(run, change("a1"), now=T0, holders=before)  # the winner
+    with pytest.raises(TenantAtLimit):
+        slots.claim(run, change("b2"), now=T0, holders=before)  # the loser, from the same read
+    (slot,) = slot_items(ddb, TENANT)
+    assert (slot["run_fence"]["N"], slot["run_token"]["S"]) == ("1", first.claim_token)
+    assert slotted(ddb, TENANT, T0)
+
+
+def test_a_resent_put_that_had_already_been_applied_is_the_claim(ddb):
+    """The SDK re-sends a request whose answer was lost; the repeat is refused by our own
+    write, for the slot as for the run: still a claim."""
+
+    class Resending:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
         def __getattr__(self, name: str) -> Any:
             attr = getattr(self._inner, name)
-            if name != "transact_write_items":
+            if name != "put_item":
                 return attr
 
             def twice(**kwargs: Any) -> Any:
@@ -453,57 +608,47 @@ def test_a_resent_claim_that_had_already_committed_is_the_claim(ddb):
             return twice
 
     runs = RunStore(Resending(ddb), RUNS.default_name, 4)
-    (run,) = insert(runs, "j_resent")
+    (run,) = insert(RunStore(ddb, RUNS.default_name, 4), "j_resent")
     leased = TenantSlots(runs, 1).claim(run, claim_change(T0), now=T0)
-    assert leased.state is RunState.LEASED and coherent(ddb, TENANT)
+    assert leased.state is RunState.LEASED and slotted(ddb, TENANT, T0)
+    assert len(slot_items(ddb, TENANT)) == 1
 
 
 # --- what DynamoDB may answer that moto does not ---
 
 
-class CancellingClient:
-    """Cancels the next transactions with the given reason codes (one list per transaction),
-    as DynamoDB does under contention or throttling; then passes calls through."""
+class ThrottlingPuts:
+    """Throttles the `at`-th put_item, as DynamoDB does past a partition's or table's rate."""
 
-    def __init__(self, inner: Any, *cancellations: list[str]) -> None:
+    def __init__(self, inner: Any, at: int) -> None:
         self._inner = inner
-        self.cancellations = list(cancellations)
-        self.transactions = 0
+        self.at = at
+        self.puts = 0
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
-        if name != "transact_write_items":
+        if name != "put_item":
             return attr
 
-        def transact(**kwargs: Any) -> Any:
-            self.transactions += 1
-            if self.cancellations:
-                codes = self.cancellations.pop(0)
+        def put(**kwargs: Any) -> Any:
+            self.puts += 1
+            if self.puts == self.at:
                 raise ClientError(
-                    {
-                        "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
-                        "CancellationReasons": [{"Code": c} for c in codes],
-                    },
-                    "TransactWriteItems",
+                    {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
+                    "PutItem",
                 )
             return attr(**kwargs)
 
-        return transact
+        return put
 
 
-def test_a_transaction_conflict_on_the_slot_is_retried_and_one_on_the_run_rereads_it(ddb):
-    cancelling = CancellingClient(ddb, ["TransactionConflict", "None"], ["None", "TransactionConflict"])
-    runs = RunStore(cancelling, RUNS.default_name, 4)
-    (run,) = insert(runs, "j_conflict")
-    leased = TenantSlots(runs, 2).claim(run, claim_change(T0), now=T0)
-    assert leased.state is RunState.LEASED and cancelling.transactions == 3
-
-
-def test_a_throttled_claim_is_a_storage_error_not_a_full_tenant(ddb):
-    runs = RunStore(CancellingClient(ddb, ["None", "ThrottlingError"]), RUNS.default_name, 4)
-    (run,) = insert(runs, "j_throttled")
+@pytest.mark.parametrize("at", [1, 2])
+def test_a_throttled_claim_is_a_storage_error_not_a_full_tenant(ddb, at):
+    runs = RunStore(ThrottlingPuts(ddb, at), RUNS.default_name, 4)
+    (run,) = insert(RunStore(ddb, RUNS.default_name, 4), f"j_throttled{at}")
     with pytest.raises(StorageUnavailable):
         TenantSlots(runs, 2).claim(run, claim_change(T0), now=T0)
+    assert slotted(ddb, TENANT, T0)
 
 
 class ConflictingWrites:
@@ -531,7 +676,7 @@ class ConflictingWrites:
         return write
 
 
-def test_a_run_write_that_meets_a_claim_transaction_is_sent_again(ddb):
+def test_a_run_write_that_meets_a_transaction_is_sent_again(ddb):
     plain = RunStore(ddb, RUNS.default_name, 4)
     (run,) = insert(plain, "j_meets")
     runs = RunStore(ConflictingWrites(ddb, 2), RUNS.default_name, 4)
@@ -634,7 +779,7 @@ def test_a_claim_given_holders_that_changed_since_reads_them_again(runs, ddb, mo
         return real(tenant)
 
     monkeypatch.setattr(slots, "holders", counted)
-    # The stale read offers slot 0: the transaction refuses it, the claim reads the slots
+    # The stale read offers slot 0: its conditional put refuses it, the claim reads the slots
     # again and finds the tenant at its limit. Nothing of the first run is written.
     with pytest.raises(TenantAtLimit):
         slots.claim(first, claim_change(T0), now=T0, holders=read_before)
@@ -721,14 +866,14 @@ def test_limit_zero_is_no_limit_and_writes_no_slot(ddb):
     assert slot_items(ddb, TENANT) == []
 
 
-def test_a_claim_under_the_limit_is_one_query_and_one_transaction_and_a_release_one_delete(ddb):
+def test_a_claim_under_the_limit_is_one_query_and_two_puts_and_a_release_one_delete(ddb):
     counting = CountingClient(ddb)
     runs = RunStore(counting, RUNS.default_name, 4)
     slots = TenantSlots(runs, 5)
     (run,) = insert(runs, "j_cost")
     counting.calls.clear()
     leased = claim(slots, run, T0)
-    assert counting.calls == ["query", "transact_write_items"]
+    assert counting.calls == ["query", "put_item", "put_item"]
     done = runs.commit(leased, lambda r: lifecycle.succeed(r, now=T0, actor="w", result=None), holder=True)
     counting.calls.clear()
     assert slots.release(done)
@@ -742,13 +887,7 @@ def test_release_refuses_a_run_still_leased(runs):
         slots.release(claim(slots, run, T0))
 
 
-def test_local_modes_transaction_rollback_undoes_a_refused_takeover(runs, ddb):
-    """Local mode replaces moto's whole-table backup with a snapshot of the items a transaction
-    names (jobsched_local.moto_transactions); a takeover refused by its ConditionCheck must
-    leave the slot and both runs as they were."""
-    from jobsched_local.moto_transactions import install
-
-    install()
+def test_a_takeover_refused_for_a_live_holder_writes_only_the_slots_hint(runs, ddb):
     slots = TenantSlots(runs, 1)
     first, second = insert(runs, "j_lm1", "j_lm2")
     holder = claim(slots, first, T0)

@@ -1,4 +1,5 @@
-"""Properties of the tenant slots, on moto, over random sequences of claims, renewals,
+"""Properties of the tenant slots, on moto, over random sequences of claims (some torn
+between their slot and their run, the run's write landing later or never), renewals,
 completions (with and without their release), the clock moving and the limit changing:
 
 - exact: right after any claim, the tenant's live slotted leases are at most the limit;
@@ -42,11 +43,35 @@ def scan_runs(client: Any, tenant: str) -> list[Run]:
     return [RunStore.from_item(i) for i in items]
 
 
+class TearingClient:
+    """Passes calls through; while `tear` is set, a claim's run write (the put after its
+    slot's) is kept back unsent, in `kept`, and the claimer dies (ConnectionError)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.tear = False
+        self.kept: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != "put_item":
+            return attr
+
+        def put(**kwargs: Any) -> Any:
+            if self.tear and kwargs["Item"]["sk"]["S"].startswith("R#"):
+                self.kept.append(kwargs)
+                raise ConnectionError("the claimer froze before its run write left")
+            return attr(**kwargs)
+
+        return put
+
+
 class SlotMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ddb = boto3.client("dynamodb")
-        self.runs = RunStore(self.ddb, RUNS.default_name, 4)
+        self.tearing = TearingClient(self.ddb)
+        self.runs = RunStore(self.tearing, RUNS.default_name, 4)
         self.tenant = f"t-{uuid.uuid4()}"  # one moto account for all examples: a tenant each
         self.now = T0
         self.limit = 2
@@ -103,6 +128,35 @@ class SlotMachine(RuleBasedStateMachine):
         for holder in holders:
             held = (holder.run_job, holder.run_sk, holder.fence) in alive
             assert held or not holder.worth_checking(cutoff), holder
+
+    @rule(i=st.integers(0, POOL - 1))
+    def claim_torn(self, i: int) -> None:
+        """A claimer that took its slot and froze before its run write left."""
+        run = self.runs.get_by_key(self.keys[i])
+        assert run is not None
+        if not lifecycle.claimable(run, self.now):
+            return
+        change = lambda r: lifecycle.claim(r, now=self.now, owner="w", actor="w", lease_seconds=LEASE)  # noqa: E731
+        self.tearing.tear = True
+        try:
+            self.slots.claim(run, change, now=self.now)
+        except (TenantAtLimit, ConnectionError):
+            pass
+        finally:
+            self.tearing.tear = False
+
+    @rule(data=st.data())
+    def land(self, data: st.DataObject) -> None:
+        """A frozen claimer's run write lands now, however late (its condition still decides)."""
+        if not self.tearing.kept:
+            return
+        request = self.tearing.kept.pop(data.draw(st.integers(0, len(self.tearing.kept) - 1)))
+        try:
+            self.ddb.put_item(**request)
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return
+        if self.limit:
+            assert len(self.live_slotted()) <= self.limit
 
     @rule(i=st.integers(0, POOL - 1))
     def renew(self, i: int) -> None:

@@ -350,7 +350,9 @@ class Attempts:
         except StorageUnavailable:
             return self.give_back(leased, actor=actor)
 
-    def give_back(self, leased: Run, *, actor: str) -> Ending:
+    def give_back(
+        self, leased: Run, *, actor: str, why: str = "the check before its effect could not be made"
+    ) -> Ending:
         """The attempt `leased` just began, given back before its effect (not counted) and the
         run published again after GIVE_BACK_SECONDS, doubled for each earlier give-back (up to
         GIVE_BACK_MAX_SECONDS): what a read or write refused by the store before the effect
@@ -361,10 +363,7 @@ class Attempts:
         StorageUnavailable when every try was refused. Bounded as every wait is: by the run's
         `retry.maxAgeSeconds`."""
         self._metrics.add("AttemptsGivenBack")
-        logger.warning(
-            "attempt given back: the check before its effect could not be made",
-            extra={"run_key": leased.run_key, "fence": leased.fence},
-        )
+        logger.warning(f"attempt given back: {why}", extra={"run_key": leased.run_key, "fence": leased.fence})
         now = self._clock.now()
         doubled = GIVE_BACK_SECONDS * 2 ** min(lifecycle.times_given_back(leased), 10)
         until = now + timedelta(seconds=min(GIVE_BACK_MAX_SECONDS, doubled))
@@ -411,9 +410,15 @@ class Attempts:
         """Before a lease is handed to an external worker: the run to hand out (an at-most-once
         run marked started: the effect may start as soon as it is handed out); or the Ending
         of a run completed with its saved result, or waiting for an earlier attempt's
-        deadline, which is not handed out; or, when the store refused that write, the Ending
-        of the attempt given back (`give_back`). Raises RunChanged if the lease was lost."""
+        deadline, which is not handed out; or the Ending of the attempt given back
+        (`give_back`) when its lease is already over by this clock (a claim that landed
+        late) or the store refused that write. Raises RunChanged if the lease was lost."""
         now = self._clock.now()
+        if not leased.lease_live(now):
+            # The claim landed after its lease ended (store.tenant_slots: its slot may have
+            # been taken over since): no effect may start under it.
+            self._metrics.add("ClaimsLandedLate")
+            return self.give_back(leased, actor=actor, why="its claim landed after its lease had ended")
         verdict = effect_verdict(leased, leased.fence, now)
         try:
             if verdict.decision is EffectDecision.REPLAY:

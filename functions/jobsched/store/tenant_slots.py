@@ -1,13 +1,14 @@
-"""TENANT_CONCURRENCY made exact: a claim takes one of its tenant's slots in the same
-DynamoDB transaction that claims the run, so no number of concurrent claimers, and no index
-lag, can put more than `limit` of a tenant's runs under live leases (or with effects still
-running: see "held" below) at once.
+"""TENANT_CONCURRENCY made exact: a claim takes one of its tenant's slots before it claims
+the run, and a claim that lands after its slot was taken over holds a lease already over,
+so no number of concurrent claimers, and no index lag, can put more than `limit` of a
+tenant's runs under live leases (or with effects still running: see "held" below) at once.
 
 A tenant has `limit` slots, items of the Runs table:
 
     job_id = "slots#" + sha256(tenant)   sk = "S#<index>", 0 <= index < limit
     run_job, run_sk, run_fence           the holder: the run (its key) and the claim's fence
-    lease_until                          the lease that claim wrote (a hint, see below)
+    run_token                            that claim's token (`Run.claim_token`)
+    lease_until                          the lease that claim writes (a hint, see below)
 
 A slot is **held** while its holder run is LEASED under `run_fence` with a lease still live,
 or while the in-progress record of that claim's effect (`effect_fence = run_fence`, until
@@ -15,32 +16,37 @@ or while the in-progress record of that claim's effect (`effect_fence = run_fenc
 for its effect at its timeout, or whose lease expired under it, leaves the effect running,
 and it counts until it has ended (its result saved) or its invocation has. Otherwise the
 slot is free, whether its item is absent (released) or not (a release was lost, the holder
-died). Liveness is the run item's, never the slot's: the hint `lease_until` only says when a
-holder is worth checking (a heartbeat extends the run's lease, not the hint; a release that
-keeps the slot for a running effect moves the hint to the record's end).
+died, its claim never landed). Liveness is the run item's, never the slot's: the hint
+`lease_until` only says when a holder is worth checking (a heartbeat extends the run's
+lease, not the hint; a release that keeps the slot for a running effect moves the hint to
+the record's end).
 
-A claim is one TransactWriteItems of
-  1. the slot's Put: on an absent slot, or over the holder it was read with;
-  2. when that holder is another run: a ConditionCheck on the holder's run item,
-     `NOT (state = LEASED AND fence = :f AND lease_expires_at > :cutoff) AND
-     NOT (effect_fence = :f AND effect_until > :cutoff)`, with cutoff = now - `steal_after`
-     (a lease is taken over only once it has been expired for that long, so a holder whose
-     clock lags by less cannot renew it in between); when the holder is the run being
-     claimed, the claim's own condition (its rev and state) proves that lease over instead
-     (a run cannot be checked and written in one transaction), and its own earlier claim's
-     slot is taken only when that claim's effect record, as read, is closed;
-  3. the run's claim, `RunStore.prepare_put`'s conditional Put (rev and state as read), the
-     run carrying `tenant_slot = index`.
-All three commit or none does: there is no state in which a slot is taken for a claim that
-did not happen, or a claim holds no slot.
+A claim is two conditional Puts, in this order (`TenantSlots._take`):
+  1. the slot's: on an absent slot, or over the holder it was read with, once that holder
+     is judged over (`_holder_over`: its run item, read strongly consistently, shows no
+     live lease and no open effect record under the holder's fence as of now -
+     `steal_after`: a lease is taken over only once it has been expired for that long, so
+     a holder whose clock lags by less cannot renew it in between). A holder is only
+     judged once its hint has passed by `steal_after`, so a claim that has not landed yet
+     (its run still shows an earlier fence) is judged over only when the lease it will
+     write has been over that long. A slot an earlier claim of the same run holds is
+     judged the same way;
+  2. the run's claim, `RunStore.commit`'s conditional Put (rev and state as read), the run
+     carrying `tenant_slot = index` and a lease ending at the slot's hint.
+A claim refused by the run (another writer got there first) deletes the slot it took (on
+its token too, so it never deletes another claim's). A crash between the two, or a refused
+delete, leaves a slot naming a claim that never landed: judged over once its hint has
+passed by `steal_after`. A claim that lands later than that holds a lease already over, so
+its effect never starts and its lease is never handed out (the claimer checks the lease is
+live before either) nor renewed.
 
-What keeps a slot's count exact after the transaction: a holder's lease is only ever
-extended while it is live (`RunStore.extend_lease(..., live_at=now)`, required for a run
-with a `tenant_slot`), so a holder judged dead by a ConditionCheck stays dead; and a fence
-is claimed once, so a run holds at most one live slot.
+What keeps a slot's count exact: a holder's lease is only ever extended while it is live
+(`RunStore.extend_lease(..., live_at=now)`, required for a run with a `tenant_slot`), so a
+holder judged over stays over; a fence is claimed once, so a run holds at most one live
+slot; and an effect record is opened only under a live lease.
 
-Why the Runs table and this key: the claim is a write of the run item, so the transaction
-stays in one table and on the roles that already write runs. No index picks a slot item up
+Why the Runs table and this key: the roles that claim runs already write that table, and a
+lowered limit's move (a Delete and a Put in one transaction) stays in it. No index picks a slot item up
 (none of its attributes is a key of `open`, `dead_by_tenant`, `claimable` or
 `runs_by_tenant`); no listing does (a job's runs are `R#…` sort keys of its own
 partition; the chaos checker's scan, the outbox's stream filter and the stream audit all
@@ -61,16 +67,16 @@ claimed while the limit was 0 hold no slot and are not counted after it is set; 
 with their lease.
 
 Cost, per claim of a tenant under its limit: one consistent Query of the tenant's slot
-partition (the slots held now, ~170 bytes each: 1 read unit up to ~24 held, 3 at 50) and
-one transaction (2 write units for the slot, 2 per KB of the run, where a plain claim pays
-1; a takeover adds 2 for the ConditionCheck); per release one DeleteItem (1 write unit), or,
-for an effect still running, one UpdateItem of the hint and the DeleteItem when it ends.
-A run back from waiting for a slot looks first (the worker: `holders`, then `at_limit`,
-before it reads the run): a look that finds every slot held costs that one Query instead of
-the run's read and the Query, and a look that finds one free hands what it read to `claim`.
-Every claim and release of one tenant writes the same partition key: ~3 write units a run,
-so one tenant's claims top out near 330 a second on one partition's 1,000 WCU/s unless
-DynamoDB splits it for heat.
+partition (the slots held now, ~190 bytes each: 1 read unit up to ~20 held, 3 at 50), the
+slot's Put (1 write unit) and the run's (1 per KB, as a claim without a limit pays); a
+takeover adds one strongly consistent read of the holder's run (1 read unit); per release
+one DeleteItem (1 write unit), or, for an effect still running, one UpdateItem of the hint
+and the DeleteItem when it ends. A run back from waiting for a slot looks first (the
+worker: `holders`, then `at_limit`, before it reads the run): a look that finds every slot
+held costs that one Query instead of the run's read and the Query, and a look that finds
+one free hands what it read to `claim`. Every claim and release of one tenant writes the
+same partition key: 2 write units a run, so one tenant's claims top out near 500 a second
+on one partition's 1,000 WCU/s unless DynamoDB splits it for heat.
 """
 
 from __future__ import annotations
@@ -94,15 +100,14 @@ from .runs import RunChanged, RunStore, key_sk
 
 SLOT_PREFIX = "slots#"
 SLOT_SK_PREFIX = "S#"
-# Transactions a claim sends before it gives up on a tenant whose slots keep changing.
+# Slots a claim tries before it gives up on a tenant whose slots keep changing.
 CLAIM_ATTEMPTS = 8
 # A holder's lease is taken over only this long after it expired (see the module docstring).
 # Two clocks may differ by twice domain.effects.MAX_CLOCK_SKEW: a holder whose clock lags by
 # less can no longer renew a lease judged expired this long ago.
 STEAL_AFTER = 2 * MAX_CLOCK_SKEW
-# Cancellation reasons that mean "the store is throttling": the caller may retry later.
+# Cancellation reasons that mean "the store is throttling" (a lowered limit's moves).
 _THROTTLED = {"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
-_LOST = {"ConditionalCheckFailed", "TransactionConflict"}
 _HOLDER_NAMES = {"#rj": "run_job", "#rs": "run_sk", "#rf": "run_fence"}
 _HOLDER_MATCHES = "#rj = :rj AND #rs = :rs AND #rf = :rf"
 
@@ -130,12 +135,15 @@ class SlotHolder:
     run_sk: str
     fence: int
     lease_until: datetime
+    # The claim's own token (`Run.claim_token`): two claims of one run from one read share
+    # everything else. None on a slot an earlier release wrote, and on a release's own view.
+    token: str | None = None
 
     @classmethod
     def of(cls, run: Run, index: int) -> SlotHolder:
         """The holder a claim of `run` (as written, LEASED) records in slot `index`."""
         assert run.lease_expires_at is not None
-        return cls(index, run.job_id, key_sk(run.run_key), run.fence, run.lease_expires_at)
+        return cls(index, run.job_id, key_sk(run.run_key), run.fence, run.lease_expires_at, run.claim_token)
 
     def item(self, tenant: str) -> dict[str, Any]:
         """The slot item recording this holder."""
@@ -147,6 +155,7 @@ class SlotHolder:
                     "run_sk": self.run_sk,
                     "run_fence": self.fence,
                     "lease_until": format_instant(self.lease_until),
+                    **({"run_token": self.token} if self.token is not None else {}),
                 }
             ),
         }
@@ -175,24 +184,10 @@ class SlotHolder:
 
 
 @dataclass(frozen=True)
-class _Cancelled:
-    """A cancelled transaction: one reason per item, in order, and the error itself."""
-
-    reasons: list[dict[str, Any]]
-    error: ClientError
-
-    def code(self, at: int) -> str:
-        return str(self.reasons[at].get("Code"))
-
-    def item(self, at: int) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = self.reasons[at].get("Item")
-        return item
-
-
-@dataclass(frozen=True)
 class _Take:
     index: int
     over: SlotHolder | None  # the holder the slot is taken from; None for an absent slot
+    own: bool = False  # `over` is an earlier claim of the run being claimed
 
 
 class TenantSlots:
@@ -231,26 +226,31 @@ class TenantSlots:
         holders: list[SlotHolder] | None = None,
     ) -> Run:
         """Write `change(read)` (a claim: it must return the run LEASED, with a lease) if the
-        stored run is still `read` AND one of the tenant's slots is free, both in one write.
+        stored run is still `read` and one of the tenant's slots is free: the slot's
+        conditional Put, then the run's (`_take`).
 
         Takes: the run as read, the claim transition (e.g. `lifecycle.claim(...)` bound to
         its arguments), the claimer's clock `now` (a holder's lease counts as expired
         once `now - steal_after` has passed it), and optionally the tenant's `holders` as
         the caller read them just before: the first try then chooses from those instead of
-        reading them again. A slot taken since is refused by the transaction and the next
-        try reads them afresh; a slot freed since is not seen (holders that leave no slot to
+        reading them again. A slot taken since is refused by its conditional Put and the
+        next try reads them afresh; a slot freed since is not seen (holders that leave no slot to
         try raise TenantAtLimit at once, as a read made then would have).
         Returns: the run as written, with `tenant_slot` set (None when the limit is 0).
         Raises:
           - TenantAtLimit: every slot is held by a live lease (or the slots kept changing
-            under `attempts` transactions): nothing was written; try again later.
+            under `attempts` tries): nothing was written; try again later.
           - RunChanged (with the stored run, None if absent): the run is not as read, as
-            `RunStore.commit` raises; nothing was written.
+            `RunStore.commit` raises; the run was not written, and the slot taken for it
+            is deleted (best effort: see `_take`).
           - TransitionRefused from `change`; StorageUnavailable when the store throttles.
         Guarantees: at no instant do more than `limit` of the tenant's claims made through
-        here hold a live lease or an open effect record (see the module docstring for a lowered limit).
-        The caller must: extend the lease only with `RunStore.extend_lease(run, until,
-        live_at=now)`, and call `release` with the run as written by the transition that
+        here hold a live lease or an open effect record (see the module docstring for a
+        lowered limit).
+        The caller must: start no effect and hand out no lease unless the lease is live by
+        its clock (a claim can land after its own lease has ended, its slot taken over
+        since); extend the lease only with `RunStore.extend_lease(run, until,
+        live_at=now)`; and call `release` with the run as written by the transition that
         takes it out of LEASED."""
         if self.limit == 0:  # no slot: one a run kept from an earlier claim is not its own
             return self._runs.commit(read, lambda r: change(r).model_copy(update={"tenant_slot": None}))
@@ -286,7 +286,7 @@ class TenantSlots:
         read, would find no slot to try and raise TenantAtLimit before any write: every slot
         below the limit is present, none lies past it (a lowered limit: the claim settles
         those), none was taken by a claim of this run (the claim may take it back), and none
-        is worth checking (its hint expired by `now - steal_after`: its holder may be dead).
+        is worth checking (its hint expired by `now - steal_after`: its holder may be over).
         Pure. False says only that a claim must decide: the slots' holders may be live.
         With the limit 0: False (no limit)."""
         if self.limit == 0:
@@ -300,15 +300,21 @@ class TenantSlots:
         )
 
     def _choose(self, holders: list[SlotHolder], read: Run, now: datetime) -> _Take | None:
-        """The slot to try: the run's own (its previous claim's, lease expired), else a random
-        absent one (concurrent claimers spread out), else one whose holder may be dead."""
-        present = {h.index: h for h in holders}
-        mine = [h for h in holders if h.is_run(read)]
-        # Never the one an earlier claim of this run keeps for its effect still running.
-        own = next((h for h in mine if not _effect_open(read, h.fence, now)), None)
+        """The slot to try: the run's own (an earlier claim of it, up to the fence `read`
+        holds, whose effect record is closed), else a random absent one (concurrent claimers
+        spread out), else a random one whose holder may be over (its hint expired by
+        `now - steal_after`), to be judged from its run item."""
+        own = next(
+            (
+                h
+                for h in holders
+                if h.is_run(read) and h.fence <= read.fence and not _effect_open(read, h.fence, now)
+            ),
+            None,
+        )
         if own is not None:
-            return _Take(own.index, own)
-        absent = [i for i in range(self.limit) if i not in present]
+            return _Take(own.index, own, own=True)
+        absent = [i for i in range(self.limit) if i not in {h.index for h in holders}]
         if absent:
             return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
@@ -316,97 +322,137 @@ class TenantSlots:
         return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
     def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
-        """One claim transaction; the run as written, or None to try another slot."""
-        slotted = leased.model_copy(update={"tenant_slot": take.index})
-        write = self._runs.prepare_put(slotted, read, holder=False)
-        slot: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": SlotHolder.of(write.saved, take.index).item(read.tenant),
-        }
-        if take.over is None:
-            slot["ConditionExpression"] = "attribute_not_exists(job_id)"
-        else:
-            slot["ConditionExpression"] = _HOLDER_MATCHES
-            slot["ExpressionAttributeNames"] = _HOLDER_NAMES
-            slot["ExpressionAttributeValues"] = take.over.matches()
-        items: list[dict[str, Any]] = [{"Put": slot}]
-        check_at: int | None = None
-        if take.over is not None and not take.over.is_run(read):
-            check_at = len(items)
-            items.append({"ConditionCheck": self._holder_dead(take.over, now)})
-        run_at = len(items)
-        items.append({"Put": write.request})
-        cancelled = self._transact(items)
-        if cancelled is None:
-            return write.saved
-        if cancelled.code(run_at) == "ConditionalCheckFailed":
-            return write.refused(cancelled.item(run_at), cancelled.error)  # ours, or RunChanged
-        if cancelled.code(run_at) == "TransactionConflict":
-            # Another write of the run is in flight: if it changed the run, say so.
-            current = self._runs.get_by_key(read.run_key)
-            if current is None or current.rev != read.rev:
-                raise RunChanged(f"run {read.run_key} changed concurrently", current)
-            return None
-        if check_at is not None and cancelled.code(check_at) == "ConditionalCheckFailed":
-            assert take.over is not None  # the holder is alive: look elsewhere
-            self._renew_hint(read.tenant, take.over, cancelled.item(check_at))
-            return None
-        if cancelled.code(0) in _LOST or (check_at is not None and cancelled.code(check_at) in _LOST):
-            return None  # the slot went to another claimer, or its holder is being written
-        raise cancelled.error
+        """Take the slot, then claim the run: the run as written, or None to try another slot.
 
-    def _holder_dead(self, holder: SlotHolder, now: datetime) -> dict[str, Any]:
-        """A ConditionCheck that passes unless the holder still holds its lease, or its
-        claim's effect record is still open (as of the cutoff); its refusal returns the
-        holder's run item, whose lease or record end renews the hint."""
-        return {
+        The slot's conditional Put comes first: on an absent slot; over another run's holder
+        as read, once `_holder_over` judged it over; or over an earlier claim of this run
+        (`take.own`), whose lease the claim's own condition (the run's rev as read) proves
+        over. The run's claim is then the plain conditional Put `RunStore.commit` makes, its
+        lease ending at the slot's hint.
+
+        A claim refused by the run (RunChanged) deletes the slot it just took and raises,
+        unless the run as stored is LEASED under an earlier fence (a holder renewed the
+        lease `read` showed expired: the slot, naming a later fence of the run, now counts
+        that holder; see `_holder_over`). Any other failure after the slot's Put leaves it,
+        naming a claim that may or may not have landed: one that did not is judged over once
+        its hint and `steal_after` have passed, and one that landed that late holds a lease
+        already over, which starts no effect (the caller's contract)."""
+        slotted = leased.model_copy(update={"tenant_slot": take.index})
+        mine = SlotHolder.of(slotted, take.index)
+        if take.over is not None and not take.own and not self._holder_over(read.tenant, take.over, now):
+            return None  # the holder is live: look elsewhere
+        if not self._put_slot(read.tenant, mine, take.over):
+            return None  # the slot went to another claimer
+        try:
+            return self._runs.commit(read, lambda _: slotted, holder=False)
+        except RunChanged as exc:
+            current = exc.current
+            if not (
+                current is not None and current.state is RunState.LEASED and current.fence < slotted.fence
+            ):
+                self._drop(read.tenant, mine)
+            raise
+
+    def _put_slot(self, tenant: str, mine: SlotHolder, over: SlotHolder | None) -> bool:
+        """Write `mine` into its slot if the slot is absent (`over` None) or still holds `over`.
+        False when it does not; a refusal that finds `mine` already there (the SDK re-sent a
+        Put the table had applied) is success."""
+        request: dict[str, Any] = {
             "TableName": self._table,
-            "Key": holder.run_key(),
-            "ConditionExpression": (
-                "NOT (#state = :leased AND fence = :f AND lease_expires_at > :cutoff)"
-                " AND NOT (effect_fence = :f AND effect_until > :cutoff)"
-            ),
-            "ExpressionAttributeNames": {"#state": "state"},
-            "ExpressionAttributeValues": to_item(
-                {
-                    ":leased": RunState.LEASED.value,
-                    ":f": holder.fence,
-                    ":cutoff": format_instant(now - self.steal_after),
-                }
-            ),
+            "Item": mine.item(tenant),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
+        if over is None:
+            request["ConditionExpression"] = "attribute_not_exists(job_id)"
+        else:
+            request["ConditionExpression"] = _HOLDER_MATCHES
+            request["ExpressionAttributeNames"] = _HOLDER_NAMES
+            request["ExpressionAttributeValues"] = over.matches()
+        with translated_errors():
+            try:
+                retry_conflicts(lambda: self._db.put_item(**request))
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                stored: Any = exc.response.get("Item")
+                return bool(stored) and _holder(stored) == mine
+        return True
 
-    def _transact(self, items: list[dict[str, Any]]) -> _Cancelled | None:
-        """Send the transaction: None when it committed, else why it was cancelled. A
-        throttled item is a StorageUnavailable. botocore gives the call a ClientRequestToken,
-        so its own retries of a timed-out request are idempotent for 10 minutes."""
+    def _drop(self, tenant: str, mine: SlotHolder) -> None:
+        """Best effort: delete the slot a claim took for a run write that was refused. One
+        left (the store refused this too) is judged over after its hint and `steal_after`."""
+        try:
+            self._delete(tenant, mine)
+        except StorageUnavailable as exc:
+            logger.warning("tenant slot of a refused claim not deleted", extra={"error": str(exc)})
+
+    def _holder_over(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
+        """Whether the claim `holder` names no longer counts, judged from its run item read
+        strongly consistently at `now`: over unless the run is LEASED under a fence up to the
+        holder's with a lease ending after `now - steal_after`, or holds an effect record of
+        such a fence open after then. (Up to, not only equal to: a claim that took over its
+        own run's earlier slot and then lost to that earlier holder's renewal leaves the slot
+        naming its own fence while the earlier one holds the lease.) A run with no item, or
+        claimed since under a later fence (through another slot), is over for this slot; a
+        claim that never landed is over once its hint has passed by `steal_after`, the only
+        time a holder is judged. A live holder's lease or record end becomes the slot's hint
+        (`_renew_hint`), so claimers do not read it again before it can have ended.
+
+        Sound as the judgement stays true: a lease is only extended while live
+        (`RunStore.extend_lease(..., live_at=now)`), a fence is claimed once, and an effect
+        record is only opened under a live lease."""
+        with translated_errors():
+            item = self._db.get_item(TableName=self._table, Key=holder.run_key(), ConsistentRead=True).get(
+                "Item"
+            )
+        if not item:
+            return True
+        run = RunStore.from_item(item)
+        cutoff = now - self.steal_after
+        leased = (
+            run.state is RunState.LEASED
+            and run.fence <= holder.fence
+            and run.lease_expires_at is not None
+            and run.lease_expires_at > cutoff
+        )
+        recording = (
+            run.effect_fence is not None
+            and run.effect_fence <= holder.fence
+            and run.effect_until is not None
+            and run.effect_until > cutoff
+        )
+        if leased or recording:
+            self._renew_hint(tenant, holder, run)
+            return False
+        return True
+
+    def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """Send the transaction: True when it committed, False when it was cancelled (a
+        condition failed, or a conflict). A throttled item is a StorageUnavailable.
+        botocore gives the call a ClientRequestToken, so its own retries of a timed-out
+        request are idempotent for 10 minutes."""
         with translated_errors():
             try:
                 self._db.transact_write_items(TransactItems=items)
-                return None
+                return True
             except ClientError as exc:
                 if error_code(exc) != "TransactionCanceledException":
                     raise
                 found: Any = exc.response.get("CancellationReasons") or []
-                reasons: list[dict[str, Any]] = list(found)
-                if len(reasons) != len(items):
-                    raise
-                if any(r.get("Code") in _THROTTLED for r in reasons):
+                if any(r.get("Code") in _THROTTLED for r in found):
                     raise StorageUnavailable("the store is throttling; retry with backoff") from exc
-                return _Cancelled(reasons, exc)
+                return False
 
-    def _renew_hint(self, tenant: str, holder: SlotHolder, run_item: dict[str, Any] | None) -> None:
-        """The holder is alive (its lease renewed, or its effect still running): move the
+    def _renew_hint(self, tenant: str, holder: SlotHolder, run: Run) -> None:
+        """The holder is live (its lease renewed, or its effect still running): move the
         slot's hint to the later of its lease and its effect record's end, so claimers do not
         check this holder again before it can have ended. Best effort."""
-        data = from_item(run_item) if run_item else {}
-        ends = [data.get("lease_expires_at")]
-        if data.get("effect_fence") == holder.fence:  # another claim's record is not this holder's
-            ends.append(data.get("effect_until"))
-        known = [end for end in ends if isinstance(end, str)]
+        ends = [run.lease_expires_at]
+        if run.effect_fence is not None and run.effect_fence <= holder.fence:  # a later claim's is not
+            ends.append(run.effect_until)
+        known = [end for end in ends if end is not None]
         if known:
-            self._raise_hint(tenant, holder, max(known))
+            self._raise_hint(tenant, holder, format_instant(max(known)))
 
     def _raise_hint(self, tenant: str, holder: SlotHolder, until: str) -> None:
         """Set the slot's hint to `until` if the holder still holds it and the hint is earlier."""
@@ -449,21 +495,9 @@ class TenantSlots:
         return changed
 
     def _reap(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
-        """Delete the slot if its holder is dead (as a takeover would judge it)."""
-        delete = {
-            "TableName": self._table,
-            "Key": slot_key(tenant, holder.index),
-            "ConditionExpression": _HOLDER_MATCHES,
-            "ExpressionAttributeNames": _HOLDER_NAMES,
-            "ExpressionAttributeValues": holder.matches(),
-        }
-        check = self._holder_dead(holder, now)
-        cancelled = self._transact([{"Delete": delete}, {"ConditionCheck": check}])
-        if cancelled is None:
-            return True
-        if cancelled.code(1) == "ConditionalCheckFailed":
-            self._renew_hint(tenant, holder, cancelled.item(1))
-        return False
+        """Delete the slot if its holder is over (as a takeover judges it: `_holder_over`)
+        and still holds it."""
+        return self._holder_over(tenant, holder, now) and self._delete(tenant, holder)
 
     def _move(self, tenant: str, holder: SlotHolder, to: int) -> bool:
         """Move a holder's slot to the absent index `to`, in one transaction (its `release`
@@ -480,7 +514,7 @@ class TenantSlots:
             "Item": replace(holder, index=to).item(tenant),
             "ConditionExpression": "attribute_not_exists(job_id)",
         }
-        return self._transact([{"Delete": delete}, {"Put": put}]) is None
+        return self._transact([{"Delete": delete}, {"Put": put}])
 
     # --- releasing ---
 
@@ -540,16 +574,23 @@ class TenantSlots:
             return False
 
     def _delete(self, tenant: str, holder: SlotHolder) -> bool:
-        """Delete the slot if `holder` still holds it; False if it does not."""
+        """Delete the slot if `holder` still holds it (its claim's token too, when `holder`
+        names one); False if it does not."""
+        condition, values = _HOLDER_MATCHES, holder.matches()
+        names = dict(_HOLDER_NAMES)
+        if holder.token is not None:
+            condition += " AND #rt = :rt"
+            names["#rt"] = "run_token"
+            values = {**values, **to_item({":rt": holder.token})}
         try:
             with translated_errors():
                 retry_conflicts(
                     lambda: self._db.delete_item(
                         TableName=self._table,
                         Key=slot_key(tenant, holder.index),
-                        ConditionExpression=_HOLDER_MATCHES,
-                        ExpressionAttributeNames=_HOLDER_NAMES,
-                        ExpressionAttributeValues=holder.matches(),
+                        ConditionExpression=condition,
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=values,
                     )
                 )
         except ClientError as exc:
@@ -593,6 +634,7 @@ def _holder(item: dict[str, Any]) -> SlotHolder | None:
             str(data["run_sk"]),
             int(data["run_fence"]),
             parse_instant(str(data["lease_until"])),
+            str(data["run_token"]) if "run_token" in data else None,
         )
     except (KeyError, ValueError, TypeError):
         # Not a slot this version writes. Left out, its index looks absent, and a claim's
