@@ -103,6 +103,8 @@ class Settings(BaseModel):
     horizon_seconds: int = Field(120, alias="HORIZON_SECONDS", ge=1, le=3600)
     # A job due within the horizon gets its runs this far ahead in one sweep (horizon..3600).
     sweep_ahead_seconds: int = Field(300, alias="SWEEP_AHEAD_SECONDS", le=3600, validate_default=True)
+    # Finished runs expire (TTL) this long after they end; the target and payload a job update
+    # replaced, this long and 15 days more after the update (services.definitions).
     retention_days: int = Field(30, alias="RETENTION_DAYS", ge=1, le=3650)
     max_jobs_per_tenant: int = Field(
         10_000, alias="MAX_JOBS_PER_TENANT", ge=0

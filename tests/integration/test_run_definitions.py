@@ -166,6 +166,48 @@ def test_runs_made_before_an_update_run_with_their_version_and_later_runs_with_t
     assert [j["jobId"] for j in api.get("/v1/jobs").body["items"]] == [job.job_id]
 
 
+def snapshot_item(job_id, version):
+    return boto3.client("dynamodb").get_item(
+        TableName=DEFINITIONS.default_name,
+        Key={"job_id": {"S": definition_id(job_id, version)}},
+        ConsistentRead=True,
+    )["Item"]
+
+
+def test_a_replaced_definition_expires_after_every_run_made_from_it_can_need_it(
+    container, clock, worker, receiver, api
+):
+    """The definition an update replaces carries the table's TTL from the update's own write:
+    the runs' retention (30 days here) and 15 days more, the longest a run made before the
+    update may stay open after it (maxAgeSeconds at most 14 days, and a day)."""
+    job, (_, at_0801, _) = every_minute(
+        container, target=http(receiver, 1), payload=PAYLOAD, retry={"maxAgeSeconds": 14 * 86400}
+    )
+    clock.advance(30)
+    replaced_at = clock.now()
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    expires_at = int(snapshot_item(job.job_id, 1)["expires_at"]["N"])
+    assert container.settings.retention_days == 30
+    assert expires_at == int((replaced_at + timedelta(days=30 + 15)).timestamp())
+
+    # A run made from it that runs as late as its maxAgeSeconds allows still finds it, and
+    # is deleted before it.
+    clock.advance(14 * 86400 - 120)
+    assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.SUCCEEDED
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
+    item, _ = raw_item(at_0801)
+    assert int(item["expires_at"]["N"]) < expires_at
+
+    # A later update stores the definition it replaces with its own expiry; the earlier
+    # one keeps its own.
+    clock.advance(3600)
+    patch(api, job.job_id, 2, {"payload": {"v": 3}})
+    assert int(snapshot_item(job.job_id, 2)["expires_at"]["N"]) == int(
+        (clock.now() + timedelta(days=45)).timestamp()
+    )
+    assert int(snapshot_item(job.job_id, 1)["expires_at"]["N"]) == expires_at
+
+
 def test_an_update_that_keeps_the_target_and_payload_keeps_the_definition_and_stores_no_copy(
     container, clock, worker, receiver, api, monkeypatch
 ):
@@ -278,6 +320,8 @@ def test_a_run_item_that_holds_its_own_definition_still_reads_and_runs(
     # rewrote during a deploy); these old runs hold their own.
     kept_target, kept_payload = container.definitions.definition(job.job_id, 1)
     assert (kept_target.url, kept_payload) == (receiver.url("/ok?v=1"), PAYLOAD)
+    expiry = clock.now() + timedelta(days=container.settings.retention_days + 15)
+    assert int(snapshot_item(job.job_id, 1)["expires_at"]["N"]) == int(expiry.timestamp())
     clock.advance(60)
     assert worker.process(delivery(old)).outcome is AttemptOutcome.SUCCEEDED
     assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
