@@ -256,6 +256,28 @@ def test_a_run_whose_definition_is_found_nowhere_dies_saying_so_and_runs_nothing
     assert container.metrics.total("DefinitionsMissing") == 1
 
 
+def test_a_runs_detail_says_when_its_definition_is_no_longer_available(container, clock, receiver, api):
+    job, (at_0800, _, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    assert run_view(api, at_0800)["definitionAvailable"] is True
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    boto3.client("dynamodb").delete_item(
+        TableName=DEFINITIONS.default_name, Key={"job_id": {"S": definition_id(job.job_id, 1)}}
+    )
+    shown = run_view(api, at_0800)
+    assert shown["definitionAvailable"] is False
+    assert (shown["target"], shown["payload"]) == (None, None)  # not the run's: none to show
+    # A run of the job's current version shows its definition; one with no target and a null
+    # payload shows nulls that are its own.
+    clock.advance(180)
+    container.sweeper.sweep()
+    current = run_view(api, container.runs.get_by_key(f"{job.job_id}@2026-11-02T08:04:00Z"))
+    assert current["definitionAvailable"] is True and current["payload"] == NEW_PAYLOAD
+    _, (own, _, _) = every_minute(container, type="ok", target=None, payload=None)
+    shown_own = run_view(api, own)
+    assert shown_own["definitionAvailable"] is True
+    assert (shown_own["target"], shown_own["payload"]) == (None, None)
+
+
 def test_an_external_worker_leases_each_run_with_the_payload_of_its_version(container, clock, api):
     job, (at_0800, at_0801, _) = every_minute(container, type="ext", payload=PAYLOAD)
     patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})

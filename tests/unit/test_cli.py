@@ -718,6 +718,15 @@ def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.Capt
         "2026-11-02T08:59:00Z  sweeper   -       PENDING        0        0  -      -",
         "2026-11-02T09:00:01Z  worker:w  LEASED  SUCCEEDED      1        1  -      -",
     ]
+    # A run whose definition is stored nowhere any more says so beside its null target.
+    stub.routes[("GET", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z")] = (
+        200,
+        {**run, "definitionAvailable": False},
+        {},
+    )
+    assert main(["--endpoint", stub.url, "runs", "get", run_key]) == 0
+    lines = capsys.readouterr().out.split("\n\ntransitions:\n")[0].splitlines()
+    assert "definitionAvailable  false" in lines and "target               -" in lines
 
 
 def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
@@ -816,7 +825,14 @@ class FakeRuns:
 
     def list_runs(self, job_id: str, **kw: Any) -> RunList:
         items = sorted(self.runs.values(), key=lambda r: r["scheduledFor"], reverse=True)
-        detail_only = {"target", "payload", "attempts", "transitions", "historyDropped"}
+        detail_only = {
+            "target",
+            "payload",
+            "definitionAvailable",
+            "attempts",
+            "transitions",
+            "historyDropped",
+        }
         shown = [{k: v for k, v in r.items() if k not in detail_only} for r in items]
         return RunList.model_validate({"items": shown, "nextCursor": None})
 
