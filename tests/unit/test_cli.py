@@ -751,6 +751,21 @@ def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[st
     assert stub.requests[2]["body"] == {"reason": "fixed"}
 
 
+def test_an_answer_not_of_the_documented_shape_exits_1_with_one_line(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A success whose body the client cannot read (UnexpectedResponse): one line naming what
+    is wrong, as for any other error, and no traceback."""
+    stub.routes[("GET", "/v1/jobs/j_abc")] = (200, {**JOB, "version": "four", "name": None}, {})
+    assert main(["--endpoint", stub.url, "jobs", "get", "j_abc"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "error: 200: the answer is not the documented shape: name: Input should be a valid string;"
+        " version: Input should be a valid integer, unable to parse string as an integer"
+    ]
+
+
 def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--endpoint", "http://127.0.0.1:1", "jobs", "list"]) == 1
     assert capsys.readouterr().err.startswith("error: cannot reach http://127.0.0.1:1")
