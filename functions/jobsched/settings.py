@@ -103,6 +103,8 @@ class Settings(BaseModel):
     horizon_seconds: int = Field(120, alias="HORIZON_SECONDS", ge=1, le=3600)
     # A job due within the horizon gets its runs this far ahead in one sweep (horizon..3600).
     sweep_ahead_seconds: int = Field(300, alias="SWEEP_AHEAD_SECONDS", le=3600, validate_default=True)
+    # Finished runs expire (TTL) this long after they end; the target and payload a job update
+    # replaced, this long and 15 days more after the update (services.definitions).
     retention_days: int = Field(30, alias="RETENTION_DAYS", ge=1, le=3650)
     max_jobs_per_tenant: int = Field(
         10_000, alias="MAX_JOBS_PER_TENANT", ge=0
@@ -136,6 +138,11 @@ class Settings(BaseModel):
     # Where a rule's reconciler pass sends its shard's second tick of the minute
     # (store.second_ticks). None: no second tick (local mode ticks every 30 s itself).
     second_tick_queue_url: str | None = Field(None, alias="SECOND_TICK_QUEUE_URL", min_length=1)
+    # The scheduler's queues that no other setting names, as no function sends to or takes
+    # from them: the dead letters and failure destinations of its other paths (the
+    # notifications DLQ, the outbox's and events consumer's failed stream batches, the ticks
+    # EventBridge could not deliver) and local mode's events tail. Read by own_names only.
+    own_queue_urls: Names = Field((), alias="OWN_QUEUE_URLS")
     # Set by Lambda itself (SET_BY_LAMBDA: a reserved name no stack may set): the API links
     # each transition's X-Ray trace to this region's console.
     aws_region: str | None = Field(None, alias="AWS_REGION")
@@ -203,11 +210,15 @@ class Settings(BaseModel):
     def own_names(self) -> OwnNames:
         """The scheduler's own resources, which no grant reaches (domain.grants.OwnNames): the
         stack's names beside its grants parameter, and the bus and every queue these settings
-        name, so local mode's are protected as the stack's are."""
+        name (the run queues, their DLQs, the notifications and second-tick queues and
+        `own_queue_urls`), so a scheduler's queues are protected whatever they are called
+        (local mode's, or those of a scheduler inside another stack, which are not
+        `<name>-…`)."""
         queues = (
             *self.queue_urls.values(),
             *self.dlq_urls.values(),
             *(url for url in (self.notifications_queue_url, self.second_tick_queue_url) if url),
+            *self.own_queue_urls,
         )
         return OwnNames.beside(self.target_grants_parameter, buses=(self.event_bus_name,), queues=queues)
 

@@ -102,6 +102,7 @@ class Container:
             authorize_target=self.target_authority.check_write,
             first_pass=self.materializer.first_pass,
             run_request=self.runs.insert_request,
+            run_retention=self.runs.retention,
         )
 
     @cached_property

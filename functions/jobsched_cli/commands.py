@@ -285,7 +285,8 @@ def cmd_runs_get(ctx: Context, args: argparse.Namespace) -> int:
 
     def human() -> str:
         shown = wire(run)
-        skip = {"attempts", "transitions"}
+        # `definitionAvailable` only when it is false: then `target` and `payload` are not the run's.
+        skip = {"attempts", "transitions"} | ({"definitionAvailable"} if run.definition_available else set())
         fields = format_fields((k, v) for k, v in shown.items() if k not in skip)
         rows = [
             (

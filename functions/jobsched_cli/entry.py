@@ -1,13 +1,14 @@
 """The `jobsched` command: local mode, and a client for the HTTP API.
 
-Exit codes: 0 ok, 1 the API answered with an error (or could not be reached), 2 usage."""
+Exit codes: 0 ok, 1 the API answered with an error or with a body not of the documented shape
+(or could not be reached), 2 usage."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from jobsched.client import ApiError, ApiUnreachable, SigningUnavailable
+from jobsched.client import ApiError, ApiUnreachable, SigningUnavailable, UnexpectedResponse
 from pydantic import ValidationError
 
 from .args import build_parser
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         # A body the client refused before sending it: reported as the API reports it.
         print(format_api_error(refused_here(exc)), file=sys.stderr)
         return 1
-    except ApiUnreachable as exc:
+    except (ApiUnreachable, UnexpectedResponse) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

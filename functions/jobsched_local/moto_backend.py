@@ -154,9 +154,12 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
-def provision(endpoint_url: str, region: str) -> dict[str, Any]:
+def provision(endpoint_url: str | None, region: str) -> dict[str, Any]:
     """Create every table (with TTL) and every queue with its DLQ and redrive policy, from the
-    shared schema. Returns the names and URLs the functions need."""
+    shared schema, on the moto server at `endpoint_url` (None: boto3's own endpoints, which an
+    in-process moto serves). Returns the names and URLs the functions need, and in
+    `own_queue_urls` those of the queues no function sends to (the notifications DLQ and the
+    events tail), which no tenant target may name either (Settings.own_queue_urls)."""
     ddb = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name=region)
     sqs = boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
     tables: dict[str, str] = {}
@@ -172,7 +175,10 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
         if spec.stream:
             streams[spec.logical_id] = description["LatestStreamArn"]
     queue_urls, dlq_urls, queue_arns = create_queues(sqs)
-    notifications_url, notifications_arn = create_notifications_queue(sqs)
+    notifications_url, notifications_arn, notifications_dlq_url = create_notifications_queue(sqs)
+    events_tail_url = create_event_bus(
+        boto3.client("events", endpoint_url=endpoint_url, region_name=region), sqs
+    )
     return {
         "notifications_url": notifications_url,
         "notifications_arn": notifications_arn,
@@ -181,9 +187,8 @@ def provision(endpoint_url: str, region: str) -> dict[str, Any]:
         "queue_urls": queue_urls,
         "dlq_urls": dlq_urls,
         "queue_arns": queue_arns,
-        "events_tail_url": create_event_bus(
-            boto3.client("events", endpoint_url=endpoint_url, region_name=region), sqs
-        ),
+        "events_tail_url": events_tail_url,
+        "own_queue_urls": (notifications_dlq_url, events_tail_url),
     }
 
 
@@ -194,8 +199,8 @@ NOTIFICATIONS_VISIBILITY_SECONDS = 30  # local mode retries a failed delivery so
 NOTIFICATIONS_MAX_RECEIVES = 5
 
 
-def create_notifications_queue(sqs: Any) -> tuple[str, str]:
-    """The notifications queue (services.notifications) with its DLQ: (URL, ARN)."""
+def create_notifications_queue(sqs: Any) -> tuple[str, str, str]:
+    """The notifications queue (services.notifications) with its DLQ: (URL, ARN, the DLQ's URL)."""
     dlq_url = sqs.create_queue(QueueName=NOTIFICATIONS_DLQ)["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
@@ -209,7 +214,7 @@ def create_notifications_queue(sqs: Any) -> tuple[str, str]:
         },
     )["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    return str(url), str(arn)
+    return str(url), str(arn), str(dlq_url)
 
 
 def create_event_bus(events: Any, sqs: Any) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import boto3
 from jobsched.domain.events import RunEventsLevel
+from jobsched.settings import Settings
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
 
 from .config import LocalConfig
@@ -182,12 +183,7 @@ class LocalRuntime:
         """What the stack's function configuration provides, pointed at the moto server."""
         assert self.moto is not None
         config = self.config
-        runtime = config.runtime_settings(
-            queue_urls=self.resources["queue_urls"],
-            dlq_urls=self.resources["dlq_urls"],
-            notifications_queue_url=self.resources["notifications_url"],
-            endpoint_url=self.moto.url,
-        )
+        runtime = local_settings(config, self.resources, self.moto.url)
         env = {
             **runtime.lambda_environment(),  # as the stack generates it, table names local
             "AWS_DEFAULT_REGION": config.region,
@@ -205,6 +201,18 @@ class LocalRuntime:
         settings.settings.cache_clear()
         aws.client.cache_clear()
         wiring.override(None)
+
+
+def local_settings(config: LocalConfig, resources: dict[str, Any], endpoint_url: str | None) -> Settings:
+    """The settings local mode's functions run with: `config`'s, pointed at the queues
+    `provision` made (`resources`) on the moto server at `endpoint_url`."""
+    return config.runtime_settings(
+        queue_urls=resources["queue_urls"],
+        dlq_urls=resources["dlq_urls"],
+        notifications_queue_url=resources["notifications_url"],
+        own_queue_urls=resources["own_queue_urls"],
+        endpoint_url=endpoint_url,
+    )
 
 
 def _scheduled_event() -> dict[str, Any]:

@@ -15,14 +15,18 @@ from jobsched.cdk.config import UNRESERVED_MINIMUM, Config, ConfigError
 from jobsched.cdk.names import (
     DEPLOY_ONLY,
     EVENT_BUS_ID,
+    EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
     FUNCTIONS_DIR,
+    NOTIFICATIONS_DLQ_ID,
     NOTIFICATIONS_QUEUE_ID,
+    OUTBOX_FAILURE_QUEUE_ID,
     PYTHON_VERSION,
     RECONCILER,
     RUNTIME_PACKAGE,
     SECOND_TICK_QUEUE_ID,
     SWEEPER,
+    TICK_FAILURE_QUEUE_ID,
     code_asset_packages,
     dlq_logical_id,
     queue_logical_id,
@@ -170,10 +174,40 @@ def test_variables_point_at_the_right_resources(synth, config):
 
 
 def _with_refs(settings_env: dict[str, str]) -> dict[str, object]:
-    """Placeholder resource names `ref:LogicalId` as the template writes them."""
-    return {
-        k: {"Ref": v.removeprefix("ref:")} if v.startswith("ref:") else v for k, v in settings_env.items()
-    }
+    """Placeholder resource names `ref:LogicalId` as the template writes them, a list of them
+    (`ref:A,ref:B`) joined."""
+
+    def written(value: str) -> object:
+        if not value.startswith("ref:"):
+            return value
+        refs = [{"Ref": part.removeprefix("ref:")} for part in value.split(",")]
+        if len(refs) == 1:
+            return refs[0]
+        return {"Fn::Join": ["", [item for ref in refs for item in (",", ref)][1:]]}
+
+    return {k: written(v) for k, v in settings_env.items()}
+
+
+def _refs(value: object) -> set[str]:
+    """The logical id of every `{"Ref": ...}` inside a template value."""
+    if isinstance(value, dict):
+        if set(value) == {"Ref"}:
+            return {str(value["Ref"])}
+        return {ref for inner in value.values() for ref in _refs(inner)}
+    if isinstance(value, list):
+        return {ref for inner in value for ref in _refs(inner)}
+    return set()
+
+
+def test_every_queue_of_the_stack_is_named_in_every_functions_settings(synth):
+    """No tenant target may name a queue of the scheduler's (Settings.own_names): the
+    functions' settings name every queue the stack makes, the failure and dead-letter queues
+    of every path included, which a scheduler inside another stack does not name `<name>-…`."""
+    queues = set(synth.of_type("AWS::SQS::Queue"))
+    assert len(queues) == 2 * len(QUEUES) + 6  # the run queues, their DLQs and six of the others
+    for logical_id, function in synth.of_type("AWS::Lambda::Function").items():
+        named = _refs(function["Properties"]["Environment"]["Variables"])
+        assert not queues - named, (logical_id, sorted(queues - named))
 
 
 @pytest.mark.parametrize(
@@ -210,6 +244,15 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         event_source_name=built.stack.stack_name,
         notifications_queue_url="ref:" + NOTIFICATIONS_QUEUE_ID,
         second_tick_queue_url="ref:" + SECOND_TICK_QUEUE_ID,
+        own_queue_urls=tuple(
+            "ref:" + logical_id
+            for logical_id in (
+                OUTBOX_FAILURE_QUEUE_ID,
+                EVENTS_FAILURE_QUEUE_ID,
+                NOTIFICATIONS_DLQ_ID,
+                TICK_FAILURE_QUEUE_ID,
+            )
+        ),
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

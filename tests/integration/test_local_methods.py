@@ -99,3 +99,36 @@ def test_a_console_path_answers_as_the_console_does(front, method):
     assert headers["content-type"].startswith("text/plain")
     status, headers, body = send(front, "HEAD", "/console/", key=None)
     assert status == 200 and body == b"" and headers["content-type"].startswith("text/html")
+
+
+# A literal segment takes precedence over a path parameter, as API Gateway matches resources:
+# `/v1/jobs/batch` is its own resource (POST), though `/v1/jobs/{id}` would match it too.
+ALLOWED = [
+    ("/v1/jobs/batch", "POST"),
+    ("/v1/jobs/j_0123456789abcdef", "DELETE, GET, PATCH"),
+    ("/v1/jobs/j_0123456789abcdef/runs", "GET"),
+    ("/v1/jobs/j_0123456789abcdef/pause", "POST"),
+    ("/v1/runs/j_0123456789abcdef@2026-11-02T08:00:00Z", "GET"),
+    ("/v1/runs", "GET"),
+    ("/v1/leases/j_0123456789abcdef@2026-11-02T08:00:00Z/heartbeat", "POST"),
+    ("/v1/dead-letters/redrive", "POST"),
+]
+
+
+@pytest.mark.parametrize(("path", "allowed"), ALLOWED)
+def test_a_405_names_the_methods_of_the_resource_the_path_is(front, path, allowed):
+    for method in ("PUT", "TRACE"):
+        status, headers, body = send(front, method, path)
+        assert (status, headers["allow"]) == (405, allowed), (method, body)
+        assert json.loads(body)["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
+def test_a_method_of_a_less_specific_resource_is_its_405_not_that_resources_route(front, method):
+    """`/v1/jobs/batch` is not job `batch`: a method `/v1/jobs/{id}` takes is no job's there."""
+    status, headers, body = send(front, method, "/v1/jobs/batch")
+    assert (status, headers["allow"]) == (405, "POST"), body
+    assert json.loads(body) == {
+        "code": "method_not_allowed",
+        "message": f"/v1/jobs/batch does not take {method}; it takes POST",
+    }

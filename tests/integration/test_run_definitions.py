@@ -166,6 +166,48 @@ def test_runs_made_before_an_update_run_with_their_version_and_later_runs_with_t
     assert [j["jobId"] for j in api.get("/v1/jobs").body["items"]] == [job.job_id]
 
 
+def snapshot_item(job_id, version):
+    return boto3.client("dynamodb").get_item(
+        TableName=DEFINITIONS.default_name,
+        Key={"job_id": {"S": definition_id(job_id, version)}},
+        ConsistentRead=True,
+    )["Item"]
+
+
+def test_a_replaced_definition_expires_after_every_run_made_from_it_can_need_it(
+    container, clock, worker, receiver, api
+):
+    """The definition an update replaces carries the table's TTL from the update's own write:
+    the runs' retention (30 days here) and 15 days more, the longest a run made before the
+    update may stay open after it (maxAgeSeconds at most 14 days, and a day)."""
+    job, (_, at_0801, _) = every_minute(
+        container, target=http(receiver, 1), payload=PAYLOAD, retry={"maxAgeSeconds": 14 * 86400}
+    )
+    clock.advance(30)
+    replaced_at = clock.now()
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    expires_at = int(snapshot_item(job.job_id, 1)["expires_at"]["N"])
+    assert container.settings.retention_days == 30
+    assert expires_at == int((replaced_at + timedelta(days=30 + 15)).timestamp())
+
+    # A run made from it that runs as late as its maxAgeSeconds allows still finds it, and
+    # is deleted before it.
+    clock.advance(14 * 86400 - 120)
+    assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.SUCCEEDED
+    assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]
+    item, _ = raw_item(at_0801)
+    assert int(item["expires_at"]["N"]) < expires_at
+
+    # A later update stores the definition it replaces with its own expiry; the earlier
+    # one keeps its own.
+    clock.advance(3600)
+    patch(api, job.job_id, 2, {"payload": {"v": 3}})
+    assert int(snapshot_item(job.job_id, 2)["expires_at"]["N"]) == int(
+        (clock.now() + timedelta(days=45)).timestamp()
+    )
+    assert int(snapshot_item(job.job_id, 1)["expires_at"]["N"]) == expires_at
+
+
 def test_an_update_that_keeps_the_target_and_payload_keeps_the_definition_and_stores_no_copy(
     container, clock, worker, receiver, api, monkeypatch
 ):
@@ -212,6 +254,28 @@ def test_a_run_whose_definition_is_found_nowhere_dies_saying_so_and_runs_nothing
     assert last.error_class == "DefinitionMissing"
     assert f"job {job.job_id} from version 1" in last.error_message
     assert container.metrics.total("DefinitionsMissing") == 1
+
+
+def test_a_runs_detail_says_when_its_definition_is_no_longer_available(container, clock, receiver, api):
+    job, (at_0800, _, _) = every_minute(container, target=http(receiver, 1), payload=PAYLOAD)
+    assert run_view(api, at_0800)["definitionAvailable"] is True
+    patch(api, job.job_id, 1, {"payload": NEW_PAYLOAD})
+    boto3.client("dynamodb").delete_item(
+        TableName=DEFINITIONS.default_name, Key={"job_id": {"S": definition_id(job.job_id, 1)}}
+    )
+    shown = run_view(api, at_0800)
+    assert shown["definitionAvailable"] is False
+    assert (shown["target"], shown["payload"]) == (None, None)  # not the run's: none to show
+    # A run of the job's current version shows its definition; one with no target and a null
+    # payload shows nulls that are its own.
+    clock.advance(180)
+    container.sweeper.sweep()
+    current = run_view(api, container.runs.get_by_key(f"{job.job_id}@2026-11-02T08:04:00Z"))
+    assert current["definitionAvailable"] is True and current["payload"] == NEW_PAYLOAD
+    _, (own, _, _) = every_minute(container, type="ok", target=None, payload=None)
+    shown_own = run_view(api, own)
+    assert shown_own["definitionAvailable"] is True
+    assert (shown_own["target"], shown_own["payload"]) == (None, None)
 
 
 def test_an_external_worker_leases_each_run_with_the_payload_of_its_version(container, clock, api):
@@ -278,6 +342,8 @@ def test_a_run_item_that_holds_its_own_definition_still_reads_and_runs(
     # rewrote during a deploy); these old runs hold their own.
     kept_target, kept_payload = container.definitions.definition(job.job_id, 1)
     assert (kept_target.url, kept_payload) == (receiver.url("/ok?v=1"), PAYLOAD)
+    expiry = clock.now() + timedelta(days=container.settings.retention_days + 15)
+    assert int(snapshot_item(job.job_id, 1)["expires_at"]["N"]) == int(expiry.timestamp())
     clock.advance(60)
     assert worker.process(delivery(old)).outcome is AttemptOutcome.SUCCEEDED
     assert received(receiver) == [("/ok?v=1", "1", PAYLOAD)]

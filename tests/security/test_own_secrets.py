@@ -19,9 +19,10 @@ from urllib.parse import quote
 
 import boto3
 import pytest
-from jobsched.domain.grants import GrantsDocument
+from jobsched.domain.grants import GrantsDocument, Home
 from jobsched.domain.models import JobSpec
 from jobsched.services.attempt import AttemptOutcome
+from jobsched.store.schema import QUEUES
 
 from tests.helpers import HOME, ApiClient
 from tests.integration.test_webhook_security import deliver, first_run_key, http_target, job_body
@@ -362,3 +363,132 @@ def test_no_grant_lets_a_tenant_use_the_schedulers_own_source(every_bus):
     [error] = refused.body["errors"]
     assert error["field"] == "target.source" and "scheduler's own events" in error["rule"], error
     assert event_job("com.acme.orders").status == 201  # what `*` grants otherwise
+
+
+# --- the failure and dead-letter queues, whatever they are called ---
+
+# A scheduler inside another stack (cdk.scheduler.Naming) is named `<stack>-<path>`, but
+# CloudFormation names its queues `<stack>-<its logical id>-<suffix>`, so none of them is
+# `<name>-…`: only its settings tell its queues apart. These are the queues no function sends
+# to or takes from (cdk.queues.Queues.failure_queues), which the settings name in
+# `own_queue_urls` alone.
+EMBEDDED = "Platform-TeamJobs5E2A4F1C"
+EMBEDDED_QUEUE = f"https://sqs.us-east-1.amazonaws.com/123456789012/{EMBEDDED}"
+FAILURE_QUEUES = {
+    "notifications-dlq": f"{EMBEDDED_QUEUE}NotificationsDeadLetterQueue-AbC12",
+    "outbox-failures": f"{EMBEDDED_QUEUE}OutboxFailureQueue-AbC12",
+    "events-failures": f"{EMBEDDED_QUEUE}EventsFailureQueue-AbC12",
+    "tick-failures": f"{EMBEDDED_QUEUE}TickFailures-AbC12",
+}
+
+
+def refused_sqs_targets(api: ApiClient, url: str) -> list[str]:
+    """The fields a job refuses 403 `target_not_granted` for when its target, or its
+    notification's, is the queue at `url`; a field not refused is left out."""
+    fields = []
+    bodies = (
+        ("target.queueUrl", {"target": {"kind": "sqs", "queueUrl": url}}),
+        (
+            "notify.0.target.queueUrl",
+            {"notify": [{"on": ["dead"], "target": {"kind": "sqs", "queueUrl": url}}]},
+        ),
+    )
+    for field, body in bodies:
+        answer = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", **body})
+        if answer.status == 403 and answer.body["code"] == "target_not_granted":
+            assert answer.body["errors"][0]["field"] == field, answer
+            fields.append(field)
+        else:
+            assert answer.status == 201, answer
+    return fields
+
+
+def spellings(url: str) -> list[str]:
+    """The queue at `url` as a target may name it: that URL, the legacy host's, and its name
+    in another case."""
+    account, name = url.rsplit("/", 2)[-2:]
+    return [
+        url,
+        f"https://us-east-1.queue.amazonaws.com/{account}/{name}",
+        f"https://sqs.us-east-1.amazonaws.com/{account}/{name.upper()}",
+    ]
+
+
+@pytest.fixture
+def embedded(stores, now) -> Iterator[Any]:
+    """A scheduler inside another stack, as its functions' settings name its queues; tenant-a
+    is granted every queue."""
+    from jobsched import wiring
+    from jobsched.domain.instants import ManualClock
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched.settings import Settings
+
+    queues, _ = stores
+    parameter = f"/{EMBEDDED}/target-grants"
+    document = GrantsDocument.from_maps({"tenant-a": ("arn:aws:sqs:*:*:*",)}, home=HOME)
+    boto3.client("ssm").put_parameter(
+        Name=parameter, Value=document.model_dump_json(by_alias=True), Type="String"
+    )
+    settings = Settings(
+        shard_count=4,
+        queue_urls=queues["urls"],
+        dlq_urls=queues["dlq_urls"],
+        target_grants_parameter=parameter,
+        own_queue_urls=tuple(FAILURE_QUEUES.values()),
+    )
+    built = wiring.Container(settings, ManualClock(now), RecordedMetrics())
+    wiring.override(built)
+    yield built
+    wiring.override(None)
+
+
+@pytest.mark.parametrize("queue", sorted(FAILURE_QUEUES))
+def test_a_schedulers_failure_queues_are_no_tenants_target_whatever_they_are_called(embedded, queue):
+    api = ApiClient("tenant-a")
+    url = FAILURE_QUEUES[queue]
+    for spelled in spellings(url):
+        assert refused_sqs_targets(api, spelled) == ["target.queueUrl", "notify.0.target.queueUrl"], spelled
+    # By its ARN, as a grant or a header names a resource (no target takes a queue's ARN).
+    name = url.rsplit("/", 1)[-1]
+    own = embedded.settings.own_names()
+    assert own.refusal(f"arn:aws:sqs:us-east-1:123456789012:{name}", Home(**HOME)) is not None
+    # The same name in another account, and a queue of the tenant's own, are not the scheduler's.
+    assert refused_sqs_targets(api, url.replace("/123456789012/", "/111111111111/")) == []
+    assert refused_sqs_targets(api, "https://sqs.us-east-1.amazonaws.com/123456789012/tenant-a-inbox") == []
+
+
+def test_local_modes_queues_are_no_tenants_target(now):
+    """As local mode provisions and configures itself: the queues no function sends to (the
+    notifications DLQ, the events tail) are refused like the others, under a grant of every
+    queue."""
+    from jobsched import aws as aws_clients
+    from jobsched import wiring
+    from jobsched.domain.instants import ManualClock
+    from jobsched.domain.metrics import RecordedMetrics
+    from jobsched_local.config import LocalConfig
+    from jobsched_local.moto_backend import EVENTS_TAIL_QUEUE, NOTIFICATIONS_DLQ, provision
+    from jobsched_local.runtime import local_settings
+    from moto import mock_aws
+
+    config = LocalConfig(tenant_targets={"tenant-a": ["arn:aws:sqs:*:*:*"]})
+    with mock_aws():
+        aws_clients.client.cache_clear()
+        resources = provision(None, "us-east-1")
+        settings = local_settings(config, resources, None)
+        wiring.override(wiring.Container(settings, ManualClock(now), RecordedMetrics()))
+        try:
+            api = ApiClient("tenant-a")
+            sqs = boto3.client("sqs")
+            for name in (NOTIFICATIONS_DLQ, EVENTS_TAIL_QUEUE, QUEUES[0].dlq_name, "jobsched-notifications"):
+                url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+                for spelled in spellings(url):
+                    refused = refused_sqs_targets(api, spelled)
+                    assert refused == ["target.queueUrl", "notify.0.target.queueUrl"], (name, spelled)
+                account = url.rsplit("/", 2)[-2]
+                arn = f"arn:aws:sqs:us-east-1:{account}:{name}"
+                assert settings.own_names().refusal(arn, Home(**HOME)) is not None, name
+            mine = sqs.create_queue(QueueName="tenant-a-inbox")["QueueUrl"]
+            assert refused_sqs_targets(api, mine) == []
+        finally:
+            wiring.override(None)
+    aws_clients.client.cache_clear()

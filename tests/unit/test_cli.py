@@ -718,6 +718,15 @@ def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.Capt
         "2026-11-02T08:59:00Z  sweeper   -       PENDING        0        0  -      -",
         "2026-11-02T09:00:01Z  worker:w  LEASED  SUCCEEDED      1        1  -      -",
     ]
+    # A run whose definition is stored nowhere any more says so beside its null target.
+    stub.routes[("GET", "/v1/runs/j_abc%402026-11-02T09%3A00%3A00Z")] = (
+        200,
+        {**run, "definitionAvailable": False},
+        {},
+    )
+    assert main(["--endpoint", stub.url, "runs", "get", run_key]) == 0
+    lines = capsys.readouterr().out.split("\n\ntransitions:\n")[0].splitlines()
+    assert "definitionAvailable  false" in lines and "target               -" in lines
 
 
 def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
@@ -740,6 +749,21 @@ def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[st
     assert stub.requests[0]["headers"]["if-match"] == '"3"'
     assert "if-match" not in stub.requests[1]["headers"]
     assert stub.requests[2]["body"] == {"reason": "fixed"}
+
+
+def test_an_answer_not_of_the_documented_shape_exits_1_with_one_line(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A success whose body the client cannot read (UnexpectedResponse): one line naming what
+    is wrong, as for any other error, and no traceback."""
+    stub.routes[("GET", "/v1/jobs/j_abc")] = (200, {**JOB, "version": "four", "name": None}, {})
+    assert main(["--endpoint", stub.url, "jobs", "get", "j_abc"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "error: 200: the answer is not the documented shape: name: Input should be a valid string;"
+        " version: Input should be a valid integer, unable to parse string as an integer"
+    ]
 
 
 def test_unreachable_endpoint_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -816,7 +840,14 @@ class FakeRuns:
 
     def list_runs(self, job_id: str, **kw: Any) -> RunList:
         items = sorted(self.runs.values(), key=lambda r: r["scheduledFor"], reverse=True)
-        detail_only = {"target", "payload", "attempts", "transitions", "historyDropped"}
+        detail_only = {
+            "target",
+            "payload",
+            "definitionAvailable",
+            "attempts",
+            "transitions",
+            "historyDropped",
+        }
         shown = [{k: v for k, v in r.items() if k not in detail_only} for r in items]
         return RunList.model_validate({"items": shown, "nextCursor": None})
 

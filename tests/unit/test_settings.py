@@ -130,6 +130,7 @@ def test_in_lambda_a_bad_value_fails_loudly_too():
         dlq_urls={q.key: "d" for q in QUEUES},
         notifications_queue_url="n",
         second_tick_queue_url="s",
+        own_queue_urls=("o",),
     )
     good = {**env.lambda_environment(), IN_LAMBDA: "jobsched-worker"}
     assert Settings.from_env(good).shard_count == 32

@@ -355,9 +355,21 @@ class TransitionView(View):
 
 class RunDetailView(RunView):
     target: Target | None = Field(
-        default=None, description="what the run calls (its job's when it was made, or a redrive's fix)"
+        default=None,
+        description="what the run calls (its job's when it was made, or a redrive's fix); null"
+        " for a run its type's handler or an external worker runs, or when `definitionAvailable`"
+        " is false",
     )
-    payload: Any = Field(default=None, description="what the run is called with")
+    payload: Any = Field(
+        default=None, description="what the run is called with; null when `definitionAvailable` is false"
+    )
+    definition_available: bool = Field(
+        default=True,
+        description="false when the target and payload of the job version the run was made from"
+        " are stored nowhere any more (kept `retentionDays` + 15 days after a PATCH replaced them):"
+        " `target` and `payload` are then null, not the run's; an attempt of it ends it DEAD"
+        " `DefinitionMissing`, and a redrive must replace its payload (and its target, if it has one)",
+    )
     attempts: list[AttemptView]
     transitions: list[TransitionView]
     history_dropped: int = Field(
@@ -365,12 +377,22 @@ class RunDetailView(RunView):
     )
 
     @classmethod
-    def from_run(cls, run: Run, waiting_for: str | None = None, region: str | None = None) -> RunDetailView:
-        """`region`: the stack's, to link each transition's trace (None: no links)."""
+    def from_run(
+        cls,
+        run: Run,
+        waiting_for: str | None = None,
+        region: str | None = None,
+        *,
+        definition_available: bool = True,
+    ) -> RunDetailView:
+        """`region`: the stack's, to link each transition's trace (None: no links);
+        `definition_available`: False for a run whose definition is stored nowhere any more
+        (services.runs.RunDetail), shown without target and payload."""
         return cls(
             **RunView.fields_of(run, waiting_for),
             target=shown_target(run.target),
             payload=run.payload,
+            definition_available=definition_available,
             attempts=AttemptView.attempts_of(run.history),
             transitions=[TransitionView.from_transition(t, region) for t in run.history],
             history_dropped=run.history_dropped,

@@ -98,6 +98,7 @@ def runtime_settings(
         event_source_name=source_name or Stack.of(event_bus).stack_name,
         notifications_queue_url=queues.notifications.queue_url,
         second_tick_queue_url=queues.second_ticks.queue_url,
+        own_queue_urls=tuple(queue.queue_url for queue in queues.failure_queues().values()),
     )
 
 

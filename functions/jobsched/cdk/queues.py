@@ -116,12 +116,16 @@ class Queues(Construct):
             ),
         )
 
-    def all_dead_letter_queues(self) -> dict[str, sqs.Queue]:
-        """Every queue whose depth means something was given up on."""
+    def failure_queues(self) -> dict[str, sqs.Queue]:
+        """The queues that keep what a path other than the run queues gave up on: no function
+        sends to or takes from them (Settings.own_queue_urls names them to the functions)."""
         return {
-            **{f"{k}-dlq": q for k, q in self.dlqs.items()},
             "outbox-failures": self.outbox_failures,
             "events-failures": self.events_failures,
             "notifications-dlq": self.notifications_dlq,
             "tick-failures": self.tick_failures,
         }
+
+    def all_dead_letter_queues(self) -> dict[str, sqs.Queue]:
+        """Every queue whose depth means something was given up on."""
+        return {**{f"{k}-dlq": q for k, q in self.dlqs.items()}, **self.failure_queues()}

@@ -43,7 +43,7 @@ from ..api_models.views import (
 from ..domain.instants import format_instant
 from ..domain.models import JobState, Target
 from ..domain.runs import RunState, Trigger
-from .errors import UnexpectedResponse
+from .errors import UnexpectedResponse, shape_problems
 from .http import Connection, Reply, Transport, etag, quote_segment
 
 M = TypeVar("M", bound=BaseModel)
@@ -184,7 +184,7 @@ class Client:
             # Members a newer server added are ignored, not refused (api_models.views).
             return model.model_validate(reply.body, context={TOLERATE_UNKNOWN: True})
         except ValidationError as exc:
-            raise UnexpectedResponse(reply.status, reply.body, str(exc)) from None
+            raise UnexpectedResponse(reply.status, reply.body, shape_problems(exc)) from None
 
     def _get(self, model: type[M], path: str, query: Mapping[str, Any] | None = None) -> M:
         return self._parse(model, self._send("GET", path, query=query))

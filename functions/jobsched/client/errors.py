@@ -29,12 +29,23 @@ class SigningUnavailable(ClientError):
 
 class UnexpectedResponse(ClientError):
     """A 2xx answer whose body is not the shape the API documents for it (a client and a
-    server of different versions, or something between them answering). `status`, `body`."""
+    server of different versions, or something between them answering). `status`, `body`;
+    its message is one line, naming what is wrong (`shape_problems`)."""
 
     def __init__(self, status: int, body: Any, problem: str) -> None:
         self.status = status
         self.body = body
-        super().__init__(f"{status}: the answer is not the documented shape: {problem}")
+        one_line = " ".join(problem.split())
+        super().__init__(f"{status}: the answer is not the documented shape: {one_line}")
+
+
+def shape_problems(error: ValidationError) -> str:
+    """What an answer got wrong, on one line: `<member path>: <rule>` for each member pydantic
+    refused, joined by `; ` (`body` for the answer as a whole)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or 'body'}: {problem['msg']}"
+        for problem in error.errors()
+    )
 
 
 def _phrase(status: int) -> str:

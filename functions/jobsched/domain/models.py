@@ -168,11 +168,17 @@ class Schedule(Model):
         return self
 
 
+# The longest `retry.maxAgeSeconds`: an attempt series lasts at most this long, so a run
+# made before its job's definition changed is open at most about this long after the change
+# (services.definitions.superseded_definition_expiry).
+MAX_RETRY_AGE_SECONDS = 14 * 86400
+
+
 class RetryPolicy(Model):
     max_attempts: int = Field(default=3, ge=1, le=100)
     base_seconds: float = Field(default=2.0, gt=0, le=3600)
     cap_seconds: float = Field(default=300.0, gt=0, le=86400)
-    max_age_seconds: int | None = Field(default=86400, ge=1, le=14 * 86400)
+    max_age_seconds: int | None = Field(default=86400, ge=1, le=MAX_RETRY_AGE_SECONDS)
 
     @model_validator(mode="after")
     def _cap_covers_base(self) -> RetryPolicy:

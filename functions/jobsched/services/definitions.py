@@ -4,16 +4,39 @@ it references (domain.runs.Run.definition_since)."""
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..domain.errors import DefinitionMissing
-from ..domain.models import Job, Target
+from ..domain.models import MAX_RETRY_AGE_SECONDS, Job, Target
 from ..domain.runs import Run
 from ..store.definitions import DefinitionStore
 
 # Snapshots kept per process: (job id, version) -> (target, payload). A definition of one
 # version never changes, so a copy read once stays right; this bounds the memory it takes.
 _CACHE_LIMIT = 1024
+
+# A superseded definition is kept this much longer than a finished run: the longest a run
+# made before the change can stay open after it when its `retry.maxAgeSeconds` is set (at
+# most MAX_RETRY_AGE_SECONDS), plus a day for the runs made ahead, jitter and the last
+# attempt's timeout.
+SUPERSEDED_MARGIN = timedelta(seconds=MAX_RETRY_AGE_SECONDS) + timedelta(days=1)
+
+
+def superseded_definition_expiry(superseded_at: datetime, run_retention: timedelta) -> datetime:
+    """When the snapshot of a definition an update replaced at `superseded_at` expires (the
+    table's TTL deletes it after that; DefinitionStore.save_definition), for runs kept
+    `run_retention` after they finish (RunStore.retention): `superseded_at + run_retention
+    + SUPERSEDED_MARGIN`.
+
+    A run made from it that ends within SUPERSEDED_MARGIN of the change (every run with a
+    `maxAgeSeconds`, unless a pause holds it or a redrive reopens it) runs with it and is
+    deleted before it, so its detail shows it to the end. Only a run still open later (its
+    job paused, or no `maxAgeSeconds`), and a DEAD run (kept until redriven or discarded)
+    read or redriven later, find it gone: `resolve` raises DefinitionMissing for them (an
+    attempt ends the run DEAD `DefinitionMissing`; a redrive must replace both its target
+    and payload; its detail says the definition is no longer available)."""
+    return superseded_at + run_retention + SUPERSEDED_MARGIN
 
 
 class DefinitionResolver:
@@ -42,9 +65,9 @@ class DefinitionResolver:
 
         The job is read before the snapshot: an update stores the snapshot before it writes
         the job, so a job found past that version means the snapshot is there to read.
-        Raises DefinitionMissing when neither holds it (the job is gone, or the snapshot was
-        lost): the run must not run with an unresolved definition. Raises StorageUnavailable
-        when a read is refused."""
+        Raises DefinitionMissing when neither holds it (the job is gone, or the snapshot
+        expired, superseded_definition_expiry, or was lost): the run must not run with an
+        unresolved definition. Raises StorageUnavailable when a read is refused."""
         since = run.definition_since
         if since is None:
             return run.target, run.payload

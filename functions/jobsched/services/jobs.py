@@ -28,6 +28,7 @@ from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
 from ..store.runs import RunStore
+from .definitions import superseded_definition_expiry
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
 _WRITE_ATTEMPTS = 5
@@ -87,6 +88,7 @@ class JobService:
         authorize_target: Callable[[str, object], None] | None = None,
         first_pass: Callable[..., tuple[Job, list[Run]] | None] | None = None,
         run_request: Callable[[Run], dict[str, Any]] | None = None,
+        run_retention: timedelta = timedelta(days=30),
     ):
         self._store = store
         self._clock = clock
@@ -107,6 +109,9 @@ class JobService:
         # its first runs in its creation's transaction; without them they are made after it.
         self._first_pass = first_pass
         self._run_request = run_request
+        # How long finished runs are kept (RunStore.retention): a definition an update
+        # replaces is kept for the runs made from it that long after it, and a margin more.
+        self._run_retention = run_retention
 
     def _authorize(self, tenant: str, spec: JobSpec) -> None:
         """The job's target and each notification's (the secrets their headers reference
@@ -466,27 +471,33 @@ class JobService:
         version as one. When the change moves `definition_since` on, the definition the job
         had from the old one is stored first (DefinitionStore.save_definition), so a run made
         from it finds it whatever it reads after; a job write refused after it leaves an
-        unreferenced copy, harmless."""
+        unreferenced copy, harmless. The stored definition expires with its own write
+        (superseded_definition_expiry from the time of the change): no later write deletes
+        it, whatever becomes of the job."""
         for _ in range(_WRITE_ATTEMPTS):
             job = self.get(tenant, job_id)
             if if_match is not None and if_match != job.version:
                 raise VersionMismatch(
                     f"If-Match: version {if_match} is not current", currentVersion=job.version
                 )
-            changed = change(job, self._clock.now())
+            now = self._clock.now()
+            changed = change(job, now)
             if changed is job:
                 return job
+            expires_at = superseded_definition_expiry(now, self._run_retention)
             if job.definition_since is None and _definition_json(changed.spec) != _definition_json(job.spec):
                 # Since when the job has its definition is unknown (stored before jobs had
                 # one, or rewritten by an earlier release, which drops the attribute): the
                 # one it had is kept under its current version, which runs made from that
                 # version find (services.definitions).
-                self._store.save_definition(job.job_id, job.version, job.spec.target, job.spec.payload)
+                self._store.save_definition(
+                    job.job_id, job.version, job.spec.target, job.spec.payload, expires_at=expires_at
+                )
             if changed.definition_since is None:
                 changed = changed.model_copy(update={"definition_since": changed.version})
             if job.definition_since is not None and changed.definition_since != job.definition_since:
                 self._store.save_definition(
-                    job.job_id, job.definition_since, job.spec.target, job.spec.payload
+                    job.job_id, job.definition_since, job.spec.target, job.spec.payload, expires_at=expires_at
                 )
             try:
                 saved = self._store.save(changed, previous_state=job.state)

@@ -64,6 +64,16 @@ class JobSummary:
     counters: dict[str, int]
 
 
+@dataclass(frozen=True)
+class RunDetail:
+    """A run as its detail shows it: holding the target and payload it runs with, or, when
+    `definition_available` is False, neither (the definition of the job version it was made
+    from is stored nowhere any more: services.definitions)."""
+
+    run: Run
+    definition_available: bool = True
+
+
 BulkAction = Literal["redrive", "discard"]
 
 
@@ -143,16 +153,17 @@ class RunService:
             raise NotFound(f"run {run_key} not found")
         return run
 
-    def run_detail(self, tenant: str, run_key: str) -> Run:
+    def run_detail(self, tenant: str, run_key: str) -> RunDetail:
         """`get_run`, holding the target and payload the run runs with (services.definitions:
         its job read for one that references the job's). One whose definition is found
-        nowhere is answered without them (its next attempt ends it DEAD `DefinitionMissing`)."""
+        nowhere is answered without them and `definition_available` False (its next attempt
+        ends it DEAD `DefinitionMissing`). Raises NotFound."""
         run = self.get_run(tenant, run_key)
         try:
-            return self._attempts.resolver.resolved(run)
+            return RunDetail(self._attempts.resolver.resolved(run))
         except DefinitionMissing:
             logger.warning("run definition missing", extra={"run_key": run.run_key})
-            return run
+            return RunDetail(run, definition_available=False)
 
     def waiting(self, tenant: str, runs: Sequence[Run]) -> dict[str, str]:
         """Why each open run of `runs` (all of `tenant`) is not running now (domain.run_status),

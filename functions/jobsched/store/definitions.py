@@ -47,7 +47,9 @@ SIGNING_PREFIX = "signing#"
 SHARD_COUNT_ITEM = "meta#shards"
 # Per job and version: the target and payload a job had from that version (its
 # `definition_since`) until an update replaced them, for the runs made before the update
-# (`def#<job_id>#<since>`). Only `job_id` and `definition`: no index or stream filter takes it.
+# (`def#<job_id>#<since>`). Only `job_id`, `definition` and `expires_at` (TTL: kept as long as
+# those runs may need it, services.definitions.superseded_definition_expiry): no index or
+# stream filter takes it.
 DEFINITION_PREFIX = "def#"
 _NOT_JOBS = (
     GUARD_PREFIX,
@@ -604,10 +606,14 @@ class DefinitionStore:
 
     # --- definitions of earlier versions ---
 
-    def save_definition(self, job_id: str, since: int, target: Target | None, payload: Any) -> None:
-        """Store the definition (`target`, `payload`) job `job_id` had from version `since`:
-        an unconditional put, so writing it again (the same content: a definition of one
-        version never changes) is harmless."""
+    def save_definition(
+        self, job_id: str, since: int, target: Target | None, payload: Any, *, expires_at: datetime
+    ) -> None:
+        """Store the definition (`target`, `payload`) job `job_id` had from version `since`,
+        which the table's TTL deletes after `expires_at` (services.definitions.
+        superseded_definition_expiry): an unconditional put, so writing it again (the same
+        content: a definition of one version never changes) is harmless, and moves
+        `expires_at` to the later write's."""
         definition = Definition(target=target, payload=payload)
         with translated_errors():
             self._db.put_item(
@@ -616,6 +622,7 @@ class DefinitionStore:
                     {
                         "job_id": definition_id(job_id, since),
                         "definition": definition.model_dump_json(exclude_none=True),
+                        "expires_at": int(expires_at.timestamp()),
                     }
                 ),
             )

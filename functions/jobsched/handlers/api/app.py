@@ -173,29 +173,53 @@ def unexpected(exc: Exception) -> Response[Any]:
 
 @app.not_found
 def route_not_found(exc: NotFoundError) -> Response[Any]:
-    """A path no route has is a 404; one a route has, asked with another method (OPTIONS,
-    HEAD and TRACE included: the API sets no CORS), is a 405 naming the methods it takes."""
-    path, method = app.current_event.path, app.current_event.http_method.upper()
-    allowed = methods_of(path)
-    if allowed:
-        return error_response(MethodNotAllowed(method, path, allowed))
-    return json_response(404, {"code": "not_found", "message": f"no route for {path}"})
+    """A path no route has is a 404 (one a route has, asked with a method it does not take,
+    never gets here: `_refuse_method`)."""
+    return json_response(404, {"code": "not_found", "message": f"no route for {app.current_event.path}"})
 
 
 def methods_of(path: str) -> set[str]:
-    """The methods the resolver's routes take for `path` (none: no route has it)."""
+    """The methods of the resource `path` is (none: no route has it). Resources are matched
+    as API Gateway matches them: of the routes whose rule matches `path`, those with a
+    literal segment where the others have a parameter (the leftmost such segment decides)
+    are its resource's, so `/v1/jobs/batch` takes POST alone though `/v1/jobs/<job_id>`
+    matches it too."""
     routes = app._static_routes + app._dynamic_routes  # Powertools lists them nowhere public
-    return {route.method for route in routes if route.rule.match(path)}
+    matching = [route for route in routes if route.rule.match(path)]
+    if not matching:
+        return set()
+    resource = max(_literal_segments(route.path) for route in matching)
+    return {route.method for route in matching if _literal_segments(route.path) == resource}
+
+
+def _literal_segments(route_path: str) -> tuple[bool, ...]:
+    """For each segment of a route's path (`/v1/jobs/<job_id>`), whether it is literal."""
+    return tuple(not segment.startswith("<") for segment in route_path.split("/"))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
 # Never the answer as trace metadata: the create and rotation answers carry a signing secret.
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    refused = _refuse_unreadable_body(event)
+    refused = _refuse_method(event) or _refuse_unreadable_body(event)
     if refused is not None:
         return refused
     return app.resolve(event, context)
+
+
+def _refuse_method(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A method the resource of the request's path does not take (`methods_of`; OPTIONS, HEAD
+    and TRACE included: the API sets no CORS) is a 405 naming those it takes, before the
+    resolver, which would otherwise hand it to a route of another resource that matches the
+    path too (`GET /v1/jobs/batch` to `/v1/jobs/<job_id>`'s) or answer 404. API Gateway
+    answers such a request itself; local mode's front passes every method on."""
+    path = str(event.get("path") or "")
+    method = str(event.get("httpMethod") or "").upper()
+    allowed = methods_of(path)
+    if not allowed or method in allowed:
+        return None
+    refused = MethodNotAllowed(method, path, allowed)
+    return _answer_event(refused.status, refused.to_dict(), refused.headers)
 
 
 # --- bodies: JSON in UTF-8, named by a media type compared as RFC 9110 says ---
@@ -294,10 +318,15 @@ def _refused_media_type(value: str, method: str) -> str | None:
 
 def _error_event(status: int, field: str, rule: str) -> dict[str, Any]:
     code = "unsupported_media_type" if status == 415 else "invalid_request"
+    return _answer_event(status, invalid_request([FieldProblem(field, rule)], code))
+
+
+def _answer_event(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """A JSON answer as the handler returns it to API Gateway, without the resolver."""
     return {
         "statusCode": status,
-        "headers": {"Content-Type": "application/json"},
+        "headers": {"Content-Type": "application/json", **(headers or {})},
         "multiValueHeaders": {},
-        "body": json.dumps(invalid_request([FieldProblem(field, rule)], code), separators=(",", ":")),
+        "body": json.dumps(body, separators=(",", ":")),
         "isBase64Encoded": False,
     }

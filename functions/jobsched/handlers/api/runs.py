@@ -185,9 +185,15 @@ def list_runs_across_jobs(
 def get_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunDetailView]:
     tenant = tenant_of(router.current_event)
     service = container().run_service
-    run = service.run_detail(tenant, run_key_of(run_key))
-    waiting = service.waiting(tenant, [run]).get(run.run_key)
-    return json_response(200, RunDetailView.from_run(run, waiting, region=container().settings.aws_region))
+    detail = service.run_detail(tenant, run_key_of(run_key))
+    waiting = service.waiting(tenant, [detail.run]).get(detail.run.run_key)
+    view = RunDetailView.from_run(
+        detail.run,
+        waiting,
+        region=container().settings.aws_region,
+        definition_available=detail.definition_available,
+    )
+    return json_response(200, view)
 
 
 @router.post(
