@@ -64,7 +64,7 @@ $(STAMP313): layers/requirements.txt tests/requirements-py313.txt .ci/python313.
 	touch $(STAMP313)
 
 # TEST313_SUITES: what `make test` runs on 3.13 (the chaos suite too: it balances the lanes).
-TEST313_SUITES ?= tests/unit tests/integration
+TEST313_SUITES ?= tests/unit tests/integration tests/contract
 
 test313: $(if $(SKIP_PY313),,$(STAMP313))
 ifeq ($(SKIP_PY313),)
@@ -83,7 +83,7 @@ CHAOS_ELSEWHERE := $(if $(SKIP_PY313),,--ignore=tests/chaos)
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks $(if $(SKIP_PY313),,$(STAMP313))
 	$(MAKE) --no-print-directory -j2 --output-sync=target test311 test313 \
-	  TEST311_ARGS="$(CHAOS_ELSEWHERE)" TEST313_SUITES="tests/unit tests/integration $(if $(SKIP_PY313),,tests/chaos)"
+	  TEST311_ARGS="$(CHAOS_ELSEWHERE)" TEST313_SUITES="tests/unit tests/integration tests/contract $(if $(SKIP_PY313),,tests/chaos)"
 
 checks: lint typecheck docs-check package
 

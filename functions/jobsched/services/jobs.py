@@ -27,7 +27,7 @@ from ..domain.schedule import next_fire, upcoming
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
-from ..store.runs import RunStore
+from ..store.ports import RunReads
 from .definitions import superseded_definition_expiry
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
@@ -83,7 +83,7 @@ class JobService:
         max_jobs_per_tenant: int = 0,
         requests_per_second: int = 0,
         on_resume: Callable[[Job, Job], None] | None = None,
-        runs: RunStore | None = None,
+        runs: RunReads | None = None,
         plan_missed: Callable[[Job, datetime], MissedWindow | None] | None = None,
         authorize_target: Callable[[str, object], None] | None = None,
         first_pass: Callable[..., tuple[Job, list[Run]] | None] | None = None,

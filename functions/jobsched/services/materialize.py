@@ -24,7 +24,7 @@ from ..domain.runs import Run, RunState, make_run
 from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
 from ..observability import logger
 from ..store.definitions import DefinitionStore
-from ..store.runs import RunStore
+from ..store.ports import RunStorePort
 
 ONE_SECOND = timedelta(seconds=1)
 ACTOR = "sweeper"
@@ -59,7 +59,7 @@ class Materializer:
     def __init__(
         self,
         definitions: DefinitionStore,
-        runs: RunStore,
+        runs: RunStorePort,
         clock: Clock,
         *,
         horizon: timedelta,

@@ -29,7 +29,8 @@ from ..domain.runs import PAUSED_HOLD, Run, RunState, Trigger
 from ..domain.schedule import latest_fire_before
 from ..observability import logger
 from ..store.definitions import DefinitionStore
-from ..store.runs import RunChanged, RunStore
+from ..store.ports import RunStorePort
+from ..store.runs import RunChanged
 from .completion import Completer
 
 ACTOR = "resume"
@@ -89,7 +90,7 @@ def paused_claim(definitions: DefinitionStore, run: Run) -> lifecycle.PausedClai
 
 class MissedRuns:
     def __init__(
-        self, definitions: DefinitionStore, runs: RunStore, completer: Completer, clock: Clock
+        self, definitions: DefinitionStore, runs: RunStorePort, completer: Completer, clock: Clock
     ) -> None:
         self._definitions = definitions
         self._runs = runs

@@ -35,8 +35,9 @@ from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import SQS_MAX_DELAY
 from ..domain.runs import Run, RunState
 from ..observability import logger
+from ..store.ports import RunStorePort
 from ..store.queues import RunQueues
-from ..store.runs import RunChanged, RunStore
+from ..store.runs import RunChanged
 
 PUBLISHABLE = frozenset({RunState.PENDING, RunState.RETRY_WAIT})
 EXTERNAL = "external"  # not a queue: leased through the API
@@ -82,7 +83,7 @@ class Outbox:
 
     def __init__(
         self,
-        runs: RunStore,
+        runs: RunStorePort,
         queues: RunQueues,
         clock: Clock,
         route: Router,

@@ -20,7 +20,8 @@ from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..domain.repair import repair_deadline, stranded_since
 from ..domain.runs import LATE_REASON, PAUSED_HOLD, TERMINAL_STATES, Run, RunState
 from ..observability import logger
-from ..store.runs import RunChanged, RunStore, key_sk
+from ..store.ports import RunStorePort
+from ..store.runs import RunChanged, key_sk
 from .sweeper import round_robin, shards_above
 
 ACTOR = "reconciler"
@@ -129,7 +130,7 @@ class Reconciler:
 
     def __init__(
         self,
-        runs: RunStore,
+        runs: RunStorePort,
         clock: Clock,
         *,
         shard_count: int,

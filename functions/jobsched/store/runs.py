@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -187,6 +187,17 @@ class PreparedPut:
     request: dict[str, Any]
     holder: bool
 
+    def admits(self, stored: dict[str, Any] | None) -> bool:
+        """Whether `request`'s condition holds for `stored` (the item stored now, None if the
+        run is absent): its rev and state are `read`'s, and for a holder its fence too."""
+        values = self.request["ExpressionAttributeValues"]
+        return (
+            stored is not None
+            and stored.get("rev") == values[":rev"]
+            and stored.get("state") == values[":from"]
+            and (not self.holder or stored.get("fence") == values[":fence"])
+        )
+
     def refused(self, stored: dict[str, Any] | None, cause: Exception | None = None) -> Run:
         """What a refusal of `request` means, given the item stored now (the refusal's
         ALL_OLD image, None if the run is absent): `saved` when that item is our own write
@@ -256,6 +267,69 @@ def _sk_of_order(order: str) -> str:
     return key_sk(key) if key else RUN_PREFIX + instant + "~"
 
 
+@dataclass(frozen=True)
+class TenantListing:
+    """One page of a tenant's runs as asked (`RunStore.list_for_tenant`): the filter, the
+    scope its cursors are bound to, the position the page starts below (a run order; None:
+    the first page) and the run orders it may hold (inclusive; None: open)."""
+
+    tenant: str
+    run_filter: RunFilter
+    scope: str
+    before: str | None
+    low: str | None
+    high: str | None
+
+    @classmethod
+    def of(
+        cls, tenant: str, run_filter: RunFilter, cursor: str | None, due_by: datetime | None
+    ) -> TenantListing:
+        """The page `cursor` names (None: the first). Without `until`, a scheduled range ends
+        at `due_by` (runs made ahead are left out). Raises ValidationFailed for a cursor that
+        is not this listing's: another tenant's, another filter's, or not one at all."""
+        scope = hashlib.sha256(run_filter.digest().encode()).hexdigest()[:16]
+        before: str | None = None
+        if cursor:
+            key = from_item(decode_cursor(cursor, tenant, {"tenant", "before", "filter"}))
+            if key["filter"] != scope:
+                raise ValidationFailed("cursor", "was returned for other filters: send the same filters")
+            before = str(key["before"])
+            if not _is_run_order(before, run_filter.job_id):
+                raise ValidationFailed("cursor", "is not a cursor returned by this listing")
+        low, high = run_filter.order_bounds()
+        if run_filter.until is None and run_filter.time_field == "scheduled" and due_by is not None:
+            high = RunFilter(until=due_by).order_bounds()[1]
+        if before is not None and (high is None or before < high):
+            high = before
+        return cls(tenant, run_filter, scope, before, low, high)
+
+    def cursor(self, position: str | None) -> str | None:
+        """The cursor of the page that starts below `position` (None: there is none)."""
+        if position is None:
+            return None
+        return encode_cursor(
+            to_item({"tenant": self.tenant, "before": position, "filter": self.scope}), self.tenant
+        )
+
+    def lane_range(self, lane: str | None) -> tuple[str, str]:
+        """The inclusive range to read: of a lane's run orders in the `runs_by_tenant` index,
+        or (lane None) of the filter's job's sort keys. Empty when the low end is above the
+        high one."""
+        if lane is None:
+            return RUN_PREFIX + (self.low or ""), _sk_of_order(self.high) if self.high else _RUNS_END
+        return self.low or "0", self.high or "~"
+
+    def below_position(self, order: str | None) -> bool:
+        """Whether an entry of that run order belongs on this page or a later one: it has an
+        order (a run written before the index existed has none) below the page's position."""
+        return order is not None and (self.before is None or order < self.before)
+
+    def summaries(self, runs: list[Run]) -> list[RunSummary]:
+        """The summaries of those of `runs` that are the tenant's and that the filter keeps."""
+        kept = (RunSummary.of(run) for run in runs if run.tenant == self.tenant)
+        return [summary for summary in kept if self.run_filter.matches(summary)]
+
+
 def claim_key(tenant: str, job_type: str) -> str:
     return f"{tenant}#{job_type}"
 
@@ -270,8 +344,131 @@ def key_sk(run_key: str) -> str:
     return RUN_PREFIX + split_run_key(run_key)[1]
 
 
+def stored_key(run_key: str) -> tuple[str, str] | None:
+    """(job id, sort-key slot) of any RFC 3339 spelling of a run key (`run_sk(slot)` is the
+    sort key); None when the key is malformed."""
+    try:
+        job_id, scheduled_for, suffix = parse_run_key(run_key)
+    except ValueError:
+        return None
+    return job_id, format_instant(scheduled_for) + (f"~{suffix}" if suffix else "")
+
+
+def scheduled_between_keys(start: datetime, end: datetime) -> tuple[str, str]:
+    """The sort-key range (inclusive) of a job's runs with start <= scheduled_for < end,
+    manual runs included: "R#<end>" sorts before every key of the instant `end` itself
+    ("R#<end>~m…" too)."""
+    return run_sk(start), run_sk(end - timedelta(seconds=1)) + "~~"
+
+
+def occurrence_keys(start: datetime, end: datetime) -> tuple[str, str]:
+    """The sort-key range (inclusive) of a job's runs with start <= scheduled_for <= end."""
+    return run_sk(start), run_sk(end) + "~~"
+
+
+def keys_up_to(run: Run) -> tuple[str, str]:
+    """The sort-key range (inclusive) of the job's runs up to `run`'s occurrence; manual runs
+    of `run`'s own instant ("R#<instant>~m…") sort above it."""
+    return RUN_PREFIX, run_sk(run.scheduled_for)
+
+
+def held_span(sk: str, doc: str | None) -> tuple[datetime, datetime] | None:
+    """The occurrences a stored item (its sort key and document) holds, as (first, last):
+    a run its own instant, a SKIPPED range record up to its `skipped_through`, an item whose
+    document does not parse its own instant; None for a manual run (its key space is its own)."""
+    slot = sk.removeprefix(RUN_PREFIX)
+    if "~" in slot:
+        return None
+    at = parse_instant(slot)
+    through = at
+    try:
+        text = json.loads(doc or "").get("skipped_through")
+        through = parse_instant(text) if text else at
+    except Exception:
+        pass  # unreadable: it holds its own key, as far as anyone can tell
+    return at, max(at, through)
+
+
+def walk_stops_at(earlier: Run, run: Run) -> bool:
+    """Whether the overlap walk (domain.overlap) back from `run` stops at `earlier`: a
+    scheduled run before `run`'s occurrence that is not SKIPPED, or is SKIPPED behind a live
+    run (`overlapped_by`)."""
+    if earlier.trigger is not Trigger.SCHEDULE or earlier.scheduled_for >= run.scheduled_for:
+        return False
+    return earlier.state is not RunState.SKIPPED or earlier.overlapped_by is not None
+
+
 # A lease holder's write that lost only to a `rev` bump is re-applied this often.
 HOLDER_RETRIES = 5
+
+
+class ConditionalPut(Protocol):
+    """A store's conditional write of a run (`RunStore._put`)."""
+
+    def __call__(self, new: Run, read: Run, *, holder: bool) -> Run: ...
+
+
+def commit_with(
+    put: ConditionalPut,
+    read: Run,
+    change: Callable[[Run], Run],
+    *,
+    holder: bool | None,
+) -> Run:
+    """`RunStore.commit` over a store's conditional write: `put(new, read, holder=...)` writes
+    `new` if the stored run is still `read` (its rev and state, and for a holder its fence)
+    and returns it as written, else raises RunChanged with the stored run. `holder` None: the
+    transition's row says (domain.transitions). A holder's write refused only because the
+    rev moved is made again from the stored run, at most HOLDER_RETRIES times."""
+    for _ in range(HOLDER_RETRIES):
+        new = change(read)
+        if holder is None:
+            rule = applied_rule(new)
+            holder = rule is not None and rule.writer is Writer.HOLDER
+        try:
+            return put(new, read, holder=holder)
+        except RunChanged as exc:
+            current = exc.current
+            if not (
+                holder
+                and current is not None
+                and current.state is read.state
+                and current.fence == read.fence
+                and current.rev != read.rev
+            ):
+                raise
+            read = current
+    raise RunChanged(f"run {read.run_key} keeps changing; try again", read)
+
+
+# A store's conditional heartbeat (`extend_with`): (True, None) when written, else (False,
+# the run as stored now, None if absent).
+Heartbeat = Callable[[Run, Run], tuple[bool, Run | None]]
+
+
+def extend_with(write: Heartbeat, run: Run, until: datetime, *, live_at: datetime | None) -> Run:
+    """`RunStore.extend_lease` over a store's conditional heartbeat: `write(read, extended)`
+    writes `extended` (`read` with the lease to `until`) if the stored run is LEASED at
+    `read`'s fence and rev (with `live_at`, its lease not ended by then). Refused because
+    only the rev moved, the stored run's lease is extended instead, at most HOLDER_RETRIES
+    times; otherwise RunChanged: "lease lost" (absent, not LEASED, another fence) or "lease
+    expired" (at `live_at`)."""
+    if run.tenant_slot is not None and live_at is None:
+        raise ValueError(f"run {run.run_key} holds a tenant slot: extend its lease with live_at")
+    read = run
+    for _ in range(HOLDER_RETRIES):
+        extended = heartbeat(read, until=until)
+        written, current = write(read, extended)
+        if written:
+            return extended.model_copy(update={"rev": read.rev + 1})
+        if current is None or current.state is not RunState.LEASED or current.fence != run.fence:
+            raise RunChanged(f"run {run.run_key} lease lost", current)
+        if live_at is not None and not current.lease_live(live_at):
+            raise RunChanged(f"run {run.run_key} lease expired", current)
+        read = current
+    raise RunChanged(f"run {run.run_key} keeps changing; try again", read)
+
+
 UNREADABLE_METRIC = "UnreadableRuns"
 
 
@@ -451,25 +648,7 @@ class RunStore:
         the run as stored. Raises RunChanged (with the stored run) when the state or fence is
         not what the transition starts from, or, for anyone else, when the run was written
         since `read`; TransitionRefused when the change does not start from `read`."""
-        for _ in range(HOLDER_RETRIES):
-            new = change(read)
-            if holder is None:
-                rule = applied_rule(new)
-                holder = rule is not None and rule.writer is Writer.HOLDER
-            try:
-                return self._put(new, read, holder=holder)
-            except RunChanged as exc:
-                current = exc.current
-                if not (
-                    holder
-                    and current is not None
-                    and current.state is read.state
-                    and current.fence == read.fence
-                    and current.rev != read.rev
-                ):
-                    raise
-                read = current
-        raise RunChanged(f"run {read.run_key} keeps changing; try again", read)
+        return commit_with(self._put, read, change, holder=holder)
 
     def replace(self, run: Run) -> Run:
         """Write `run`, changed from a read at run.rev without changing its state, if the run
@@ -523,14 +702,11 @@ class RunStore:
         (`run.tenant_slot`) must be extended with `live_at`; ValueError otherwise.
 
         Like any holder write, it is re-applied to the stored run when only the rev moved."""
-        if run.tenant_slot is not None and live_at is None:
-            raise ValueError(f"run {run.run_key} holds a tenant slot: extend its lease with live_at")
         condition = "fence = :fence AND #state = :leased AND rev = :rev"
         if live_at is not None:
             condition += " AND lease_expires_at > :live_at"
-        read = run
-        for _ in range(HOLDER_RETRIES):
-            extended = heartbeat(read, until=until)
+
+        def write(read: Run, extended: Run) -> tuple[bool, Run | None]:
             # The document leaves out what the item holds as attributes: they are set with it.
             held = lease_attributes(extended)
             values: dict[str, Any] = {
@@ -555,24 +731,16 @@ class RunStore:
                 "ExpressionAttributeValues": to_item(values),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
-
-            def extend(request: dict[str, Any] = request) -> Any:
-                return self._db.update_item(**request)
-
             with translated_errors():
                 try:
-                    retry_conflicts(extend)
-                    return extended.model_copy(update={"rev": read.rev + 1})
+                    retry_conflicts(lambda: self._db.update_item(**request))
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":
                         raise
-                    current = self._stored(exc)
-            if current is None or current.state is not RunState.LEASED or current.fence != run.fence:
-                raise RunChanged(f"run {run.run_key} lease lost", current)
-            if live_at is not None and not current.lease_live(live_at):
-                raise RunChanged(f"run {run.run_key} lease expired", current)
-            read = current
-        raise RunChanged(f"run {run.run_key} keeps changing; try again", read)
+                    return False, self._stored(exc)
+            return True, None
+
+        return extend_with(write, run, until, live_at=live_at)
 
     def move_check(self, run: Run, to: datetime) -> bool:
         """Move a run's open-index entry (checked early, not overdue) to `to`, if the run is as read.
@@ -608,12 +776,8 @@ class RunStore:
 
     def get_by_key(self, run_key: str) -> Run | None:
         """The run at any RFC 3339 spelling of its key; None for no run or a malformed key."""
-        try:
-            job_id, scheduled_for, suffix = parse_run_key(run_key)
-        except ValueError:
-            return None
-        slot = format_instant(scheduled_for) + (f"~{suffix}" if suffix else "")
-        return self.get(job_id, slot)
+        key = stored_key(run_key)
+        return self.get(*key) if key is not None else None
 
     def list_for_job(
         self,
@@ -654,15 +818,13 @@ class RunStore:
 
     def scheduled_between(self, job_id: str, start: datetime, end: datetime, *, limit: int) -> list[Run]:
         """A job's runs with start <= scheduled_for < end (manual runs included), oldest first."""
+        low, high = scheduled_between_keys(start, end)
         request: dict[str, Any] = {
             "TableName": self._table,
-            # "R#<end>" sorts before every key of the instant `end` itself ("R#<end>~m…" too).
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
             # Consistent: a run a worker held a moment ago must be seen by the resume deciding it.
             "ConsistentRead": True,
-            "ExpressionAttributeValues": to_item(
-                {":j": job_id, ":a": run_sk(start), ":b": run_sk(end - timedelta(seconds=1)) + "~~"}
-            ),
+            "ExpressionAttributeValues": to_item({":j": job_id, ":a": low, ":b": high}),
             "Limit": limit,
         }
         with translated_errors():
@@ -678,31 +840,22 @@ class RunStore:
         (it holds its key all the same). Manual runs (a suffixed key) hold none. Read
         consistently, every page (a page stops at 1 MB: a few runs with large payloads),
         at most `max_pages` of them; the flag says whether the read reached `end`."""
+        low, high = occurrence_keys(start, end)
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
             "ConsistentRead": True,
             "ProjectionExpression": "sk, doc",
-            "ExpressionAttributeValues": to_item(
-                {":j": job_id, ":a": run_sk(start), ":b": run_sk(end) + "~~"}
-            ),
+            "ExpressionAttributeValues": to_item({":j": job_id, ":a": low, ":b": high}),
         }
         spans: list[tuple[datetime, datetime]] = []
         for _ in range(max_pages):
             with translated_errors():
                 response = self._db.query(**request)
             for item in response.get("Items", []):
-                slot = str(item["sk"]["S"]).removeprefix(RUN_PREFIX)
-                if "~" in slot:
-                    continue  # a manual run: its key space is its own
-                at = parse_instant(slot)
-                through = at
-                try:
-                    text = json.loads(item["doc"]["S"]).get("skipped_through")
-                    through = parse_instant(text) if text else at
-                except Exception:
-                    pass  # unreadable: it holds its own key, as far as anyone can tell
-                spans.append((at, max(at, through)))
+                span = held_span(str(item["sk"]["S"]), item.get("doc", {}).get("S"))
+                if span is not None:
+                    spans.append(span)
             last = response.get("LastEvaluatedKey")
             if not last:
                 return spans, True
@@ -719,13 +872,11 @@ class RunStore:
         `page_size` items a page (no filter: DynamoDB would read a whole 1 MB page before
         one), at most `max_pages` pages; the flag says whether the read got an answer (a run,
         or the start of the job's runs)."""
+        low, high = keys_up_to(run)
         request: dict[str, Any] = {
             "TableName": self._table,
-            # Manual runs of `run`'s own instant ("R#<instant>~m…") sort above its key.
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
-            "ExpressionAttributeValues": to_item(
-                {":j": run.job_id, ":a": RUN_PREFIX, ":b": run_sk(run.scheduled_for)}
-            ),
+            "ExpressionAttributeValues": to_item({":j": run.job_id, ":a": low, ":b": high}),
             "ConsistentRead": True,
             "ScanIndexForward": False,
             "Limit": page_size,
@@ -734,9 +885,7 @@ class RunStore:
             with translated_errors():
                 response = self._db.query(**request)
             for earlier in self._readable(response.get("Items", [])):
-                if earlier.trigger is not Trigger.SCHEDULE or earlier.scheduled_for >= run.scheduled_for:
-                    continue
-                if earlier.state is not RunState.SKIPPED or earlier.overlapped_by is not None:
+                if walk_stops_at(earlier, run):
                     return earlier, True
             last = response.get("LastEvaluatedKey")
             if not last:
@@ -823,68 +972,35 @@ class RunStore:
         few of the runs read); the cursor is bound to the tenant and the filter (400 for
         another). Without `until`, runs scheduled after `due_by` (made ahead) are left out.
         A run written before the index existed is listed once it is next written."""
-        scope = hashlib.sha256(run_filter.digest().encode()).hexdigest()[:16]
-        before: str | None = None
-        if cursor:
-            key = from_item(decode_cursor(cursor, tenant, {"tenant", "before", "filter"}))
-            if key["filter"] != scope:
-                raise ValidationFailed("cursor", "was returned for other filters: send the same filters")
-            before = str(key["before"])
-            if not _is_run_order(before, run_filter.job_id):
-                raise ValidationFailed("cursor", "is not a cursor returned by this listing")
-        low, high = run_filter.order_bounds()
-        if run_filter.until is None and run_filter.time_field == "scheduled" and due_by is not None:
-            high = RunFilter(until=due_by).order_bounds()[1]
-        if before is not None and (high is None or before < high):
-            high = before
+        listing = TenantListing.of(tenant, run_filter, cursor, due_by)
         per_lane = min(limit + 1, 100)
         if run_filter.job_id is not None:
-            reads = [
-                self._read_lane(tenant, run_filter, None, run_filter.job_id, low, high, before, per_lane)
-            ]
+            reads = [self._read_lane(listing, None, per_lane)]
         else:
-            reads = [
-                self._read_lane(tenant, run_filter, lane, None, low, high, before, per_lane)
-                for lane in lanes_of(tenant)
-            ]
+            reads = [self._read_lane(listing, lane, per_lane) for lane in lanes_of(tenant)]
         items, position = merge_lanes(reads, limit)
-        next_cursor = (
-            encode_cursor(to_item({"tenant": tenant, "before": position, "filter": scope}), tenant)
-            if position is not None
-            else None
-        )
-        return SummaryPage(items, next_cursor)
+        return SummaryPage(items, listing.cursor(position))
 
     def _read_lane(
-        self,
-        tenant: str,
-        run_filter: RunFilter,
-        lane: str | None,
-        job_id: str | None,
-        low: str | None,
-        high: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        max_reads: int = 4,
+        self, listing: TenantListing, lane: str | None, limit: int, *, max_reads: int = 4
     ) -> LaneRead:
-        """Read one lane of the index (or, with `job_id`, the job's partition) newest first,
-        orders in [low, high] but below `before`, until `limit` runs match, it is read out, or
-        `max_reads` queries were made. The index holds keys only (its entry is written once,
-        when the run is): the runs it names are then read by key, consistently (the index
-        lags its table, so an entry names a run the table already holds: an eventually
-        consistent read could still miss it, and the page's position would pass it for good);
-        one gone since (its retention ended) is left out."""
-        if job_id is not None:
+        """Read one lane of the index (or, without a lane, the job's partition: the listing's
+        job filter) newest first, orders in the listing's range but below its position, until
+        `limit` runs match, it is read out, or `max_reads` queries were made. The index holds
+        keys only (its entry is written once, when the run is): the runs it names are then
+        read by key, consistently (the index lags its table, so an entry names a run the
+        table already holds: an eventually consistent read could still miss it, and the
+        page's position would pass it for good); one gone since (its retention ended) is
+        left out."""
+        low, high = listing.lane_range(lane)
+        if low > high:
+            return LaneRead([], None, exhausted=True)  # nothing between (DynamoDB refuses the range)
+        if lane is None:
             request: dict[str, Any] = {
                 "TableName": self._table,
                 "KeyConditionExpression": "job_id = :p AND sk BETWEEN :a AND :b",
                 "ExpressionAttributeValues": to_item(
-                    {
-                        ":p": job_id,
-                        ":a": RUN_PREFIX + (low or ""),
-                        ":b": _sk_of_order(high) if high else _RUNS_END,
-                    }
+                    {":p": listing.run_filter.job_id, ":a": low, ":b": high}
                 ),
             }
         else:
@@ -892,11 +1008,8 @@ class RunStore:
                 "TableName": self._table,
                 "IndexName": TENANT_RUNS_INDEX,
                 "KeyConditionExpression": "run_lane = :p AND run_order BETWEEN :a AND :b",
-                "ExpressionAttributeValues": to_item({":p": lane, ":a": low or "0", ":b": high or "~"}),
+                "ExpressionAttributeValues": to_item({":p": lane, ":a": low, ":b": high}),
             }
-        bounds = request["ExpressionAttributeValues"]
-        if bounds[":a"]["S"] > bounds[":b"]["S"]:
-            return LaneRead([], None, exhausted=True)  # nothing between (DynamoDB refuses the range)
         request.update(ScanIndexForward=False, Limit=limit)
         matches: list[RunSummary] = []
         lowest: str | None = None
@@ -906,17 +1019,13 @@ class RunStore:
             entries = []
             for entry in response.get("Items", []):
                 order = entry.get("run_order", {}).get("S")
-                if order is None or (before is not None and order >= before):
+                if not listing.below_position(order):
                     continue  # written before the listing existed; or the cursor's own run
                 lowest = order
                 entries.append(entry)
             # A job's partition answers the runs themselves; the index, their keys.
-            items = entries if job_id is not None else self._read_entries(entries)
-            for run in self._readable(items):
-                if run.tenant == tenant:
-                    summary = RunSummary.of(run)
-                    if run_filter.matches(summary):
-                        matches.append(summary)
+            items = entries if lane is None else self._read_entries(entries)
+            matches += listing.summaries(self._readable(items))
             last = response.get("LastEvaluatedKey")
             if not last:
                 return LaneRead(matches, lowest, exhausted=True)
