@@ -103,12 +103,13 @@ class EventSources(Construct):
 
         self.events_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
         level = RunEventsLevel(config.run_events)
-        # At `none` the Runs mapping stays, for notifications only (its filter passes only the
-        # runs of jobs that asked for them); the Definitions mapping has nothing to do.
+        # Both mappings at every level, the level in their filters only: a filter changes in
+        # place, so switching runEvents off and on again never makes a mapping anew (one would
+        # start at TRIM_HORIZON and publish up to 24 hours of old changes). At `none` the Runs
+        # mapping passes the runs of jobs that asked for notifications, the Definitions one
+        # no record at all.
         for spec in (RUNS, DEFINITIONS):
             patterns = event_filter_patterns(level, spec)
-            if not patterns:
-                continue
             arn = storage.table(spec).table_stream_arn
             assert arn is not None, f"{spec.logical_id} has no stream"
             mapping = lambda_.CfnEventSourceMapping(
@@ -116,6 +117,8 @@ class EventSources(Construct):
                 f"{spec.logical_id}StreamToEvents",
                 function_name=functions.functions[EVENTS].function_name,
                 event_source_arn=arn,
+                # Made with the table at the first deploy: a change written before it is ready
+                # is still published. Never made again by a setting (above).
                 starting_position="TRIM_HORIZON",
                 batch_size=EVENTS_BATCH_SIZE,
                 maximum_batching_window_in_seconds=EVENTS_BATCH_WINDOW,

@@ -34,6 +34,12 @@ from ..wiring import container
 from .stream_filter import matches_pattern
 
 JOB_PREFIX = "j_"  # job ids (domain.models.JOB_ID_PATTERN); other Definitions items are not jobs
+# A pattern no stream record matches (a DynamoDB stream record's eventName is INSERT, MODIFY or
+# REMOVE): the Definitions mapping's filter at `none`. The mapping stays and drops every
+# record, so a later level changes only its filter, in place, and it goes on from where it
+# is; a mapping made anew would start at the stream's trim horizon and publish up to 24 hours
+# of old job changes.
+NO_RECORD: dict[str, Any] = {"eventName": ["NONE"]}
 
 
 def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, Any]]:
@@ -41,8 +47,8 @@ def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, A
     Runs stream run items (below `all`, only writes that leave a run DEAD or SKIPPED, or that
     may make it late: it carries `late_at`, store.runs), on the Definitions stream job items.
     Each table's mapping gets its own: a run item's key is a job id too. At `none` only runs
-    whose job asked for notifications (`notify_on`), and no job items (the stack then makes
-    no Definitions mapping)."""
+    whose job asked for notifications (`notify_on`), and on the Definitions stream no record
+    at all (NO_RECORD). Never empty: every level keeps both mappings."""
     if table.logical_id == RUNS.logical_id:
         keys = {"sk": {"S": [{"prefix": RUN_PREFIX}]}}
         if level is RunEventsLevel.ALL:
@@ -57,8 +63,8 @@ def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, A
             {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": keys, "NewImage": image}}
             for image in images
         ]
-    if level is RunEventsLevel.NONE:
-        return []
+    if table.logical_id == DEFINITIONS.logical_id and level is RunEventsLevel.NONE:
+        return [NO_RECORD]
     if table.logical_id == DEFINITIONS.logical_id:
         jobs = {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}}
         return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": jobs}]
