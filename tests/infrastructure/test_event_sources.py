@@ -165,7 +165,7 @@ def test_each_queue_feeds_the_worker_with_its_own_ceiling(synth, config, key):
         for p in mappings(synth).values()
         if p["EventSourceArn"] == {"Fn::GetAtt": [queue_logical_id(key), "Arn"]}
     ]
-    assert handler_of(synth, props) == "jobsched.handlers.worker.handler"
+    assert handler_of(synth, props) == "jobsched.handlers.worker_entry.handler"
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["BatchSize"] == config.worker_batch_size[key]
     assert props["MaximumBatchingWindowInSeconds"] == config.worker_batch_window_seconds[key]
@@ -178,7 +178,7 @@ def test_low_priority_is_never_starved(synth, config):
     worker_mappings = [
         p
         for p in mappings(synth).values()
-        if "ScalingConfig" in p and handler_of(synth, p) == "jobsched.handlers.worker.handler"
+        if "ScalingConfig" in p and handler_of(synth, p) == "jobsched.handlers.worker_entry.handler"
     ]
     assert len(worker_mappings) == len(QUEUE_KEYS)
     assert all(p["ScalingConfig"]["MaximumConcurrency"] >= 2 for p in worker_mappings)
@@ -232,7 +232,7 @@ def test_the_worker_reserves_what_the_burst_needs(burst):
     (worker,) = [
         f["Properties"]
         for f in burst.of_type("AWS::Lambda::Function").values()
-        if f["Properties"].get("Handler") == "jobsched.handlers.worker.handler"
+        if f["Properties"].get("Handler") == "jobsched.handlers.worker_entry.handler"
     ]
     assert worker["ReservedConcurrentExecutions"] == 3000
     variables = worker["Environment"]["Variables"]

@@ -396,8 +396,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("sqs:ChangeMessageVisibility",),
             queues(*QUEUE_KEYS),
             "defer a run in place; the heartbeat keeps the message invisible while the lease lives; "
-            "an invocation holds its batch's messages for the lease first",
-            (f"{_QUEUES}.change_visibility", f"{_QUEUES}.change_visibility_batch"),
+            "an invocation holds its batch's messages before the worker loads, then for the lease",
+            (
+                f"{_QUEUES}.change_visibility",
+                f"{_QUEUES}.change_visibility_batch",
+                "jobsched.handlers.worker_entry:hold",
+            ),
         ),
         _DEAD_COPY,
         _READ_GRANTS,
