@@ -15,6 +15,7 @@ from jobsched.cdk.config import UNRESERVED_MINIMUM, Config, ConfigError
 from jobsched.cdk.names import (
     DEPLOY_ONLY,
     EVENT_BUS_ID,
+    EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
     FUNCTIONS_DIR,
     NOTIFICATIONS_QUEUE_ID,
@@ -210,6 +211,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
         event_source_name=built.stack.stack_name,
         notifications_queue_url="ref:" + NOTIFICATIONS_QUEUE_ID,
         second_tick_queue_url="ref:" + SECOND_TICK_QUEUE_ID,
+        events_failures_queue_url="ref:" + EVENTS_FAILURE_QUEUE_ID,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

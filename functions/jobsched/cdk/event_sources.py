@@ -39,8 +39,12 @@ OUTBOX_BATCH_SIZE = 100
 OUTBOX_PARALLELIZATION = 4
 OUTBOX_RETRIES = 5  # then the batch goes to the failure queue; the reconciler republishes its runs
 OUTBOX_MAX_RECORD_AGE = 3600
-# Events: a batch the bus keeps refusing is retried (from its first failed record, so a run's
-# events keep their order) for up to six hours, then named in the events failure queue.
+# Events: a record the bus or the notifications queue refuses is retried from it (so a run's
+# events keep their order) until it is five minutes old; the function then sets it aside on
+# the events failures queue and goes on (services.record_delivery), so it holds the records
+# behind it, other tenants' notifications among them, no longer. The mapping's own bounds
+# are for an invocation that fails as a whole (a bad deploy, a crash): retried, bisected,
+# for up to six hours, then the batch is named in the events failures queue.
 EVENTS_BATCH_SIZE = 100
 EVENTS_BATCH_WINDOW = 1  # seconds: events are not on any run's path; fuller batches, fewer calls
 EVENTS_PARALLELIZATION = 2

@@ -98,6 +98,7 @@ def runtime_settings(
         event_source_name=source_name or Stack.of(event_bus).stack_name,
         notifications_queue_url=queues.notifications.queue_url,
         second_tick_queue_url=queues.second_ticks.queue_url,
+        events_failures_queue_url=queues.events_failures.queue_url,
     )
 
 

@@ -297,6 +297,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "SendMessageBatch of the notification deliveries a run's events ask for",
             ("jobsched.services.notifications:NotificationQueue._send",),
         ),
+        Grant(
+            ("sqs:SendMessage",),
+            (EVENTS_FAILURES,),
+            "keep a record that could not deliver its events or deliveries for minutes, to replay",
+            ("jobsched.services.record_delivery:SetAsideQueue.keep",),
+        ),
     ),
     NOTIFIER: (
         # The same targets, secrets and roles as the worker's: a notification's target is
