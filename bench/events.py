@@ -141,8 +141,8 @@ def _level(records: list[dict[str, Any]], level: Any, made: dict[str, list[str]]
         gathered = gather_changes(batch, "Jobsched", level)
         documents = [
             (e.subject, json.dumps(e.document(), separators=(",", ":")))
-            for _, found, _ in gathered
-            for e in found
+            for change in gathered
+            for e in change.events
         ]
         cpu += time.process_time() - started
         for subject, document in documents:

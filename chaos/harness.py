@@ -46,6 +46,7 @@ from jobsched.services.notifications import NotificationQueue
 from jobsched.services.outbox import EXTERNAL as EXTERNAL_ROUTE
 from jobsched.services.outbox import Outbox, priority_router
 from jobsched.services.reconciler import KINDS, Reconciler
+from jobsched.services.record_delivery import RecordDelivery, SetAsideQueue
 from jobsched.services.runs import RunService
 from jobsched.services.sweeper import Sweeper
 from jobsched.services.worker import Received
@@ -452,6 +453,14 @@ class World:
         self.notices = ChaosNoticeQueue(self.events_rng, self.rates.bus_refusal)
         self.services.notification_queue = NotificationQueue(
             self.notices, "chaos-notifications", self.metrics, sleep=lambda seconds: None, rng=self.events_rng
+        )
+        # No events failures queue: a record is never set aside, so every transition the
+        # stream carried must reach the bus (the checker's `lost` events), however long the
+        # chaos bus refuses it.
+        self.services.record_delivery = RecordDelivery(
+            self.services.event_publisher,
+            self.services.notification_queue,
+            SetAsideQueue(None, None, "chaos-events", "chaos-notifications", self.metrics),
         )
         self.event_lanes: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(STREAM_LANES)]
         self.final_jobs: dict[str, Job] = {}

@@ -53,8 +53,8 @@ class ChaosWorker(Worker):
 class ChaosServices:
     """What the worker and events handlers read from `wiring.container()`: `worker` (the one
     the calling thread chose for its invocation, `serving`), `queues` (to name a record's
-    queue from its ARN), `clock`, `metrics`, `settings`, `event_publisher` and
-    `notification_queue`."""
+    queue from its ARN), `clock`, `metrics`, `settings`, `event_publisher`,
+    `notification_queue` and `record_delivery`."""
 
     def __init__(self, queues: RunQueues, clock: Clock, metrics: Metrics) -> None:
         self.queues = queues
@@ -62,11 +62,12 @@ class ChaosServices:
         self.metrics = metrics
         self._local = threading.local()
         # What the events handler reads (the harness sets them): the settings' level and
-        # source name, the publisher whose client is the chaos bus, and the notification
-        # queue whose client is the chaos notices queue.
+        # source name, the publisher whose client is the chaos bus, the notification queue
+        # whose client is the chaos notices queue, and the delivery of both.
         self.settings: Any = None
         self.event_publisher: Any = None
         self.notification_queue: Any = None
+        self.record_delivery: Any = None
 
     @property
     def worker(self) -> Worker:

@@ -135,6 +135,10 @@ class Settings(BaseModel):
     # Where the events consumer queues notification deliveries, and the notifier takes them
     # from (services.notifications). None: deliveries are counted (NotificationsDropped) and dropped.
     notifications_queue_url: str | None = Field(None, alias="NOTIFICATIONS_QUEUE_URL", min_length=1)
+    # Where the events consumer keeps a stream record it could not deliver for minutes (its
+    # events and deliveries, to replay; services.record_delivery), beside the batches the
+    # events mappings give up on. None: such a record is retried until the mapping gives up.
+    events_failures_queue_url: str | None = Field(None, alias="EVENTS_FAILURES_QUEUE_URL", min_length=1)
     # Where a rule's reconciler pass sends its shard's second tick of the minute
     # (store.second_ticks). None: no second tick (local mode ticks every 30 s itself).
     second_tick_queue_url: str | None = Field(None, alias="SECOND_TICK_QUEUE_URL", min_length=1)
@@ -217,7 +221,15 @@ class Settings(BaseModel):
         queues = (
             *self.queue_urls.values(),
             *self.dlq_urls.values(),
-            *(url for url in (self.notifications_queue_url, self.second_tick_queue_url) if url),
+            *(
+                url
+                for url in (
+                    self.notifications_queue_url,
+                    self.second_tick_queue_url,
+                    self.events_failures_queue_url,
+                )
+                if url
+            ),
             *self.own_queue_urls,
         )
         return OwnNames.beside(self.target_grants_parameter, buses=(self.event_bus_name,), queues=queues)

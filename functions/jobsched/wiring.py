@@ -27,6 +27,7 @@ from .services.notifications import NotificationQueue, Notifier
 from .services.outbox import EXTERNAL, Outbox, Router, priority_router
 from .services.reconciler import ACTOR as RECONCILER_ACTOR
 from .services.reconciler import Reconciler
+from .services.record_delivery import RecordDelivery, SetAsideQueue
 from .services.runs import RunService
 from .services.sweeper import Sweeper
 from .services.worker import Worker
@@ -194,6 +195,20 @@ class Container:
     @cached_property
     def notification_queue(self) -> NotificationQueue:
         return NotificationQueue(client("sqs"), self.settings.notifications_queue_url, self.metrics)
+
+    @cached_property
+    def record_delivery(self) -> RecordDelivery:
+        """The events consumer's: each record's events and deliveries, a record that keeps
+        failing set aside on the events failures queue. Its age is read on this host's clock
+        (the stream stamps records with AWS's), not `clock`."""
+        kept = SetAsideQueue(
+            client("sqs"),
+            self.settings.events_failures_queue_url,
+            self.settings.event_bus_name,
+            self.settings.notifications_queue_url,
+            self.metrics,
+        )
+        return RecordDelivery(self.event_publisher, self.notification_queue, kept)
 
     @cached_property
     def second_ticks(self) -> SecondTicks:

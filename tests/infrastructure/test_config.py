@@ -198,6 +198,7 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     # Every setting the functions read from plain values is a context key (the rest are resources).
     plain = {"definitions_table", "runs_table", "queue_urls", "dlq_urls", "endpoint_url"}
     plain |= {"notifications_queue_url", "second_tick_queue_url", "own_queue_urls"}
+    plain |= {"events_failures_queue_url"}
     # The grants: a resource (the SSM parameter) in the stack, the document in local mode.
     plain |= {"target_grants_parameter", "target_grants"}
     # The event bus (a resource) and the stack's name its events' source carries.

@@ -17,7 +17,7 @@ from jobsched.cdk.names import (
     table_logical_id,
 )
 from jobsched.domain.events import RunEventsLevel
-from jobsched.handlers.events import filter_patterns
+from jobsched.handlers.events import NO_RECORD, filter_patterns
 from jobsched.handlers.events import matches_filter as events_matches
 from jobsched.handlers.outbox import FILTER_PATTERNS, matches_filter
 from jobsched.store.schema import DEFINITIONS, RUNS
@@ -81,16 +81,40 @@ def test_the_failures_level_passes_only_dead_and_skipped_runs_and_every_job_chan
     assert not events_matches(job, RunEventsLevel.NONE, DEFINITIONS)
 
 
-def test_at_level_none_only_the_runs_mapping_stays_for_notifications(tmp_path):
+def events_mappings(synth) -> dict[str, dict]:
+    """The events consumer's mappings by logical id."""
+    return {
+        logical_id: props
+        for logical_id, props in mappings(synth).items()
+        if handler_of(synth, props) == "jobsched.handlers.events.handler"
+    }
+
+
+def test_switching_run_events_off_and_on_only_changes_the_mappings_filters(synth, tmp_path):
+    """At `none` both mappings stay (a Definitions mapping made anew when the level comes back
+    would start at TRIM_HORIZON and publish up to 24 hours of old job changes): the same
+    logical ids, every property but the filter the same. A filter changes in place, and the
+    mapping goes on from where it is."""
     from tests.infrastructure.synth import synthesize
 
     built = synthesize(tmp_path, {"runEvents": "none"}, checks=False)
-    assert not stream_mappings(built, DEFINITIONS, "jobsched.handlers.events.handler")
-    (props,) = stream_mappings(built, RUNS, "jobsched.handlers.events.handler")
-    deployed = [json.loads(f["Pattern"]) for f in props["FilterCriteria"]["Filters"]]
+    off, on = events_mappings(built), events_mappings(synth)
+    assert set(off) == set(on) and len(on) == 2
+    for logical_id, props in off.items():
+        assert {k: v for k, v in props.items() if k != "FilterCriteria"} == {
+            k: v for k, v in on[logical_id].items() if k != "FilterCriteria"
+        }, logical_id
+    (runs,) = stream_mappings(built, RUNS, "jobsched.handlers.events.handler")
+    deployed = [json.loads(f["Pattern"]) for f in runs["FilterCriteria"]["Filters"]]
     assert deployed == filter_patterns(RunEventsLevel.NONE, RUNS)
     # Only the runs of jobs that asked for notifications pass.
     assert all(p["dynamodb"]["NewImage"]["notify_on"] == {"S": [{"exists": True}]} for p in deployed)
+    # And no job change at all.
+    (jobs,) = stream_mappings(built, DEFINITIONS, "jobsched.handlers.events.handler")
+    assert [json.loads(f["Pattern"]) for f in jobs["FilterCriteria"]["Filters"]] == [NO_RECORD]
+    for name in ("INSERT", "MODIFY", "REMOVE"):
+        record = {"eventName": name, "dynamodb": {"Keys": {"job_id": {"S": "j_abc"}}}}
+        assert not events_matches(record, RunEventsLevel.NONE, DEFINITIONS)
 
 
 def test_the_notifications_queue_feeds_the_notifier_reporting_each_failure(synth):
@@ -141,7 +165,7 @@ def test_each_queue_feeds_the_worker_with_its_own_ceiling(synth, config, key):
         for p in mappings(synth).values()
         if p["EventSourceArn"] == {"Fn::GetAtt": [queue_logical_id(key), "Arn"]}
     ]
-    assert handler_of(synth, props) == "jobsched.handlers.worker.handler"
+    assert handler_of(synth, props) == "jobsched.handlers.worker_entry.handler"
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["BatchSize"] == config.worker_batch_size[key]
     assert props["MaximumBatchingWindowInSeconds"] == config.worker_batch_window_seconds[key]
@@ -154,7 +178,7 @@ def test_low_priority_is_never_starved(synth, config):
     worker_mappings = [
         p
         for p in mappings(synth).values()
-        if "ScalingConfig" in p and handler_of(synth, p) == "jobsched.handlers.worker.handler"
+        if "ScalingConfig" in p and handler_of(synth, p) == "jobsched.handlers.worker_entry.handler"
     ]
     assert len(worker_mappings) == len(QUEUE_KEYS)
     assert all(p["ScalingConfig"]["MaximumConcurrency"] >= 2 for p in worker_mappings)
@@ -208,7 +232,7 @@ def test_the_worker_reserves_what_the_burst_needs(burst):
     (worker,) = [
         f["Properties"]
         for f in burst.of_type("AWS::Lambda::Function").values()
-        if f["Properties"].get("Handler") == "jobsched.handlers.worker.handler"
+        if f["Properties"].get("Handler") == "jobsched.handlers.worker_entry.handler"
     ]
     assert worker["ReservedConcurrentExecutions"] == 3000
     variables = worker["Environment"]["Variables"]

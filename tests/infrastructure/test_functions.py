@@ -253,6 +253,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
                 TICK_FAILURE_QUEUE_ID,
             )
         ),
+        events_failures_queue_url="ref:" + EVENTS_FAILURE_QUEUE_ID,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

@@ -208,6 +208,21 @@ def test_failed_worker_records_are_alarmed_with_the_dimensions_the_worker_emits(
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
+def test_a_worker_that_cannot_start_is_alarmed_on_what_its_entry_point_emits(synth):
+    """The worker function's entry point counts a start that failed (its code not loaded, its
+    services not built) in an embedded-metric line of its own, with Powertools' namespace and
+    service dimension: the alarm reads exactly that, each minute."""
+    from jobsched.handlers.worker_entry import START_FAILED_METRIC
+
+    (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == START_FAILED_METRIC]
+    assert render(alarm["AlarmName"]).endswith("-worker-cannot-start")
+    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum" and alarm["Period"] == 60
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    worker = next(f for f in FUNCTIONS if f.name == "worker")
+    assert worker.handler == "jobsched.handlers.worker_entry.handler"
+
+
 def test_a_lowered_shard_count_is_alarmed_on_the_sweepers_metric(synth):
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "ShardCountBelowInUse"]
     assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Maximum"
@@ -404,7 +419,7 @@ def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
     # sending to its queue).
     recursion = simple_alarms(synth, "RecursiveInvocationsDropped")
     assert {synth.props(ref)["Handler"] for ref in recursion} == {
-        "jobsched.handlers.worker.handler",
+        "jobsched.handlers.worker_entry.handler",
         "jobsched.handlers.reconciler.handler",
     }
     for alarm in [*dropped.values(), *recursion.values()]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from unittest import mock
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from jobsched.domain.events import RunEventsLevel
 from jobsched.domain.runs import RunState
 from jobsched.handlers import events as events_handler
@@ -400,3 +402,120 @@ def test_free_text_sqs_refuses_reaches_the_queue_escaped(api, container, sinks):
     flow_events()
     (queued,) = drain(sinks["notifications"])
     assert queued["Body"].isascii() and json.loads(queued["Body"])["jobId"] == job["jobId"]
+
+
+def two_tenants_dead_runs(api, other_api, container, sinks) -> tuple[list[dict[str, Any]], str]:
+    """tenant-a's run dies, then tenant-b's, each told by a notification (an SQS queue, a
+    webhook): their Runs stream records in that order, through the mapping's filter. With an
+    events failures queue configured; its URL."""
+    failures = boto3.client("sqs").create_queue(QueueName="jobsched-events-failures")["QueueUrl"]
+    container.settings = container.settings.model_copy(update={"events_failures_queue_url": failures})
+    container.__dict__.pop("record_delivery", None)
+    external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
+    external_job(other_api, [{"on": ["dead"], "target": sinks["targets"]["http"]}])
+    fail_for_good(api)
+    fail_for_good(other_api)
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+    shaped = [lambda_stream_record(r, arn, "us-east-1") for r in read_stream(streams, arn, {})]
+    records = [r for r in shaped if events_handler.matches_filter(r, RunEventsLevel.FAILURES, RUNS)]
+    assert [r["dynamodb"]["NewImage"]["tenant"]["S"] for r in records] == ["tenant-a", "tenant-b"]
+    return records, failures
+
+
+def written_at(record: dict[str, Any], seconds: float = 0) -> Any:
+    """The host's clock `seconds` after the record was written (its ApproximateCreationDateTime)."""
+    written = datetime.fromtimestamp(record["dynamodb"]["ApproximateCreationDateTime"], UTC)
+    return lambda: written + timedelta(seconds=seconds)
+
+
+def test_a_record_the_bus_refuses_for_good_holds_another_tenants_notice_minutes_not_hours(
+    api, other_api, container, sinks, monkeypatch
+):
+    """tenant-a's dead run's event is refused by the bus on every try; tenant-b's run dies
+    just after, in the same lane. Lambda retries from tenant-a's record, and held every
+    record behind it for six hours (10,000 retries). Once tenant-a's record is five minutes
+    old it is set aside: its events kept, replayable as they are, on the events failures
+    queue and counted; its own delivery and tenant-b's are queued."""
+    from jobsched.services.record_delivery import SET_ASIDE_AFTER_SECONDS
+
+    records, failures = two_tenants_dead_runs(api, other_api, container, sinks)
+    client = container.event_publisher._client
+    real = client.put_events
+
+    def put_events(Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        mine = [e for e in Entries if json.loads(e["Detail"])["tenant"] != "tenant-a"]
+        answers = iter(real(Entries=mine)["Entries"] if mine else [])
+        refused = {"ErrorCode": "InternalFailure", "ErrorMessage": "try again"}
+        return {
+            "Entries": [
+                refused if json.loads(e["Detail"])["tenant"] == "tenant-a" else next(answers) for e in Entries
+            ]
+        }
+
+    container.event_publisher._sleep = lambda seconds: None
+    with mock.patch.object(client, "put_events", put_events):
+        # A minute old: retried (every record of the batch failed: the invocation fails),
+        # and tenant-b's notice waits behind it.
+        monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], 60))
+        with pytest.raises(BatchProcessingError, match="All records failed"):
+            events_handler.handler({"Records": records}, EVENTS)
+        assert drain(sinks["notifications"]) == []
+        # Lambda retries from tenant-a's record, five minutes after it was written.
+        monkeypatch.setattr(
+            container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS)
+        )
+        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    queued = [json.loads(m["Body"]) for m in drain(sinks["notifications"])]
+    assert sorted(m["tenant"] for m in queued) == ["tenant-a", "tenant-b"]
+    (kept,) = drain(failures)
+    body = json.loads(kept["Body"])
+    assert body["setAside"]["sequenceNumber"] == records[0]["dynamodb"]["SequenceNumber"]
+    assert body["setAside"]["stream"] == records[0]["eventSourceARN"]
+    assert "sendMessageBatch" not in body  # its delivery went: only its events are kept
+    (request,) = body["putEvents"]
+    (entry,) = request["Entries"]
+    detail = json.loads(entry["Detail"])
+    assert detail["type"] == "jobsched.run.dead" and detail["tenant"] == "tenant-a"
+    assert container.metrics.total("EventRecordsSetAside") == 1
+    # Replayed as it is, once the bus takes it.
+    assert boto3.client("events").put_events(**request)["FailedEntryCount"] == 0
+
+
+def test_a_delivery_the_queue_refuses_for_good_is_set_aside_and_the_next_tenants_queued(
+    api, other_api, container, sinks, monkeypatch
+):
+    """The notifications queue refuses tenant-a's delivery on every try (not as the sender's
+    fault): five minutes on, the delivery is kept to be sent again as it is, and tenant-b's
+    delivery, which went in the same call, is not queued a second time; each run's event
+    went to the bus once."""
+    from jobsched.services.record_delivery import SET_ASIDE_AFTER_SECONDS
+
+    records, failures = two_tenants_dead_runs(api, other_api, container, sinks)
+    queue = container.notification_queue
+    real = queue._client.send_message_batch
+
+    def send_message_batch(QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        theirs = [e for e in Entries if json.loads(e["MessageBody"])["tenant"] == "tenant-a"]
+        taken = (
+            real(QueueUrl=QueueUrl, Entries=[e for e in Entries if e not in theirs])
+            if len(theirs) < len(Entries)
+            else {}
+        )
+        refused = [{"Id": e["Id"], "SenderFault": False, "Code": "InternalError"} for e in theirs]
+        return {"Successful": taken.get("Successful", []), "Failed": refused}
+
+    queue._sleep = lambda seconds: None
+    monkeypatch.setattr(queue._client, "send_message_batch", send_message_batch)
+    monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS))
+    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    monkeypatch.undo()
+    assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
+    assert container.metrics.total("EventsPublished") == 2
+    (kept,) = drain(failures)
+    body = json.loads(kept["Body"])
+    assert "putEvents" not in body and body["setAside"]["reason"] == "deliveries not queued"
+    (request,) = body["sendMessageBatch"]
+    assert request["QueueUrl"] == sinks["notifications"]
+    assert boto3.client("sqs").send_message_batch(**request).get("Failed", []) == []
+    assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-a"]

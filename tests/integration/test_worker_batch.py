@@ -4,6 +4,9 @@ and never push it into the DLQ."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import sys
 import threading
 from datetime import timedelta
 from typing import Any
@@ -295,6 +298,95 @@ def test_a_record_that_keeps_failing_reaches_the_dlq_within_15_minutes(container
     assert clock.now() - started <= timedelta(minutes=15)
     assert deliveries == DEFAULT.max_receive_count
     assert container.metrics.total("RecordFailed") == DEFAULT.max_receive_count
+
+
+def cannot_load(monkeypatch) -> None:
+    """The worker's code fails to import (a bad deploy: a module or a layer package broken)."""
+    from jobsched.handlers import worker_entry
+
+    monkeypatch.setitem(sys.modules, worker_entry.WORKER_HANDLER, None)
+
+
+def cannot_build(monkeypatch) -> None:
+    """The worker's code loads, but its services cannot be built (a setting that does not parse)."""
+
+    def broken():
+        raise RuntimeError("InvalidSettings: SHARD_COUNT")
+
+    monkeypatch.setattr(worker_handler, "container", broken)
+
+
+@pytest.mark.parametrize("fault", [cannot_load, cannot_build], ids=["import", "services"])
+def test_a_worker_that_cannot_start_dead_letters_its_message_in_minutes(
+    container, clock, monkeypatch, capsys, fault
+):
+    """Through local mode's SQS event source and the function's deployed entry point, with the
+    deployed 5,400 s visibility timeout: every invocation fails before the worker starts. A
+    failure there changed no visibility, so each receive waited the whole timeout: ten
+    receives, 15 hours to the DLQ. The entry point holds the batch for 30 s first: each
+    receive comes back within that, the message reaches the DLQ inside 15 minutes after its
+    maxReceiveCount receives, and every failure is counted for the worker-cannot-start alarm."""
+    from jobsched.cdk.dead_letters import DEAD_LETTER_WITHIN_SECONDS
+    from jobsched.handlers import worker_entry
+
+    from chaos.faults import sqs_on_clock
+
+    _, run = one_run(container, clock)
+    assert deployed_visibility(container) == 5400
+    fault(monkeypatch)
+    sqs = boto3.client("sqs")
+    url = container.queues.urls["default"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    invoker = Invoker("worker", worker_entry.handler, timeout_seconds=FUNCTION_TIMEOUT)
+    source = QueueSource(sqs, url, arn, invoker, region="us-east-1")
+    started = clock.now()
+    receives = []
+    with sqs_on_clock(clock):
+        container.queues.publish("default", [(run, 0)])
+        while queue_messages(container, "default", dlq=True) == 0 and clock.now() - started < timedelta(
+            seconds=DEAD_LETTER_WITHIN_SECONDS
+        ):
+            if source.poll():
+                receives.append(clock.now())
+            clock.advance(5)
+    assert queue_messages(container, "default", dlq=True) == 1
+    assert len(receives) == DEFAULT.max_receive_count == invoker.errors
+    waits = [later - earlier for earlier, later in itertools.pairwise(receives)]
+    assert max(waits) <= timedelta(seconds=worker_entry.START_HOLD_SECONDS + 5), waits
+    assert clock.now() - started <= timedelta(seconds=DEAD_LETTER_WITHIN_SECONDS)
+    printed = capsys.readouterr().out.splitlines()
+    counted = [json.loads(line) for line in printed if "WorkerStartFailed" in line]
+    assert len(counted) == DEFAULT.max_receive_count
+    assert counted[0]["_aws"]["CloudWatchMetrics"] == [
+        {
+            "Namespace": "jobsched",
+            "Dimensions": [["service"]],
+            "Metrics": [{"Name": "WorkerStartFailed", "Unit": "Count"}],
+        }
+    ]
+    assert counted[0]["service"] and counted[0]["WorkerStartFailed"] == 1
+
+
+def test_a_batch_whose_records_all_failed_is_not_a_worker_that_cannot_start(container, clock, monkeypatch):
+    """Every record of the batch ran and failed (the batch processor's error): each record
+    already backed off, and the worker did start."""
+    from jobsched.handlers import worker_entry
+
+    container.__dict__["worker"] = make_worker(container, HandlerRegistry())
+    _, run = one_run(container, clock)
+
+    def throttled(run_key):
+        raise ConnectionError("ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(container.runs, "get_by_key", throttled)
+    counted: list[str] = []
+    monkeypatch.setattr(worker_entry, "start_failed", counted.append)
+    container.queues.publish("default", [(run, 0)])
+    source = worker_source(container)
+    source._invoke = Invoker("worker", worker_entry.handler, timeout_seconds=FUNCTION_TIMEOUT)
+    assert source.poll() == 1
+    assert source._invoke.errors == 1 and counted == []
+    assert container.metrics.total("RecordFailed") == 1
 
 
 def test_a_throttled_batch_still_waits_out_six_worker_timeouts(container, clock):

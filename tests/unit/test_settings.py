@@ -55,6 +55,7 @@ def test_the_lambda_environment_reads_back_as_the_same_settings():
         dlq_urls={q.key: f"dlq-{q.key}" for q in QUEUES},
         notifications_queue_url="url-notifications",
         second_tick_queue_url="url-second-ticks",
+        events_failures_queue_url="url-events-failures",
         endpoint_url="http://127.0.0.1:5055",
         target_grants=GrantsDocument.from_maps(
             {"t": ["arn:aws:sqs:*:*:q"]}, {"t": ["com.t.*"]}, ("arn:aws:iam::*:role/r",)
@@ -131,6 +132,7 @@ def test_in_lambda_a_bad_value_fails_loudly_too():
         notifications_queue_url="n",
         second_tick_queue_url="s",
         own_queue_urls=("o",),
+        events_failures_queue_url="e",
     )
     good = {**env.lambda_environment(), IN_LAMBDA: "jobsched-worker"}
     assert Settings.from_env(good).shard_count == 32
@@ -202,6 +204,7 @@ def test_the_own_names_are_every_resource_the_settings_name():
         dlq_urls={q.key: f"{base}{q.key}-dlq" for q in QUEUES},
         notifications_queue_url=f"{base}Notifications",
         second_tick_queue_url=f"{base}SecondTicks",
+        events_failures_queue_url=f"{base}EventsFailures",
     )
     own = settings.own_names()
     assert own.stack == "Jobsched" and own.buses == ("JobschedEventsEventBus5A3B",)
@@ -210,6 +213,7 @@ def test_the_own_names_are_every_resource_the_settings_name():
         *settings.dlq_urls.values(),
         f"{base}Notifications",
         f"{base}SecondTicks",
+        f"{base}EventsFailures",
     }
 
 

@@ -39,8 +39,12 @@ OUTBOX_BATCH_SIZE = 100
 OUTBOX_PARALLELIZATION = 4
 OUTBOX_RETRIES = 5  # then the batch goes to the failure queue; the reconciler republishes its runs
 OUTBOX_MAX_RECORD_AGE = 3600
-# Events: a batch the bus keeps refusing is retried (from its first failed record, so a run's
-# events keep their order) for up to six hours, then named in the events failure queue.
+# Events: a record the bus or the notifications queue refuses is retried from it (so a run's
+# events keep their order) until it is five minutes old; the function then sets it aside on
+# the events failures queue and goes on (services.record_delivery), so it holds the records
+# behind it, other tenants' notifications among them, no longer. The mapping's own bounds
+# are for an invocation that fails as a whole (a bad deploy, a crash): retried, bisected,
+# for up to six hours, then the batch is named in the events failures queue.
 EVENTS_BATCH_SIZE = 100
 EVENTS_BATCH_WINDOW = 1  # seconds: events are not on any run's path; fuller batches, fewer calls
 EVENTS_PARALLELIZATION = 2
@@ -103,12 +107,13 @@ class EventSources(Construct):
 
         self.events_mappings: dict[str, lambda_.CfnEventSourceMapping] = {}
         level = RunEventsLevel(config.run_events)
-        # At `none` the Runs mapping stays, for notifications only (its filter passes only the
-        # runs of jobs that asked for them); the Definitions mapping has nothing to do.
+        # Both mappings at every level, the level in their filters only: a filter changes in
+        # place, so switching runEvents off and on again never makes a mapping anew (one would
+        # start at TRIM_HORIZON and publish up to 24 hours of old changes). At `none` the Runs
+        # mapping passes the runs of jobs that asked for notifications, the Definitions one
+        # no record at all.
         for spec in (RUNS, DEFINITIONS):
             patterns = event_filter_patterns(level, spec)
-            if not patterns:
-                continue
             arn = storage.table(spec).table_stream_arn
             assert arn is not None, f"{spec.logical_id} has no stream"
             mapping = lambda_.CfnEventSourceMapping(
@@ -116,6 +121,8 @@ class EventSources(Construct):
                 f"{spec.logical_id}StreamToEvents",
                 function_name=functions.functions[EVENTS].function_name,
                 event_source_arn=arn,
+                # Made with the table at the first deploy: a change written before it is ready
+                # is still published. Never made again by a setting (above).
                 starting_position="TRIM_HORIZON",
                 batch_size=EVENTS_BATCH_SIZE,
                 maximum_batching_window_in_seconds=EVENTS_BATCH_WINDOW,

@@ -99,6 +99,7 @@ def runtime_settings(
         notifications_queue_url=queues.notifications.queue_url,
         second_tick_queue_url=queues.second_ticks.queue_url,
         own_queue_urls=tuple(queue.queue_url for queue in queues.failure_queues().values()),
+        events_failures_queue_url=queues.events_failures.queue_url,
     )
 
 

@@ -1,8 +1,8 @@
 """Alarms (every DLQ's depth and its new dead letters, oldest message per queue, stream
 iterator age, handler errors and throttles, dropped, failed and missing ticks, recursion,
-failed worker records, account concurrency near its quota, sweep and reconcile duration,
-reconciler repairs, API 5xx and latency, DynamoDB throttling) to one SNS topic, and a
-dashboard of lag, throughput, retries and dead letters."""
+failed worker records, a worker that cannot start, account concurrency near its quota, sweep
+and reconcile duration, reconciler repairs, API 5xx and latency, DynamoDB throttling) to one
+SNS topic, and a dashboard of lag, throughput, retries and dead letters."""
 
 from __future__ import annotations
 
@@ -282,6 +282,16 @@ class Monitoring(Construct):
             app_metric("RecordFailed", period=FIVE_MINUTES),
             threshold=1,
             description="worker: records failed on an unexpected error (see the worker's logs)",
+        )
+        # The worker's code or services could not start (a bad deploy, a setting that does
+        # not parse): every batch fails before its runs, each message comes back after the
+        # entry point's 30 s hold and reaches its DLQ minutes later (handlers.worker_entry).
+        self._alarm(
+            "worker-cannot-start",
+            app_metric("WorkerStartFailed"),
+            threshold=1,
+            description="worker: invocations failed before their runs started (see the worker's logs); "
+            "roll back the deploy",
         )
         # shardCount lowered below the highest in use: jobs in the folded shards are still
         # swept (each sweeper also reads the old shards that fold onto its own), at a cost.

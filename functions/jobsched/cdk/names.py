@@ -125,9 +125,11 @@ FUNCTIONS = (
     # The longest effect a job may ask for plus the worker's own overhead: 840 + 60 = 900 s,
     # Lambda's maximum; a batch's records run at once, each with its full timeoutSeconds.
     # The queues' visibility timeout is six times this (jobsched.cdk.dead_letters.WORKER_QUEUE_VISIBILITY).
+    # Its entry point holds the batch's messages before the worker's code loads
+    # (handlers.worker_entry), then runs the worker's handler (handlers.worker).
     FunctionSpec(
         WORKER,
-        "jobsched.handlers.worker.handler",
+        "jobsched.handlers.worker_entry.handler",
         1024,
         MAX_TIMEOUT_SECONDS + WORKER_OVERHEAD_SECONDS,
         "jobsched worker: executes runs",

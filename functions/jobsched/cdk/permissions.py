@@ -297,6 +297,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             "SendMessageBatch of the notification deliveries a run's events ask for",
             ("jobsched.services.notifications:NotificationQueue._send",),
         ),
+        Grant(
+            ("sqs:SendMessage",),
+            (EVENTS_FAILURES,),
+            "keep a record that could not deliver its events or deliveries for minutes, to replay",
+            ("jobsched.services.record_delivery:SetAsideQueue.keep",),
+        ),
     ),
     NOTIFIER: (
         # The same targets, secrets and roles as the worker's: a notification's target is
@@ -396,8 +402,12 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("sqs:ChangeMessageVisibility",),
             queues(*QUEUE_KEYS),
             "defer a run in place; the heartbeat keeps the message invisible while the lease lives; "
-            "an invocation holds its batch's messages for the lease first",
-            (f"{_QUEUES}.change_visibility", f"{_QUEUES}.change_visibility_batch"),
+            "an invocation holds its batch's messages before the worker loads, then for the lease",
+            (
+                f"{_QUEUES}.change_visibility",
+                f"{_QUEUES}.change_visibility_batch",
+                "jobsched.handlers.worker_entry:hold",
+            ),
         ),
         _DEAD_COPY,
         _READ_GRANTS,

@@ -75,8 +75,10 @@ class Queues(Construct):
         self.outbox_failures = _queue(
             self, "outbox-failures", OUTBOX_FAILURE_QUEUE_ID, retention_period=RETENTION
         )
-        # The events mapping's on-failure destination: a batch of records whose events the bus
-        # kept refusing until they aged out (jobsched.cdk.event_sources), named by shard and sequence.
+        # The events mappings' on-failure destination: a batch of records whose invocations kept
+        # failing until they aged out (jobsched.cdk.event_sources), named by shard and sequence;
+        # and the events function's own: a record it set aside, with the requests that replay
+        # it (jobsched.services.record_delivery).
         self.events_failures = _queue(
             self, "events-failures", EVENTS_FAILURE_QUEUE_ID, retention_period=RETENTION
         )

@@ -207,9 +207,9 @@ class OwnNames:
     `buses` (names, or ARNs) and `queues` (URLs): what the functions publish to and queue on,
     as their settings name them, whatever they are called: the run-events bus (CDK names it,
     not `<stack>-…`), the run queues and their DLQs, the notifications and second-tick
-    queues, and the failure queues (Settings.own_queue_urls). A bare bus name is the one in the deployment's own account (`home`'s, when
-    known); an ARN or URL names its account. Names are compared case-blind: no spelling of
-    one reaches it."""
+    queues, and the failure queues (Settings.own_queue_urls). A bare bus name is the one in
+    the deployment's own account (`home`'s, when known); an ARN or URL names its account.
+    Names are compared case-blind: no spelling of one reaches it."""
 
     stack: str | None = None
     buses: tuple[str, ...] = ()

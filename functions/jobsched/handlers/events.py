@@ -3,10 +3,13 @@ the deliveries a run's notifications ask for on the notifications queue.
 
 A second consumer of the Runs stream beside the outbox, and the one consumer of the
 Definitions stream: never on the request or worker path. Each record's events (domain.events)
-are published in stream order (services.events); the batch processor reports the first
-record whose events the bus did not accept and every record after it, so the stream retries
-from there and one run's events keep their order. A record whose image does not parse is
-logged and counted (`EventRecordsUnreadable`), never retried: it would hold back its shard.
+are published, and the deliveries they ask for queued, in stream order
+(services.record_delivery); the batch processor reports the first record that could not
+deliver them and every record after it, so the stream retries from there and one run's
+events keep their order. A record still refused a few minutes after it was written is set
+aside (kept on the events failures queue, counted, alarmed), so it holds the records behind
+it, other tenants' notifications among them, no longer. A record whose image does not parse
+is logged and counted (`EventRecordsUnreadable`), never retried: it would hold back its shard.
 
 Notifications (domain.notifications) are read from the same changes whatever `runEvents` is
 (at `none` the Runs stream's filter passes only runs whose job asked for them): a record
@@ -27,6 +30,7 @@ from ..domain.metrics import Unit
 from ..domain.notifications import NotificationMessage, messages_for
 from ..domain.runs import RunState
 from ..observability import log_metrics, logger, tracer
+from ..services.record_delivery import RecordChanges
 from ..store.definitions import DefinitionStore
 from ..store.runs import RUN_PREFIX, RunStore
 from ..store.schema import DEFINITIONS, RUNS, TableSpec
@@ -34,6 +38,12 @@ from ..wiring import container
 from .stream_filter import matches_pattern
 
 JOB_PREFIX = "j_"  # job ids (domain.models.JOB_ID_PATTERN); other Definitions items are not jobs
+# A pattern no stream record matches (a DynamoDB stream record's eventName is INSERT, MODIFY or
+# REMOVE): the Definitions mapping's filter at `none`. The mapping stays and drops every
+# record, so a later level changes only its filter, in place, and it goes on from where it
+# is; a mapping made anew would start at the stream's trim horizon and publish up to 24 hours
+# of old job changes.
+NO_RECORD: dict[str, Any] = {"eventName": ["NONE"]}
 
 
 def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, Any]]:
@@ -41,8 +51,8 @@ def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, A
     Runs stream run items (below `all`, only writes that leave a run DEAD or SKIPPED, or that
     may make it late: it carries `late_at`, store.runs), on the Definitions stream job items.
     Each table's mapping gets its own: a run item's key is a job id too. At `none` only runs
-    whose job asked for notifications (`notify_on`), and no job items (the stack then makes
-    no Definitions mapping)."""
+    whose job asked for notifications (`notify_on`), and on the Definitions stream no record
+    at all (NO_RECORD). Never empty: every level keeps both mappings."""
     if table.logical_id == RUNS.logical_id:
         keys = {"sk": {"S": [{"prefix": RUN_PREFIX}]}}
         if level is RunEventsLevel.ALL:
@@ -57,8 +67,8 @@ def filter_patterns(level: RunEventsLevel, table: TableSpec) -> list[dict[str, A
             {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": keys, "NewImage": image}}
             for image in images
         ]
-    if level is RunEventsLevel.NONE:
-        return []
+    if table.logical_id == DEFINITIONS.logical_id and level is RunEventsLevel.NONE:
+        return [NO_RECORD]
     if table.logical_id == DEFINITIONS.logical_id:
         jobs = {"Keys": {"job_id": {"S": [{"prefix": JOB_PREFIX}]}}}
         return [{"eventName": ["INSERT", "MODIFY"], "dynamodb": jobs}]
@@ -115,18 +125,11 @@ def _written_at(change: dict[str, Any]) -> datetime:
     return datetime.now(UTC)
 
 
-def gather(
-    records: Sequence[dict[str, Any]], stack: str, level: RunEventsLevel
-) -> list[tuple[str, list[CloudEvent]]]:
-    """(sequence number, events) of each record in order; unreadable ones logged and left out."""
-    return [(sequence, events) for sequence, events, _ in gather_changes(records, stack, level) if events]
-
-
 def gather_changes(
     records: Sequence[dict[str, Any]], stack: str, level: RunEventsLevel
-) -> list[tuple[str, list[CloudEvent], list[NotificationMessage]]]:
-    """(sequence number, events, deliveries) of each record with either, in order;
-    unreadable ones logged, counted and left out."""
+) -> list[RecordChanges]:
+    """The changes (events, deliveries) of each record with either, in order; unreadable
+    ones logged, counted and left out."""
     gathered = []
     for record in records:
         change = record.get("dynamodb") or {}
@@ -140,7 +143,16 @@ def gather_changes(
             container().metrics.add("EventRecordsUnreadable", 1, Unit.COUNT)
             continue
         if events or messages:
-            gathered.append((sequence, events, messages))
+            gathered.append(
+                RecordChanges(
+                    sequence,
+                    _written_at(change),
+                    events,
+                    messages,
+                    stream=str(record.get("eventSourceARN") or ""),
+                    keys=change.get("Keys") or {},
+                )
+            )
     return gathered
 
 
@@ -157,21 +169,17 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = container().settings
     gathered = gather_changes(event.get("Records") or [], settings.event_source_name, settings.run_events)
-    order = [sequence for sequence, _, _ in gathered]
-    report = container().event_publisher.publish([(s, events) for s, events, _ in gathered if events])
-    # Deliveries are queued for the records before the first whose events were not published.
-    stop = order.index(report.failed_records[0]) if report.failed_records else len(order)
-    unqueued = container().notification_queue.send([(s, m) for s, _, m in gathered[:stop] if m])
-    firsts = [order.index(r) for r in (*report.failed_records[:1], *unqueued[:1])]
-    first_failed = order[min(firsts)] if firsts else None
-    failed = set(report.failed_records) | set(unqueued)
+    failed = container().record_delivery.deliver(
+        gathered, time_left=lambda: context.get_remaining_time_in_millis() / 1000
+    )
+    first_failed = failed[0] if failed else None
     reached = False
 
     def record_handler(record: DynamoDBRecord) -> None:
         nonlocal reached
         sequence = record.dynamodb.sequence_number if record.dynamodb else None
         reached = reached or sequence == first_failed
-        if sequence in failed or reached:
-            raise EventsNotPublished(f"record {sequence}: its events were not all accepted by the bus")
+        if reached:
+            raise EventsNotPublished(f"record {sequence}: its events or deliveries did not all go")
 
     return dict(process_partial_response(event, record_handler, processor, context))

@@ -82,8 +82,10 @@ class NotificationQueue:
 
     def send(self, records: Sequence[tuple[str, Sequence[NotificationMessage]]]) -> list[str]:
         """Queue each record's deliveries, records in the given (stream) order. Returns the
-        records not queued: the first whose delivery SQS did not take after every attempt,
-        and every record after it. Never raises."""
+        records not queued, in order: the first whose delivery SQS did not take after every
+        attempt, then each later one with a delivery SQS did not take or that was not sent
+        (a record after it whose deliveries all went in the same call is not named). Never
+        raises."""
         if not records:
             return []
         if self._url is None:
@@ -96,16 +98,17 @@ class NotificationQueue:
         queued = 0
         for start in range(0, len(entries), MAX_BATCH):
             batch = entries[start : start + MAX_BATCH]
-            failed = self._send(batch)
-            queued += len(batch) - (0 if failed is None else 1)
-            if failed is not None:
+            refused = self._send(batch)
+            queued += len(batch) - len(refused)
+            if refused:
                 self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
-                return order[order.index(failed) :]
+                unqueued = {record for record, _ in (*refused, *entries[start + MAX_BATCH :])}
+                return [record for record in order if record in unqueued]
         self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
         return []
 
-    def _send(self, batch: list[tuple[str, NotificationMessage]]) -> str | None:
-        """One batch, its refused entries again; the record of the first still refused, or None."""
+    def _send(self, batch: list[tuple[str, NotificationMessage]]) -> list[tuple[str, NotificationMessage]]:
+        """One batch, its refused entries again; the entries still refused, in order."""
         pending = {str(i): entry for i, entry in enumerate(batch)}
         for attempt in range(self._attempts):
             if attempt:
@@ -113,14 +116,7 @@ class NotificationQueue:
             try:
                 response = self._client.send_message_batch(
                     QueueUrl=self._url,
-                    Entries=[
-                        {
-                            "Id": key,
-                            "MessageBody": message_body(message),
-                            "MessageGroupId": message_group_id(message.tenant),
-                        }
-                        for key, (_, message) in pending.items()
-                    ],
+                    Entries=[batch_entry(key, message) for key, (_, message) in pending.items()],
                 )
             except (ClientError, BotoCoreError) as exc:
                 logger.warning("queueing notifications failed", extra={"error": str(exc)})
@@ -142,10 +138,20 @@ class NotificationQueue:
             refused = {str(f.get("Id")) for f in failed if not f.get("SenderFault")}
             pending = {key: entry for key, entry in pending.items() if key in refused}
             if not pending:
-                return None
-        first = min(pending, key=int)
-        logger.error("notifications not queued", extra={"entries": len(pending), "record": pending[first][0]})
-        return pending[first][0]
+                return []
+        still = [pending[key] for key in sorted(pending, key=int)]
+        logger.error("notifications not queued", extra={"entries": len(still), "record": still[0][0]})
+        return still
+
+
+def batch_entry(key: str, message: NotificationMessage) -> dict[str, str]:
+    """`message` as a SendMessageBatch entry of the notifications queue, `key` its `Id`: the
+    body (`message_body`) in its tenant's message group."""
+    return {
+        "Id": key,
+        "MessageBody": message_body(message),
+        "MessageGroupId": message_group_id(message.tenant),
+    }
 
 
 def message_body(message: NotificationMessage) -> str:
