@@ -88,9 +88,11 @@ class Api(Construct):
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # API Gateway needs an account-level role (one per account and region) to write
-            # the stage's execution and access logs. Only with apiGatewayAccountRole: the
-            # AWS::ApiGateway::Account resource replaces the account's current role for every
-            # API. Kept on destroy: the account setting would otherwise point at a deleted role.
+            # the stage's execution and access logs, and a new region has none: the stage
+            # would fail the deploy. With apiGatewayAccountRole (the default) the stack creates
+            # it, and its AWS::ApiGateway::Account replaces the account's current role for
+            # every API (the same AWS-managed policy). Kept on destroy: the account setting
+            # would otherwise point at a deleted role.
             cloud_watch_role=config.api_gateway_account_role,
             cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if config.api_gateway_account_role else None,
             deploy_options=apigw.StageOptions(
