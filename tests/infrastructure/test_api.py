@@ -269,6 +269,15 @@ def test_bodies_lambda_cannot_take_are_a_413_from_the_stages_web_acl(synth, conf
     assert stage_id in json.dumps(association["Properties"]["ResourceArn"])
 
 
+def test_the_web_acl_is_associated_once_the_stage_exists(synth):
+    """WAF refuses to associate a stage that does not exist yet, and CloudFormation retries
+    only WAF's "retry your request": the association depends on the stage outright, whatever
+    its ARN is written with."""
+    ((_, association),) = synth.of_type("AWS::WAFv2::WebACLAssociation").items()
+    (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
+    assert stage_id in association.get("DependsOn", [])
+
+
 @settings(max_examples=300, deadline=None)
 @given(limit=st.integers(1, 10**9), length=st.integers(0, 10**12), zeros=st.integers(0, 3))
 def test_the_content_length_rule_matches_exactly_the_lengths_past_the_limit(limit, length, zeros):

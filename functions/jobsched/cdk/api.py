@@ -226,12 +226,17 @@ class Api(Construct):
                 )
             ],
         )
-        wafv2.CfnWebACLAssociation(
+        association = wafv2.CfnWebACLAssociation(
             self,
             "WebAclAssociation",
             resource_arn=self.rest_api.deployment_stage.stage_arn,
             web_acl_arn=acl.attr_arn,
         )
+        # Associated once the stage exists: before it, WAF refuses at once ("your resource
+        # doesn't exist"; CloudFormation retries only WAF's "retry your request"). The ARN's
+        # Ref of the stage implies the order as CDK renders it today; said outright, so no
+        # way of writing the ARN (the stage's name as text, say) can lose it.
+        association.node.add_dependency(self.rest_api.deployment_stage)
         return acl
 
     def method_arn(self, route: Route) -> str:
