@@ -196,7 +196,11 @@ class JobScheduler(Construct):
         self.example_tenant: str | None = None
         if examples:
             self.examples = Examples(
-                self, "Examples", api=self.api, log_retention_days=config.log_retention_days
+                self,
+                "Examples",
+                api=self.api,
+                log_retention_days=config.log_retention_days,
+                name=self.naming.name,
             )
             # The example machine that creates jobs is a tenant (its role); it may start the
             # example target machine, and no other tenant may.
