@@ -138,8 +138,9 @@ CDK_OUT ?= cdk.out
 # cdk.json runs `python -m infra.app`: the venv's python must come first on PATH.
 INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: infra-tools layer synth nag lint-infra preflight release-tables
-# The check-only synths below subscribe no one to the alarms (a deploy must: alarmEmail).
+.PHONY: infra-tools layer synth nag lint-infra preflight deploy release-tables
+# The check-only synths below subscribe no one to the alarms, and say so rather than warn
+# (a deploy should: alarmEmail).
 CHECK_ONLY := -c alarmsWithoutSubscriber=true
 
 # The deploy preflight (docs/operate/preflight.md): run with the deployer's credentials before the
@@ -160,6 +161,15 @@ layer: $(STAMP)
 
 synth: $(STAMP) node_modules/.installed
 	$(INFRA_ENV) $(CDK) synth --quiet --output $(CDK_OUT)
+
+# make deploy [DEPLOY_CONTEXT="-c alarmEmail=ops@example.com -c shardCount=64"]: the preflight with
+# the same context first; a check that blocks the deploy (exit 1) or a config synth refuses
+# (exit 2) stops it before CloudFormation is called. Account and region come from the usual
+# chain (AWS_PROFILE, AWS_REGION), the same for both steps. Outputs go to cdk-outputs.json.
+DEPLOY_CONTEXT ?=
+deploy: $(STAMP) node_modules/.installed
+	$(INFRA_ENV) $(BIN)/python -m infra.doctor $(DEPLOY_CONTEXT)
+	$(INFRA_ENV) $(CDK) deploy $(DEPLOY_CONTEXT) --outputs-file cdk-outputs.json
 
 nag: $(STAMP)
 	$(BIN)/python -m infra.app --outdir $(CDK_OUT)/nag --skip-bundling $(CHECK_ONLY)

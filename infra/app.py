@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> None:
         context[key] = value
     app, stack = build_app(context, args.outdir, checks=not args.no_checks)
     app.synth()
+    missing = stack.config.missing_subscriber()
+    if missing:  # the CDK CLI prints the same warning annotation
+        print(f"WARNING: {missing}", file=sys.stderr)
     if args.outdir:
         checks = "cdk-nag AwsSolutions: no unacknowledged findings; " if not args.no_checks else ""
         print(f"{checks}template: {args.outdir}/{stack.artifact_id}.template.json")

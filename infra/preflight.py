@@ -79,12 +79,18 @@ class Plan(BaseModel):
     shard_count: int = Field(ge=1)
     account_concurrency: int = Field(ge=0)  # the config's assumed quota (0: reserve nothing)
     reserved: dict[str, int] = {}  # function logical id -> ReservedConcurrentExecutions
+    # Scheduled function -> what it reserves once accountConcurrency is given (what a quota
+    # that holds it unlocks).
+    tick_reservations: dict[str, int] = {}
     worker_ceilings: int = 0  # sum of the worker mappings' ceilings
     worker_batch: int = 10  # the largest batch size of a worker mapping
     bootstrap_qualifier: str = DEFAULT_QUALIFIER
     bootstrap_required: int | None = None  # None: the template does not check
     stage_logging: bool = False  # a stage with access or execution logs
     creates_account_role: bool = False  # the template sets AWS::ApiGateway::Account itself
+    account_role: str | None = None  # the logical id of the role it sets
+    alarm_email: str | None = None
+    missing_subscriber: str | None = None  # why no alarm reaches anyone, if none does
     tables: int = 0
     gsis_per_table: dict[str, int] = {}
     billing_mode: str = "on-demand"
@@ -125,6 +131,7 @@ class AccountFacts(BaseModel):
     reserved_by_stack_now: int = 0  # what this stack's functions reserve today (a redeploy)
     stack_exists: bool = False
     api_gateway_role_arn: str | None = None
+    own_account_role: str | None = None  # the name of the stack's deployed account role
     bootstrap_version: int | None = None
     recorded_shard_count: int | None = None
     dynamodb_limits: dict[str, int] = {}  # DescribeLimits
@@ -155,6 +162,10 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
         for s in stages
     )
     tables = of_type("AWS::DynamoDB::Table")
+    account_roles = [p["CloudWatchRoleArn"] for p in of_type("AWS::ApiGateway::Account").values()]
+    account_role = next(
+        (r["Fn::GetAtt"][0] for r in account_roles if isinstance(r, dict) and "Fn::GetAtt" in r), None
+    )
     default = str(template.get("Parameters", {}).get("BootstrapVersion", {}).get("Default", ""))
     qualifier = default.split("/")[2] if default.startswith("/cdk-bootstrap/") else DEFAULT_QUALIFIER
     capacity = config.provisioned_capacity
@@ -163,12 +174,16 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
         shard_count=config.shard_count,
         account_concurrency=config.account_concurrency,
         reserved=reserved,
+        tick_reservations=config.tick_reservations(),
         worker_ceilings=sum(config.worker_ceilings().values()),
         worker_batch=max(config.worker_batch_size.values()),
         bootstrap_qualifier=qualifier,
         bootstrap_required=required_bootstrap_version(template),
         stage_logging=logging,
-        creates_account_role=bool(of_type("AWS::ApiGateway::Account")),
+        creates_account_role=bool(account_roles),
+        account_role=account_role,
+        alarm_email=config.alarm_email,
+        missing_subscriber=config.missing_subscriber(),
         tables=len(tables),
         gsis_per_table={k: len(p.get("GlobalSecondaryIndexes", [])) for k, p in tables.items()},
         billing_mode=config.billing_mode,
@@ -242,7 +257,8 @@ def check_lambda_concurrency(plan: Plan, facts: AccountFacts) -> Check:
             status=Status.BLOCKED,
             detail=f"{found}: only {left} would stay unreserved, Lambda keeps {UNRESERVED_MINIMUM}",
             fix=f"{quota_increase(max(needed, facts.lambda_quota + UNRESERVED_MINIMUM - left))}; or deploy "
-            "with -c accountConcurrency=0 (reserves nothing)",
+            "with -c accountConcurrency=0 -c workerReservedConcurrency=0 -c apiReservedConcurrency=0 "
+            "(reserves nothing)",
         )
     if plan.account_concurrency > facts.lambda_quota:
         return Check(
@@ -253,14 +269,50 @@ def check_lambda_concurrency(plan: Plan, facts: AccountFacts) -> Check:
             fix=f"deploy with -c accountConcurrency={facts.lambda_quota} (synth then says whether the "
             f"reservations fit), or raise the quota: {quota_increase(plan.account_concurrency)}",
         )
+    unlock = "" if plan.account_concurrency else _tick_reservations_unlocked(plan, facts, needed, left)
     if needed > facts.lambda_quota:
         return Check(
             name=name,
             status=Status.WARN,
-            detail=f"{found}: at full load the workers would be throttled before their ceilings",
+            detail=f"{found}: at full load the workers would be throttled before their ceilings{unlock}",
             fix=quota_increase(needed),
         )
+    if unlock:
+        return Check(
+            name=name,
+            status=Status.INFO,
+            detail=f"{found}{unlock}",
+            fix=f"deploy with -c accountConcurrency={facts.lambda_quota}"
+            if _ticks_fit(plan, facts, needed, left)
+            else quota_increase(needed + sum(plan.tick_reservations.values())),
+        )
     return Check(name=name, status=Status.OK, detail=found)
+
+
+def _ticks_fit(plan: Plan, facts: AccountFacts, needed: int, left: int) -> bool:
+    """Whether the account could hold the scheduled functions' reservations too."""
+    ticks = sum(plan.tick_reservations.values())
+    quota = facts.lambda_quota or 0
+    return needed + ticks <= quota and left - ticks >= UNRESERVED_MINIMUM
+
+
+def _tick_reservations_unlocked(plan: Plan, facts: AccountFacts, needed: int, left: int) -> str:
+    """What accountConcurrency would reserve, said of a stack deployed without it: a setting
+    this account's quota allows, or the quota that would allow it."""
+    if not plan.tick_reservations:
+        return ""
+    ticks = sum(plan.tick_reservations.values())
+    each = " and ".join(f"{n} for the {name}" for name, n in plan.tick_reservations.items())
+    if _ticks_fit(plan, facts, needed, left):
+        return (
+            f"; accountConcurrency is 0, so the ticks reserve nothing: -c accountConcurrency="
+            f"{facts.lambda_quota} would reserve {each}, so a burst of workers or API calls "
+            "cannot throttle a tick (this quota holds it)"
+        )
+    return (
+        f"; accountConcurrency is 0, so the ticks reserve nothing: reserving {each} "
+        f"(-c accountConcurrency=<quota>) needs a quota of {needed + ticks}"
+    )
 
 
 def check_api_gateway_role(plan: Plan, facts: AccountFacts) -> Check:
@@ -269,10 +321,22 @@ def check_api_gateway_role(plan: Plan, facts: AccountFacts) -> Check:
     if not plan.stage_logging:
         return Check(name=name, status=Status.OK, detail="the stage writes no logs: not needed")
     if plan.creates_account_role:
+        current = facts.api_gateway_role_arn
+        own = facts.own_account_role
+        if current and not (own and current.endswith(f":role/{own}")):
+            return Check(
+                name=name,
+                status=Status.WARN,
+                detail=f"the stack sets the account's role to its own (apiGatewayAccountRole), "
+                f"replacing {current} for every API of this account and region (the same "
+                "AWS-managed policy; the stack's role is kept on destroy)",
+                fix=f"to keep {current}, deploy with -c apiGatewayAccountRole=false",
+            )
         return Check(
             name=name,
             status=Status.OK,
-            detail="the stack sets the account's role itself (apiGatewayAccountRole)",
+            detail="the stack sets the account's role itself (apiGatewayAccountRole)"
+            + ("" if current else ": this region has none yet"),
         )
     if facts.api_gateway_role_arn:
         return Check(name=name, status=Status.OK, detail=f"cloudwatchRoleArn {facts.api_gateway_role_arn}")
@@ -296,6 +360,25 @@ def check_api_gateway_role(plan: Plan, facts: AccountFacts) -> Check:
             "APIGatewayCloudWatchLogs ; or deploy with -c apiGatewayAccountRole=true (the stack then owns "
             "the account-wide role)"
         ),
+    )
+
+
+def check_alarm_subscriber(plan: Plan) -> Check:
+    """Someone gets the alarms: alarmEmail, or alarmsWithoutSubscriber said outright."""
+    name = "alarm subscriber"
+    if plan.missing_subscriber:
+        return Check(
+            name=name,
+            status=Status.WARN,
+            detail="no alarm reaches anyone: the stack deploys, but its alarms notify a topic nobody reads",
+            fix=plan.missing_subscriber,
+        )
+    if plan.alarm_email:
+        return Check(name=name, status=Status.OK, detail=f"the alarms notify {plan.alarm_email}")
+    return Check(
+        name=name,
+        status=Status.OK,
+        detail="alarmsWithoutSubscriber: you subscribe to the AlarmTopicArn output yourself",
     )
 
 
@@ -516,6 +599,7 @@ def run_checks(plan: Plan, facts: AccountFacts, prices: dict[str, float]) -> lis
     return [
         check_lambda_concurrency(plan, facts),
         check_api_gateway_role(plan, facts),
+        check_alarm_subscriber(plan),
         check_bootstrap(plan, facts),
         *check_quotas(plan, facts),
         check_shard_count(plan, facts),

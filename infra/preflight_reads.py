@@ -103,6 +103,8 @@ def _read_stack(
         except AWS_ERRORS as exc:
             errors["lambda-reserved"] = _error(exc)
     found["reserved_by_stack_now"] = reserved
+    if plan.account_role:
+        found["own_account_role"] = physical.get(plan.account_role)
     table = physical.get(table_logical_id(DEFINITIONS))
     if table:
         try:

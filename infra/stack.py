@@ -19,6 +19,7 @@ from jobsched.cdk.layer_asset import layer_code
 from jobsched.cdk.names import (
     API_ROLES,
     NOTIFIER,
+    OUTPUT_ALARM_SUBSCRIBER,
     OUTPUT_ALARM_TOPIC,
     OUTPUT_API_ID,
     OUTPUT_API_URL,
@@ -47,7 +48,6 @@ class JobschedStack(Stack):
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-        config.require_alarm_subscriber()  # an alarm that reaches no one is no alarm
         self.config = config
         self.scheduler = JobScheduler(
             self, APP_ID, config, examples=True, layer_code_factory=layer_code_factory
@@ -71,6 +71,15 @@ class JobschedStack(Stack):
         CfnOutput(self, OUTPUT_API_URL, value=self.api.url, description="base URL (append v1/jobs)")
         CfnOutput(self, OUTPUT_API_ID, value=self.api.rest_api.rest_api_id)
         CfnOutput(self, OUTPUT_ALARM_TOPIC, value=self.monitoring.topic.topic_arn)
+        # Printed by every deploy: an alarm that reaches no one is no alarm (synth warns too).
+        missing = self.config.missing_subscriber()
+        CfnOutput(
+            self,
+            OUTPUT_ALARM_SUBSCRIBER,
+            value=self.config.alarm_email
+            or ("subscribed outside the stack" if missing is None else f"NONE: {missing}"),
+            description="who the alarms reach (alarmEmail)",
+        )
         # The end-to-end check of the alarm path (make e2e-aws) sets one of these to ALARM.
         dead_letter_alarms = [
             cast(cw.Alarm, self.monitoring.node.find_child(f"{name}-depth")).alarm_name

@@ -54,9 +54,12 @@ def _start_cfn_lint_early(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session")
 def largest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """The stack at the largest shard count the config allows (most rules, most reservations)."""
+    """The stack at the largest shard count the config allows (most rules, most reservations:
+    the sweeper's 320 and the reconciler's 640, with the quota that holds them)."""
     return synthesize(
-        tmp_path_factory.mktemp("largest"), {"shardCount": 256, "shardsPerSweep": 1}, checks=False
+        tmp_path_factory.mktemp("largest"),
+        {"shardCount": 256, "shardsPerSweep": 1, "accountConcurrency": 1500},
+        checks=False,
     )
 
 
@@ -66,9 +69,17 @@ def variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     from tests.infrastructure.flows import FLOW_CONTEXT
 
     # Grants too: the flows' targets and roles, which the IAM tests hold the worker's role to.
+    # An account whose quota was given (reservations), an API capped, the account's own API
+    # Gateway logging role kept.
     return synthesize(
         tmp_path_factory.mktemp("variant"),
-        {"logRetentionDays": 7, "apiGatewayAccountRole": True, **FLOW_CONTEXT},
+        {
+            "logRetentionDays": 7,
+            "apiGatewayAccountRole": False,
+            "accountConcurrency": 1000,
+            "apiReservedConcurrency": 50,
+            **FLOW_CONTEXT,
+        },
     )
 
 

@@ -109,17 +109,23 @@ def test_stage_logs_access_traces_and_throttles(synth, config):
     assert settings["MetricsEnabled"] is True
 
 
-def test_the_account_wide_logging_role_is_left_alone_unless_asked_for(synth, variant):
-    """AWS::ApiGateway::Account sets the one CloudWatch role of every API in the account and
-    region: creating it by default would replace the role other APIs rely on."""
-    assert not synth.of_type("AWS::ApiGateway::Account")
-    assert variant.error is None, variant.error  # cdk-nag is satisfied either way
-    (account,) = variant.of_type("AWS::ApiGateway::Account").values()
-    role = variant.resources[account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]]
+def test_the_stage_logs_through_a_role_the_stack_sets_unless_told_to_keep_the_accounts(synth, variant):
+    """The stage's logging needs the account's one API Gateway CloudWatch role, which a new
+    region does not have: by default the stack creates and sets it (AWS::ApiGateway::Account),
+    before the stage; apiGatewayAccountRole=false keeps the account's own."""
+    assert synth.props(synth.logical_id(synth.stack.api.rest_api.deployment_stage))["AccessLogSetting"]
+    (account_id, account), *others = synth.of_type("AWS::ApiGateway::Account").items()
+    assert not others
+    role = synth.resources[account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]]
     assert role["DeletionPolicy"] == "Retain"  # the account setting keeps pointing at it
-    (stage,) = variant.of_type("AWS::ApiGateway::Stage").values()
-    dependencies = set(stage.get("DependsOn", []))
-    assert any(variant.resources[d]["Type"] == "AWS::ApiGateway::Account" for d in dependencies)
+    assert account["DeletionPolicy"] == "Retain"
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "apigateway.amazonaws.com"
+    }
+    (stage,) = synth.of_type("AWS::ApiGateway::Stage").values()
+    assert account_id in stage.get("DependsOn", [])
+    assert variant.error is None, variant.error  # cdk-nag is satisfied either way
+    assert not variant.of_type("AWS::ApiGateway::Account")
 
 
 def test_gateway_errors_are_json(synth):
@@ -261,6 +267,15 @@ def test_bodies_lambda_cannot_take_are_a_413_from_the_stages_web_acl(synth, conf
     assert association["Properties"]["WebACLArn"] == {"Fn::GetAtt": [acl_id, "Arn"]}
     (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
     assert stage_id in json.dumps(association["Properties"]["ResourceArn"])
+
+
+def test_the_web_acl_is_associated_once_the_stage_exists(synth):
+    """WAF refuses to associate a stage that does not exist yet, and CloudFormation retries
+    only WAF's "retry your request": the association depends on the stage outright, whatever
+    its ARN is written with."""
+    ((_, association),) = synth.of_type("AWS::WAFv2::WebACLAssociation").items()
+    (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
+    assert stage_id in association.get("DependsOn", [])
 
 
 @settings(max_examples=300, deadline=None)

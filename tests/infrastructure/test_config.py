@@ -116,11 +116,17 @@ def test_cli_strings_are_coerced():
         ({"tenantRequestsPerSecond": "100"}, "need 1000; raise apiRateLimit"),
         ({"apiBurstLimit": "100"}, "apiBurstLimit must be >= apiRateLimit"),
         ({"apiMaxBodyBytes": "6000000"}, "apiMaxBodyBytes must be 0"),
-        # 100 pollers drive up to 1,000 invocations: more than the default quota can hold.
+        # 100 pollers drive up to 1,000 invocations: more than AWS's usual quota can hold.
         (
-            {"workerMinPollers": '{"default": 2}', "workerMaxPollers": '{"default": 100}'},
+            {
+                "workerMinPollers": '{"default": 2}',
+                "workerMaxPollers": '{"default": 100}',
+                "accountConcurrency": "1000",
+            },
             "accountConcurrency 1000",
         ),
+        ({"apiReservedConcurrency": "-1"}, "apiReservedConcurrency"),
+        ({"apiReservedConcurrency": "700", "accountConcurrency": "1000"}, r"api 700\).*needs 1095"),
     ],
 )
 def test_bad_values_are_refused_by_name(context, message):
@@ -143,24 +149,41 @@ def test_a_reservation_that_cannot_fit_names_the_quota_and_how_to_raise_it():
     with pytest.raises(ConfigError) as refused:
         Config.from_context(Node(accountConcurrency="300"))  # type: ignore[arg-type]
     message = str(refused.value)
-    # 40 + 40 reserved, 175 worker ceilings, 100 unreserved.
-    assert "needs 355" in message and "'Concurrent executions' (L-B99A9384" in message
+    # 40 reserved for the sweeper, 80 for the reconciler, 175 worker ceilings, 100 unreserved.
+    assert "sweeper 40, reconciler 80" in message
+    assert "needs 395" in message and "'Concurrent executions' (L-B99A9384" in message
     assert "request-service-quota-increase --service-code lambda --quota-code L-B99A9384" in message
-    assert "--desired-value 355" in message and "jobsched doctor" in message
+    assert "--desired-value 395" in message and "jobsched doctor" in message
 
 
 def test_the_workers_reservation_counts_against_the_account_once():
-    # 40 + 40 for the sweeper and reconciler, 3,000 for the worker, whose ceilings (4,075)
-    # are covered by it up to 3,000: 4,255 with the 100 Lambda keeps unreserved.
+    # 40 + 80 for the sweeper and reconciler, 3,000 for the worker, whose ceilings (4,075)
+    # are covered by it up to 3,000: 4,295 with the 100 Lambda keeps unreserved.
     context = {
         "workerMinPollers": '{"default": 30}',
         "workerMaxPollers": '{"default": 400}',
         "workerReservedConcurrency": "3000",
     }
-    config = Config.from_context(Node(**context, accountConcurrency="4255"))  # type: ignore[arg-type]
+    config = Config.from_context(Node(**context, accountConcurrency="4295"))  # type: ignore[arg-type]
     assert config.reserved_concurrency()["worker"] == 3000
-    with pytest.raises(ConfigError, match="accountConcurrency 4254 cannot hold"):
-        Config.from_context(Node(**context, accountConcurrency="4254"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="accountConcurrency 4294 cannot hold"):
+        Config.from_context(Node(**context, accountConcurrency="4294"))  # type: ignore[arg-type]
+
+
+def test_by_default_nothing_is_reserved_so_a_new_account_takes_the_stack():
+    """A new account's quota is 10 and Lambda keeps 100 unreserved: it refuses any reservation.
+    cdk.json reserves nothing and assumes no quota; given one, the ticks reserve what runs at
+    once: the reconciler's two ticks a shard a minute overlap (64 at 32 shards, 80 reserved)."""
+    context = json.loads(CDK_JSON.read_text())["context"]
+    config = Config.from_context(Node(**context))  # type: ignore[arg-type]
+    assert config.account_concurrency == 0 and config.reserved_concurrency() == {}
+    assert Config().reserved_concurrency() == {}
+    sized = Config.from_context(Node(**{**context, "accountConcurrency": "1000"}))  # type: ignore[arg-type]
+    assert sized.peak_concurrency() == {"sweeper": 32, "reconciler": 64}
+    assert sized.reserved_concurrency() == {"sweeper": 40, "reconciler": 80}
+    # Asked for by name, a reservation is kept without the quota (the preflight checks it).
+    capped = Config.from_context(Node(**{**context, "apiReservedConcurrency": "20"}))  # type: ignore[arg-type]
+    assert capped.reserved_concurrency() == {"api": 20}
 
 
 def test_nothing_is_granted_by_default():

@@ -66,6 +66,22 @@ def test_the_example_app_synthesizes(tmp_path: Path):
     check_template(json.loads((tmp_path / f"{stack.artifact_id}.template.json").read_text()))
 
 
+def test_the_example_app_subscribes_no_made_up_address_and_warns_without_one(tmp_path):
+    """An address nobody reads confirms nothing and looks subscribed: without alarmEmail the
+    example subscribes no one, and synth warns, as the repository's app does."""
+    import aws_cdk as cdk
+
+    assert not json.loads((EXAMPLE / "cdk.json").read_text())["context"].get("alarmEmail")
+    load("app").main(cdk.App(context=SKIP_BUNDLING, outdir=str(tmp_path)))
+    template = json.loads((tmp_path / "Platform.template.json").read_text())
+    assert not resources(template, "AWS::SNS::Subscription")
+    metadata = json.loads((tmp_path / "Platform.metadata.json").read_text())
+    warnings = [
+        str(e["data"]) for entries in metadata.values() for e in entries if e["type"] == "aws:cdk:warning"
+    ]
+    assert any("alarm_email is empty" in w for w in warnings), warnings
+
+
 def test_the_example_workers_writes_are_fenced():
     """A write under an older fence than the stored one changes nothing: the attempt that
     lost its lease to a later claim cannot overwrite it."""

@@ -124,3 +124,21 @@ def test_outputs_name_what_docs_deploy_uses(synth):
         *(names.output_policy(role) for role in names.API_ROLES),
     }
     assert expected <= set(outputs)
+
+
+def test_the_machines_log_where_the_accounts_log_resource_policy_cannot_overflow(synth):
+    """Logging a state machine adds its log group to the account's CloudWatch Logs resource
+    policy (5,120 characters), unless the group is under /aws/vendedlogs/, which one wildcard
+    covers: an account with many log groups refuses the machine otherwise."""
+    examples = synth.stack.examples
+    names = []
+    for machine in (examples.run_target, examples.create_schedule):
+        config = synth.props(synth.logical_id(machine))["LoggingConfiguration"]
+        (destination,) = config["Destinations"]
+        arn = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]
+        group = synth.props(arn["Fn::GetAtt"][0])
+        names.append(group["LogGroupName"])
+    assert all(name.startswith("/aws/vendedlogs/states/") for name in names), names
+    assert len(set(names)) == 2
+    # Unique in the region: the stack's name is in each (two stacks cannot share one).
+    assert all(f"/{synth.stack.stack_name}-" in name for name in names), names

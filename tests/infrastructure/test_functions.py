@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from jobsched.cdk.config import UNRESERVED_MINIMUM, Config, ConfigError
 from jobsched.cdk.names import (
+    API,
     DEPLOY_ONLY,
     EVENT_BUS_ID,
     EVENTS_FAILURE_QUEUE_ID,
@@ -296,30 +297,42 @@ def test_scheduled_functions_neither_retry_nor_keep_old_ticks(synth):
         assert props["Qualifier"] == "$LATEST"
 
 
-@pytest.mark.parametrize("which", ["synth", "largest"])
-def test_scheduled_functions_reserve_a_tick_and_the_total_fits_the_account(request, which):
+@pytest.mark.parametrize(("which", "quota"), [("variant", 1000), ("largest", 1500)])
+def test_with_the_accounts_quota_the_ticks_reserve_what_runs_at_once(request, which, quota):
+    """The sweeper's tick; the reconciler's rule tick and its second tick half a minute later,
+    whose passes (up to 50 s) overlap: two a shard at once. Each with a quarter more."""
     synth = request.getfixturevalue(which)
     config = synth.stack.config
+    assert config.account_concurrency == quota
     ticks = config.tick_invocations()
+    at_once = {SWEEPER: ticks[SWEEPER], RECONCILER: 2 * config.shard_count}
     reserved = {}
     for spec in FUNCTIONS:
         value = synth.props(function_of(synth, spec.name)).get("ReservedConcurrentExecutions")
         if spec.name in (SWEEPER, RECONCILER):
-            assert ticks[spec.name] < value <= 2 * ticks[spec.name], spec.name
+            assert at_once[spec.name] < value <= 2 * at_once[spec.name], spec.name
             reserved[spec.name] = value
+        elif spec.name == API:
+            assert value == (config.api_reserved_concurrency or None)  # asked for by name, or none
+            reserved[spec.name] = value or 0
         else:
-            assert value is None, spec.name  # ceilings (worker mappings, API throttling) instead
-    assert ticks[RECONCILER] == config.shard_count
+            assert value is None, spec.name  # ceilings (the worker mappings) instead
+    # Every shard's second tick may run at once beside its rule tick, within the reservation.
+    (second_ticks,) = [
+        m["Properties"]
+        for m in synth.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["FunctionName"] == {"Ref": function_of(synth, RECONCILER)}
+    ]
+    assert ticks[RECONCILER] + second_ticks["ScalingConfig"]["MaximumConcurrency"] <= reserved[RECONCILER]
     ceilings = sum(config.worker_concurrency.values())
-    assert sum(reserved.values()) + ceilings + UNRESERVED_MINIMUM <= config.account_concurrency == 1000
+    assert sum(reserved.values()) + ceilings + UNRESERVED_MINIMUM <= quota
 
 
-def test_no_reservations_when_the_account_cannot_spare_them(tmp_path):
-    from tests.infrastructure.synth import synthesize
-
-    other = synthesize(tmp_path, {"accountConcurrency": 0}, checks=False)
-    for function in other.of_type("AWS::Lambda::Function").values():
-        assert "ReservedConcurrentExecutions" not in function["Properties"]
+def test_the_api_is_capped_only_when_asked(synth, variant):
+    """A cap is a reservation: none by default (a new account refuses any), the setting's
+    value when given."""
+    assert "ReservedConcurrentExecutions" not in synth.props(function_of(synth, API))
+    assert variant.props(function_of(variant, API))["ReservedConcurrentExecutions"] == 50
 
 
 def import_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

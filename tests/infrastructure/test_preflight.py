@@ -10,6 +10,7 @@ to show an unreadable quota."""
 from __future__ import annotations
 
 import json
+import subprocess
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +20,14 @@ import pytest
 from jobsched.cdk.names import table_logical_id
 from moto import mock_aws
 
+from infra import ROOT
 from infra.doctor import load_prices, main
 from infra.preflight import (
     AccountFacts,
     Plan,
     Status,
+    check_alarm_subscriber,
+    check_api_gateway_role,
     check_lambda_concurrency,
     cost_at_rest,
     exit_code,
@@ -115,20 +119,32 @@ def plan(synth: Any) -> Plan:
     return plan_from_template(synth.template, synth.stack.config, synth.stack.stack_name)
 
 
+@pytest.fixture(scope="module")
+def reserving(plan: Plan) -> Plan:
+    """The plan of a stack told the account's quota: the ticks reserve what they need."""
+    reserved = {"SweeperFunction": 40, "ReconcilerFunction": 80}
+    return plan.model_copy(update={"account_concurrency": 1000, "reserved": reserved})
+
+
 def checked(plan: Plan, account: Account) -> dict[str, Any]:
     checks = run_checks(plan, read_facts(account.client, plan), load_prices())
     return {"by_name": {c.name: c for c in checks}, "exit": exit_code(checks), "text": render(checks)}
 
 
-def test_the_plan_is_what_the_template_asks_for(plan, synth):
-    reserved = {
-        k: f["Properties"]["ReservedConcurrentExecutions"]
-        for k, f in synth.of_type("AWS::Lambda::Function").items()
-        if "ReservedConcurrentExecutions" in f["Properties"]
-    }
-    assert plan.reserved == reserved and sum(reserved.values()) > 0
+def test_the_plan_is_what_the_template_asks_for(plan, synth, variant):
+    for built in (synth, variant):
+        reserved = {
+            k: f["Properties"]["ReservedConcurrentExecutions"]
+            for k, f in built.of_type("AWS::Lambda::Function").items()
+            if "ReservedConcurrentExecutions" in f["Properties"]
+        }
+        read = plan_from_template(built.template, built.stack.config, built.stack.stack_name)
+        assert read.reserved == reserved
+    assert plan.reserved == {}  # the defaults reserve nothing
+    assert plan.tick_reservations == {"sweeper": 40, "reconciler": 80}  # with the quota given
     assert plan.bootstrap_required == 6 and plan.bootstrap_qualifier == "hnb659fds"
-    assert plan.stage_logging and not plan.creates_account_role
+    assert plan.stage_logging and plan.creates_account_role
+    assert plan.account_role and synth.resources[plan.account_role]["Type"] == "AWS::IAM::Role"
     assert plan.alarms == len(synth.of_type("AWS::CloudWatch::Alarm")) > 0
     assert plan.tables == 2 and plan.pitr_tables == 2
 
@@ -137,27 +153,27 @@ def test_a_healthy_account_passes_with_one_line_per_check(plan, account):
     result = checked(plan, account)
     assert result["exit"] == 0, result["text"]
     statuses = {name: c.status for name, c in result["by_name"].items()}
-    assert statuses["lambda concurrency"] is Status.OK
-    assert statuses["api gateway logging role"] is Status.OK
+    assert statuses["lambda concurrency"] is Status.INFO  # what the quota would unlock
+    assert statuses["api gateway logging role"] is Status.WARN  # the stack replaces the account's
     assert statuses["cdk bootstrap"] is Status.OK
     assert statuses["shard count"] is Status.OK
     assert "first deploy" in result["by_name"]["shard count"].detail
     assert result["text"].endswith("preflight: nothing blocks the deploy")
 
 
-def test_a_low_concurrency_quota_blocks_and_names_the_quota(plan, account):
+def test_a_low_concurrency_quota_blocks_and_names_the_quota(reserving, account):
     account.settings = account_settings(quota=50, unreserved=50)
-    result = checked(plan, account)
+    result = checked(reserving, account)
     check = result["by_name"]["lambda concurrency"]
     assert check.status is Status.BLOCKED and result["exit"] == 1
     assert "quota 50" in check.detail
     assert "--quota-code L-B99A9384" in (check.fix or "") and "accountConcurrency=0" in (check.fix or "")
 
 
-def test_a_quota_below_the_assumed_account_concurrency_blocks(plan, account):
+def test_a_quota_below_the_assumed_account_concurrency_blocks(reserving, account):
     """Reservations fit today's unreserved concurrency, but the stack was sized for 1,000."""
     account.settings = account_settings(quota=400, unreserved=400)
-    check = checked(plan, account)["by_name"]["lambda concurrency"]
+    check = checked(reserving, account)["by_name"]["lambda concurrency"]
     assert check.status is Status.BLOCKED
     assert "-c accountConcurrency=400" in (check.fix or "")
 
@@ -168,11 +184,12 @@ def test_an_unreadable_concurrency_quota_blocks(plan, account):
     assert check.status is Status.BLOCKED and "GetAccountSettings" in check.detail
 
 
-def test_no_api_gateway_role_blocks_with_the_command_that_sets_it(plan, account):
+def test_no_api_gateway_role_blocks_a_stack_told_to_keep_the_accounts(plan, account):
     account.client("apigateway").update_account(
         patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ""}]
     )
-    result = checked(plan, account)
+    keeping = plan.model_copy(update={"creates_account_role": False, "account_role": None})
+    result = checked(keeping, account)
     check = result["by_name"]["api gateway logging role"]
     assert check.status is Status.BLOCKED and result["exit"] == 1
     assert "aws apigateway update-account" in (check.fix or "")
@@ -183,8 +200,32 @@ def test_a_stack_that_sets_the_role_itself_needs_none(plan, account):
     account.client("apigateway").update_account(
         patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ""}]
     )
-    owning = plan.model_copy(update={"creates_account_role": True})
-    assert checked(owning, account)["by_name"]["api gateway logging role"].status is Status.OK
+    check = checked(plan, account)["by_name"]["api gateway logging role"]
+    assert check.status is Status.OK and "has none yet" in check.detail
+
+
+def test_replacing_the_accounts_own_logging_role_is_a_warning_naming_how_to_keep_it(plan):
+    """The account-wide setting changes for every API of the region: deployable (the same
+    AWS-managed policy), but said, with the setting that keeps the account's role; the stack's
+    own role, on a redeploy, is no replacement."""
+    others = AccountFacts(api_gateway_role_arn=ROLE)
+    check = check_api_gateway_role(plan, others)
+    assert check.status is Status.WARN and ROLE in check.detail
+    assert "-c apiGatewayAccountRole=false" in (check.fix or "")
+    own = AccountFacts(
+        api_gateway_role_arn="arn:aws:iam::123456789012:role/Jobsched-ApiRestApiCloudWatchRole-AbC",
+        own_account_role="Jobsched-ApiRestApiCloudWatchRole-AbC",
+    )
+    assert check_api_gateway_role(plan, own).status is Status.OK
+
+
+def test_an_alarm_that_reaches_no_one_is_a_warning_not_a_block(plan):
+    silent = plan.model_copy(update={"alarm_email": None, "missing_subscriber": "alarmEmail is empty"})
+    check = check_alarm_subscriber(silent)
+    assert check.status is Status.WARN and check.fix == "alarmEmail is empty"
+    assert exit_code([check]) == 0
+    subscribed = plan.model_copy(update={"alarm_email": "ops@example.com", "missing_subscriber": None})
+    assert "ops@example.com" in check_alarm_subscriber(subscribed).detail
 
 
 def test_no_bootstrap_blocks(plan, account):
@@ -256,6 +297,20 @@ def test_an_account_with_a_tiny_quota_can_deploy_a_stack_that_reserves_nothing()
     assert check.status is Status.WARN and "throttled" in check.detail  # deployable, but slow
 
 
+def test_what_a_bigger_quota_unlocks_is_shown_as_the_setting_that_unlocks_it(plan):
+    """The defaults reserve nothing; the preflight says what accountConcurrency would reserve,
+    and whether this account's quota holds it (the setting) or which quota would."""
+    big = AccountFacts(lambda_quota=1000, lambda_unreserved=1000)
+    check = check_lambda_concurrency(plan, big)
+    assert check.status is Status.INFO
+    assert "40 for the sweeper and 80 for the reconciler" in check.detail
+    assert check.fix == "deploy with -c accountConcurrency=1000"
+    new = AccountFacts(lambda_quota=10, lambda_unreserved=10)
+    check = check_lambda_concurrency(plan, new)
+    assert check.status is Status.WARN  # deployable: nothing reserved, the workers throttled
+    assert "needs a quota of 395" in check.detail  # 40 + 80 + 175 worker ceilings + 100
+
+
 def test_cost_at_rest_counts_what_is_billed_without_traffic(plan):
     check = cost_at_rest(plan, load_prices())
     assert check.status is Status.INFO
@@ -293,6 +348,23 @@ def test_doctor_synthesizes_the_config_and_exits_non_zero_when_blocked(account, 
     concurrency = ["-c", "accountConcurrency=100", "-c", "shardCount=256"]
     assert main([*subscribed, *concurrency], client=account.client) == 2
     assert "L-B99A9384" in capsys.readouterr().out
-    # cdk.json subscribes no one: the preflight says so, as synth would refuse it.
-    assert main([], client=account.client) == 2
-    assert "alarmsWithoutSubscriber" in capsys.readouterr().out
+    # cdk.json subscribes no one: the preflight warns, as synth does, and lets it deploy.
+    account.bootstrap(30)
+    assert main([], client=account.client) == 0
+    printed = capsys.readouterr().out
+    assert "WARN    alarm subscriber" in printed and "alarmsWithoutSubscriber" in printed
+
+
+def test_make_deploy_runs_the_preflight_first_with_the_same_context():
+    """A blocking check (exit 1) or a refused config (exit 2) stops make before `cdk deploy`."""
+    context = "-c alarmEmail=ops@example.com -c shardCount=64"
+    printed = subprocess.run(
+        ["make", "-n", "--no-print-directory", "deploy", f"DEPLOY_CONTEXT={context}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    doctor = next(i for i, line in enumerate(printed) if f"-m infra.doctor {context}" in line)
+    deploy = next(i for i, line in enumerate(printed) if f"cdk deploy {context}" in line)
+    assert doctor < deploy

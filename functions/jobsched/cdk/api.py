@@ -88,9 +88,11 @@ class Api(Construct):
             description="jobsched: durable multi-tenant job scheduler",
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # API Gateway needs an account-level role (one per account and region) to write
-            # the stage's execution and access logs. Only with apiGatewayAccountRole: the
-            # AWS::ApiGateway::Account resource replaces the account's current role for every
-            # API. Kept on destroy: the account setting would otherwise point at a deleted role.
+            # the stage's execution and access logs, and a new region has none: the stage
+            # would fail the deploy. With apiGatewayAccountRole (the default) the stack creates
+            # it, and its AWS::ApiGateway::Account replaces the account's current role for
+            # every API (the same AWS-managed policy). Kept on destroy: the account setting
+            # would otherwise point at a deleted role.
             cloud_watch_role=config.api_gateway_account_role,
             cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if config.api_gateway_account_role else None,
             deploy_options=apigw.StageOptions(
@@ -224,12 +226,17 @@ class Api(Construct):
                 )
             ],
         )
-        wafv2.CfnWebACLAssociation(
+        association = wafv2.CfnWebACLAssociation(
             self,
             "WebAclAssociation",
             resource_arn=self.rest_api.deployment_stage.stage_arn,
             web_acl_arn=acl.attr_arn,
         )
+        # Associated once the stage exists: before it, WAF refuses at once ("your resource
+        # doesn't exist"; CloudFormation retries only WAF's "retry your request"). The ARN's
+        # Ref of the stage implies the order as CDK renders it today; said outright, so no
+        # way of writing the ARN (the stage's name as text, say) can lose it.
+        association.node.add_dependency(self.rest_api.deployment_stage)
         return acl
 
     def method_arn(self, route: Route) -> str:

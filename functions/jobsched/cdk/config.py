@@ -25,7 +25,7 @@ from jobsched.edge import MAX_BODY_BYTES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
 
-from .names import QUEUE_KEYS, RECONCILER, SWEEPER, WORKER, code_asset_packages
+from .names import API, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER, code_asset_packages
 
 # Lambda keeps this much of the account's concurrency unreserved; a deploy that would leave
 # less fails.
@@ -89,7 +89,7 @@ class Config:
     lease_seconds: int = _runtime_default("lease_seconds")
     fair_queues: bool = _runtime_default("fair_queues")
     alarm_email: str | None = None
-    # Synth refuses a stack whose alarms reach no one (no alarmEmail) unless this says the
+    # Synth warns about a stack whose alarms reach no one (no alarmEmail) unless this says the
     # operator subscribes to the topic (the AlarmTopicArn output) some other way.
     alarms_without_subscriber: bool = False
     # Tenant id -> ARN patterns it may target without a role of its own, or whose secrets its
@@ -125,6 +125,12 @@ class Config:
     # Concurrency reserved for the worker out of the account's (0 = none): an API or sweep
     # burst then cannot take what a top-of-hour drain needs. Also the worker's cap.
     worker_reserved_concurrency: int = 0
+    # Concurrency reserved for the API function (0 = none), which is also its cap: requests
+    # waiting on a slow dependency then cannot take the concurrency the worker and the
+    # outbox need. Reserved out of the account's quota like any reservation, so off by default
+    # (a new account reserves nothing); API Gateway answers a request Lambda throttles with
+    # a 5xx, so size it from the stage's rate and the API's latency.
+    api_reserved_concurrency: int = 0
     # Stage throttling, shared by every tenant; each tenant is held to tenantRequestsPerSecond
     # by the function, after the stage admitted the request. The stage must hold at least
     # api_tenants_at_limit tenants at their limit at once (checked below): 500 >= 10 x 50.
@@ -144,15 +150,20 @@ class Config:
     log_retention_days: int = 30
     retain_data: bool = True
     # The account's Lambda concurrency quota in the region, as `jobsched doctor` reads it
-    # (GetAccountSettings); 1000 when not given, AWS's usual default, but new accounts may have
-    # far less, and the preflight refuses a value above the real one. The sweeper and the
-    # reconciler reserve what one tick needs out of it, and synth refuses a stack whose
-    # reservations do not fit it; 0 reserves nothing (an account whose quota cannot spare it).
-    account_concurrency: int = 1000
+    # (GetAccountSettings). 0, the default, reserves nothing: a new account's quota is 10 and
+    # Lambda keeps 100 unreserved, so it refuses any reservation. Given the quota (the
+    # preflight refuses a value above the real one, and says what it would reserve), the
+    # sweeper and the reconciler reserve what their ticks need at once out of it, synth
+    # refuses a stack whose reservations and worker ceilings do not fit it, and an alarm
+    # watches the account's concurrency against it.
+    account_concurrency: int = 0
     # API Gateway writes execution and access logs through ONE role per account and region
-    # (AWS::ApiGateway::Account). Creating it here would silently replace whatever role the
-    # account already uses for every other API; off unless asked for.
-    api_gateway_account_role: bool = False
+    # (AWS::ApiGateway::Account), which a new region does not have: without it the stage's
+    # logging fails the deploy. On (the default), the stack creates a role for it and sets
+    # it, replacing the account's current one for every API of the region (with the same
+    # AWS-managed policy; kept on destroy, so the setting never points at a deleted role).
+    # Off keeps the account's own role, which must then exist (the preflight checks).
+    api_gateway_account_role: bool = True
     # on-demand: pay per request, absorbs a top-of-hour burst at once. provisioned: capacity
     # auto-scaled to a target utilisation, ~2.5x cheaper per write at a steady load, but a
     # burst beyond it is throttled (and retried) until scaling catches up, minutes later.
@@ -200,6 +211,7 @@ class Config:
                     f"workerMaxPollers.{queue} must be workerMinPollers.{queue}..{POLLERS_MAX_LIMIT}",
                 )
         _check(self.worker_reserved_concurrency >= 0, "workerReservedConcurrency must be >= 0 (0 = none)")
+        _check(self.api_reserved_concurrency >= 0, "apiReservedConcurrency must be >= 0 (0 = none)")
         _check(self.api_rate_limit >= 1, "apiRateLimit must be >= 1 (requests per second)")
         _check(self.api_burst_limit >= self.api_rate_limit, "apiBurstLimit must be >= apiRateLimit")
         _check(
@@ -248,19 +260,18 @@ class Config:
         _check(self.billing_mode in BILLING_MODES, f"billingMode must be one of {', '.join(BILLING_MODES)}")
         _check(self.account_concurrency >= 0, "accountConcurrency must be >= 0 (0 = reserve nothing)")
         if self.account_concurrency:
-            reserved = sum(self.reserved_concurrency().values())
-            # The worker's own reservation already holds that much of its ceilings.
-            ceilings = max(0, sum(self.worker_ceilings().values()) - self.worker_reserved_concurrency)
+            reserved = self.reserved_concurrency()
+            needed = self.concurrency_needed(reserved)
+            named = ", ".join(f"{name} {n}" for name, n in reserved.items())
             _check(
-                reserved + ceilings + UNRESERVED_MINIMUM <= self.account_concurrency,
-                f"accountConcurrency {self.account_concurrency} cannot hold the sweeper's and "
-                f"reconciler's reservations ({reserved}), the worker ceilings ({ceilings}) and "
-                f"the {UNRESERVED_MINIMUM} Lambda keeps unreserved (needs "
-                f"{reserved + ceilings + UNRESERVED_MINIMUM}). The quota is Lambda's 'Concurrent "
-                "executions' (L-B99A9384; `jobsched doctor` reads it): raise it in Service Quotas "
-                "(aws service-quotas request-service-quota-increase --service-code lambda "
-                f"--quota-code L-B99A9384 --desired-value {reserved + ceilings + UNRESERVED_MINIMUM}) "
-                "and pass the new value as accountConcurrency, lower shardCount or "
+                needed <= self.account_concurrency,
+                f"accountConcurrency {self.account_concurrency} cannot hold the reservations "
+                f"({named}), the worker ceilings beyond its own reservation and the "
+                f"{UNRESERVED_MINIMUM} Lambda keeps unreserved (needs {needed}). The quota is "
+                "Lambda's 'Concurrent executions' (L-B99A9384; `jobsched doctor` reads it): "
+                "raise it in Service Quotas (aws service-quotas request-service-quota-increase "
+                f"--service-code lambda --quota-code L-B99A9384 --desired-value {needed}) and "
+                "pass the new value as accountConcurrency, lower shardCount or "
                 "workerConcurrency, or set accountConcurrency to 0 (reserves nothing)",
             )
         for key, base in WARM_THROUGHPUT_BASE.items():
@@ -301,14 +312,16 @@ class Config:
             key = _CONTEXT_KEY_OF.get(variable, variable)
             raise ConfigError(f"{key} ({variable}): {error['msg']} (got {error.get('input')!r})") from None
 
-    def require_alarm_subscriber(self) -> None:
-        """Raises ConfigError when no alarm would reach anyone: no alarmEmail and no explicit
-        alarmsWithoutSubscriber."""
-        _check(
-            bool(self.alarm_email) or self.alarms_without_subscriber,
-            "alarmEmail is empty, so no alarm would reach anyone: deploy with "
+    def missing_subscriber(self) -> str | None:
+        """What to say when no alarm would reach anyone (no alarmEmail and no explicit
+        alarmsWithoutSubscriber), else None. A stack without one still deploys: synth, the
+        preflight and the stack's AlarmSubscriber output say so, loudly."""
+        if self.alarm_email or self.alarms_without_subscriber:
+            return None
+        return (
+            "alarmEmail is empty, so no alarm reaches anyone: deploy with "
             "-c alarmEmail=ops@example.com, or with -c alarmsWithoutSubscriber=true if you "
-            "subscribe to the AlarmTopicArn output yourself (docs/operate/alarms.md)",
+            "subscribe to the AlarmTopicArn output yourself (docs/operate/alarms.md)"
         )
 
     def provisioned_pollers(self, queue: str) -> tuple[int, int] | None:
@@ -333,22 +346,42 @@ class Config:
             RECONCILER: self.shard_count,
         }
 
+    def peak_concurrency(self) -> dict[str, int]:
+        """Invocations of each scheduled function that may run at once: a minute's. A pass
+        lasts at most 50 s, so the sweeper's ticks (a minute apart) never overlap, while the
+        reconciler's (its rule tick, and the second tick half a minute later) overlap two a
+        shard at a time."""
+        return self.ticks_per_minute()
+
     def ticks_per_minute(self) -> dict[str, int]:
         """Invocations each scheduled function gets a minute: the sweeper one tick, the
         reconciler two (the rule's, and the second tick half a minute later)."""
         ticks = self.tick_invocations()
         return {SWEEPER: ticks[SWEEPER], RECONCILER: 2 * ticks[RECONCILER]}
 
+    def tick_reservations(self) -> dict[str, int]:
+        """What the scheduled functions reserve once accountConcurrency is given: their peak
+        concurrency and a quarter more (at least 2), so a burst of workers or API calls cannot
+        throttle a tick, and a pass running late does not throttle the next one."""
+        return {name: n + max(2, math.ceil(n / 4)) for name, n in self.peak_concurrency().items()}
+
     def reserved_concurrency(self) -> dict[str, int]:
-        """Reserved concurrency of the scheduled functions: one tick's invocations and a quarter
-        more (at least 2), so a burst of workers or API calls cannot throttle a sweep, and a
-        sweep running late does not throttle the next tick."""
-        reserved = {}
-        if self.account_concurrency:
-            reserved = {name: n + max(2, math.ceil(n / 4)) for name, n in self.tick_invocations().items()}
-        if self.worker_reserved_concurrency:  # asked for by name: kept even with accountConcurrency 0
+        """Reserved concurrency by function: the scheduled functions' with accountConcurrency
+        (none without), and the worker's and the API's when asked for by name (kept even with
+        accountConcurrency 0)."""
+        reserved = self.tick_reservations() if self.account_concurrency else {}
+        if self.worker_reserved_concurrency:
             reserved[WORKER] = self.worker_reserved_concurrency
+        if self.api_reserved_concurrency:
+            reserved[API] = self.api_reserved_concurrency
         return reserved
+
+    def concurrency_needed(self, reserved: Mapping[str, int]) -> int:
+        """The account quota that holds `reserved` (function -> reservation), the worker
+        ceilings beyond the worker's own reservation, and the concurrency Lambda keeps
+        unreserved."""
+        ceilings = max(0, sum(self.worker_ceilings().values()) - reserved.get(WORKER, 0))
+        return sum(reserved.values()) + ceilings + UNRESERVED_MINIMUM
 
     def targets_for(self, service: str) -> list[str]:
         """Every tenant's patterns for `service`: what the worker's own role may reach."""
@@ -419,6 +452,7 @@ _FIELDS: dict[str, str] = {
     "workerMinPollers": "map",
     "workerMaxPollers": "map",
     "workerReservedConcurrency": "int",
+    "apiReservedConcurrency": "int",
     "apiRateLimit": "int",
     "apiBurstLimit": "int",
     "apiTenantsAtLimit": "int",
@@ -600,6 +634,16 @@ class JobSchedulerProps(Config):
             super().__post_init__()
         except ConfigError as exc:
             raise ConfigError(props_message(str(exc))) from None
+
+    def missing_subscriber(self) -> str | None:
+        """Config.missing_subscriber in the construct's terms."""
+        if self.alarm_email or self.alarms_without_subscriber:
+            return None
+        return (
+            "alarm_email is empty, so no alarm reaches anyone: give alarm_email, or "
+            "alarms_without_subscriber=True if you subscribe to the scheduler's alarm_topic "
+            "yourself (docs/operate/alarms.md)"
+        )
 
     @classmethod
     def of(cls, **props: Any) -> JobSchedulerProps:

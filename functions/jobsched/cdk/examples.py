@@ -13,16 +13,37 @@ from .api import Api
 from .functions import log_retention
 from .names import API_STAGE
 
+# Step Functions delivers a state machine's logs as vended logs: enabling them adds the log
+# group to the account's CloudWatch Logs resource policy, which holds 5,120 characters, and an
+# account with many such log groups fills it ("The CloudWatch Logs Resource Policy size was
+# exceeded"). Log groups under this prefix are covered by one wildcard entry instead, and
+# add nothing to it (docs.aws.amazon.com/step-functions/latest/dg/bp-cwl.html).
+VENDED_LOGS_PREFIX = "/aws/vendedlogs/states/"
 
-def _logging(scope: Construct, name: str, retention_days: int) -> sfn.LogOptions:
+
+def log_group_name(name: str, machine: str) -> str:
+    """The log group of an example state machine: under VENDED_LOGS_PREFIX, made unique in the
+    region by the scheduler's name (names.Naming, the stack's for the app's)."""
+    return f"{VENDED_LOGS_PREFIX}{name}-{machine}"
+
+
+def _logging(scope: Construct, construct_id: str, group_name: str, retention_days: int) -> sfn.LogOptions:
     group = logs.LogGroup(
-        scope, name, retention=log_retention(retention_days), removal_policy=RemovalPolicy.DESTROY
+        scope,
+        construct_id,
+        log_group_name=group_name,
+        retention=log_retention(retention_days),
+        removal_policy=RemovalPolicy.DESTROY,
     )
     return sfn.LogOptions(destination=group, level=sfn.LogLevel.ALL, include_execution_data=False)
 
 
 class Examples(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, api: Api, log_retention_days: int) -> None:
+    """`name`: the scheduler's (names.Naming), which the log groups' names are made of."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, api: Api, log_retention_days: int, name: str
+    ) -> None:
         super().__init__(scope, construct_id)
 
         # Started by a run: the input is the run envelope (runKey, jobId, scheduledFor, payload...).
@@ -44,7 +65,7 @@ class Examples(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             timeout=Duration.minutes(5),
             tracing_enabled=True,
-            logs=_logging(self, "RunTargetLogs", log_retention_days),
+            logs=_logging(self, "RunTargetLogs", log_group_name(name, "RunTarget"), log_retention_days),
         )
 
         # Creates a one-time job whose run starts the machine above. Step Functions signs the
@@ -83,5 +104,7 @@ class Examples(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             timeout=Duration.minutes(5),
             tracing_enabled=True,
-            logs=_logging(self, "CreateScheduleLogs", log_retention_days),
+            logs=_logging(
+                self, "CreateScheduleLogs", log_group_name(name, "CreateSchedule"), log_retention_days
+            ),
         )

@@ -244,6 +244,7 @@ def policy_id(role: str) -> str:
 OUTPUT_API_URL = "ApiUrl"
 OUTPUT_API_ID = "ApiId"
 OUTPUT_ALARM_TOPIC = "AlarmTopicArn"
+OUTPUT_ALARM_SUBSCRIBER = "AlarmSubscriber"  # who the alarms reach, or a warning that no one does
 OUTPUT_DEAD_LETTER_ALARMS = "DeadLetterAlarmNames"
 OUTPUT_DASHBOARD = "DashboardName"
 OUTPUT_CREATE_SCHEDULE_SM = "CreateScheduleStateMachineArn"

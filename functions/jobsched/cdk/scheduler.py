@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from aws_cdk import Aws, Fn, Stack, Token
+from aws_cdk import Annotations, Aws, Fn, Stack, Token
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -61,6 +61,9 @@ from .storage import Storage
 
 # The id that keeps the app's logical ids: CDK leaves a "Default" out of every logical id.
 APP_ID = "Default"
+# The id of the warning synth gives a scheduler whose alarms reach no one (acknowledged by
+# id in a CDK app that means it: Annotations.of(scope).acknowledge_warning).
+NO_ALARM_SUBSCRIBER = "jobsched:noAlarmSubscriber"
 # What grant_target adds to the grants parameter at most, per function: the ARN and its
 # qualified pattern, resolved (a function ARN is at most 140 characters), and the tenant's entry.
 _GRANT_ENTRY_BYTES = 2 * 150 + 60
@@ -123,14 +126,11 @@ class JobScheduler(Construct):
         **keywords: Any,
     ) -> None:
         config = _props(props, keywords)
-        if not (config.alarm_email or config.alarms_without_subscriber):
-            raise ConfigError(
-                "alarm_email is empty, so no alarm would reach anyone: give alarm_email, or "
-                "alarms_without_subscriber=True if you subscribe to the scheduler's alarm_topic "
-                "yourself (docs/operate/alarms.md)"
-            )
         super().__init__(scope, construct_id)
         self.config = config
+        missing = config.missing_subscriber()
+        if missing is not None:  # deployable, but said at every synth and deploy
+            Annotations.of(self).add_warning_v2(NO_ALARM_SUBSCRIBER, missing)
         self.naming = Naming.of(self)
         prefix = self.naming.prefix
         self.storage = Storage(
@@ -196,7 +196,11 @@ class JobScheduler(Construct):
         self.example_tenant: str | None = None
         if examples:
             self.examples = Examples(
-                self, "Examples", api=self.api, log_retention_days=config.log_retention_days
+                self,
+                "Examples",
+                api=self.api,
+                log_retention_days=config.log_retention_days,
+                name=self.naming.name,
             )
             # The example machine that creates jobs is a tenant (its role); it may start the
             # example target machine, and no other tenant may.
