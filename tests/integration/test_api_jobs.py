@@ -424,6 +424,35 @@ def test_list_filters_by_state(api):
     assert [j["jobId"] for j in only_paused] == [paused]
 
 
+QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/tenant-a-alerts"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"addedLater": 1}, "addedLater"),
+        ({"retry": {"baseSeconds": 2, "addedLater": 1}}, "retry.addedLater"),
+        ({"dst": {"gap": "skip", "addedLater": 1}}, "dst.addedLater"),
+        (
+            {"target": {"kind": "http", "url": "https://hooks.example.com/run", "addedLater": 1}},
+            "target.http.addedLater",
+        ),
+        (
+            {"notify": [{"on": ["dead"], "target": {"kind": "sqs", "queueUrl": QUEUE_URL}, "addedLater": 1}]},
+            "notify.0.addedLater",
+        ),
+    ],
+)
+def test_a_request_with_a_member_the_api_does_not_know_is_still_refused(api, change, field):
+    """Stored items are read tolerantly (a newer release's members ignored); requests are not:
+    an unknown member anywhere in a body is a 400 naming it, and nothing is written."""
+    response = api.post("/v1/jobs", {**CRON_JOB, **change})
+    assert response.status == 400, response
+    errors = {e["field"]: e["rule"] for e in response.body["errors"]}
+    assert "is not a known field" in errors.get(field, ""), errors
+    assert api.get("/v1/jobs").body["items"] == []
+
+
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=x", "state=SLEEPING", "cursor=garbage!!"])
 def test_list_rejects_bad_query(api, query):
     response = api.get("/v1/jobs", query=query)

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 
 from ..domain.errors import ConcurrentUpdate, LimitExceeded, StorageUnavailable
 from ..domain.instants import format_instant, from_epoch, parse_instant
-from ..domain.models import Definition, Job, JobSpec, JobState, MissedWindow, Target
+from ..domain.models import TOLERANT, Definition, Job, JobSpec, JobState, MissedWindow, Target
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
@@ -294,11 +294,15 @@ class DefinitionStore:
 
     @staticmethod
     def job_from_item(item: dict[str, Any]) -> Job:
+        """The job a job item holds. What this release does not know is ignored (attributes,
+        and members of the stored spec: context TOLERANT), so an item a newer release wrote
+        reads; a value it cannot take (a state, a target kind it does not have) raises
+        (KeyError, ValueError)."""
         data = from_item(item)
         return Job(
             job_id=data["job_id"],
             tenant=data["tenant"],
-            spec=JobSpec.model_validate_json(data["spec"]),
+            spec=JobSpec.model_validate_json(data["spec"], context=TOLERANT),
             state=JobState(data["state"]),
             version=data["version"],
             rev=data.get("rev", 0),
@@ -312,7 +316,7 @@ class DefinitionStore:
             last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
             paused_at=parse_instant(data["paused_at"]) if data.get("paused_at") else None,
             missed_until=parse_instant(data["missed_until"]) if data.get("missed_until") else None,
-            missed_windows=_WINDOWS.validate_json(data["missed_windows"])
+            missed_windows=_WINDOWS.validate_json(data["missed_windows"], context=TOLERANT)
             if data.get("missed_windows")
             else [],
             trace_id=data.get("trace_id"),
@@ -632,7 +636,7 @@ class DefinitionStore:
         item = response.get("Item")
         if not item:
             return None
-        stored = Definition.model_validate_json(from_item(item)["definition"])
+        stored = Definition.model_validate_json(from_item(item)["definition"], context=TOLERANT)
         return stored.target, stored.payload
 
     # --- signing secrets ---
@@ -662,7 +666,7 @@ class DefinitionStore:
         return SigningSecrets(
             job_id=job_id,
             tenant=data["signing_tenant"],
-            secrets=_SECRETS.validate_json(data["secrets"]),
+            secrets=_SECRETS.validate_json(data["secrets"], context=TOLERANT),
             rev=int(data["rev"]),
         )
 

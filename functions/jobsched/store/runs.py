@@ -25,6 +25,7 @@ from ..domain.errors import ConcurrentUpdate, ValidationFailed
 from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
+from ..domain.models import TOLERANT
 from ..domain.repair import RepairTimings, check_at
 from ..domain.run_listing import LaneRead, RunFilter, RunSummary, lanes_of, merge_lanes, run_lane, run_order
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, Trigger, parse_run_key, split_run_key
@@ -382,6 +383,10 @@ class RunStore:
 
     @staticmethod
     def from_item(item: dict[str, Any]) -> Run:
+        """The run a run item holds (or a stream image of one). What this release does not know
+        is ignored (attributes, and members of the document: context TOLERANT), so an item a
+        newer release wrote reads; a value it cannot take (a state it does not have) raises
+        (KeyError, ValueError)."""
         data = from_item(item)
         doc = _read_doc(json.loads(data["doc"]), data["job_id"])
         doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
@@ -391,7 +396,7 @@ class RunStore:
         slot = data["sk"].removeprefix(RUN_PREFIX)
         doc["scheduled_for"] = slot.partition("~")[0]
         doc["run_key"] = f"{doc['job_id']}@{slot}"
-        return Run.model_validate(doc)
+        return Run.model_validate(doc, context=TOLERANT)
 
     def _readable(self, items: list[dict[str, Any]]) -> list[Run]:
         """The runs of a listing; an item that no longer parses (written by a newer version,
