@@ -424,6 +424,44 @@ def test_list_filters_by_state(api):
     assert [j["jobId"] for j in only_paused] == [paused]
 
 
+def test_a_job_listing_leaves_out_a_job_it_cannot_read_and_still_answers(api, container, clock):
+    """A job item this release cannot read (a state it does not have) is left out of the
+    tenant's listing, filtered or not, and counted; the other jobs are listed, one a newer
+    release wrote with members this release does not know among them."""
+    made = []
+    for name in ("first", "bad", "newer"):
+        made.append(create(api, name=name)["jobId"])
+        clock.advance(1)
+    first, bad, newer = made
+    ddb = boto3.client("dynamodb")
+    table = DEFINITIONS.default_name
+    ddb.update_item(
+        TableName=table,
+        Key={"job_id": {"S": bad}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "state"},
+        ExpressionAttributeValues={":s": {"S": "ARCHIVED"}},
+    )
+    spec = {**json.loads(raw_item(newer)["spec"]["S"]), "added_later": {"any": "value"}}
+    ddb.update_item(
+        TableName=table,
+        Key={"job_id": {"S": newer}},
+        UpdateExpression="SET spec = :s",
+        ExpressionAttributeValues={":s": {"S": json.dumps(spec)}},
+    )
+    container.metrics.clear()
+    for query in ("", "state=ACTIVE"):
+        listed = api.get("/v1/jobs", query=query)
+        assert listed.status == 200, listed
+        assert [j["jobId"] for j in listed.body["items"]] == [newer, first]
+    # Counted where it was read (a state filter passes it over in the index already).
+    assert container.metrics.values("UnreadableJobs") == [1.0]
+    # Read by ids together (a batch create's replays), the others are answered as well.
+    assert [j.job_id for j in container.definitions.get_many([first, bad, newer])] == [first, newer]
+    assert api.get(f"/v1/jobs/{newer}").status == 200
+    assert api.get(f"/v1/jobs/{bad}").status == 500  # asked for alone, it cannot be answered
+
+
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/tenant-a-alerts"
 
 
