@@ -802,7 +802,7 @@ class World:
             stale: list[Job] = []
             for shard in range(self.config.shard_count):
                 try:
-                    stale += defs.due_jobs(shard, until, limit=100)[0]
+                    stale += defs.due_jobs(shard, until, limit=100).jobs
                 except JobschedError:
                     continue
             self._guarded(second[0].sweep)

@@ -56,7 +56,12 @@ class Container:
 
     @cached_property
     def definitions(self) -> DefinitionStore:
-        return DefinitionStore(client("dynamodb"), self.settings.definitions_table, self.settings.shard_count)
+        return DefinitionStore(
+            client("dynamodb"),
+            self.settings.definitions_table,
+            self.settings.shard_count,
+            metrics=self.metrics,
+        )
 
     @cached_property
     def runs(self) -> RunStore:

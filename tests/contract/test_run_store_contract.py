@@ -392,12 +392,12 @@ def test_read_keys_reads_the_runs_in_the_order_given_and_leaves_out_absent_ones(
     store.insert(first)
     store.insert(second)
     absent = a_run(T0 + 2 * MINUTE)
-    assert store.read_keys([key_of(second), key_of(absent), key_of(first), key_of(second)]) == [
+    assert store.read_keys([key_of(second), key_of(absent), key_of(first), key_of(second)]).items == [
         second,
         first,
         second,
     ]
-    assert store.read_keys([]) == []
+    assert store.read_keys([]).items == []
 
 
 def test_scheduled_between_is_the_jobs_runs_from_start_to_before_end_oldest_first(store):
@@ -636,7 +636,7 @@ def test_overdue_keys_are_the_shards_runs_whose_check_has_come_earliest_first(st
         if cursor is None:
             break
     assert found == [key_of(run) for run in by_check]
-    assert store.read_keys(found) == by_check
+    assert store.read_keys(found).items == by_check
 
 
 def test_move_check_moves_the_open_entry_and_leaves_the_rev(store):

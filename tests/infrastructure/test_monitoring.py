@@ -439,8 +439,12 @@ def test_dropped_ticks_and_cut_recursion_are_alarmed(synth):
         assert alarm["Threshold"] == 1 and alarm["Statistic"] == "Sum"
 
 
-@pytest.mark.parametrize("metric", ["RepairsFailed", "UnreadableRuns"])
-def test_a_run_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, metric):
+@pytest.mark.parametrize(
+    "metric", ["RepairsFailed", "UnreadableRuns", "UnreadableJobs", "SweepFailures", "EventRecordsUnreadable"]
+)
+def test_work_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, metric):
+    """A run or job passed over (unrepaired, unreadable, unswept) or a stream record without its
+    events: the loop went on without it, so only its count tells, and any of it is an alarm."""
     (failed,) = [a for a in alarms(synth) if a.get("MetricName") == metric]
     assert failed["Namespace"] == "jobsched"
     assert failed["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]

@@ -424,6 +424,73 @@ def test_list_filters_by_state(api):
     assert [j["jobId"] for j in only_paused] == [paused]
 
 
+def test_a_job_listing_leaves_out_a_job_it_cannot_read_and_still_answers(api, container, clock):
+    """A job item this release cannot read (a state it does not have) is left out of the
+    tenant's listing, filtered or not, and counted; the other jobs are listed, one a newer
+    release wrote with members this release does not know among them."""
+    made = []
+    for name in ("first", "bad", "newer"):
+        made.append(create(api, name=name)["jobId"])
+        clock.advance(1)
+    first, bad, newer = made
+    ddb = boto3.client("dynamodb")
+    table = DEFINITIONS.default_name
+    ddb.update_item(
+        TableName=table,
+        Key={"job_id": {"S": bad}},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "state"},
+        ExpressionAttributeValues={":s": {"S": "ARCHIVED"}},
+    )
+    spec = {**json.loads(raw_item(newer)["spec"]["S"]), "added_later": {"any": "value"}}
+    ddb.update_item(
+        TableName=table,
+        Key={"job_id": {"S": newer}},
+        UpdateExpression="SET spec = :s",
+        ExpressionAttributeValues={":s": {"S": json.dumps(spec)}},
+    )
+    container.metrics.clear()
+    for query in ("", "state=ACTIVE"):
+        listed = api.get("/v1/jobs", query=query)
+        assert listed.status == 200, listed
+        assert [j["jobId"] for j in listed.body["items"]] == [newer, first]
+    # Counted where it was read (a state filter passes it over in the index already).
+    assert container.metrics.values("UnreadableJobs") == [1.0]
+    # Read by ids together (a batch create's replays), the others are answered as well.
+    assert [j.job_id for j in container.definitions.get_many([first, bad, newer])] == [first, newer]
+    assert api.get(f"/v1/jobs/{newer}").status == 200
+    assert api.get(f"/v1/jobs/{bad}").status == 500  # asked for alone, it cannot be answered
+
+
+QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/tenant-a-alerts"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"addedLater": 1}, "addedLater"),
+        ({"retry": {"baseSeconds": 2, "addedLater": 1}}, "retry.addedLater"),
+        ({"dst": {"gap": "skip", "addedLater": 1}}, "dst.addedLater"),
+        (
+            {"target": {"kind": "http", "url": "https://hooks.example.com/run", "addedLater": 1}},
+            "target.http.addedLater",
+        ),
+        (
+            {"notify": [{"on": ["dead"], "target": {"kind": "sqs", "queueUrl": QUEUE_URL}, "addedLater": 1}]},
+            "notify.0.addedLater",
+        ),
+    ],
+)
+def test_a_request_with_a_member_the_api_does_not_know_is_still_refused(api, change, field):
+    """Stored items are read tolerantly (a newer release's members ignored); requests are not:
+    an unknown member anywhere in a body is a 400 naming it, and nothing is written."""
+    response = api.post("/v1/jobs", {**CRON_JOB, **change})
+    assert response.status == 400, response
+    errors = {e["field"]: e["rule"] for e in response.body["errors"]}
+    assert "is not a known field" in errors.get(field, ""), errors
+    assert api.get("/v1/jobs").body["items"] == []
+
+
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=x", "state=SLEEPING", "cursor=garbage!!"])
 def test_list_rejects_bad_query(api, query):
     response = api.get("/v1/jobs", query=query)

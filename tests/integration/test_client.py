@@ -376,6 +376,25 @@ def test_members_a_newer_server_adds_are_ignored(client: Client, wire: HandlerTr
         RunList.model_validate(runs)  # the server's own views still refuse unknown members
 
 
+def test_members_a_newer_server_adds_inside_a_jobs_policies_are_ignored(
+    client: Client, wire: HandlerTransport
+):
+    """A member added inside an object the domain models shape (a job's `dst`, a notification
+    and its target) is ignored too: the client reads answers as the store reads stored items."""
+    from jobsched.api_models.views import JobView
+
+    job = client.create_job(ext_job(name="newer"))
+    answer = client.get_job(job.job_id).model_dump(by_alias=True, mode="json")
+    answer["dst"] = {**answer["dst"], "addedLater": 1}
+    topic = "arn:aws:sns:eu-west-1:123456789012:tenant-a-alerts"
+    target = {"kind": "sns", "topicArn": topic, "addedLater": 2}
+    answer["notify"] = [{"on": ["dead"], "target": target, "addedLater": 3}]
+    read = Client(ENDPOINT, transport=Scripted((200, {}, answer))).get_job(job.job_id)
+    assert read.dst == client.get_job(job.job_id).dst and read.notify[0].target.kind == "sns"
+    with pytest.raises(ValueError):
+        JobView.model_validate(answer)  # the server's own views still refuse unknown members
+
+
 # --- pages ---
 
 

@@ -669,3 +669,33 @@ def test_handler_fails_an_unreadable_run_record(container, clock, sqs):
     event = {"Records": [stream_record(container.runs, good, "300"), broken]}
 
     assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": "301"}]}
+
+
+def test_handler_publishes_what_a_newer_release_wrote_and_fails_only_what_it_cannot_read(
+    container, clock, sqs, caplog
+):
+    """A run image with members this release does not know is published; one it cannot read
+    (a trigger it does not have) fails its record alone (retried, then named in the outbox
+    failure queue: nothing else would publish it), logged with its run key and counted
+    (UnreadableRuns); the runs after it in the batch are published all the same."""
+    newer, bad, after = (
+        insert(container, make_run(clock, job_id=f"j_{name}")) for name in ("new", "bad", "aft")
+    )
+    newer_record = stream_record(container.runs, newer, "310")
+    image = newer_record["dynamodb"]["NewImage"]
+    doc = json.loads(image["doc"]["S"])
+    doc["added_later"] = {"any": "value"}
+    doc["history"][0]["added_later"] = 1
+    image["doc"] = {"S": json.dumps(doc)}
+    image["added_later"] = {"S": "an attribute of its own"}
+    broken = stream_record(container.runs, bad, "311")
+    broken["dynamodb"]["NewImage"]["doc"] = {"S": json.dumps({**doc, "trigger": "lunar"})}
+    event = {"Records": [newer_record, broken, stream_record(container.runs, after, "312")]}
+    container.metrics.clear()
+    caplog.set_level("ERROR")
+
+    assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": "311"}]}
+    assert [json.loads(e["MessageBody"])["runKey"] for e in sqs.entries()] == [newer.run_key, after.run_key]
+    assert container.metrics.values("UnreadableRuns") == [1.0]
+    logged = [r for r in caplog.records if r.getMessage() == "unreadable run item"]
+    assert [r.__dict__["key"] for r in logged] == [bad.run_key]

@@ -443,6 +443,46 @@ def test_repairs_emit_metrics_by_kind(container, clock):
     assert sorted(recorded.values("RepairLatency")) == [120.0 - PUBLISH_GRACE, 300.0]
 
 
+def test_a_run_item_it_cannot_read_holds_back_no_repair_of_its_shard_and_is_reported(
+    container, clock, caplog
+):
+    """Three stranded runs of one job (one shard): the one whose item this release cannot read
+    (a state it does not have) is passed over, reported and counted (UnreadableRuns), and
+    stays overdue; the others are repaired, one a newer release wrote with members this
+    release does not know among them."""
+    old = T0 - timedelta(minutes=5)
+    first, bad, newer = (insert(container, make_run(job_id="j_mixed", at=old, due_in=i)) for i in range(3))
+    ddb = boto3.client("dynamodb")
+    key = {"job_id": {"S": bad.job_id}, "sk": {"S": "R#" + format_instant(bad.scheduled_for)}}
+    ddb.update_item(
+        TableName=RUNS.default_name,
+        Key=key,
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "state"},
+        ExpressionAttributeValues={":s": {"S": "ARCHIVED"}},
+    )
+    doc = json.loads(raw_item(newer)["doc"]["S"])
+    doc["added_later"] = {"any": "value"}
+    doc["history"][0]["added_later"] = 1
+    ddb.update_item(
+        TableName=RUNS.default_name,
+        Key={"job_id": {"S": newer.job_id}, "sk": {"S": "R#" + format_instant(newer.scheduled_for)}},
+        UpdateExpression="SET doc = :d",
+        ExpressionAttributeValues={":d": {"S": json.dumps(doc)}},
+    )
+    container.metrics.clear()
+    caplog.set_level("ERROR")
+
+    report = container.reconciler.reconcile_all()
+
+    assert sorted(report.repaired) == sorted([first.run_key, newer.run_key]) and report.failed == 0
+    assert report.unreadable == [bad.run_key] and report.as_dict()["unreadable"] == [bad.run_key]
+    assert container.metrics.values("UnreadableRuns") == [1.0]
+    logged = [r for r in caplog.records if r.getMessage() == "unreadable run item"]
+    assert [r.__dict__["key"] for r in logged] == [bad.run_key]
+    assert container.reconciler.reconcile_all().unreadable == [bad.run_key]  # still overdue
+
+
 # --- the handler ---
 
 

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 # About 1 KB of JSON, as a job's payload.
 PAYLOAD = {"rows": [{"id": f"row-{i:04d}", "value": "x" * 24} for i in range(22)]}
 NEW_PAYLOAD = {"v": 2}
+HOOK = "https://hooks.example.com/run"
 
 
 @pytest.fixture
@@ -400,3 +401,43 @@ def test_a_job_rewritten_without_its_definition_since_still_resolves_its_runs(
     clock.advance(60)
     assert worker.process(delivery(at_0801)).outcome is AttemptOutcome.SUCCEEDED  # its version's
     assert received(receiver) == [("/ok?v=1", "1", PAYLOAD), ("/ok?v=1", "1", PAYLOAD)]
+
+
+def test_a_kept_definition_and_signing_secrets_a_newer_release_wrote_still_read(container, api):
+    """A job's other items, as a newer release writes them (members this release does not
+    know in the stored definition, its target and each signing secret), read as they were."""
+    job_id = api.post(
+        "/v1/jobs",
+        {
+            "name": "n",
+            "type": "ext",
+            "every": 60,
+            "payload": PAYLOAD,
+            "target": {"kind": "http", "url": HOOK},
+        },
+    ).body["jobId"]
+    definitions = container.definitions
+    definitions.save_definition(job_id, 1, container.jobs.get("tenant-a", job_id).spec.target, PAYLOAD)
+    before = (definitions.definition(job_id, 1), definitions.signing_secrets(job_id))
+    ddb = boto3.client("dynamodb")
+    key = {"job_id": {"S": definition_id(job_id, 1)}}
+    stored = json.loads(ddb.get_item(TableName=DEFINITIONS.default_name, Key=key)["Item"]["definition"]["S"])
+    stored["added_later"] = 1
+    stored["target"]["added_later"] = 2
+    ddb.update_item(
+        TableName=DEFINITIONS.default_name,
+        Key=key,
+        UpdateExpression="SET #d = :d",
+        ExpressionAttributeNames={"#d": "definition"},
+        ExpressionAttributeValues={":d": {"S": json.dumps(stored)}},
+    )
+    key = {"job_id": {"S": "signing#" + job_id}}
+    secrets = json.loads(ddb.get_item(TableName=DEFINITIONS.default_name, Key=key)["Item"]["secrets"]["S"])
+    ddb.update_item(
+        TableName=DEFINITIONS.default_name,
+        Key=key,
+        UpdateExpression="SET secrets = :s",
+        ExpressionAttributeValues={":s": {"S": json.dumps([{**s, "added_later": 3} for s in secrets])}},
+    )
+
+    assert (definitions.definition(job_id, 1), definitions.signing_secrets(job_id)) == before

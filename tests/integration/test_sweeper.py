@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from jobsched.domain.runs import RunState
+from jobsched.store.definitions import DuePage
 
 from tests.helpers import T0, SerializedClient
 
@@ -409,6 +411,68 @@ def test_a_shard_whose_index_cannot_be_read_does_not_stop_the_others(container, 
     assert report.runs_created == sum(1 for job in jobs if shard_of(job.job_id) != throttled)
 
 
+def rewrite_job_item(container, job_id, **attributes):
+    """Set attributes of a job's item as another release (or a hand edit) would write them."""
+    import boto3
+
+    boto3.client("dynamodb").update_item(
+        TableName=container.settings.definitions_table,
+        Key={"job_id": {"S": job_id}},
+        UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in attributes),
+        ExpressionAttributeNames={f"#{name}": name for name in attributes},
+        ExpressionAttributeValues={f":{name}": {"S": value} for name, value in attributes.items()},
+    )
+
+
+def with_added_members(spec_json):
+    """A stored spec as a newer release writes it: with members this release does not know."""
+    spec = json.loads(spec_json)
+    spec["added_later"] = {"any": "value"}
+    spec["schedule"]["added_later"] = 1
+    spec.setdefault("policies", {})["added_later"] = True
+    return json.dumps(spec)
+
+
+def test_one_unreadable_job_holds_back_none_of_its_shard_and_is_reported(container, clock, caplog):
+    """A due job whose item this release cannot read (a state it does not have: a rollback
+    past the release that added it, or a hand edit) is passed over: every other job of its
+    shard still gets its runs, one a newer release wrote with members this release does not
+    know among them; the unreadable one is reported by the handler, logged with its id and
+    counted (UnreadableJobs) at every sweep while it stays so, and is no sweep failure."""
+    from jobsched.handlers import sweeper as sweeper_handler
+    from jobsched_local.lambda_context import InvocationContext
+
+    jobs = [new_job(container, every=3600, startAt="2026-11-02T08:30:00Z", name=f"j{i}") for i in range(12)]
+    by_shard: dict[int, list] = {}
+    for job in jobs:
+        by_shard.setdefault(container.definitions.shard_of(job.job_id), []).append(job)
+    bad, newer, *_ = max(by_shard.values(), key=len)  # 12 jobs in 4 shards: 3 or more
+    rewrite_job_item(container, bad.job_id, state="ARCHIVED")
+    item = container.definitions._db.get_item(
+        TableName=container.settings.definitions_table, Key={"job_id": {"S": newer.job_id}}
+    )["Item"]
+    rewrite_job_item(container, newer.job_id, spec=with_added_members(item["spec"]["S"]), added_later="x")
+    clock.advance(29 * 60)
+    container.metrics.clear()
+    caplog.set_level("ERROR")
+
+    report = sweeper_handler.handler(
+        {}, InvocationContext(function_name="jobsched-sweeper", timeout_seconds=60)
+    )
+
+    assert report["unreadable"] == [bad.job_id] and report["failures"] == []
+    assert all(len(all_runs(container, job.job_id)) == 1 for job in jobs if job is not bad)
+    assert all_runs(container, bad.job_id) == []
+    assert container.metrics.values("UnreadableJobs") == [1.0]
+    logged = [r for r in caplog.records if r.getMessage() == "unreadable job item"]
+    assert [r.__dict__["key"] for r in logged] == [bad.job_id]
+    assert container.metrics.values("SweepFailures") == [0.0]
+    # It stays due: the next sweep meets it, and says so, again.
+    clock.advance(60)
+    assert container.sweeper.sweep().unreadable == [bad.job_id]
+    assert container.metrics.values("UnreadableJobs") == [1.0, 1.0]
+
+
 def test_crash_between_run_writes_and_advance_is_harmless(container, clock, monkeypatch):
     job = new_job(container, every=30, startAt="2026-11-02T08:10:00Z")
     clock.advance(9 * 60)
@@ -483,8 +547,8 @@ def test_on_time_jobs_behind_a_long_backlog_are_still_read_and_memory_is_bounded
     def due_jobs(shard, until, *, limit, start=None):  # every job in shard 0, backlog first
         listed = order if shard == 0 else []
         position = int(start["at"]) if start else 0
-        more = position + limit < len(listed)
-        return listed[position : position + limit], ({"at": str(position + limit)} if more else None)
+        more = {"at": str(position + limit)} if position + limit < len(listed) else None
+        return DuePage(listed[position : position + limit], [], more)
 
     monkeypatch.setattr(container.definitions, "due_jobs", due_jobs)
     monkeypatch.setattr(container.materializer, "materialize", lambda job, **kw: _made(job))

@@ -10,13 +10,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ..domain.instants import Instant
 from ..domain.models import (
     DeliveryGuarantee,
     DstPolicy,
+    ForwardCompatible,
     HttpTarget,
     Job,
     JobState,
@@ -38,27 +39,15 @@ if TYPE_CHECKING:  # only the server builds views from these: the client never i
     from ..services.runs import BulkOutcome
 
 
-# Validation context under which a view ignores members it does not know: a client parsing
-# the answer of a newer server (which may add fields) instead of refusing it.
-TOLERATE_UNKNOWN = "tolerate_unknown"
-
-
-class View(ApiModel):
+class View(ApiModel, ForwardCompatible):
     """An answer's shape. The server builds views (unknown members refused); a client
-    validates them with `context={TOLERATE_UNKNOWN: True}`, and members this version does
-    not know are dropped, so an older client reads a newer server's answers."""
+    validates them with `context=TOLERANT` (domain.models), and members this version does
+    not know are dropped, in the view and in the domain models it holds (ForwardCompatible),
+    so an older client reads a newer server's answers."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", revalidate_instances="always"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_unknown_for_clients(cls, data: Any, info: ValidationInfo) -> Any:
-        if not (isinstance(data, dict) and info.context and info.context.get(TOLERATE_UNKNOWN)):
-            return data
-        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-        return {key: value for key, value in data.items() if key in known}
 
 
 # --- jobs ---

@@ -1,8 +1,9 @@
 """Alarms (every DLQ's depth and its new dead letters, oldest message per queue, stream
 iterator age, handler errors and throttles, dropped, failed and missing ticks, recursion,
 failed worker records, a worker that cannot start, account concurrency near its quota, sweep
-and reconcile duration, reconciler repairs, API 5xx and latency, DynamoDB throttling) to one
-SNS topic, and a dashboard of lag, throughput, retries and dead letters."""
+and reconcile duration, sweep failures, reconciler repairs, unreadable job and run items and
+stream records, API 5xx and latency, DynamoDB throttling) to one SNS topic, and a dashboard
+of lag, throughput, retries and dead letters."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from jobsched.services.reconciler import KINDS as REPAIR_KINDS
+from jobsched.store.definitions import UNREADABLE_METRIC as UNREADABLE_JOBS
+from jobsched.store.runs import UNREADABLE_METRIC as UNREADABLE_RUNS
 from jobsched.store.schema import ALL_TABLES, TableSpec
 
 from .api import Api
@@ -359,9 +362,41 @@ class Monitoring(Construct):
         # A run item that no longer parses is left out of every listing (and so of repairs).
         self._alarm(
             "unreadable-runs",
-            app_metric("UnreadableRuns", period=FIVE_MINUTES),
+            app_metric(UNREADABLE_RUNS, period=FIVE_MINUTES),
             threshold=1,
             description="a run item could not be read and was left out: see 'unreadable run item' log lines",
+        )
+        # A job item that no longer parses is passed over by every sweep (its shard's other jobs
+        # still run): it gets no runs until it is readable, and every sweep counts it again.
+        self._alarm(
+            "unreadable-jobs",
+            app_metric(UNREADABLE_JOBS, period=FIVE_MINUTES),
+            threshold=1,
+            description=(
+                "a job item could not be read: it gets no runs until it is fixed (the rest of its "
+                "shard runs); see 'unreadable job item' log lines"
+            ),
+        )
+        # A shard's page of due jobs that could not be read (the rest of the shard waits for
+        # the next tick), or a job whose materialisation raised (it gets no runs meanwhile).
+        self._alarm(
+            "sweep-failures",
+            app_metric("SweepFailures", period=FIVE_MINUTES),
+            threshold=1,
+            description=(
+                "sweeper: a shard's due jobs could not be read, or a job's runs could not be "
+                "made; see 'reading due jobs failed' and 'materialisation failed' log lines"
+            ),
+        )
+        # A stream record whose image does not parse has no events and no notifications.
+        self._alarm(
+            "event-records-unreadable",
+            app_metric("EventRecordsUnreadable", period=FIVE_MINUTES),
+            threshold=1,
+            description=(
+                "events: a stream record could not be read, and its events and notifications "
+                "were not sent; see 'unreadable image' log lines"
+            ),
         )
         stage = api.rest_api.deployment_stage
         self._alarm(

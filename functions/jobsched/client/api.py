@@ -22,7 +22,6 @@ from ..api_models.requests import (
     ReportedError,
 )
 from ..api_models.views import (
-    TOLERATE_UNKNOWN,
     BackfillView,
     BulkDeadLettersView,
     CreatedJobView,
@@ -41,7 +40,7 @@ from ..api_models.views import (
     SigningSecretView,
 )
 from ..domain.instants import format_instant
-from ..domain.models import JobState, Target
+from ..domain.models import TOLERANT, JobState, Target
 from ..domain.runs import RunState, Trigger
 from .errors import UnexpectedResponse, shape_problems
 from .http import Connection, Reply, Transport, etag, quote_segment
@@ -182,7 +181,7 @@ class Client:
     def _parse(model: type[M], reply: Reply) -> M:
         try:
             # Members a newer server added are ignored, not refused (api_models.views).
-            return model.model_validate(reply.body, context={TOLERATE_UNKNOWN: True})
+            return model.model_validate(reply.body, context=TOLERANT)
         except ValidationError as exc:
             raise UnexpectedResponse(reply.status, reply.body, shape_problems(exc)) from None
 

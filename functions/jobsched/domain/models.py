@@ -9,6 +9,7 @@ import json
 import re
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -44,6 +45,41 @@ def writing(info: ValidationInfo) -> bool:
     return isinstance(info.context, dict) and info.context.get("write") is True
 
 
+# Validation context of a read of what another release may have written: a stored item read
+# back (store.definitions, store.runs), or an answer of a newer server (the client). Members
+# the model does not know are ignored instead of refused, so a rollback past a release that
+# added a field leaves every item it wrote readable. Requests and writes are validated
+# without it, and an unknown member there stays a 400 naming it.
+TOLERATE_UNKNOWN = "tolerate_unknown"
+TOLERANT: dict[str, Any] = {TOLERATE_UNKNOWN: True}
+
+
+@cache
+def _member_names(model: type[BaseModel]) -> frozenset[str]:
+    """What `model` takes as a member: each field's name and its alias."""
+    fields = model.model_fields.values()
+    return frozenset(model.model_fields) | {field.alias for field in fields if field.alias}
+
+
+def known_members(model: type[BaseModel], data: Any, info: ValidationInfo) -> Any:
+    """`data` without the members `model` does not know when validated under TOLERANT; else
+    `data` as given (the model's `extra="forbid"` refuses them)."""
+    if not (isinstance(data, dict) and isinstance(info.context, dict) and info.context.get(TOLERATE_UNKNOWN)):
+        return data
+    names = _member_names(model)
+    return {key: value for key, value in data.items() if key in names}
+
+
+class ForwardCompatible(BaseModel):
+    """A model that refuses members it does not know, except under TOLERANT: there they are
+    dropped (`known_members`), in it and in every model it holds."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_members(cls, data: Any, info: ValidationInfo) -> Any:
+        return known_members(cls, data, info)
+
+
 RULE_ON_FIELD = "rule_on_field"
 
 
@@ -55,7 +91,7 @@ def rule_on(field: str | tuple[str, ...], rule: str) -> PydanticCustomError:
     return PydanticCustomError(RULE_ON_FIELD, "{rule}", {"loc": loc, "rule": rule})
 
 
-class Model(BaseModel):
+class Model(ForwardCompatible):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, use_enum_values=False
     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import LimitExceeded
 from .instants import Instant, format_instant
+from .models import ForwardCompatible
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32  # the specification asks for 24 to 64 random bytes
@@ -29,7 +30,9 @@ def new_signing_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
 
 
-class SigningSecret(BaseModel):
+class SigningSecret(ForwardCompatible):
+    """One secret as stored in its job's signing item (read back with context TOLERANT)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     secret: str = Field(pattern=r"^whsec_[A-Za-z0-9+/]+={0,2}$")

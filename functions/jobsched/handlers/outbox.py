@@ -12,9 +12,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.runs import Run, RunState
 from ..observability import log_metrics, logger, tracer
-from ..store.runs import RUN_PREFIX, RunStore
+from ..store.runs import RUN_PREFIX, parse_runs
 from ..wiring import container
 from .stream_filter import matches_pattern
 
@@ -43,18 +44,28 @@ class RunNotPublished(Exception):
     """Fails a stream record so Lambda retries it (the run itself stays PENDING/RETRY_WAIT)."""
 
 
-def runs_of(records: list[dict[str, Any]]) -> tuple[dict[str, Run], set[str]]:
-    """Runs by stream sequence number, and the sequence numbers of matching records that don't parse."""
+def runs_of(records: list[dict[str, Any]], metrics: Metrics = NO_METRICS) -> tuple[dict[str, Run], set[str]]:
+    """Runs by stream sequence number, and the sequence numbers of matching records whose
+    image does not parse (each logged with its run key and counted: store.runs.parse_runs).
+
+    Such a record is failed, not skipped (the handler): its run is PENDING or RETRY_WAIT, and
+    nothing else would publish it, since the reconciler cannot read it either. Failed, it is
+    retried (a roll forward deployed meanwhile reads it) and then named in the outbox failure
+    queue, whose alarm and the `UnreadableRuns` alarm point at it, while the readable runs of
+    its batch are published all the same. Members this release does not know make no image
+    unreadable (store.runs.RunStore.from_item)."""
     runs: dict[str, Run] = {}
     unreadable: set[str] = set()
     for record in records:
         if not matches_filter(record):
             continue
         sequence = str(record["dynamodb"]["SequenceNumber"])
-        try:
-            runs[sequence] = RunStore.from_item(record["dynamodb"]["NewImage"])
-        except (KeyError, ValueError):
-            logger.exception("unreadable run image", extra={"sequence_number": sequence})
+        read = parse_runs([record["dynamodb"]["NewImage"]], metrics)
+        if read.items:
+            runs[sequence] = read.items[0]
+        else:
+            extra = {"sequence_number": sequence, "run_key": read.unreadable[0]}
+            logger.error("unreadable run image: its record is retried", extra=extra)
             unreadable.add(sequence)
     return runs, unreadable
 
@@ -66,7 +77,7 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 @tracer.capture_lambda_handler
 @log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    runs, unreadable = runs_of(event.get("Records") or [])
+    runs, unreadable = runs_of(event.get("Records") or [], container().metrics)
     failed = set(container().outbox.publish_records(list(runs.values()))) if runs else set()
 
     def record_handler(record: DynamoDBRecord) -> None:

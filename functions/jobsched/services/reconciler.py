@@ -69,6 +69,9 @@ class RepairReport:
     capped: int = 0  # overdue, left for the next tick: past its job's, tenant's or shard's share
     repaired: list[str] = field(default_factory=list)
     failed_keys: list[str] = field(default_factory=list)
+    # Overdue runs whose items do not parse: left out, logged and counted by the store
+    # (UnreadableRuns); their index entries stay, so every pass meets them again.
+    unreadable: list[str] = field(default_factory=list)
     # Of the repaired runs that should have started (a lost publish or message, a dead
     # worker): each one's key and when it should have moved on (domain.repair.stranded_since).
     stranded: list[tuple[str, datetime]] = field(default_factory=list)
@@ -82,6 +85,7 @@ class RepairReport:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.repaired += other.repaired
         self.failed_keys += other.failed_keys
+        self.unreadable += other.unreadable
         self.stranded += other.stranded
 
     def as_dict(self) -> dict[str, Any]:
@@ -98,6 +102,7 @@ class RepairReport:
             "late": self.late,
             "repaired": list(self.repaired),
             "failedKeys": list(self.failed_keys),
+            "unreadable": list(self.unreadable),
         }
 
 
@@ -126,7 +131,14 @@ class Reconciler:
     A read or repair the store refuses (throttled after the SDK's retries, a timeout) costs
     its run no tick: the pass tries it once more at its end (MAX_REFUSED_RETRY_READS), within
     the shares the run was taken under; only what is refused again waits for the next tick
-    (counted `failed`)."""
+    (counted `failed`).
+
+    An overdue run whose item does not parse is passed over and the rest of its batch is
+    repaired: it is named in the report's `unreadable` (the store logs it with its run key and
+    counts it, UnreadableRuns, which is alarmed). Failing the batch instead would leave every
+    other run in it unrepaired, tick after tick, and repairing it needs what it holds; leaving
+    it loses nothing a later pass could not do, as its index entry stays overdue and every
+    pass meets it again until it is readable (a roll forward, a fix by hand)."""
 
     def __init__(
         self,
@@ -338,7 +350,7 @@ class Reconciler:
         try:
             # The pass's first try of a batch waits out refusals (READ_PAUSES_SECONDS); its
             # second reads once.
-            runs = (
+            read = (
                 self._runs.read_keys(keys)
                 if refused is None
                 else self._read(lambda: self._runs.read_keys(keys))
@@ -354,8 +366,9 @@ class Reconciler:
             logger.exception("reading overdue runs failed", extra={"count": len(keys)})
             report.failed += len(keys)
             return False
+        report.unreadable += read.unreadable
         publishable: list[Run] = []
-        for run in runs:
+        for run in read.items:
             if run.job_id not in self._tenants:
                 # Learnt now: from here on the job's keys count against its tenant.
                 self._remember(run.job_id, run.tenant)

@@ -26,6 +26,8 @@ class SweepReport:
     jobs_completed: int = 0
     failures: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)  # backlog left for the next tick (time budget)
+    # Due jobs whose items do not parse: left out, logged and counted by the store (UnreadableJobs).
+    unreadable: list[str] = field(default_factory=list)
 
     def add(self, other: SweepReport) -> None:
         self.shards += other.shards
@@ -36,6 +38,7 @@ class SweepReport:
         self.jobs_completed += other.jobs_completed
         self.failures += other.failures
         self.deferred += other.deferred
+        self.unreadable += other.unreadable
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -105,6 +108,11 @@ class Sweeper:
         invocation past its timeout. At most `max_backlog_per_shard` backlogged jobs are held
         per shard (the rest wait for a later tick), so memory stays bounded.
 
+        A due job whose item does not parse is passed over, and the rest of its shard is
+        swept: it is named in the report's `unreadable` (the store logs it with its id and
+        counts it, `UnreadableJobs`, which is alarmed), and stays due for the next sweep
+        (DefinitionStore.due_jobs says why skipping it loses nothing).
+
         When the table records a higher shard count in use than this sweeper's (shardCount was
         lowered), the shards above that fold onto `shards` are swept as well, so no job is
         orphaned (each moves to its new shard when it is next written), and every such pass
@@ -123,14 +131,16 @@ class Sweeper:
             start: dict[str, Any] | None = None
             while on_time < self.max_jobs_per_shard:
                 try:
-                    jobs, start = self._definitions.due_jobs(shard, until, limit=self.page_size, start=start)
+                    page = self._definitions.due_jobs(shard, until, limit=self.page_size, start=start)
                 except Exception:
                     # A page that cannot be read (throttled, say) ends this shard's reading
                     # until the next tick; what was read is swept, and so are the other shards.
                     logger.exception("reading due jobs failed", extra={"shard": shard})
                     report.failures.append(f"shard:{shard}")
                     break
-                for job in jobs:
+                report.unreadable += page.unreadable
+                start = page.start
+                for job in page.jobs:
                     if job.next_run_at is None or job.next_run_at >= late:
                         on_time += 1
                         self._materialize(job, report)

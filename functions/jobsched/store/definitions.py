@@ -17,17 +17,20 @@ from pydantic import TypeAdapter
 
 from ..domain.errors import ConcurrentUpdate, LimitExceeded, StorageUnavailable
 from ..domain.instants import format_instant, from_epoch, parse_instant
-from ..domain.models import Definition, Job, JobSpec, JobState, MissedWindow, Target
+from ..domain.metrics import NO_METRICS, Metrics
+from ..domain.models import TOLERANT, Definition, Job, JobSpec, JobState, MissedWindow, Target
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
 from .dynamo import (
     CONFLICT_PAUSE,
+    Parsed,
     batch_get,
     decode_cursor,
     encode_cursor,
     error_code,
     from_item,
+    parse_items,
     to_item,
     translated_errors,
 )
@@ -65,6 +68,8 @@ LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
 # so they never contend with the job's rev-conditioned writes.
 STAT_NAMES = ("missed", "overlap_skipped", "succeeded", "dead", "cancelled")
+# Job items left out of a read because they do not parse (store.dynamo.parse_items).
+UNREADABLE_METRIC = "UnreadableJobs"
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,17 @@ class Page:
     cursor: str | None
 
 
+@dataclass(frozen=True)
+class DuePage:
+    """One page of a shard's due jobs (`DefinitionStore.due_jobs`): the jobs, the ids of the
+    job items it left out as unreadable, and the key the next page starts from (None at the
+    end)."""
+
+    jobs: list[Job]
+    unreadable: list[str]
+    start: dict[str, Any] | None
+
+
 def definition_id(job_id: str, since: int) -> str:
     """The key of the snapshot of `job_id`'s definition from version `since`."""
     return f"{DEFINITION_PREFIX}{job_id}#{since}"
@@ -179,7 +195,8 @@ _WINDOWS = TypeAdapter(list[MissedWindow])
 
 class DefinitionStore:
     """`trace` reads the writing invocation's trace context: each job written carries its
-    trace id (Job.trace_id), or none outside a traced invocation."""
+    trace id (Job.trace_id), or none outside a traced invocation. `metrics` counts the job
+    items a read of many left out as unreadable (UNREADABLE_METRIC)."""
 
     def __init__(
         self,
@@ -188,8 +205,10 @@ class DefinitionStore:
         shard_count: int,
         *,
         trace: Callable[[], TraceContext | None] = current_trace,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self._trace = trace
+        self._metrics = metrics
         self._db = client
         self._table = table_name
         self.shard_count = shard_count
@@ -296,11 +315,15 @@ class DefinitionStore:
 
     @staticmethod
     def job_from_item(item: dict[str, Any]) -> Job:
+        """The job a job item holds. What this release does not know is ignored (attributes,
+        and members of the stored spec: context TOLERANT), so an item a newer release wrote
+        reads; a value it cannot take (a state, a target kind it does not have) raises
+        (KeyError, ValueError)."""
         data = from_item(item)
         return Job(
             job_id=data["job_id"],
             tenant=data["tenant"],
-            spec=JobSpec.model_validate_json(data["spec"]),
+            spec=JobSpec.model_validate_json(data["spec"], context=TOLERANT),
             state=JobState(data["state"]),
             version=data["version"],
             rev=data.get("rev", 0),
@@ -314,7 +337,7 @@ class DefinitionStore:
             last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
             paused_at=parse_instant(data["paused_at"]) if data.get("paused_at") else None,
             missed_until=parse_instant(data["missed_until"]) if data.get("missed_until") else None,
-            missed_windows=_WINDOWS.validate_json(data["missed_windows"])
+            missed_windows=_WINDOWS.validate_json(data["missed_windows"], context=TOLERANT)
             if data.get("missed_windows")
             else [],
             trace_id=data.get("trace_id"),
@@ -639,7 +662,7 @@ class DefinitionStore:
         item = response.get("Item")
         if not item:
             return None
-        stored = Definition.model_validate_json(from_item(item)["definition"])
+        stored = Definition.model_validate_json(from_item(item)["definition"], context=TOLERANT)
         return stored.target, stored.payload
 
     # --- signing secrets ---
@@ -669,7 +692,7 @@ class DefinitionStore:
         return SigningSecrets(
             job_id=job_id,
             tenant=data["signing_tenant"],
-            secrets=_SECRETS.validate_json(data["secrets"]),
+            secrets=_SECRETS.validate_json(data["secrets"], context=TOLERANT),
             rev=int(data["rev"]),
         )
 
@@ -719,9 +742,21 @@ class DefinitionStore:
 
     # --- reads ---
 
+    def _jobs(self, items: list[dict[str, Any]]) -> Parsed[Job]:
+        """The jobs of `items`; an item that does not parse is left out, logged with its job
+        id, counted (UNREADABLE_METRIC) and named (store.dynamo.parse_items)."""
+        return parse_items(
+            items,
+            self.job_from_item,
+            kind="job",
+            key=lambda item: str(item["job_id"]["S"]),
+            metric=UNREADABLE_METRIC,
+            metrics=self._metrics,
+        )
+
     def due_jobs(
         self, shard: int, until: datetime, *, limit: int, start: dict[str, Any] | None = None
-    ) -> tuple[list[Job], dict[str, Any] | None]:
+    ) -> DuePage:
         """ACTIVE jobs of one shard whose next occurrence is at or before `until` (sweeper input),
         in next_run_at order as the index had them, and the key of the next page (None at the end).
 
@@ -729,7 +764,14 @@ class DefinitionStore:
         carries keys only: the jobs are then read by key (BatchGetItem, strongly consistent),
         and one the index still lists but that is no longer ACTIVE and due (paused, updated,
         advanced since: the index lags its table) is left out. Raises StorageUnavailable when
-        the store keeps throttling the reads."""
+        the store keeps throttling the reads.
+
+        A job item that does not parse is left out too, and named in the page's `unreadable`
+        (logged and counted: `_jobs`): failing the page instead would hold back every job
+        behind it in the shard, tick after tick, for the sake of one nobody can sweep. Leaving
+        it out loses nothing that reading it again could save: it keeps its place in the
+        index, so every sweep meets it again, and counts it, until it is readable (a roll
+        forward, a fix by hand), when it is swept from where it stood."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": DUE_INDEX,
@@ -742,13 +784,13 @@ class DefinitionStore:
         with translated_errors():
             response = self._db.query(**request)
         keys = [{"job_id": entry["job_id"]} for entry in response.get("Items", [])]
-        found = (self.job_from_item(i) for i in (batch_get(self._db, self._table, keys) if keys else []))
+        found = self._jobs(batch_get(self._db, self._table, keys) if keys else [])
         due = [
             job
-            for job in found
+            for job in found.items
             if job.state is JobState.ACTIVE and job.next_run_at is not None and job.next_run_at <= until
         ]
-        return due, response.get("LastEvaluatedKey")
+        return DuePage(due, found.unreadable, response.get("LastEvaluatedKey"))
 
     def get(self, job_id: str) -> Job | None:
         with translated_errors():
@@ -761,12 +803,16 @@ class DefinitionStore:
         return self.job_from_item(item)
 
     def get_many(self, job_ids: list[str]) -> list[Job]:
-        """The jobs of `job_ids` that exist (strongly consistent), in the order given."""
+        """The jobs of `job_ids` that exist (strongly consistent), in the order given.
+
+        A job item that does not parse is left out as if absent (logged and counted: `_jobs`),
+        so that it fails no answer about the others: a batch create's replays, the console's
+        job names. One id alone is read as `get` reads it, and raises what it raises."""
         if len(job_ids) == 1:
             job = self.get(job_ids[0])
             return [job] if job is not None else []
         keys = [to_item({"job_id": job_id}) for job_id in job_ids if not job_id.startswith(_NOT_JOBS)]
-        return [self.job_from_item(item) for item in batch_get(self._db, self._table, keys)] if keys else []
+        return self._jobs(batch_get(self._db, self._table, keys)).items if keys else []
 
     def get_guard(self, tenant: str, key: str) -> Guard | None:
         with translated_errors():
@@ -790,7 +836,11 @@ class DefinitionStore:
     def list_for_tenant(
         self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None, max_rounds: int = 10
     ) -> Page:
-        """The tenant's jobs, newest first. A state filter may return short pages; the cursor continues."""
+        """The tenant's jobs, newest first. A state filter may return short pages; the cursor
+        continues. A job item that does not parse is left out of the page (logged and counted:
+        `_jobs`), as a filter leaves a job out: one item the API cannot show must not make
+        the tenant's whole listing fail, and nothing is lost by not listing it (the item
+        stays as it is, and the alarm on its count names it to the operator)."""
         key_names = {"job_id", "tenant", "created_at"}
         start = decode_cursor(cursor, tenant, key_names) if cursor else None
         items: list[Job] = []
@@ -814,7 +864,7 @@ class DefinitionStore:
             # The index carries keys and state only: read the jobs the page found.
             keys = [{"job_id": e["job_id"]} for e in response.get("Items", [])]
             found = batch_get(self._db, self._table, keys) if keys else []
-            jobs = (self.job_from_item(i) for i in found)
+            jobs = self._jobs(found).items
             items.extend(j for j in jobs if state is None or j.state is state)  # as it is now
             start = response.get("LastEvaluatedKey")
             if not start or len(items) >= limit:
@@ -823,4 +873,14 @@ class DefinitionStore:
         return Page(items=items, cursor=next_cursor)
 
 
-__all__ = ["DEFINITIONS", "Created", "DefinitionStore", "Guard", "GuardTaken", "NewJob", "Page", "guard_id"]
+__all__ = [
+    "DEFINITIONS",
+    "Created",
+    "DefinitionStore",
+    "DuePage",
+    "Guard",
+    "GuardTaken",
+    "NewJob",
+    "Page",
+    "guard_id",
+]

@@ -8,15 +8,19 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
 from ..domain.errors import StorageUnavailable, ValidationFailed
+from ..domain.metrics import Metrics
+from ..observability import logger
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -49,6 +53,64 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     return value
+
+
+@dataclass(frozen=True)
+class Parsed(Generic[T]):
+    """What a read of many items parsed, in order, and the keys of the items it left out."""
+
+    items: list[T]
+    unreadable: list[str] = field(default_factory=list)
+
+
+MAX_LOGGED_PROBLEMS = 10
+
+
+def parse_items(
+    items: Iterable[dict[str, Any]],
+    parse: Callable[[dict[str, Any]], T],
+    *,
+    kind: str,
+    key: Callable[[dict[str, Any]], str],
+    metric: str,
+    metrics: Metrics,
+) -> Parsed[T]:
+    """Each item as `parse` reads it. One it cannot read (a value a newer release wrote that
+    this one cannot take, left behind by a rollback; a hand edit) is left out: logged as
+    `unreadable <kind> item` with its key (`key(item)`) and what was refused (each field's
+    path and rule, never its value), counted (`metric`, 1 an item) and named in `unreadable`,
+    so that it fails no read of the items beside it. Whether leaving it out loses work is the
+    caller's to decide, and its docstring's to say."""
+    parsed: list[T] = []
+    unreadable: list[str] = []
+    for item in items:
+        try:
+            parsed.append(parse(item))
+        except Exception as exc:
+            name = _item_key(item, key)
+            logger.error(
+                f"unreadable {kind} item",
+                extra={"key": name, "error": type(exc).__name__, "problems": _problems(exc)},
+            )
+            metrics.add(metric)
+            unreadable.append(name)
+    return Parsed(parsed, unreadable)
+
+
+def _item_key(item: dict[str, Any], key: Callable[[dict[str, Any]], str]) -> str:
+    try:
+        return key(item)
+    except Exception:  # an item without its key attributes: say what it holds instead
+        return "?" + ",".join(sorted(item))
+
+
+def _problems(exc: Exception) -> list[str]:
+    """Where a validation failed and on which rule (`<path>: <rule type>`); the values are
+    left out: they may be a tenant's payload or a header."""
+    if not isinstance(exc, ValidationError):
+        return []
+    found = exc.errors(include_url=False, include_input=False, include_context=False)
+    return [f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in found[:MAX_LOGGED_PROBLEMS]]
 
 
 def error_code(exc: ClientError) -> str:

@@ -24,12 +24,13 @@ from typing import Any
 
 from ..domain.errors import ValidationFailed
 from ..domain.instants import format_instant
+from ..domain.metrics import NO_METRICS
 from ..domain.repair import RepairTimings
 from ..domain.run_listing import LaneRead, RunFilter, lanes_of, merge_lanes
 from ..domain.runs import Run, RunState
 from ..domain.tracing import TraceContext
 from ..observability import current_trace
-from .dynamo import decode_cursor, encode_cursor, from_item, to_item
+from .dynamo import Parsed, decode_cursor, encode_cursor, from_item, to_item
 from .runs import (
     RunPage,
     RunStore,
@@ -45,6 +46,7 @@ from .runs import (
     lease_attributes,
     list_bounds,
     occurrence_keys,
+    parse_runs,
     run_doc,
     run_sk,
     scheduled_between_keys,
@@ -172,10 +174,10 @@ class InMemoryRunStore:
             item = self._items.get((job_id, run_sk(slot)))
         return self._encoding.from_item(item) if item is not None else None
 
-    def read_keys(self, keys: list[dict[str, Any]]) -> list[Run]:
+    def read_keys(self, keys: list[dict[str, Any]]) -> Parsed[Run]:
         with self._lock:
             found = [self._items.get((str(k["job_id"]["S"]), str(k["sk"]["S"]))) for k in keys]
-        return self._runs(item for item in found if item is not None)
+        return parse_runs([item for item in found if item is not None], NO_METRICS)
 
     def scheduled_between(self, job_id: str, start: datetime, end: datetime, *, limit: int) -> list[Run]:
         items, _ = self._query(_in_job(job_id, *scheduled_between_keys(start, end)), ("sk",), limit=limit)

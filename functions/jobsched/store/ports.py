@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from ..domain.repair import RepairTimings
 from ..domain.run_listing import RunFilter
 from ..domain.runs import Run
+from .dynamo import Parsed
 from .runs import RunPage, RunsView, SummaryPage
 
 
@@ -125,10 +126,11 @@ class RunReads(Protocol):
         when the key is malformed."""
         ...
 
-    def read_keys(self, keys: list[dict[str, Any]]) -> list[Run]:
+    def read_keys(self, keys: list[dict[str, Any]]) -> Parsed[Run]:
         """The runs at `keys` (index entries: `{"job_id": {"S": ...}, "sk": {"S": ...}}` in
         DynamoDB's attribute form, as `overdue_keys` returns them), read consistently, in the
-        order given, a key given twice read twice; keys with no run are left out."""
+        order given, a key given twice read twice; keys with no run are left out, and items
+        that do not parse are left out and named in `unreadable` (their run keys)."""
         ...
 
     def scheduled_between(self, job_id: str, start: datetime, end: datetime, *, limit: int) -> list[Run]:

@@ -25,18 +25,21 @@ from ..domain.errors import ConcurrentUpdate, ValidationFailed
 from ..domain.instants import format_instant, parse_instant
 from ..domain.lifecycle import heartbeat
 from ..domain.metrics import NO_METRICS, Metrics
+from ..domain.models import TOLERANT
 from ..domain.repair import RepairTimings, check_at
 from ..domain.run_listing import LaneRead, RunFilter, RunSummary, lanes_of, merge_lanes, run_lane, run_order
 from ..domain.runs import CLAIMABLE_STATES, Run, RunState, Trigger, parse_run_key, split_run_key
 from ..domain.tracing import TraceContext
 from ..domain.transitions import Writer, applied_rule
-from ..observability import current_trace, logger
+from ..observability import current_trace
 from .dynamo import (
+    Parsed,
     batch_get,
     decode_cursor,
     encode_cursor,
     error_code,
     from_item,
+    parse_items,
     retry_conflicts,
     to_item,
     translated_errors,
@@ -469,7 +472,23 @@ def extend_with(write: Heartbeat, run: Run, until: datetime, *, live_at: datetim
     raise RunChanged(f"run {run.run_key} keeps changing; try again", read)
 
 
+# Run items left out of a read because they do not parse (`parse_runs`).
 UNREADABLE_METRIC = "UnreadableRuns"
+
+
+def _run_key_of(item: dict[str, Any]) -> str:
+    """The run key of a run item, from its key attributes alone (`job_id`, `sk`)."""
+    return f"{item['job_id']['S']}@{str(item['sk']['S']).removeprefix(RUN_PREFIX)}"
+
+
+def parse_runs(items: list[dict[str, Any]], metrics: Metrics) -> Parsed[Run]:
+    """The runs of run items (or stream images); an item that does not parse (a value this
+    release does not know, a hand edit) is left out, logged as `unreadable run item` with its
+    run key, counted (UNREADABLE_METRIC) and named in `unreadable` (store.dynamo.parse_items),
+    so one item cannot break a page, a reconciler shard or a worker's claim for everyone else."""
+    return parse_items(
+        items, RunStore.from_item, kind="run", key=_run_key_of, metric=UNREADABLE_METRIC, metrics=metrics
+    )
 
 
 class RunStore:
@@ -579,6 +598,10 @@ class RunStore:
 
     @staticmethod
     def from_item(item: dict[str, Any]) -> Run:
+        """The run a run item holds (or a stream image of one). What this release does not know
+        is ignored (attributes, and members of the document: context TOLERANT), so an item a
+        newer release wrote reads; a value it cannot take (a state it does not have) raises
+        (KeyError, ValueError)."""
         data = from_item(item)
         doc = _read_doc(json.loads(data["doc"]), data["job_id"])
         doc.update({name: data[name] for name in _ATTRIBUTES if name in data})
@@ -588,27 +611,11 @@ class RunStore:
         slot = data["sk"].removeprefix(RUN_PREFIX)
         doc["scheduled_for"] = slot.partition("~")[0]
         doc["run_key"] = f"{doc['job_id']}@{slot}"
-        return Run.model_validate(doc)
+        return Run.model_validate(doc, context=TOLERANT)
 
     def _readable(self, items: list[dict[str, Any]]) -> list[Run]:
-        """The runs of a listing; an item that no longer parses (written by a newer version,
-        damaged by hand) is logged with its key, counted and left out, so one item cannot
-        break a page, a reconciler shard or a worker's claim for everyone else."""
-        runs: list[Run] = []
-        for item in items:
-            try:
-                runs.append(self.from_item(item))
-            except Exception as exc:
-                logger.error(
-                    "unreadable run item",
-                    extra={
-                        "job_id": item.get("job_id", {}).get("S"),
-                        "sk": item.get("sk", {}).get("S"),
-                        "error": type(exc).__name__,
-                    },
-                )
-                self._metrics.add(UNREADABLE_METRIC)
-        return runs
+        """The runs of a listing (`parse_runs`), those left out unnamed."""
+        return parse_runs(items, self._metrics).items
 
     def _key(self, job_id: str, scheduled_for: datetime | str) -> dict[str, Any]:
         return to_item({"job_id": job_id, "sk": run_sk(scheduled_for)})
@@ -898,7 +905,7 @@ class RunStore:
     ) -> tuple[list[Run], dict[str, Any] | None]:
         """Open runs of a shard whose repair deadline has passed (the reconciler's work list)."""
         keys, cursor = self.overdue_keys(shard, now, limit=limit, cursor=cursor)
-        return self.read_keys(keys), cursor
+        return self.read_keys(keys).items, cursor
 
     def overdue_keys(
         self, shard: int, now: datetime, *, limit: int, cursor: dict[str, Any] | None = None
@@ -919,10 +926,11 @@ class RunStore:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in response.get("Items", [])]
         return keys, response.get("LastEvaluatedKey")
 
-    def read_keys(self, keys: list[dict[str, Any]]) -> list[Run]:
+    def read_keys(self, keys: list[dict[str, Any]]) -> Parsed[Run]:
         """The runs at these keys (an index's entries), read consistently, so a run repaired or
-        finished since its entry was written is seen as it is now."""
-        return self._readable(self._read_entries(keys))
+        finished since its entry was written is seen as it is now; those whose items do not
+        parse are left out and named (`parse_runs`)."""
+        return parse_runs(self._read_entries(keys), self._metrics)
 
     def _read_entries(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         keys = [{"job_id": e["job_id"], "sk": e["sk"]} for e in entries]
