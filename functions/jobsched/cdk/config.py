@@ -106,6 +106,11 @@ class Config:
     # and how long its archive keeps them (days; 0 = indefinitely).
     run_events: str = _runtime_default("run_events").value
     event_archive_days: int = 365
+    # The CloudWatch namespace the functions' metrics go to, and the Powertools service their
+    # logs and metrics name ("": the scheduler's own, `jobsched/<name>` and `<name>`, see
+    # metric_names): two schedulers in one account and region never read each other's figures.
+    metrics_namespace: str = ""
+    service_name: str = ""
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
@@ -291,15 +296,24 @@ class Config:
 
     def runtime_settings(self, **resources: Any) -> Settings:
         """What the functions run with: this config's runtime fields and the stack's resources
-        (table names, queue URLs: tokens at synth time). Its `lambda_environment()` is the
-        functions' environment."""
+        (table names, queue URLs: tokens at synth time; the metric names, metric_names). Its
+        `lambda_environment()` is the functions' environment."""
+        named = {name: getattr(self, name) for name in METRIC_NAME_FIELDS if getattr(self, name)}
         try:
-            return Settings(**{name: getattr(self, name) for name in RUNTIME_FIELDS}, **resources)
+            return Settings(
+                **{name: getattr(self, name) for name in RUNTIME_FIELDS}, **{**named, **resources}
+            )
         except ValidationError as exc:
             error = exc.errors()[0]
             variable = env_name(tuple(error["loc"]))
             key = _CONTEXT_KEY_OF.get(variable, variable)
             raise ConfigError(f"{key} ({variable}): {error['msg']} (got {error.get('input')!r})") from None
+
+    def metric_names(self, name: str) -> tuple[str, str]:
+        """(namespace, service) of the scheduler named `name` (names.Naming): metricsNamespace
+        and serviceName when set, else `jobsched/<name>` and `<name>`. What its functions emit
+        under and what its alarms and dashboard read."""
+        return (self.metrics_namespace or f"jobsched/{name}", self.service_name or name)
 
     def require_alarm_subscriber(self) -> None:
         """Raises ConfigError when no alarm would reach anyone: no alarmEmail and no explicit
@@ -413,6 +427,8 @@ _FIELDS: dict[str, str] = {
     "secretCacheSeconds": "int",
     "runEvents": "str",
     "eventArchiveDays": "int",
+    "metricsNamespace": "str",
+    "serviceName": "str",
     "workerConcurrency": "map",
     "workerBatchSize": "map",
     "workerBatchWindowSeconds": "map",
@@ -461,6 +477,8 @@ RUNTIME_FIELDS = (
     "secret_cache_seconds",
     "run_events",
 )
+# Runtime settings whose default is the scheduler's own (Config.metric_names), not the model's.
+METRIC_NAME_FIELDS = ("metrics_namespace", "service_name")
 CONTEXT_KEYS = tuple(_FIELDS)
 
 
@@ -470,7 +488,9 @@ def _camel(name: str) -> str:
 
 
 # Environment variable -> the context key that sets it (for errors raised by the runtime model).
-_CONTEXT_KEY_OF = {str(Settings.model_fields[name].alias): _camel(name) for name in RUNTIME_FIELDS}
+_CONTEXT_KEY_OF = {
+    str(Settings.model_fields[name].alias): _camel(name) for name in (*RUNTIME_FIELDS, *METRIC_NAME_FIELDS)
+}
 
 
 def _snake(name: str) -> str:

@@ -51,7 +51,6 @@ def _build_dir() -> Path:
 LAYER_BUILD_DIR = _build_dir()
 
 STACK_ID = "Jobsched"
-SERVICE = "jobsched"  # Powertools service and metric namespace (jobsched.observability)
 
 # Lambda runtime and architecture; the layer is built for exactly these.
 PYTHON_VERSION = "3.13"
