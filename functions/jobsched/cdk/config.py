@@ -130,6 +130,10 @@ class Config:
     # Concurrency reserved for the worker out of the account's (0 = none): an API or sweep
     # burst then cannot take what a top-of-hour drain needs. Also the worker's cap.
     worker_reserved_concurrency: int = 0
+    # The grants parameter's SSM tier: "auto" (standard while the grants fit its 4 KB, advanced
+    # past them) or "advanced". SSM never turns an advanced parameter back into a standard one,
+    # so grants that outgrew 4 KB and shrank back need "advanced" (the migration gate says so).
+    grants_parameter_tier: str = "auto"
     # Stage throttling, shared by every tenant; each tenant is held to tenantRequestsPerSecond
     # by the function, after the stage admitted the request. The stage must hold at least
     # api_tenants_at_limit tenants at their limit at once (checked below): 500 >= 10 x 50.
@@ -235,6 +239,10 @@ class Config:
             if error["loc"] and error["loc"][0] == "tenants" and error["loc"][-1] == "tenant":
                 key = "tenantTargets"
             raise ConfigError(f"{key}: {error['msg']}") from None
+        _check(
+            self.grants_parameter_tier in GRANTS_PARAMETER_TIERS,
+            f"grantsParameterTier must be one of {', '.join(GRANTS_PARAMETER_TIERS)}",
+        )
         size = self.grants_bytes()
         _check(
             size <= ADVANCED_PARAMETER_BYTES,
@@ -380,6 +388,10 @@ class Config:
         text = self.grants_document(CHECK_HOME).model_dump_json(by_alias=True, exclude_defaults=True)
         return len(text.encode()) + GRANTS_OVERHEAD_BYTES
 
+    def grants_parameter_advanced(self) -> bool:
+        """Whether the grants parameter is an advanced one: asked for, or grants past 4 KB."""
+        return self.grants_parameter_tier == "advanced" or self.grants_bytes() > STANDARD_PARAMETER_BYTES
+
     def secret_patterns(self, service: str) -> list[str]:
         """The ARN patterns of `service` (secretsmanager | ssm) granted to any tenant: what the
         worker may read, and nothing else. Sorted, without repeats."""
@@ -422,6 +434,7 @@ _FIELDS: dict[str, str] = {
     "tenantTargets": "grants",
     "tenantEventSources": "grants",
     "assumableRoles": "list",
+    "grantsParameterTier": "str",
     "httpAllowDestinations": "list",
     "handlerModules": "list",
     "secretCacheSeconds": "int",
@@ -459,6 +472,7 @@ _REPLACED = {
     ),
 }
 BILLING_MODES = ("on-demand", "provisioned")
+GRANTS_PARAMETER_TIERS = ("auto", "advanced")
 # What a new on-demand table or index can take at once without warm throughput set.
 WARM_THROUGHPUT_BASE = {"read": 12_000, "write": 4_000, "indexRead": 12_000, "indexWrite": 4_000}
 # Config fields the functions read at run time: same names as jobsched.settings.Settings fields.
