@@ -306,7 +306,7 @@ def deployed_problems(deployed: Deployed, tables: dict[str, Any], tiers: dict[st
     ]
 
 
-def _stack_resources(cloudformation: Any, stack_name: str) -> list[dict[str, Any]] | None:
+def stack_resources(cloudformation: Any, stack_name: str) -> list[dict[str, Any]] | None:
     """The stack's resources, None when no stack of that name exists."""
     from botocore.exceptions import ClientError
 
@@ -329,7 +329,7 @@ def read_deployed(client: ClientFactory, stack_name: str) -> Deployed | None:
     client); None when no stack of that name exists. Raises botocore's errors (no access, no
     region) for the caller to report."""
     cloudformation = client("cloudformation")
-    resources = _stack_resources(cloudformation, stack_name)
+    resources = stack_resources(cloudformation, stack_name)
     if resources is None:
         return None
     template = _deployed_template(cloudformation, stack_name)

@@ -28,24 +28,28 @@ def moto_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
         yield lambda service: boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
 
 
-def deployable(template: dict[str, Any]) -> dict[str, Any]:
-    """The template's tables and grants parameter, as a stack moto's CloudFormation creates
-    (the parameter's value, made of the deploy's own names, as a plain string)."""
+def deployable(template: dict[str, Any], parameters: bool = True) -> dict[str, Any]:
+    """The template's tables and (with `parameters`) grants parameter, as a stack moto's
+    CloudFormation creates (the parameter's value, made of the deploy's own names, as a plain
+    string)."""
     resources = {}
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] == "AWS::DynamoDB::Table":
             resources[logical_id] = copy.deepcopy(resource)
-        elif resource["Type"] == "AWS::SSM::Parameter":
+        elif resource["Type"] == "AWS::SSM::Parameter" and parameters:
             resources[logical_id] = copy.deepcopy(resource)
             resources[logical_id]["Properties"]["Value"] = "{}"
     return {"Resources": resources}
 
 
-def deploy(client: Client, template: dict[str, Any], stack_name: str = STACK) -> dict[str, str]:
-    """A stack of the template's tables and parameter, TTL as the template sets it (moto's
-    CloudFormation leaves TTL out); their physical names by logical id."""
+def deploy(
+    client: Client, template: dict[str, Any], stack_name: str = STACK, parameters: bool = True
+) -> dict[str, str]:
+    """A stack of the template's tables and (with `parameters`) grants parameter, TTL as the
+    template sets it (moto's CloudFormation leaves TTL out); their physical names by logical id."""
     cloudformation = client("cloudformation")
-    cloudformation.create_stack(StackName=stack_name, TemplateBody=json.dumps(deployable(template)))
+    body = json.dumps(deployable(template, parameters))
+    cloudformation.create_stack(StackName=stack_name, TemplateBody=body)
     resources = cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
     names = {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources}
     for logical_id, resource in template["Resources"].items():

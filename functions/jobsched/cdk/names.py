@@ -255,4 +255,9 @@ def output_policy(role: str) -> str:
     return role.capitalize() + "PolicyArn"
 
 
+def output_table(spec: TableSpec) -> str:
+    """The output naming a table (DefinitionsTableName): what the teardown deletes, or adopts."""
+    return spec.logical_id + "TableName"
+
+
 REST_API_LOGICAL_ID = "JobschedApi"  # fixed so IAM policy ARNs and their nag reasons are predictable
