@@ -185,6 +185,16 @@ def _run(command: Sequence[str]) -> int:
     return subprocess.run(list(command), cwd=ROOT, env=env, check=False).returncode
 
 
+def _list(client: ClientFactory, stack_name: str) -> int:
+    tables = stack_tables(client, stack_name)
+    if tables is None:
+        print(f"no stack {stack_name}", file=sys.stderr)
+        return 1
+    for logical_id, name in sorted(tables.items()):
+        print(f"{logical_id}\t{name}")
+    return 0
+
+
 def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     pairs = {}
     for value in values:
@@ -215,19 +225,18 @@ def main(argv: list[str] | None = None, client: ClientFactory | None = None, run
 
         session = boto3.Session(profile_name=args.profile, region_name=args.region)
         client = lambda service: session.client(service)  # type: ignore[call-overload]  # noqa: E731
-    if args.command == "list":
-        tables = stack_tables(client, stack_name)
-        if tables is None:
-            print(f"no stack {stack_name}", file=sys.stderr)
-            return 1
-        for logical_id, name in sorted(tables.items()):
-            print(f"{logical_id}\t{name}")
-        return 0
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
+        if args.command == "list":
+            return _list(client, stack_name)
         adoption = plan_adoption(client, stack_name, template, _pairs(args.table, "--table"))
     except Refused as exc:
         print(f"adopt: refused: {exc}", file=sys.stderr)
         return 1
+    except (BotoCoreError, ClientError) as exc:
+        print(f"{args.command}: could not read the account: {exc}", file=sys.stderr)
+        return 2
     mapping = write_mapping(
         adoption, args.mapping or ROOT / "cdk.out" / f"{stack_name}.resource-mapping.json"
     )

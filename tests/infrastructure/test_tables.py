@@ -153,3 +153,10 @@ def test_a_refusal_imports_nothing_and_exits_1(synth, account, capsys):
 
     assert tables.main(["adopt"], client=account, run=run) == 1
     assert ran == [] and "adopt: refused: stack Jobsched exists" in capsys.readouterr().err
+
+
+def test_list_names_the_deployed_stacks_tables_exactly(synth, account, capsys):
+    names = deploy(account, synth.template, parameters=False)
+    deploy(account, synth.template, STAGING, parameters=False)
+    assert tables.main(["list"], client=account) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{k}\t{v}" for k, v in sorted(names.items())]
