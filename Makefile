@@ -138,7 +138,7 @@ CDK_OUT ?= cdk.out
 # cdk.json runs `python -m infra.app`: the venv's python must come first on PATH.
 INFRA_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: infra-tools layer synth nag lint-infra preflight deploy release-tables
+.PHONY: infra-tools layer synth nag lint-infra preflight deploy release-tables adopt-tables
 # The check-only synths below subscribe no one to the alarms, and say so rather than warn
 # (a deploy should: alarmEmail).
 CHECK_ONLY := -c alarmsWithoutSubscriber=true
@@ -182,6 +182,13 @@ lint-infra: $(STAMP)
 # `make test` runs, compares every later template with them; docs/operate/upgrade.md).
 release-tables: $(STAMP)
 	$(BIN)/python -m infra.migrations --write
+
+# After `cdk destroy`, before the stack is deployed again: import the retained tables into it
+# (cdk import; docs/operate/teardown.md). ADOPT_ARGS: the deploy's -c settings, --table
+# LOGICAL_ID=NAME to choose a table, --dry-run.
+ADOPT_ARGS ?=
+adopt-tables: $(STAMP) node_modules/.installed
+	$(INFRA_ENV) $(BIN)/python -m infra.tables adopt $(ADOPT_ARGS)
 
 # --- benchmarks: figures are reported, never asserted (see bench/report.md) ---
 .PHONY: bench

@@ -14,6 +14,8 @@ from typing import Any
 from jobsched.cdk.names import FUNCTIONS_BY_NAME
 from pydantic import BaseModel, ConfigDict, Field
 
+from .migrations import Deployed, deployed_problems, parameter_tiers, table_shapes
+
 # Lambda keeps this much of the account's concurrency unreserved (PutFunctionConcurrency fails
 # past it).
 UNRESERVED_MINIMUM = 100
@@ -107,6 +109,8 @@ class Plan(BaseModel):
     pitr_tables: int = 0
     ticks_per_minute: dict[str, int] = {}  # scheduled function -> invocations a minute
     memory_mb: dict[str, int] = {}  # scheduled function -> memory
+    table_shapes: dict[str, Any] = {}  # logical id -> infra.migrations.table_shape
+    parameter_tiers: dict[str, str] = {}  # logical id -> SSM tier
 
 
 class QuotaReading(BaseModel):
@@ -137,6 +141,7 @@ class AccountFacts(BaseModel):
     dynamodb_limits: dict[str, int] = {}  # DescribeLimits
     rules_in_use: int | None = None  # EventBridge rules on the default bus today (ListRules)
     quotas: dict[str, QuotaReading] = {}
+    deployed: Deployed | None = None  # the stack's tables and parameters (infra.migrations)
     errors: dict[str, str] = {}  # read -> the error it met
 
 
@@ -206,6 +211,8 @@ def plan_from_template(template: dict[str, Any], config: Any, stack_name: str) -
         ticks_per_minute=config.ticks_per_minute(),
         second_ticks_per_minute=config.shard_count,
         memory_mb={name: FUNCTIONS_BY_NAME[name].memory_mb for name in config.ticks_per_minute()},
+        table_shapes=table_shapes(template),
+        parameter_tiers=parameter_tiers(template),
     )
 
 
@@ -548,6 +555,42 @@ def check_shard_count(plan: Plan, facts: AccountFacts) -> Check:
     )
 
 
+def check_migrations(plan: Plan, facts: AccountFacts) -> Check:
+    """What the deploy would do to the deployed tables and grants parameter that CloudFormation
+    cannot do in one update (infra.migrations): replace a table, two index changes at once
+    (a skipped release), a stream view type or TTL attribute changed, warm throughput lowered,
+    an advanced parameter made standard."""
+    name = "migrations"
+    if facts.deployed is None:
+        error = facts.errors.get("deployed")
+        if error:
+            return Check(
+                name=name,
+                status=Status.WARN,
+                detail=f"could not read what is deployed ({error}): only the released snapshot "
+                "was compared (make test), which a stack that skipped a release is not",
+                fix="allow cloudformation:ListStackResources and GetTemplate, dynamodb:DescribeTable "
+                "and DescribeTimeToLive, ssm:DescribeParameters, then run the preflight again",
+            )
+        return Check(
+            name=name, status=Status.OK, detail=f"no stack {plan.stack_name} yet: nothing to migrate"
+        )
+    problems = deployed_problems(facts.deployed, plan.table_shapes, plan.parameter_tiers)
+    if problems:
+        return Check(
+            name=name,
+            status=Status.BLOCKED,
+            detail=" ".join(problems),
+            fix="the steps above (docs/operate/upgrade.md)",
+        )
+    return Check(
+        name=name,
+        status=Status.OK,
+        detail=f"against the deployed {plan.stack_name}: no table replaced, at most one index change "
+        "a table, nothing DynamoDB or SSM would refuse halfway",
+    )
+
+
 def cost_at_rest(plan: Plan, prices: dict[str, float]) -> Check:
     """What the stack bills a month with no traffic at all, and the assumptions behind it."""
     fixed = {
@@ -603,6 +646,7 @@ def run_checks(plan: Plan, facts: AccountFacts, prices: dict[str, float]) -> lis
         check_bootstrap(plan, facts),
         *check_quotas(plan, facts),
         check_shard_count(plan, facts),
+        check_migrations(plan, facts),
         cost_at_rest(plan, prices),
     ]
 

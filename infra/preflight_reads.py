@@ -12,6 +12,7 @@ from jobsched.cdk.names import table_logical_id
 from jobsched.store.definitions import SHARD_COUNT_ITEM
 from jobsched.store.schema import DEFINITIONS
 
+from .migrations import read_deployed
 from .preflight import DYNAMODB_TABLES_QUOTA, AccountFacts, Plan, QuotaReading
 
 # Clients by service name: boto3.Session.client, or a test's moto-backed one.
@@ -73,6 +74,10 @@ def read_facts(client: ClientFactory, plan: Plan) -> AccountFacts:
     except AWS_ERRORS as exc:
         errors["service-quotas"] = _error(exc)
     facts.update(_read_stack(client, plan, lambda_client, dynamodb, errors))
+    try:
+        facts["deployed"] = read_deployed(client, plan.stack_name)
+    except AWS_ERRORS as exc:
+        errors["deployed"] = _error(exc)
     return AccountFacts(**facts)
 
 

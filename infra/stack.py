@@ -33,8 +33,10 @@ from jobsched.cdk.names import (
     OUTPUT_WORKER_FUNCTION_ROLE,
     WORKER,
     output_policy,
+    output_table,
 )
 from jobsched.cdk.scheduler import APP_ID, JobScheduler
+from jobsched.store.schema import ALL_TABLES
 
 
 class JobschedStack(Stack):
@@ -115,3 +117,10 @@ class JobschedStack(Stack):
         CfnOutput(self, OUTPUT_EVENT_ARCHIVE, value=self.events.archive.archive_name)
         for role in API_ROLES:
             CfnOutput(self, output_policy(role), value=self.api.policies[role].managed_policy_arn)
+        for spec in ALL_TABLES:
+            CfnOutput(
+                self,
+                output_table(spec),
+                value=self.storage.table(spec).table_name,
+                description="kept by cdk destroy (retainData); docs/operate/teardown.md",
+            )

@@ -1,5 +1,10 @@
 """Powertools logger, metrics and tracer shared by every handler, and the Metrics port
-(jobsched.domain.metrics) implemented with Powertools."""
+(jobsched.domain.metrics) implemented with Powertools.
+
+The namespace and the service the metrics go under are the stack's own (its functions'
+POWERTOOLS_METRICS_NAMESPACE and POWERTOOLS_SERVICE_NAME, jobsched.settings), read again at
+each flush, so what the functions emit is what the stack's alarms read; "jobsched" outside a
+stack."""
 
 from __future__ import annotations
 
@@ -15,9 +20,18 @@ from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from .domain.metrics import Unit
 from .domain.tracing import TRACE_ENV, TraceContext, parse_trace_header
+from .settings import DEFAULT_SERVICE_NAME, METRICS_NAMESPACE_ENV, SERVICE_NAME_ENV
 
-SERVICE = "jobsched"
-NAMESPACE = "jobsched"
+
+def metric_names() -> tuple[str, str]:
+    """(namespace, service) the metrics go under now: the environment's, else "jobsched"."""
+    return (
+        os.environ.get(METRICS_NAMESPACE_ENV) or DEFAULT_SERVICE_NAME,
+        os.environ.get(SERVICE_NAME_ENV) or DEFAULT_SERVICE_NAME,
+    )
+
+
+NAMESPACE, SERVICE = metric_names()  # as the function starts: its logs and traces name this service
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
@@ -56,8 +70,9 @@ class PowertoolsMetrics:
             key = tuple(sorted(dimensions.items()))
             target = self._by_dimensions.get(key)
             if target is None:
-                target = self._by_dimensions[key] = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
-                target.add_dimension(name="service", value=SERVICE)
+                namespace, service = metric_names()
+                target = self._by_dimensions[key] = EphemeralMetrics(namespace=namespace, service=service)
+                target.add_dimension(name="service", value=service)
                 for dimension, dimension_value in dimensions.items():
                     target.add_dimension(name=dimension, value=dimension_value)
             target.add_metric(name=name, unit=_UNITS[Unit(unit)], value=value)
@@ -67,6 +82,7 @@ class PowertoolsMetrics:
         when nothing was added (Powertools' log_metrics would warn about it)."""
         with self._lock:
             if metrics.metric_set:
+                metrics.namespace, metrics.service = metric_names()
                 metrics.flush_metrics()
             for target in self._by_dimensions.values():
                 target.flush_metrics()

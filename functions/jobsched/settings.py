@@ -36,6 +36,16 @@ from .store.schema import DEFINITIONS, EVENT_BUS_NAME, QUEUES, RUNS
 
 IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime in every function
 ENDPOINT_URL = "JOBSCHED_AWS_ENDPOINT_URL"  # local mode only: the moto server
+# Powertools' own variables: the CloudWatch namespace of the functions' metrics, and the
+# service their logs, traces and metrics (its `service` dimension) name. The stack sets both
+# to its own (jobsched.cdk.config.Config.metric_names); "jobsched" outside it.
+METRICS_NAMESPACE_ENV = "POWERTOOLS_METRICS_NAMESPACE"
+SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
+DEFAULT_SERVICE_NAME = "jobsched"
+# CloudWatch's rules for a namespace: 1..255 of these characters, not starting with a colon,
+# not all blank, and not starting with "AWS/" (AWS's own; the validator checks the last two).
+METRICS_NAMESPACE_PATTERN = r"^[A-Za-z0-9._/#\- ][A-Za-z0-9._/#:\- ]{0,254}$"
+SERVICE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/#:\-]{0,254}$"
 
 
 def _csv(value: Any) -> Any:
@@ -147,6 +157,13 @@ class Settings(BaseModel):
     # notifications DLQ, the outbox's and events consumer's failed stream batches, the ticks
     # EventBridge could not deliver) and local mode's events tail. Read by own_names only.
     own_queue_urls: Names = Field((), alias="OWN_QUEUE_URLS")
+    # Where the functions' metrics go and the service they report as (Powertools reads these
+    # variables itself; jobsched.observability resolves them per invocation). Each stack has its
+    # own, so two schedulers in one account and region never count in each other's alarms.
+    metrics_namespace: str = Field(
+        DEFAULT_SERVICE_NAME, alias=METRICS_NAMESPACE_ENV, pattern=METRICS_NAMESPACE_PATTERN
+    )
+    service_name: str = Field(DEFAULT_SERVICE_NAME, alias=SERVICE_NAME_ENV, pattern=SERVICE_NAME_PATTERN)
     # Set by Lambda itself (SET_BY_LAMBDA: a reserved name no stack may set): the API links
     # each transition's X-Ray trace to this region's console.
     aws_region: str | None = Field(None, alias="AWS_REGION")
@@ -186,6 +203,15 @@ class Settings(BaseModel):
                 "set TARGET_GRANTS_PARAMETER or TARGET_GRANTS, not both",
             )
         return self
+
+    @field_validator("metrics_namespace")
+    @classmethod
+    def _a_namespace_of_our_own(cls, value: str) -> str:
+        if not value.strip() or value.upper().startswith("AWS/"):
+            raise PydanticCustomError(
+                "reserved_namespace", "must name a namespace of its own: not blank, not under AWS/"
+            )
+        return value
 
     @field_validator("sweep_ahead_seconds")
     @classmethod

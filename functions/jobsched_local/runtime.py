@@ -188,8 +188,6 @@ class LocalRuntime:
             **runtime.lambda_environment(),  # as the stack generates it, table names local
             "AWS_DEFAULT_REGION": config.region,
             "AWS_REGION": config.region,
-            "POWERTOOLS_SERVICE_NAME": "jobsched",
-            "POWERTOOLS_METRICS_NAMESPACE": "jobsched",
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
             "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),

@@ -211,7 +211,7 @@ def test_cdk_json_pins_the_recommended_feature_flags_of_the_installed_cdk():
 
 def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     """shardCount was 16 in the runtime and 32 in the stack; sweepAheadSeconds None and 300."""
-    from jobsched.cdk.config import RUNTIME_FIELDS
+    from jobsched.cdk.config import METRIC_NAME_FIELDS, RUNTIME_FIELDS
     from jobsched.settings import Settings
 
     config, settings = Config(), Settings()
@@ -230,6 +230,8 @@ def test_runtime_defaults_are_the_settings_models_so_they_cannot_drift():
     plain |= {"aws_region"}
     # botocore's check of the stores' requests: off in the stack, on in the test suite only.
     plain |= {"validate_store_requests"}
+    # The metric names: context keys too, whose default is the scheduler's own name.
+    plain |= set(METRIC_NAME_FIELDS)
     assert set(Settings.model_fields) - plain == set(RUNTIME_FIELDS)
     # The shipped cdk.json shows those defaults.
     context = json.loads(CDK_JSON.read_text())["context"]

@@ -88,3 +88,13 @@ def test_json_examples_parse(doc):
 
 def test_deploy_page_ends_with_proving_the_deployment():
     assert re.findall(r"^## (.+)$", page("deploy"), re.M)[-1] == "Prove the deployment"
+
+
+def test_the_teardown_deletes_this_stacks_tables_only_and_says_how_to_get_them_back():
+    """A name prefix takes a Jobsched-staging stack's tables too; a redeploy alone makes new,
+    empty tables beside the retained ones."""
+    text = page("teardown")
+    assert "starts_with" not in text and "begins_with" not in text
+    assert "list-stack-resources --stack-name" in text and "`DefinitionsTableName`" in text
+    assert "make adopt-tables" in text and "cdk import" in text
+    assert "infra.tables adopt" in text and "infra.tables list" in text

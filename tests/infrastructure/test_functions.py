@@ -171,7 +171,9 @@ def test_variables_point_at_the_right_resources(synth, config):
             assert env[queue.env_var] == {"Ref": queue_logical_id(queue.key)}
             assert env[queue.dlq_env_var] == {"Ref": dlq_logical_id(queue.key)}
         assert env["SHARD_COUNT"] == str(config.shard_count)
-        assert env["POWERTOOLS_SERVICE_NAME"] == env["POWERTOOLS_METRICS_NAMESPACE"] == "jobsched"
+        # The stack's own, so no other scheduler's alarms read its figures (test_monitoring).
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "jobsched/Jobsched"
+        assert env["POWERTOOLS_SERVICE_NAME"] == "Jobsched"
 
 
 def _with_refs(settings_env: dict[str, str]) -> dict[str, object]:
@@ -235,6 +237,7 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
 
     built = synthesize(tmp_path, context, checks=False) if context else synth
     config = built.stack.config
+    namespace, service = config.metric_names(built.stack.stack_name)
     settings = config.runtime_settings(
         definitions_table="ref:" + table_logical_id(DEFINITIONS),
         runs_table="ref:" + table_logical_id(RUNS),
@@ -255,6 +258,8 @@ def test_each_functions_environment_is_the_settings_models_serialisation(synth, 
             )
         ),
         events_failures_queue_url="ref:" + EVENTS_FAILURE_QUEUE_ID,
+        metrics_namespace=namespace,
+        service_name=service,
     )
     expected = {**_with_refs(settings.lambda_environment()), **POWERTOOLS_ENVIRONMENT}
     functions = built.of_type("AWS::Lambda::Function")

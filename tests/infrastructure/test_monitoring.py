@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from jobsched.cdk.config import ConfigError
 from jobsched.cdk.names import (
     EVENTS_FAILURE_QUEUE_ID,
     FUNCTIONS,
@@ -19,7 +20,10 @@ from jobsched.cdk.names import (
 )
 from jobsched.services.reconciler import KINDS
 
-from tests.infrastructure.synth import render, synthesize
+from tests.infrastructure.synth import function_environment, render, synthesize
+
+# What the session stack's functions emit under (its name, Jobsched; Config.metric_names).
+NAMESPACE, SERVICE = "jobsched/Jobsched", "Jobsched"
 
 
 def alarms(synth) -> list[dict]:
@@ -110,7 +114,7 @@ def test_reconciler_repairs_of_every_kind_are_alarmed(synth, config):
     (alarm,) = [a for a in alarms(synth) if a["AlarmName"].endswith("-reconciler-repairs")]
     metrics = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
     assert {m["MetricName"] for m in metrics} == {"RepairsMade"}
-    assert all(m["Namespace"] == "jobsched" for m in metrics)
+    assert all(m["Namespace"] == NAMESPACE for m in metrics)
     kinds = {d["Value"] for m in metrics for d in m["Dimensions"] if d["Name"] == "kind"}
     assert kinds == set(KINDS)  # the dimension values the reconciler emits
     assert alarm["Threshold"] == config.repair_alarm_threshold
@@ -215,8 +219,8 @@ def test_account_concurrency_near_its_quota_is_alarmed_once_the_quota_is_given(s
 
 def test_failed_worker_records_are_alarmed_with_the_dimensions_the_worker_emits(synth):
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "RecordFailed"]
-    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]  # service-wide
+    assert alarm["Namespace"] == NAMESPACE and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SERVICE}]  # service-wide
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
@@ -237,8 +241,8 @@ def test_a_worker_that_cannot_start_is_alarmed_on_what_its_entry_point_emits(syn
 
 def test_a_lowered_shard_count_is_alarmed_on_the_sweepers_metric(synth):
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "ShardCountBelowInUse"]
-    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Maximum"
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Namespace"] == NAMESPACE and alarm["Statistic"] == "Maximum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
@@ -246,8 +250,8 @@ def test_second_ticks_missing_is_alarmed_on_the_passes_they_make(synth, config):
     """The reconciler's invocations count both ticks; its second ticks alone are watched on
     the metric each second pass emits, so a share of them lost shows."""
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "SecondTickPasses"]
-    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Namespace"] == NAMESPACE and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert alarm["ComparisonOperator"] == "LessThanThreshold"
     assert alarm["TreatMissingData"] == "breaching"  # none at all is no data
     expected = config.shard_count * alarm["Period"] / 60  # one second tick a shard a minute
@@ -256,8 +260,8 @@ def test_second_ticks_missing_is_alarmed_on_the_passes_they_make(synth, config):
 
 def test_a_follow_up_of_a_landed_transition_that_failed_is_alarmed(synth):
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == "AfterTransitionFailed"]
-    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum"
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Namespace"] == NAMESPACE and alarm["Statistic"] == "Sum"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
@@ -349,12 +353,13 @@ def test_app_metrics_are_read_with_the_dimensions_the_code_emits(synth, recorded
 
     import jobsched
 
+    own = function_environment(synth)["POWERTOOLS_METRICS_NAMESPACE"]
     emitted: dict[str, set[tuple[str, ...]]] = {}
     for namespace, name, dimensions in recorded.metrics:
-        assert namespace == "jobsched"
+        assert namespace == own
         emitted.setdefault(name, set()).add(dimensions)
     source = "\n".join(p.read_text() for p in Path(jobsched.__file__).parent.rglob("*.py"))
-    read = [m for m in template_metrics(synth) if m[0] == "jobsched"]
+    read = [m for m in template_metrics(synth) if m[0] == own]
     assert len(read) > 10
     for _, name, dimensions in read:
         if name in emitted:
@@ -446,8 +451,8 @@ def test_work_left_behind_is_alarmed_with_the_dimensions_the_code_emits(synth, m
     """A run or job passed over (unrepaired, unreadable, unswept) or a stream record without its
     events: the loop went on without it, so only its count tells, and any of it is an alarm."""
     (failed,) = [a for a in alarms(synth) if a.get("MetricName") == metric]
-    assert failed["Namespace"] == "jobsched"
-    assert failed["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert failed["Namespace"] == NAMESPACE
+    assert failed["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert failed["Threshold"] == 1 and failed["Statistic"] == "Sum"
     assert failed["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
@@ -462,3 +467,62 @@ def test_the_shared_stage_rate_is_alarmed_before_tenants_starve_each_other(synth
     assert alarm["Statistic"] == "Sum" and alarm["Period"] == 60 and alarm["EvaluationPeriods"] == 5
     assert alarm["Threshold"] == int(config.api_rate_limit * 60 * API_STAGE_BUSY_SHARE)
     assert config.api_rate_limit >= 3 * config.tenant_requests_per_second  # never two tenants
+
+
+def app_metric_reads(synth) -> list[tuple[str, str, dict[str, str]]]:
+    """(namespace, metric, dimensions) of every metric outside AWS's own namespaces that an
+    alarm or the dashboard reads."""
+    found = []
+    for alarm in alarms(synth):
+        metrics = [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        metrics += [alarm] if "MetricName" in alarm else []
+        for metric in metrics:
+            dimensions = {d["Name"]: d["Value"] for d in metric.get("Dimensions", [])}
+            found.append((metric["Namespace"], metric["MetricName"], dimensions))
+    (dashboard,) = synth.of_type("AWS::CloudWatch::Dashboard").values()
+    for widget in json.loads(render(dashboard["Properties"]["DashboardBody"]))["widgets"]:
+        for entry in widget.get("properties", {}).get("metrics", []):
+            fields = [f for f in entry if isinstance(f, str)]
+            if len(fields) >= 2:
+                namespace, name, *pairs = fields
+                found.append((namespace, name, dict(zip(pairs[0::2], pairs[1::2], strict=True))))
+    return [read for read in found if not read[0].startswith("AWS/")]
+
+
+@pytest.mark.parametrize(
+    ("context", "namespace", "service"),
+    [
+        ({"stackName": "Jobsched-staging"}, "jobsched/Jobsched-staging", "Jobsched-staging"),
+        ({"metricsNamespace": "ops/scheduler", "serviceName": "scheduler"}, "ops/scheduler", "scheduler"),
+    ],
+    ids=["second-stack", "set"],
+)
+def test_each_stack_reads_the_metrics_its_own_functions_emit(synth, tmp_path, context, namespace, service):
+    """Two schedulers in one account and region: each stack's functions emit under a namespace
+    and service of its own (the stack's name, or metricsNamespace and serviceName), and every
+    alarm and dashboard widget reads exactly those, so neither counts the other's figures."""
+    other = synthesize(tmp_path, context, checks=False)
+    seen = set()
+    for built in (synth, other):
+        env = function_environment(built)
+        own = (env["POWERTOOLS_METRICS_NAMESPACE"], env["POWERTOOLS_SERVICE_NAME"])
+        reads = app_metric_reads(built)
+        assert len(reads) > 10
+        for read_namespace, name, dimensions in reads:
+            assert (read_namespace, dimensions.get("service")) == own, (name, read_namespace, dimensions)
+        seen.add(own)
+    assert function_environment(other)["POWERTOOLS_METRICS_NAMESPACE"] == namespace
+    assert function_environment(other)["POWERTOOLS_SERVICE_NAME"] == service
+    assert len(seen) == 2  # the default stack's differ from the other's
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"metricsNamespace": "AWS/Lambda"}, "metricsNamespace (POWERTOOLS_METRICS_NAMESPACE): must name"),
+        ({"serviceName": "two words"}, "serviceName (POWERTOOLS_SERVICE_NAME): String should match"),
+    ],
+)
+def test_a_namespace_or_service_cloudwatch_refuses_is_refused_at_synth(tmp_path, context, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        synthesize(tmp_path, context, checks=False)

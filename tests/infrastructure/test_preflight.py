@@ -18,7 +18,6 @@ from typing import Any
 import boto3
 import pytest
 from jobsched.cdk.names import table_logical_id
-from moto import mock_aws
 
 from infra import ROOT
 from infra.doctor import load_prices, main
@@ -37,10 +36,10 @@ from infra.preflight import (
     run_checks,
 )
 from infra.preflight_reads import read_facts
+from tests.infrastructure.deployed import REGION, moto_account
 
 pytestmark = pytest.mark.integration
 
-REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/APIGatewayCloudWatchLogs"
 
 
@@ -104,10 +103,7 @@ class Account:
 
 @pytest.fixture
 def account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Account]:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(name, "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
+    with moto_account(monkeypatch):
         healthy = Account()
         healthy.bootstrap(30)
         healthy.api_gateway_role()
@@ -368,3 +364,19 @@ def test_make_deploy_runs_the_preflight_first_with_the_same_context():
     doctor = next(i for i, line in enumerate(printed) if f"-m infra.doctor {context}" in line)
     deploy = next(i for i, line in enumerate(printed) if f"cdk deploy {context}" in line)
     assert doctor < deploy
+
+
+def test_a_deploy_the_deployed_tables_cannot_take_blocks_with_its_steps(plan, account, synth):
+    """What is deployed, not the snapshot: a stack whose runs stream has another view type."""
+    from infra.migrations import STREAM_STEPS
+    from tests.infrastructure.deployed import deploy
+
+    assert checked(plan, account)["by_name"]["migrations"].status is Status.OK  # nothing deployed yet
+    template = json.loads(json.dumps(synth.template))
+    template["Resources"]["RunsTable"]["Properties"]["StreamSpecification"] = {"StreamViewType": "KEYS_ONLY"}
+    deploy(account.client, template, plan.stack_name)
+    result = checked(plan, account)
+    migrations = result["by_name"]["migrations"]
+    assert migrations.status is Status.BLOCKED and result["exit"] == 1
+    assert "RunsTable: the stream view type changes from KEYS_ONLY to NEW_AND_OLD_IMAGES" in migrations.detail
+    assert STREAM_STEPS in migrations.detail

@@ -103,3 +103,20 @@ def test_the_recorder_keeps_names_units_and_dimensions():
     assert recorded.values("StartLag", priority="high") == [2.0]
     assert recorded.values("StartLag") == []  # another metric without the dimension
     assert recorded.shapes() == {("StartLag", Unit.SECONDS, ("priority",)), ("RunsPublished", Unit.COUNT, ())}
+
+
+def test_every_document_goes_under_the_stacks_namespace_and_service(port, capsys, monkeypatch):
+    """The stack sets its own namespace and service on its functions (Config.metric_names):
+    each document names them, the service dimension included, whatever was set at import."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "jobsched/Jobsched-staging")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "Jobsched-staging")
+    port.add("RunsPublished")
+    port.add("StartLag", 1.5, Unit.SECONDS, {"priority": "high"})
+    capsys.readouterr()
+    port.flush()
+    printed = documents(capsys.readouterr().out)
+    assert len(printed) == 2
+    for doc in printed:
+        (directive,) = doc["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == "jobsched/Jobsched-staging"
+        assert doc["service"] == "Jobsched-staging"

@@ -106,6 +106,11 @@ class Config:
     # and how long its archive keeps them (days; 0 = indefinitely).
     run_events: str = _runtime_default("run_events").value
     event_archive_days: int = 365
+    # The CloudWatch namespace the functions' metrics go to, and the Powertools service their
+    # logs and metrics name ("": the scheduler's own, `jobsched/<name>` and `<name>`, see
+    # metric_names): two schedulers in one account and region never read each other's figures.
+    metrics_namespace: str = ""
+    service_name: str = ""
     # Pollers per priority queue: each queue has its own ceiling, so a flood of high never
     # takes the concurrency low needs.
     # Ceilings, not reservations: 175 workers run ~190,000 runs/min (bench/report.md, capacity).
@@ -131,6 +136,10 @@ class Config:
     # (a new account reserves nothing); API Gateway answers a request Lambda throttles with
     # a 5xx, so size it from the stage's rate and the API's latency.
     api_reserved_concurrency: int = 0
+    # The grants parameter's SSM tier: "auto" (standard while the grants fit its 4 KB, advanced
+    # past them) or "advanced". SSM never turns an advanced parameter back into a standard one,
+    # so grants that outgrew 4 KB and shrank back need "advanced" (the migration gate says so).
+    grants_parameter_tier: str = "auto"
     # Stage throttling, shared by every tenant; each tenant is held to tenantRequestsPerSecond
     # by the function, after the stage admitted the request. The stage must hold at least
     # api_tenants_at_limit tenants at their limit at once (checked below): 500 >= 10 x 50.
@@ -242,6 +251,10 @@ class Config:
             if error["loc"] and error["loc"][0] == "tenants" and error["loc"][-1] == "tenant":
                 key = "tenantTargets"
             raise ConfigError(f"{key}: {error['msg']}") from None
+        _check(
+            self.grants_parameter_tier in GRANTS_PARAMETER_TIERS,
+            f"grantsParameterTier must be one of {', '.join(GRANTS_PARAMETER_TIERS)}",
+        )
         size = self.grants_bytes()
         _check(
             size <= ADVANCED_PARAMETER_BYTES,
@@ -302,15 +315,24 @@ class Config:
 
     def runtime_settings(self, **resources: Any) -> Settings:
         """What the functions run with: this config's runtime fields and the stack's resources
-        (table names, queue URLs: tokens at synth time). Its `lambda_environment()` is the
-        functions' environment."""
+        (table names, queue URLs: tokens at synth time; the metric names, metric_names). Its
+        `lambda_environment()` is the functions' environment."""
+        named = {name: getattr(self, name) for name in METRIC_NAME_FIELDS if getattr(self, name)}
         try:
-            return Settings(**{name: getattr(self, name) for name in RUNTIME_FIELDS}, **resources)
+            return Settings(
+                **{name: getattr(self, name) for name in RUNTIME_FIELDS}, **{**named, **resources}
+            )
         except ValidationError as exc:
             error = exc.errors()[0]
             variable = env_name(tuple(error["loc"]))
             key = _CONTEXT_KEY_OF.get(variable, variable)
             raise ConfigError(f"{key} ({variable}): {error['msg']} (got {error.get('input')!r})") from None
+
+    def metric_names(self, name: str) -> tuple[str, str]:
+        """(namespace, service) of the scheduler named `name` (names.Naming): metricsNamespace
+        and serviceName when set, else `jobsched/<name>` and `<name>`. What its functions emit
+        under and what its alarms and dashboard read."""
+        return (self.metrics_namespace or f"jobsched/{name}", self.service_name or name)
 
     def missing_subscriber(self) -> str | None:
         """What to say when no alarm would reach anyone (no alarmEmail and no explicit
@@ -399,6 +421,10 @@ class Config:
         text = self.grants_document(CHECK_HOME).model_dump_json(by_alias=True, exclude_defaults=True)
         return len(text.encode()) + GRANTS_OVERHEAD_BYTES
 
+    def grants_parameter_advanced(self) -> bool:
+        """Whether the grants parameter is an advanced one: asked for, or grants past 4 KB."""
+        return self.grants_parameter_tier == "advanced" or self.grants_bytes() > STANDARD_PARAMETER_BYTES
+
     def secret_patterns(self, service: str) -> list[str]:
         """The ARN patterns of `service` (secretsmanager | ssm) granted to any tenant: what the
         worker may read, and nothing else. Sorted, without repeats."""
@@ -441,11 +467,14 @@ _FIELDS: dict[str, str] = {
     "tenantTargets": "grants",
     "tenantEventSources": "grants",
     "assumableRoles": "list",
+    "grantsParameterTier": "str",
     "httpAllowDestinations": "list",
     "handlerModules": "list",
     "secretCacheSeconds": "int",
     "runEvents": "str",
     "eventArchiveDays": "int",
+    "metricsNamespace": "str",
+    "serviceName": "str",
     "workerConcurrency": "map",
     "workerBatchSize": "map",
     "workerBatchWindowSeconds": "map",
@@ -477,6 +506,7 @@ _REPLACED = {
     ),
 }
 BILLING_MODES = ("on-demand", "provisioned")
+GRANTS_PARAMETER_TIERS = ("auto", "advanced")
 # What a new on-demand table or index can take at once without warm throughput set.
 WARM_THROUGHPUT_BASE = {"read": 12_000, "write": 4_000, "indexRead": 12_000, "indexWrite": 4_000}
 # Config fields the functions read at run time: same names as jobsched.settings.Settings fields.
@@ -495,6 +525,8 @@ RUNTIME_FIELDS = (
     "secret_cache_seconds",
     "run_events",
 )
+# Runtime settings whose default is the scheduler's own (Config.metric_names), not the model's.
+METRIC_NAME_FIELDS = ("metrics_namespace", "service_name")
 CONTEXT_KEYS = tuple(_FIELDS)
 
 
@@ -504,7 +536,9 @@ def _camel(name: str) -> str:
 
 
 # Environment variable -> the context key that sets it (for errors raised by the runtime model).
-_CONTEXT_KEY_OF = {str(Settings.model_fields[name].alias): _camel(name) for name in RUNTIME_FIELDS}
+_CONTEXT_KEY_OF = {
+    str(Settings.model_fields[name].alias): _camel(name) for name in (*RUNTIME_FIELDS, *METRIC_NAME_FIELDS)
+}
 
 
 def _snake(name: str) -> str:

@@ -24,7 +24,6 @@ from .names import (
     FUNCTIONS,
     PYTHON_VERSION,
     RECONCILER,
-    SERVICE,
     SWEEPER,
     FunctionSpec,
     code_asset_packages,
@@ -69,10 +68,9 @@ def log_retention(days: int) -> logs.RetentionDays:
     return next((r for d, r in sorted(_RETENTION.items()) if d >= days), logs.RetentionDays.TEN_YEARS)
 
 
-# Powertools' own variables: the service and namespace its Logger and Metrics report under.
+# Powertools' own variables beyond the service and namespace (runtime settings: the
+# scheduler's own, Config.metric_names).
 POWERTOOLS_ENVIRONMENT = {
-    "POWERTOOLS_SERVICE_NAME": SERVICE,
-    "POWERTOOLS_METRICS_NAMESPACE": SERVICE,
     "POWERTOOLS_LOG_LEVEL": "INFO",
     "POWERTOOLS_METRICS_DISABLED": "false",  # local mode turns them off; Lambda keeps them
 }
@@ -87,7 +85,10 @@ def runtime_settings(
     source_name: str | None = None,
 ) -> Settings:
     """The settings every function runs with: the config's, pointed at this scheduler's
-    resources. `source_name`: the scheduler's name (names.Naming), the stack's by default."""
+    resources. `source_name`: the scheduler's name (names.Naming), the stack's by default; its
+    events' source and its metrics' namespace and service are made of it."""
+    name = source_name or Stack.of(event_bus).stack_name
+    namespace, service = config.metric_names(name)
     return config.runtime_settings(
         definitions_table=storage.table(DEFINITIONS).table_name,
         runs_table=storage.table(RUNS).table_name,
@@ -95,7 +96,9 @@ def runtime_settings(
         dlq_urls={q.key: queues.dlqs[q.key].queue_url for q in QUEUES},
         target_grants_parameter=grants_parameter,
         event_bus_name=event_bus.event_bus_name,
-        event_source_name=source_name or Stack.of(event_bus).stack_name,
+        event_source_name=name,
+        metrics_namespace=namespace,
+        service_name=service,
         notifications_queue_url=queues.notifications.queue_url,
         second_tick_queue_url=queues.second_ticks.queue_url,
         own_queue_urls=tuple(queue.queue_url for queue in queues.failure_queues().values()),

@@ -17,7 +17,7 @@ from aws_cdk import Aws, Fn, IStableStringProducer, Lazy, Stack
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from .config import CHECK_HOME, STANDARD_PARAMETER_BYTES, Config
+from .config import CHECK_HOME, Config
 
 
 def parameter_name(name: str) -> str:
@@ -63,9 +63,7 @@ class TargetGrants(Construct):
             return {"home": home, "tenants": [*tenants, *self.extra], "assumableRoles": roles}
 
         tier = (
-            ssm.ParameterTier.STANDARD
-            if config.grants_bytes() <= STANDARD_PARAMETER_BYTES
-            else ssm.ParameterTier.ADVANCED
+            ssm.ParameterTier.ADVANCED if config.grants_parameter_advanced() else ssm.ParameterTier.STANDARD
         )
         self.parameter = ssm.StringParameter(
             self,

@@ -8,6 +8,7 @@ of lag, throughput, retries and dead letters."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
@@ -37,7 +38,6 @@ from .names import (
     OUTBOX,
     QUEUE_KEYS,
     RECONCILER,
-    SERVICE,
     SWEEPER,
     WORKER,
 )
@@ -67,34 +67,40 @@ ACCOUNT_CONCURRENCY_SHARE = 0.9
 RULES_PER_ALARM = 10
 
 
-def app_metric(
-    name: str, statistic: str = "Sum", period: Duration = ONE_MINUTE, **dimensions: str
-) -> cw.Metric:
-    """A Powertools (EMF) metric of the scheduler, with the service dimension Metrics adds."""
-    return cw.Metric(
-        namespace=SERVICE,
-        metric_name=name,
-        dimensions_map={"service": SERVICE, **dimensions},
-        statistic=statistic,
-        period=period,
-    )
+@dataclass(frozen=True)
+class AppMetrics:
+    """The scheduler's own Powertools (EMF) metrics: its namespace, and the service dimension
+    Powertools adds to each whenever POWERTOOLS_SERVICE_NAME is set, as it is on every
+    function (a metric read without it would be another metric, and its widget would stay
+    empty). Both are the scheduler's (Config.metric_names), as its functions emit them."""
 
+    namespace: str
+    service: str
 
-def priority_metrics(name: str, statistic: str) -> list[cw.IMetric]:
-    """The worker's timings, emitted per priority. Powertools adds the service dimension
-    whenever POWERTOOLS_SERVICE_NAME is set, as it is on every function: a metric read
-    without it would be another metric, and its widget would stay empty."""
-    return [
-        cw.Metric(
-            namespace=SERVICE,
+    def metric(
+        self, name: str, statistic: str = "Sum", period: Duration = ONE_MINUTE, **dimensions: str
+    ) -> cw.Metric:
+        return cw.Metric(
+            namespace=self.namespace,
             metric_name=name,
-            dimensions_map={"priority": key, "service": SERVICE},
+            dimensions_map={"service": self.service, **dimensions},
             statistic=statistic,
-            period=ONE_MINUTE,
-            label=f"{name} {key}",
+            period=period,
         )
-        for key in QUEUE_KEYS
-    ]
+
+    def by_priority(self, name: str, statistic: str) -> list[cw.IMetric]:
+        """The worker's timings, emitted per priority."""
+        return [
+            cw.Metric(
+                namespace=self.namespace,
+                metric_name=name,
+                dimensions_map={"priority": key, "service": self.service},
+                statistic=statistic,
+                period=ONE_MINUTE,
+                label=f"{name} {key}",
+            )
+            for key in QUEUE_KEYS
+        ]
 
 
 class Monitoring(Construct):
@@ -111,9 +117,11 @@ class Monitoring(Construct):
         schedules: Schedules,
         name: str,
     ) -> None:
-        """`name`: the scheduler's (names.Naming), which every alarm's name starts with."""
+        """`name`: the scheduler's (names.Naming), which every alarm's name starts with, and
+        which its metrics' namespace and service are made of (Config.metric_names)."""
         super().__init__(scope, construct_id)
         self._name = name
+        self.app_metrics = app = AppMetrics(*config.metric_names(name))
         # A customer-managed key: CloudWatch cannot publish to a topic under the AWS-managed SNS key.
         self.key = kms.Key(
             self,
@@ -246,7 +254,7 @@ class Monitoring(Construct):
         per_minute = config.tick_invocations()[RECONCILER]
         self._too_few(
             "reconciler-second-ticks-missing",
-            app_metric("SecondTickPasses", period=FIVE_MINUTES),
+            app.metric("SecondTickPasses", period=FIVE_MINUTES),
             per_minute,
             f"reconciler: fewer than {TICKS_EXPECTED_SHARE:.0%} of its {per_minute} second "
             "ticks a minute made their pass for 5 minutes; repairs come up to 30 s later",
@@ -282,7 +290,7 @@ class Monitoring(Construct):
         # after its backoff, and reaches the DLQ after its receives are spent.
         self._alarm(
             "worker-records-failed",
-            app_metric("RecordFailed", period=FIVE_MINUTES),
+            app.metric("RecordFailed", period=FIVE_MINUTES),
             threshold=1,
             description="worker: records failed on an unexpected error (see the worker's logs)",
         )
@@ -291,7 +299,7 @@ class Monitoring(Construct):
         # entry point's 30 s hold and reaches its DLQ minutes later (handlers.worker_entry).
         self._alarm(
             "worker-cannot-start",
-            app_metric("WorkerStartFailed"),
+            app.metric("WorkerStartFailed"),
             threshold=1,
             description="worker: invocations failed before their runs started (see the worker's logs); "
             "roll back the deploy",
@@ -300,7 +308,7 @@ class Monitoring(Construct):
         # swept (each sweeper also reads the old shards that fold onto its own), at a cost.
         self._alarm(
             "shard-count-below-in-use",
-            app_metric("ShardCountBelowInUse", statistic="Maximum"),
+            app.metric("ShardCountBelowInUse", statistic="Maximum"),
             threshold=1,
             description="sweeper: shardCount is below the highest shard count in use (see Resharding)",
         )
@@ -332,7 +340,7 @@ class Monitoring(Construct):
         # chained run not released (the reconciler releases it), a job counter lost.
         self._alarm(
             "after-transition-failed",
-            app_metric("AfterTransitionFailed", period=FIVE_MINUTES),
+            app.metric("AfterTransitionFailed", period=FIVE_MINUTES),
             threshold=1,
             description=(
                 "a run's transition landed but what follows it failed: a DLQ copy, a pause on "
@@ -355,14 +363,14 @@ class Monitoring(Construct):
         # A repair that raised: that run stays unrepaired (the rest of its shard went on).
         self._alarm(
             "repairs-failed",
-            app_metric("RepairsFailed", period=FIVE_MINUTES),
+            app.metric("RepairsFailed", period=FIVE_MINUTES),
             threshold=1,
             description="a run could not be repaired: see the reconciler's 'repair failed' log lines",
         )
         # A run item that no longer parses is left out of every listing (and so of repairs).
         self._alarm(
             "unreadable-runs",
-            app_metric(UNREADABLE_RUNS, period=FIVE_MINUTES),
+            app.metric(UNREADABLE_RUNS, period=FIVE_MINUTES),
             threshold=1,
             description="a run item could not be read and was left out: see 'unreadable run item' log lines",
         )
@@ -370,7 +378,7 @@ class Monitoring(Construct):
         # still run): it gets no runs until it is readable, and every sweep counts it again.
         self._alarm(
             "unreadable-jobs",
-            app_metric(UNREADABLE_JOBS, period=FIVE_MINUTES),
+            app.metric(UNREADABLE_JOBS, period=FIVE_MINUTES),
             threshold=1,
             description=(
                 "a job item could not be read: it gets no runs until it is fixed (the rest of its "
@@ -381,7 +389,7 @@ class Monitoring(Construct):
         # the next tick), or a job whose materialisation raised (it gets no runs meanwhile).
         self._alarm(
             "sweep-failures",
-            app_metric("SweepFailures", period=FIVE_MINUTES),
+            app.metric("SweepFailures", period=FIVE_MINUTES),
             threshold=1,
             description=(
                 "sweeper: a shard's due jobs could not be read, or a job's runs could not be "
@@ -391,7 +399,7 @@ class Monitoring(Construct):
         # A stream record whose image does not parse has no events and no notifications.
         self._alarm(
             "event-records-unreadable",
-            app_metric("EventRecordsUnreadable", period=FIVE_MINUTES),
+            app.metric("EventRecordsUnreadable", period=FIVE_MINUTES),
             threshold=1,
             description=(
                 "events: a stream record could not be read, and its events and notifications "
@@ -503,10 +511,9 @@ class Monitoring(Construct):
             period=FIVE_MINUTES,
         )
 
-    @staticmethod
-    def repairs_metric() -> cw.MathExpression:
+    def repairs_metric(self) -> cw.MathExpression:
         parts = {
-            f"r{i}": app_metric("RepairsMade", period=FIVE_MINUTES, kind=kind)
+            f"r{i}": self.app_metrics.metric("RepairsMade", period=FIVE_MINUTES, kind=kind)
             for i, kind in enumerate(REPAIR_KINDS)
         }
         return cw.MathExpression(
@@ -560,13 +567,14 @@ class Monitoring(Construct):
     def _dashboard(self, queues: Queues, functions: Functions, repairs: cw.IMetric) -> cw.Dashboard:
         dashboard = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
         fn = functions.functions
+        app = self.app_metrics
         dashboard.add_widgets(
             cw.GraphWidget(
                 title="Lag (s)",
                 left=[
-                    *priority_metrics("StartLag", "p99"),
-                    *priority_metrics("QueueDwell", "p99"),
-                    app_metric("SchedulePublishLag", "p99"),
+                    *app.by_priority("StartLag", "p99"),
+                    *app.by_priority("QueueDwell", "p99"),
+                    app.metric("SchedulePublishLag", "p99"),
                 ],
                 right=[
                     fn[OUTBOX].metric(
@@ -591,9 +599,9 @@ class Monitoring(Construct):
             cw.GraphWidget(
                 title="Throughput (runs per minute)",
                 left=[
-                    app_metric("RunsMaterialised"),
-                    app_metric("RunsPublished"),
-                    app_metric("RunsSucceeded"),
+                    app.metric("RunsMaterialised"),
+                    app.metric("RunsPublished"),
+                    app.metric("RunsSucceeded"),
                 ],
                 right=[f.metric_invocations(period=ONE_MINUTE, label=name) for name, f in fn.items()],
                 width=12,
@@ -601,10 +609,10 @@ class Monitoring(Construct):
             cw.GraphWidget(
                 title="Retries and repairs",
                 left=[
-                    app_metric("RetriesScheduled"),
-                    app_metric("LeasesExpired"),
-                    app_metric("StaleFencesRejected"),
-                    app_metric("PublishFailed"),
+                    app.metric("RetriesScheduled"),
+                    app.metric("LeasesExpired"),
+                    app.metric("StaleFencesRejected"),
+                    app.metric("PublishFailed"),
                     repairs,
                 ],
                 width=12,
@@ -617,7 +625,7 @@ class Monitoring(Construct):
                     q.metric_approximate_number_of_messages_visible(period=ONE_MINUTE, label=name)
                     for name, q in queues.all_dead_letter_queues().items()
                 ],
-                right=[app_metric("RunsDeadLettered")],
+                right=[app.metric("RunsDeadLettered")],
                 width=12,
             ),
             cw.GraphWidget(
@@ -628,6 +636,6 @@ class Monitoring(Construct):
             ),
         )
         dashboard.add_widgets(
-            cw.GraphWidget(title="Run duration (s)", left=priority_metrics("RunDuration", "p90"), width=24)
+            cw.GraphWidget(title="Run duration (s)", left=app.by_priority("RunDuration", "p90"), width=24)
         )
         return dashboard

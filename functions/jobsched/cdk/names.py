@@ -51,7 +51,6 @@ def _build_dir() -> Path:
 LAYER_BUILD_DIR = _build_dir()
 
 STACK_ID = "Jobsched"
-SERVICE = "jobsched"  # Powertools service and metric namespace (jobsched.observability)
 
 # Lambda runtime and architecture; the layer is built for exactly these.
 PYTHON_VERSION = "3.13"
@@ -257,6 +256,11 @@ OUTPUT_EVENT_ARCHIVE = "EventArchiveName"
 
 def output_policy(role: str) -> str:
     return role.capitalize() + "PolicyArn"
+
+
+def output_table(spec: TableSpec) -> str:
+    """The output naming a table (DefinitionsTableName): what the teardown deletes, or adopts."""
+    return spec.logical_id + "TableName"
 
 
 REST_API_LOGICAL_ID = "JobschedApi"  # fixed so IAM policy ARNs and their nag reasons are predictable
