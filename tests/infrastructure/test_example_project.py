@@ -159,6 +159,9 @@ def test_the_example_app_synthesizes_from_the_built_wheel_in_a_clean_virtualenv(
         [str(python), "-m", "pip", "install", "--quiet", f"{wheel}[cdk]", "-c", str(constraints)],
         check=True,
         capture_output=True,
+        # Not the caller's PYTHONPATH: a checkout on it (its `jobsched.egg-info`) would pass for
+        # the package already installed, and pip would install only its dependencies.
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
     )
     out = tmp_path / "cdk.out"
     env = {
