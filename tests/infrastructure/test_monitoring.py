@@ -232,8 +232,8 @@ def test_a_worker_that_cannot_start_is_alarmed_on_what_its_entry_point_emits(syn
 
     (alarm,) = [a for a in alarms(synth) if a.get("MetricName") == START_FAILED_METRIC]
     assert render(alarm["AlarmName"]).endswith("-worker-cannot-start")
-    assert alarm["Namespace"] == "jobsched" and alarm["Statistic"] == "Sum" and alarm["Period"] == 60
-    assert alarm["Dimensions"] == [{"Name": "service", "Value": "jobsched"}]
+    assert alarm["Namespace"] == NAMESPACE and alarm["Statistic"] == "Sum" and alarm["Period"] == 60
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": SERVICE}]
     assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     worker = next(f for f in FUNCTIONS if f.name == "worker")
     assert worker.handler == "jobsched.handlers.worker_entry.handler"
