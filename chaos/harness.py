@@ -89,7 +89,7 @@ from .faults import (
     UnrecordedEffectCrash,
     sqs_on_clock,
 )
-from .invocation import ChaosServices, ChaosWorker, acknowledged, sqs_event
+from .invocation import DELIVERING, ChaosServices, ChaosWorker, acknowledged, sqs_event
 from .ledger import EXTERNAL, FIXED, FLAKY, LEASE, OK, Call, Ledger, Sequencer, SlowEffect, chaos_registry
 from .receiver import ALLOW, Receiver
 from .scenario import HOG_TENANT, HOG_TYPE, TENANTS, Mix, Plan, hog_jobs, plan
@@ -229,10 +229,10 @@ class ObservedSlots(TenantSlots):
             self._refused(run.run_key)
             raise
 
-    def at_limit(self, holders: list[SlotHolder], run_key: str, *, now: datetime) -> bool:
-        full = super().at_limit(holders, run_key, now=now)
-        if full:
-            self._refused(run_key)  # the worker's look defers the run without a claim
+    def at_limit(self, holders: list[SlotHolder], *, now: datetime) -> bool:
+        full = super().at_limit(holders, now=now)
+        if full:  # the worker's look defers the record's run without a claim
+            self._refused(getattr(DELIVERING, "run_key", ""))
         return full
 
 

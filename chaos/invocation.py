@@ -34,6 +34,11 @@ ACCOUNT = "123456789012"  # moto's default account: the queues' ARNs
 Watch = Callable[["ChaosWorker", Received, Callable[[], AttemptResult]], AttemptResult]
 
 
+# The run key of the record the calling thread's worker is processing (each record of a
+# batch has a thread of its own): what a look at the tenant's slots was for.
+DELIVERING = threading.local()
+
+
 class ChaosWorker(Worker):
     """The production Worker; each record's attempt runs through `watch` (see the module)."""
 
@@ -47,6 +52,7 @@ class ChaosWorker(Worker):
         self.context = context
 
     def process(self, delivery: Received) -> AttemptResult:
+        DELIVERING.run_key = delivery.run_key
         return self.watch(self, delivery, lambda: Worker.process(self, delivery))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,6 +90,7 @@ def claimed(run: Any, *, at: datetime, lease_for: float, owner: str = "w") -> An
         attempt=run.attempt + 1,
         lease_owner=owner,
         lease_expires_at=at + timedelta(seconds=lease_for),
+        claim_token=secrets.token_hex(8),
     )
 
 

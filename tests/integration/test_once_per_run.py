@@ -254,8 +254,8 @@ def test_an_attempt_whose_lease_ran_out_before_its_effect_starts_no_effect(
     container, clock, registry, ledger, monkeypatch
 ):
     """The worker stalls between its claim and its effect past its lease: by then its tenant
-    slot may belong to another run, so the effect must not start; the run is left to the
-    next attempt, which acts once."""
+    slot may belong to another run, so the effect must not start; the attempt is given back,
+    uncounted, and the next one acts once, as attempt 1."""
     _, run = one_run(container, clock)
     real_get = container.definitions.get
 
@@ -266,11 +266,13 @@ def test_an_attempt_whose_lease_ran_out_before_its_effect_starts_no_effect(
 
     monkeypatch.setattr(container.definitions, "get", stalls_after_the_claim)
     result = attempt(container, registry, "w").process(delivery(run))
-    assert result.outcome is AttemptOutcome.STALE and ledger.effects[run.run_key] == 0
+    assert result.outcome is AttemptOutcome.DEFERRED and ledger.effects[run.run_key] == 0
+    assert stored(container, run).state is not RunState.LEASED  # not left to its expiry
     monkeypatch.setattr(container.definitions, "get", real_get)
     clock.advance(20)
     again = attempt(container, registry, "w2").process(delivery(run))
     assert again.outcome is AttemptOutcome.SUCCEEDED and ledger.effects[run.run_key] == 1
+    assert stored(container, run).attempt == 1
 
 
 def _dead_at_most_once(container, clock, registry):

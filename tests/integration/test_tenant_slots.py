@@ -5,6 +5,7 @@ late, a crash between the two writes, a lost release, a limit change or a hostil
 
 from __future__ import annotations
 
+import secrets
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,7 +59,10 @@ def insert(runs: RunStore, *keys: str, tenant: str = TENANT) -> list[Run]:
 
 
 def claim_change(now: datetime, owner: str = "w"):
-    return lambda r: lifecycle.claim(r, now=now, owner=owner, actor=f"worker:{owner}", lease_seconds=LEASE)
+    token = secrets.token_hex(8)  # one per claim, as services.attempt draws it
+    return lambda r: lifecycle.claim(
+        r, now=now, owner=owner, actor=f"worker:{owner}", lease_seconds=LEASE, token=token
+    )
 
 
 def claim(slots: TenantSlots, run: Run, now: datetime, owner: str = "w") -> Run:
@@ -260,64 +264,63 @@ def test_a_lost_release_leaves_the_slot_unused_only_until_its_lease_would_have_e
     assert (slot["run_job"]["S"], slot["run_fence"]["N"]) == ("j_l2", "1")
 
 
-def test_a_run_reclaimed_after_its_lease_expired_reuses_its_own_slot(runs, ddb):
-    slots = TenantSlots(runs, 2)
+def test_a_run_reclaimed_after_its_lease_expired_waits_for_its_old_slot_like_any_other(runs, ddb):
+    """Its earlier claim's slot counts until that lease has been over for `steal_after`: the
+    earlier holder, if its clock lags, may renew it until then."""
+    slots = TenantSlots(runs, 1)
     (run,) = insert(runs, "j_own")
     first = claim(slots, run, T0)
-    again = claim(slots, first, T0 + timedelta(seconds=LEASE + 1), owner="w2")  # no takeover delay
+    with pytest.raises(TenantAtLimit):
+        claim(slots, first, T0 + timedelta(seconds=LEASE + 1), owner="w2")
+    again = claim(slots, first, T0 + timedelta(seconds=LEASE) + STEAL_AFTER, owner="w2")
     assert (again.fence, again.tenant_slot) == (2, first.tenant_slot)
     (slot,) = slot_items(ddb, TENANT)
     assert slot["run_fence"]["N"] == "2"
 
 
-class RenewingFirst:
-    """Before the claim's run write (the second put_item), the earlier holder, whose clock
-    lags, renews the lease the claimer read as expired."""
-
-    def __init__(self, inner: Any, renew: Any) -> None:
-        self._inner = inner
-        self.renew = renew
-        self.puts = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name != "put_item":
-            return attr
-
-        def put(**kwargs: Any) -> Any:
-            self.puts += 1
-            if self.puts == 2:
-                self.renew()
-            return attr(**kwargs)
-
-        return put
+def test_a_run_reclaimed_under_a_free_slot_takes_it_and_leaves_its_old_one_to_lapse(runs, ddb):
+    slots = TenantSlots(runs, 2)
+    (run,) = insert(runs, "j_own2")
+    first = claim(slots, run, T0)
+    again = claim(slots, first, T0 + timedelta(seconds=LEASE + 1), owner="w2")
+    assert again.fence == 2 and again.tenant_slot != first.tenant_slot
+    assert sorted(int(i["run_fence"]["N"]) for i in slot_items(ddb, TENANT)) == [1, 2]
+    assert [r.run_key for r in live_leases(ddb, TENANT, T0 + timedelta(seconds=LEASE + 1))] == [run.run_key]
 
 
-def test_a_reclaim_that_loses_its_own_slot_to_the_earlier_holders_renewal_still_counts_it(ddb):
-    """The reclaim took its run's own slot over, then the earlier holder (its clock behind)
-    renewed before the claim landed: the claim is refused, and the slot, now naming the later
-    fence, is left to count the renewed holder, which no claim can take it from while it lives."""
+def test_a_run_whose_own_claim_never_landed_takes_its_slot_back_once_it_lapses(ddb):
+    """A crash between the slot and the run leaves a slot naming a fence the run never got:
+    the run's next claim judges it like any other, and takes it once its hint has passed."""
+    failing = FailingPuts(ddb, 2, applied=False)
+    slots = TenantSlots(RunStore(failing, RUNS.default_name, 4), 1)
+    (run,) = insert(RunStore(ddb, RUNS.default_name, 4), "j_torn_own")
+    with pytest.raises(ConnectionError):
+        claim(slots, run, T0)
+    plain = TenantSlots(RunStore(ddb, RUNS.default_name, 4), 1)
+    with pytest.raises(TenantAtLimit):
+        claim(plain, run, T0 + timedelta(seconds=LEASE - 1))
+    taken = claim(plain, run, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    assert (taken.fence, taken.tenant_slot) == (1, 0)
+
+
+def test_a_reclaim_refused_while_the_earlier_claims_effect_runs_keeps_that_slot(ddb):
+    """The earlier claim's effect is still running (its record open) when its run is
+    cancelled and a reclaim's write is refused: the slot is still that effect's, and no other
+    run of the tenant starts beside it."""
     plain = RunStore(ddb, RUNS.default_name, 4)
     slots = TenantSlots(plain, 1)
-    run, other = insert(plain, "j_renew1", "j_renew2")
+    run, other = insert(plain, "j_keep1", "j_keep2")
     first = claim(slots, run, T0)
-    lagging = T0 + timedelta(seconds=LEASE - 1)  # the holder's clock: its lease still live
-    renewing = RenewingFirst(
-        ddb, lambda: plain.extend_lease(first, T0 + timedelta(seconds=3 * LEASE), live_at=lagging)
-    )
-    reclaimer = TenantSlots(RunStore(renewing, RUNS.default_name, 4), 1)
-    with pytest.raises(RunChanged):
-        reclaimer.claim(
-            first,
-            claim_change(T0 + timedelta(seconds=LEASE + 1), "w2"),
-            now=T0 + timedelta(seconds=LEASE + 1),
-        )
-    (slot,) = slot_items(ddb, TENANT)
-    assert slot["run_fence"]["N"] == "2"  # the refused reclaim's
-    later = T0 + timedelta(seconds=150)  # past that slot's hint (T0 + 121) and steal_after
+    ends = T0 + timedelta(seconds=600)  # its invocation's deadline
+    started = plain.commit(first, lambda r: lifecycle.record_in_progress(r, now=T0, until=ends), holder=True)
+    at = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
+    cancelled = plain.commit(started, lambda r: lifecycle.cancel(r, now=at, actor="api", reason="cancelled"))
+    slots.release(cancelled)  # kept for the running effect
+    with pytest.raises((RunChanged, TenantAtLimit)):
+        claim(slots, started, at, owner="w2")  # from a read before the cancel
     with pytest.raises(TenantAtLimit):
-        claim(slots, other, later)  # the renewed holder still counts
-    assert [r.run_key for r in live_leases(ddb, TENANT, later)] == [run.run_key]
+        claim(slots, other, at)
+    assert [i["run_fence"]["N"] for i in slot_items(ddb, TENANT)] == ["1"]
 
 
 # --- an effect that outlives its attempt ---
@@ -742,8 +745,8 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     soon = T0 + timedelta(seconds=10)
     expired = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
 
-    def look(at: datetime, limit: int = 2, key: str = waiting.run_key) -> bool:
-        return TenantSlots(runs, limit).at_limit(slots.holders(TENANT), key, now=at)
+    def look(at: datetime, limit: int = 2) -> bool:
+        return TenantSlots(runs, limit).at_limit(slots.holders(TENANT), now=at)
 
     # Every slot held by another run's live lease: full, and the claim agrees.
     assert look(soon)
@@ -753,13 +756,14 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     assert slot_items(ddb, TENANT) == before
     # A slot's lease expired past the takeover margin: its holder may be dead, a claim looks.
     assert not look(expired)
-    # The run's own earlier claim holds a slot: the claim may take it back.
-    assert not look(soon, key=held[0].run_key)
+    # The run's own earlier claim holding a slot changes nothing: it counts until it lapses.
+    with pytest.raises(TenantAtLimit):
+        claim(slots, held[0], T0 + timedelta(seconds=LEASE + 1))
     # A raised limit has absent slots; a lowered one has slots past it, which a claim settles.
     assert not look(soon, limit=3)
     assert not look(soon, limit=1)
     # No limit: nothing to look at.
-    assert not TenantSlots(runs, 0).at_limit(slots.holders(TENANT), waiting.run_key, now=soon)
+    assert not TenantSlots(runs, 0).at_limit(slots.holders(TENANT), now=soon)
     finish(runs, slots, held[0], soon)
     assert not look(soon)
     assert claim(slots, waiting, soon).tenant_slot == held[0].tenant_slot

@@ -27,7 +27,7 @@ from jobsched.store.schema import RUNS
 from jobsched.store.tenant_slots import TenantSlots, slot_partition
 
 from tests.helpers import T0
-from tests.integration.test_tenant_slots import LEASE, make_run
+from tests.integration.test_tenant_slots import LEASE, claim_change, make_run
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ class SlotMachine(RuleBasedStateMachine):
         assert run is not None
         if not lifecycle.claimable(run, self.now):
             return
-        change = lambda r: lifecycle.claim(r, now=self.now, owner="w", actor="w", lease_seconds=LEASE)  # noqa: E731
+        change = claim_change(self.now)
         try:
             leased = self.slots.claim(run, change, now=self.now)
         except TenantAtLimit:
@@ -136,7 +136,7 @@ class SlotMachine(RuleBasedStateMachine):
         assert run is not None
         if not lifecycle.claimable(run, self.now):
             return
-        change = lambda r: lifecycle.claim(r, now=self.now, owner="w", actor="w", lease_seconds=LEASE)  # noqa: E731
+        change = claim_change(self.now)
         self.tearing.tear = True
         try:
             self.slots.claim(run, change, now=self.now)

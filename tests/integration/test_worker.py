@@ -542,12 +542,21 @@ def test_a_look_that_finds_a_free_slot_is_the_claims_only_read_of_the_slots(
     assert looks.calls == 1 and ledger.effects[waiting.run_key] == 1
 
 
-def test_a_look_never_defers_a_run_whose_own_earlier_claim_holds_a_slot(container, clock, registry, ledger):
+def test_a_run_whose_own_earlier_claim_holds_the_only_slot_waits_for_it_to_lapse(
+    container, clock, registry, ledger
+):
+    """Its own earlier claim's slot counts like any other until that lease has been over
+    for `steal_after` (its holder, if its clock lags, may renew it until then): the look
+    defers the run until then, and the claim after it takes the slot over."""
+    from jobsched.store.tenant_slots import STEAL_AFTER
+
     limited = make_worker(container, registry, tenant_concurrency=1)
     _, run = one_run(container, clock)
     hold_a_slot(container, clock, run, limit=1, lease_for=60)  # its own claim, whose worker died
     clock.advance(61)
-    # Its slot is the tenant's only one: a look that took it for another run's would wait forever.
+    waited = limited.process(waiting_delivery(container, run))
+    assert waited.outcome is AttemptOutcome.DEFERRED and waited.error_class == "tenant_limit"
+    clock.advance(STEAL_AFTER.total_seconds())
     assert limited.process(waiting_delivery(container, run)).outcome is AttemptOutcome.SUCCEEDED
     assert ledger.effects[run.run_key] == 1
 

@@ -73,6 +73,8 @@ CLOCK_SKEW = timedelta(seconds=2)
 # Of the invocation's time, kept back after the effect for the completion (retried while the
 # store throttles) and for the invocation to return.
 COMPLETION_RESERVE = 3.0
+# Why an attempt is given back whose lease ended before its effect could start.
+LEASE_ENDED_BEFORE_EFFECT = "its lease had ended before its effect"
 # An attempt given back before its effect (what precedes it could not be read or written) is
 # published again GIVE_BACK_SECONDS later, doubled for each earlier give-back of the run up to
 # GIVE_BACK_MAX_SECONDS, so a store that keeps refusing is not met by a claim every 5 s; the
@@ -300,7 +302,7 @@ class Attempts:
         write: a claim is conditioned on the run as read, and a write that changed nothing a
         claim depends on (the outbox's QUEUED mark, a repair's touch) makes it lose too; the
         caller may admit and claim the stored run again. With a tenant limit the claim takes
-        one of the tenant's slots in the same write (store.tenant_slots); `holders`, the
+        one of the tenant's slots first (store.tenant_slots); `holders`, the
         tenant's slots as the caller just read them, spare the claim's first read of them
         (TenantSlots.claim says what a read that old can and cannot miss).
         Raises TenantAtLimit when the tenant's slots are all held: nothing was written."""
@@ -329,11 +331,14 @@ class Attempts:
         the Ending of a run cancelled (job cancelled or gone), held (job paused), SKIPPED as
         missed, stopped by its overlap policy judged again under the claim
         (`_overlap_under_claim`), DEAD `DefinitionMissing` (the definition it was made from
-        is found nowhere), or given back because the check could not be made (`give_back`),
-        and no effect may start.
+        is found nowhere), or given back because the check could not be made or the claim
+        landed after its lease had ended (`give_back`), and no effect may start.
 
         Raises StorageUnavailable only when even the give-back could not be written: the run
         is then left LEASED under a lease nobody renews, and comes back at its expiry."""
+        late = self._landed_late(leased, actor=actor)
+        if late is not None:
+            return late
         try:
             job = self._definitions.get(leased.job_id)
             stopped = self._completer.before_effect(leased, job, actor=actor)
@@ -349,6 +354,15 @@ class Attempts:
                 return self._completer.fail(leased, missing, actor=actor)
         except StorageUnavailable:
             return self.give_back(leased, actor=actor)
+
+    def _landed_late(self, leased: Run, *, actor: str) -> Ending | None:
+        """The attempt given back when its lease is already over by this clock: a claim that
+        landed late, or a claimer stalled after it (store.tenant_slots: its tenant slot may
+        have been taken over since), under which no effect may start. None to go on."""
+        if leased.lease_live(self._clock.now()):
+            return None
+        self._metrics.add("ClaimsLandedLate")
+        return self.give_back(leased, actor=actor, why=LEASE_ENDED_BEFORE_EFFECT)
 
     def give_back(
         self, leased: Run, *, actor: str, why: str = "the check before its effect could not be made"
@@ -413,12 +427,10 @@ class Attempts:
         deadline, which is not handed out; or the Ending of the attempt given back
         (`give_back`) when its lease is already over by this clock (a claim that landed
         late) or the store refused that write. Raises RunChanged if the lease was lost."""
+        late = self._landed_late(leased, actor=actor)
+        if late is not None:
+            return late
         now = self._clock.now()
-        if not leased.lease_live(now):
-            # The claim landed after its lease ended (store.tenant_slots: its slot may have
-            # been taken over since): no effect may start under it.
-            self._metrics.add("ClaimsLandedLate")
-            return self.give_back(leased, actor=actor, why="its claim landed after its lease had ended")
         verdict = effect_verdict(leased, leased.fence, now)
         try:
             if verdict.decision is EffectDecision.REPLAY:
@@ -556,9 +568,17 @@ class Attempts:
         except IdempotencyPersistenceLayerError as exc:
             cause = exc.__cause__
             if isinstance(cause, RunChanged):
+                current = cause.current
+                if (
+                    current is not None
+                    and current.state is RunState.LEASED
+                    and current.fence == lease.run.fence
+                ):
+                    # Still ours, but its lease ran out before the effect: given back, uncounted.
+                    return ended(self.give_back(current, actor=actor, why=LEASE_ENDED_BEFORE_EFFECT))
                 # The lease was lost before the effect started: no effect, nothing to write.
                 self._metrics.add("StaleFencesRejected")
-                return AttemptResult(AttemptOutcome.STALE, cause.current)
+                return AttemptResult(AttemptOutcome.STALE, current)
             if isinstance(cause, StorageUnavailable) and not ran:
                 # The in-progress record was refused: the effect never started. Given back
                 # rather than left LEASED (its expiry would count an attempt never made).

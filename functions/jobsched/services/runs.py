@@ -502,7 +502,7 @@ class RunService:
     ) -> list[Run]:
         """Lease up to `max_runs` due, target-less runs of the tenant's given types, within
         the tenant's live-lease limit (TENANT_CONCURRENCY, exact: each claim takes one of the
-        tenant's slots in the same write, shared with the Lambda worker): fewer, or none,
+        tenant's slots first, shared with the Lambda worker): fewer, or none,
         when the tenant is at its limit."""
         now = self._clock.now()
         actor = lease_actor(worker)

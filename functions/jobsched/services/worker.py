@@ -154,7 +154,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
         self._metrics = metrics
-        # The tenant limit, exact: a claim and a tenant slot are one write (store.tenant_slots).
+        # The tenant limit, exact: a claim takes one of its tenant's slots first (store.tenant_slots).
         slots = tenant_slots or (TenantSlots(runs, tenant_concurrency) if tenant_concurrency > 0 else None)
         self._slots = slots if slots is not None and slots.limit > 0 else None
         self._completer = completer or Completer(definitions, runs, queues, clock, metrics, slots=slots)
@@ -290,7 +290,7 @@ class Worker:
         ):
             return None
         holders = slots.holders(delivery.tenant)
-        if not slots.at_limit(holders, delivery.run_key, now=now):
+        if not slots.at_limit(holders, now=now):
             return holders
         waited = (now - delivery.due_at).total_seconds()
         delay = tenant_wait(waited, delivery.run_key, delivery.receive_count)

@@ -30,11 +30,13 @@ A claim is two conditional Puts, in this order (`TenantSlots._take`):
      judged once its hint has passed by `steal_after`, so a claim that has not landed yet
      (its run still shows an earlier fence) is judged over only when the lease it will
      write has been over that long. A slot an earlier claim of the same run holds is
-     judged the same way;
+     judged the same way, and taken only then: its holder, whose clock may lag, may renew
+     its lease until then;
   2. the run's claim, `RunStore.commit`'s conditional Put (rev and state as read), the run
      carrying `tenant_slot = index` and a lease ending at the slot's hint.
 A claim refused by the run (another writer got there first) deletes the slot it took (on
-its token too, so it never deletes another claim's). A crash between the two, or a refused
+its token too, so it never deletes another claim's): a slot that was absent, or whose
+holder was over, so no live claim loses one. A crash between the two, or a refused
 delete, leaves a slot naming a claim that never landed: judged over once its hint has
 passed by `steal_after`. A claim that lands later than that holds a lease already over, so
 its effect never starts and its lease is never handed out (the claimer checks the lease is
@@ -42,12 +44,14 @@ live before either) nor renewed.
 
 What keeps a slot's count exact: a holder's lease is only ever extended while it is live
 (`RunStore.extend_lease(..., live_at=now)`, required for a run with a `tenant_slot`), so a
-holder judged over stays over; a fence is claimed once, so a run holds at most one live
-slot; and an effect record is opened only under a live lease.
+holder judged over stays over; a claim under a fence lands at most once (a rev as read is
+written once), so a live lease is named by the one slot its claim took; and an effect record
+is opened only under a live lease. (A claim that never landed may leave a slot naming a
+fence its run never gets: that slot counts nothing live, and lapses once its hint passes.)
 
 Why the Runs table and this key: the roles that claim runs already write that table, and a
-lowered limit's move (a Delete and a Put in one transaction) stays in it. No index picks a slot item up
-(none of its attributes is a key of `open`, `dead_by_tenant`, `claimable` or
+lowered limit's move (a Delete and a Put in one transaction) stays in it. No index picks a
+slot item up (none of its attributes is a key of `open`, `dead_by_tenant`, `claimable` or
 `runs_by_tenant`); no listing does (a job's runs are `R#…` sort keys of its own
 partition; the chaos checker's scan, the outbox's stream filter and the stream audit all
 require `sk` to begin with `R#`); it has no `expires_at`, so TTL leaves it alone. Its stream
@@ -136,7 +140,7 @@ class SlotHolder:
     fence: int
     lease_until: datetime
     # The claim's own token (`Run.claim_token`): two claims of one run from one read share
-    # everything else. None on a slot an earlier release wrote, and on a release's own view.
+    # everything else. None on a slot an earlier version wrote, and on a release's own view.
     token: str | None = None
 
     @classmethod
@@ -179,6 +183,17 @@ class SlotHolder:
     def matches(self) -> dict[str, Any]:
         return _holder_values(self.run_job, self.run_sk, self.fence)
 
+    def condition(self) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """A write's condition that the slot still holds this holder: its run and fence, and
+        its claim's token when it names one. (ConditionExpression, names, values.)"""
+        if self.token is None:
+            return _HOLDER_MATCHES, dict(_HOLDER_NAMES), self.matches()
+        return (
+            _HOLDER_MATCHES + " AND #rt = :rt",
+            {**_HOLDER_NAMES, "#rt": "run_token"},
+            {**self.matches(), **to_item({":rt": self.token})},
+        )
+
     def run_key(self) -> dict[str, Any]:
         return to_item({"job_id": self.run_job, "sk": self.run_sk})
 
@@ -187,7 +202,6 @@ class SlotHolder:
 class _Take:
     index: int
     over: SlotHolder | None  # the holder the slot is taken from; None for an absent slot
-    own: bool = False  # `over` is an earlier claim of the run being claimed
 
 
 class TenantSlots:
@@ -238,6 +252,7 @@ class TenantSlots:
         try raise TenantAtLimit at once, as a read made then would have).
         Returns: the run as written, with `tenant_slot` set (None when the limit is 0).
         Raises:
+          - ValueError: `change` does not leave the run LEASED with a lease and a claim token.
           - TenantAtLimit: every slot is held by a live lease (or the slots kept changing
             under `attempts` tries): nothing was written; try again later.
           - RunChanged (with the stored run, None if absent): the run is not as read, as
@@ -257,6 +272,8 @@ class TenantSlots:
         leased = change(read)
         if leased.state is not RunState.LEASED or leased.lease_expires_at is None:
             raise ValueError(f"run {read.run_key}: a claim must leave the run LEASED with a lease")
+        if leased.claim_token is None:
+            raise ValueError(f"run {read.run_key}: a claim under a tenant limit must carry its token")
         given = holders
         for _ in range(self.attempts):
             holders, given = (given if given is not None else self.holders(read.tenant)), None
@@ -267,7 +284,7 @@ class TenantSlots:
                     continue
                 take = None
             else:
-                take = self._choose(holders, read, now)
+                take = self._choose(holders, now)
             if take is None:
                 raise TenantAtLimit(
                     f"tenant {read.tenant!r} has {self.limit} runs under way (its limit)",
@@ -281,12 +298,11 @@ class TenantSlots:
             limit=self.limit,
         )
 
-    def at_limit(self, holders: list[SlotHolder], run_key: str, *, now: datetime) -> bool:
-        """Whether a claim of the run `run_key` at `now`, given the tenant's `holders` as just
-        read, would find no slot to try and raise TenantAtLimit before any write: every slot
-        below the limit is present, none lies past it (a lowered limit: the claim settles
-        those), none was taken by a claim of this run (the claim may take it back), and none
-        is worth checking (its hint expired by `now - steal_after`: its holder may be over).
+    def at_limit(self, holders: list[SlotHolder], *, now: datetime) -> bool:
+        """Whether a claim at `now`, given the tenant's `holders` as just read, would find no
+        slot to try and raise TenantAtLimit before any write: every slot below the limit is
+        present, none lies past it (a lowered limit: the claim settles those), and none is
+        worth checking (its hint expired by `now - steal_after`: its holder may be over).
         Pure. False says only that a claim must decide: the slots' holders may be live.
         With the limit 0: False (no limit)."""
         if self.limit == 0:
@@ -296,61 +312,44 @@ class TenantSlots:
         return (
             len(below) == self.limit
             and all(0 <= h.index < self.limit for h in holders)
-            and not any(h.is_key(run_key) or h.worth_checking(cutoff) for h in holders)
+            and not any(h.worth_checking(cutoff) for h in holders)
         )
 
-    def _choose(self, holders: list[SlotHolder], read: Run, now: datetime) -> _Take | None:
-        """The slot to try: the run's own (an earlier claim of it, up to the fence `read`
-        holds, whose effect record is closed), else a random absent one (concurrent claimers
-        spread out), else a random one whose holder may be over (its hint expired by
-        `now - steal_after`), to be judged from its run item."""
-        own = next(
-            (
-                h
-                for h in holders
-                if h.is_run(read) and h.fence <= read.fence and not _effect_open(read, h.fence, now)
-            ),
-            None,
-        )
-        if own is not None:
-            return _Take(own.index, own, own=True)
+    def _choose(self, holders: list[SlotHolder], now: datetime) -> _Take | None:
+        """The slot to try: a random absent one (concurrent claimers spread out), else a random
+        one whose holder may be over (its hint expired by `now - steal_after`), to be judged
+        from its run item. A slot an earlier claim of the same run holds is no different:
+        until then its holder may still renew its lease (its clock may lag), and a claim of
+        the run that never landed names a fence the run does not have."""
         absent = [i for i in range(self.limit) if i not in {h.index for h in holders}]
         if absent:
             return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
-        stale = [h for h in holders if h.worth_checking(cutoff) and not h.is_run(read)]
+        stale = [h for h in holders if h.worth_checking(cutoff)]
         return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
     def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
         """Take the slot, then claim the run: the run as written, or None to try another slot.
 
-        The slot's conditional Put comes first: on an absent slot; over another run's holder
-        as read, once `_holder_over` judged it over; or over an earlier claim of this run
-        (`take.own`), whose lease the claim's own condition (the run's rev as read) proves
-        over. The run's claim is then the plain conditional Put `RunStore.commit` makes, its
-        lease ending at the slot's hint.
-
-        A claim refused by the run (RunChanged) deletes the slot it just took and raises,
-        unless the run as stored is LEASED under an earlier fence (a holder renewed the
-        lease `read` showed expired: the slot, naming a later fence of the run, now counts
-        that holder; see `_holder_over`). Any other failure after the slot's Put leaves it,
-        naming a claim that may or may not have landed: one that did not is judged over once
-        its hint and `steal_after` have passed, and one that landed that late holds a lease
-        already over, which starts no effect (the caller's contract)."""
+        The slot's conditional Put comes first: on an absent slot, or over the holder as read
+        once `_holder_over` judged it over. The run's claim is then the plain conditional Put
+        `RunStore.commit` makes, its lease ending at the slot's hint. A claim refused by the
+        run (RunChanged) deletes the slot it just took (on its token) and raises: the slot it
+        took was absent or its holder over, so no live claim loses a slot. Any other failure
+        after the slot's Put leaves it, naming a claim that may or may not have landed: one
+        that did not is judged over once its hint and `steal_after` have passed, and one that
+        landed that late holds a lease already over, which starts no effect (the caller's
+        contract)."""
         slotted = leased.model_copy(update={"tenant_slot": take.index})
         mine = SlotHolder.of(slotted, take.index)
-        if take.over is not None and not take.own and not self._holder_over(read.tenant, take.over, now):
+        if take.over is not None and not self._holder_over(read.tenant, take.over, now):
             return None  # the holder is live: look elsewhere
         if not self._put_slot(read.tenant, mine, take.over):
             return None  # the slot went to another claimer
         try:
             return self._runs.commit(read, lambda _: slotted, holder=False)
-        except RunChanged as exc:
-            current = exc.current
-            if not (
-                current is not None and current.state is RunState.LEASED and current.fence < slotted.fence
-            ):
-                self._drop(read.tenant, mine)
+        except RunChanged:
+            self._drop(read.tenant, mine)
             raise
 
     def _put_slot(self, tenant: str, mine: SlotHolder, over: SlotHolder | None) -> bool:
@@ -365,9 +364,11 @@ class TenantSlots:
         if over is None:
             request["ConditionExpression"] = "attribute_not_exists(job_id)"
         else:
-            request["ConditionExpression"] = _HOLDER_MATCHES
-            request["ExpressionAttributeNames"] = _HOLDER_NAMES
-            request["ExpressionAttributeValues"] = over.matches()
+            (
+                request["ConditionExpression"],
+                request["ExpressionAttributeNames"],
+                request["ExpressionAttributeValues"],
+            ) = over.condition()
         with translated_errors():
             try:
                 retry_conflicts(lambda: self._db.put_item(**request))
@@ -388,19 +389,18 @@ class TenantSlots:
 
     def _holder_over(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
         """Whether the claim `holder` names no longer counts, judged from its run item read
-        strongly consistently at `now`: over unless the run is LEASED under a fence up to the
-        holder's with a lease ending after `now - steal_after`, or holds an effect record of
-        such a fence open after then. (Up to, not only equal to: a claim that took over its
-        own run's earlier slot and then lost to that earlier holder's renewal leaves the slot
-        naming its own fence while the earlier one holds the lease.) A run with no item, or
-        claimed since under a later fence (through another slot), is over for this slot; a
-        claim that never landed is over once its hint has passed by `steal_after`, the only
-        time a holder is judged. A live holder's lease or record end becomes the slot's hint
-        (`_renew_hint`), so claimers do not read it again before it can have ended.
+        strongly consistently at `now`: over unless the run is LEASED under the holder's fence
+        with a lease ending after `now - steal_after`, or holds that claim's effect record open
+        after then. A run with no item, claimed since under another fence (through another
+        slot), or whose claim under this fence never landed (it is only judged once its hint,
+        the lease it would write, has passed by `steal_after`; or its fence landed under
+        another claim's token) is over for this slot. A live holder's lease or record end
+        becomes the slot's hint (`_renew_hint`), so claimers do not read it again before it
+        can have ended.
 
         Sound as the judgement stays true: a lease is only extended while live
-        (`RunStore.extend_lease(..., live_at=now)`), a fence is claimed once, and an effect
-        record is only opened under a live lease."""
+        (`RunStore.extend_lease(..., live_at=now)`), a claim under a fence lands at most once,
+        and an effect record is only opened under a live lease."""
         with translated_errors():
             item = self._db.get_item(TableName=self._table, Key=holder.run_key(), ConsistentRead=True).get(
                 "Item"
@@ -408,18 +408,17 @@ class TenantSlots:
         if not item:
             return True
         run = RunStore.from_item(item)
+        if run.fence == holder.fence and holder.token is not None and run.claim_token != holder.token:
+            return True  # its fence was claimed by another claim (a twin from the same read)
         cutoff = now - self.steal_after
         leased = (
             run.state is RunState.LEASED
-            and run.fence <= holder.fence
+            and run.fence == holder.fence
             and run.lease_expires_at is not None
             and run.lease_expires_at > cutoff
         )
         recording = (
-            run.effect_fence is not None
-            and run.effect_fence <= holder.fence
-            and run.effect_until is not None
-            and run.effect_until > cutoff
+            run.effect_fence == holder.fence and run.effect_until is not None and run.effect_until > cutoff
         )
         if leased or recording:
             self._renew_hint(tenant, holder, run)
@@ -448,7 +447,7 @@ class TenantSlots:
         slot's hint to the later of its lease and its effect record's end, so claimers do not
         check this holder again before it can have ended. Best effort."""
         ends = [run.lease_expires_at]
-        if run.effect_fence is not None and run.effect_fence <= holder.fence:  # a later claim's is not
+        if run.effect_fence == holder.fence:  # another claim's record is not this holder's
             ends.append(run.effect_until)
         known = [end for end in ends if end is not None]
         if known:
@@ -502,12 +501,13 @@ class TenantSlots:
     def _move(self, tenant: str, holder: SlotHolder, to: int) -> bool:
         """Move a holder's slot to the absent index `to`, in one transaction (its `release`
         finds it there)."""
+        condition, names, values = holder.condition()
         delete = {
             "TableName": self._table,
             "Key": slot_key(tenant, holder.index),
-            "ConditionExpression": _HOLDER_MATCHES,
-            "ExpressionAttributeNames": _HOLDER_NAMES,
-            "ExpressionAttributeValues": holder.matches(),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
         }
         put = {
             "TableName": self._table,
@@ -576,12 +576,7 @@ class TenantSlots:
     def _delete(self, tenant: str, holder: SlotHolder) -> bool:
         """Delete the slot if `holder` still holds it (its claim's token too, when `holder`
         names one); False if it does not."""
-        condition, values = _HOLDER_MATCHES, holder.matches()
-        names = dict(_HOLDER_NAMES)
-        if holder.token is not None:
-            condition += " AND #rt = :rt"
-            names["#rt"] = "run_token"
-            values = {**values, **to_item({":rt": holder.token})}
+        condition, names, values = holder.condition()
         try:
             with translated_errors():
                 retry_conflicts(
