@@ -4,6 +4,7 @@ conflicts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def test_a_job_changed_on_the_server_since_the_plan_is_a_conflict_not_overwritte
     apply(client, jobs_file(tmp_path))
     planned = plan(client, jobs_file(tmp_path, FILE.replace('"PT15M"', '"PT5M"')))
     (step,) = [s for s in planned.steps if s.action is Action.CHANGE]
+    assert step.job_id is not None
     moved = client.update_job(step.job_id, {"payload": {"by": "hand"}}, version=step.version)
 
     result = execute(client, planned)
@@ -183,3 +185,64 @@ def test_a_create_repeated_after_a_lost_answer_finds_the_job(client: Client, tmp
     assert again.ok
     assert [r.job_id for r in again.results] == [r.job_id for r in first.results]
     assert len(live(client)) == 3
+
+
+# --- `jobsched apply`: the same, from the command line ---
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, client: Client, *argv: str) -> int:
+    from jobsched_cli import commands, main
+
+    monkeypatch.setattr(commands, "Client", lambda *a, **kw: client)
+    return main(list(argv))
+
+
+def test_cli_prints_the_plan_stops_at_dry_run_then_applies_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], client: Client, wire, tmp_path
+):
+    path = tmp_path / "jobs.toml"
+    path.write_text(FILE, encoding="utf-8")
+
+    assert run_cli(monkeypatch, client, "apply", str(path), "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "plan for set 'billing'" in out and "3 create, 0 change, 0 unchanged, 0 cancel" in out
+    assert "nightly-invoices" in out and "dry run: nothing written" in out and writes(wire) == []
+
+    assert run_cli(monkeypatch, client, "apply", str(path)) == 0
+    assert "applied" in capsys.readouterr().out and len(live(client)) == 3
+
+    assert run_cli(monkeypatch, client, "apply", str(path), "--json") == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["ok"] and {s["action"] for s in answer["steps"]} == {"unchanged"}
+
+
+def test_cli_refuses_an_invalid_file_naming_the_job_and_field(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], client: Client, wire, tmp_path
+):
+    path = tmp_path / "jobs.toml"
+    path.write_text(FILE.replace('type = "ledger.sync"', 'type = "ledger sync!"'), encoding="utf-8")
+    assert run_cli(monkeypatch, client, "apply", str(path)) == 1
+    err = capsys.readouterr().err
+    assert "400 invalid_request" in err and "jobs[1].type" in err and 'jobs[1] "sync"' in err
+    assert wire.exchanges == []
+
+
+def test_cli_exits_1_on_a_conflict_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], client: Client, tmp_path
+):
+    apply(client, jobs_file(tmp_path))
+    changed = jobs_file(tmp_path, FILE.replace('"PT15M"', '"PT5M"'))
+    sync = live(client)[managed_name("billing", "sync")]
+    real_plan = plan
+
+    def plan_then_moved(c: Client, spec: Any) -> Any:  # someone edits the job between plan and write
+        planned = real_plan(c, spec)
+        c.update_job(sync.job_id, {"payload": {"by": "hand"}}, version=sync.version)
+        return planned
+
+    from jobsched_cli import commands
+
+    monkeypatch.setattr(commands, "plan", plan_then_moved)
+    assert changed and run_cli(monkeypatch, client, "apply", str(tmp_path / "jobs.toml")) == 1
+    out = capsys.readouterr().out
+    assert "conflict" in out and f"changed on the server since version {sync.version}" in out

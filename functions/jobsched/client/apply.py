@@ -303,20 +303,44 @@ class ApplyResult:
     results: list[StepResult]
     dry_run: bool
 
+    @classmethod
+    def planned(cls, planned: Plan) -> ApplyResult:
+        """The result of a dry run: every step PLANNED, nothing written."""
+        results = [StepResult(s, Outcome.PLANNED, s.job_id, s.version) for s in planned.steps]
+        return cls(planned, results, dry_run=True)
+
     @property
     def ok(self) -> bool:
         """No step was refused and none met a conflict."""
         return all(r.outcome in (Outcome.DONE, Outcome.PLANNED) for r in self.results)
+
+    def as_json(self) -> dict[str, Any]:
+        """The result in the API's spelling (camelCase), for a CI job to read."""
+        return {
+            "set": self.plan.set_name,
+            "dryRun": self.dry_run,
+            "ok": self.ok,
+            "steps": [
+                {
+                    "action": r.step.action.value,
+                    "name": r.step.name,
+                    "jobId": r.job_id,
+                    "plannedVersion": r.step.version,
+                    "version": r.version,
+                    "changed": r.step.changed,
+                    "outcome": r.outcome.value,
+                    "error": r.error,
+                }
+                for r in self.results
+            ],
+        }
 
 
 def apply(client: Client, jobs_file: JobsFile, *, dry_run: bool = False) -> ApplyResult:
     """Plan the file against the server (`plan`), then, unless `dry_run`, carry the plan out
     (`execute`). A second apply of the same file plans nothing but unchanged jobs."""
     planned = plan(client, jobs_file)
-    if dry_run:
-        results = [StepResult(s, Outcome.PLANNED, s.job_id, s.version) for s in planned.steps]
-        return ApplyResult(planned, results, dry_run=True)
-    return execute(client, planned)
+    return ApplyResult.planned(planned) if dry_run else execute(client, planned)
 
 
 def execute(client: Client, planned: Plan) -> ApplyResult:
