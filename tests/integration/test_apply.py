@@ -5,6 +5,8 @@ conflicts."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +248,21 @@ def test_cli_exits_1_on_a_conflict_and_says_so(
     assert changed and run_cli(monkeypatch, client, "apply", str(tmp_path / "jobs.toml")) == 1
     out = capsys.readouterr().out
     assert "conflict" in out and f"changed on the server since version {sync.version}" in out
+
+
+def test_the_documented_example_file_applies_and_stays_applied(client: Client, tmp_path):
+    page = (Path(__file__).parents[2] / "docs/concepts/schedules-in-code.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"^```toml\n(.*?)^```", page, re.S | re.M)
+    spec = jobs_file(tmp_path, example)
+    assert spec.set_name == "billing" and len(spec.jobs) == 3
+    assert apply(client, spec).ok
+    assert not plan(client, spec).writes
+
+
+def test_toml_date_times_are_instants_and_one_without_an_offset_is_refused(tmp_path):
+    job = 'set = "s"\n[[jobs]]\nname = "once"\ntype = "t"\nrunAt = '
+    spec = jobs_file(tmp_path, job + "2027-01-04T09:00:00Z\n")
+    assert spec.jobs["once"].run_at == datetime(2027, 1, 4, 9, tzinfo=UTC)
+    with pytest.raises(Invalid) as refused:
+        jobs_file(tmp_path, job + "2027-01-04T09:00:00\n")
+    assert refused.value.fields == ["jobs[0].runAt"]

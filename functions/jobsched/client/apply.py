@@ -142,7 +142,7 @@ def _json_values(value: Any) -> Any:
 
 def _invalid(problems: list[FieldProblem], source: str, jobs: Iterable[str] = ()) -> Invalid:
     named = ", ".join(jobs)
-    message = f"{source}: " + (f"{named}: " if named else "") + "; ".join(str(p) for p in problems)
+    message = f"{source}: refused whole, nothing sent" + (f" (invalid: {named})" if named else "")
     body = {
         "code": "invalid_request",
         "message": message,
