@@ -500,7 +500,10 @@ def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
     """Make the set of jobs a file names match the server: print the plan, and unless
     --dry-run carry it out. Exits 1 when a step met a conflict or was refused (the others are
     done); an invalid file is refused whole, before anything is sent."""
-    jobs_file = read_jobs_file(args.file)
+    try:
+        jobs_file = read_jobs_file(args.file)
+    except OSError as exc:
+        raise UsageError(f"{args.file}: cannot read it ({exc.strerror or exc})") from None
     planned = plan(ctx.client, jobs_file)
     if not ctx.json:
         print(plan_lines(planned, args.file), flush=True)

@@ -229,6 +229,13 @@ def test_cli_refuses_an_invalid_file_naming_the_job_and_field(
     assert wire.exchanges == []
 
 
+def test_cli_a_file_it_cannot_read_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], client: Client, tmp_path
+):
+    assert run_cli(monkeypatch, client, "apply", str(tmp_path / "missing.toml")) == 2
+    assert "missing.toml: cannot read it (No such file or directory)" in capsys.readouterr().err
+
+
 def test_cli_exits_1_on_a_conflict_and_says_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], client: Client, tmp_path
 ):
