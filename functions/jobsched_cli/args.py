@@ -10,6 +10,7 @@ from .commands import (
     DEFAULT_ENDPOINT,
     Context,
     _job_action,
+    cmd_apply,
     cmd_console,
     cmd_dlq_cancel,
     cmd_dlq_list,
@@ -237,6 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docs.add_argument("--output", default="jobsched-api-docs.html", help="where to write the page")
     docs.add_argument("--open", action="store_true", help="open the saved page in a browser")
+
+    apply = command(
+        commands,
+        "apply",
+        cmd_apply,
+        "make the jobs a TOML file names match the server: print the plan (create, change,"
+        " unchanged, cancel), then carry it out",
+    )
+    apply.add_argument("file", metavar="FILE", help="the jobs file (TOML: set = ..., [[jobs]] ...)")
+    apply.add_argument("--dry-run", action="store_true", help="print the plan and stop: nothing is written")
 
     console = command(
         commands,

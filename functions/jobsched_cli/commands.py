@@ -25,18 +25,21 @@ from jobsched.client import (
     RunSummaryList,
 )
 from jobsched.client.api import RunsView
+from jobsched.client.apply import ApplyResult, execute, plan, read_jobs_file
 from jobsched.client.http import is_loopback
 from jobsched_local.config import DEV_KEY
 from pydantic import BaseModel
 
 from .follow import RunFollower
 from .rendering import (
+    apply_lines,
     attempts_table,
     event_line,
     format_fields,
     format_table,
     job_fields,
     jobs_table,
+    plan_lines,
     run_summaries_table,
     runs_table,
     tail_line,
@@ -491,6 +494,27 @@ def _newest(client: Client, cursor: int) -> int:
 
 
 # --- the API's own documentation ---
+
+
+def cmd_apply(ctx: Context, args: argparse.Namespace) -> int:
+    """Make the set of jobs a file names match the server: print the plan, and unless
+    --dry-run carry it out. Exits 1 when a step met a conflict or was refused (the others are
+    done); an invalid file is refused whole, before anything is sent."""
+    try:
+        jobs_file = read_jobs_file(args.file)
+    except OSError as exc:
+        raise UsageError(f"{args.file}: cannot read it ({exc.strerror or exc})") from None
+    planned = plan(ctx.client, jobs_file)
+    if not ctx.json:
+        print(plan_lines(planned, args.file), flush=True)
+    result = ApplyResult.planned(planned) if args.dry_run else execute(ctx.client, planned)
+    if ctx.json:
+        print(json.dumps(result.as_json(), indent=2))
+    elif args.dry_run:
+        print("dry run: nothing written")
+    else:
+        print(apply_lines(result))
+    return 0 if result.ok else 1
 
 
 def cmd_docs(ctx: Context, args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 from jobsched.api_models.problems import problems_of
 from jobsched.api_models.views import AttemptView
 from jobsched.client import ApiError, JobList, JobView, RunList, RunSummaryList, RunSummaryView, RunView
+from jobsched.client.apply import Action, ApplyResult, Outcome, Plan
 from pydantic import BaseModel, ValidationError
 
 
@@ -217,3 +218,33 @@ def tail_line(event: dict[str, Any]) -> str:
         f"{short_time(event.get('at'))}  {str(event.get('jobName'))[:24]:<24}  {event['runKey']}  "
         f"{source:>10} → {event.get('to'):<10}  attempt {event.get('attempt')}  {error}"
     ).rstrip()
+
+
+def plan_lines(planned: Plan, source: str) -> str:
+    """The plan for a jobs file: a count of each action, then a row per job (the version a
+    change or cancel is conditioned on, the fields a change changes)."""
+    counts = ", ".join(f"{planned.count(action)} {action.value}" for action in Action)
+    rows = [
+        (step.action.value, step.name, step.job_id, step.version, ",".join(step.changed) or None)
+        for step in planned.steps
+    ]
+    table = format_table(["ACTION", "NAME", "JOB", "VERSION", "CHANGES"], rows) if rows else "(no jobs)"
+    return f"plan for set {planned.set_name!r} ({source}): {counts}\n{table}"
+
+
+def apply_lines(result: ApplyResult) -> str:
+    """What applying did: a row per step that wrote or was refused, then a closing line."""
+    rows = [
+        (r.outcome.value, r.step.action.value, r.step.name, r.job_id, r.version, r.error)
+        for r in result.results
+        if r.step.action is not Action.UNCHANGED or r.outcome is not Outcome.DONE
+    ]
+    lines = [format_table(["OUTCOME", "ACTION", "NAME", "JOB", "VERSION", "ERROR"], rows)] if rows else []
+    if result.ok:
+        lines.append("applied" if rows else "nothing to change")
+    else:
+        lines.append(
+            "not all applied: a conflict is a job changed on the server since the plan read it"
+            " (left as it is: apply again to plan against it); a failure is the server's refusal"
+        )
+    return "\n".join(lines)
