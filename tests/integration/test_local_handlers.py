@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -64,13 +65,7 @@ def test_a_handler_module_in_the_start_directory_runs_a_job_of_its_type(start_di
         job = client.create_job(
             {"name": "invoice-42", "type": job_type, "runAt": now, "payload": {"invoice": 42}}
         )
-        deadline = time.monotonic() + 30
-        runs: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            runs = client.list_runs(job["jobId"], view="all")["items"]
-            if runs and runs[0]["state"] in {"SUCCEEDED", "DEAD"}:
-                break
-            time.sleep(0.2)
+        runs = finished_runs(client, job["jobId"])
         assert [r["state"] for r in runs] == ["SUCCEEDED"], runs
         run = client.get_run(runs[0]["runKey"])
     assert run["result"] == {
@@ -80,6 +75,42 @@ def test_a_handler_module_in_the_start_directory_runs_a_job_of_its_type(start_di
         "fence": run["fence"],
         "deadlineAfterScheduled": True,
     }
+
+
+def finished_runs(client: ApiClient, job_id: str) -> list[dict[str, Any]]:
+    """The job's runs once its first has finished (SUCCEEDED or DEAD), within 30 s."""
+    deadline = time.monotonic() + 30
+    runs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        runs = client.list_runs(job_id, view="all")["items"]
+        if runs and runs[0]["state"] in {"SUCCEEDED", "DEAD"}:
+            break
+        time.sleep(0.2)
+    return runs
+
+
+def test_the_guide_s_handler_module_runs_as_the_guide_says(start_directory: Path) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "handlers.md").read_text()
+    example = re.search(r"<!-- handlers-example -->\n```python\n(.*?)^```", page, re.S | re.M)
+    assert example is not None
+    write_package(start_directory, "myjobs", example.group(1))
+
+    with fast_local_mode(dict(KEYS), handler_modules=["myjobs.handlers"]) as runtime:
+        client = ApiClient(runtime.api_url, api_key="key-handlers")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        report = client.create_job({"name": "daily-report", "type": "report.daily", "runAt": now})
+        invoice = client.create_job(
+            {"name": "invoice-none", "type": "invoice.send", "runAt": now, "payload": {}, "maxAttempts": 3}
+        )
+        reported = finished_runs(client, report["jobId"])
+        refused = finished_runs(client, invoice["jobId"])
+    assert [(r["state"], r["result"]) for r in reported] == [
+        ("SUCCEEDED", {"day": now[:10], "attempt": 1})
+    ], reported
+    # A PermanentError: dead at its first attempt, whatever maxAttempts allows.
+    assert [(r["state"], r["attempt"], r["lastErrorClass"]) for r in refused] == [
+        ("DEAD", 1, "BadPayload")
+    ], refused
 
 
 def start_local(cwd: Path, modules: list[str], *options: str) -> subprocess.CompletedProcess[str]:
