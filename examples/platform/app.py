@@ -9,11 +9,15 @@ without one, synth and every deploy warn that no alarm reaches anyone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 from jobsched.cdk import JobScheduler
+
+HANDLERS = Path(__file__).resolve().parent / "handlers"  # wherever the app is synthesized from
 
 
 class Platform(cdk.Stack):
@@ -23,7 +27,16 @@ class Platform(cdk.Stack):
         self, scope: Construct, construct_id: str, *, alarm_email: str | None, **kwargs: object
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-        self.scheduler = JobScheduler(self, "Scheduler", shard_count=4, alarm_email=alarm_email)
+        # The team's own Python handlers (handlers/billing_jobs) ship beside the scheduler's code
+        # and run in its worker: `statement.close` jobs need no target and no worker of ours.
+        self.scheduler = JobScheduler(
+            self,
+            "Scheduler",
+            shard_count=4,
+            alarm_email=alarm_email,
+            handler_code=str(HANDLERS),
+            handler_modules=["billing_jobs.handlers"],
+        )
         # The billing service calls the API with SigV4 as this role: its tenant is the role's
         # IAM identity, `<account>/role/<name>` (a custom authorizer's tenantId otherwise).
         billing = iam.Role(self, "BillingService", assumed_by=iam.AccountRootPrincipal())

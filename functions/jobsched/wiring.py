@@ -5,7 +5,6 @@ Each service is a cached property so a handler builds only what it uses."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -50,9 +49,12 @@ class Container:
 
     def __post_init__(self) -> None:
         # Python job handlers register themselves on import; every function imports them so
-        # the outbox routes exactly the types the worker can run.
-        for module in self.settings.handler_modules:
-            importlib.import_module(module)
+        # the outbox routes exactly the types the worker can run. One that cannot be imported
+        # fails the function's start with one error naming it (targets.HandlerModuleError).
+        if self.settings.handler_modules:
+            from .targets.registry import import_handler_modules
+
+            import_handler_modules(self.settings.handler_modules)
 
     @cached_property
     def definitions(self) -> DefinitionStore:

@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--config", default=None, help="JSON file with local settings (API keys, ...)")
     local.add_argument("--demo", action="store_true", help="create demo jobs and watch their runs")
     local.add_argument(
+        "--handlers-path",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a directory to import handler_modules from (repeatable; the current directory is searched too)",
+    )
+    local.add_argument(
         "--follow",
         choices=("mine", "all", "none"),
         default="mine",

@@ -570,5 +570,10 @@ def cmd_local(args: argparse.Namespace) -> int:
         print(f"error: local mode is not available: {exc}", file=sys.stderr)
         return 1
     return serve(
-        port=args.port, moto_port=args.moto_port, config_path=args.config, demo=args.demo, follow=args.follow
+        port=args.port,
+        moto_port=args.moto_port,
+        config_path=args.config,
+        demo=args.demo,
+        follow=args.follow,
+        handlers_path=args.handlers_path,
     )

@@ -74,6 +74,9 @@ class LocalConfig:
     # `jobsched events tail` shows a run's whole path.
     run_events: str = "all"
     handler_modules: list[str] = field(default_factory=lambda: ["jobsched.demo_handlers"])
+    # Where handler_modules are looked for before the installed packages: directories,
+    # relative to the directory local mode is started from (--handlers-path adds more).
+    handlers_path: list[str] = field(default_factory=lambda: ["."])
     allow_destinations: list[str] = field(default_factory=lambda: ["127.0.0.1/32", "::1/128", "localhost"])
     # Tenant id -> ARN patterns (* wildcards) it may target without a role of its own, or whose
     # secrets its HTTP headers may reference, and -> EventBridge sources beyond its own

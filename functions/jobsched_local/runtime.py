@@ -51,7 +51,13 @@ class LocalRuntime:
         return self.config.first_key
 
     def start(self) -> LocalRuntime:
+        """Starts everything. Raises HandlerModuleError (before anything is started) when one
+        of the handler modules cannot be imported from `handlers_path` or the installed
+        packages, and OSError when a port cannot be bound."""
         config = self.config
+        from jobsched.targets.registry import import_handler_modules
+
+        import_handler_modules(config.handler_modules, config.handlers_path)
         self._saved_environment = dict(os.environ)
         # moto accepts any credentials; never let a developer's real ones be picked up.
         os.environ.update(

@@ -7,9 +7,15 @@ import sys
 import threading
 from types import FrameType
 
+from jobsched.targets.registry import HandlerModuleError
+
 from .config import LocalConfig
 from .console import RunTable, quiet_console, startup_banner
 from .runtime import LocalRuntime
+
+MISSING_MODULE_HINT = (
+    "  start local mode from the directory that holds it, or name that directory with --handlers-path"
+)
 
 
 def serve(
@@ -19,9 +25,14 @@ def serve(
     config_path: str | None = None,
     demo: bool = False,
     follow: str = "mine",
+    handlers_path: list[str] | None = None,
 ) -> int:
     """Local mode until Ctrl-C (or SIGTERM); returns the exit code. `follow` is whose runs the
-    live table shows (console.FOLLOW_CHOICES: `mine`, the default, `all`, or `none`)."""
+    live table shows (console.FOLLOW_CHOICES: `mine`, the default, `all`, or `none`).
+    `handlers_path`: directories searched for handler modules before the configured ones.
+
+    A handler module that cannot be imported is one error on stderr naming it and why (with a
+    hint when it is not found) and exit code 2, before anything starts."""
     quiet_console()
     try:
         config = LocalConfig.load(config_path)
@@ -32,12 +43,19 @@ def serve(
         config.port = port
     if moto_port is not None:
         config.moto_port = moto_port
+    if handlers_path:
+        config.handlers_path = [*handlers_path, *config.handlers_path]
     if demo:
         # Tighter ticks so the tour shows repairs and sweeps within a minute.
         config.sweep_seconds = min(config.sweep_seconds, 10)
         config.reconcile_seconds = min(config.reconcile_seconds, 10)
     try:
         runtime = LocalRuntime(config).start()
+    except HandlerModuleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.missing:
+            print(MISSING_MODULE_HINT, file=sys.stderr)
+        return 2
     except OSError as exc:
         print(
             f"error: could not start local mode: {exc} (is the port in use? try --port/--moto-port)",

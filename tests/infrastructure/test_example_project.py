@@ -54,6 +54,12 @@ def check_template(template: dict[str, Any]) -> None:
     ]
     assert invoke, "the billing role may call the scheduler's API"
     assert "SchedulerUrl" in template["Outputs"]
+    # The team's own handler module is imported by every scheduler function.
+    scheduler = [f for k, f in functions.items() if not k.startswith("NightlyReport")]
+    assert scheduler and all(
+        f["Properties"]["Environment"]["Variables"]["HANDLER_MODULES"] == "billing_jobs.handlers"
+        for f in scheduler
+    ), scheduler
 
 
 def test_the_example_app_synthesizes(tmp_path: Path):
@@ -64,6 +70,9 @@ def test_the_example_app_synthesizes(tmp_path: Path):
     stack = app_module.Platform(app, "Platform", alarm_email="ops@example.com")
     app.synth()
     check_template(json.loads((tmp_path / f"{stack.artifact_id}.template.json").read_text()))
+    # ... and ships in the functions' code asset beside the scheduler's package.
+    shipped = [p.parent.parent for p in tmp_path.glob("asset.*/billing_jobs/handlers.py")]
+    assert shipped and all((asset / "jobsched" / "worker.py").is_file() for asset in shipped), shipped
 
 
 def test_the_example_app_subscribes_no_made_up_address_and_warns_without_one(tmp_path):

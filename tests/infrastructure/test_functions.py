@@ -390,3 +390,35 @@ def test_handler_modules_ship_their_package_and_nothing_local():
         Config(handler_modules=("jobsched_local.demo",))
     with pytest.raises(ConfigError, match="handlerModules: no package or module 'nosuch'"):
         Config(handler_modules=("nosuch.handlers",))
+
+
+def test_the_app_s_handler_code_directory_ships_beside_the_scheduler(tmp_path: Path, monkeypatch) -> None:
+    from jobsched.cdk import layer_asset
+    from jobsched.cdk.layer_asset import asset_files, build_code, code_asset_hash
+
+    monkeypatch.setattr(layer_asset, "CODE_BUILD_DIR", tmp_path / "build")
+    app = tmp_path / "app"
+    (app / "handlers" / "myjobs").mkdir(parents=True)
+    (app / "handlers" / "myjobs" / "__init__.py").write_text("")
+    (app / "handlers" / "myjobs" / "handlers.py").write_text("import jobsched\n")
+    (app / "handlers" / "jobsched").mkdir()  # never shadows the scheduler's own package
+    (app / "handlers" / "jobsched" / "__init__.py").write_text("raise ImportError('shadow')\n")
+    monkeypatch.chdir(app)
+
+    with pytest.raises(ConfigError, match="handlerModules: no package or module 'myjobs' in"):
+        Config(handler_modules=("myjobs.handlers",))
+    with pytest.raises(ConfigError, match="handlerCode: 'nosuch' is not a directory"):
+        Config(handler_modules=("myjobs.handlers",), handler_code="nosuch")
+    config = Config(handler_modules=("jobsched.demo_handlers", "myjobs.handlers"), handler_code="handlers")
+    packages = code_asset_packages(config.handler_modules, config.handler_code)
+    assert packages == (RUNTIME_PACKAGE, "myjobs")
+    shipped = {str(path): source for source, path in asset_files(packages, "handlers")}
+    assert shipped["myjobs/handlers.py"] == app / "handlers" / "myjobs" / "handlers.py"
+    assert shipped["jobsched/__init__.py"] == FUNCTIONS_DIR / "jobsched" / "__init__.py"
+    assert not any(path.startswith("jobsched/cdk/") for path in shipped)
+    before = code_asset_hash(packages, handler_code="handlers")
+    (app / "handlers" / "myjobs" / "handlers.py").write_text("import jobsched  # changed\n")
+    assert code_asset_hash(packages, handler_code="handlers") != before  # a change redeploys
+    built = build_code(packages, handler_code="handlers")
+    assert (built / "myjobs" / "handlers.py").read_text() == "import jobsched  # changed\n"
+    assert (built / "jobsched" / "demo_handlers.py").is_file()

@@ -229,7 +229,14 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "jobsched_local.serve", fake)
     assert main(["local", "--port", "9000", "--moto-port", "9001", "--config", "c.json", "--demo"]) == 7
     assert calls == [
-        {"port": 9000, "moto_port": 9001, "config_path": "c.json", "demo": True, "follow": "mine"}
+        {
+            "port": 9000,
+            "moto_port": 9001,
+            "config_path": "c.json",
+            "demo": True,
+            "follow": "mine",
+            "handlers_path": None,
+        }
     ]
     assert main(["local"]) == 7
     assert calls[-1] == {
@@ -238,9 +245,12 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
         "config_path": None,
         "demo": False,
         "follow": "mine",
+        "handlers_path": None,
     }
     assert main(["local", "--follow", "all"]) == 7
     assert calls[-1]["follow"] == "all"
+    assert main(["local", "--handlers-path", "src", "--handlers-path", "lib"]) == 7
+    assert calls[-1]["handlers_path"] == ["src", "lib"]
 
 
 # --- defaults for endpoint and key ---

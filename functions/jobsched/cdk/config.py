@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from constructs import Node
@@ -101,6 +102,9 @@ class Config:
     assumable_roles: tuple[str, ...] = ()
     http_allow_destinations: tuple[str, ...] = _runtime_default("http_allow_destinations")
     handler_modules: tuple[str, ...] = _runtime_default("handler_modules")  # modules in the asset
+    # The app's directory holding the top-level packages of handler_modules (relative to where
+    # the app is synthesized); None: they are in functions/ beside jobsched.
+    handler_code: str | None = None
     secret_cache_seconds: int = _runtime_default("secret_cache_seconds")
     # Which run and job events go to the stack's bus (none | failures | all; domain.events),
     # and how long its archive keeps them (days; 0 = indefinitely).
@@ -265,8 +269,12 @@ class Config:
         # The stack's sweeper runs every minute (local mode may tick faster, with a shorter horizon).
         _check(self.horizon_seconds >= 60, "horizonSeconds must be >= 60: the sweeper runs every minute")
         _check(self.event_archive_days >= 0, "eventArchiveDays must be >= 0 (0 = keep indefinitely)")
+        _check(
+            self.handler_code is None or Path(self.handler_code).is_dir(),
+            f"handlerCode: {self.handler_code!r} is not a directory (relative to {Path.cwd()})",
+        )
         try:
-            code_asset_packages(self.handler_modules)
+            code_asset_packages(self.handler_modules, self.handler_code)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
@@ -470,6 +478,7 @@ _FIELDS: dict[str, str] = {
     "grantsParameterTier": "str",
     "httpAllowDestinations": "list",
     "handlerModules": "list",
+    "handlerCode": "str",
     "secretCacheSeconds": "int",
     "runEvents": "str",
     "eventArchiveDays": "int",

@@ -147,8 +147,8 @@ class Functions(Construct):
             compatible_architectures=[ARCHITECTURE],
             description="jobsched third-party dependencies (layers/requirements.txt)",
         )
-        packages = code_asset_packages(config.handler_modules)
-        code = function_code(packages)
+        packages = code_asset_packages(config.handler_modules, config.handler_code)
+        code = function_code(packages, handler_code=config.handler_code)
         env = environment(config, storage, queues, grants_parameter, event_bus, name)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}

@@ -31,6 +31,7 @@ from .names import (
     PIP_PLATFORM,
     PYTHON_VERSION,
     RUNTIME_PACKAGE,
+    package_root,
 )
 
 CODE_BUILD_DIR = LAYER_BUILD_DIR / "code"
@@ -74,12 +75,26 @@ def code_files(packages: Sequence[str], root: Path = FUNCTIONS_DIR) -> list[Path
     return sorted(found)
 
 
-def code_asset_hash(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> str:
+def asset_files(packages: Sequence[str], handler_code: str | Path | None = None) -> list[tuple[Path, Path]]:
+    """(source file, its path in the asset) for every file of `packages`, each package read
+    from where names.package_root finds it (the app's `handler_code` directory or functions/)."""
+    found: list[tuple[Path, Path]] = []
+    for name in packages:
+        root = package_root(name, handler_code)
+        if root is None:
+            raise ValueError(f"handlerModules: no package or module {name!r} to ship")
+        found += [(path, path.relative_to(root)) for path in code_files((name,), root)]
+    return sorted(found, key=lambda pair: pair[1])
+
+
+def code_asset_hash(
+    packages: Sequence[str], python_version: str = PYTHON_VERSION, handler_code: str | Path | None = None
+) -> str:
     """The code asset's key: every file it ships (path and bytes), whether it is compiled,
     and the bundling code."""
     digest = hashlib.sha256(_builder_digest(python_version).encode())
-    for path in code_files(packages):
-        digest.update(path.relative_to(FUNCTIONS_DIR).as_posix().encode() + b"\0")
+    for path, shipped in asset_files(packages, handler_code):
+        digest.update(shipped.as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
@@ -96,19 +111,22 @@ class PipLayerBundling:
         return True  # False would make CDK try `docker run`, which is not available
 
 
-def build_code(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> Path:
-    """The code asset's directory: `packages` of functions/ copied and, with an interpreter of
-    the runtime's version here, compiled (unchecked-hash .pyc). Built once per asset hash
-    under the build directory's code/ (a synth that skips bundling ships the same code)."""
-    digest = code_asset_hash(packages, python_version)
+def build_code(
+    packages: Sequence[str], python_version: str = PYTHON_VERSION, handler_code: str | Path | None = None
+) -> Path:
+    """The code asset's directory: `packages` (of functions/, or of the app's `handler_code`
+    directory) copied and, with an interpreter of the runtime's version here, compiled
+    (unchecked-hash .pyc). Built once per asset hash under the build directory's code/ (a
+    synth that skips bundling ships the same code)."""
+    digest = code_asset_hash(packages, python_version, handler_code)
     built = CODE_BUILD_DIR / digest[:16]
     if built.is_dir():
         return built
     CODE_BUILD_DIR.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=CODE_BUILD_DIR, prefix=".building-"))
     try:
-        for path in code_files(packages):
-            target = staging / path.relative_to(FUNCTIONS_DIR)
+        for path, shipped in asset_files(packages, handler_code):
+            target = staging / shipped
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
         python = layer_build.runtime_python(python_version)
@@ -154,10 +172,13 @@ def layer_code(
     )
 
 
-def function_code(packages: Sequence[str], python_version: str = PYTHON_VERSION) -> lambda_.Code:
-    """The functions' code asset: `packages` of functions/, compiled for the runtime."""
+def function_code(
+    packages: Sequence[str], python_version: str = PYTHON_VERSION, handler_code: str | Path | None = None
+) -> lambda_.Code:
+    """The functions' code asset: `packages` of functions/ (or of the app's `handler_code`
+    directory), compiled for the runtime."""
     return lambda_.Code.from_asset(
-        str(build_code(packages, python_version)),
+        str(build_code(packages, python_version, handler_code)),
         asset_hash_type=AssetHashType.CUSTOM,
-        asset_hash=code_asset_hash(packages, python_version),
+        asset_hash=code_asset_hash(packages, python_version, handler_code),
     )

@@ -68,15 +68,32 @@ DEPLOY_ONLY = frozenset({"cdk"})
 LOCAL_PACKAGES = frozenset({"jobsched_local", "jobsched_cli", "jobsched_console"})
 
 
-def code_asset_packages(handler_modules: Sequence[str] = ()) -> tuple[str, ...]:
-    """The top-level packages (or modules) of functions/ that make up the code asset."""
+def code_asset_packages(
+    handler_modules: Sequence[str] = (), handler_code: str | Path | None = None
+) -> tuple[str, ...]:
+    """The top-level packages (or modules) that make up the code asset: the runtime package
+    and those of `handler_modules`, each found where `package_root` looks. Raises ValueError
+    naming a package that is local-only or found nowhere."""
     extra = sorted({module.split(".", 1)[0] for module in handler_modules} - {RUNTIME_PACKAGE})
     for name in extra:
         if name in LOCAL_PACKAGES:
             raise ValueError(f"handlerModules: {name} runs on the user's machine and is not deployed")
-        if not ((FUNCTIONS_DIR / name).is_dir() or (FUNCTIONS_DIR / f"{name}.py").is_file()):
-            raise ValueError(f"handlerModules: no package or module {name!r} in {FUNCTIONS_DIR}")
+        if package_root(name, handler_code) is None:
+            where = f"{Path(handler_code).resolve()} (handlerCode) or " if handler_code else ""
+            raise ValueError(f"handlerModules: no package or module {name!r} in {where}{FUNCTIONS_DIR}")
     return (RUNTIME_PACKAGE, *extra)
+
+
+def package_root(name: str, handler_code: str | Path | None = None) -> Path | None:
+    """The directory that holds package or module `name`: the app's handler code directory
+    (`handler_code`, never for the runtime package), else functions/; None when neither does."""
+    roots = [FUNCTIONS_DIR]
+    if handler_code is not None and name != RUNTIME_PACKAGE:
+        roots.insert(0, Path(handler_code).resolve())
+    for root in roots:
+        if (root / name).is_dir() or (root / f"{name}.py").is_file():
+            return root
+    return None
 
 
 # --- functions ---

@@ -493,6 +493,8 @@ class Attempts:
             attempt=leased.attempt,
             payload=leased.payload,
             timeout_seconds=budget,
+            fence=leased.fence,
+            deadline=self._clock.precise() + timedelta(seconds=budget),
         )
         records = RunIdempotency(
             self._runs,

@@ -12,7 +12,7 @@ from .aws_targets import (
 from .dispatch import ClientFactory, EffectClientFactory, RoleClientFactory, TargetRunner
 from .http import HttpTargetClient
 from .invocation import Invocation
-from .registry import Handler, HandlerRegistry, registry
+from .registry import Handler, HandlerModuleError, HandlerRegistry, handler, import_handler_modules, registry
 from .roles import AssumedRoles, Credentials, external_id, session_identity
 from .ssrf import Destination, DestinationPolicy, refusal_reason
 
@@ -24,6 +24,7 @@ __all__ = [
     "DestinationPolicy",
     "EffectClientFactory",
     "Handler",
+    "HandlerModuleError",
     "HandlerRegistry",
     "HttpTargetClient",
     "Invocation",
@@ -36,6 +37,8 @@ __all__ = [
     "execution_arn",
     "execution_name",
     "external_id",
+    "handler",
+    "import_handler_modules",
     "refusal_reason",
     "registry",
     "session_identity",

@@ -20,6 +20,10 @@ class Invocation:
     attempt: int  # 1-based
     payload: Any  # JSON value
     timeout_seconds: float  # remaining budget for this effect
+    fence: int = 0  # the claim's fence: the worker presents it when it records the outcome
+    deadline: datetime | None = (
+        None  # aware UTC: when the worker stops waiting (timeout_seconds from the start)
+    )
 
     def envelope(self) -> dict[str, Any]:
         return {
