@@ -519,3 +519,177 @@ def test_a_delivery_the_queue_refuses_for_good_is_set_aside_and_the_next_tenants
     assert request["QueueUrl"] == sinks["notifications"]
     assert boto3.client("sqs").send_message_batch(**request).get("Failed", []) == []
     assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-a"]
+
+
+def padded_webhook(url: str, chars: int) -> dict[str, Any]:
+    """A webhook target with 12 headers of `chars` Latin-1 characters each: 2 bytes apiece in
+    the job, 6 (`\\u00e9`) in a delivery message."""
+    return {"kind": "http", "url": url, "headers": {f"X-Pad-{i}": "\xe9" * chars for i in range(12)}}
+
+
+def written_before_the_rule(api, notify: list[dict[str, Any]], monkeypatch, *, type: str, count: int) -> None:
+    """`count` jobs written before job writes refused targets too large for a delivery message."""
+    from jobsched.domain import models
+
+    with monkeypatch.context() as before:
+        before.setattr(models, "MAX_NOTIFY_TARGET_BYTES", 10**7, raising=False)
+        for _ in range(count):
+            external_job(api, notify, type=type)
+
+
+def dead_runs_in_order(
+    api, other_api, container, first: tuple[str, int], then_b: str
+) -> list[dict[str, Any]]:
+    """`first` = (type, count) of tenant-a's runs to kill, then tenant-b's run of `then_b`:
+    their Runs stream records in that order, through the mapping's filter."""
+    kind, count = first
+    for _ in range(count):
+        fail_for_good(api, (kind,))
+    fail_for_good(other_api, (then_b,))
+    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=RUNS.default_name)["Table"]["LatestStreamArn"]
+    shaped = [lambda_stream_record(r, arn, "us-east-1") for r in read_stream(streams, arn, {})]
+    records = [r for r in shaped if events_handler.matches_filter(r, RunEventsLevel.FAILURES, RUNS)]
+    assert [r["dynamodb"]["NewImage"]["tenant"]["S"] for r in records] == ["tenant-a"] * count + ["tenant-b"]
+    return records
+
+
+def queues_of_256_kib(container, sinks) -> str:
+    """The notifications queue and an events failures queue at AWS's default size (256 KiB);
+    the latter's URL."""
+    sqs = boto3.client("sqs")
+    sqs.set_queue_attributes(
+        QueueUrl=sinks["notifications"], Attributes={"MaximumMessageSize": str(256 * 1024)}
+    )
+    failures = sqs.create_queue(
+        QueueName="jobsched-events-failures", Attributes={"MaximumMessageSize": str(256 * 1024)}
+    )["QueueUrl"]
+    container.settings = container.settings.model_copy(update={"events_failures_queue_url": failures})
+    container.__dict__.pop("record_delivery", None)
+    container.notification_queue._sleep = lambda seconds: None
+    return failures
+
+
+def test_a_delivery_too_large_for_the_queue_is_left_out_and_never_holds_another_tenant(
+    api, other_api, container, sinks, hooks, monkeypatch
+):
+    """tenant-a's jobs (written before the rule) notify a webhook whose headers make each
+    delivery ~288 KB once escaped: over the queue's 256 KiB. Four of its runs die, then
+    tenant-b's. Before, the call carrying them was refused whole (`BatchRequestTooLong`) and
+    taken as a passing failure: every record was held, and five minutes on tenant-a's (then
+    tenant-b's) was set aside; with 256 KiB queues, not even that. Now tenant-a's deliveries
+    are left out (counted, logged with the tenant, job and run) on the first pass and
+    tenant-b's is queued: nothing held, nothing set aside."""
+    failures = queues_of_256_kib(container, sinks)
+    written_before_the_rule(
+        api, [{"on": ["dead"], "target": padded_webhook(hooks.url, 4000)}], monkeypatch, type="pad", count=4
+    )
+    external_job(other_api, [{"on": ["dead"], "target": sinks["targets"]["http"]}], type="vict")
+    records = dead_runs_in_order(api, other_api, container, ("pad", 4), "vict")
+    monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], 60))
+    with mock.patch("jobsched.services.notifications.logger") as log:
+        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
+    assert drain(failures) == []
+    assert container.metrics.total("NotificationsRejected") == 4
+    assert container.metrics.total("EventRecordsSetAside") == 0
+    left_out = [c.kwargs["extra"] for c in log.error.call_args_list]
+    assert {(e["tenant"], e["error_code"]) for e in left_out} == {("tenant-a", "TooLarge")}
+    assert all(e["run_key"] and e["job_id"] for e in left_out)
+
+
+def test_deliveries_are_sent_in_calls_the_queue_takes_and_a_call_refused_for_size_one_by_one(
+    api, other_api, container, sinks, hooks, monkeypatch
+):
+    """tenant-a's four deliveries take ~100 KB each, tenant-b's a few: each call holds at most
+    256 KiB (SendMessageBatch's limit), and every delivery is queued. On a queue that takes
+    less (64 KiB) a call is refused whole (`InvalidParameterValue`): it goes again one entry
+    a call, tenant-a's are left out for good and tenant-b's is queued."""
+    queues_of_256_kib(container, sinks)
+    for _ in range(4):
+        external_job(api, [{"on": ["dead"], "target": padded_webhook(hooks.url, 1400)}], type="pad")
+    external_job(other_api, [{"on": ["dead"], "target": sinks["targets"]["http"]}], type="vict")
+    records = dead_runs_in_order(api, other_api, container, ("pad", 4), "vict")
+    client = container.notification_queue._client
+    real = client.send_message_batch
+    calls: list[int] = []
+
+    def send_message_batch(QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        calls.append(sum(len(e["MessageBody"].encode()) for e in Entries))
+        return real(QueueUrl=QueueUrl, Entries=Entries)
+
+    monkeypatch.setattr(client, "send_message_batch", send_message_batch)
+    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert len(calls) > 1 and all(size <= 256 * 1024 for size in calls)
+    assert sorted(json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])) == [
+        "tenant-a"
+    ] * 4 + ["tenant-b"]
+    boto3.client("sqs").set_queue_attributes(
+        QueueUrl=sinks["notifications"], Attributes={"MaximumMessageSize": str(64 * 1024)}
+    )
+    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
+    assert container.metrics.total("NotificationsRejected") == 4
+
+
+@pytest.mark.parametrize(("deliveries", "failures_kib"), [(2, 256), (1, 64)])
+def test_a_record_too_large_to_set_aside_is_kept_as_a_pointer(
+    api, other_api, container, sinks, hooks, monkeypatch, deliveries, failures_kib
+):
+    """tenant-a's run has deliveries of ~150 KB each, which the notifications queue refuses
+    (not as the sender's fault) on every try. Five minutes on the record is set aside, but
+    its requests exceed the failures queue (two of them over 256 KiB; one on a queue set to
+    64 KiB, which refuses it): before, the set aside failed and the record held tenant-b's
+    notice behind it for six hours. Now a pointer to the record (table, keys, sequence
+    number, the ids) is kept and tenant-b's is queued."""
+    from jobsched.services.record_delivery import SET_ASIDE_AFTER_SECONDS
+
+    failures = queues_of_256_kib(container, sinks)
+    boto3.client("sqs").set_queue_attributes(
+        QueueUrl=failures, Attributes={"MaximumMessageSize": str(failures_kib * 1024)}
+    )
+    target = padded_webhook(hooks.url, 2000)
+    external_job(api, [{"on": ["dead"], "target": target}] * deliveries, type="pad")
+    external_job(other_api, [{"on": ["dead"], "target": sinks["targets"]["http"]}], type="vict")
+    records = dead_runs_in_order(api, other_api, container, ("pad", 1), "vict")
+    client = container.notification_queue._client
+    real = client.send_message_batch
+
+    def send_message_batch(QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        theirs = [e for e in Entries if json.loads(e["MessageBody"])["tenant"] == "tenant-a"]
+        mine = [e for e in Entries if e not in theirs]
+        taken = real(QueueUrl=QueueUrl, Entries=mine) if mine else {}
+        refused = [{"Id": e["Id"], "SenderFault": False, "Code": "InternalError"} for e in theirs]
+        return {"Successful": taken.get("Successful", []), "Failed": refused}
+
+    monkeypatch.setattr(client, "send_message_batch", send_message_batch)
+    monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS))
+    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
+    (kept,) = drain(failures)
+    body = json.loads(kept["Body"])
+    assert "sendMessageBatch" not in body and body["setAside"]["pointerOnly"] is True
+    assert body["setAside"]["sequenceNumber"] == records[0]["dynamodb"]["SequenceNumber"]
+    assert body["setAside"]["table"] == RUNS.default_name and body["setAside"]["keys"]
+    assert len(body["notificationIds"]) == deliveries and len(kept["Body"]) < 4096
+
+
+def test_a_notification_target_too_large_for_a_delivery_is_refused_at_write(api, sinks, hooks):
+    """Twelve headers of 4,000 Latin-1 characters fit the job's 100 KB (2 bytes each) but not
+    a delivery message (6 bytes each, escaped): create, batch create and PATCH answer 400
+    naming the target and the rule."""
+    notify = [{"on": ["dead"], "target": padded_webhook(hooks.url, 4000)}]
+    job = {"name": "x", "type": "ext", "every": 3600}
+    created = external_job(api, [])
+    answers = [
+        api.post("/v1/jobs", {**job, "notify": notify}),
+        api.patch(f"/v1/jobs/{created['jobId']}", {"notify": notify}, headers={"If-Match": '"1"'}),
+    ]
+    batch = api.post("/v1/jobs/batch", {"jobs": [{**job, "notify": notify}]})
+    (item,) = batch.body["items"]
+    for status, errors in [(a.status, a.body["errors"]) for a in answers] + [
+        (item["status"], item["error"]["errors"])
+    ]:
+        assert status == 400, errors
+        (error,) = [e for e in errors if e["field"] == "notify.0.target"]
+        assert "bytes in a delivery message" in error["rule"] and "at most" in error["rule"], error

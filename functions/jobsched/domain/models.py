@@ -600,6 +600,21 @@ class NotifyOn(StrEnum):
 
 MAX_NOTIFICATIONS = 5  # per job
 MAX_LATE_SECONDS = 7 * 24 * 3600
+# The notifications queue's largest message (SQS's MaximumMessageSize, which the stack leaves
+# at AWS's default), and SendMessageBatch's largest request: one delivery carries one target.
+MAX_DELIVERY_BYTES = 256 * 1024
+# Room a delivery message keeps beside its target: its id, tenant and job id and the event
+# (CloudEvents JSON, `errorMessage` at most 1,024 characters, tenant 256, `reason` 512 bytes),
+# every character escaped as `queue_json` escapes it. The largest run event takes under 40 KiB.
+DELIVERY_ENVELOPE_BYTES = 48 * 1024
+MAX_NOTIFY_TARGET_BYTES = MAX_DELIVERY_BYTES - DELIVERY_ENVELOPE_BYTES
+
+
+def queue_json(value: Any) -> str:
+    """`value` as compact JSON in ASCII (every other character escaped), as the notifications
+    queue carries it: SQS refuses some code points JSON allows verbatim (U+FFFE, U+FFFF, most
+    control characters). Its length is its size in bytes."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 class Notification(Model):
@@ -624,6 +639,18 @@ class Notification(Model):
             raise rule_on(
                 ("target", "method"), "a notification webhook is sent with a body: POST, PUT or PATCH"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _target_fits_a_delivery(self, info: ValidationInfo) -> Notification:
+        if writing(info):
+            size = len(queue_json(self.target.model_dump(mode="json", by_alias=True)))
+            if size > MAX_NOTIFY_TARGET_BYTES:
+                raise rule_on(
+                    "target",
+                    f"takes {size} bytes in a delivery message (JSON, each non-ASCII character "
+                    f"escaped as \\uXXXX); at most {MAX_NOTIFY_TARGET_BYTES}",
+                )
         return self
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..domain.events import CloudEvent
 from ..domain.metrics import NO_METRICS, Metrics, Unit
 from ..observability import logger
+from .batching import batches as requests_of
 
 MAX_ENTRIES = 10  # PutEvents: entries per request
 # Entry error codes that pass with time; any other is the entry's own fault, refused again
@@ -86,20 +87,12 @@ def batches(entries: Sequence[Entry]) -> list[list[Entry]]:
     """`entries` in order, cut into requests within MAX_ENTRIES and MAX_REQUEST_BYTES.
     Raises ValueError for an entry larger than a whole request (`publish` leaves those out
     first; the events' own limits keep every entry far below it)."""
-    out: list[list[Entry]] = []
-    current: list[Entry] = []
-    size = 0
     for entry in entries:
         if entry.size > MAX_REQUEST_BYTES:
             raise ValueError(f"event of record {entry.record} is {entry.size} bytes, over PutEvents' limit")
-        if current and (len(current) == MAX_ENTRIES or size + entry.size > MAX_REQUEST_BYTES):
-            out.append(current)
-            current, size = [], 0
-        current.append(entry)
-        size += entry.size
-    if current:
-        out.append(current)
-    return out
+    return requests_of(
+        entries, lambda entry: entry.size, max_entries=MAX_ENTRIES, max_bytes=MAX_REQUEST_BYTES
+    )
 
 
 class EventPublisher:

@@ -6,8 +6,15 @@ message group (SQS fair queues: one tenant's backlog does not hold the others' b
 entry SQS did not take for a reason that may pass is sent again (up to `attempts` times,
 jittered); when one is still not taken, its record and every record after it are reported
 unqueued: the stream retries them, so no delivery is lost (one queued before goes again,
-with the same id). An entry SQS refuses as the sender's fault (it would be refused forever
-and hold the shard back) is logged, counted (`NotificationsRejected`) and left out.
+with the same id). The calls hold at most 10 entries and MAX_DELIVERY_BYTES in all (the queue's
+largest message, SendMessageBatch's largest request), so one tenant's large delivery never
+shares a refused call with another's. An entry SQS would refuse as the sender's fault (it
+would be refused forever and hold the shard back, and the deliveries of other tenants behind
+it) is logged with its tenant, job and run, counted (`NotificationsRejected`) and left out:
+one larger than MAX_DELIVERY_BYTES before any call, one refused with `SenderFault`, and one
+whose call alone is refused whole for its size or content (`BatchRequestTooLong`,
+`InvalidParameterValue`; a call of several refused so is sent again one entry a call). A job
+write refuses a notification target too large for a delivery (domain.models.Notification).
 
 `Notifier.deliver` makes one delivery: it checks, with the grants as they are now, that the
 tenant may reach the target (a refusal is permanent: counted `NotificationsRefused`, logged,
@@ -36,15 +43,26 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..domain.errors import ExecutionError, PermanentError
 from ..domain.events import RunEventData
 from ..domain.metrics import NO_METRICS, Metrics, Unit
-from ..domain.models import EventBridgeTarget, HttpTarget, NotifyTarget, SnsTarget, SqsTarget
+from ..domain.models import (
+    MAX_DELIVERY_BYTES,
+    EventBridgeTarget,
+    HttpTarget,
+    NotifyTarget,
+    SnsTarget,
+    SqsTarget,
+    queue_json,
+)
 from ..domain.notifications import NotificationMessage
 from ..observability import logger
 from ..store.queues import message_group_id
 from ..targets.authority import event_source
 from ..targets.aws_targets import accepted_entry, aws_errors, sqs_deduplication_id
 from ..targets.invocation import Invocation
+from .batching import batches
 
-MAX_BATCH = 10  # SendMessageBatch
+MAX_BATCH = 10  # SendMessageBatch: entries per request (and MAX_DELIVERY_BYTES in all)
+# Whole-call refusals that are the request's own fault: sent again they are refused again.
+SENDER_FAULT_CODES = frozenset({"BatchRequestTooLong", "InvalidParameterValue", "InvalidMessageContents"})
 DELIVERY_TIMEOUT_SECONDS = 10.0  # one delivery's call, whatever the target's own timeout
 NOTIFIER_ACTOR = "notifier"
 
@@ -84,8 +102,9 @@ class NotificationQueue:
         """Queue each record's deliveries, records in the given (stream) order. Returns the
         records not queued, in order: the first whose delivery SQS did not take after every
         attempt, then each later one with a delivery SQS did not take or that was not sent
-        (a record after it whose deliveries all went in the same call is not named). Never
-        raises."""
+        (a record after it whose deliveries all went in the same call is not named). A
+        delivery too large for the queue, or refused as the sender's fault, is left out
+        (`NotificationsRejected`, logged): it never makes its record unqueued. Never raises."""
         if not records:
             return []
         if self._url is None:
@@ -93,22 +112,36 @@ class NotificationQueue:
             logger.error("no notifications queue: deliveries dropped", extra={"count": dropped})
             self._metrics.add("NotificationsDropped", dropped, Unit.COUNT)
             return []
-        entries = [(record, message) for record, messages in records for message in messages]
+        entries = []
+        for record, messages in records:
+            for message in messages:
+                entry = Delivery(record, message, message_body(message))
+                if entry.size > MAX_DELIVERY_BYTES:
+                    self._reject(
+                        entry, "TooLarge", f"{entry.size} bytes; the queue takes {MAX_DELIVERY_BYTES}"
+                    )
+                else:
+                    entries.append(entry)
         order = [record for record, _ in records]
         queued = 0
-        for start in range(0, len(entries), MAX_BATCH):
-            batch = entries[start : start + MAX_BATCH]
+        requests = batches(
+            entries, lambda entry: entry.size, max_entries=MAX_BATCH, max_bytes=MAX_DELIVERY_BYTES
+        )
+        for n, batch in enumerate(requests):
             refused = self._send(batch)
             queued += len(batch) - len(refused)
             if refused:
                 self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
-                unqueued = {record for record, _ in (*refused, *entries[start + MAX_BATCH :])}
+                unsent = [entry for later in requests[n + 1 :] for entry in later]
+                unqueued = {entry.record for entry in (*refused, *unsent)}
                 return [record for record in order if record in unqueued]
         self._metrics.add("NotificationsQueued", queued, Unit.COUNT)
         return []
 
-    def _send(self, batch: list[tuple[str, NotificationMessage]]) -> list[tuple[str, NotificationMessage]]:
-        """One batch, its refused entries again; the entries still refused, in order."""
+    def _send(self, batch: list[Delivery]) -> list[Delivery]:
+        """One batch, its refused entries again; the entries still refused, in order. A call
+        refused whole as the sender's fault (too long, an invalid parameter) is sent again one
+        entry a call, and an entry refused so alone is left out."""
         pending = {str(i): entry for i, entry in enumerate(batch)}
         for attempt in range(self._attempts):
             if attempt:
@@ -116,49 +149,87 @@ class NotificationQueue:
             try:
                 response = self._client.send_message_batch(
                     QueueUrl=self._url,
-                    Entries=[batch_entry(key, message) for key, (_, message) in pending.items()],
+                    Entries=[entry.request(key) for key, entry in pending.items()],
                 )
             except (ClientError, BotoCoreError) as exc:
+                code = error_code(exc)
+                if code in SENDER_FAULT_CODES:
+                    entries = [pending[key] for key in sorted(pending, key=int)]
+                    if len(entries) == 1:
+                        self._reject(entries[0], code, str(exc))
+                        return []
+                    return [still for entry in entries for still in self._send([entry])]
                 logger.warning("queueing notifications failed", extra={"error": str(exc)})
                 continue
             failed = response.get("Failed") or []
             for failure in failed:
                 if failure.get("SenderFault"):
-                    record, message = pending[str(failure.get("Id"))]
-                    logger.error(
-                        "notification refused by the queue for good: left out",
-                        extra={
-                            "record": record,
-                            "notification_id": message.id,
-                            "error_code": failure.get("Code"),
-                            "error_message": failure.get("Message"),
-                        },
-                    )
-                    self._metrics.add("NotificationsRejected", 1, Unit.COUNT)
+                    self._reject(pending[str(failure.get("Id"))], failure.get("Code"), failure.get("Message"))
             refused = {str(f.get("Id")) for f in failed if not f.get("SenderFault")}
             pending = {key: entry for key, entry in pending.items() if key in refused}
             if not pending:
                 return []
         still = [pending[key] for key in sorted(pending, key=int)]
-        logger.error("notifications not queued", extra={"entries": len(still), "record": still[0][0]})
+        logger.error("notifications not queued", extra={"entries": len(still), "record": still[0].record})
         return still
+
+    def _reject(self, entry: Delivery, code: str | None, reason: str | None) -> None:
+        """Leave out a delivery the queue will never take: logged (its tenant, job and run)
+        and counted."""
+        message = entry.message
+        logger.error(
+            "notification refused by the queue for good: left out",
+            extra={
+                "record": entry.record,
+                "notification_id": message.id,
+                "tenant": message.tenant,
+                "job_id": message.job_id,
+                "run_key": message.event.get("subject"),
+                "size": entry.size,
+                "error_code": code,
+                "error_message": reason,
+            },
+        )
+        self._metrics.add("NotificationsRejected", 1, Unit.COUNT)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery to queue, the record it came from and its body (`message_body`)."""
+
+    record: str
+    message: NotificationMessage
+    body: str
+
+    @property
+    def size(self) -> int:
+        """The body's size in bytes, as SQS counts it against MAX_DELIVERY_BYTES (ASCII)."""
+        return len(self.body)
+
+    def request(self, key: str) -> dict[str, str]:
+        """The SendMessageBatch entry, `key` its `Id`."""
+        return {"Id": key, "MessageBody": self.body, "MessageGroupId": message_group_id(self.message.tenant)}
+
+
+def error_code(exc: ClientError | BotoCoreError) -> str:
+    """The error code of a refused call, without SQS's `AWS.SimpleQueueService.` prefix ('':
+    no answer)."""
+    if not isinstance(exc, ClientError):
+        return ""
+    return str(exc.response.get("Error", {}).get("Code", "")).rsplit(".", 1)[-1]
 
 
 def batch_entry(key: str, message: NotificationMessage) -> dict[str, str]:
     """`message` as a SendMessageBatch entry of the notifications queue, `key` its `Id`: the
     body (`message_body`) in its tenant's message group."""
-    return {
-        "Id": key,
-        "MessageBody": message_body(message),
-        "MessageGroupId": message_group_id(message.tenant),
-    }
+    return Delivery("", message, message_body(message)).request(key)
 
 
 def message_body(message: NotificationMessage) -> str:
-    """The message as JSON in ASCII (every other character escaped): SQS refuses some code
-    points JSON allows verbatim (U+FFFE, U+FFFF, most control characters), and a tenant's
-    free text (an error message) may hold any of them."""
-    return json.dumps(message.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+    """The message as JSON in ASCII (`queue_json`): a tenant's free text (an error message)
+    may hold code points SQS refuses. At most MAX_DELIVERY_BYTES for a target a job write
+    accepts (`Notification`'s rule)."""
+    return queue_json(message.model_dump(mode="json", by_alias=True))
 
 
 @dataclass(frozen=True)

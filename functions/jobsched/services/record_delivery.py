@@ -30,10 +30,19 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..domain.events import CloudEvent
 from ..domain.instants import format_instant
 from ..domain.metrics import NO_METRICS, Metrics, Unit
+from ..domain.models import MAX_DELIVERY_BYTES
 from ..domain.notifications import NotificationMessage
 from ..observability import logger
+from .batching import batches
 from .events import MAX_ENTRIES, EventPublisher, entry_of
-from .notifications import MAX_BATCH, NotificationQueue, batch_entry
+from .notifications import (
+    MAX_BATCH,
+    SENDER_FAULT_CODES,
+    Delivery,
+    NotificationQueue,
+    error_code,
+    message_body,
+)
 
 # How long one record may hold the records behind it in its lane: the mapping's retries (and
 # each invocation's own) absorb a throttle or a brief outage of the bus or the queue; what is
@@ -44,6 +53,9 @@ SET_ASIDE_AFTER_SECONDS = 300
 # with less left, the rest is failed and retried by the mapping rather than cut off by the
 # function's timeout.
 PASS_RESERVE_SECONDS = 15
+# The events failures queue's largest message (SQS's MaximumMessageSize, which the stack
+# leaves at AWS's default): a record's requests larger than this are kept as a pointer.
+MAX_SET_ASIDE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,10 @@ class SetAsideQueue:
     `setAside` (`stream`, `sequenceNumber`, `keys`, `writtenAt`, `reason`) names the record;
     `putEvents`, a list of PutEvents requests (at most 10 entries each) of its events on
     `bus_name`; `sendMessageBatch`, a list of SendMessageBatch requests of its deliveries to
-    `notifications_url`. Each request is sent again as it is to replay it."""
+    `notifications_url`, cut as `NotificationQueue.send` cuts them. Each request is sent again
+    as it is to replay it. A message that would be larger than the queue takes
+    (MAX_SET_ASIDE_BYTES, or a refusal for size) is kept as a pointer instead (`pointer`), so a
+    record the queue is there for is always set aside."""
 
     def __init__(
         self,
@@ -111,37 +126,80 @@ class SetAsideQueue:
                 {"Entries": entries[i : i + MAX_ENTRIES]} for i in range(0, len(entries), MAX_ENTRIES)
             ]
         if messages:
+            deliveries = [Delivery(change.sequence, message, message_body(message)) for message in messages]
+            requests = batches(
+                [d for d in deliveries if d.size <= MAX_DELIVERY_BYTES],
+                lambda delivery: delivery.size,
+                max_entries=MAX_BATCH,
+                max_bytes=MAX_DELIVERY_BYTES,
+            )
             body["sendMessageBatch"] = [
                 {
                     "QueueUrl": self._notifications_url,
-                    "Entries": [batch_entry(str(n), m) for n, m in enumerate(messages[i : i + MAX_BATCH])],
+                    "Entries": [d.request(str(n)) for n, d in enumerate(request)],
                 }
-                for i in range(0, len(messages), MAX_BATCH)
+                for request in requests
             ]
+        text = json.dumps(body, separators=(",", ":"))
+        pointer_only = len(text.encode()) > MAX_SET_ASIDE_BYTES
+        if pointer_only:
+            text = pointer(body, events, messages)
         try:
-            self._client.send_message(QueueUrl=self._url, MessageBody=json.dumps(body, separators=(",", ":")))
+            self._send(text)
         except (ClientError, BotoCoreError) as exc:
-            logger.error(
-                "record not set aside: it is retried",
-                extra={"sequence_number": change.sequence, "reason": reason, "error": str(exc)},
-            )
-            return False
+            if pointer_only or error_code(exc) not in SENDER_FAULT_CODES:
+                return self._not_kept(change, reason, exc)
+            pointer_only = True  # a queue that takes less than MAX_SET_ASIDE_BYTES
+            try:
+                self._send(pointer(body, events, messages))
+            except (ClientError, BotoCoreError) as again:
+                return self._not_kept(change, reason, again)
         self._metrics.add("EventRecordsSetAside", 1, Unit.COUNT)
         logger.error(
             "record set aside on the events failures queue",
             extra={
                 "sequence_number": change.sequence,
                 "reason": reason,
+                "pointer_only": pointer_only,
                 "event_ids": [event.id for event in events],
                 "notification_ids": [message.id for message in messages],
             },
         )
         return True
 
+    def _send(self, body: str) -> None:
+        self._client.send_message(QueueUrl=self._url, MessageBody=body)
+
+    @staticmethod
+    def _not_kept(change: RecordChanges, reason: str, exc: ClientError | BotoCoreError) -> bool:
+        logger.error(
+            "record not set aside: it is retried",
+            extra={"sequence_number": change.sequence, "reason": reason, "error": str(exc)},
+        )
+        return False
+
     def _entry(self, record: str, event: CloudEvent) -> dict[str, Any]:
         request = dict(entry_of(record, event, self._bus).request)
         request["Time"] = format_instant(event.time)
         return request
+
+
+def pointer(
+    body: dict[str, Any], events: Sequence[CloudEvent], messages: Sequence[NotificationMessage]
+) -> str:
+    """A set-aside message naming the record alone, for one whose requests the queue would not
+    take: `body`'s `setAside` with `table` (from the stream's ARN) and `pointerOnly`, and the
+    ids of the events and deliveries it could not deliver, without their requests (what they
+    carried is read from the item its keys name). A few kilobytes whatever the record."""
+    named = body["setAside"]
+    stream = str(named.get("stream", ""))
+    table = stream.split(":table/", 1)[1].split("/", 1)[0] if ":table/" in stream else ""
+    kept = {
+        "setAside": {**named, "table": table, "pointerOnly": True},
+        "eventIds": [event.id for event in events],
+        "notificationIds": [message.id for message in messages],
+    }
+    return json.dumps(kept, separators=(",", ":"))
 
 
 class RecordDelivery:

@@ -208,7 +208,8 @@ class Worker:
             else:
                 error = "refused by SQS"
             if failed:
-                # Each still comes back after the queue's visibility timeout, as before.
+                # Each still comes back when the entry's hold ends (handlers.worker_entry:
+                # START_HOLD_SECONDS, 30 s, from receipt), not after the queue's timeout.
                 logger.warning(
                     "messages not held for the lease",
                     extra={"queue": queue, "count": len(failed), "error": error},
