@@ -120,7 +120,7 @@ BAD_INPUT = [
     ({"type": "has spaces"}, "type"),
     ({"name": ""}, "name"),
     ({"target": {"kind": "http", "url": "ftp://example.com/x"}}, "target.http.url"),
-    ({"target": {"kind": "carrier-pigeon"}}, "target"),
+    ({"target": {"kind": "carrier-pigeon"}}, "target.kind"),
     ({"target": {"kind": "lambda"}}, "target.lambda.functionArn"),
     ({"dst": {"gap": "sideways"}}, "dst.gap"),
     ({"delivery": "exactly-once"}, "delivery"),
@@ -489,6 +489,38 @@ def test_a_request_with_a_member_the_api_does_not_know_is_still_refused(api, cha
     errors = {e["field"]: e["rule"] for e in response.body["errors"]}
     assert "is not a known field" in errors.get(field, ""), errors
     assert api.get("/v1/jobs").body["items"] == []
+
+
+TOPIC = "arn:aws:sns:us-east-1:123456789012:alerts"
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "rule"),
+    [
+        (
+            {"target": {"kind": "sns", "topicArn": TOPIC, "zzz": 1}},
+            "target.kind",
+            "must be one of lambda, http, sqs, eventbridge, stepfunctions; got sns",
+        ),
+        ({"target": {"topicArn": TOPIC, "zzz": 1}}, "target.kind", "is required"),
+        (
+            {"notify": [{"on": ["dead"], "target": {"kind": "lambda", "functionArn": "f", "zzz": 1}}]},
+            "notify.0.target.kind",
+            "must be one of sns, sqs, eventbridge, http; got lambda",
+        ),
+        (
+            {"notify": [{"on": ["dead"], "target": {"kind": "x" * 5000}}]},
+            "notify.0.target.kind",
+            f"must be one of sns, sqs, eventbridge, http; got {'x' * 64}",
+        ),
+    ],
+)
+def test_a_target_of_a_kind_the_field_does_not_take_is_refused_naming_its_kind(api, change, field, rule):
+    """A target's members are checked against its kind: one the field does not take (an SNS
+    topic as a run's target) or none is the error, named at `kind`, not at the target."""
+    response = api.post("/v1/jobs", {**CRON_JOB, **change})
+    assert response.status == 400, response
+    assert response.body["errors"] == [{"field": field, "rule": rule}]
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=x", "state=SLEEPING", "cursor=garbage!!"])

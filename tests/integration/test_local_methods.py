@@ -132,3 +132,24 @@ def test_a_method_of_a_less_specific_resource_is_its_405_not_that_resources_rout
         "code": "method_not_allowed",
         "message": f"/v1/jobs/batch does not take {method}; it takes POST",
     }
+
+
+@pytest.mark.parametrize(
+    ("body", "status"), [(None, 200), (b"{}", 200), (b'{"zzz": 1}', 400)], ids=["none", "empty", "member"]
+)
+def test_a_body_sent_to_a_route_that_takes_none_is_answered_as_the_api_answers_it(front, api, body, status):
+    job = api.post("/v1/jobs", {"name": "n", "type": "t", "cron": "0 9 * * *"}).body["jobId"]
+    parts = urlsplit(front.url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    headers = {"x-api-key": KEY, "content-type": "application/json"}
+    try:
+        connection.request("POST", f"/v1/jobs/{job}/pause", body=body, headers=headers)
+        response = connection.getresponse()
+        answer = response.status, json.loads(response.read())
+    finally:
+        connection.close()
+    assert answer[0] == status, answer
+    if status == 400:
+        assert answer[1]["errors"] == [{"field": "zzz", "rule": "is not a known field"}]
+    else:
+        assert answer[1]["state"] == "PAUSED"

@@ -272,7 +272,7 @@ def test_notification_fields_are_checked_and_named(api, sinks):
         ({"on": [], "target": sinks["targets"]["sqs"]}, "notify.0.on"),
         ({"on": ["failed"], "target": sinks["targets"]["sqs"]}, "notify.0.on.0"),
         ({"on": ["dead"], "target": {"kind": "sns", "topicArn": "my-topic"}}, "notify.0.target.sns.topicArn"),
-        ({"on": ["dead"], "target": {"kind": "lambda", "functionArn": "f"}}, "notify.0.target"),
+        ({"on": ["dead"], "target": {"kind": "lambda", "functionArn": "f"}}, "notify.0.target.kind"),
     ]
     for notification, field in cases:
         refused = api.post("/v1/jobs", {"name": "x", "type": "ext", "every": 3600, "notify": [notification]})

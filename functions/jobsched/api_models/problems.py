@@ -52,9 +52,28 @@ def problem_of(error: Any, *, domain: bool = False) -> FieldProblem:
         rule = str(context["error"])
     elif kind == "extra_forbidden":
         rule = "is not a known field"
+    elif kind in _TAG_ERRORS:
+        # The member that picks the object's shape is what is wrong (`target.kind`), not the
+        # object, whose other members cannot be checked until it names a known shape.
+        loc, rule = (*loc, _unquoted(context["discriminator"])), _tag_rule(context)
     elif kind == "json_invalid":
         return FieldProblem("body", f"is not valid JSON ({context.get('error') or rule})")
     return FieldProblem(field_name(loc, domain=domain) or "body", rule)
+
+
+_TAG_ERRORS = ("union_tag_invalid", "union_tag_not_found")  # pydantic's discriminated unions
+_TAG_SHOWN = 64  # characters of an unknown tag echoed in the rule
+
+
+def _unquoted(text: Any) -> str:
+    """pydantic's context quotes each name it holds (`'kind'`, `'http', 'sqs'`)."""
+    return str(text).replace("'", "")
+
+
+def _tag_rule(context: dict[str, Any]) -> str:
+    if "tag" not in context:
+        return "is required"
+    return f"must be one of {_unquoted(context['expected_tags'])}; got {str(context['tag'])[:_TAG_SHOWN]}"
 
 
 def problems_of(errors: Iterable[Any], *, domain: bool = False) -> list[FieldProblem]:

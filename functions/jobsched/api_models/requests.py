@@ -287,6 +287,14 @@ def _merge(base: Any, patch: Any) -> Any:
     return result
 
 
+# --- routes that take no body ---
+
+
+class EmptyBody(ApiModel):
+    """The body of a route that takes none: absent, empty, or `{}`. A member in it is refused
+    as an unknown member is anywhere else (400 naming it), never ignored."""
+
+
 # --- runs and leases ---
 
 JobType = Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import Response, content_types
-from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from ...api_models.requests import EmptyBody
 from ...api_models.views import ErrorBody
 from ...domain.errors import PreconditionRequired, ValidationFailed
 
@@ -20,6 +21,11 @@ RUN_KEY = Path(min_length=1, max_length=256, description="run key, `<jobId>@<RFC
 Limit = Annotated[int, Query(ge=1, le=100)]
 Cursor = Annotated[str | None, Query(max_length=4096)]
 IfMatch = Annotated[str | None, Header(alias="if-match", max_length=64, description="the job version (ETag)")]
+# The body of every POST and DELETE route that takes none, declared so that one sent is
+# validated (a member in it is a 400 naming it) rather than ignored: `body: NoBody = None`.
+NoBody = Annotated[
+    EmptyBody | None, Body(description="the route takes no body: send none, or `{}`; a member is refused")
+]
 
 # Every route: bad input, no caller, no such resource (or route), a body that is not JSON,
 # the tenant's request rate, a bug, the store unavailable.

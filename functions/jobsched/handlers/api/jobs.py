@@ -34,6 +34,7 @@ from .common import (
     Cursor,
     IfMatch,
     Limit,
+    NoBody,
     documented,
     json_response,
     parse_if_match,
@@ -181,14 +182,18 @@ def update_job(
 
 
 @router.delete("/v1/jobs/<job_id>", responses=ONE_JOB)
-def cancel_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+def cancel_job(
+    job_id: Annotated[str, JOB_ID], if_match: IfMatch = None, body: NoBody = None
+) -> Response[JobView]:
     return job_response(
         container().jobs.cancel(tenant_of(router.current_event), job_id, parse_if_match(if_match))
     )
 
 
 @router.post("/v1/jobs/<job_id>/pause", responses=ONE_JOB)
-def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+def pause_job(
+    job_id: Annotated[str, JOB_ID], if_match: IfMatch = None, body: NoBody = None
+) -> Response[JobView]:
     return job_response(
         container().jobs.pause(tenant_of(router.current_event), job_id, parse_if_match(if_match))
     )
@@ -198,7 +203,7 @@ def pause_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Respo
     "/v1/jobs/<job_id>/signing-secret",
     responses=documented({200: ("a new signing secret, shown this once", SigningSecretView)}, CHANGE_ERRORS),
 )
-def rotate_signing_secret(job_id: Annotated[str, JOB_ID]) -> Response[SigningSecretView]:
+def rotate_signing_secret(job_id: Annotated[str, JOB_ID], body: NoBody = None) -> Response[SigningSecretView]:
     """A new secret signs every delivery from now on; the ones before it keep signing beside it
     for 24 hours, so receivers can switch without missing a delivery."""
     rotated = container().jobs.rotate_signing_secret(tenant_of(router.current_event), job_id)
@@ -206,7 +211,9 @@ def rotate_signing_secret(job_id: Annotated[str, JOB_ID]) -> Response[SigningSec
 
 
 @router.post("/v1/jobs/<job_id>/resume", responses=ONE_JOB)
-def resume_job(job_id: Annotated[str, JOB_ID], if_match: IfMatch = None) -> Response[JobView]:
+def resume_job(
+    job_id: Annotated[str, JOB_ID], if_match: IfMatch = None, body: NoBody = None
+) -> Response[JobView]:
     return job_response(
         container().jobs.resume(tenant_of(router.current_event), job_id, parse_if_match(if_match)),
         with_next=True,

@@ -37,6 +37,7 @@ from .common import (
     RUN_KEY,
     Cursor,
     Limit,
+    NoBody,
     documented,
     json_response,
     run_key_of,
@@ -81,7 +82,7 @@ def job_summary(job_id: Annotated[str, JOB_ID]) -> Response[JobSummaryView]:
 
 
 @router.post("/v1/jobs/<job_id>/trigger", responses=documented({201: ("OK", RunView)}, CHANGE_ERRORS))
-def trigger_job(job_id: Annotated[str, JOB_ID]) -> Response[RunView]:
+def trigger_job(job_id: Annotated[str, JOB_ID], body: NoBody = None) -> Response[RunView]:
     tenant = tenant_of(router.current_event)
     run = container().run_service.trigger(tenant, job_id, actor(tenant))
     return json_response(201, RunView.from_run(run))
@@ -214,7 +215,7 @@ def redrive_run(
 
 
 @router.post("/v1/runs/<run_key>/cancel", responses=documented({200: ("OK", RunView)}, CHANGE_ERRORS))
-def cancel_run(run_key: Annotated[str, RUN_KEY]) -> Response[RunView]:
+def cancel_run(run_key: Annotated[str, RUN_KEY], body: NoBody = None) -> Response[RunView]:
     tenant = tenant_of(router.current_event)
     run = container().run_service.cancel_run(tenant, run_key_of(run_key), actor(tenant))
     return json_response(200, RunView.from_run(run))
