@@ -158,9 +158,11 @@ WORLDS: dict[str, ChaosConfig] = {
         seed=5,
         runs=300,
         window_seconds=200,
-        # Outbox deaths at 0.2 a try: at 0.4, a batch dying on each of its four tries was given
-        # up (its runs marked QUEUED and never sent, left for the 15-minute requeue) often
-        # enough to miss the restart goal unmutated on most seeds.
+        # Outbox deaths at 0.2 a try. A batch dying on each of its four tries is given up with
+        # its runs marked QUEUED and never sent (left for the 15-minute requeue), which misses
+        # the restart goal unmutated: at 0.4 most seeds met it. The seed is chosen where the
+        # unmutated world stays clean and the mutant strands a run; a change to the pipeline
+        # draws the faults differently, so look again after one.
         faults=replace(QUIET, publish_failure=0.3, outbox_died=0.2),
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(3, 5), kinds=(0, 1, 0), rates=(2, 3)),
