@@ -275,6 +275,32 @@ def test_an_attempt_whose_lease_ran_out_before_its_effect_starts_no_effect(
     assert stored(container, run).attempt == 1
 
 
+def test_an_in_progress_record_landing_after_the_lease_ran_out_starts_no_effect(
+    container, clock, registry, ledger, monkeypatch
+):
+    """The record's write is retried past the lease (the lease was live when it was sent):
+    by the time it lands the tenant slot may have been taken over, so the effect must not
+    start; the attempt is given back, its record cleared, and the next one acts once."""
+    _, run = one_run(container, clock)
+    real_commit = type(container.runs).commit
+
+    def lands_late(self, read, change, **kwargs):
+        written = real_commit(self, read, change, **kwargs)
+        if written.effect_fence is not None and read.effect_fence is None:
+            clock.advance(61)  # a 60 s lease, run out while the write was on its way
+        return written
+
+    monkeypatch.setattr(type(container.runs), "commit", lands_late)
+    result = attempt(container, registry, "w").process(delivery(run))
+    assert result.outcome is AttemptOutcome.DEFERRED and ledger.effects[run.run_key] == 0
+    given_back = stored(container, run)
+    assert given_back.state is not RunState.LEASED and given_back.effect_fence is None
+    monkeypatch.setattr(type(container.runs), "commit", real_commit)
+    clock.advance(20)
+    again = attempt(container, registry, "w2").process(delivery(run))
+    assert again.outcome is AttemptOutcome.SUCCEEDED and ledger.effects[run.run_key] == 1
+
+
 def _dead_at_most_once(container, clock, registry):
     @registry.register("amo")
     def amo(payload, invocation_):

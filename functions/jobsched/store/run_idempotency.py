@@ -146,8 +146,9 @@ class RunIdempotency(BasePersistenceLayer):
         """Write this attempt's in-progress record. Raises IdempotencyItemAlreadyExistsError
         (with the record found) when the run, as stored, holds a saved result or another
         attempt's live record; RunChanged when the lease is no longer ours, or has run out by
-        this worker's clock (a worker stalled between its claim and its effect: its tenant
-        slot may have been taken over since, and no effect may start without one)."""
+        this worker's clock, before the write or once it has landed (a worker stalled between
+        its claim and its effect, or a write retried past the lease: its tenant slot may have
+        been taken over since, and no effect may start without one)."""
         key = data_record.idempotency_key
         now = self._clock.now()
 
@@ -163,6 +164,11 @@ class RunIdempotency(BasePersistenceLayer):
             self._held.update(self._runs.commit(self._held.run, put))
         except _Excluded as excluded:
             raise IdempotencyItemAlreadyExistsError(old_data_record=excluded.record) from None
+        if not self._held.run.lease_live(self._clock.now()):
+            # The write landed late (retried, throttled, a stall): the lease ran out on the way,
+            # so its tenant slot may have been taken over before the record was seen. The
+            # effect must not start; the attempt's give-back clears the record.
+            raise RunChanged(f"run {key}: the lease ran out while its record was written", self._held.run)
 
     def _update_record(self, data_record: DataRecord) -> None:
         """Write the completed record: the run's completion with the effect's result, or, when
