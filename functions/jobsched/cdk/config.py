@@ -648,8 +648,8 @@ def _prop_value(prop: str, value: Any, kind: str, default: Any) -> Any:
             isinstance(v, Mapping) and all(isinstance(k, str) and strings(p) for k, p in v.items())
         ),
     }[kind]
-    if prop == "alarm_email" and value is None:
-        return None
+    if value is None and default is None:
+        return None  # an optional prop left out (alarm_email, handler_code)
     if not ok(value):
         raise ConfigError(f"{prop}: expected {_KINDS[kind]}, got {value!r}")
     if kind == "list":

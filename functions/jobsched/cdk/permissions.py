@@ -301,7 +301,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("sqs:SendMessage",),
             (EVENTS_FAILURES,),
             "keep a record that could not deliver its events or deliveries for minutes, to replay",
-            ("jobsched.services.record_delivery:SetAsideQueue.keep",),
+            ("jobsched.services.record_delivery:SetAsideQueue._send",),
         ),
     ),
     NOTIFIER: (
