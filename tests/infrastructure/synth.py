@@ -4,6 +4,7 @@ rendering values for assertions. The fixtures in conftest.py build on these."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,55 @@ def render(value: Any) -> str:
         if fn == "Fn::Sub" and isinstance(arg, str):
             return arg.replace("${", "<").replace("}", ">")
     raise ValueError(f"cannot render {value!r}")
+
+
+def _references(value: Any) -> set[str]:
+    """The logical ids a template value refers to (Ref, GetAtt, Sub's ${X} and ${X.Y})."""
+    if isinstance(value, list):
+        return {ref for inner in value for ref in _references(inner)}
+    if not isinstance(value, dict):
+        return set()
+    if set(value) == {"Ref"}:
+        return {str(value["Ref"])}
+    if set(value) == {"Fn::GetAtt"}:
+        target = value["Fn::GetAtt"]
+        return {str(target[0] if isinstance(target, list) else target.split(".")[0])}
+    if set(value) == {"Fn::Sub"}:
+        text = value["Fn::Sub"] if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"][0]
+        named = {m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text)}
+        return named | _references(value["Fn::Sub"][1:] if isinstance(value["Fn::Sub"], list) else [])
+    return {ref for inner in value.values() for ref in _references(inner)}
+
+
+def dependency_cycle(template: dict[str, Any]) -> list[str]:
+    """A cycle among the template's resources (each one's references and DependsOn), as the
+    logical ids along it, or [] when CloudFormation can order them."""
+    resources = template["Resources"]
+    edges: dict[str, set[str]] = {}
+    for logical_id, resource in resources.items():
+        depends = resource.get("DependsOn", [])
+        named = {depends} if isinstance(depends, str) else set(depends)
+        named |= _references({k: v for k, v in resource.items() if k != "DependsOn"})
+        edges[logical_id] = {n for n in named if n in resources}
+    done: set[str] = set()
+    for start in resources:
+        if start in done:
+            continue
+        path, on_path = [start], {start}
+        stack: list[tuple[str, list[str]]] = [(start, sorted(edges[start]))]
+        while stack:
+            node, pending = stack[-1]
+            if not pending:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+                continue
+            nxt = pending.pop()
+            if nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in done:
+                path.append(nxt)
+                on_path.add(nxt)
+                stack.append((nxt, sorted(edges[nxt])))
+    return []

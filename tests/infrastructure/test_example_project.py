@@ -4,6 +4,7 @@ clean virtualenv, as a team installs it."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -17,9 +18,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import boto3
 import pytest
+from jobsched.cdk.names import FUNCTIONS
 
-from tests.infrastructure.synth import SKIP_BUNDLING
+from tests.helpers import HOME, ApiClient
+from tests.infrastructure.synth import SKIP_BUNDLING, dependency_cycle, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "platform"
@@ -62,17 +66,111 @@ def check_template(template: dict[str, Any]) -> None:
     ), scheduler
 
 
-def test_the_example_app_synthesizes(tmp_path: Path):
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The example app synthesized: its output directory and the Platform stack's template."""
     import aws_cdk as cdk
 
-    app_module = load("app")
-    app = cdk.App(context=SKIP_BUNDLING, outdir=str(tmp_path))
-    stack = app_module.Platform(app, "Platform", alarm_email="ops@example.com")
+    outdir = tmp_path_factory.mktemp("platform")
+    app = cdk.App(context=SKIP_BUNDLING, outdir=str(outdir))
+    stack = load("app").Platform(app, "Platform", alarm_email="ops@example.com")
     app.synth()
-    check_template(json.loads((tmp_path / f"{stack.artifact_id}.template.json").read_text()))
+    return outdir, json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
+
+
+def test_the_example_app_synthesizes(example):
+    outdir, template = example
+    check_template(template)
+    assert dependency_cycle(template) == []
     # ... and ships in the functions' code asset beside the scheduler's package.
-    shipped = [p.parent.parent for p in tmp_path.glob("asset.*/billing_jobs/handlers.py")]
+    shipped = [p.parent.parent for p in outdir.glob("asset.*/billing_jobs/handlers.py")]
     assert shipped and all((asset / "jobsched" / "worker.py").is_file() for asset in shipped), shipped
+
+
+def cloudformation_name(logical_id: str, limit: int) -> str:
+    """The name CloudFormation gives a resource of the Platform stack that has none:
+    `<stack>-<logical id>-<12 characters>`, the first two cut to fit `limit`."""
+    suffix = hashlib.sha256(logical_id.encode()).hexdigest()[:12].upper()
+    return f"Platform-{logical_id}"[: limit - 13] + "-" + suffix
+
+
+def deployed_grants(template: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The grants parameter's name and document as the deploy resolves them (the home
+    tests.helpers.HOME), and the ARN each function and topic of the stack gets, by logical id."""
+    account, region = HOME["account"], HOME["region"]
+    arns = {
+        **{
+            f"<{logical_id}.Arn>": f"arn:aws:lambda:{region}:{account}:function:"
+            + cloudformation_name(logical_id, 64)
+            for logical_id in resources(template, "AWS::Lambda::Function")
+        },
+        **{
+            f"<{logical_id}>": f"arn:aws:sns:{region}:{account}:" + cloudformation_name(logical_id, 256)
+            for logical_id in resources(template, "AWS::SNS::Topic")
+        },
+    }
+    (parameter,) = resources(template, "AWS::SSM::Parameter").values()
+    text = render(parameter["Properties"]["Value"])
+    for placeholder, value in {
+        **arns,
+        "<AWS::Partition>": HOME["partition"],
+        "<AWS::Region>": region,
+        "<AWS::AccountId>": account,
+    }.items():
+        text = text.replace(placeholder, value)
+    text = re.sub(r"<([A-Za-z0-9]+)>", lambda m: cloudformation_name(m.group(1), 64), text)  # a role's name
+    by_logical_id = {key.strip("<>").removesuffix(".Arn"): arn for key, arn in arns.items()}
+    return parameter["Properties"]["Name"], json.loads(text), by_logical_id
+
+
+def test_the_embedded_schedulers_functions_and_topic_are_no_tenants_target(example, container):
+    """The scheduler sits in the team's stack as construct "Scheduler": its name is
+    `Platform-Scheduler`, but CloudFormation names its functions and topic from their logical
+    ids (`Platform-SchedulerFunctions…-<suffix>`), which `<name>-` does not cover. The deploy
+    writes their ARNs into the grants parameter: under a grant of every `Platform-*` function
+    and topic, each function is refused as a job's target by name and by ARN (qualified or
+    not), the topic as a notification's, while the team's own function and a topic of the
+    tenant's stay granted."""
+    from jobsched import wiring
+    from jobsched.domain.metrics import RecordedMetrics
+
+    name, document, arns = deployed_grants(example[1])
+    account, region = HOME["account"], HOME["region"]
+    broad = (
+        f"arn:aws:lambda:{region}:{account}:function:Platform-*",
+        f"arn:aws:sns:{region}:{account}:Platform-*",
+    )
+    document["tenants"].append({"tenant": "tenant-a", "targets": list(broad)})
+    boto3.client("ssm").put_parameter(Name=name, Value=json.dumps(document), Type="String")
+    settings = container.settings.model_copy(update={"target_grants_parameter": name})
+    wiring.override(wiring.Container(settings, container.clock, RecordedMetrics()))
+    api = ApiClient("tenant-a")
+
+    def answer(**body: Any) -> tuple[int, str | None]:
+        found = api.post("/v1/jobs", {"name": "n", "type": "t", "every": "PT1H", **body})
+        if found.status != 403:
+            return found.status, None
+        assert found.body["code"] == "target_not_granted", found
+        return found.status, found.body["errors"][0]["field"]
+
+    team = {logical_id for logical_id in arns if logical_id.startswith("NightlyReport")}
+    own = sorted(set(arns) - team)
+    assert len(own) == len(FUNCTIONS) + 1, own  # every function of the scheduler's, and its topic
+    for logical_id in own:
+        arn = arns[logical_id]
+        if ":lambda:" in arn:
+            function = arn.rsplit(":", 1)[-1]
+            assert not function.startswith("Platform-Scheduler-"), function  # what the prefix missed
+            for spelled in (arn, function, f"{arn}:$LATEST", f"{function}:live"):
+                target = {"kind": "lambda", "functionArn": spelled}
+                assert answer(target=target) == (403, "target.functionArn"), spelled
+        else:  # a notification's target only: runs have none on SNS
+            notify = [{"on": ["dead"], "target": {"kind": "sns", "topicArn": arn}}]
+            assert answer(notify=notify) == (403, "notify.0.target.topicArn"), arn
+    (nightly,) = team
+    assert answer(target={"kind": "lambda", "functionArn": arns[nightly]}) == (201, None)
+    mine = {"kind": "sns", "topicArn": f"arn:aws:sns:{region}:{account}:Platform-TeamAlerts"}
+    assert answer(notify=[{"on": ["dead"], "target": mine}]) == (201, None)
 
 
 def test_the_example_app_subscribes_no_made_up_address_and_warns_without_one(tmp_path):

@@ -5,6 +5,7 @@ reads, pointing at the right resources."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,8 @@ from jobsched.cdk.names import (
 )
 from jobsched.settings import Settings, environment_names
 from jobsched.store.schema import ALL_TABLES, DEFINITIONS, QUEUES, RUNS
+
+from tests.infrastructure.synth import dependency_cycle, render
 
 # Read only in local mode, where the functions talk to a moto server.
 # The grants document itself: local mode and tests only (the stack sets the parameter's name).
@@ -211,6 +214,19 @@ def test_every_queue_of_the_stack_is_named_in_every_functions_settings(synth):
     for logical_id, function in synth.of_type("AWS::Lambda::Function").items():
         named = _refs(function["Properties"]["Environment"]["Variables"])
         assert not queues - named, (logical_id, sorted(queues - named))
+
+
+def test_every_function_and_topic_of_the_stack_is_listed_as_its_own_in_the_grants(synth):
+    """No tenant target may name a function or topic of the scheduler's (OwnNames), whatever
+    CloudFormation names them: the grants parameter lists each by ARN (`ownResources`), and
+    that makes no cycle (the functions' policies name the parameter by its literal ARN)."""
+    (parameter,) = synth.of_type("AWS::SSM::Parameter").values()
+    document = json.loads(render(parameter["Properties"]["Value"]))
+    functions = {f"<{logical_id}.Arn>" for logical_id in synth.of_type("AWS::Lambda::Function")}
+    topics = {f"<{logical_id}>" for logical_id in synth.of_type("AWS::SNS::Topic")}
+    assert len(functions) == len(FUNCTIONS) and len(topics) == 1
+    assert sorted(document["ownResources"]) == sorted(functions | topics)
+    assert dependency_cycle(synth.template) == []
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jobsched.domain.errors import AmbiguousError, PermanentError, RetryableError
 from jobsched.domain.grants import Grants, GrantsDocument, OwnNames, own_event_source, tenant_digest
 from jobsched.domain.instants import ManualClock
-from jobsched.domain.models import EventBridgeTarget, LambdaTarget, SqsTarget, StepFunctionsTarget
+from jobsched.domain.models import EventBridgeTarget, LambdaTarget, SnsTarget, SqsTarget, StepFunctionsTarget
 from jobsched.targets import AssumedRoles, external_id, session_identity
 from jobsched.targets.authority import TargetAuthority, queue_arn
 from pydantic import ValidationError
@@ -354,6 +354,79 @@ def test_the_schedulers_own_queues_are_refused_whatever_their_names(url):
     assert found is not None and found.field == "target.queueUrl" and "own queues" in found.rule
     theirs = OWN_QUEUE.replace(ACCOUNT, "111111111111")
     assert owning(own, EVERYTHING).refusal("t", SqsTarget(kind="sqs", queue_url=theirs)) is None
+
+
+# A scheduler inside another stack (construct "Scheduler" of stack "Platform"): its name is
+# `Platform-Scheduler`, CloudFormation's names for its functions and topic are not `<name>-…`.
+OWN_FUNCTION = (
+    f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:Platform-SchedulerFunctionsSweeperFunc-AbCdEf123456"
+)
+OWN_TOPIC = f"arn:aws:sns:us-east-1:{ACCOUNT}:Platform-SchedulerMonitoringAlarmsA4E5B772-AbCdEf123456"
+PLATFORM = [f"arn:aws:lambda:*:{ACCOUNT}:function:Platform-*", f"arn:aws:sns:*:{ACCOUNT}:Platform-*"]
+
+
+def listing_its_own(targets: list[str]) -> TargetAuthority:
+    """tenant `t` granted `targets`, by the grants document the embedded scheduler's stack
+    writes: its own functions and topic listed beside the grants (`ownResources`)."""
+    document = GrantsDocument.model_validate(
+        {
+            "home": HOME,
+            "tenants": [{"tenant": "t", "targets": targets}],
+            "ownResources": [OWN_FUNCTION, OWN_TOPIC],
+        }
+    )
+    found = Grants(document, OwnNames.beside("/Platform-Scheduler/target-grants"))
+    return TargetAuthority(lambda: found)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        OWN_FUNCTION,
+        OWN_FUNCTION.rsplit(":", 1)[-1],  # by bare name
+        OWN_FUNCTION + ":$LATEST",
+        OWN_FUNCTION.rsplit(":", 1)[-1] + ":live",  # bare name and alias
+        f"{ACCOUNT}:function:" + OWN_FUNCTION.rsplit(":", 1)[-1],  # partial ARN
+        OWN_FUNCTION.replace("Platform-Scheduler", "platform-scheduler"),  # no spelling reaches it
+    ],
+)
+def test_the_schedulers_own_functions_are_refused_by_the_arns_its_grants_list(name):
+    found = listing_its_own(PLATFORM).refusal("t", LambdaTarget(kind="lambda", function_arn=name))
+    assert found is not None and found.field == "target.functionArn", (name, found)
+    assert "scheduler's own functions" in found.rule
+    # Qualified by the target's own field too.
+    target = LambdaTarget(kind="lambda", function_arn=OWN_FUNCTION, qualifier="1")
+    assert listing_its_own(PLATFORM).refusal("t", target) is not None
+
+
+def test_the_listed_topic_is_refused_and_nothing_else_the_grants_reach():
+    found = listing_its_own(PLATFORM).refusal("t", SnsTarget(kind="sns", topic_arn=OWN_TOPIC))
+    assert found is not None and found.field == "target.topicArn" and "own topics" in found.rule, found
+    # The team's function and topic, the same names in another account, and a name that only
+    # starts like the scheduler's own, are not the scheduler's.
+    theirs = [*PLATFORM, "arn:aws:lambda:*:111111111111:function:*", "arn:aws:sns:*:111111111111:*"]
+    for target in (
+        LambdaTarget(kind="lambda", function_arn="Platform-NightlyReport-9Z8Y7X"),
+        LambdaTarget(kind="lambda", function_arn=OWN_FUNCTION.replace(ACCOUNT, "111111111111")),
+        LambdaTarget(kind="lambda", function_arn=OWN_FUNCTION + "2"),
+        SnsTarget(kind="sns", topic_arn=OWN_TOPIC.replace(ACCOUNT, "111111111111")),
+        SnsTarget(kind="sns", topic_arn=f"arn:aws:sns:us-east-1:{ACCOUNT}:Platform-TeamAlerts"),
+    ):
+        assert listing_its_own(theirs).refusal("t", target) is None, target
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:Platform-*",
+        f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:Sweeper:live",
+        f"arn:aws:sqs:us-east-1:{ACCOUNT}:Platform-Queue",
+        "arn:aws:lambda:${AWS::Region}:${AWS::AccountId}:function:Sweeper",
+    ],
+)
+def test_the_listed_own_resources_are_resolved_function_and_topic_arns(arn):
+    with pytest.raises(ValidationError, match=r"ownResources|own_resources"):
+        GrantsDocument.model_validate({"home": HOME, "ownResources": [arn]})
 
 
 @pytest.mark.parametrize("source", ["jobsched/Jobsched/tenant-b", "jobsched/x"])

@@ -26,7 +26,7 @@ from jobsched.edge import MAX_BODY_BYTES
 from jobsched.settings import Settings, env_name
 from jobsched.store.schema import QUEUES
 
-from .names import API, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER, code_asset_packages
+from .names import API, FUNCTIONS, QUEUE_KEYS, RECONCILER, SWEEPER, WORKER, code_asset_packages
 
 # Lambda keeps this much of the account's concurrency unreserved; a deploy that would leave
 # less fails.
@@ -52,8 +52,10 @@ CHECK_HOME = {"partition": "aws", "region": "us-east-1", "account": "00000000000
 STANDARD_PARAMETER_BYTES = 4096
 ADVANCED_PARAMETER_BYTES = 8192
 # What the deploy adds to the document beyond the operator's maps: the home and the example
-# machine's grant, at their longest (partition, region, account, role and machine names).
-GRANTS_OVERHEAD_BYTES = 600
+# machine's grant, at their longest (partition, region, account, role and machine names), and
+# the ARNs of the scheduler's own functions (at most 125 bytes each, quoted) and alarm topic
+# (at most 305) in `ownResources`.
+GRANTS_OVERHEAD_BYTES = 600 + 150 * len(FUNCTIONS) + 340
 
 
 def target_service(arn: str) -> str | None:

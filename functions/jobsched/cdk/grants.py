@@ -5,7 +5,13 @@ together, and a grants map outgrows that with a few dozen tenants. Not a file in
 asset: the deploy resolves the stack's partition, region and account into the parameter (the
 home bare target names resolve in), and the example machine's grant names its caller's role,
 both of which exist only as CloudFormation tokens at synth. The functions read it with
-Powertools Parameters, cached for a minute (jobsched.targets.grant_source)."""
+Powertools Parameters, cached for a minute (jobsched.targets.grant_source).
+
+The document also lists the scheduler's own functions and topics by ARN (`ownResources`),
+which no grant reaches: CloudFormation names them, and inside another stack no name of the
+scheduler's starts theirs. No cycle: the parameter depends on them, and they name it only by
+its literal path (their environment) and its ARN built from that path (their roles'
+policies, `TargetGrants.arn`), never by a reference to it."""
 
 from __future__ import annotations
 
@@ -33,7 +39,11 @@ def _resolved(pattern: str) -> str:
 class TargetGrants(Construct):
     """`name`: the scheduler's (names.Naming), which the parameter's name is made of; `extra`:
     grants the construct itself adds (the example machine's caller, JobScheduler.grant_target's),
-    tokens allowed. The document is written at synth, so `extra` may grow until then."""
+    tokens allowed. The document is written at synth, so `extra` may grow until then. `own`:
+    the ARNs of the scheduler's own functions and topics (tokens), which no grant reaches.
+
+    `arn`: the parameter's ARN made of its literal name, with no reference to the parameter,
+    for the policies of the functions the parameter names (a reference would be a cycle)."""
 
     def __init__(
         self,
@@ -43,10 +53,12 @@ class TargetGrants(Construct):
         config: Config,
         name: str,
         extra: Sequence[dict[str, Any]] = (),
+        own: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.name = parameter_name(name)
+        self.arn = stack.format_arn(service="ssm", resource="parameter", resource_name=self.name[1:])
         # The home is the deploy's own (set below); any home validates the patterns here.
         document = config.grants_document(CHECK_HOME).model_dump(
             mode="json", by_alias=True, exclude_defaults=True
@@ -59,8 +71,15 @@ class TargetGrants(Construct):
         home = {"partition": Aws.PARTITION, "region": Aws.REGION, "account": Aws.ACCOUNT_ID}
         roles = [_resolved(p) for p in document.get("assumableRoles", [])]
 
+        own_resources = list(own)
+
         def value() -> dict[str, Any]:
-            return {"home": home, "tenants": [*tenants, *self.extra], "assumableRoles": roles}
+            return {
+                "home": home,
+                "tenants": [*tenants, *self.extra],
+                "assumableRoles": roles,
+                "ownResources": own_resources,
+            }
 
         tier = (
             ssm.ParameterTier.ADVANCED if config.grants_parameter_advanced() else ssm.ParameterTier.STANDARD

@@ -210,10 +210,13 @@ class JobScheduler(Construct):
             )
             extra_grants.append({"tenant": self.example_tenant, "targets": [run_target]})
             extra_targets["states"] = [run_target]
+        # Every function and topic of the scheduler's, by ARN: refused to every tenant, however
+        # CloudFormation named them (domain.grants.OwnNames).
+        own = [f.function_arn for f in self.functions.functions.values()] + [self.monitoring.topic.topic_arn]
         self.grants = TargetGrants(
-            self, "TargetGrants", config=config, name=self.naming.name, extra=extra_grants
+            self, "TargetGrants", config=config, name=self.naming.name, extra=extra_grants, own=own
         )
-        self.functions.grant_all(self.grants.parameter.parameter_arn, extra_targets)
+        self.functions.grant_all(self.grants.arn, extra_targets)
         self._granted_bytes = config.grants_bytes()
         self._acknowledgements()
 
@@ -289,9 +292,10 @@ class JobScheduler(Construct):
         in the grants parameter the worker checks before each run, and lambda:InvokeFunction on
         it for the worker's role. What tenantTargets grants, for a function of this app.
 
-        The worker refuses a function whose name starts with the scheduler's own name and a dash
-        (`<name>-`, jobsched.domain.grants.OwnNames): give the function a name of its own, or
-        keep it out of the app's scheduler's stack, if that stack's generated names would."""
+        The worker refuses the scheduler's own functions, and any function whose name starts
+        with the scheduler's own name and a dash (`<name>-`, jobsched.domain.grants.OwnNames):
+        give the function a name of its own, or keep it out of the app's scheduler's stack, if
+        that stack's generated names would."""
         if not Token.is_unresolved(tenant):
             Config(tenant_targets={tenant: ()})  # the tenant id's own rules (ConfigError)
         arns = [function.function_arn, f"{function.function_arn}:*"]

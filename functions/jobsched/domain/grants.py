@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,6 +51,13 @@ ROLE_PATTERN = re.compile(
     rf"arn:{_PARTITION}:iam::(?:\$\{{AWS::AccountId\}}|\d{{12}}|\*):role/{_RESOURCE}", re.ASCII
 )
 SOURCE_PATTERN = re.compile(r"[\x21-\x7e]{1,256}", re.ASCII)
+# One of the scheduler's own functions or topics, as the deploy writes it into the grants
+# (`ownResources`): a resolved, unqualified ARN, no wildcard.
+OWN_RESOURCE_PATTERN = re.compile(
+    r"arn:aws(?:-[a-z]+)*:(?:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]{1,64}"
+    r"|sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_.-]{1,256})",
+    re.ASCII,
+)
 
 
 def tenant_digest(tenant: str) -> str:
@@ -94,6 +101,10 @@ TARGET_RULE = (
 )
 ROLE_RULE = "an IAM role ARN pattern (arn:<partition>:iam::<account>:role/<name>, * as a wildcard)"
 SOURCE_RULE = "an EventBridge source pattern (1-256 printable ASCII characters, * as a wildcard)"
+OWN_RESOURCE_RULE = (
+    "a function's or topic's own ARN (arn:<partition>:lambda:<region>:<account>:function:<name> "
+    "or arn:<partition>:sns:<region>:<account>:<name>, no wildcard)"
+)
 
 
 class Home(Model):
@@ -127,16 +138,25 @@ class TenantGrant(Model):
 
 class GrantsDocument(Model):
     """The grants as the functions read them (an SSM parameter in the stack, the settings in
-    local mode). A tenant listed twice gets the union of its entries."""
+    local mode). A tenant listed twice gets the union of its entries. `own_resources`: the
+    ARNs of the scheduler's own functions and topics, which the stack writes beside the
+    grants (CloudFormation names them; no name of the scheduler's is sure to start theirs) and
+    no grant reaches (OwnNames)."""
 
     home: Home | None = None
     tenants: tuple[TenantGrant, ...] = ()
     assumable_roles: tuple[str, ...] = ()
+    own_resources: tuple[str, ...] = ()
 
     @field_validator("assumable_roles")
     @classmethod
     def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _check_patterns(value, ROLE_PATTERN, ROLE_RULE)
+
+    @field_validator("own_resources")
+    @classmethod
+    def _own(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_patterns(value, OWN_RESOURCE_PATTERN, OWN_RESOURCE_RULE)
 
     @model_validator(mode="after")
     def _placeholders_need_a_home(self) -> GrantsDocument:
@@ -196,13 +216,31 @@ def _queue_account_name(url: str) -> _AccountName:
     return (path[0], path[1].casefold()) if len(path) == 2 else (None, path[-1].casefold())
 
 
+def _function_or_topic(arn: str) -> tuple[str, str, str] | None:
+    """(service, account, case-folded name) of a function's ARN (any qualifier dropped) or a
+    topic's, else None."""
+    parts = arn.split(":")
+    if len(parts) >= 7 and parts[0] == "arn" and parts[2] == "lambda" and parts[5] == "function":
+        return "lambda", parts[4], parts[6].casefold()
+    if len(parts) == 6 and parts[0] == "arn" and parts[2] == "sns":
+        return "sns", parts[4], parts[5].casefold()
+    return None
+
+
 @dataclass(frozen=True)
 class OwnNames:
     """The scheduler's own parameters, secrets, functions, queues, topics and event buses,
     which no grant reaches: the stack keeps its grants in `/<stack>/target-grants` (which the
     worker may read), anything else of its own under `/<stack>/` (SSM) or `<stack>/` (Secrets
-    Manager), and its functions, queues and topics are `<stack>-…`. `stack` None: no such
-    names (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever `stack`.
+    Manager), and what CloudFormation names in the app's own stack is `<stack>-…`. `stack`
+    None: no such names (local mode, tests). Also SSM's own `/aws/…` and `/ssm/…`, whatever
+    `stack`.
+
+    `resources`: the ARNs of its functions and topics (the grants document's
+    `ownResources`, Grants adds them), whatever they are called: a scheduler inside another
+    stack is named `<stack>-<id>`, but CloudFormation names its functions from their logical
+    ids (`<stack>-<id>Functions…`), and truncates a long stack's name. A function is its own
+    whatever the qualifier it is called with.
 
     `buses` (names, or ARNs) and `queues` (URLs): what the functions publish to and queue on,
     as their settings name them, whatever they are called: the run-events bus (CDK names it,
@@ -214,6 +252,7 @@ class OwnNames:
     stack: str | None = None
     buses: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
 
     @classmethod
     def beside(
@@ -223,6 +262,15 @@ class OwnNames:
         and these buses and queues."""
         parts = [part for part in (grants_parameter or "").split("/") if part]
         return cls(parts[0] if parts else None, tuple(buses), tuple(queues))
+
+    def including(self, resources: Iterable[str]) -> OwnNames:
+        """These names, and the functions and topics whose ARNs are `resources` too."""
+        more = tuple(resources)
+        return replace(self, resources=(*self.resources, *more)) if more else self
+
+    @cached_property
+    def _resources(self) -> frozenset[tuple[str, str, str]]:
+        return frozenset(found for arn in self.resources if (found := _function_or_topic(arn)))
 
     @cached_property
     def _buses(self) -> tuple[_AccountName, ...]:
@@ -277,6 +325,9 @@ class OwnNames:
             kind = {"lambda": "functions", "sqs": "queues", "sns": "topics"}[service]
             return f"names one of the scheduler's own {kind} ({self.stack}-…): no grant reaches them"
         account = parts[4]
+        if _function_or_topic(arn) in self._resources:
+            kind = {"lambda": "functions", "sns": "topics"}[service]
+            return f"names one of the scheduler's own {kind}: no grant reaches them"
         if (
             service == "events"
             and resource.startswith("event-bus/")
@@ -293,11 +344,12 @@ class OwnNames:
 
 class Grants:
     """The operator's grants, compiled for matching. Immutable; safe to share between threads.
-    `own`: the scheduler's own names, refused to every tenant whatever its grants say."""
+    `own`: the scheduler's own names, refused to every tenant whatever its grants say, with
+    the document's `own_resources` added."""
 
     def __init__(self, document: GrantsDocument | None = None, own: OwnNames | None = None) -> None:
         self.document = document or GrantsDocument()
-        self.own = own or OwnNames()
+        self.own = (own or OwnNames()).including(self.document.own_resources)
         home = self.document.home
         self.home = home
 
