@@ -52,12 +52,17 @@ def secret_statements(synth: Synth, function: str) -> list[dict[str, Any]]:
     (ssm:GetParameter on /<stack>/target-grants, which holds no secret; the policy may merge it
     into the statement that reads granted parameters)."""
     own = f"<{synth.logical_id(synth.stack.grants.parameter)}>"
+    own_path = ":parameter" + synth.stack.grants.name  # its ARN as the policies build it
     found = []
     for statement in statements(synth, function):
         if not actions_of(statement) & SECRET_ACTIONS:
             continue
         resource = statement["Resource"]
-        kept = [r for r in (resource if isinstance(resource, list) else [resource]) if own not in render(r)]
+        kept = [
+            r
+            for r in (resource if isinstance(resource, list) else [resource])
+            if own not in render(r) and not render(r).endswith(own_path)
+        ]
         if kept:
             found.append({**statement, "Resource": kept})
     return found
