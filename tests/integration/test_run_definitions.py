@@ -417,7 +417,9 @@ def test_a_kept_definition_and_signing_secrets_a_newer_release_wrote_still_read(
         },
     ).body["jobId"]
     definitions = container.definitions
-    definitions.save_definition(job_id, 1, container.jobs.get("tenant-a", job_id).spec.target, PAYLOAD)
+    target = container.jobs.get("tenant-a", job_id).spec.target
+    expires = container.clock.now() + timedelta(days=45)
+    definitions.save_definition(job_id, 1, target, PAYLOAD, expires_at=expires)
     before = (definitions.definition(job_id, 1), definitions.signing_secrets(job_id))
     ddb = boto3.client("dynamodb")
     key = {"job_id": {"S": definition_id(job_id, 1)}}
