@@ -155,7 +155,7 @@ WORLDS: dict[str, ChaosConfig] = {
     # batch whose records failed for every refused send spends its retries and is given up
     # with runs marked and unsent.
     "refused-sends": ChaosConfig(
-        seed=5,
+        seed=6,
         runs=300,
         window_seconds=200,
         # Outbox deaths at 0.2 a try. A batch dying on each of its four tries is given up with
