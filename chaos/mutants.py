@@ -142,7 +142,7 @@ def _refused_notice_dropped(original: Any) -> Any:
     def _send(self: Any, batch: Any) -> Any:
         self._attempts = 1  # one call; what the queue refused is never sent again
         original(self, batch)
-        return None
+        return []  # and taken for queued
 
     return _send
 
