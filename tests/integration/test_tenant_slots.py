@@ -425,14 +425,14 @@ def test_the_takeover_check_reads_the_effect_record_from_the_run_item(runs, ddb)
 # --- two writes: a crash between them, a claim landing late, a refusal ---
 
 
-class FailingPuts:
-    """Passes calls through, except that the `at`-th put_item (1-based: a claim's slot is its
-    first, the run its second) dies before it is sent or after it was applied."""
+class OnPut:
+    """Passes calls through, except the `at`-th put_item (1-based: a claim's slot is its
+    first, the run its second), which `act` makes instead, given the call that sends it."""
 
-    def __init__(self, inner: Any, at: int, *, applied: bool) -> None:
+    def __init__(self, inner: Any, at: int, act: Any) -> None:
         self._inner = inner
         self.at = at
-        self.applied = applied
+        self.act = act
         self.puts = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -444,12 +444,21 @@ class FailingPuts:
             self.puts += 1
             if self.puts != self.at:
                 return attr(**kwargs)
-            if self.applied:
-                attr(**kwargs)
-                raise ConnectionError("process died before the answer arrived")
-            raise ConnectionError("process died before the request left")
+            return self.act(lambda: attr(**kwargs))
 
         return put
+
+
+def FailingPuts(inner: Any, at: int, *, applied: bool) -> OnPut:
+    """The `at`-th put dies before it is sent, or after it was applied."""
+
+    def die(send: Any) -> Any:
+        if applied:
+            send()
+            raise ConnectionError("process died before the answer arrived")
+        raise ConnectionError("process died before the request left")
+
+    return OnPut(inner, at, die)
 
 
 def slotted(ddb: Any, tenant: str, now: datetime) -> bool:
@@ -494,27 +503,10 @@ def test_a_crash_between_the_slot_and_the_claim_costs_a_slot_until_its_hint_has_
     assert taken.tenant_slot == 0 and slotted(ddb, TENANT, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
 
 
-class StallingRunPut:
-    """Holds the claim's run put (its second put_item) back while `meanwhile` runs, then sends
-    it: a claimer frozen between its two writes."""
-
-    def __init__(self, inner: Any, meanwhile: Any) -> None:
-        self._inner = inner
-        self.meanwhile = meanwhile
-        self.puts = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name != "put_item":
-            return attr
-
-        def put(**kwargs: Any) -> Any:
-            self.puts += 1
-            if self.puts == 2:
-                self.meanwhile()
-            return attr(**kwargs)
-
-        return put
+def StallingRunPut(inner: Any, meanwhile: Any) -> OnPut:
+    """Holds the claim's run put (its second) back while `meanwhile` runs, then sends it: a
+    claimer frozen between its two writes."""
+    return OnPut(inner, 2, lambda send: (meanwhile(), send())[1])
 
 
 def test_a_claim_landing_after_its_slot_was_taken_over_holds_a_lease_already_over(ddb):
@@ -620,29 +612,15 @@ def test_a_resent_put_that_had_already_been_applied_is_the_claim(ddb):
 # --- what DynamoDB may answer that moto does not ---
 
 
-class ThrottlingPuts:
+def ThrottlingPuts(inner: Any, at: int) -> OnPut:
     """Throttles the `at`-th put_item, as DynamoDB does past a partition's or table's rate."""
 
-    def __init__(self, inner: Any, at: int) -> None:
-        self._inner = inner
-        self.at = at
-        self.puts = 0
+    def throttle(send: Any) -> Any:
+        raise ClientError(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "PutItem"
+        )
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name != "put_item":
-            return attr
-
-        def put(**kwargs: Any) -> Any:
-            self.puts += 1
-            if self.puts == self.at:
-                raise ClientError(
-                    {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}},
-                    "PutItem",
-                )
-            return attr(**kwargs)
-
-        return put
+    return OnPut(inner, at, throttle)
 
 
 @pytest.mark.parametrize("at", [1, 2])
