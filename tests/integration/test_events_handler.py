@@ -18,7 +18,11 @@ from jobsched_local.lambda_context import InvocationContext
 from jobsched_local.moto_backend import create_event_bus
 
 pytestmark = pytest.mark.integration
-CONTEXT = InvocationContext(function_name="jobsched-events", timeout_seconds=60)
+
+
+def events_context() -> InvocationContext:
+    """A fresh invocation of the events function: its 60 s start now, not at import."""
+    return InvocationContext(function_name="jobsched-events", timeout_seconds=60)
 
 
 @pytest.fixture
@@ -68,7 +72,7 @@ def test_api_changes_reach_the_bus_once_each_and_again_with_the_same_ids(contain
     run = api.post(f"/v1/jobs/{job_id}/trigger").body
     assert api.post(f"/v1/runs/{run['runKey']}/cancel").status == 200
     records = stream_records(RunEventsLevel.ALL)
-    assert events_handler.handler({"Records": records}, CONTEXT) == {"batchItemFailures": []}
+    assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     first = received(bus)
     types = [e["type"] for e in first]
     for expected in ("job.created", "job.paused", "job.resumed", "run.created", "run.cancelled"):
@@ -78,7 +82,7 @@ def test_api_changes_reach_the_bus_once_each_and_again_with_the_same_ids(contain
     assert manual[1]["data"]["actor"] == "api:tenant-a" and manual[1]["data"]["from"] == "PENDING"
     assert len({e["id"] for e in first}) == len(first)
     # The stream delivers the same records again (a retried batch): the same events, same ids.
-    events_handler.handler({"Records": records}, CONTEXT)
+    events_handler.handler({"Records": records}, events_context())
     assert sorted(e["id"] for e in received(bus)) == sorted(e["id"] for e in first)
 
 
@@ -90,7 +94,7 @@ def test_a_job_written_with_its_first_run_tells_its_creation_and_its_completion(
     job_id = api.post("/v1/jobs", {"name": "once", "type": "ext", "runAt": soon}).body["jobId"]
     rate = api.post("/v1/jobs", {"name": "often", "type": "ext", "every": 30}).body
     rate_id = rate["jobId"]
-    events_handler.handler({"Records": job_records(RunEventsLevel.ALL)}, CONTEXT)
+    events_handler.handler({"Records": job_records(RunEventsLevel.ALL)}, events_context())
     told = [(e["subject"], e["type"], e["data"]["state"], e["data"]["nextRunAt"]) for e in received(bus)]
     assert sorted(told) == sorted(
         [
@@ -107,7 +111,7 @@ def test_the_failures_level_publishes_job_changes_and_no_healthy_run_transition(
     run = api.post(f"/v1/jobs/{job['jobId']}/trigger").body
     api.post(f"/v1/runs/{run['runKey']}/cancel")
     assert container.settings.run_events is RunEventsLevel.FAILURES  # the default
-    events_handler.handler({"Records": stream_records(RunEventsLevel.FAILURES)}, CONTEXT)
+    events_handler.handler({"Records": stream_records(RunEventsLevel.FAILURES)}, events_context())
     assert [e["type"] for e in received(bus)] == ["jobsched.job.created"]
 
 
@@ -132,7 +136,7 @@ def test_a_record_the_bus_keeps_refusing_fails_with_every_later_one(container, a
 
     container.event_publisher._sleep = lambda seconds: None
     with mock.patch.object(client, "put_events", put_events):
-        result = events_handler.handler({"Records": records}, CONTEXT)
+        result = events_handler.handler({"Records": records}, events_context())
     failed = [f["itemIdentifier"] for f in result["batchItemFailures"]]
     assert failed == [r["dynamodb"]["SequenceNumber"] for r in records[at:]]
     # Counted: the records whose events were not published (the refused one and the next job's).
@@ -146,7 +150,7 @@ def test_an_unreadable_image_is_skipped_and_counted_not_retried(container, api, 
     broken = json.loads(json.dumps(good))
     broken["dynamodb"]["SequenceNumber"] = "0"
     broken["dynamodb"]["NewImage"]["spec"] = {"S": "{not json"}
-    result = events_handler.handler({"Records": [broken, good]}, CONTEXT)
+    result = events_handler.handler({"Records": [broken, good]}, events_context())
     assert result == {"batchItemFailures": []}
     assert [e["type"] for e in received(bus)] == ["jobsched.job.created"]
     assert container.metrics.total("EventRecordsUnreadable") == 1

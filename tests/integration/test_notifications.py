@@ -31,8 +31,18 @@ from standardwebhooks.webhooks import Webhook
 from tests.helpers import grant
 
 pytestmark = pytest.mark.integration
-EVENTS = InvocationContext(function_name="jobsched-events", timeout_seconds=60)
-NOTIFIER = InvocationContext(function_name="jobsched-notifier", timeout_seconds=60)
+
+
+def events_context() -> InvocationContext:
+    """A fresh invocation of the events function: its 60 s start now, not at import."""
+    return InvocationContext(function_name="jobsched-events", timeout_seconds=60)
+
+
+def notifier_context() -> InvocationContext:
+    """A fresh invocation of the notifier function (as `events_context`)."""
+    return InvocationContext(function_name="jobsched-notifier", timeout_seconds=60)
+
+
 ACCOUNT = "123456789012"
 
 
@@ -146,7 +156,7 @@ def flow_events(level: RunEventsLevel = RunEventsLevel.FAILURES) -> list[dict[st
     shaped = [lambda_stream_record(r, arn, "us-east-1") for r in read_stream(streams, arn, _iterators)]
     records = [r for r in shaped if events_handler.matches_filter(r, level, RUNS)]
     if records:
-        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+        assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     return records
 
 
@@ -165,7 +175,10 @@ def notify_once(sinks: dict[str, Any]) -> dict[str, Any]:
         }
         for m in messages
     ]
-    return {"count": len(messages), "result": notifier_handler.handler({"Records": records}, NOTIFIER)}
+    return {
+        "count": len(messages),
+        "result": notifier_handler.handler({"Records": records}, notifier_context()),
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -222,7 +235,7 @@ def test_the_same_stream_records_again_queue_the_same_notification_ids(api, cont
     external_job(api, [{"on": ["dead"], "target": sinks["targets"]["sqs"]}])
     fail_for_good(api)
     records = flow_events()
-    events_handler.handler({"Records": records}, EVENTS)  # a retried batch
+    events_handler.handler({"Records": records}, events_context())  # a retried batch
     ids = [json.loads(m["Body"])["id"] for m in drain(sinks["notifications"])]
     assert len(ids) == 2 and len(set(ids)) == 1 and ids[0].endswith("#n0")
 
@@ -459,13 +472,13 @@ def test_a_record_the_bus_refuses_for_good_holds_another_tenants_notice_minutes_
         # and tenant-b's notice waits behind it.
         monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], 60))
         with pytest.raises(BatchProcessingError, match="All records failed"):
-            events_handler.handler({"Records": records}, EVENTS)
+            events_handler.handler({"Records": records}, events_context())
         assert drain(sinks["notifications"]) == []
         # Lambda retries from tenant-a's record, five minutes after it was written.
         monkeypatch.setattr(
             container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS)
         )
-        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+        assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     queued = [json.loads(m["Body"]) for m in drain(sinks["notifications"])]
     assert sorted(m["tenant"] for m in queued) == ["tenant-a", "tenant-b"]
     (kept,) = drain(failures)
@@ -508,7 +521,7 @@ def test_a_delivery_the_queue_refuses_for_good_is_set_aside_and_the_next_tenants
     queue._sleep = lambda seconds: None
     monkeypatch.setattr(queue._client, "send_message_batch", send_message_batch)
     monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS))
-    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     monkeypatch.undo()
     assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
     assert container.metrics.total("EventsPublished") == 2
@@ -588,7 +601,7 @@ def test_a_delivery_too_large_for_the_queue_is_left_out_and_never_holds_another_
     records = dead_runs_in_order(api, other_api, container, ("pad", 4), "vict")
     monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], 60))
     with mock.patch("jobsched.services.notifications.logger") as log:
-        assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+        assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
     assert drain(failures) == []
     assert container.metrics.total("NotificationsRejected") == 4
@@ -619,7 +632,7 @@ def test_deliveries_are_sent_in_calls_the_queue_takes_and_a_call_refused_for_siz
         return real(QueueUrl=QueueUrl, Entries=Entries)
 
     monkeypatch.setattr(client, "send_message_batch", send_message_batch)
-    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     assert len(calls) > 1 and all(size <= 256 * 1024 for size in calls)
     assert sorted(json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])) == [
         "tenant-a"
@@ -627,7 +640,7 @@ def test_deliveries_are_sent_in_calls_the_queue_takes_and_a_call_refused_for_siz
     boto3.client("sqs").set_queue_attributes(
         QueueUrl=sinks["notifications"], Attributes={"MaximumMessageSize": str(64 * 1024)}
     )
-    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
     assert container.metrics.total("NotificationsRejected") == 4
 
@@ -664,7 +677,7 @@ def test_a_record_too_large_to_set_aside_is_kept_as_a_pointer(
 
     monkeypatch.setattr(client, "send_message_batch", send_message_batch)
     monkeypatch.setattr(container.record_delivery, "_now", written_at(records[0], SET_ASIDE_AFTER_SECONDS))
-    assert events_handler.handler({"Records": records}, EVENTS) == {"batchItemFailures": []}
+    assert events_handler.handler({"Records": records}, events_context()) == {"batchItemFailures": []}
     assert [json.loads(m["Body"])["tenant"] for m in drain(sinks["notifications"])] == ["tenant-b"]
     (kept,) = drain(failures)
     body = json.loads(kept["Body"])
