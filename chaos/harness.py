@@ -124,6 +124,9 @@ class FaultRates:
     max_slow: int = 12  # at once
     publish_failure: float = 0.04  # per SendMessageBatch of the outbox
     outbox_died: float = 0.02  # per outbox batch: dies after its marks, before its sends
+    # Per outbox batch on its last try (the stream gives it up after): dies as `outbox_died`
+    # does. Only a batch whose records failed on every earlier try gets there.
+    outbox_died_last_try: float = 0.0
     lost_stream_batch: float = 0.03  # per second: the outbox never sees that second's records
     duplicate_delivery: float = 0.04  # per delivery: handed to a second worker at once
     late_duplicate: float = 0.03  # per delivery: a copy arrives up to two minutes later
@@ -376,7 +379,12 @@ class World:
         api_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
         api_queues = self._queues(self.sqs_throttle)
-        api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self.metrics)
+        # One tenant limit for the Lambda worker and the lease API: the same slots, released
+        # by the completer that ends each claim (as jobsched.wiring builds them).
+        self.tenant_slots = TenantSlots(api_runs, config.tenant_concurrency)
+        api_completer = Completer(
+            api_defs, api_runs, api_queues, api_clock, self.metrics, slots=self.tenant_slots
+        )
         api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
         # As the API's container wires it (jobsched.wiring): the resume decides which of the
         # pause's occurrences run and writes that decision with itself (`missed_windows`).
@@ -388,9 +396,7 @@ class World:
             runs=api_runs,
             plan_missed=api_missed.window,
         )
-        # One tenant limit for the Lambda worker and the lease API: the same slots.
-        self.tenant_slots = TenantSlots(api_runs, config.tenant_concurrency)
-        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock, slots=self.tenant_slots)
+        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
 
         self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
         for _ in range(2):
@@ -417,7 +423,14 @@ class World:
         reconciler_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         reconciler_defs = DefinitionStore(self._ddb(), DEFINITIONS.default_name, shards)
         completer = Completer(
-            reconciler_defs, reconciler_runs, self._queues(self.sqs_throttle), reconciler_clock, self.metrics
+            reconciler_defs,
+            reconciler_runs,
+            self._queues(self.sqs_throttle),
+            reconciler_clock,
+            self.metrics,
+            slots=TenantSlots(
+                reconciler_runs, config.tenant_concurrency
+            ),  # a lease it expires frees its slot
         )
         missed_runs = MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock)
         self.reconciler = Reconciler(
@@ -882,8 +895,16 @@ class World:
         from jobsched.handlers.outbox import runs_of
 
         runs, _ = runs_of([record for _, record in batch])
-        # No draw when the fault is off: a world without it keeps the fault sequence it had.
-        self.outbox_sqs.armed = self.rates.outbox_died > 0 and self.rng.random() < self.rates.outbox_died
+        tries = max(t for t, _ in batch) + 1  # this one included
+        last_try = tries > STREAM_RETRIES
+        # No draw when a fault is off: a world without it keeps the fault sequence it had.
+        self.outbox_sqs.armed = (
+            self.rates.outbox_died > 0 and self.rng.random() < self.rates.outbox_died
+        ) or (
+            last_try
+            and self.rates.outbox_died_last_try > 0
+            and self.rng.random() < self.rates.outbox_died_last_try
+        )
         try:
             failed = set(self.outbox.publish_records([runs[s] for s in sorted(runs)]))
         except InvocationDied:
@@ -899,8 +920,7 @@ class World:
         # A partial failure, or an invocation that timed out after it published: Lambda sends
         # the batch again whole, the records that succeeded with the ones that failed.
         again = bool(failed) or self.rng.random() < self.rates.stream_redelivery
-        tries = max(t for t, _ in batch) + 1
-        if not again or tries > STREAM_RETRIES:
+        if not again or last_try:
             return  # done, or given up (the failure destination): the reconciler repairs
         self.faults["stream_batches_redelivered"] += 1
         self.lanes[lane] = [(tries, record) for _, record in batch] + self.lanes[lane]

@@ -264,7 +264,6 @@ class Container:
             self.runs,
             self.completer,
             self.clock,
-            slots=self.tenant_slots,
             is_external=self.is_external,
             authorize_target=self.target_authority.check_write,
         )

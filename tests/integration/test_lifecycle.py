@@ -130,6 +130,26 @@ def test_lease_api_hands_out_no_more_than_the_tenant_concurrency(api, container)
     assert len(container.tenant_slots.holders("tenant-a")) == 5
 
 
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_a_lease_ended_through_the_api_frees_its_tenant_slot_at_once(api, container, outcome):
+    """Under a limit of 1, the next run is handed out as soon as the first lease is completed
+    or failed, not once that lease's end has passed: the completer that ends a claim releases
+    the slot its claim took (the same slots, `Completer.slots`)."""
+    container.tenant_slots.limit = 1
+    for i in range(2):
+        create(api, name=f"n{i}", runAt=f"2026-11-02T07:59:{i:02d}Z")
+    (first,) = claim(api, max=10)
+    assert claim(api, max=10) == []
+    ended = {"fence": first["fence"], "outcome": outcome}
+    if outcome == "failed":
+        ended["error"] = {"class": "Boom", "message": "no", "retryable": False}
+    key = quote(first["runKey"], safe="")
+    assert api.post(f"/v1/leases/{key}/complete", ended).status == 200
+    assert container.tenant_slots.holders("tenant-a") == []
+    (second,) = claim(api, max=10)
+    assert second["runKey"] != first["runKey"]
+
+
 def test_runs_that_cannot_be_handed_out_at_the_head_of_the_claim_index_are_passed_over(api, container):
     """25 unreadable runs are due before the one good run of the type: a lease call asking for
     one reads past them (page by page) and hands out the good run, instead of returning []."""

@@ -62,7 +62,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.run_idempotency import RunIdempotency, envelope
 from ..store.runs import RunChanged, RunStore
-from ..store.tenant_slots import SlotHolder, TenantSlots
+from ..store.tenant_slots import SlotHolder
 from ..targets import Invocation, TargetRunner
 from .completion import Completer, Ending
 from .definitions import DefinitionResolver
@@ -181,7 +181,6 @@ class Attempts:
         *,
         metrics: Metrics = NO_METRICS,
         records_lifetime: timedelta = timedelta(days=1),
-        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -189,7 +188,8 @@ class Attempts:
         self._clock = clock
         self._metrics = metrics
         self.records_lifetime = records_lifetime
-        self._slots = slots
+        # The slots a claim takes are the ones its ending releases: the completer's.
+        self._slots = completer.slots
         self._resolver = DefinitionResolver(definitions)
 
     @property

@@ -66,6 +66,13 @@ class Completer:
         self._metrics = metrics
         self._slots = slots  # the tenant slot of a run leaving LEASED is released here
 
+    @property
+    def slots(self) -> TenantSlots | None:
+        """The tenant slots this completer releases: a claimer must take its slots from these
+        (`Attempts`, `RunService`, `Worker` do), or a completed claim keeps its slot until
+        it is taken over."""
+        return self._slots
+
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
     def succeed(self, run: Run, output: Any, *, actor: str, throttle_delays: Iterable[float] = ()) -> Ending:

@@ -36,7 +36,6 @@ from ..domain.schedule import fires_in, whole_second_up
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
-from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
 
@@ -113,7 +112,6 @@ class RunService:
         clock: Clock,
         *,
         max_backfill: int = 1000,
-        slots: TenantSlots | None = None,
         is_external: Callable[[Run], bool] = lambda run: False,
         authorize_target: Callable[[str, object], None] | None = None,
     ) -> None:
@@ -122,12 +120,12 @@ class RunService:
         # (its AWS target's call, or the secrets its HTTP headers reference).
         self._authorize_target = authorize_target
         self._definitions = definitions
-        self._slots = slots
+        self._slots = completer.slots  # claimed here, released by the completer
         self._is_external = is_external
         self._runs = runs
         self._completer = completer
         self._clock = clock
-        self._attempts = Attempts(definitions, runs, completer, clock, slots=slots)
+        self._attempts = Attempts(definitions, runs, completer, clock)
         self.max_backfill = max_backfill
 
     # --- reads ---

@@ -154,10 +154,17 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
         self._metrics = metrics
-        # The tenant limit, exact: a claim takes one of its tenant's slots first (store.tenant_slots).
-        slots = tenant_slots or (TenantSlots(runs, tenant_concurrency) if tenant_concurrency > 0 else None)
+        # The tenant limit, exact: a claim takes one of its tenant's slots first (store.tenant_slots),
+        # and the completer that ends the claim releases it: both use the same slots.
+        if completer is not None and tenant_slots is not None and completer.slots is not tenant_slots:
+            raise ValueError("tenant_slots must be the completer's own: its endings release them")
+        if completer is None:
+            if tenant_slots is None and tenant_concurrency > 0:
+                tenant_slots = TenantSlots(runs, tenant_concurrency)
+            completer = Completer(definitions, runs, queues, clock, metrics, slots=tenant_slots)
+        slots = completer.slots
         self._slots = slots if slots is not None and slots.limit > 0 else None
-        self._completer = completer or Completer(definitions, runs, queues, clock, metrics, slots=slots)
+        self._completer = completer
         self.attempts = Attempts(
             definitions,
             runs,
@@ -165,7 +172,6 @@ class Worker:
             clock,
             metrics=metrics,
             records_lifetime=idempotency_ttl,
-            slots=slots,
         )
         # Without a Lambda context: the longest a Lambda invocation may last.
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
