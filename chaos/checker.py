@@ -375,6 +375,9 @@ class Figures:
     # 99th percentile, against RESTART_GOAL_SECONDS (a failure above it).
     restart_latency_p99: float = 0.0
     restarts: int = 0
+    # Of those, how many took longer than RESTART_GOAL_SECONDS: the goal is on the p99, so a
+    # few may (the self-test's figure for a defect that strands only a few runs).
+    restarts_over_goal: int = 0
     # Not timed: held back on purpose (the tenant's own limit, or a buffer-one run waiting
     # for the run before it to end).
     restarts_held_back: int = 0
@@ -409,7 +412,7 @@ class Figures:
             f" repair_latency_p99={self.repair_latency_p99:.0f}s"
             f" restarts={self.restarts} restarts_held_back={self.restarts_held_back}"
             f" restart_latency_p99={self.restart_latency_p99:.0f}s"
-            f" (goal {RESTART_GOAL_SECONDS:.0f}s)"
+            f" (goal {RESTART_GOAL_SECONDS:.0f}s) restarts_over_goal={self.restarts_over_goal}"
             f" oversize_items={self.oversize_items} max_item_bytes={self.max_item_bytes}"
             f" missing_effects={self.missing_effects} dead_untried={self.dead_untried}"
             f" overlap_violations={self.overlap_violations}"
@@ -513,6 +516,7 @@ def check(evidence: Evidence) -> Figures:
     figures.restarts = len(restarts)
     figures.restarts_held_back = len(held_back)
     figures.restart_latency_p99 = percentile([seconds for _, seconds in restarts], 0.99)
+    figures.restarts_over_goal = sum(1 for _, seconds in restarts if seconds > RESTART_GOAL_SECONDS)
     figures.slowest_restarts = sorted(restarts, key=lambda r: -r[1])[:10]
     return figures
 

@@ -329,10 +329,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("outbox-retry-not-sent", "jobsched.services.outbox._marked_from",
            _outbox_retry_not_sent, "restart_goal_missed", "repairs"),
     # A send refused and put back to PENDING fails its stream record all the same: refused
-    # sends spend the batch's retries, the batch is given up, and runs a later dying
-    # invocation left marked and unsent wait for the 15-minute requeue.
+    # sends spend the batch's retries, the batch is given up, and runs its last, dying try
+    # left marked and unsent wait for the 15-minute requeue.
     Mutant("put-back-record-failed", "jobsched.services.outbox.Outbox.publish_records",
-           _put_back_record_failed, "restart_goal_missed", "refused-sends"),
+           _put_back_record_failed, "restarts_over_goal", "refused-sends"),
     # A redrive with a fixed payload records the fix in the history but leaves the run's
     # payload as it was: the next attempts repeat the broken call.
     Mutant("redrive-fix-not-written", "jobsched.domain.models.RunFix.fields",
