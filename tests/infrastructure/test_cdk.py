@@ -218,6 +218,7 @@ def stack() -> Any:
         ({"tenant_targets": {"a": "arn:aws:sqs:*:*:q"}}, r"tenant_targets: expected a mapping"),
         ({"tenant_targets": {"a": ["nope"]}}, r"tenant_targets: .*'nope' is not a lambda"),
         ({"alarm_email": "nobody"}, r"alarm_email must be an e-mail address"),
+        ({"alarm_email": "ops@"}, r"alarm_email must be an e-mail address .*got 'ops@'"),
         ({"shard_cont": 3}, r"shard_cont: no such JobScheduler prop \(did you mean shard_count\?\)"),
         ({"retain_data": "yes"}, r"retain_data: expected a bool"),
     ],
@@ -243,6 +244,9 @@ def test_an_alarm_that_reaches_no_one_is_a_warning_at_synth_not_an_error(stack):
     (warning,) = warnings(silent)
     assert re.search(r"alarm_email is empty.*alarms_without_subscriber=True", warning), warning
     assert NO_ALARM_SUBSCRIBER in warning  # its id, to acknowledge it by
+    for i, empty in enumerate(("", "  ")):  # an empty address is a missing one, not a bad one
+        blank = JobScheduler(stack, f"Blank{i}", shard_count=4, alarm_email=empty)
+        assert warnings(blank) == [warning] and blank.config.alarm_email is None
     assert not warnings(JobScheduler(stack, "Subscribed", shard_count=4, alarm_email="ops@example.com"))
     assert not warnings(JobScheduler(stack, "Own", shard_count=4, alarms_without_subscriber=True))
 
