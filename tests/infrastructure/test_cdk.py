@@ -47,7 +47,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     exec(compile(example_source(), str(PAGE), "exec"), namespace)
     outdir = tmp_path_factory.mktemp("platform")
     app = cdk.App(context=SKIP_BUNDLING, outdir=str(outdir))
-    stack = namespace["Platform"](app, "Platform")
+    stack = namespace["Platform"](app, "Platform", alarm_email="ops@example.com")
     team = Construct(stack, "Team")
     stack.second = JobScheduler(
         team, "Jobs", JobSchedulerProps(shard_count=2, alarms_without_subscriber=True, retain_data=False)
@@ -134,6 +134,25 @@ def test_two_schedulers_share_no_physical_name(platform):
         assert not first[kind] & second.get(kind, set()), kind
     assert all(n.startswith("Platform-Scheduler-") for n in first["AWS::CloudWatch::Alarm"])
     assert platform.stack.scheduler.grants.name == "/Platform-Scheduler/target-grants"
+
+
+def test_the_pages_example_takes_the_alarm_address_from_the_context_and_warns_without_one(tmp_path):
+    """No made-up address in a copy-paste example: `-c alarmEmail=...` subscribes one, and
+    without it the example builds with none and synth warns, as examples/platform/app.py."""
+    import aws_cdk as cdk
+    from jobsched.cdk.scheduler import NO_ALARM_SUBSCRIBER
+
+    namespace: dict[str, Any] = {"__name__": "cdk_example"}
+    exec(compile(example_source(), str(PAGE), "exec"), namespace)
+    for address in ("team@example.org", None):
+        context = {**SKIP_BUNDLING, **({"alarmEmail": address} if address else {})}
+        app = cdk.App(context=context, outdir=str(tmp_path / str(address)))
+        namespace["main"](app)
+        stack: Any = app.node.find_child("Platform")
+        scheduler = stack.scheduler
+        assert scheduler.config.alarm_email == address
+        warned = [str(e.data) for e in scheduler.node.metadata if e.type == "aws:cdk:warning"]
+        assert bool(warned) == (address is None) and all(NO_ALARM_SUBSCRIBER in w for w in warned)
 
 
 def test_exposed_attributes(platform):
