@@ -534,8 +534,7 @@ def check_shard_count(plan: Plan, facts: AccountFacts) -> Check:
                 name=name,
                 status=Status.WARN,
                 detail=f"could not read the shard count in use: {error}",
-                fix="allow dynamodb:GetItem on the definitions table and "
-                "cloudformation:DescribeStackResources",
+                fix="allow dynamodb:GetItem on the definitions table and cloudformation:ListStackResources",
             )
         return Check(name=name, status=Status.OK, detail=detail)
     if plan.shard_count < facts.recorded_shard_count:

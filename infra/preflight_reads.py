@@ -12,7 +12,7 @@ from jobsched.cdk.names import table_logical_id
 from jobsched.store.definitions import SHARD_COUNT_ITEM
 from jobsched.store.schema import DEFINITIONS
 
-from .migrations import read_deployed
+from .migrations import read_deployed, stack_resources
 from .preflight import DYNAMODB_TABLES_QUOTA, AccountFacts, Plan, QuotaReading
 
 # Clients by service name: boto3.Session.client, or a test's moto-backed one.
@@ -84,18 +84,17 @@ def read_facts(client: ClientFactory, plan: Plan) -> AccountFacts:
 def _read_stack(
     client: ClientFactory, plan: Plan, lambda_client: Any, dynamodb: Any, errors: dict[str, str]
 ) -> dict[str, Any]:
-    """A deployed stack's reservations today and the shard count recorded in its table."""
+    """A deployed stack's reservations today and the shard count recorded in its table. Reads
+    every page of the stack's resources (ListStackResources): DescribeStackResources answers
+    the first 100 only, and the stack has more."""
     try:
-        resources = client("cloudformation").describe_stack_resources(StackName=plan.stack_name)
-    except ClientError as exc:
-        if "does not exist" in str(exc):
-            return {"stack_exists": False}
+        resources = stack_resources(client("cloudformation"), plan.stack_name)
+    except AWS_ERRORS as exc:
         errors["shards"] = _error(exc)
         return {}
-    except BotoCoreError as exc:
-        errors["shards"] = _error(exc)
-        return {}
-    physical = {r["LogicalResourceId"]: r.get("PhysicalResourceId") for r in resources["StackResources"]}
+    if resources is None:
+        return {"stack_exists": False}
+    physical = {r["LogicalResourceId"]: r.get("PhysicalResourceId") for r in resources}
     found: dict[str, Any] = {"stack_exists": True}
     reserved = 0
     for logical_id in plan.reserved:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jobsched.cdk.names import API_ROLES, API_STAGE, REST_API_LOGICAL_ID, ROUTES
 
-from tests.infrastructure.synth import render
+from tests.infrastructure.synth import SKIP_BUNDLING, render
 
 ARN_PREFIX = (
     f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<{REST_API_LOGICAL_ID}>/{API_STAGE}"
@@ -267,6 +268,69 @@ def test_bodies_lambda_cannot_take_are_a_413_from_the_stages_web_acl(synth, conf
     assert association["Properties"]["WebACLArn"] == {"Fn::GetAtt": [acl_id, "Arn"]}
     (stage_id,) = synth.of_type("AWS::ApiGateway::Stage")
     assert stage_id in json.dumps(association["Properties"]["ResourceArn"])
+
+
+WAF_METRIC_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")  # WAF's rules (VisibilityConfig.MetricName)
+
+
+def web_acl_metric_names(acl: dict[str, Any]) -> list[str]:
+    """The web ACL's own metric name, then its rules', from its resource or its construct's props."""
+    config = [acl["VisibilityConfig"], *(rule["VisibilityConfig"] for rule in acl["Rules"])]
+    return [c["MetricName"] for c in config]
+
+
+def test_the_web_acls_metrics_are_named_after_the_stack(synth):
+    ((_, acl),) = synth.of_type("AWS::WAFv2::WebACL").items()
+    names = web_acl_metric_names(acl["Properties"])
+    assert names == [f"{synth.stack.stack_name}-api", f"{synth.stack.stack_name}-api-body-too-large"]
+
+
+def test_two_stacks_never_share_web_acl_metric_names_and_a_long_name_stays_valid():
+    """WAF's metrics are the account's and region's: two schedulers, in stacks of two names or
+    two in one stack, each count their own blocked requests; a name past WAF's 128 characters
+    is cut short, deterministically, and still tells the stacks apart."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+    from jobsched.cdk import JobScheduler
+
+    app = cdk.App(context=SKIP_BUNDLING)
+    long_name = "L" + "ong-stack-name" * 9  # 127 characters: CDK's stack names go to 128
+    stacks = []
+    for stack_name, construct_ids in (
+        ("Alpha", ["Default"]),
+        ("Beta", ["Default", "Second"]),
+        (long_name, ["Default"]),
+        (long_name[:-1] + "X", ["Default"]),
+    ):
+        stacks.append(stack := cdk.Stack(app, stack_name))
+        for construct_id in construct_ids:
+            JobScheduler(stack, construct_id, shard_count=2, alarms_without_subscriber=True)
+    named = {
+        f"{stack.stack_name}/{logical_id}": web_acl_metric_names(acl["Properties"])
+        for stack in stacks
+        for logical_id, acl in Template.from_stack(stack).find_resources("AWS::WAFv2::WebACL").items()
+    }
+    assert len(named) == 5
+    every = [name for names in named.values() for name in names]
+    assert len(set(every)) == len(every), named  # no two web ACLs, no two metrics alike
+    assert all(WAF_METRIC_NAME.fullmatch(name) for name in every), every
+    assert {names[0] for key, names in named.items() if key.startswith(("Alpha/", "Beta/"))} == {
+        "Alpha-api",
+        "Beta-api",
+        "Beta-Second-api",
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=st.text(min_size=1, max_size=300), second=st.text(min_size=1, max_size=300))
+def test_any_name_gives_a_metric_name_waf_takes_and_two_names_two(first, second):
+    from jobsched.cdk.api import BODY_TOO_LARGE_METRIC, WEB_ACL_METRIC, waf_metric_name
+
+    for suffix in (WEB_ACL_METRIC, BODY_TOO_LARGE_METRIC):
+        made = waf_metric_name(first, suffix)
+        assert WAF_METRIC_NAME.fullmatch(made) and made == waf_metric_name(first, suffix)
+        if first != second:
+            assert made != waf_metric_name(second, suffix)
 
 
 def test_the_web_acl_is_associated_once_the_stage_exists(synth):

@@ -47,7 +47,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     exec(compile(example_source(), str(PAGE), "exec"), namespace)
     outdir = tmp_path_factory.mktemp("platform")
     app = cdk.App(context=SKIP_BUNDLING, outdir=str(outdir))
-    stack = namespace["Platform"](app, "Platform")
+    stack = namespace["Platform"](app, "Platform", alarm_email="ops@example.com")
     team = Construct(stack, "Team")
     stack.second = JobScheduler(
         team, "Jobs", JobSchedulerProps(shard_count=2, alarms_without_subscriber=True, retain_data=False)
@@ -136,6 +136,25 @@ def test_two_schedulers_share_no_physical_name(platform):
     assert platform.stack.scheduler.grants.name == "/Platform-Scheduler/target-grants"
 
 
+def test_the_pages_example_takes_the_alarm_address_from_the_context_and_warns_without_one(tmp_path):
+    """No made-up address in a copy-paste example: `-c alarmEmail=...` subscribes one, and
+    without it the example builds with none and synth warns, as examples/platform/app.py."""
+    import aws_cdk as cdk
+    from jobsched.cdk.scheduler import NO_ALARM_SUBSCRIBER
+
+    namespace: dict[str, Any] = {"__name__": "cdk_example"}
+    exec(compile(example_source(), str(PAGE), "exec"), namespace)
+    for address in ("team@example.org", None):
+        context = {**SKIP_BUNDLING, **({"alarmEmail": address} if address else {})}
+        app = cdk.App(context=context, outdir=str(tmp_path / str(address)))
+        namespace["main"](app)
+        stack: Any = app.node.find_child("Platform")
+        scheduler = stack.scheduler
+        assert scheduler.config.alarm_email == address
+        warned = [str(e.data) for e in scheduler.node.metadata if e.type == "aws:cdk:warning"]
+        assert bool(warned) == (address is None) and all(NO_ALARM_SUBSCRIBER in w for w in warned)
+
+
 def test_exposed_attributes(platform):
     from aws_cdk import aws_apigateway as apigw
     from aws_cdk import aws_sns as sns
@@ -218,6 +237,7 @@ def stack() -> Any:
         ({"tenant_targets": {"a": "arn:aws:sqs:*:*:q"}}, r"tenant_targets: expected a mapping"),
         ({"tenant_targets": {"a": ["nope"]}}, r"tenant_targets: .*'nope' is not a lambda"),
         ({"alarm_email": "nobody"}, r"alarm_email must be an e-mail address"),
+        ({"alarm_email": "ops@"}, r"alarm_email must be an e-mail address .*got 'ops@'"),
         ({"shard_cont": 3}, r"shard_cont: no such JobScheduler prop \(did you mean shard_count\?\)"),
         ({"retain_data": "yes"}, r"retain_data: expected a bool"),
     ],
@@ -243,6 +263,9 @@ def test_an_alarm_that_reaches_no_one_is_a_warning_at_synth_not_an_error(stack):
     (warning,) = warnings(silent)
     assert re.search(r"alarm_email is empty.*alarms_without_subscriber=True", warning), warning
     assert NO_ALARM_SUBSCRIBER in warning  # its id, to acknowledge it by
+    for i, empty in enumerate(("", "  ")):  # an empty address is a missing one, not a bad one
+        blank = JobScheduler(stack, f"Blank{i}", shard_count=4, alarm_email=empty)
+        assert warnings(blank) == [warning] and blank.config.alarm_email is None
     assert not warnings(JobScheduler(stack, "Subscribed", shard_count=4, alarm_email="ops@example.com"))
     assert not warnings(JobScheduler(stack, "Own", shard_count=4, alarms_without_subscriber=True))
 

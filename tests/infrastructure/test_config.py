@@ -91,6 +91,7 @@ def test_cli_strings_are_coerced():
             "grants parameter holds 8192",
         ),
         ({"alarmEmail": "nobody"}, "alarmEmail"),
+        ({"alarmEmail": "ops @example.com"}, "alarmEmail must be an e-mail address"),
         ({"shardCount": "many"}, "shardCount"),
         ({"sweepAheadSeconds": "60"}, "sweepAheadSeconds"),
         ({"billingMode": "reserved"}, "billingMode"),
@@ -132,6 +133,13 @@ def test_cli_strings_are_coerced():
 def test_bad_values_are_refused_by_name(context, message):
     with pytest.raises(ConfigError, match=message):
         Config.from_context(Node(**context))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\t"])
+def test_an_empty_alarm_email_is_a_missing_one_warned_about_not_refused(empty):
+    for config in (Config(alarm_email=empty), Config.from_context(Node(alarmEmail=empty))):  # type: ignore[arg-type]
+        assert config.alarm_email is None
+        assert (config.missing_subscriber() or "").startswith("alarmEmail is empty")
 
 
 def test_provisioned_pollers_replace_the_queues_ceiling_and_are_off_by_default():

@@ -41,10 +41,37 @@ from tests.infrastructure.deployed import REGION, moto_account
 pytestmark = pytest.mark.integration
 
 ROLE = "arn:aws:iam::123456789012:role/APIGatewayCloudWatchLogs"
+# What CloudFormation answers at once: DescribeStackResources the first this many resources of a
+# stack and no more, ListStackResources a page of this many (moto answers every one at once).
+AWS_PAGE = 100
 
 
 def account_settings(quota: int, unreserved: int) -> dict[str, Any]:
     return {"AccountLimit": {"ConcurrentExecutions": quota, "UnreservedConcurrentExecutions": unreserved}}
+
+
+def answer_as_aws(cloudformation: Any) -> None:
+    """Make a moto CloudFormation client answer a stack of more than AWS_PAGE resources as AWS
+    does: DescribeStackResources truncated, ListStackResources in pages with a NextToken."""
+
+    def page_from(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["page_from"] = int(params.get("NextToken") or 0)
+
+    def first_only(parsed: dict[str, Any], **_: Any) -> None:
+        del parsed.get("StackResources", [])[AWS_PAGE:]  # an error answers none
+
+    def one_page(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        if "StackResourceSummaries" not in parsed:
+            return
+        start, every = context.get("page_from", 0), parsed["StackResourceSummaries"]
+        parsed["StackResourceSummaries"] = every[start : start + AWS_PAGE]
+        if start + AWS_PAGE < len(every):
+            parsed["NextToken"] = str(start + AWS_PAGE)
+
+    events = cloudformation.meta.events
+    events.register("before-parameter-build.cloudformation.ListStackResources", page_from)
+    events.register("after-call.cloudformation.DescribeStackResources", first_only)
+    events.register("after-call.cloudformation.ListStackResources", one_page)
 
 
 class Account:
@@ -62,6 +89,8 @@ class Account:
                 return types.SimpleNamespace(status_code=200, headers={}), answer
 
             made.meta.events.register("before-call.lambda.GetAccountSettings", answered)
+        if service == "cloudformation":
+            answer_as_aws(made)
         return made
 
     def bootstrap(self, version: int) -> None:
@@ -74,13 +103,37 @@ class Account:
             patchOperations=[{"op": "replace", "path": "/cloudwatchRoleArn", "value": ROLE}]
         )
 
-    def deployed_with_shards(self, stack_name: str, highest: int) -> None:
-        """A stack of that name whose definitions table records `highest` shards in use."""
+    def deployed_with_shards(
+        self, stack_name: str, highest: int, before: int = 0, role: str | None = None
+    ) -> dict[str, str]:
+        """A stack of that name whose definitions table records `highest` shards in use,
+        after `before` other resources (SSM parameters) and the logical id `role` (an IAM
+        role) when given. Returns the physical ids by logical id."""
         from jobsched.store.schema import DEFINITIONS
 
         logical_id = table_logical_id(DEFINITIONS)
+        others: dict[str, Any] = {
+            f"Other{i:03}": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Name": f"/{stack_name}/other-{i}", "Type": "String", "Value": "x"},
+            }
+            for i in range(before)
+        }
+        if role:
+            trust = {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "apigateway.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+            others[role] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": trust}}
         template = {
             "Resources": {
+                **others,
                 logical_id: {
                     "Type": "AWS::DynamoDB::Table",
                     "Properties": {
@@ -88,17 +141,22 @@ class Account:
                         "KeySchema": [{"AttributeName": "job_id", "KeyType": "HASH"}],
                         "BillingMode": "PAY_PER_REQUEST",
                     },
-                }
+                },
             }
         }
         cloudformation = self.client("cloudformation")
         cloudformation.create_stack(StackName=stack_name, TemplateBody=json.dumps(template))
-        resources = cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
-        (table,) = [r["PhysicalResourceId"] for r in resources if r["LogicalResourceId"] == logical_id]
+        pages = cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack_name)
+        physical = {
+            r["LogicalResourceId"]: r["PhysicalResourceId"]
+            for page in pages
+            for r in page["StackResourceSummaries"]
+        }
         self.client("dynamodb").put_item(
-            TableName=table,
+            TableName=physical[logical_id],
             Item={"job_id": {"S": "meta#shards"}, "highest_shard_count": {"N": str(highest)}},
         )
+        return physical
 
 
 @pytest.fixture
@@ -250,6 +308,27 @@ def test_the_shard_count_in_use_at_or_below_the_config_passes(plan, account):
     account.deployed_with_shards(plan.stack_name, highest=plan.shard_count)
     check = checked(plan, account)["by_name"]["shard count"]
     assert check.status is Status.OK and f"highest in use {plan.shard_count}" in check.detail
+
+
+def test_a_stack_past_one_page_of_resources_is_read_to_its_last(plan, account):
+    """AWS's DescribeStackResources stops at 100 resources and the stack has about 230: the
+    table, the logging role and the functions past the first 100 are read all the same."""
+    from jobsched.store.schema import DEFINITIONS
+
+    assert plan.account_role
+    physical = account.deployed_with_shards(
+        plan.stack_name, highest=plan.shard_count * 2, before=AWS_PAGE + 20, role=plan.account_role
+    )
+    cloudformation = account.client("cloudformation")
+    first = cloudformation.describe_stack_resources(StackName=plan.stack_name)["StackResources"]
+    assert len(first) == AWS_PAGE  # as AWS answers: neither the role nor the table in it
+    assert {plan.account_role, table_logical_id(DEFINITIONS)}.isdisjoint(
+        r["LogicalResourceId"] for r in first
+    )
+    facts = read_facts(account.client, plan)
+    assert facts.recorded_shard_count == plan.shard_count * 2
+    assert facts.own_account_role == physical[plan.account_role]
+    assert checked(plan, account)["by_name"]["shard count"].status is Status.BLOCKED
 
 
 def test_quotas_moto_cannot_answer_are_stated_as_assumed_with_how_to_check(plan, account):

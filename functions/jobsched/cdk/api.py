@@ -5,6 +5,9 @@ managed policy per caller role."""
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
@@ -41,6 +44,28 @@ _OBJECT_SCHEMA = apigw.JsonSchema(schema=apigw.JsonSchemaVersion.DRAFT4, type=ap
 
 
 BODY_TOO_LARGE_RULE = "body-too-large"
+# What the web ACL's CloudWatch metric names end with, after the scheduler's name (WAF's
+# metrics are per account and region: the name keeps two schedulers' figures apart).
+WEB_ACL_METRIC = "api"
+BODY_TOO_LARGE_METRIC = "api-body-too-large"
+# WAF's rules for a metric name (VisibilityConfig.MetricName): 1..128 characters, letters,
+# digits, - and _ only (no reserved name such as All or Default_Action: the suffixes rule that out).
+WAF_METRIC_NAME_LENGTH = 128
+_WAF_METRIC_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def waf_metric_name(name: str, suffix: str) -> str:
+    """The web ACL's metric name `<name>-<suffix>` of the scheduler named `name`
+    (names.Naming), as WAF takes it. A name WAF would refuse (a character other than letters,
+    digits, - and _, or too long for the suffix) becomes what it can keep, cut to fit, with 8
+    hex of the whole name's sha256: deterministic, and no two names meet."""
+    kept = _WAF_METRIC_REFUSED.sub("-", name)
+    whole = f"{kept}-{suffix}"
+    if kept == name and len(whole) <= WAF_METRIC_NAME_LENGTH:
+        return whole
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    room = WAF_METRIC_NAME_LENGTH - len(suffix) - len(digest) - 2
+    return f"{kept[:room]}-{digest}-{suffix}"
 
 
 def integers_above(limit: int) -> str:
@@ -120,19 +145,19 @@ class Api(Construct):
         )
         self.rest_api.node.default_child.override_logical_id(logical_prefix + REST_API_LOGICAL_ID)  # type: ignore[union-attr]
         self.rest_api.node.try_remove_child("Endpoint")  # the stack's ApiUrl output replaces it
-        for name, response_type in (
+        for response_id, response_type in (
             ("Default4xx", apigw.ResponseType.DEFAULT_4_XX),
             ("Default5xx", apigw.ResponseType.DEFAULT_5_XX),
         ):
             self.rest_api.add_gateway_response(
-                name, type=response_type, templates={"application/json": _ERROR_TEMPLATE}
+                response_id, type=response_type, templates={"application/json": _ERROR_TEMPLATE}
             )
-        for name, response_type in (
+        for response_id, response_type in (
             ("BadRequestBody", apigw.ResponseType.BAD_REQUEST_BODY),
             ("BadRequestParameters", apigw.ResponseType.BAD_REQUEST_PARAMETERS),
         ):
             self.rest_api.add_gateway_response(
-                name, type=response_type, templates={"application/json": _VALIDATION_TEMPLATE}
+                response_id, type=response_type, templates={"application/json": _VALIDATION_TEMPLATE}
             )
 
         validator = self.rest_api.add_request_validator(
@@ -159,7 +184,9 @@ class Api(Construct):
                 request_models={"application/json": model} if model else None,
             )
 
-        self.web_acl = self._body_limit(config.api_max_body_bytes) if config.api_max_body_bytes else None
+        self.web_acl = (
+            self._body_limit(config.api_max_body_bytes, name) if config.api_max_body_bytes else None
+        )
 
         self.policies: dict[str, iam.ManagedPolicy] = {}
         for role in API_ROLES:
@@ -175,13 +202,14 @@ class Api(Construct):
                 ],
             )
 
-    def _body_limit(self, limit: int) -> wafv2.CfnWebACL:
+    def _body_limit(self, limit: int, name: str) -> wafv2.CfnWebACL:
         """A body Lambda cannot take (its event is at most 6 MB, the body JSON-escaped in it)
         passes API Gateway's 10 MB limit and comes back as a 500. API Gateway itself bounds a
         proxy integration's body by nothing else (no model keyword bounds a document's size,
         request validation checks headers for presence only, and a proxy integration has no
         mapping template), so a web ACL on the stage refuses a Content-Length past `limit`
-        with a 413 in the API's error shape."""
+        with a 413 in the API's error shape. Its metrics are named after `name`, the
+        scheduler's (waf_metric_name)."""
 
         def visibility(name: str) -> wafv2.CfnWebACL.VisibilityConfigProperty:
             return wafv2.CfnWebACL.VisibilityConfigProperty(
@@ -194,7 +222,7 @@ class Api(Construct):
             scope="REGIONAL",
             description=f"jobsched API: request bodies of at most {limit} bytes",
             default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
-            visibility_config=visibility("jobsched-api"),
+            visibility_config=visibility(waf_metric_name(name, WEB_ACL_METRIC)),
             custom_response_bodies={
                 "payloadTooLarge": wafv2.CfnWebACL.CustomResponseBodyProperty(
                     content_type="APPLICATION_JSON", content=payload_too_large_body(limit)
@@ -222,7 +250,7 @@ class Api(Construct):
                             ],
                         )
                     ),
-                    visibility_config=visibility("jobsched-api-body-too-large"),
+                    visibility_config=visibility(waf_metric_name(name, BODY_TOO_LARGE_METRIC)),
                 )
             ],
         )

@@ -72,6 +72,10 @@ class ConfigError(ValueError):
     pass
 
 
+# An alarm address as SNS's e-mail subscription takes one: a name, one @, a domain, no spaces.
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+")
+
+
 def _runtime_default(name: str) -> Any:
     return Settings.model_fields[name].get_default(call_default_factory=True)
 
@@ -91,6 +95,7 @@ class Config:
     tenant_requests_per_second: int = _runtime_default("tenant_requests_per_second")
     lease_seconds: int = _runtime_default("lease_seconds")
     fair_queues: bool = _runtime_default("fair_queues")
+    # Who the alarms e-mail; None (or "", or only spaces: the same) subscribes no one.
     alarm_email: str | None = None
     # Synth warns about a stack whose alarms reach no one (no alarmEmail) unless this says the
     # operator subscribes to the topic (the AlarmTopicArn output) some other way.
@@ -204,6 +209,9 @@ class Config:
     on_demand_throughput: dict[str, int] = field(default_factory=lambda: {"maxRead": 0, "maxWrite": 0})
 
     def __post_init__(self) -> None:
+        if isinstance(self.alarm_email, str) and not self.alarm_email.strip():
+            # An empty address is a missing one: warned about (missing_subscriber), not refused.
+            object.__setattr__(self, "alarm_email", None)
         self.runtime_settings()  # the runtime model's rules, reported by context key
         _check(1 <= self.shards_per_sweep <= self.shard_count, "shardsPerSweep must be 1..shardCount")
         for queue in QUEUE_KEYS:
@@ -279,7 +287,12 @@ class Config:
             code_asset_packages(self.handler_modules, self.handler_code)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        _check(self.alarm_email is None or "@" in self.alarm_email, "alarmEmail must be an e-mail address")
+        _check(
+            self.alarm_email is None
+            or (isinstance(self.alarm_email, str) and _EMAIL.fullmatch(self.alarm_email) is not None),
+            f"alarmEmail must be an e-mail address (name@domain, no spaces), got {self.alarm_email!r}; "
+            "leave it out for no subscriber (synth then warns)",
+        )
         _check(self.billing_mode in BILLING_MODES, f"billingMode must be one of {', '.join(BILLING_MODES)}")
         _check(self.account_concurrency >= 0, "accountConcurrency must be >= 0 (0 = reserve nothing)")
         if self.account_concurrency:
