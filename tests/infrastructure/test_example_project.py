@@ -190,25 +190,63 @@ def test_the_example_app_subscribes_no_made_up_address_and_warns_without_one(tmp
 
 
 def test_the_example_workers_writes_are_fenced():
-    """A write under an older fence than the stored one changes nothing: the attempt that
-    lost its lease to a later claim cannot overwrite it."""
+    """A write under an older fence of the same run than the stored one changes nothing: the
+    attempt that lost its lease to a later claim cannot overwrite it. Another run's fence is
+    never compared: each run's first claim is fence 1."""
     worker = load("worker")
     invoices = worker.Invoices()
-    assert invoices.mark_sent("inv-1", 2)
-    assert not invoices.mark_sent("inv-1", 1)  # an earlier claim, lease lost
-    assert not invoices.mark_sent("inv-1", 2)  # the same attempt again
-    assert invoices.fence_of("inv-1") == 2
-    assert invoices.mark_sent("inv-1", 3)  # a later claim
-    assert invoices.fence_of("inv-1") == 3
+    first, second = "j_1@2026-11-02T08:00:00Z", "j_1@2026-11-02T08:01:00Z"
+    assert invoices.mark_sent("inv-1", first, 2)
+    assert not invoices.mark_sent("inv-1", first, 1)  # an earlier claim, lease lost
+    assert not invoices.mark_sent("inv-1", first, 2)  # the same attempt again
+    assert invoices.fence_of("inv-1", first) == 2
+    assert invoices.mark_sent("inv-1", first, 3)  # a later claim
+    assert invoices.fence_of("inv-1", first) == 3
+    assert invoices.mark_sent("inv-1", second, 1)  # the job's next run: its own fences
+    assert invoices.fence_of("inv-1", second) == 1
+    assert invoices.fence_of("inv-1", first) == 3
+
+
+def run_example_worker(worker_module: ModuleType, invoices: Any, *, after: list[Any]) -> list[Any]:
+    """The example's worker over the real API in process, until it has completed one run per
+    entry of `after` (each called after its completion, to move the world on), or 10 s pass.
+    Returns what each completion answered."""
+    from jobsched.client import Client
+
+    from tests.integration.test_client import ENDPOINT, HandlerTransport
+
+    handler = HandlerTransport(tenant="tenant-a")
+    one_at_a_time = threading.Lock()  # one invocation at a time, as one Lambda environment serves
+
+    def transport(method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> Any:
+        with one_at_a_time:
+            return handler(method, url, headers, body)
+
+    worker = worker_module.build(Client(ENDPOINT, transport=transport), invoices)
+    original = worker.client.complete
+    answers: list[Any] = []
+
+    def complete_then_move_on(*args: Any, **kwargs: Any) -> Any:
+        answer = original(*args, **kwargs)
+        answers.append(answer)
+        after[len(answers) - 1]()
+        if len(answers) == len(after):
+            worker.stop()
+        return answer
+
+    worker.client.complete = complete_then_move_on
+    deadline = threading.Timer(10, worker.stop)  # a run never reported would hold it forever
+    deadline.start()
+    try:
+        worker.run(install_signals=False)
+    finally:
+        deadline.cancel()
+    return answers
 
 
 def test_the_example_worker_runs_its_handler_under_the_fence(api: Any, clock: Any):
     """The worker leases an `invoice.send` run through the real API, writes the invoice under
     the lease's fence and completes the run with its result."""
-    from jobsched.client import Client
-
-    from tests.integration.test_client import ENDPOINT, HandlerTransport
-
     worker_module = load("worker")
     created = api.post(
         "/v1/jobs",
@@ -221,27 +259,29 @@ def test_the_example_worker_runs_its_handler_under_the_fence(api: Any, clock: An
     )
     assert created.status == 201, created.body
     invoices = worker_module.Invoices()
-    handler = HandlerTransport(tenant="tenant-a")
-    one_at_a_time = threading.Lock()  # one invocation at a time, as one Lambda environment serves
-
-    def transport(method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> Any:
-        with one_at_a_time:
-            return handler(method, url, headers, body)
-
-    worker = worker_module.build(Client(ENDPOINT, transport=transport), invoices)
-    original = worker.client.complete
-
-    def complete_then_stop(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(*args, **kwargs)
-        finally:
-            worker.stop()
-
-    worker.client.complete = complete_then_stop
-    worker.run(install_signals=False)
+    run_example_worker(worker_module, invoices, after=[lambda: None])
     (run,) = api.get(f"/v1/jobs/{created.body['jobId']}/runs").body["items"]
     assert run["state"] == "SUCCEEDED", run
-    assert invoices.fence_of("inv-9") == 1
+    assert invoices.fence_of("inv-9", run["runKey"]) == 1
+
+
+def test_the_example_worker_reports_every_run_of_a_recurring_job(api: Any, clock: Any):
+    """Fences are per run: each run's first claim is fence 1. Two runs of one job due every minute for
+    the same invoice, leased one after the other, are both written and both reported, and
+    neither is taken for an attempt that lost its lease to the other."""
+    worker_module = load("worker")
+    created = api.post(
+        "/v1/jobs",
+        {"name": "invoice", "type": "invoice.send", "every": "PT1M", "payload": {"invoiceId": "inv-9"}},
+    )
+    assert created.status == 201, created.body
+    invoices = worker_module.Invoices()
+    answers = run_example_worker(worker_module, invoices, after=[lambda: clock.advance(60), lambda: None])
+    assert [(a.fence, a.state) for a in answers] == [(1, "SUCCEEDED")] * 2, answers
+    runs = api.get(f"/v1/jobs/{created.body['jobId']}/runs").body["items"]
+    assert [r["state"] for r in runs] == ["SUCCEEDED"] * 2, runs
+    assert len({r["runKey"] for r in runs}) == 2
+    assert all(invoices.fence_of("inv-9", r["runKey"]) == 1 for r in runs)
 
 
 @pytest.mark.timeout(900)
