@@ -87,6 +87,26 @@ def test_the_example_app_synthesizes(example):
     assert shipped and all((asset / "jobsched" / "worker.py").is_file() for asset in shipped), shipped
 
 
+def test_the_example_requirements_take_jobsched_from_the_repository():
+    """`pip install -r requirements.txt`, the README's first step, run from the example's
+    directory: jobsched is not on the package registry, so its requirement is a path to this
+    repository (with the `cdk` extra the app needs), never the bare name pip would look up."""
+    lines = [
+        line.split("#", 1)[0].strip() for line in (EXAMPLE / "requirements.txt").read_text().splitlines()
+    ]
+    requirements = [line for line in lines if line and not line.startswith("-")]
+    local = []
+    for requirement in requirements:
+        found = re.fullmatch(r"(?P<path>[./][^\[]*)(?:\[(?P<extras>[^]]*)\])?", requirement)
+        if found is None:  # a name pip looks up on the registry
+            name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]
+            assert name.lower().replace("_", "-") != "jobsched", f"{requirement!r} is not on the registry"
+            continue
+        assert (EXAMPLE / found["path"]).resolve() == ROOT, requirement
+        local.append({e.strip() for e in (found["extras"] or "").split(",") if e.strip()})
+    assert local == [{"cdk"}], requirements
+
+
 def cloudformation_name(logical_id: str, limit: int) -> str:
     """The name CloudFormation gives a resource of the Platform stack that has none:
     `<stack>-<logical id>-<12 characters>`, the first two cut to fit `limit`."""
