@@ -10,7 +10,12 @@ body) and sent with the `api` fixture's client. `VAR=$(curl ... | jq -r .field)`
 the field for later `$VAR` references (the first create gives `$JOB`). A command must
 answer 2xx unless its line ends with a marker such as `# → 409`, which names the status
 it must answer instead. The clock moves one second after each request, as it would
-between commands typed one after another."""
+between commands typed one after another.
+
+Nothing is granted to the examples' tenant, as in local mode, so an example answers here as
+it does against `make run`. A block whose first line is `# Needs AWS: <why>` holds examples
+that need what only an operator gives (an AWS target granted to the tenant): each must answer
+`403` without the grants, and answers as shown once EXAMPLE_GRANTS are given."""
 
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ _JQ_FIELD = re.compile(r"^((?:\.\w+(?:\[\d+\])?)+)$")
 _JQ_STEP = re.compile(r"\.(\w+)(?:\[(\d+)\])?")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _BASE = "$JOBSCHED_URL"
+_NEEDS_AWS = re.compile(r"\A#\s*Needs AWS:\s*\S")
 # `$(date -u -d '+1 hour' +%FT%TZ)` inside a body: an instant relative to now, as GNU date
 # prints it; here relative to the test's clock.
 _RELATIVE_DATE = re.compile(r"\$\(date -u -d '([+-]\d+) (second|minute|hour|day)s?' \+%FT%TZ\)")
@@ -71,6 +77,7 @@ class Example:
     body: str | None = None
     expected: int | None = None  # from a trailing `# → NNN`
     capture: tuple[str, str] | None = None  # (variable, response field)
+    needs_aws: bool = False  # its block starts with `# Needs AWS: <why>`
 
 
 def commands(block: str) -> list[str]:
@@ -146,9 +153,11 @@ def readme_examples() -> list[Example]:
     found = []
     text = "\n".join(page.read_text(encoding="utf-8") for page in EXAMPLE_PAGES)
     for block in _SH_BLOCK.findall(text):
+        needs_aws = _NEEDS_AWS.match(block) is not None
         for text in commands(block):
             example = parse(text)
             if example is not None:
+                example.needs_aws = needs_aws
                 found.append(example)
     return found
 
@@ -201,18 +210,13 @@ def test_docs_have_an_example_for_every_route():
     assert not missing, f"routes without an example in the docs: {sorted(missing)}"
 
 
-# What the examples assume the operator granted their tenant (docs/concepts/targets.md).
-EXAMPLE_GRANTS = {
-    "tenant-a": [
-        "arn:aws:lambda:eu-west-1:123456789012:function:remind",
-        "arn:aws:sqs:eu-west-1:123456789012:inventory",
-        "arn:aws:events:us-east-1:123456789012:event-bus/default",
-    ]
-}
+# What the examples marked `# Needs AWS` assume the operator granted their tenant
+# (docs/concepts/targets.md).
+EXAMPLE_GRANTS = {"tenant-a": ["arn:aws:lambda:eu-west-1:123456789012:function:remind"]}
 
 
 def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, container: Any):
-    grant(container, EXAMPLE_GRANTS)
+    grant(container, {})  # nothing granted, as in local mode (bare names resolve in its account)
     examples = readme_examples()
     assert any(e.capture == ("JOB", ".jobId") for e in examples), "no `JOB=$(curl ... | jq -r .jobId)`"
     variables: dict[str, str] = {}
@@ -224,7 +228,14 @@ def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, con
         body = relative_dates(example.body, clock.now()) if example.body is not None else None
         if body is not None:
             body = _VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), body)
+        if example.needs_aws:
+            response = api.request(example.method, path, headers=headers, raw_body=body, query=query)
+            needless = f"marked `# Needs AWS` but needs no grant:\n{example.text}\n→ {response}"
+            assert response.status == 403, needless
+            grant(container, EXAMPLE_GRANTS)
         response = api.request(example.method, path, headers=headers, raw_body=body, query=query)
+        if example.needs_aws:
+            grant(container, {})
         if example.expected is not None:
             assert response.status == example.expected, f"{example.text}\n→ {response}"
         else:
