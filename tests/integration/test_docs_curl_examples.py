@@ -19,6 +19,7 @@ that need what only an operator gives (an AWS target granted to the tenant): eac
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -250,3 +251,19 @@ def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, con
             assert isinstance(value, str) and value, f"{example.text}\n→ no {key} in {response}"
             variables[name] = value
         clock.advance(1)
+
+
+_PATHS_EXAMPLE = re.compile(r"jq '\.paths \| keys'.*?^```\n+```json\n(.*?)^```", re.S | re.M)
+
+
+def test_docs_list_every_route_the_api_serves():
+    """The page's `jq '.paths | keys'` answer is the OpenAPI document's paths, every one."""
+    from jobsched.handlers.api import app
+
+    page = DOCS / "concepts/jobs.md"
+    shown = _PATHS_EXAMPLE.search(page.read_text(encoding="utf-8"))
+    assert shown, f"{page.name}: no ```json answer after `jq '.paths | keys'`"
+    paths = app.get_openapi_schema().paths
+    assert paths is not None
+    listed = json.loads(shown.group(1))
+    assert listed == sorted(paths), f"{page.name}: the routes listed differ from the API's"
