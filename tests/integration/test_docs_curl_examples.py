@@ -23,7 +23,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,11 @@ _JQ_STEP = re.compile(r"\.(\w+)(?:\[(\d+)\])?")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _BASE = "$JOBSCHED_URL"
 _NEEDS_AWS = re.compile(r"\A#\s*Needs AWS:\s*\S")
-# `$(date -u -d '+1 hour' +%FT%TZ)` inside a body: an instant relative to now, as GNU date
-# prints it; here relative to the test's clock.
-_RELATIVE_DATE = re.compile(r"\$\(date -u -d '([+-]\d+) (second|minute|hour|day)s?' \+%FT%TZ\)")
+# `$(date -u -d '+1 hour' +%FT%TZ)` or `$(date -u -d 'yesterday 05:00' +%FT%TZ)` in a body or
+# a URL: an instant relative to now, as GNU date prints it; here relative to the test's clock.
+_RELATIVE_DATE = re.compile(
+    r"\$\(date -u -d '(?:([+-]\d+) (second|minute|hour|day)s?|yesterday (\d\d):(\d\d))' \+%FT%TZ\)"
+)
 _NO_ARG_FLAGS = {"-s", "-S", "-sS", "-i", "-si", "-sSi", "--silent", "--show-error", "--include"}
 _DATA_FLAGS = {"-d", "--data", "--data-raw"}
 
@@ -175,10 +177,16 @@ def substitute(text: str, variables: dict[str, str]) -> str:
 
 
 def relative_dates(text: str, now: datetime) -> str:
-    """Each `$(date -u -d '+N unit' +%FT%TZ)` replaced by that instant after `now`."""
+    """Each `$(date -u -d '+N unit' +%FT%TZ)` replaced by that instant after `now`, and each
+    `$(date -u -d 'yesterday HH:MM' +%FT%TZ)` by that time of the day before `now`'s (UTC)."""
 
     def instant(match: re.Match[str]) -> str:
-        moved = now + timedelta(**{match.group(2) + "s": int(match.group(1))})
+        amount, unit, hour, minute = match.groups()
+        if unit is not None:
+            moved = now + timedelta(**{unit + "s": int(amount)})
+        else:
+            day = now.astimezone(UTC) - timedelta(days=1)
+            moved = day.replace(hour=int(hour), minute=int(minute), second=0, microsecond=0)
         return moved.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     return _RELATIVE_DATE.sub(instant, text)
@@ -222,7 +230,8 @@ def test_docs_curl_examples_run_in_order(api: ApiClient, clock: ManualClock, con
     assert any(e.capture == ("JOB", ".jobId") for e in examples), "no `JOB=$(curl ... | jq -r .jobId)`"
     variables: dict[str, str] = {}
     for example in examples:
-        path, _, query = substitute(example.target, variables).partition("?")
+        target = relative_dates(example.target, clock.now())
+        path, _, query = substitute(target, variables).partition("?")
         headers = {name: substitute(value, variables) for name, value in example.headers.items()}
         # Bodies are single-quoted in the docs: the shell expands only what a body closes its
         # quote around, `"'"$JOB"'"` (a variable set by an earlier command) and `$(date ...)`.
