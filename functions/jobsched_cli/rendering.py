@@ -143,15 +143,36 @@ def jobs_table(jobs: Iterable[JobView]) -> str:
     return format_table(["JOB ID", "NAME", "TYPE", "SCHEDULE", "STATE", "NEXT RUN"], rows)
 
 
+# Why a run was SKIPPED, by the reason the run records (domain.lifecycle, services.materialize).
+SKIP_REASONS = {
+    "overlap": "an earlier run was still open (overlap)",
+    "paused": "missed while its job was paused",
+    "misfire": "missed (missedRuns)",
+    "expired": "older than the catch-up window",
+}
+
+
+def skip_reason(run: dict[str, Any]) -> str | None:
+    """A SKIPPED run's reason in words (wire form), with how many occurrences its record
+    stands for when more than one; None for a run in any other state."""
+    if run.get("state") != "SKIPPED":
+        return None
+    reason = run.get("reason")
+    words = f"skipped: {SKIP_REASONS.get(reason, reason)}" if reason else "skipped"
+    count = run.get("skippedCount")
+    return f"{words} ({count} occurrences)" if count and count > 1 else words
+
+
 def runs_table(runs: Iterable[RunView]) -> str:
-    """One row per run; WAITING FOR says why an open run is not running (the API's waitingFor)."""
+    """One row per run; ERROR is the run's error, or why it was skipped or cancelled;
+    WAITING FOR says why an open run is not running (the API's waitingFor)."""
     rows = [
         (
             r.get("runKey"),
             r.get("state"),
             r.get("trigger"),
             r.get("attempt"),
-            r.get("lastErrorClass"),
+            r.get("lastErrorClass") or skip_reason(r) or r.get("reason"),
             r.get("waitingFor"),
         )
         for r in map(wire, runs)
@@ -160,7 +181,7 @@ def runs_table(runs: Iterable[RunView]) -> str:
 
 
 def run_summaries_table(runs: Iterable[RunSummaryView]) -> str:
-    """One row per run of a listing across jobs (`GET /v1/runs`)."""
+    """One row per run of a listing across jobs (`GET /v1/runs`); ERROR as in runs_table."""
     rows = [
         (
             r.get("runKey"),
@@ -169,7 +190,7 @@ def run_summaries_table(runs: Iterable[RunSummaryView]) -> str:
             r.get("attempts"),
             r.get("startedAt"),
             r.get("finishedAt"),
-            r.get("errorClass") or r.get("reason"),
+            r.get("errorClass") or skip_reason(r) or r.get("reason"),
         )
         for r in map(wire, runs)
     ]

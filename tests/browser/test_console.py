@@ -494,3 +494,102 @@ def test_a_claim_held_by_a_pause_reads_held_and_not_counted(
         screenshot(driver, output_dir, "run-held")
     finally:
         client.cancel_job(job_id)
+
+
+def test_after_a_bulk_request_nothing_stays_selected_and_errors_read_once(
+    signed_in: Any, client: Any, console_url: str
+) -> None:
+    driver = signed_in
+    job = dying_job(client, every=1)
+    job_id = job["jobId"]
+    wait_until(driver, lambda: len(dead_of(client, job_id)) >= 2, "two dead runs", timeout=60)
+    client.cancel_job(job_id)
+    chosen = dead_of(client, job_id)[:2]
+    driver.get(f"{console_url}#/dead-letters?jobId={job_id}")
+    wait_until(driver, lambda: all(row_of(driver, "data-run-key", key) for key in chosen), "their rows")
+
+    def tick(run_key: str) -> bool:
+        row_of(driver, "data-run-key", run_key).find_element(By.CSS_SELECTOR, "[data-test=select]").click()
+        return True
+
+    for key in chosen:
+        wait_until(driver, lambda key=key: tick(key), "the dead letter's tick box")
+    assert "(2)" in one(driver, "[data-test=redrive-selected]").text
+    one(driver, "[data-test=redrive-selected]").click()
+    kind, text = wait_until(driver, lambda: shown_notice(driver), "the redrive notice")
+    assert kind == "ok" and "Redriven 2" in text, text
+    # The selection went with the request: the buttons count 0 and cannot send an empty one.
+    for name in ("redrive-selected", "dismiss-selected"):
+        wait_until(driver, lambda name=name: "(0)" in one(driver, f"[data-test={name}]").text, f"{name} at 0")
+        assert one(driver, f"[data-test={name}]").get_attribute("disabled") is not None
+    assert not [t for t in every(driver, "[data-test=select]") if t.is_selected()]
+    # An API error reads as the API's message, once.
+    shown = driver.execute_async_script(
+        """const done = arguments[arguments.length - 1];
+        import("./api.js").then((m) => done(m.explain(new m.ApiError(400, {
+          code: "invalid_request", message: "runKeys: List should have at least 1 item",
+          errors: [{field: "runKeys", rule: "List should have at least 1 item"}]}),
+          {action: "dismissed"})));"""
+    )
+    assert shown == "Not dismissed: runKeys: List should have at least 1 item"
+
+
+def test_the_runs_page_names_each_job_and_says_why_a_run_was_skipped(
+    signed_in: Any, client: Any, console_url: str
+) -> None:
+    driver = signed_in
+    job = client.create_job(
+        {"name": unique("paused-1s"), "type": "demo.hello", "every": 1, "missedRuns": "skip"}
+    )
+    job_id = job["jobId"]
+    try:
+        client.pause(job_id)
+        time.sleep(3)
+        client.resume(job_id)
+        wait_until(
+            driver,
+            lambda: [r for r in client.list_runs(job_id, limit=50)["items"] if r["state"] == "SKIPPED"],
+            "a skipped run",
+        )
+        driver.get(f"{console_url}#/runs?state=SKIPPED&jobId={job_id}")
+        rows = wait_until(driver, lambda: every(driver, "[data-test=all-runs] tbody tr"), "the skipped runs")
+        link = rows[0].find_element(By.CSS_SELECTOR, "td:nth-child(2) a")
+        assert link.text == job["name"] and link.get_attribute("title") == job_id
+        detail = rows[0].find_element(By.CSS_SELECTOR, "td.detail").text
+        assert detail.startswith("skipped: ") and ("paused" in detail or "missed" in detail), detail
+    finally:
+        client.cancel_job(job_id)
+
+
+def test_times_show_in_utc_or_the_browsers_zone_as_chosen(
+    signed_in: Any, client: Any, console_url: str
+) -> None:
+    driver = signed_in
+    job = client.create_job({"name": unique("once"), "type": "demo.hello", "runAt": instant(0)})
+    run_key = wait_until(driver, lambda: client.list_runs(job["jobId"])["items"], "its run")[0]["runKey"]
+    scheduled = datetime.strptime(run_key.split("@")[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    try:
+        driver.get(f"{console_url}#/runs?jobId={job['jobId']}")
+
+        def shown() -> tuple[str, str] | None:
+            row = row_of(driver, "data-run-key", run_key)
+            header = one(driver, "[data-test=all-runs] thead th").text
+            return (header, row.find_element(By.CSS_SELECTOR, "td a").text) if row else None
+
+        # UTC unless chosen otherwise: what the API says.
+        assert wait_until(driver, shown, "the run") == (
+            "Scheduled for (UTC)",
+            scheduled.strftime("%Y-%m-%d %H:%M:%SZ"),
+        )
+        one(driver, "[data-test=zone-toggle]").click()
+        local = (scheduled + timedelta(hours=5, minutes=30)).strftime("%Y-%m-%d %H:%M:%S")
+        expected = ("Scheduled for (local, UTC+05:30)", local)
+        wait_until(driver, lambda: shown() == expected, "the run in the browser's zone")
+        # Remembered: a page opened afresh shows the same.
+        driver.refresh()
+        wait_until(driver, lambda: shown() == expected, "the zone kept across a reload")
+        assert one(driver, "[data-test=zone-toggle]").get_attribute("aria-pressed") == "true"
+    finally:
+        driver.execute_script("localStorage.removeItem('jobsched.timeZone')")
+        driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})

@@ -705,6 +705,26 @@ def test_runs_list_asks_for_history_unless_told(
     assert stub.requests[-1]["path"] == f"/v1/jobs/j_abc/runs?{query}"
 
 
+def test_runs_list_says_why_a_run_was_skipped(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    overlap = run_answer("j_abc@2026-11-02T09:00:00Z", state="SKIPPED", reason="overlap")
+    paused = run_answer("j_abc@2026-11-02T08:00:00Z", state="SKIPPED", reason="paused", skippedCount=3)
+    stub.routes[("GET", "/v1/jobs/j_abc/runs")] = (200, {"items": [overlap, paused], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "runs", "list", "j_abc"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "skipped: an earlier run was still open (overlap)" in lines[1]
+    assert "skipped: missed while its job was paused (3 occurrences)" in lines[2]
+    # Across jobs too, from the listing's own fields.
+    summary = {
+        key: overlap[key] for key in ("runKey", "jobId", "state", "trigger", "priority", "scheduledFor")
+    }
+    summary |= {"jobType": "t", "dueAt": overlap["dueAt"], "attempts": 0, "redrives": 0}
+    summary |= {"reason": "expired", "skippedCount": 2, "updatedAt": overlap["updatedAt"]}
+    stub.routes[("GET", "/v1/runs")] = (200, {"items": [summary], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "runs", "list", "--state", "SKIPPED"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: older than the catch-up window (2 occurrences)" in out
+
+
 def test_runs_get_shows_the_transitions_table(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     run_key = "j_abc@2026-11-02T09:00:00Z"
     run = run_answer(

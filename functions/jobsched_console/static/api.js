@@ -98,8 +98,9 @@ export const api = {
   deadLetters: ({ cursor, limit } = {}) => call("GET", "/v1/dead-letters", { query: { cursor, limit } }),
 };
 
-/** What a person should read for a failed call: the API's message, its field errors, and
- *  for a 412 what it means that the version moved. */
+/** What a person should read for a failed call, once: "Not <action>: " and the API's
+ *  message (with any field error it does not already name), or for a 412 what it means that
+ *  the version moved. */
 export function explain(error, { action, version } = {}) {
   if (!(error instanceof ApiError)) return String(error && error.message ? error.message : error);
   if (error.status === 412) {
@@ -110,6 +111,8 @@ export function explain(error, { action, version } = {}) {
       "The page has been refreshed with the current job; look at it again and retry if it still applies."
     );
   }
-  const details = error.errors.map((item) => `${item.field}: ${item.rule}`).join("; ");
-  return `${error.status ? `${error.status} ` : ""}${error.code}: ${error.message}${details ? ` (${details})` : ""}`;
+  // The API's message already names each field and rule; a rule it does not name is added.
+  const details = error.errors.map((item) => `${item.field}: ${item.rule}`).filter((text) => !error.message.includes(text));
+  const message = `${error.message}${details.length ? ` (${details.join("; ")})` : ""}`;
+  return action ? `Not ${action}: ${message}` : message;
 }

@@ -3,6 +3,7 @@
 
 import { api, apiKey, explain, forgetApiKey, onUnauthenticated, setApiKey } from "./api.js";
 import { replace, h, on } from "./dom.js";
+import { instant, setTimeZone, timeZone } from "./format.js";
 import { deadPage } from "./pages/dead.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
@@ -19,6 +20,7 @@ const keyError = document.getElementById("key-error");
 const signOut = document.getElementById("sign-out");
 const status = document.getElementById("status");
 const notice = document.getElementById("notice");
+const zoneToggle = document.getElementById("zone");
 
 const routes = [
   [/^#\/jobs\/([^/?]+)$/, jobPage, ["id"]],
@@ -68,7 +70,7 @@ async function refresh() {
   refreshing = true;
   try {
     await current.refresh();
-    status.textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
+    status.textContent = `updated ${instant(new Date(Math.floor(Date.now() / 1000) * 1000).toISOString()).slice(11)}`;
     status.classList.remove("stale");
   } catch (error) {
     status.textContent = `not updated: ${explain(error)}`;
@@ -147,6 +149,21 @@ on(keyForm, "submit", async (event) => {
     enter();
   }
 });
+
+/** The toggle names the zone instants are shown in; a click switches it and redraws. */
+function showZone() {
+  const local = timeZone() === "local";
+  zoneToggle.textContent = local ? "Local time" : "UTC";
+  zoneToggle.title = local ? "times in this browser's zone: click for UTC" : "times in UTC: click for this browser's zone";
+  zoneToggle.setAttribute("aria-pressed", local ? "true" : "false");
+}
+
+on(zoneToggle, "click", () => {
+  setTimeZone(timeZone() === "local" ? "utc" : "local");
+  showZone();
+  show();
+});
+showZone();
 
 on(signOut, "click", () => {
   forgetApiKey();

@@ -1,5 +1,6 @@
 // Words for what the API answers: schedules, instants, durations. Pure functions of their
-// arguments (the current time is passed in), so they read the same everywhere.
+// arguments (the current time is passed in), so they read the same everywhere; instants
+// are shown in the zone chosen (timeZone), unless one is passed.
 
 const DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
 const DAY_NAMES = { SUN: 0, MON: 1, TUE: 2, WED: 3, THU: 4, FRI: 5, SAT: 6 };
@@ -27,13 +28,59 @@ export function parseInstant(value) {
   return Number.isNaN(time) ? null : time;
 }
 
-/** 2026-11-02 08:00:21Z (the API's instants are UTC; so is the console). */
-export function instant(value) {
+// The zone instants are shown in: "utc" (the API's, the default) or "local" (the browser's),
+// chosen with the header's toggle and remembered in localStorage.
+const ZONE_ITEM = "jobsched.timeZone";
+
+export function timeZone() {
+  try {
+    return localStorage.getItem(ZONE_ITEM) === "local" ? "local" : "utc";
+  } catch {
+    return "utc";
+  }
+}
+
+export function setTimeZone(zone) {
+  localStorage.setItem(ZONE_ITEM, zone === "local" ? "local" : "utc");
+}
+
+/** What a column of instants says it is in: "UTC", or "local, UTC+01:00" at `at` (ms). */
+export function zoneLabel(zone = timeZone(), at = Date.now()) {
+  if (zone !== "local") return "UTC";
+  const minutes = -new Date(at).getTimezoneOffset();
+  const whole = Math.abs(minutes);
+  return `local, UTC${minutes < 0 ? "-" : "+"}${pad(Math.floor(whole / 60))}:${pad(whole % 60)}`;
+}
+
+/** 2026-11-02 08:00:21Z in UTC; 2026-11-02 09:00:21 in the browser's zone (`zone` "local"),
+ *  the same width, so a column or a lane reads alike in either. */
+export function instant(value, zone = timeZone()) {
   const time = parseInstant(value);
   if (time === null) return value ? String(value) : "—";
-  const text = new Date(time).toISOString();
+  const at = new Date(time);
+  if (zone === "local") {
+    const ms = at.getMilliseconds() ? `.${String(at.getMilliseconds()).padStart(3, "0")}` : "";
+    return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} ${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}${ms}`;
+  }
+  const text = at.toISOString();
   const whole = text.endsWith(".000Z") ? `${text.slice(0, 19)}Z` : text;
   return whole.replace("T", " ");
+}
+
+// Why a run was SKIPPED, by the reason the run records (as `jobsched runs list` says it).
+const SKIP_REASONS = {
+  overlap: "an earlier run was still open (overlap)",
+  paused: "missed while its job was paused",
+  misfire: "missed (missedRuns)",
+  expired: "older than the catch-up window",
+};
+
+/** A SKIPPED run's reason in words, with how many occurrences its record stands for when
+ *  more than one; "" for a run in any other state. */
+export function skipReason(run) {
+  if (run.state !== "SKIPPED") return "";
+  const words = run.reason ? `skipped: ${SKIP_REASONS[run.reason] || run.reason}` : "skipped";
+  return run.skippedCount > 1 ? `${words} (${run.skippedCount} occurrences)` : words;
 }
 
 /** "in 12s", "3m 4s ago". */

@@ -3,7 +3,7 @@
 // retried, skipped, cancelled or died reads at a glance. Drawn with DOM calls, no markup.
 
 import { s } from "./dom.js";
-import { instant, parseInstant, span } from "./format.js";
+import { instant, parseInstant, span, zoneLabel } from "./format.js";
 
 const LANE = 20;
 const TOP = 34;
@@ -122,7 +122,7 @@ export function timeline(runs, details, now, onOpen) {
     axis.appendChild(s("text", { class: "tick", x: x(tick), y: TOP - 10 }, tickLabel(tick)));
   }
   axis.appendChild(s("text", { class: "axis-title", x: LEFT, y: 12 }, "after the scheduled instant (log scale) →"));
-  axis.appendChild(s("text", { class: "axis-title", x: 4, y: 12 }, "scheduled for (UTC)"));
+  axis.appendChild(s("text", { class: "axis-title", x: 4, y: 12 }, `scheduled for (${zoneLabel()})`));
   svg.appendChild(axis);
 
   lanes.forEach((lane, index) => {

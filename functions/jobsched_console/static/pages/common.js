@@ -16,8 +16,11 @@ export function runHash(runKey) {
   return `#/runs/${encodeURIComponent(runKey)}`;
 }
 
+/** A link to the job, labelled with its name when known; its id is then the tooltip. */
 export function jobLink(jobId, label) {
-  return link(jobHash(jobId), label || jobId);
+  const node = link(jobHash(jobId), label || jobId);
+  if (label && label !== jobId) node.setAttribute("title", jobId);
+  return node;
 }
 
 export function runLink(runKey, label) {
@@ -72,6 +75,14 @@ export async function pooled(items, width, work) {
   }
   await Promise.all(Array.from({ length: Math.min(width, items.length) }, lane));
   return results;
+}
+
+/** Reads each job of `jobIds` (once, however many runs name it), at most 4 at a time, into
+ *  `into` (job id → job); a job that cannot be read is left out (its id is shown). */
+export async function loadJobs(jobIds, into) {
+  const unique = [...new Set(jobIds)];
+  const found = await pooled(unique, 4, (jobId) => api.getJob(jobId));
+  unique.forEach((jobId, index) => found[index] && into.set(jobId, found[index]));
 }
 
 /** A button that asks again before it acts: the first click arms it for a few seconds. */

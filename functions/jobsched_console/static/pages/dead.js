@@ -5,8 +5,8 @@
 
 import { api, explain } from "../api.js";
 import { button, h, on, replace } from "../dom.js";
-import { instant } from "../format.js";
-import { Pager, confirmButton, filterInput, filterSelect, jobLink, pooled, runLink } from "./common.js";
+import { instant, zoneLabel } from "../format.js";
+import { Pager, confirmButton, filterInput, filterSelect, jobLink, loadJobs, runLink } from "./common.js";
 import { sinceInstant } from "./runs.js";
 
 const PAGE_SIZE = 25;
@@ -105,7 +105,7 @@ export function deadPage(root, params, ctx) {
           } catch (error) {
             ctx.notice(explain(error, { action: "redriven" }), "error");
           }
-          await refresh();
+          await afterBulk();
         }, { "data-test": "confirm-redrive", disabled: !outcome.count }),
         button("Never mind", () => {
           plan = null;
@@ -118,15 +118,22 @@ export function deadPage(root, params, ctx) {
 
   async function bySelection(action) {
     const runKeys = [...selected].slice(0, MAX_SELECTED);
+    if (!runKeys.length) return showBulk(); // nothing ticked: nothing to send
     try {
       const done = await api.bulkDeadLetters(action, { reason: reason(), runKeys });
-      done.runKeys.forEach((key) => selected.delete(key));
       const refused = refusedText(done.refused);
       const verb = action === "redrive" ? "Redriven" : "Dismissed";
       ctx.notice(`${verb} ${done.count} dead letters${refused ? `; ${refused}` : ""} (request ${done.requestId}).`, done.refused.length ? "conflict" : "ok");
     } catch (error) {
       ctx.notice(explain(error, { action: action === "redrive" ? "redriven" : "dismissed" }), "error");
     }
+    await afterBulk();
+  }
+
+  /** After any bulk request, whatever its outcome: nothing stays ticked, the buttons say so. */
+  async function afterBulk() {
+    selected.clear();
+    showBulk();
     await refresh();
   }
 
@@ -157,9 +164,7 @@ export function deadPage(root, params, ctx) {
     const typing = focused && focused.dataset && focused.dataset.test === "redrive-reason" ? focused.closest("tr")?.dataset.runKey : null;
     const page = await listed(ctx.now());
     pager.seen(page);
-    const jobIds = [...new Set(page.items.map((run) => run.jobId))];
-    const found = await pooled(jobIds, 4, (jobId) => api.getJob(jobId));
-    jobIds.forEach((jobId, index) => found[index] && jobs.set(jobId, found[index]));
+    await loadJobs(page.items.map((run) => run.jobId), jobs); // each refresh: its state and version
     const rows = page.items.map((run) => {
       const job = jobs.get(run.jobId);
       const input = reasonInput(run.runKey);
@@ -177,7 +182,7 @@ export function deadPage(root, params, ctx) {
         try {
           const again = await api.redrive(run.runKey, input.value.trim() || undefined);
           reasons.delete(run.runKey);
-          selected.delete(run.runKey);
+          if (selected.delete(run.runKey)) showBulk();
           ctx.notice(`Redriven: run ${run.runKey} is ${again.state} again (redrive ${again.redrives}).`, "ok");
         } catch (error) {
           ctx.notice(explain(error, { action: "redriven" }), "error");
@@ -211,7 +216,7 @@ export function deadPage(root, params, ctx) {
     replace(body,
       page.items.length
         ? h("table", { class: "grid-table", "data-test": "dead-letters" },
-          h("thead", null, h("tr", null, ["", "Scheduled for (UTC)", "Job", "Attempts", "Redrives", "Last error", "Died", ""].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, ["", `Scheduled for (${zoneLabel()})`, "Job", "Attempts", "Redrives", "Last error", "Died", ""].map((t) => h("th", null, t)))),
           h("tbody", null, rows))
         : h("p", { class: "muted" }, "No dead letters."),
       pager.controls(refresh, "dead letters"));

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { h, replace } from "../dom.js";
-import { instant, json, parseInstant, relative, schedule, seconds, span } from "../format.js";
+import { instant, json, parseInstant, relative, schedule, seconds, skipReason, span, zoneLabel } from "../format.js";
 import { timeline } from "../timeline.js";
 import { Pager, badge, jobActions, pooled, runHash, runLink } from "./common.js";
 
@@ -53,7 +53,7 @@ function runRow(run, detail) {
   const lateness = started ? (parseInstant(started) - parseInstant(run.scheduledFor)) / 1000 : null;
   const outcome = run.state === "SUCCEEDED" ? json(run.result)
     : run.lastErrorClass ? `${run.lastErrorClass}: ${run.lastErrorMessage || ""}`
-      : run.waitingFor || run.reason || "";
+      : run.waitingFor || skipReason(run) || run.reason || "";
   return h("tr", { "data-run-key": run.runKey, "data-state": run.state },
     h("td", null, runLink(run.runKey, instant(run.scheduledFor)), h("div", { class: "muted small" }, run.trigger)),
     h("td", null, badge(run.state)),
@@ -109,7 +109,7 @@ export function jobPage(root, params, ctx) {
           ["Updated", instant(job.updatedAt)],
         ]),
         h("div", null,
-          h("h2", null, "Upcoming fire times (UTC)"),
+          h("h2", null, `Upcoming fire times (${zoneLabel()})`),
           (job.nextFireTimes || []).length
             ? h("ol", { class: "times", "data-test": "fire-times" }, job.nextFireTimes.map((time) => h("li", null, `${instant(time)} (${relative(time, now)})`)))
             : h("p", { class: "muted" }, job.state === "ACTIVE" ? "none: the schedule has ended" : `none while ${job.state}`),
@@ -130,7 +130,7 @@ export function jobPage(root, params, ctx) {
       h("h2", null, "Runs due (newest first)"),
       listed.items.length
         ? h("table", { class: "grid-table", "data-test": "runs" },
-          h("thead", null, h("tr", null, ["Scheduled for (UTC)", "State", "Started", "Late", "Attempt", "Redrives", "Finished", "Result or error"].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, [`Scheduled for (${zoneLabel()})`, "State", "Started", "Late", "Attempt", "Redrives", "Finished", "Result or error"].map((t) => h("th", null, t)))),
           h("tbody", null, listed.items.map((run) => runRow(run, details.get(run.runKey)))))
         : h("p", { class: "muted" }, "No runs due yet."),
       pager.controls(refresh, "runs"),
@@ -138,7 +138,7 @@ export function jobPage(root, params, ctx) {
         ? h("details", { class: "upcoming", "data-test": "upcoming" },
           h("summary", null, `Upcoming: ${upcoming.items.length}${upcoming.nextCursor ? "+" : ""} runs made ahead of their time`),
           h("table", { class: "grid-table" },
-            h("thead", null, h("tr", null, ["Scheduled for (UTC)", "State", "Trigger"].map((t) => h("th", null, t)))),
+            h("thead", null, h("tr", null, [`Scheduled for (${zoneLabel()})`, "State", "Trigger"].map((t) => h("th", null, t)))),
             h("tbody", null, upcoming.items.map((run) => h("tr", { "data-run-key": run.runKey },
               h("td", null, runLink(run.runKey, instant(run.scheduledFor)), ` (${relative(run.scheduledFor, now)})`),
               h("td", null, badge(run.state)),

@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { h, on, replace } from "../dom.js";
-import { instant, relative, schedule } from "../format.js";
+import { instant, relative, schedule, zoneLabel } from "../format.js";
 import { Pager, badge, jobActions, jobLink, pooled, runLink } from "./common.js";
 
 const STATES = ["", "ACTIVE", "PAUSED", "CANCELLED", "COMPLETED"];
@@ -24,7 +24,7 @@ function counters(summary) {
 function nextFire(job, summary, now) {
   const times = summary ? summary.nextFireTimes.slice(0, 3) : job.nextRunAt ? [job.nextRunAt] : [];
   if (!times.length) return h("span", { class: "muted" }, "none");
-  // The time of day (UTC) and how soon; the whole instants of the next three in its title.
+  // The time of day (in the zone shown) and how soon; the whole instants of the next three in its title.
   return h("span", { title: times.map(instant).join("\n"), "data-test": "next-fire" }, `${instant(times[0]).slice(11)} (${relative(times[0], now)})`);
 }
 
@@ -72,7 +72,7 @@ export function jobsPage(root, params, ctx) {
     replace(body,
       page.items.length
         ? h("table", { class: "grid-table compact", "data-test": "jobs" },
-          h("thead", null, h("tr", null, ["Job", "State", "Schedule", "Next fire (UTC)", "Last run", "Outcomes", "Version", ""].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, ["Job", "State", "Schedule", `Next fire (${zoneLabel()})`, "Last run", "Outcomes", "Version", ""].map((t) => h("th", null, t)))),
           h("tbody", null, rows))
         : h("p", { class: "muted" }, state ? `No ${state} jobs.` : "No jobs yet: create one with the API or the CLI (jobsched jobs create …)."),
       pager.controls(refresh, "jobs"));

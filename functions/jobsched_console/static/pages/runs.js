@@ -4,8 +4,8 @@
 
 import { api } from "../api.js";
 import { h, on, replace } from "../dom.js";
-import { instant, relative } from "../format.js";
-import { Pager, badge, filterInput, filterSelect, jobLink, runLink } from "./common.js";
+import { instant, relative, skipReason, zoneLabel } from "../format.js";
+import { Pager, badge, filterInput, filterSelect, jobLink, loadJobs, runLink } from "./common.js";
 
 const STATES = ["PENDING", "QUEUED", "LEASED", "RETRY_WAIT", "SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"];
 const TRIGGERS = ["", "schedule", "manual", "backfill"];
@@ -35,6 +35,7 @@ export function runsHash(filters) {
 
 export function runsPage(root, params, ctx) {
   const pager = new Pager();
+  const jobs = new Map(); // job id → the job, read once per job the page has listed (its name)
   const filters = Object.fromEntries(
     ["state", "jobId", "type", "trigger", "errorClass", "since", "timeField"].map((name) => [name, params.get(name) || ""]),
   );
@@ -79,21 +80,23 @@ export function runsPage(root, params, ctx) {
       limit: PAGE_SIZE,
     });
     pager.seen(page);
+    // A listed run carries its job's id only: one read per job not yet known, none per run.
+    await loadJobs(page.items.map((run) => run.jobId).filter((jobId) => !jobs.has(jobId)), jobs);
     const rows = page.items.map((run) => h("tr", { "data-run-key": run.runKey, "data-state": run.state },
       h("td", null, runLink(run.runKey, instant(run.scheduledFor)), h("span", { class: "muted small" }, ` ${relative(run.scheduledFor, now)}`)),
-      h("td", null, jobLink(run.jobId)),
+      h("td", null, jobLink(run.jobId, jobs.get(run.jobId)?.name)),
       h("td", null, run.jobType),
       h("td", null, badge(run.state)),
       h("td", null, run.trigger),
       h("td", { class: "num" }, String(run.attempts)),
       h("td", null, run.startedAt ? instant(run.startedAt) : "—"),
       h("td", null, run.finishedAt ? instant(run.finishedAt) : "—"),
-      h("td", { class: "detail" }, run.errorClass || run.reason || "")));
+      h("td", { class: "detail" }, run.errorClass || skipReason(run) || run.reason || "")));
     const filtered = Object.values(filters).some(Boolean);
     replace(body,
       page.items.length
         ? h("table", { class: "grid-table compact", "data-test": "all-runs" },
-          h("thead", null, h("tr", null, ["Scheduled for (UTC)", "Job", "Type", "State", "Trigger", "Attempts", "Started", "Finished", "Error or reason"].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, [`Scheduled for (${zoneLabel()})`, "Job", "Type", "State", "Trigger", "Attempts", "Started", "Finished", "Error or reason"].map((t) => h("th", null, t)))),
           h("tbody", null, rows))
         : h("p", { class: "muted", "data-test": "no-runs" }, filtered ? "No runs match these filters." : "No runs yet."),
       page.items.length < PAGE_SIZE && page.nextCursor
