@@ -111,6 +111,7 @@ class Container:
             first_pass=self.materializer.first_pass,
             run_request=self.runs.insert_request,
             run_retention=self.runs.retention,
+            on_cancel=lambda job: self.run_service.cancel_unstarted(job, f"api:{job.tenant}"),
         )
 
     @cached_property

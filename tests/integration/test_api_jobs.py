@@ -424,6 +424,21 @@ def test_list_filters_by_state(api):
     assert [j["jobId"] for j in only_paused] == [paused]
 
 
+def test_list_keeps_cancelled_jobs_unless_a_state_filter_leaves_them_out(api):
+    cancelled = create(api)["jobId"]
+    active = create(api)["jobId"]
+    assert api.delete(f"/v1/jobs/{cancelled}").status == 200
+    assert [j["jobId"] for j in api.get("/v1/jobs").body["items"]] == [active, cancelled]
+    only = api.get("/v1/jobs", query="state=CANCELLED").body["items"]
+    assert [(j["jobId"], j["state"]) for j in only] == [(cancelled, "CANCELLED")]
+    assert [j["jobId"] for j in api.get("/v1/jobs", query="state=ACTIVE").body["items"]] == [active]
+    refused = api.get("/v1/jobs", query="state=ARCHIVED")
+    assert refused.status == 400
+    (problem,) = refused.body["errors"]
+    assert problem["field"] == "state"
+    assert all(name in problem["rule"] for name in ("ACTIVE", "PAUSED", "CANCELLED", "COMPLETED"))
+
+
 def test_a_job_listing_leaves_out_a_job_it_cannot_read_and_still_answers(api, container, clock):
     """A job item this release cannot read (a state it does not have) is left out of the
     tenant's listing, filtered or not, and counted; the other jobs are listed, one a newer

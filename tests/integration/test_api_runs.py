@@ -1079,3 +1079,49 @@ def test_an_attempt_held_by_its_jobs_pause_reads_held_not_running(api, worker, c
     attempts = run_of(api, key)["attempts"]
     assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "held"), (1, "succeeded")], attempts
     assert all(a["endedAt"] for a in attempts)
+
+
+# --- cancelling a job cancels its runs that have not started ---
+
+
+def test_cancelling_a_job_cancels_its_unstarted_runs_at_once(api, container, clock):
+    # Every 10 s, of a type no handler runs: external workers lease its runs. Its runs are
+    # made at creation up to the API's horizon (08:00:00 to 08:02:00).
+    job_id = create(api, runAt=None, cron="*/10 * * * * *")
+    leased = key_of(job_id)
+    (lease,) = claim(api)  # 08:00:00, mid-effect in an external worker
+    clock.advance(10)
+    queued = key_of(job_id, "2026-11-02T08:00:10Z")
+    container.outbox.publish([container.runs.get_by_key(queued)])
+    assert run_of(api, queued)["state"] == "QUEUED"
+    assert run_of(api, queued)["waitingFor"].startswith("waiting for an external worker")
+    pending = key_of(job_id, "2026-11-02T08:01:00Z")
+    assert run_of(api, pending)["state"] == "PENDING"
+
+    assert api.delete(f"/v1/jobs/{job_id}").status == 200
+
+    for key in (queued, pending):
+        run = run_of(api, key)
+        assert (run["state"], run["reason"], run["waitingFor"]) == ("CANCELLED", "job cancelled", None)
+        assert run["transitions"][-1]["actor"] == "api:tenant-a"
+    ours = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100&view=all").body["items"]
+    across = api.get("/v1/runs", query="limit=100").body["items"]  # the due ones
+    for listed, count in ((ours, 13), (across, 2)):
+        states = {item["runKey"]: item["state"] for item in listed if item["jobId"] == job_id}
+        assert len(states) == count
+        assert states.pop(leased) == "LEASED"
+        assert set(states.values()) == {"CANCELLED"}
+    # The leased run is its holder's: not overwritten, its fence unchanged.
+    run = run_of(api, leased)
+    assert (run["state"], run["fence"]) == ("LEASED", lease["fence"])
+    assert container.definitions.get_stats(job_id)["cancelled"] == 12
+
+
+def test_cancelling_a_job_pages_through_its_runs(api, container, monkeypatch):
+    from jobsched.services import runs as run_service
+
+    monkeypatch.setattr(run_service, "CANCEL_PAGE", 3)
+    job_id = create(api, runAt=None, cron="*/10 * * * * *")
+    assert api.delete(f"/v1/jobs/{job_id}").status == 200
+    items = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100&view=all").body["items"]
+    assert len(items) == 13 and {item["state"] for item in items} == {"CANCELLED"}

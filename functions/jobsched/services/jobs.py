@@ -89,6 +89,7 @@ class JobService:
         first_pass: Callable[..., tuple[Job, list[Run]] | None] | None = None,
         run_request: Callable[[Run], dict[str, Any]] | None = None,
         run_retention: timedelta = timedelta(days=30),
+        on_cancel: Callable[[Job], object] | None = None,
     ):
         self._store = store
         self._clock = clock
@@ -112,6 +113,8 @@ class JobService:
         # How long finished runs are kept (RunStore.retention): a definition an update
         # replaces is kept for the runs made from it that long after it, and a margin more.
         self._run_retention = run_retention
+        # Cancels the cancelled job's runs that have not started (RunService.cancel_unstarted).
+        self._on_cancel = on_cancel
 
     def _authorize(self, tenant: str, spec: JobSpec) -> None:
         """The job's target and each notification's (the secrets their headers reference
@@ -448,14 +451,30 @@ class JobService:
             logger.exception("deciding missed runs on resume failed", extra={"job_id": resumed.job_id})
 
     def cancel(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
+        """CANCELLED, nextRunAt None; then its runs that have not started are cancelled at
+        once (`on_cancel`, best effort: a run it does not reach is cancelled by the worker's
+        or the lease API's check of the job before its effect). A LEASED run is left to its
+        holder. Cancelling a cancelled job returns it unchanged."""
+
         def change(job: Job, now: datetime) -> Job:
             if job.state is JobState.CANCELLED:
                 return job
             # A COMPLETED job may still have runs made ahead of time and not yet executed:
-            # cancelling it stops them (the worker re-reads the job before every effect).
+            # cancelling it stops them.
             return _bump(job, now, state=JobState.CANCELLED, next_run_at=None)
 
-        return self._change(tenant, job_id, if_match, change)
+        return self._change(tenant, job_id, if_match, change, after=self._cancel_runs)
+
+    def _cancel_runs(self, before: Job, cancelled: Job) -> None:
+        if self._on_cancel is None:
+            return
+        try:
+            self._on_cancel(cancelled)
+        except Exception:
+            # The job is cancelled either way; each run left open ends at its next check.
+            logger.exception(
+                "cancelling the runs of a cancelled job failed", extra={"job_id": cancelled.job_id}
+            )
 
     def _change(
         self,

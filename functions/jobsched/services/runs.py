@@ -31,7 +31,7 @@ from ..domain.instants import Clock, format_instant
 from ..domain.models import Job, JobState, Overlap, RunFix, Target
 from ..domain.run_listing import RunFilter
 from ..domain.run_status import Surroundings, waiting_for
-from ..domain.runs import OPEN_STATES, Run, RunState, Trigger, make_run
+from ..domain.runs import CLAIMABLE_STATES, OPEN_STATES, Run, RunState, Trigger, make_run
 from ..domain.schedule import fires_in, whole_second_up
 from ..observability import logger
 from ..store.definitions import DefinitionStore
@@ -41,6 +41,10 @@ from .completion import Completer, Ending
 
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
+# Cancelling a job reads its runs newest first in pages of this many, at most this many
+# pages: the runs made ahead (sweepAheadSeconds' worth) and the due ones still waiting.
+CANCEL_PAGE = 100
+CANCEL_PAGES = 20
 # A lease call reads at most this many pages of one type's claim index, each of at least
 # CLAIM_PAGE_MIN entries: runs that cannot be handed out (held by an overlap policy, unreadable)
 # at the head are passed over, and a call stays bounded in reads however many there are.
@@ -492,6 +496,43 @@ class RunService:
                 return ending.run
             # A heartbeat or the outbox wrote meanwhile: look again.
         raise Conflict(f"run {run_key} is changing concurrently; retry")
+
+    def cancel_unstarted(self, job: Job, actor: str) -> int:
+        """Cancel the open runs of `job` (just cancelled) that no one holds: PENDING, QUEUED
+        and RETRY_WAIT, reason "job cancelled". Returns how many were cancelled.
+
+        Reads the job's runs newest first (the runs made ahead, then the due ones), CANCEL_PAGE
+        a page, and stops at the first page holding no open run, at the last page, or after
+        CANCEL_PAGES pages. Each write is conditional on the run as read (state and rev); one
+        that moved meanwhile is judged again as it now stands, once. A LEASED run is never
+        written: its worker's check before the effect, or its fenced completion, ends it as
+        before. An occurrence a resume decided not to run is left to that decision (it ends
+        SKIPPED as missed, services.missed). Raises what the store raises."""
+        cancelled = 0
+        cursor: str | None = None
+        for _ in range(CANCEL_PAGES):
+            page = self._runs.list_for_job(job.job_id, limit=CANCEL_PAGE, cursor=cursor, view="all")
+            open_runs = [run for run in page.items if run.is_open]
+            for run in open_runs:
+                cancelled += self._cancel_unstarted_run(job, run, actor)
+            cursor = page.cursor
+            if not open_runs or cursor is None:
+                break
+        return cancelled
+
+    def _cancel_unstarted_run(self, job: Job, run: Run, actor: str) -> int:
+        for _ in range(2):
+            if run.state not in CLAIMABLE_STATES:
+                return 0
+            if lifecycle.pause_decides(run) and job.missed_verdict(run.scheduled_for) is False:
+                return 0
+            ending = self._completer.cancel(run, "job cancelled", actor=actor)
+            if ending.run is not None:
+                return 1
+            if ending.current is None:
+                return 0
+            run = ending.current
+        return 0
 
     # --- the lease protocol for external workers ---
 
