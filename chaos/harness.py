@@ -387,7 +387,9 @@ class World:
         )
         api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
         # As the API's container wires it (jobsched.wiring): the resume decides which of the
-        # pause's occurrences run and writes that decision with itself (`missed_windows`).
+        # pause's occurrences run and writes that decision with itself (`missed_windows`), and
+        # a cancel cancels the job's unstarted runs.
+        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
         self.jobs = JobService(
             api_defs,
             api_clock,
@@ -395,8 +397,8 @@ class World:
             on_resume=api_missed.on_resume,
             runs=api_runs,
             plan_missed=api_missed.window,
+            on_cancel=lambda job: self.run_service.cancel_unstarted(job, f"api:{job.tenant}"),
         )
-        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
 
         self.sweepers: list[tuple[Sweeper, ChaosDefinitionStore, Materializer]] = []
         for _ in range(2):
