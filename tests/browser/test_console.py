@@ -4,6 +4,7 @@ letter, and data shown as text only."""
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -508,19 +509,22 @@ def test_after_a_bulk_request_nothing_stays_selected_and_errors_read_once(
     driver.get(f"{console_url}#/dead-letters?jobId={job_id}")
     wait_until(driver, lambda: all(row_of(driver, "data-run-key", key) for key in chosen), "their rows")
 
+    def counts_zero(name: str) -> bool:
+        return "(0)" in one(driver, f"[data-test={name}]").text
+
     def tick(run_key: str) -> bool:
         row_of(driver, "data-run-key", run_key).find_element(By.CSS_SELECTOR, "[data-test=select]").click()
         return True
 
     for key in chosen:
-        wait_until(driver, lambda key=key: tick(key), "the dead letter's tick box")
+        wait_until(driver, functools.partial(tick, key), "the dead letter's tick box")
     assert "(2)" in one(driver, "[data-test=redrive-selected]").text
     one(driver, "[data-test=redrive-selected]").click()
     kind, text = wait_until(driver, lambda: shown_notice(driver), "the redrive notice")
     assert kind == "ok" and "Redriven 2" in text, text
     # The selection went with the request: the buttons count 0 and cannot send an empty one.
     for name in ("redrive-selected", "dismiss-selected"):
-        wait_until(driver, lambda name=name: "(0)" in one(driver, f"[data-test={name}]").text, f"{name} at 0")
+        wait_until(driver, functools.partial(counts_zero, name), f"{name} at 0")
         assert one(driver, f"[data-test={name}]").get_attribute("disabled") is not None
     assert not [t for t in every(driver, "[data-test=select]") if t.is_selected()]
     # An API error reads as the API's message, once.
