@@ -271,7 +271,7 @@ def installed_with(requires_dist: list[str], extra: str, project: str = "jobsche
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    wanted, seen, names = [extra], set(), set()
+    wanted, seen, names = [extra], set[str](), set[str]()
     while wanted:
         current = wanted.pop()
         if current in seen:

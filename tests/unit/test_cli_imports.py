@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 @pytest.fixture
 def api() -> Iterator[StubApi]:
     stub = StubApi()
-    empty = (200, {"items": [], "nextCursor": None}, {})
+    empty: tuple[int, dict[str, Any], dict[str, str]] = (200, {"items": [], "nextCursor": None}, {})
     stub.routes[("GET", "/v1/jobs")] = empty
     stub.routes[("GET", "/v1/jobs/j1/runs")] = empty
     yield stub
