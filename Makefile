@@ -87,8 +87,8 @@ test:
 
 checks: lint typecheck docs-check package
 
-# The distribution a user installs (`pip install jobsched[client]`, `[worker]`, `[cdk]`,
-# `[local]`): the sdist and the wheel built as PyPI would get them, their metadata checked.
+# The distribution a user installs (`pip install jobsched[client]`, `[sigv4]`, `[worker]`,
+# `[server]`, `[cdk]`, `[local]`): the sdist and the wheel as PyPI would get them, metadata checked.
 # Set-up tree and output stay under .venv, so the build leaves nothing in the checkout.
 PACKAGE_DIR := $(VENV)/dist
 .PHONY: package

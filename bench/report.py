@@ -268,6 +268,10 @@ def markdown(results: dict[str, Any], picture: str | None) -> str:
         from . import profile
 
         out += profile.markdown(results["profile"])
+    if "cli" in results:
+        from . import cli
+
+        out += cli.markdown(results["cli"])
     # `make bench-peers`'s section (bench/peers.json) is kept when this report is rewritten.
     from .peers.render import saved_section
 

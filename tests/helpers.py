@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 # The caller's own AWS settings, for the one suite that may use them: the end-to-end suite
@@ -260,3 +261,48 @@ def fast_local_mode(api_keys: dict[str, str], **settings: Any) -> Iterator[Any]:
         yield runtime
     finally:
         runtime.stop()  # also restores the environment the process had before the runtime
+
+
+def installed_with(requires_dist: list[str], extra: str, project: str = "jobsched") -> set[str]:
+    """The distributions (canonical names) that installing `project[extra]` pulls in directly,
+    from its `Requires-Dist` entries (a wheel's METADATA, or `pyproject_requires_dist`):
+    those without a marker, those whose marker holds for `extra`, and, through an entry naming
+    `project` itself (`jobsched[server]`), those of the extras it names."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted, seen, names = [extra], set[str](), set[str]()
+    while wanted:
+        current = wanted.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for requirement in map(Requirement, requires_dist):
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": current}):
+                continue
+            if canonicalize_name(requirement.name) == canonicalize_name(project):
+                wanted.extend(requirement.extras)
+            else:
+                names.add(canonicalize_name(requirement.name))
+    return names
+
+
+def pyproject_requires_dist(pyproject: dict[str, Any]) -> list[str]:
+    """pyproject.toml's dependencies as a wheel's `Requires-Dist` entries: each extra's with
+    `extra == "<name>"` for a marker (pyproject's own entries carry none)."""
+    project = pyproject["project"]
+    entries = list(project["dependencies"])
+    for name, requirements in project["optional-dependencies"].items():
+        entries += [f'{requirement}; extra == "{name}"' for requirement in requirements]
+    return entries
+
+
+def wheel_requires_dist(wheel: Path) -> list[str]:
+    """The `Requires-Dist` entries of a built wheel's METADATA: what pip installs from it."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = HeaderParser().parsestr(archive.read(name).decode())
+    return list(metadata.get_all("Requires-Dist") or [])

@@ -27,7 +27,7 @@ from jobsched.client import (
 from jobsched.client.api import RunsView
 from jobsched.client.apply import ApplyResult, execute, plan, read_jobs_file
 from jobsched.client.http import is_loopback
-from jobsched_local.config import DEV_KEY
+from jobsched_local.keys import DEV_KEY
 from pydantic import BaseModel
 
 from .follow import RunFollower

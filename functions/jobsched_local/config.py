@@ -17,10 +17,9 @@ from jobsched.settings import Settings
 from jobsched.targets.authority import partition_of
 from pydantic import ValidationError
 
+from .keys import DEV_KEY, DEV_TENANT
 from .loopback import host_name, is_loopback
 
-DEV_KEY = "jobsched-dev-key"
-DEV_TENANT = "dev"
 MOTO_ACCOUNT = "123456789012"  # where bare target names resolve: moto's default account
 # Local mode has no IAM (moto's STS assumes any role): any role may be named, and each is
 # still assumed with the tenant's ExternalId, as in the stack.

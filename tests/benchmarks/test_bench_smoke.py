@@ -261,3 +261,15 @@ def test_profile_smoke() -> None:
     results = {"environment": SMOKE_ENVIRONMENT, "profile": result}
     assert "## 8. Where the CPU goes" in report.markdown(results, None)
     assert "Lambda CPU ms per run, profiled" in report.terminal(results)
+
+
+def test_cli_start_smoke() -> None:
+    """Both commands start and are timed, and the report renders them."""
+    from bench import cli, report
+
+    result = cli.run(repeats=1)
+    assert set(result["commands"]) == set(cli.COMMANDS)
+    for figures in result["commands"].values():
+        assert figures["wall_ms_median"] > 0 and figures["cpu_ms_median"] > 0
+    results = {"environment": SMOKE_ENVIRONMENT, "cli": result}
+    assert "## 9. The `jobsched` command's start" in report.markdown(results, None)

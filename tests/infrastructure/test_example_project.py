@@ -22,7 +22,7 @@ import boto3
 import pytest
 from jobsched.cdk.names import FUNCTIONS
 
-from tests.helpers import HOME, ApiClient
+from tests.helpers import HOME, ApiClient, installed_with, wheel_requires_dist
 from tests.infrastructure.synth import SKIP_BUNDLING, dependency_cycle, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -316,6 +316,10 @@ def test_the_example_app_synthesizes_from_the_built_wheel_in_a_clean_virtualenv(
         cwd=tmp_path,
     )
     (wheel,) = dist.glob("jobsched-*.whl")
+    # What `pip install jobsched[client]` would bring: an HTTP client's dependencies only.
+    requires_dist = wheel_requires_dist(wheel)
+    assert not installed_with(requires_dist, "client") & {"boto3", "botocore", "aws-lambda-powertools"}
+    assert installed_with(requires_dist, "cdk") >= {"boto3", "aws-lambda-powertools", "aws-cdk-lib"}
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"

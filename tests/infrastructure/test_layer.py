@@ -1,5 +1,6 @@
-"""The layer: the runtime dependencies of pyproject.toml, pinned to what the tests run, built by
-pip for the Lambda platform through CDK's local bundling (no Docker on this machine)."""
+"""The layer: the runtime dependencies of pyproject.toml (every install's and the `server`
+extra's), pinned to what the tests run, built by pip for the Lambda platform through CDK's
+local bundling (no Docker on this machine)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def requirements() -> dict[NormalizedName, Requirement]:
 
 def test_layer_pins_every_runtime_dependency_at_the_tested_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
+    runtime = project["dependencies"] + project["optional-dependencies"]["server"]
+    declared = {canonicalize_name(r.name): r for r in map(Requirement, runtime)}
     pinned = requirements()
     assert set(pinned) == set(declared)
     for name, requirement in pinned.items():

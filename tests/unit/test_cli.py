@@ -431,6 +431,28 @@ def test_sigv4_without_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPa
     assert main(["--endpoint", client.endpoint, "--sigv4", "jobs", "list"]) == 2
 
 
+def without_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a client installed without the `sigv4` extra: importing botocore fails."""
+    for name in [n for n in sys.modules if n == "botocore" or n.startswith("botocore.")] + ["botocore"]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.usefixtures("fake_aws_credentials")
+def test_sigv4_without_botocore_names_the_extra_that_installs_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    without_botocore(monkeypatch)
+    for endpoint in ("https://abc.execute-api.us-east-1.amazonaws.com/prod", "https://api.example.com"):
+        client = Client(endpoint, sigv4=True)  # the region: from the host, else botocore's
+        with pytest.raises(SigningUnavailable, match=r"botocore: pip install 'jobsched\[sigv4\]'"):
+            Signed(client, "GET", "/v1/jobs")
+        capsys.readouterr()
+        assert main(["--endpoint", endpoint, "--sigv4", "jobs", "list"]) == 2
+        assert "pip install 'jobsched[sigv4]'" in capsys.readouterr().err
+    client = Client("https://api.example.com", api_key="k")  # without SigV4, botocore is not needed
+    assert Signed(client, "GET", "/v1/jobs").get_header("x-api-key") == "k"
+
+
 # --- the HTTP exchange, against a stub API ---
 
 

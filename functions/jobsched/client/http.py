@@ -28,7 +28,8 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -198,6 +199,21 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
+SIGV4_EXTRA = "jobsched[sigv4]"  # what installs botocore, which SigV4 signing needs
+
+
+@contextmanager
+def _botocore_installed() -> Iterator[None]:
+    """Around botocore's imports: without botocore (a client installed without the extra),
+    raises SigningUnavailable naming the extra that installs it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "botocore":
+            raise
+        raise SigningUnavailable(f"SigV4 needs botocore: pip install '{SIGV4_EXTRA}'") from exc
+
+
 def _transient(exc: BaseException) -> bool:
     """No answer that another try may get: a timeout or a connection dropped mid-exchange (or
     a transport's own ApiUnreachable). A refused connection, a name that does not resolve or
@@ -279,7 +295,8 @@ class Connection:
         if match:
             self._region = match.group(1)
             return self._region
-        import botocore.session
+        with _botocore_installed():
+            import botocore.session
 
         configured = botocore.session.Session().get_config_variable("region")
         if not configured:
@@ -289,13 +306,13 @@ class Connection:
 
     def sign(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, str]:
         """`headers` with SigV4's for `execute-api` added (every header given is signed).
-        Raises SigningUnavailable without credentials or a region."""
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
+        Raises SigningUnavailable without credentials or a region, or without botocore."""
+        with _botocore_installed():
+            import botocore.session
+            from botocore.auth import SigV4Auth
+            from botocore.awsrequest import AWSRequest
 
         if self._credentials is None:
-            import botocore.session
-
             self._credentials = botocore.session.Session().get_credentials()
             if self._credentials is None:
                 raise SigningUnavailable("SigV4 needs AWS credentials (environment, profile or role)")
