@@ -113,10 +113,10 @@ browser:
 	       $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }; \
 	fi
 
-# make run [PORT=8080] [MOTO_PORT=5055] [CONFIG=local.json]
+# make run [PORT=8080] [MOTO_PORT=5055] [CONFIG=local.json] [VERBOSE=1]
 # A venv that already has the dev tools is kept current as such; otherwise local mode alone.
 run: $(if $(wildcard $(STAMP)),$(STAMP),$(LOCAL_STAMP))
-	$(BIN)/jobsched local --demo $(if $(PORT),--port $(PORT)) $(if $(MOTO_PORT),--moto-port $(MOTO_PORT)) $(if $(CONFIG),--config $(CONFIG))
+	$(BIN)/jobsched local --demo $(if $(PORT),--port $(PORT)) $(if $(MOTO_PORT),--moto-port $(MOTO_PORT)) $(if $(CONFIG),--config $(CONFIG)) $(if $(VERBOSE),--verbose)
 
 demo: run
 

@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="whose runs the live table shows: mine (default: the jobs created through this instance;"
         " the demo's recurring jobs for their first run only), all (every run of every tenant), none",
     )
+    local.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print the functions' Powertools JSON logs (from INFO, or $POWERTOOLS_LOG_LEVEL)",
+    )
     local.set_defaults(local=cmd_local)
 
     doctor = commands.add_parser(

@@ -576,4 +576,5 @@ def cmd_local(args: argparse.Namespace) -> int:
         demo=args.demo,
         follow=args.follow,
         handlers_path=args.handlers_path,
+        verbose=args.verbose,
     )

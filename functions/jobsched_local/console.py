@@ -1,9 +1,11 @@
 """Local mode's console: what a person at the terminal needs, and nothing meant for Lambda.
 
-- `quiet_console()`: no CloudWatch EMF documents on stdout (in Lambda they become metrics;
-  the metrics port drops them while metrics are disabled, and this filters any Powertools
-  prints regardless) and no Powertools warning about an invocation that had no metrics to
-  publish.
+- `quiet_console()`: one writer for the terminal (`Terminal`: whole lines, in order, from
+  every thread); no CloudWatch EMF documents on stdout (in Lambda they become metrics; the
+  metrics port drops them while metrics are disabled, and this filters any Powertools prints
+  regardless), no Powertools warning about an invocation that had no metrics to publish, and
+  Powertools JSON logs only when asked for (`--verbose`): otherwise warnings and errors as
+  one plain line each.
 - `startup_banner()`: where the API, its docs and the CLI are, and every API key.
 - `RunTable`: one line per run state change, read from the runs table's stream (a second
   reader beside the outbox's event source mapping, as DynamoDB allows); `--follow` says
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping
@@ -68,11 +72,85 @@ class EmfFilter:
         return getattr(self.stream, name)
 
 
-def quiet_console() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+class Terminal:
+    """The one writer of local mode's terminal: every thread's output (the banner, the run
+    table, the demo, log records, warnings) reaches `stream` as whole lines, one line at a
+    time under one lock, flushed at once, so lines never interleave mid-line and appear in
+    the order they were completed. Text without its newline yet is kept per thread until the
+    newline comes (`print` writes a line and its newline in two calls)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._partial = threading.local()
+
+    def write(self, text: str) -> int:
+        *lines, rest = (getattr(self._partial, "text", "") + text).split("\n")
+        self._partial.text = rest
+        if lines:
+            with self._lock:
+                for line in lines:
+                    self.stream.write(line + "\n")
+                self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class _TerminalLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Log records and warnings as one plain line each (times in UTC, as the run table's)."""
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def quiet_console(*, verbose: bool = False) -> Terminal:
+    """Routes everything local mode prints through one `Terminal` on stdout (returned) and
+    keeps what is meant for Lambda off it: no EMF documents, no warning about an invocation
+    with no metrics to publish.
+
+    Without `verbose`, records of WARNING and above (from jobsched, local mode, and Python
+    warnings) are one plain line each, and the Powertools JSON handler is taken off; with
+    `verbose`, jobsched's records are Powertools JSON documents only (from INFO, or
+    POWERTOOLS_LOG_LEVEL when set), never also as plain lines."""
+    from jobsched.observability import logger as powertools_logger
+
+    terminal = (
+        sys.stdout if isinstance(sys.stdout, Terminal) else Terminal(cast(TextIO, EmfFilter(sys.stdout)))
+    )
+    sys.stdout = cast(TextIO, terminal)
     warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
-    if not isinstance(sys.stdout, EmfFilter):
-        sys.stdout = cast(TextIO, EmfFilter(sys.stdout))
+    logging.captureWarnings(True)  # warnings as log records: one writer, one line each
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    for handler in [h for h in root.handlers if isinstance(h, _TerminalLogHandler)]:
+        root.removeHandler(handler)
+    plain = _TerminalLogHandler(cast(TextIO, terminal))
+    formatter = logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S")
+    formatter.converter = time.gmtime
+    plain.setFormatter(formatter)
+    root.addHandler(plain)
+
+    jobsched_log = logging.getLogger(powertools_logger.name)
+    json_handler = powertools_logger.registered_handler
+    chosen = os.environ.get("POWERTOOLS_LOG_LEVEL")
+    if verbose:
+        if isinstance(json_handler, logging.StreamHandler):
+            json_handler.setStream(terminal)
+        if json_handler not in jobsched_log.handlers:
+            jobsched_log.addHandler(json_handler)
+        jobsched_log.propagate = False
+        jobsched_log.setLevel((chosen or "INFO").upper())
+    else:
+        jobsched_log.removeHandler(json_handler)
+        jobsched_log.propagate = True
+        jobsched_log.setLevel((chosen or "WARNING").upper())
+    return terminal
 
 
 # --- the start-up lines ---

@@ -53,10 +53,10 @@ class Receiver:
 
 
 class Demo:
-    def __init__(self, api_url: str, api_key: str, out: TextIO = sys.stdout) -> None:
+    def __init__(self, api_url: str, api_key: str, out: TextIO | None = None) -> None:
         self.api_url = api_url
         self.api_key = api_key
-        self.out = out
+        self.out = out if out is not None else sys.stdout  # the console's writer, once set up
         self.jobs: dict[str, str] = {}  # job id -> label
         self.receiver = Receiver()
         self._redriven: set[str] = set()

@@ -26,14 +26,16 @@ def serve(
     demo: bool = False,
     follow: str = "mine",
     handlers_path: list[str] | None = None,
+    verbose: bool = False,
 ) -> int:
     """Local mode until Ctrl-C (or SIGTERM); returns the exit code. `follow` is whose runs the
     live table shows (console.FOLLOW_CHOICES: `mine`, the default, `all`, or `none`).
     `handlers_path`: directories searched for handler modules before the configured ones.
+    `verbose`: the functions' Powertools JSON logs too (console.quiet_console).
 
     A handler module that cannot be imported is one error on stderr naming it and why (with a
     hint when it is not found) and exit code 2, before anything starts."""
-    quiet_console()
+    quiet_console(verbose=verbose)
     try:
         config = LocalConfig.load(config_path)
     except (OSError, ValueError) as exc:

@@ -34,7 +34,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -166,6 +166,17 @@ class _Lease:
     def update(self, run: Run) -> None:
         with self._lock:
             self._run = run
+
+
+class _TimeLeft:
+    """The one thing Powertools' idempotency asks of a Lambda context: the time left, here the
+    attempt's (whatever its caller's context is), in milliseconds, never negative."""
+
+    def __init__(self, seconds_left: Callable[[], float]) -> None:
+        self._seconds_left = seconds_left
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int(self._seconds_left() * 1000))
 
 
 class Attempts:
@@ -506,7 +517,11 @@ class Attempts:
             time_left=lambda: left() - COMPLETION_RESERVE,
         )
         config = IdempotencyConfig(
-            event_key_jmespath="runKey", expires_after_seconds=int(self.records_lifetime.total_seconds())
+            event_key_jmespath="runKey",
+            expires_after_seconds=int(self.records_lifetime.total_seconds()),
+            # The attempt's own time left: Powertools reads it for the in-progress record (and
+            # warns once per process, with a UserWarning, when it has no context to ask).
+            lambda_context=cast(Any, _TimeLeft(lambda: left() - COMPLETION_RESERVE)),
         )
 
         ran: list[bool] = []
