@@ -102,7 +102,7 @@ class Terminal:
         return getattr(self.stream, name)
 
 
-class _TerminalLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _TerminalLogHandler(logging.StreamHandler):
     """Log records and warnings as one plain line each (times in UTC, as the run table's)."""
 
 

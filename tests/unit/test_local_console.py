@@ -7,6 +7,7 @@ import io
 import logging
 import sys
 import warnings
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -75,8 +76,39 @@ def test_emf_documents_are_dropped_and_everything_else_passes() -> None:
     assert sink.getvalue() == '09:00:01  dev  nightly\n{"level":"ERROR","message":"kept"}\n'
 
 
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """`quiet_console` sets up the process's logging for a terminal (the root logger's
+    handler and level, jobsched's logger, warnings captured): put it all back, so no later
+    test of this process sees it."""
+    from jobsched.observability import logger as powertools_logger
+
+    root = logging.getLogger()
+    jobsched_log = logging.getLogger(powertools_logger.name)
+    json_handler = powertools_logger.registered_handler
+    saved = (
+        list(root.handlers),
+        root.level,
+        list(jobsched_log.handlers),
+        jobsched_log.level,
+        jobsched_log.propagate,
+        getattr(json_handler, "stream", None),
+    )
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        jobsched_log.handlers[:] = saved[2]
+        jobsched_log.setLevel(saved[3])
+        jobsched_log.propagate = saved[4]
+        if saved[5] is not None and isinstance(json_handler, logging.StreamHandler):
+            json_handler.setStream(saved[5])
+
+
 def test_quiet_console_drops_powertools_metric_output(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], logging_restored: None
 ) -> None:
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test
     with warnings.catch_warnings(record=True) as caught:
