@@ -236,6 +236,7 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
             "demo": True,
             "follow": "mine",
             "handlers_path": None,
+            "verbose": False,
         }
     ]
     assert main(["local"]) == 7
@@ -246,7 +247,10 @@ def test_local_imports_serve_lazily_and_returns_its_code(monkeypatch: pytest.Mon
         "demo": False,
         "follow": "mine",
         "handlers_path": None,
+        "verbose": False,
     }
+    assert main(["local", "--verbose"]) == 7
+    assert calls[-1]["verbose"] is True
     assert main(["local", "--follow", "all"]) == 7
     assert calls[-1]["follow"] == "all"
     assert main(["local", "--handlers-path", "src", "--handlers-path", "lib"]) == 7
