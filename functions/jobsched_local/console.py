@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 import boto3
+from jobsched.domain.events import last_sequence, sequence_of
 from jobsched.domain.run_status import current_error
 from jobsched.domain.runs import Run, RunState
 from jobsched.store.schema import DEFINITIONS, RUNS
@@ -209,13 +210,22 @@ HEADER = f"{'time':<9} {'tenant':<12} {'job':<18} {'scheduled for':<21} {'state'
 FOLLOW_CHOICES = ("mine", "all", "none")
 DETAIL_WIDTH = 60
 NAMES_KEPT = 10_000  # job names the table keeps (least recently shown dropped first)
+RUNS_KEPT = 10_000  # runs whose last shown transition the table keeps (least recent dropped)
 
 # Job ids -> (the job's version, its name) for the jobs that exist; one read for them all.
 JobNames = Callable[[Collection[str]], Mapping[str, tuple[int, str]]]
 
 
 class RunTable:
-    """Prints a line whenever a run's state, attempt or redrive count changes.
+    """Prints a line for every transition a run's history records, in order, each once.
+
+    Several writes of one run can reach the table as one stream record (the stream merges
+    them; the table polls), and a record can be read twice: the table keeps, per run, the
+    sequence of the last transition it showed (domain.events.sequence_of, as the events
+    consumer numbers them) and shows each transition of the new image past it, as the run
+    stood after it. A run first seen in a record starts from its old image's last
+    transition. A run without history (written before runs carried one) is shown once per
+    change of its state, attempt or redrive count.
 
     Runs materialised ahead of time (PENDING or QUEUED before they are due) are held back and
     shown once due, so the table reads in time order. With `follow="mine"` the runs of the
@@ -251,6 +261,8 @@ class RunTable:
         # job id -> (the version the name was read at, the name; None for a job not found)
         self._names: OrderedDict[str, tuple[int, str | None]] = OrderedDict()
         self._held: dict[str, Run] = {}
+        # run key -> the sequence of its last transition shown (or passed over), least recent first
+        self._reached: OrderedDict[str, int] = OrderedDict()
         self._header_printed = False
         self._loop: Loop | None = None
 
@@ -290,29 +302,34 @@ class RunTable:
             self._loop.stop()
 
     def poll(self) -> None:
-        changes = [run for run in map(_change_of, self._read()) if run is not None]
+        changes = [change for change in map(_change_of, self._read()) if change is not None]
         # The names of the jobs of every change in one read (a held run a change replaces is of
         # the same job); release_due reads those of the held runs coming due, in one more.
-        self._read_names(changes)
-        for run in changes:
-            self._observe(run)
+        self._read_names(run for run, _ in changes)
+        for run, before in changes:
+            self._observe(run, before)
         self.release_due()
 
     def observe(self, record: dict[str, Any]) -> None:
         """One stream record (as dynamodbstreams returns it)."""
-        run = _change_of(record)
-        if run is not None:
-            self._observe(run)
+        change = _change_of(record)
+        if change is not None:
+            self._observe(*change)
 
-    def _observe(self, run: Run) -> None:
+    def _observe(self, run: Run, before: int) -> None:
         now = self._now()
+        if run.run_key not in self._reached:
+            self._reached[run.run_key] = before
+        self._reached.move_to_end(run.run_key)
+        while len(self._reached) > RUNS_KEPT:
+            self._reached.popitem(last=False)
         held = self._held.pop(run.run_key, None)
         if run.state in (RunState.PENDING, RunState.QUEUED) and run.due_at > now:
             self._held[run.run_key] = run
             return
         if held is not None and held.due_at <= now:
-            self._print(held, held.due_at)  # came due before this record was read: it came first
-        self._print(run, run.updated_at)
+            self._show(held, not_before=held.due_at)  # came due before this record was read
+        self._show(run)
 
     def release_due(self) -> None:
         now = self._now()
@@ -320,7 +337,18 @@ class RunTable:
         for run_key, run in sorted(self._held.items(), key=lambda item: item[1].due_at):
             if run.due_at <= now:
                 del self._held[run_key]
-                self._print(run, run.due_at)
+                self._show(run, not_before=run.due_at)
+
+    def _show(self, run: Run, not_before: datetime | None = None) -> None:
+        """Prints the transitions of `run` past the last one shown, each at its own instant (a
+        run held until due: not before `not_before`, so the table reads in time order)."""
+        if not run.history:
+            self._print(run, max(run.updated_at, not_before or run.updated_at))
+            return
+        reached = self._reached.get(run.run_key, -1)
+        for sequence, state in states_since(run, reached):
+            self._reached[run.run_key] = sequence
+            self._print(state, max(state.updated_at, not_before or state.updated_at))
 
     def _shown(self, run: Run) -> bool:
         """Whether `run` is followed: every run with `all`; with `mine`, a tour job's first
@@ -389,18 +417,54 @@ class RunTable:
         return read_stream(self._streams, self._arn, self._iterators)
 
 
-def _change_of(record: dict[str, Any]) -> Run | None:
-    """The run a stream record shows changed, or None: a removal (expiry by TTL), a transition
-    overflow item (the run item carries the state), an unreadable item, or a write that moved
-    nothing a reader sees (a lease renewal, a rev bump)."""
+def _change_of(record: dict[str, Any]) -> tuple[Run, int] | None:
+    """The run a stream record shows changed and the sequence of its old image's last
+    transition (-1 for none), or None: a removal (expiry by TTL), a transition overflow item
+    (the run item carries the state), an unreadable item, or a write that moved nothing a
+    reader sees (no transition: a lease renewal, a rev bump)."""
     images = record.get("dynamodb") or {}
     new, old = images.get("NewImage"), images.get("OldImage")
     if record.get("eventName") == "REMOVE" or not new:
         return None
     run = _run_of(new)
-    if run is None or (old is not None and _signature(_run_of(old)) == _signature(run)):
+    before = _run_of(old) if old is not None else None
+    if run is None:
         return None
-    return run
+    if run.history:
+        return None if last_sequence(run) <= last_sequence(before) else (run, last_sequence(before))
+    if old is not None and _signature(before) == _signature(run):
+        return None
+    return run, -1
+
+
+def states_since(run: Run, reached: int) -> list[tuple[int, Run]]:
+    """(sequence, the run as it stood after that transition) for each transition in `run`'s
+    history whose sequence is past `reached`, oldest first; the last is `run` itself. An
+    earlier state carries its transition's state, attempt, instant, reason and error, and no
+    result."""
+    states = []
+    last = len(run.history) - 1
+    for index, entry in enumerate(run.history):
+        sequence = sequence_of(run, index)
+        if sequence <= reached:
+            continue
+        if index == last:
+            states.append((sequence, run))
+            continue
+        state = run.model_copy(
+            update={
+                "state": entry.target,
+                "attempt": entry.attempt,
+                "updated_at": entry.at,
+                "history": run.history[: index + 1],
+                "result": None,
+                "reason": entry.reason,
+                "last_error_class": entry.error_class,
+                "last_error_message": entry.error_message,
+            }
+        )
+        states.append((sequence, state))
+    return states
 
 
 def _run_of(image: dict[str, Any]) -> Run | None:

@@ -37,11 +37,20 @@ class Invoker:
     sources may invoke it side by side, as Lambda would in separate environments)."""
 
     def __init__(
-        self, name: str, handler: Handler, timeout_seconds: float = 60.0, *, concurrent: bool = False
+        self,
+        name: str,
+        handler: Handler,
+        timeout_seconds: float = 60.0,
+        *,
+        concurrent: bool = False,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.name = name
         self._handler = handler
         self._timeout = timeout_seconds
+        # Set when local mode is shutting down: a failure then (its servers going away) is
+        # logged at debug, without a traceback.
+        self._stopping = stopping
         self._serial = None if concurrent else threading.Lock()
         self._count = threading.Lock()
         self.invocations = 0
@@ -57,12 +66,20 @@ class Invoker:
             except Exception:
                 with self._count:
                     self.errors += 1
-                log.exception("%s invocation failed", self.name)
+                if self._stopping is not None and self._stopping.is_set():
+                    log.debug("%s invocation failed while stopping", self.name, exc_info=True)
+                else:
+                    log.exception("%s invocation failed", self.name)
                 raise
 
 
 class Loop:
-    """A daemon thread calling `step` every `interval` seconds until stopped."""
+    """A daemon thread calling `step` every `interval` seconds until stopped.
+
+    `stop()` is `request_stop()` then `join(10)`; to stop many loops, request every stop
+    first, then join them (a step still running keeps its loop until it returns). A step
+    failing after the stop was requested is logged at debug, without a traceback: what it
+    calls is being shut down."""
 
     def __init__(self, name: str, interval: float, step: Callable[[], Any]) -> None:
         self.name = name
@@ -75,15 +92,31 @@ class Loop:
         self._thread.start()
 
     def stop(self) -> None:
+        self.request_stop()
+        self.join(10)
+
+    def request_stop(self) -> None:
+        """No step starts after this; a step running goes on until it returns."""
         self._stop.set()
-        self._thread.join(timeout=10)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def join(self, timeout: float) -> None:
+        """Waits up to `timeout` seconds for the running step (if any) to return."""
+        if self._thread.is_alive():
+            self._thread.join(timeout=max(0.0, timeout))
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._step()
             except Exception:
-                log.exception("%s failed; retrying next interval", self.name)
+                if self._stop.is_set():
+                    log.debug("%s failed while stopping", self.name, exc_info=True)
+                else:
+                    log.exception("%s failed; retrying next interval", self.name)
             self._stop.wait(self.interval)
 
 

@@ -10,6 +10,7 @@ import errno
 import functools
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from .moto_backend import MotoProcess, MotoServer, provision
 
 log = logging.getLogger("jobsched_local")
 
+STOP_WAIT_SECONDS = 10.0  # how long stop() waits, in all, for the loops' running steps
+
 
 @dataclass
 class LocalRuntime:
@@ -33,6 +36,7 @@ class LocalRuntime:
 
     def __post_init__(self) -> None:
         self._loops: list[Loop] = []
+        self._stopping = threading.Event()  # set first by stop(): failures from then on are quiet
         self.moto: MotoServer | MotoProcess | None = None
         self.front: HttpFront | None = None
         self.events_tail: EventTail | None = None
@@ -70,15 +74,16 @@ class LocalRuntime:
 
         from jobsched.handlers import api, events, notifier, outbox, reconciler, sweeper, worker
 
+        invoker = functools.partial(Invoker, stopping=self._stopping)
         self.invokers = {
-            "api": Invoker("api", api.handler, timeout_seconds=29),
-            "sweeper": Invoker("sweeper", sweeper.handler, timeout_seconds=300),
-            "reconciler": Invoker("reconciler", reconciler.handler, timeout_seconds=300),
-            "outbox": Invoker("outbox", outbox.handler, timeout_seconds=60),
-            "events": Invoker("events", events.handler, timeout_seconds=60),
-            "notifier": Invoker("notifier", notifier.handler, timeout_seconds=60),
+            "api": invoker("api", api.handler, timeout_seconds=29),
+            "sweeper": invoker("sweeper", sweeper.handler, timeout_seconds=300),
+            "reconciler": invoker("reconciler", reconciler.handler, timeout_seconds=300),
+            "outbox": invoker("outbox", outbox.handler, timeout_seconds=60),
+            "events": invoker("events", events.handler, timeout_seconds=60),
+            "notifier": invoker("notifier", notifier.handler, timeout_seconds=60),
             # Invoked side by side by the three queue sources, each up to its mapping's ceiling.
-            "worker": Invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
+            "worker": invoker("worker", worker.handler, timeout_seconds=900, concurrent=True),
         }
         endpoint: dict[str, Any] = {"endpoint_url": self.moto.url, "region_name": config.region}
         sqs = boto3.client("sqs", **endpoint)
@@ -166,8 +171,15 @@ class LocalRuntime:
         return self
 
     def stop(self) -> None:
+        """Stops everything, in an order that leaves nothing calling what is gone: every loop
+        told to stop at once (none waits for another's step to end), their running steps
+        waited for (STOP_WAIT_SECONDS in all), then the HTTP front, then moto."""
+        self._stopping.set()
         for loop in self._loops:
-            loop.stop()
+            loop.request_stop()
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        for loop in self._loops:
+            loop.join(deadline - time.monotonic())
         if self.front:
             self.front.stop()
         if self.moto:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.metrics import Metrics, MetricUnit, single_metric
 from jobsched.domain import lifecycle
-from jobsched.domain.runs import Run, RunState
+from jobsched.domain.runs import Run, RunState, Transition
 from jobsched.store.runs import RunStore
 from jobsched_local.background import BackgroundServer
 from jobsched_local.config import LocalConfig
@@ -284,6 +284,83 @@ def test_a_run_held_until_due_is_shown_before_what_followed_it() -> None:
     assert [(line[:8], line.split()[-2]) for line in lines] == [
         ("09:00:30", "QUEUED"),
         ("09:00:31", "LEASED"),
+    ]
+
+
+def moved(before: Run, target: RunState, seconds: int, *, attempt: int | None = None) -> Run:
+    """`before` after one more transition, `seconds` after T0, recorded in its history."""
+    at = T0 + timedelta(seconds=seconds)
+    attempt = before.attempt if attempt is None else attempt
+    entry = Transition(
+        at=at, actor="test", source=before.state, target=target, fence=before.fence, attempt=attempt
+    )
+    return before.model_copy(
+        update={
+            "state": target,
+            "attempt": attempt,
+            "updated_at": at,
+            "history": [*before.history, entry],
+            "lease_expires_at": at + timedelta(seconds=60) if target is RunState.LEASED else None,
+        }
+    )
+
+
+def with_history() -> tuple[Run, Run]:
+    """A run made at T0, due at once, and the same run after QUEUED, LEASED and SUCCEEDED."""
+    made = run("dev", "j_a", RunState.PENDING, due=T0, at=T0).model_copy(
+        update={"history": [Transition(at=T0, actor="sweeper", target=RunState.PENDING, fence=0, attempt=0)]}
+    )
+    done = moved(moved(moved(made, RunState.QUEUED, 1), RunState.LEASED, 2, attempt=1), RunState.SUCCEEDED, 3)
+    return made, done
+
+
+def states_shown(out: io.StringIO) -> list[tuple[str, str, str]]:
+    return [(line[:8], line.split()[-2], line.split()[-1]) for line in out.getvalue().splitlines()[1:]]
+
+
+def test_changes_merged_into_one_record_are_each_shown_in_order_once() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(seconds=5)
+    runs, out = table(clock)
+    made, done = with_history()
+    runs.observe(record(made))
+    runs.observe(record(done, made))  # QUEUED, LEASED and SUCCEEDED read as one image pair
+    runs.observe(record(done, made))  # the same record read again
+    runs.observe(record(done, done.model_copy(update={"rev": 9})))  # a write with no transition
+    assert states_shown(out) == [
+        ("09:00:00", "PENDING", "0"),
+        ("09:00:01", "QUEUED", "0"),
+        ("09:00:02", "LEASED", "1"),
+        ("09:00:03", "SUCCEEDED", "1"),
+    ]
+
+
+def test_a_run_first_seen_mid_history_shows_what_followed_its_old_image() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(seconds=5)
+    runs, out = table(clock)
+    made, done = with_history()
+    queued = moved(made, RunState.QUEUED, 1)
+    runs.observe(record(done, queued))  # the table started after the run was queued
+    runs.observe(record(done, made))  # an older pair of the same run: nothing new
+    assert states_shown(out) == [("09:00:02", "LEASED", "1"), ("09:00:03", "SUCCEEDED", "1")]
+
+
+def test_transitions_dropped_for_the_byte_budget_keep_their_numbering() -> None:
+    clock = Clock()
+    clock.now = T0 + timedelta(seconds=5)
+    runs, out = table(clock)
+    made, done = with_history()
+    leased = moved(moved(made, RunState.QUEUED, 1), RunState.LEASED, 2, attempt=1)
+    runs.observe(record(leased))
+    # QUEUED left out of the stored history: LEASED is still sequence 2, SUCCEEDED 3.
+    trimmed = done.model_copy(update={"history": [done.history[0], *done.history[2:]], "history_dropped": 1})
+    runs.observe(record(trimmed, leased))
+    assert states_shown(out) == [
+        ("09:00:00", "PENDING", "0"),
+        ("09:00:01", "QUEUED", "0"),
+        ("09:00:02", "LEASED", "1"),
+        ("09:00:03", "SUCCEEDED", "1"),
     ]
 
 
