@@ -348,6 +348,9 @@ class RunTable:
         reached = self._reached.get(run.run_key, -1)
         for sequence, state in states_since(run, reached):
             self._reached[run.run_key] = sequence
+            entry = state.history[-1]
+            if entry.source == entry.target:
+                continue  # no change of state (a repair's republish, a late notice): not a line
             self._print(state, max(state.updated_at, not_before or state.updated_at))
 
     def _shown(self, run: Run) -> bool:
