@@ -1125,3 +1125,19 @@ def test_cancelling_a_job_pages_through_its_runs(api, container, monkeypatch):
     assert api.delete(f"/v1/jobs/{job_id}").status == 200
     items = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100&view=all").body["items"]
     assert len(items) == 13 and {item["state"] for item in items} == {"CANCELLED"}
+
+
+def test_cancelling_a_job_stops_at_its_page_bound_and_leaves_the_rest_to_the_claim(
+    api, container, monkeypatch
+):
+    """The cancel answers an API request: it reads at most CANCEL_PAGES pages. The runs past
+    them stay open, to be cancelled at their claim's check of the job."""
+    from jobsched.services import runs as run_service
+
+    monkeypatch.setattr(run_service, "CANCEL_PAGE", 3)
+    monkeypatch.setattr(run_service, "CANCEL_PAGES", 2)
+    job_id = create(api, runAt=None, cron="*/10 * * * * *")
+    assert api.delete(f"/v1/jobs/{job_id}").status == 200
+    items = api.get(f"/v1/jobs/{job_id}/runs", query="limit=100&view=all").body["items"]
+    states = [item["state"] for item in items]
+    assert len(states) == 13 and states.count("CANCELLED") == 6

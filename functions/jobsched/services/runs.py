@@ -42,9 +42,12 @@ from .completion import Completer, Ending
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
 # Cancelling a job reads its runs newest first in pages of this many, at most this many
-# pages: the runs made ahead (sweepAheadSeconds' worth) and the due ones still waiting.
+# pages: the runs made ahead (sweepAheadSeconds' worth) and the due ones still waiting. The
+# cancel answers an API request: each run costs a conditional write and its job's counter,
+# so 500 runs (about 1,000 calls) stay well inside API Gateway's 29 s; a run past them ends
+# at its claim's check of the job, as before.
 CANCEL_PAGE = 100
-CANCEL_PAGES = 20
+CANCEL_PAGES = 5
 # A lease call reads at most this many pages of one type's claim index, each of at least
 # CLAIM_PAGE_MIN entries: runs that cannot be handed out (held by an overlap policy, unreadable)
 # at the head are passed over, and a call stays bounded in reads however many there are.
