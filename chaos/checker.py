@@ -159,6 +159,7 @@ MUST_BE_ZERO = (
     "notices_lost",
     "notices_conflicting",
     "late_untold",
+    "fold_counts_off",
 )
 # What AWS does that moto does not, injected (see faults.DynamoFaults, harness): each its own
 # figure, so a run shows that the fault really happened.
@@ -362,6 +363,8 @@ class Figures:
     notices_lost: int = 0
     notices_conflicting: int = 0
     late_untold: int = 0
+    # Jobs whose folds' count of their successes is not the number of succeeded runs they own.
+    fold_counts_off: int = 0
     notices_queued: int = 0  # distinct notification ids queued
     notices_repeated: int = 0  # queued again with the same id and content (allowed)
     max_item_bytes: int = 0  # the largest item written (Runs and Definitions)
@@ -422,7 +425,8 @@ class Figures:
             f" events_lost={self.events_lost} events_conflicting={self.events_conflicting}"
             f" events_published={self.events_published} events_repeated={self.events_repeated}"
             f" notices_lost={self.notices_lost} notices_conflicting={self.notices_conflicting}"
-            f" late_untold={self.late_untold} notices_queued={self.notices_queued}"
+            f" late_untold={self.late_untold} fold_counts_off={self.fold_counts_off}"
+            f" notices_queued={self.notices_queued}"
             f" notices_repeated={self.notices_repeated}"
             + "".join(f" {name}={self.faults.get(name, 0)}" for name in FAULT_FIGURES)
         )
@@ -454,6 +458,8 @@ class Evidence:
     oversize: list[str] = field(default_factory=list)  # writes refused at the item size limit
     max_item_bytes: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    # Job id -> the successes its folds own as a fold read them at the end (domain.run_counts).
+    fold_counts: dict[str, int] = field(default_factory=dict)
     # Run key -> attempt series -> the payload the redrive that opened it fixed (harness.fixes).
     fixes: dict[str, dict[int, Any]] = field(default_factory=dict)
     bus_events: list[dict[str, Any]] = field(default_factory=list)  # accepted by the bus, in order
@@ -491,6 +497,7 @@ def check(evidence: Evidence) -> Figures:
     _check_overlap(evidence, by_job, figures)
     _check_missed(evidence, by_job, figures)
     _check_tenant_limit(evidence, figures)
+    _check_fold_counts(evidence, by_job, figures)
     for run in evidence.runs:
         _check_outcome(run, evidence, figures)
         for problem in _holder_violations(_checkable(run), None, 0):
@@ -519,6 +526,21 @@ def check(evidence: Evidence) -> Figures:
     figures.restarts_over_goal = sum(1 for _, seconds in restarts if seconds > RESTART_GOAL_SECONDS)
     figures.slowest_restarts = sorted(restarts, key=lambda r: -r[1])[:10]
     return figures
+
+
+def _check_fold_counts(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:
+    """Each job's folds count exactly its succeeded runs a fold owns: made ahead by its
+    schedule and never redriven (the rule restated here, not imported: domain.run_counts)."""
+    for job_id, counted in evidence.fold_counts.items():
+        owned = sum(
+            1
+            for run in by_job.get(job_id, [])
+            if run.state is RunState.SUCCEEDED and not run.counted_at_end and run.redrives == 0
+        )
+        if counted != owned:
+            figures.violations.append(
+                Violation("fold_counts_off", job_id, f"folds count {counted} successes, the job has {owned}")
+            )
 
 
 def _check_coverage(evidence: Evidence, by_job: dict[str, list[Run]], figures: Figures) -> None:

@@ -39,6 +39,7 @@ from jobsched.domain.runs import Run, RunState
 from jobsched.services.attempt import AttemptOutcome, AttemptResult
 from jobsched.services.completion import Completer
 from jobsched.services.events import EventPublisher
+from jobsched.services.job_counts import JobCounts
 from jobsched.services.jobs import JobService
 from jobsched.services.materialize import Materializer
 from jobsched.services.missed import MissedRuns
@@ -103,6 +104,7 @@ STREAM_LANES = 2  # concurrent outbox batches (shards x parallelization): one it
 STREAM_RETRIES = 3  # then the batch goes to the failure destination; the reconciler repairs its runs
 CREATE_PATIENCE_SECONDS = 60  # a job the API still refuses this long after its planned time fails the run
 HOG_WORKER = "hog-worker"
+COUNTER_READS = 0.1  # the share of control ticks on which a tenant reads one job's counters
 HOG_MESSAGE = "\U0001f4a5" * 4000  # the longest error message the lease API accepts, 4 bytes a character
 HOG_CLASS = "E" * 128
 HOG_RESULT = {"blob": "\U0001f4a5" * 100_000}
@@ -282,6 +284,9 @@ class World:
         master = random.Random(config.seed)
         self.rng = random.Random(master.random())  # fault decisions
         self.control_rng = random.Random(master.random())
+        # A tenant reading its jobs' counters now and then (each read folds: domain.run_counts);
+        # a generator of its own, so the other draws of a seed stay as they were.
+        self.counts_rng = random.Random(f"{config.seed}-counts")
         handler_rng = random.Random(master.random())
         self.clock = clock  # true time; moto's SQS reads it too
         self.sequencer = Sequencer()
@@ -686,6 +691,10 @@ class World:
                 else:
                     kind = "pause" if rng.random() < 1 - self.config.cancel_share else "cancel"
                 self._lifecycle(tracked, kind)
+        if self.tracked and self.counts_rng.random() < COUNTER_READS:
+            tracked = self.tracked[self.counts_rng.choice(sorted(self.tracked))]
+            with contextlib.suppress(JobschedError):  # a 503 (throttled): it reads again later
+                self.run_service.summary(tracked.tenant, tracked.job_id)
         if self.tracked and rng.random() < self.rates.patch:
             self._patch(self.tracked[rng.choice(sorted(self.tracked))])
         if self.tracked and rng.random() < self.rates.trigger:
@@ -1437,6 +1446,9 @@ class World:
         by_key = {run.run_key: run for run in runs}
         defs = DefinitionStore(self.ddb, DEFINITIONS.default_name, self.config.shard_count)
         stored = {job_id: job for job_id in self.tracked if (job := defs.get(job_id)) is not None}
+        # Each job's successes as its folds count them, read as the API reads them (a fold).
+        counts = JobCounts(defs, RunStore(self.ddb, RUNS.default_name, self.config.shard_count), self.clock)
+        fold_counts = {job_id: counts.fold(job)[1].counted for job_id, job in stored.items()}
         figures = check(
             Evidence(
                 seed=self.config.seed,
@@ -1444,6 +1456,7 @@ class World:
                 end=self.clock.now(),
                 jobs=self.tracked,
                 stored_jobs=stored,
+                fold_counts=fold_counts,
                 runs=runs,
                 ledger=self.ledger,
                 audit=self.audit,

@@ -72,6 +72,15 @@ def _deadline_recorded_early(original: Any) -> Any:
     return record_deadline
 
 
+def _fold_counts_completions_runs(original: Any) -> Any:
+    from jobsched.domain.runs import RunState
+
+    def succeeded(run: Any) -> int:
+        return 1 if run.state is RunState.SUCCEEDED else 0  # a redriven run's success too
+
+    return succeeded
+
+
 def _missed_occurrence_dropped(original: Any) -> Any:
     def chosen(policy: Any, missed: Any, window_edge: Any) -> set[Any]:
         picked = original(policy, missed, window_edge)
@@ -353,6 +362,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # The reconciler never finds some runs late: their tenant is never told.
     Mutant("late-never-noted", "jobsched.domain.runs.Run.late_unnoticed",
            _late_never_noted, "late_untold", "late"),
+    # A fold counts every success, those its completions count too (redriven, manual and
+    # backfill runs): the job's count holds them twice.
+    Mutant("fold-counts-completions-runs", "jobsched.domain.run_counts._succeeded",
+           _fold_counts_completions_runs, "fold_counts_off", "redrives"),
     # The worker's HTTP client sends a webhook twice: the receiver sees both.
     Mutant("webhook-sent-twice", "jobsched.targets.http.HttpTargetClient.send",
            _webhook_sent_twice, "duplicate_effects", "webhooks"),

@@ -413,6 +413,28 @@ def test_scheduled_between_is_the_jobs_runs_from_start_to_before_end_oldest_firs
     assert store.scheduled_between("j_absent", T0, FAR, limit=10) == []
 
 
+def test_runs_after_are_the_jobs_runs_past_an_instant_in_key_order(store):
+    mine = job()
+    runs = [a_run(T0 + n * MINUTE, of=mine) for n in range(3)]
+    manual = a_run(T0 + MINUTE, of=mine, trigger=Trigger.MANUAL)
+    for run in [*runs, manual, a_run(T0 + 2 * MINUTE, of=job("j_other"))]:
+        store.insert(run)
+    assert store.runs_after(mine.job_id, None) == ([*runs[:2], manual, runs[2]], True)
+    # Past an instant: none of its second, manual ones included.
+    assert store.runs_after(mine.job_id, T0 + MINUTE) == ([runs[2]], True)
+    assert store.runs_after(mine.job_id, T0 + 2 * MINUTE) == ([], True)
+    assert store.runs_after("j_absent", None) == ([], True)
+
+
+def test_get_many_reads_the_runs_at_their_keys_leaving_out_absent_and_malformed(store):
+    first, second = a_run(T0), a_run(T0 + MINUTE)
+    store.insert(first)
+    store.insert(second)
+    absent = a_run(T0 + 2 * MINUTE)
+    assert store.get_many([second.run_key, absent.run_key, "not a key", first.run_key]) == [second, first]
+    assert store.get_many([]) == []
+
+
 def test_occurrences_held_are_each_runs_instant_and_a_skipped_ranges_span(store):
     mine = job()
     ranged = a_run(

@@ -579,6 +579,30 @@ class Flows:
             events.unregister("before-parameter-build.dynamodb.PutItem", edit_first)
         assert raced, "some job was due, so the sweeper wrote one"
 
+    def sweep_folding_counters(self) -> None:
+        """A job's counters, folded by a read while one of its runs was open, are folded again
+        by the sweeper 6 hours on: it reads the runs after the mark and the open one again."""
+        from jobsched.domain.run_counts import FOLD_EVERY, FOLD_LAG
+        from jobsched.handlers import sweeper
+
+        job_id = self.create("folded", {"type": "iamflow.ok", "cron": "* * * * *"})
+        self.clock.advance(120)
+        self.container.sweeper.sweep()
+        runs = self.container.runs.list_for_job(job_id, limit=10, cursor=None).items
+        run = min((r for r in runs if r.counted_by_fold), key=lambda r: r.scheduled_for)
+        now = self.clock.now()
+        leased = advance(
+            run, RunState.LEASED, now=now, actor="worker:slow", fence=run.fence + 1, attempt=1,
+            lease_owner="slow", lease_expires_at=now + timedelta(hours=12), first_attempt_at=now,
+        )  # fmt: skip
+        self.container.runs.commit(run, lambda _: leased)
+        self.clock.advance((FOLD_LAG + timedelta(minutes=1)).total_seconds())
+        self.container.run_service.summary("tenant-a", job_id)  # the fold remembers the open run
+        self.clock.advance(FOLD_EVERY.total_seconds())
+        with self.recorder.acting_as(SWEEPER):
+            sweeper.handler({"shards": list(range(SHARDS))}, _context(SWEEPER))
+        assert self.container.definitions.get(job_id).counts_folded_at == self.clock.now()
+
     def crash_holding_a_lease(self) -> None:
         """A worker claims a run and dies: the reconciler must expire the lease."""
         job_id = self.create(
@@ -625,6 +649,7 @@ class Flows:
         self.run_events()
         assert self.run_notifier() >= 5  # each of the failing job's notifications, at least once
         assert self.hooks.requests, "the webhook notification arrived"
+        self.sweep_folding_counters()
 
 
 def _snake(name: str) -> str:

@@ -186,12 +186,13 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "read, create (with its idempotency guard in one transaction) and change jobs; "
-            "job counters; materialising at write time advances the job; the definition an "
+            "job counters and their fold; materialising at write time advances the job; the definition an "
             "update replaces, kept for the runs made before it, and read for them",
             (
                 f"{_DEF_STORE}.get",
                 f"{_DEF_STORE}.get_guard",
-                f"{_DEF_STORE}.get_stats",
+                f"{_DEF_STORE}.counters",
+                f"{_DEF_STORE}.save_fold",
                 f"{_DEF_STORE}.create",
                 f"{_DEF_STORE}._create_group",
                 f"{_DEF_STORE}.save",
@@ -209,8 +210,14 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:BatchGetItem",),
             (DEFS, RUNS_T),
-            "read the jobs and runs found in the keys-only tenant and claimable indexes",
-            (f"{_DEF_STORE}.list_for_tenant", f"{_RUN_STORE}.claimable", _BATCH_GET),
+            "read the jobs and runs found in the keys-only tenant and claimable indexes, and the "
+            "open runs a job's counters' fold reads again",
+            (
+                f"{_DEF_STORE}.list_for_tenant",
+                f"{_RUN_STORE}.claimable",
+                f"{_RUN_STORE}.get_many",
+                _BATCH_GET,
+            ),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"),
@@ -222,6 +229,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_DEF_STORE}._create_group",
                 f"{_RUN_STORE}.get",
                 f"{_RUN_STORE}.list_for_job",
+                f"{_RUN_STORE}.runs_after",
                 f"{_RUN_STORE}.insert",
                 f"{_RUN_STORE}._put",
                 f"{_RUN_STORE}.extend_lease",
@@ -254,8 +262,15 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
-            "advance the job (rev-conditioned), re-read it after a lost race, count skipped occurrences",
-            (f"{_DEF_STORE}.save", f"{_DEF_STORE}.get", f"{_DEF_STORE}.add_stats"),
+            "advance the job (rev-conditioned), re-read it after a lost race, count skipped "
+            "occurrences, fold the job's runs into its counters",
+            (
+                f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}.get",
+                f"{_DEF_STORE}.add_stats",
+                f"{_DEF_STORE}.counters",
+                f"{_DEF_STORE}.save_fold",
+            ),
         ),
         Grant(
             ("dynamodb:PutItem",),
@@ -266,8 +281,15 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:Query",),
             (RUNS_T,),
-            "the runs already holding occurrences of a SKIPPED range whose record was refused",
-            (f"{_RUN_STORE}.occurrences_held",),
+            "the runs already holding occurrences of a SKIPPED range whose record was refused; "
+            "a job's runs after its counters' fold mark",
+            (f"{_RUN_STORE}.occurrences_held", f"{_RUN_STORE}.runs_after"),
+        ),
+        Grant(
+            ("dynamodb:BatchGetItem",),
+            (RUNS_T,),
+            "the open runs a job's counters' fold reads again",
+            (f"{_RUN_STORE}.get_many", _BATCH_GET),
         ),
     ),
     OUTBOX: (

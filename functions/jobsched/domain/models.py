@@ -815,6 +815,9 @@ class Job(Model):
     # however late (the 60 s lateness rule is for downtime only); cleared once swept past.
     missed_until: Instant | None = None
     missed_windows: list[MissedWindow] = []  # the latest resumes' decisions, oldest first
+    # When the sweeper last folded the job's runs into its counters (domain.run_counts); a
+    # new job's creation. None: a job written before folds (its first fold marks the present).
+    counts_folded_at: Instant | None = None
     # The X-Ray trace id of the invocation that last wrote the job (stamped by the store;
     # None outside a traced invocation): a job event's `traceId`.
     trace_id: str | None = None

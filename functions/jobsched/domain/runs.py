@@ -19,6 +19,7 @@ from .models import (
     Notification,
     Policies,
     Priority,
+    ScheduleKind,
     Target,
     late_seconds,
     run_key,
@@ -88,6 +89,10 @@ class Run(Model):
     fence: int = 0  # bumped by every claim; a completion must present the current fence
     attempt: int = 0  # attempts started in the current series (reset by a redrive)
     redrives: int = 0
+    # Whether the run's success is counted by its completion (one ADD to the job's counters)
+    # rather than by a fold of the job's runs (domain.run_counts): set at creation for a run
+    # a fold might not meet (`made_counted_at_end`).
+    counted_at_end: bool = False
     definition_version: int
     priority: Priority = Priority.DEFAULT
     # What the run calls and with what. A run made from a job that has `definition_since`
@@ -149,6 +154,12 @@ class Run(Model):
         if not isinstance(other, Run):
             return NotImplemented
         return self.__dict__ == other.__dict__
+
+    @property
+    def counted_by_fold(self) -> bool:
+        """Whether a fold of the job's runs counts this run's success (domain.run_counts):
+        made ahead by a recurring schedule and never redriven. Else its completion does."""
+        return not self.counted_at_end and self.redrives == 0
 
     @property
     def is_open(self) -> bool:
@@ -281,8 +292,19 @@ def make_run(
         previous_run_key=previous_run_key,
         skipped_through=skipped_through,
         skipped_count=skipped_count,
+        counted_at_end=made_counted_at_end(job, scheduled_for, now, trigger),
         created_at=now,
         updated_at=now,
         finished_at=now if state in TERMINAL_STATES else None,
     )
     return created(run, actor=actor, reason=reason)
+
+
+def made_counted_at_end(job: Job, scheduled_for: datetime, now: datetime, trigger: Trigger) -> bool:
+    """Whether a run of `job` at `scheduled_for`, made at `now`, has its success counted by
+    its completion rather than by a fold (domain.run_counts): a manual or backfill run, a run
+    made at or after its instant (a fold may already have passed it), and a one-time job's
+    run (nothing folds its job again)."""
+    return (
+        trigger is not Trigger.SCHEDULE or scheduled_for <= now or job.spec.schedule.kind is ScheduleKind.ONCE
+    )

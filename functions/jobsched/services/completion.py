@@ -217,9 +217,11 @@ class Completer:
         if counted is not None:
             counter, metric = counted
             self._metrics.add(metric)
-            self._best_effort(
-                "job counter not written", run, self._definitions.add_stats, run.job_id, **{counter: 1}
-            )
+            # A success a fold owns is counted by the fold (domain.run_counts), not here.
+            if run.state is not RunState.SUCCEEDED or not run.counted_by_fold:
+                self._best_effort(
+                    "job counter not written", run, self._definitions.add_stats, run.job_id, **{counter: 1}
+                )
         if run.state is RunState.DEAD:
             reason = f"{run.last_error_class}: {run.last_error_message}"
             # The copy makes the DLQ's depth alarm fire.

@@ -225,6 +225,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             definition_since=1,
+            counts_folded_at=now,
         )
         signing = SigningSecrets.first(job.job_id, tenant, now)
         key = request.idempotency_key

@@ -17,14 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..domain.errors import ConcurrentUpdate
+from ..domain.errors import ConcurrentUpdate, StorageUnavailable
 from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
+from ..domain.run_counts import fold_due
 from ..domain.runs import Run, RunState, make_run
 from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
+from .job_counts import JobCounts
 
 ONE_SECOND = timedelta(seconds=1)
 ACTOR = "sweeper"
@@ -77,6 +79,7 @@ class Materializer:
         self.ahead = max(horizon, ahead or horizon)
         self.misfire_grace = misfire_grace
         self.max_runs_per_pass = max_runs_per_pass
+        self._counts = JobCounts(definitions, runs, clock)
 
     def materialize(self, job: Job, *, actor: str = ACTOR, ahead: timedelta | None = None) -> Materialized:
         """Materialise what is due; on a lost race re-read the job and go again (inserts are
@@ -128,12 +131,24 @@ class Materializer:
                 result.created.append(run)
         processed = [r.scheduled_for for r, _ in written] + [last for _, last, _, _ in plan.skips]
         advanced = self._advanced(job, plan, processed)
+        if fold_due(job, advanced, now):
+            advanced = self._folded(job, advanced)
         try:
             result.job = self._definitions.save(advanced, previous_state=job.state)
             result.advanced = True
         except ConcurrentUpdate:
             pass  # another sweeper or a client edit got there first: re-read and go again
         return result
+
+    def _folded(self, job: Job, advanced: Job) -> Job:
+        """`advanced` with its counters' fold done now (services.job_counts), or as it is when
+        the fold could not read what it needs (the next advance tries again)."""
+        try:
+            self._counts.fold(job)
+        except StorageUnavailable:
+            logger.warning("job counters not folded: the store is throttling", extra={"job_id": job.job_id})
+            return advanced
+        return advanced.model_copy(update={"counts_folded_at": self._clock.now()})
 
     @staticmethod
     def _advanced(job: Job, plan: _Plan, processed: list[datetime]) -> Job:

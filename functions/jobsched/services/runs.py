@@ -38,6 +38,7 @@ from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
 from .attempt import Admission, Attempts
 from .completion import Completer, Ending
+from .job_counts import JobCounts
 
 # A write that lost a race with a heartbeat or the outbox is retried on a fresh read this often.
 _WRITE_ATTEMPTS = 5
@@ -133,6 +134,7 @@ class RunService:
         self._completer = completer
         self._clock = clock
         self._attempts = Attempts(definitions, runs, completer, clock)
+        self._counts = JobCounts(definitions, runs, clock)
         self.max_backfill = max_backfill
 
     # --- reads ---
@@ -224,7 +226,7 @@ class RunService:
         job = self._job(tenant, job_id)
         # Runs are made up to the horizon ahead; "last runs" are the ones already due.
         due = self._runs.list_for_job(job_id, limit=last, cursor=None, view="history", now=self._clock.now())
-        return JobSummary(job, due.items, self._definitions.get_stats(job_id))
+        return JobSummary(job, due.items, self._counts.counters(job))
 
     # --- new runs ---
 

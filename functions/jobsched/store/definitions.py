@@ -19,6 +19,7 @@ from ..domain.errors import ConcurrentUpdate, LimitExceeded, StorageUnavailable
 from ..domain.instants import format_instant, from_epoch, parse_instant
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import TOLERANT, Definition, Job, JobSpec, JobState, MissedWindow, Target
+from ..domain.run_counts import FoldMark
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
@@ -294,7 +295,7 @@ class DefinitionStore:
             values["last_scheduled_for"] = format_instant(job.last_scheduled_for)
         if job.last_run_at is not None:
             values["last_run_at"] = format_instant(job.last_run_at)
-        for name in ("paused_at", "missed_until"):
+        for name in ("paused_at", "missed_until", "counts_folded_at"):
             instant = getattr(job, name)
             if instant is not None:
                 values[name] = format_instant(instant)
@@ -337,6 +338,9 @@ class DefinitionStore:
             last_run_at=parse_instant(data["last_run_at"]) if data.get("last_run_at") else None,
             paused_at=parse_instant(data["paused_at"]) if data.get("paused_at") else None,
             missed_until=parse_instant(data["missed_until"]) if data.get("missed_until") else None,
+            counts_folded_at=(
+                parse_instant(data["counts_folded_at"]) if data.get("counts_folded_at") else None
+            ),
             missed_windows=_WINDOWS.validate_json(data["missed_windows"], context=TOLERANT)
             if data.get("missed_windows")
             else [],
@@ -733,12 +737,68 @@ class DefinitionStore:
             )
 
     def get_stats(self, job_id: str) -> dict[str, int]:
+        """The job's stored counters (STAT_NAMES), eventually consistent. `succeeded` holds
+        only what completions added and folds moved in: services.job_counts.JobCounts.counters
+        gives the job's count."""
+        return self.counters(job_id, consistent=False)[0]
+
+    def counters(self, job_id: str, *, consistent: bool = True) -> tuple[dict[str, int], FoldMark | None]:
+        """The job's stored counters (STAT_NAMES) and its fold's mark (None: never folded).
+        Raises StorageUnavailable."""
         with translated_errors():
             response = self._db.get_item(
-                TableName=self._table, Key=to_item({"job_id": STATS_PREFIX + job_id})
+                TableName=self._table,
+                Key=to_item({"job_id": STATS_PREFIX + job_id}),
+                ConsistentRead=consistent,
             )
         data = from_item(response.get("Item") or {})
-        return {name: int(data.get(name, 0)) for name in STAT_NAMES}
+        counts = {name: int(data.get(name, 0)) for name in STAT_NAMES}
+        if "fold_rev" not in data:
+            return counts, None
+        to = data.get("fold_to")
+        mark = FoldMark(
+            to=parse_instant(to) if to else None,
+            open=tuple(json.loads(data.get("fold_open") or "[]")),
+            rev=int(data["fold_rev"]),
+            counted=int(data.get("fold_counted", 0)),
+        )
+        return counts, mark
+
+    def save_fold(self, job_id: str, read: FoldMark | None, folded: FoldMark, added: int) -> bool:
+        """Move the job's fold from the mark read (`read`, None: none stored) to `folded`,
+        adding `added` to `succeeded`, if no other fold moved it since (the mark's `rev`).
+        Returns whether it was written; raises StorageUnavailable."""
+        names = {"#open": "fold_open", "#rev": "fold_rev"}
+        values: dict[str, Any] = {
+            ":open": json.dumps(list(folded.open), separators=(",", ":")),
+            ":rev": folded.rev,
+            ":added": added,
+        }
+        sets = "#open = :open, #rev = :rev"
+        if folded.to is not None:
+            names["#to"] = "fold_to"
+            values[":to"] = format_instant(folded.to)
+            sets += ", #to = :to"
+        if read is None:
+            condition = "attribute_not_exists(#rev)"
+        else:
+            condition = "#rev = :read"
+            values[":read"] = read.rev
+        with translated_errors():
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=to_item({"job_id": STATS_PREFIX + job_id}),
+                    UpdateExpression=f"SET {sets} ADD succeeded :added, fold_counted :added",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=to_item(values),
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+        return True
 
     # --- reads ---
 

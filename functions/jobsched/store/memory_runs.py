@@ -49,6 +49,7 @@ from .runs import (
     parse_runs,
     run_doc,
     run_sk,
+    runs_after_keys,
     scheduled_between_keys,
     stored_key,
     walk_stops_at,
@@ -189,6 +190,16 @@ class InMemoryRunStore:
         items, _ = self._query(_in_job(job_id, *occurrence_keys(start, end)), ("sk",))
         spans = [held_span(str(item["sk"]["S"]), _text(item, "doc")) for item in items]
         return [span for span in spans if span is not None], True
+
+    def runs_after(
+        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+    ) -> tuple[list[Run], bool]:
+        items, _ = self._query(_in_job(job_id, *runs_after_keys(after)), ("sk",))
+        return self._runs(items), True
+
+    def get_many(self, run_keys: list[str]) -> list[Run]:
+        found = (self.get_by_key(key) for key in run_keys)
+        return [run for run in found if run is not None]
 
     def latest_ran_before(
         self, run: Run, *, page_size: int = 100, max_pages: int = 40

@@ -150,6 +150,20 @@ class RunReads(Protocol):
         after `max_pages`, with False); when False, the spans cover a prefix of the range."""
         ...
 
+    def runs_after(
+        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+    ) -> tuple[list[Run], bool]:
+        """The job's runs scheduled after `after` (None: all of them), in key order (by
+        instant; a scheduled run before the manual ones of its second), read consistently.
+        The flag says whether the read reached the job's last run (an adapter that reads in
+        pages stops after `max_pages`, with False); when False, the runs are a prefix."""
+        ...
+
+    def get_many(self, run_keys: list[str]) -> list[Run]:
+        """The runs at `run_keys` that exist and parse, read consistently, in the order given;
+        malformed keys and absent runs are left out."""
+        ...
+
     def latest_ran_before(
         self, run: Run, *, page_size: int = 100, max_pages: int = 40
     ) -> tuple[Run | None, bool]:

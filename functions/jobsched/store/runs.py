@@ -342,6 +342,18 @@ def run_sk(scheduled_for: datetime | str) -> str:
     return RUN_PREFIX + instant
 
 
+def runs_after_keys(after: datetime | None) -> tuple[str, str]:
+    """The sort-key range (inclusive) of a job's runs scheduled after `after` (None: every
+    run): from just above every key of `after`'s second, manual ones included."""
+    return (run_sk(after) + "~~" if after is not None else RUN_PREFIX), _RUNS_END
+
+
+def _entry_of(run_key: str) -> dict[str, Any] | None:
+    """The item key of `run_key` in DynamoDB's attribute form, or None when malformed."""
+    key = stored_key(run_key)
+    return to_item({"job_id": key[0], "sk": run_sk(key[1])}) if key is not None else None
+
+
 def key_sk(run_key: str) -> str:
     """The sort key of a run key (a manual run's suffix included)."""
     return RUN_PREFIX + split_run_key(run_key)[1]
@@ -868,6 +880,37 @@ class RunStore:
                 return spans, True
             request["ExclusiveStartKey"] = last
         return spans, False
+
+    def runs_after(
+        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+    ) -> tuple[list[Run], bool]:
+        """The job's runs scheduled after `after` (None: all), in key order, read consistently
+        (a run finished a moment ago is seen finished), at most `max_pages` pages of up to
+        1 MB; the flag says whether the read reached the last run. Items that do not parse
+        are left out (logged and counted: `parse_runs`)."""
+        low, high = runs_after_keys(after)
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
+            "ConsistentRead": True,
+            "ExpressionAttributeValues": to_item({":j": job_id, ":a": low, ":b": high}),
+        }
+        found: list[Run] = []
+        for _ in range(max_pages):
+            with translated_errors():
+                response = self._db.query(**request)
+            found += self._readable(response.get("Items", []))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return found, True
+            request["ExclusiveStartKey"] = last
+        return found, False
+
+    def get_many(self, run_keys: list[str]) -> list[Run]:
+        """The runs at `run_keys` that exist and parse, read consistently, in the order given;
+        a malformed key is left out."""
+        keys = [entry for entry in (_entry_of(k) for k in run_keys) if entry is not None]
+        return self.read_keys(keys).items if keys else []
 
     def latest_ran_before(
         self, run: Run, *, page_size: int = 100, max_pages: int = 40

@@ -1,0 +1,158 @@
+"""A job's count of succeeded runs, kept without a write per run.
+
+A run's success is counted in one of two ways, never both (`Run.counted_by_fold`):
+
+- **by its completion**, one `ADD` to the job's counters after the run ends, for the runs
+  the fold cannot be sure to meet: a run made at or after its own instant (manual, backfill,
+  made late), the run of a one-time job (nothing folds its job again), and a run redriven
+  (a fold may have passed it while it was DEAD);
+- **by a fold**, for every other run: a run made ahead of its instant by the sweeper (or the
+  API) of a recurring job, the usual path, whose completion writes nothing more.
+
+A fold reads the job's runs in key order after its mark (`FoldMark.to`, an instant: every run
+scheduled at or before it was folded), strongly consistently, counts the succeeded ones the
+fold owns, and moves the mark in one conditional write of the counters item. Runs it passes
+that are still open are remembered by key (`FoldMark.open`, at most `MAX_OPEN`) and read again
+by the next fold. The job's count is then the stored count plus what the runs after the mark
+(and the remembered ones) hold now: exact at every read, whenever the last fold was.
+
+Why the mark stays `FOLD_LAG` behind the present for a job still making runs: a run the fold
+owns is made ahead of its instant (its `created_at` before its `scheduled_for`) and is
+written within `MAX_WRITE_DELAY` of being made (a Lambda invocation's longest life), so a run
+not yet written when a fold reads is scheduled after `read time - MAX_WRITE_DELAY`; with
+clocks apart by up to `MAX_SKEW`, a mark at `now - FOLD_LAG` is never passed by a run the fold
+has not seen. A job that stopped making runs (no longer ACTIVE for `FOLD_LAG`) is folded to
+its end.
+
+What is lost: a success the fold owns that no fold met before the table's TTL removed the run
+(`retentionDays`). The sweeper folds every ACTIVE job at least every `FOLD_EVERY` and every
+`FOLD_EVERY_RUNS` runs; a GET of the job folds it; so only a job paused or ended for longer
+than its runs' retention, never read in between, can lose the successes of the runs that
+ended within `FOLD_LAG` before it left ACTIVE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .models import Job, JobState
+from .runs import TERMINAL_STATES, Run, RunState
+
+MAX_WRITE_DELAY = timedelta(minutes=15)  # a Lambda invocation's longest life
+MAX_SKEW = timedelta(minutes=5)
+FOLD_LAG = MAX_WRITE_DELAY + MAX_SKEW + timedelta(minutes=10)  # 30 minutes
+MAX_OPEN = 20  # open runs a mark remembers; past them the mark waits
+FOLD_EVERY = timedelta(hours=6)
+FOLD_EVERY_RUNS = 1000
+
+
+@dataclass(frozen=True)
+class FoldMark:
+    """Where a job's fold stands: every run scheduled at or before `to` was folded (None:
+    none yet), except the open ones named in `open` (run keys), which the next fold reads
+    again; `counted`: the successes folds stored, of the job's `succeeded` (the rest are its
+    completions'). `rev` counts the folds written: a fold is written only over the mark it
+    read."""
+
+    to: datetime | None = None
+    open: tuple[str, ...] = ()
+    rev: int = 0
+    counted: int = 0
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A fold's outcome: the `mark` to store, the successes `added` by moving to it (stored
+    with the mark), and the successes `beyond` it (counted in the answer, not stored)."""
+
+    mark: FoldMark
+    added: int
+    beyond: int = 0
+    moved: bool = False  # whether `mark` differs from the mark read (a write is due)
+    complete: bool = True  # whether every run after the mark was read (else `beyond` is a floor)
+
+    @property
+    def counted(self) -> int:
+        """Every success the folds own, as this fold read them: those stored before it, those
+        it adds and those beyond its mark."""
+        return self.mark.counted + self.beyond if self.moved else self.mark.counted + self.added + self.beyond
+
+
+def fold_limit(job: Job, now: datetime) -> datetime | None:
+    """How far a fold of `job` at `now` may move its mark: `now - FOLD_LAG` while the job may
+    still make runs it owns (ACTIVE, or left ACTIVE less than FOLD_LAG ago: `updated_at`),
+    else None (to the end)."""
+    if job.state is JobState.ACTIVE or job.updated_at > now - FOLD_LAG:
+        return now - FOLD_LAG
+    return None
+
+
+def _succeeded(run: Run) -> int:
+    return 1 if run.state is RunState.SUCCEEDED and run.counted_by_fold else 0
+
+
+def fold(
+    mark: FoldMark,
+    after: list[Run],
+    reread: list[Run],
+    *,
+    limit: datetime | None,
+    read_all: bool,
+) -> Folded:
+    """Fold the runs read after `mark.to` (`after`, in key order: by instant, a scheduled run
+    before the manual ones of its second) and the remembered open runs as read again
+    (`reread`; one not found is gone: TTL) into a new mark, up to `limit` (None: all).
+
+    Runs are taken a whole second at a time, so a mark never splits the runs of one instant.
+    The mark stops before a second whose open runs would make it remember more than MAX_OPEN,
+    and before the last second read when `read_all` is False (that second may go on in the
+    next page). A run the fold does not own (`counted_by_fold` False) is neither counted nor
+    remembered: its completion counts it."""
+    added = 0
+    still_open: list[str] = []
+    for run in reread:
+        if run.state in TERMINAL_STATES:
+            added += _succeeded(run)
+        else:
+            still_open.append(run.run_key)
+    groups: list[list[Run]] = []
+    for run in after:
+        if groups and groups[-1][0].scheduled_for == run.scheduled_for:
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    last_read = len(groups) if read_all else len(groups) - 1
+    to = mark.to
+    beyond = 0
+    stopped: str | None = None  # why the mark stopped: "partial", "limit" or "open"
+    for index, group in enumerate(groups):
+        at = group[0].scheduled_for
+        opened = [r.run_key for r in group if r.state not in TERMINAL_STATES and r.counted_by_fold]
+        if stopped is None and index >= last_read:
+            stopped = "partial"
+        if stopped is None and limit is not None and at > limit:
+            stopped = "limit"
+        if stopped is None and len(still_open) + len(opened) > MAX_OPEN:
+            stopped = "open"
+        if stopped is None:
+            added += sum(_succeeded(r) for r in group)
+            still_open.extend(opened)
+            to = at
+        else:
+            beyond += sum(_succeeded(r) for r in group)
+    reached_limit = stopped == "limit" or (stopped is None and read_all)
+    if reached_limit and limit is not None and (to is None or to < limit):
+        to = limit  # every run up to the limit was read: the mark moves past the empty stretch
+    new = FoldMark(to=to, open=tuple(still_open), rev=mark.rev + 1, counted=mark.counted + added)
+    moved = (new.to, new.open) != (mark.to, mark.open)
+    return Folded(mark=new if moved else mark, added=added, beyond=beyond, moved=moved, complete=read_all)
+
+
+def fold_due(job: Job, advanced: Job, now: datetime) -> bool:
+    """Whether the sweeper, advancing `job` to `advanced` at `now`, should fold its runs: the
+    job was never folded by a sweeper (`counts_folded_at` None: a job from before folds, whose
+    first fold marks the present), its last fold is FOLD_EVERY old, or the runs it made
+    crossed a multiple of FOLD_EVERY_RUNS."""
+    if job.counts_folded_at is None or now - job.counts_folded_at >= FOLD_EVERY:
+        return True
+    return job.runs_created // FOLD_EVERY_RUNS != advanced.runs_created // FOLD_EVERY_RUNS
