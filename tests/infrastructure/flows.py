@@ -376,6 +376,7 @@ class Flows:
         paused = self.jobs["paused"]
         assert self.call("POST", f"/v1/jobs/{paused}/resume", "/v1/jobs/{id}/resume").status == 200
         assert self.call("DELETE", f"/v1/jobs/{paused}", "/v1/jobs/{id}").status == 200
+        assert self.call("POST", f"/v1/jobs/{paused}/archive", "/v1/jobs/{id}/archive").status == 200
         ok, chain = self.jobs["ok"], self.jobs["chain"]
         self.call("GET", f"/v1/jobs/{ok}/runs", "/v1/jobs/{id}/runs")
         self.call("GET", f"/v1/jobs/{ok}/summary", "/v1/jobs/{id}/summary")

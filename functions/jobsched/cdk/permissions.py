@@ -187,7 +187,8 @@ CODE: dict[str, tuple[Grant, ...]] = {
             (DEFS,),
             "read, create (with its idempotency guard in one transaction) and change jobs; "
             "job counters; materialising at write time advances the job; the definition an "
-            "update replaces, kept for the runs made before it, and read for them",
+            "update replaces, kept for the runs made before it, and read for them; an ended "
+            "job's expiry given to its counters and signing secrets",
             (
                 f"{_DEF_STORE}.get",
                 f"{_DEF_STORE}.get_guard",
@@ -195,6 +196,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_DEF_STORE}.create",
                 f"{_DEF_STORE}._create_group",
                 f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}._expire_with_job",
                 f"{_DEF_STORE}.add_stats",
                 f"{_DEF_STORE}.save_definition",
                 f"{_DEF_STORE}.definition",
@@ -254,8 +256,14 @@ CODE: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
-            "advance the job (rev-conditioned), re-read it after a lost race, count skipped occurrences",
-            (f"{_DEF_STORE}.save", f"{_DEF_STORE}.get", f"{_DEF_STORE}.add_stats"),
+            "advance the job (rev-conditioned), re-read it after a lost race, count skipped "
+            "occurrences; a completed job's expiry given to its counters and signing secrets",
+            (
+                f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}._expire_with_job",
+                f"{_DEF_STORE}.get",
+                f"{_DEF_STORE}.add_stats",
+            ),
         ),
         Grant(
             ("dynamodb:PutItem",),
