@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def sleep(payload, invocation):
 """
 
 
-def _wait_for(what: str, check, process: subprocess.Popen[str], err: Path, within: float = 90) -> None:
+def _wait_for(
+    what: str, check: Callable[[], bool], process: subprocess.Popen[bytes], err: Path, within: float = 90
+) -> None:
     deadline = time.monotonic() + within
     while not check():
         assert process.poll() is None, f"local mode exited before {what}: {err.read_text()}"
