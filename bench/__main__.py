@@ -15,7 +15,19 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ALL = ("lag", "cost", "amplification", "backlog", "hotpath", "capacity", "bulk", "events", "profile", "cli")
+ALL = (
+    "lag",
+    "cost",
+    "amplification",
+    "backlog",
+    "hotpath",
+    "capacity",
+    "bulk",
+    "events",
+    "profile",
+    "cli",
+    "local_start",
+)
 
 
 def _clean(value: Any) -> Any:
@@ -70,7 +82,7 @@ def run(
         results["seconds"][name] = round(time.perf_counter() - t0, 1)
         log(f"bench: {name} done in {results['seconds'][name]} s")
 
-    from . import amplification, backlog, bulk, capacity, cli, cost, events, hotpath, lag
+    from . import amplification, backlog, bulk, capacity, cli, cost, events, hotpath, lag, local_start
     from . import profile as cpu_profile
 
     if quick:
@@ -107,6 +119,7 @@ def run(
     timed("events", lambda: events.run(runs_per_kind=10 if quick else 200))
     timed("profile", lambda: cpu_profile.run(jobs=3, minutes=1) if quick else cpu_profile.run())
     timed("cli", lambda: cli.run(repeats=1 if quick else 5))
+    timed("local_start", lambda: local_start.run(repeats=1 if quick else 3))
     if "capacity" in only and "cost" in results:
         timed("capacity", lambda: capacity.run(results["cost"], results.get("hotpath")))
     results["environment"]["load_after"] = os.getloadavg()

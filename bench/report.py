@@ -272,6 +272,10 @@ def markdown(results: dict[str, Any], picture: str | None) -> str:
         from . import cli
 
         out += cli.markdown(results["cli"])
+    if "local_start" in results:
+        from . import local_start
+
+        out += local_start.markdown(results["local_start"])
     # `make bench-peers`'s section (bench/peers.json) is kept when this report is rewritten.
     from .peers.render import saved_section
 

@@ -146,6 +146,7 @@ class Container:
             self.clock,
             horizon=timedelta(seconds=self.settings.horizon_seconds),
             ahead=timedelta(seconds=self.settings.sweep_ahead_seconds),
+            run_retention=self.runs.retention,
         )
 
     @cached_property

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = command(jobs, "list", cmd_jobs_list, "list jobs, newest first")
     listing.add_argument("--state", type=str.upper, choices=JOB_STATES)
+    listing.add_argument(
+        "--archived", action="store_true", help="archived jobs only (by default they are left out)"
+    )
     add_paging(listing)
 
     get = command(jobs, "get", cmd_jobs_get, "show one job")
@@ -154,7 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--type")
     add_job_options(update, create=False)
 
-    actions = (("pause", "pause a job"), ("resume", "resume a paused job"), ("cancel", "cancel a job"))
+    actions = (
+        ("pause", "pause a job"),
+        ("resume", "resume a paused job"),
+        ("cancel", "cancel a job"),
+        ("archive", "archive a cancelled or completed job (left out of lists)"),
+    )
     for name, text in actions:
         action = command(jobs, name, _job_action(name), text)
         action.add_argument("job_id", metavar="JOB")

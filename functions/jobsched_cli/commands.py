@@ -177,7 +177,9 @@ def listing(fetch: Callable[[str | None], Page], cursor: str | None, all_pages: 
 
 def cmd_jobs_list(ctx: Context, args: argparse.Namespace) -> int:
     page = listing(
-        lambda cursor: ctx.client.list_jobs(state=args.state, limit=args.limit, cursor=cursor),
+        lambda cursor: ctx.client.list_jobs(
+            state=args.state, limit=args.limit, cursor=cursor, archived=args.archived
+        ),
         args.cursor,
         args.all,
     )
@@ -207,6 +209,7 @@ def _job_action(name: str) -> Callable[[Context, argparse.Namespace], int]:
             "pause": ctx.client.pause_job,
             "resume": ctx.client.resume_job,
             "cancel": ctx.client.cancel_job,
+            "archive": ctx.client.archive_job,
         }
         job = actions[name](args.job_id, version=args.if_match)
         return ctx.emit(job, lambda: f"{job.job_id}  {job.state}  version {job.version}")

@@ -273,3 +273,14 @@ def test_cli_start_smoke() -> None:
         assert figures["wall_ms_median"] > 0 and figures["cpu_ms_median"] > 0
     results = {"environment": SMOKE_ENVIRONMENT, "cli": result}
     assert "## 9. The `jobsched` command's start" in report.markdown(results, None)
+
+
+def test_local_start_smoke() -> None:
+    """Local mode starts, answers, stops on Ctrl-C, and the report renders the figures."""
+    from bench import local_start, report
+
+    result = local_start.run(repeats=1)
+    assert 0 < result["answer_s_median"] == result["answer_s_max"]
+    assert result["stop_s_median"] > 0
+    results = {"environment": SMOKE_ENVIRONMENT, "local_start": result}
+    assert "## 10. Local mode's start (`make run`)" in report.markdown(results, None)

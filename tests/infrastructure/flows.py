@@ -376,6 +376,7 @@ class Flows:
         paused = self.jobs["paused"]
         assert self.call("POST", f"/v1/jobs/{paused}/resume", "/v1/jobs/{id}/resume").status == 200
         assert self.call("DELETE", f"/v1/jobs/{paused}", "/v1/jobs/{id}").status == 200
+        assert self.call("POST", f"/v1/jobs/{paused}/archive", "/v1/jobs/{id}/archive").status == 200
         ok, chain = self.jobs["ok"], self.jobs["chain"]
         self.call("GET", f"/v1/jobs/{ok}/runs", "/v1/jobs/{id}/runs")
         self.call("GET", f"/v1/jobs/{ok}/summary", "/v1/jobs/{id}/summary")
@@ -601,7 +602,8 @@ class Flows:
         self.clock.advance(FOLD_EVERY.total_seconds())
         with self.recorder.acting_as(SWEEPER):
             sweeper.handler({"shards": list(range(SHARDS))}, _context(SWEEPER))
-        assert self.container.definitions.get(job_id).counts_folded_at == self.clock.now()
+        folded = self.container.definitions.get(job_id)
+        assert folded is not None and folded.counts_folded_at == self.clock.now()
 
     def crash_holding_a_lease(self) -> None:
         """A worker claims a run and dies: the reconciler must expire the lease."""

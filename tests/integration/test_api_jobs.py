@@ -691,8 +691,12 @@ def test_other_tenant_gets_404_everywhere(api, other_api):
     assert other_api.delete(f"/v1/jobs/{job_id}").status == 404
     assert other_api.post(f"/v1/jobs/{job_id}/pause").status == 404
     assert other_api.post(f"/v1/jobs/{job_id}/resume").status == 404
+    api.delete(f"/v1/jobs/{job_id}")
+    assert other_api.post(f"/v1/jobs/{job_id}/archive").status == 404
+    assert api.get(f"/v1/jobs/{job_id}").body["archivedAt"] is None
     assert other_api.get("/v1/jobs").body["items"] == []
-    assert api.get(f"/v1/jobs/{job_id}").body["version"] == 1  # untouched
+    assert other_api.get("/v1/jobs", query="archived=true").body["items"] == []
+    assert api.get(f"/v1/jobs/{job_id}").body["version"] == 2  # cancelled by its tenant only
 
 
 # --- documents and unknown routes ---
@@ -773,3 +777,116 @@ def test_a_job_id_that_cannot_exist_is_404_not_a_pattern(api):
         assert response.status == 404, (path, response)
         assert response.body["code"] == "not_found"
         assert response.body["message"] == "job nope not found"
+
+
+# --- an ended job's expiry, and archiving it ---
+
+
+def _expiry(ended_at) -> str:
+    """ended_at + retentionDays (30) + the superseded-definition margin (MAX_RETRY_AGE + 1 day)."""
+    from jobsched.domain.instants import format_instant
+    from jobsched.domain.models import MAX_RETRY_AGE_SECONDS
+
+    return format_instant(ended_at + timedelta(days=31, seconds=MAX_RETRY_AGE_SECONDS))
+
+
+def _epoch(instant: str) -> str:
+    from jobsched.domain.instants import parse_instant
+
+    return str(int(parse_instant(instant).timestamp()))
+
+
+def test_a_live_job_has_no_expiry_and_a_cancelled_one_expires_after_its_runs(api, clock):
+    """Cancelled at T, the job item (and its counters and signing secrets with it) is deleted
+    by the table's TTL at T + retentionDays + the margin a superseded definition keeps."""
+    job_id = create(api)["jobId"]
+    assert api.get(f"/v1/jobs/{job_id}").body["expiresAt"] is None
+    assert "expires_at" not in raw_item(job_id)
+    clock.advance(3600)
+    cancelled = api.delete(f"/v1/jobs/{job_id}").body
+    assert cancelled["expiresAt"] == _expiry(clock.now())
+    epoch = _epoch(cancelled["expiresAt"])
+    assert raw_item(job_id)["expires_at"] == {"N": epoch}
+    assert raw_item(f"signing#{job_id}")["expires_at"] == {"N": epoch}
+    assert raw_item(f"stats#{job_id}")["expires_at"] == {"N": epoch}
+    clock.advance(60)
+    assert api.delete(f"/v1/jobs/{job_id}").body["expiresAt"] == cancelled["expiresAt"]  # unchanged
+    assert api.get(f"/v1/jobs/{job_id}/summary").status == 200  # counters still read
+
+
+def test_a_job_completed_by_its_last_run_expires_after_that_run(api, clock):
+    run_at = clock.now() + timedelta(seconds=30)
+    job = create(api, cron=None, timeZone=None, runAt=run_at.isoformat())
+    shown = api.get(f"/v1/jobs/{job['jobId']}").body
+    assert shown["state"] == "COMPLETED"
+    assert shown["expiresAt"] == _expiry(run_at)
+    assert raw_item(job["jobId"])["expires_at"] == {"N": _epoch(shown["expiresAt"])}
+
+
+def test_archive_refuses_a_live_job_naming_the_rule(api):
+    job_id = create(api)["jobId"]
+    for live in ("ACTIVE", "PAUSED"):
+        if live == "PAUSED":
+            api.post(f"/v1/jobs/{job_id}/pause")
+        refused = api.post(f"/v1/jobs/{job_id}/archive")
+        assert refused.status == 409, refused
+        assert refused.body["code"] == "conflict"
+        assert f"is {live}" in refused.body["message"]
+        assert "only an ended job (CANCELLED or COMPLETED) can be archived" in refused.body["message"]
+    assert api.get(f"/v1/jobs/{job_id}").body["archivedAt"] is None
+    assert api.get("/v1/jobs").body["items"][0]["jobId"] == job_id
+
+
+def test_an_archived_job_leaves_the_default_listing_and_stays_readable(api, clock):
+    archived, cancelled, active = (create(api, name=n)["jobId"] for n in ("a", "c", "x"))
+    for job_id in (archived, cancelled):
+        api.delete(f"/v1/jobs/{job_id}")
+    clock.advance(10)
+    first = api.post(f"/v1/jobs/{archived}/archive")
+    assert first.status == 200, first
+    assert first.body["archivedAt"] == "2026-11-02T08:00:10Z"
+    assert first.body["version"] == 2 and first.headers["ETag"] == '"2"'  # no new version
+    assert first.body["state"] == "CANCELLED"
+    clock.advance(10)
+    again = api.post(f"/v1/jobs/{archived}/archive", headers={"If-Match": '"2"'})
+    assert again.status == 200 and again.body["archivedAt"] == first.body["archivedAt"]  # idempotent
+    assert again.body["expiresAt"] == first.body["expiresAt"]  # the cancel's, kept
+
+    def listed(query: str = "") -> list[str]:
+        return sorted(j["jobId"] for j in api.get("/v1/jobs", query=query).body["items"])
+
+    assert listed() == sorted([cancelled, active])
+    assert listed("state=CANCELLED") == [cancelled]
+    assert listed("archived=false") == sorted([cancelled, active])
+    assert listed("archived=true") == [archived]
+    assert listed("archived=true&state=CANCELLED") == [archived]
+    assert listed("archived=true&state=ACTIVE") == []
+    assert api.get(f"/v1/jobs/{archived}").status == 200
+    refused = api.get("/v1/jobs", query="archived=yes")
+    assert refused.status == 400
+    (problem,) = refused.body["errors"]
+    assert problem["field"] == "archived"
+
+
+def test_archive_of_a_job_cancelled_without_an_expiry_gives_it_one(api, clock):
+    """A job cancelled before jobs had `expires_at` is given one when archived, from then."""
+    job_id = create(api)["jobId"]
+    api.delete(f"/v1/jobs/{job_id}")
+    boto3.client("dynamodb").update_item(
+        TableName=DEFINITIONS.default_name,
+        Key={"job_id": {"S": job_id}},
+        UpdateExpression="REMOVE expires_at",
+    )
+    assert api.get(f"/v1/jobs/{job_id}").body["expiresAt"] is None
+    clock.advance(3600)
+    archived = api.post(f"/v1/jobs/{job_id}/archive").body
+    assert archived["expiresAt"] == _expiry(clock.now())
+    assert raw_item(job_id)["expires_at"] == {"N": _epoch(archived["expiresAt"])}
+
+
+def test_archive_checks_if_match(api):
+    job_id = create(api)["jobId"]
+    api.delete(f"/v1/jobs/{job_id}")
+    stale = api.post(f"/v1/jobs/{job_id}/archive", headers={"If-Match": '"1"'})
+    assert stale.status == 412
+    assert api.get(f"/v1/jobs/{job_id}").body["archivedAt"] is None

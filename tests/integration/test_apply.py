@@ -273,3 +273,14 @@ def test_toml_date_times_are_instants_and_one_without_an_offset_is_refused(tmp_p
     with pytest.raises(Invalid) as refused:
         jobs_file(tmp_path, job + "2027-01-04T09:00:00\n")
     assert refused.value.fields == ["jobs[0].runAt"]
+
+
+def test_an_archived_completed_job_still_stands_for_its_name(client: Client, tmp_path):
+    """A one-time job the file names, completed and then archived, is not created again."""
+    once = 'set = "s"\n[[jobs]]\nname = "once"\ntype = "t"\nrunAt = 2026-11-02T08:00:30Z\n'
+    assert apply(client, jobs_file(tmp_path, once)).ok
+    (job,) = [j for j in client.iter_jobs() if j.name == managed_name("s", "once")]
+    assert job.state.value == "COMPLETED"
+    client.archive_job(job)
+    again = plan(client, jobs_file(tmp_path, once))
+    assert [s.action for s in again.steps] == [Action.UNCHANGED]

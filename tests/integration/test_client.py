@@ -158,6 +158,19 @@ def test_jobs_round_trip_through_the_server_models(client: Client, wire: Handler
     same_as_sent(cancelled, wire)
     assert cancelled.state == "CANCELLED"
     assert wire.exchanges[-1]["method"] == "DELETE" and wire.exchanges[-1]["headers"]["if-match"] == '"4"'
+    assert cancelled.expires_at is not None and cancelled.archived_at is None
+
+    listed = client.list_jobs()
+    same_as_sent(listed, wire)
+    assert job.job_id in [j.job_id for j in listed.items]
+    archived = client.archive_job(cancelled)
+    same_as_sent(archived, wire)
+    assert archived.archived_at is not None and archived.version == cancelled.version
+    assert wire.exchanges[-1]["method"] == "POST" and wire.exchanges[-1]["url"].endswith("/archive")
+    assert wire.exchanges[-1]["headers"]["if-match"] == '"5"'
+    assert job.job_id not in [j.job_id for j in client.list_jobs().items]
+    assert [j.job_id for j in client.iter_jobs(archived=True)] == [job.job_id]
+    assert "archived=true" in wire.exchanges[-1]["url"]
 
 
 def test_a_batch_create_round_trips_each_job_as_a_single_create(client: Client, wire: HandlerTransport):
@@ -276,6 +289,7 @@ def test_every_route_has_a_method(client: Client, wire: HandlerTransport):
         ("delete", "/v1/jobs/{job_id}"): "cancel_job",
         ("post", "/v1/jobs/{job_id}/pause"): "pause_job",
         ("post", "/v1/jobs/{job_id}/resume"): "resume_job",
+        ("post", "/v1/jobs/{job_id}/archive"): "archive_job",
         ("post", "/v1/jobs/{job_id}/signing-secret"): "rotate_signing_secret",
         ("post", "/v1/jobs/{job_id}/trigger"): "trigger_job",
         ("post", "/v1/jobs/{job_id}/backfill"): "backfill_job",

@@ -165,6 +165,7 @@ ROUTES = {
             "cancel job": ("DELETE", "/v1/jobs/{job}"),
             "pause": ("POST", "/v1/jobs/{job}/pause"),
             "resume": ("POST", "/v1/jobs/{job}/resume"),
+            "archive": ("POST", "/v1/jobs/{job}/archive"),
             "rotate signing secret": ("POST", "/v1/jobs/{job}/signing-secret"),
             "trigger": ("POST", "/v1/jobs/{job}/trigger"),
             "cancel run": ("POST", "/v1/runs/{run}/cancel"),
@@ -243,6 +244,7 @@ def parameter_cases(job: str) -> list[tuple[str, str, str, str, str, str]]:
         ("DELETE", f"/v1/jobs/{job}"),
         ("POST", f"/v1/jobs/{job}/pause"),
         ("POST", f"/v1/jobs/{job}/resume"),
+        ("POST", f"/v1/jobs/{job}/archive"),
     ]:
         for value in (HUGE, f'"{HUGE}"', f'W/"{HUGE}"', LONG, "\u00b2", "-1", "1e3", '"1', "NaN"):
             cases.append((method, path, "header", "if-match", value, "if-match"))
@@ -254,6 +256,8 @@ def parameter_cases(job: str) -> list[tuple[str, str, str, str, str, str]]:
         for value in (LONG, "%00", "\u00e9", "e30="):
             cases.append(("GET", path, "query", "cursor", value, "cursor"))
     cases.append(("GET", "/v1/jobs", "query", "state", LONG, "state"))
+    for value in (LONG, "yes", "1", "True", ""):
+        cases.append(("GET", "/v1/jobs", "query", "archived", value, "archived"))
     for name, value in (("state", LONG), ("state", "DEAD,,"), ("since", LONG), ("until", "NaN")):
         cases.append(("GET", "/v1/runs", "query", name, value, name))
     for name, value in (("jobId", LONG), ("type", LONG), ("errorClass", LONG), ("timeField", "\u00e9")):

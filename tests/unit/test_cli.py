@@ -807,6 +807,22 @@ def test_job_actions_and_redrive(stub: StubApi, capsys: pytest.CaptureFixture[st
     assert stub.requests[2]["body"] == {"reason": "fixed"}
 
 
+def test_jobs_archive_and_the_archived_listing(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    archived = {**JOB, "state": "CANCELLED", "version": 5, "archivedAt": "2026-11-03T00:00:00Z"}
+    stub.routes[("POST", "/v1/jobs/j_abc/archive")] = (200, archived, {})
+    stub.routes[("GET", "/v1/jobs")] = (200, {"items": [archived], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "jobs", "archive", "j_abc", "--if-match", "5"]) == 0
+    assert main(["--endpoint", stub.url, "jobs", "list", "--archived"]) == 0
+    assert main(["--endpoint", stub.url, "jobs", "list"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "j_abc  CANCELLED  version 5"
+    assert [(r["method"], r["path"]) for r in stub.requests] == [
+        ("POST", "/v1/jobs/j_abc/archive"),
+        ("GET", "/v1/jobs?archived=true"),
+        ("GET", "/v1/jobs"),
+    ]
+    assert stub.requests[0]["headers"]["if-match"] == '"5"'
+
+
 def test_an_answer_not_of_the_documented_shape_exits_1_with_one_line(
     stub: StubApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -154,6 +154,14 @@ class JobView(JobFieldsView):
     next_fire_times: list[Instant] | None = Field(
         default=None, description="the next five fire times; on a single job's answer only"
     )
+    expires_at: Instant | None = Field(
+        default=None,
+        description="once the job has ended (CANCELLED or COMPLETED): when it is deleted, its"
+        " runs' retention (`retentionDays`) and a margin after it ended; null while it is live",
+    )
+    archived_at: Instant | None = Field(
+        default=None, description="when the job was archived (POST /v1/jobs/{id}/archive); null if not"
+    )
 
     @classmethod
     def of(cls, job: Job, upcoming: Sequence[datetime], *, with_fire_times: bool = False) -> JobView:
@@ -168,6 +176,8 @@ class JobView(JobFieldsView):
             created_at=job.created_at,
             updated_at=job.updated_at,
             next_fire_times=list(upcoming) if with_fire_times else None,
+            expires_at=job.expires_at,
+            archived_at=job.archived_at,
         )
 
 

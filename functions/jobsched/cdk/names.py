@@ -230,6 +230,7 @@ ROUTES = (
     Route("DELETE", "/v1/jobs/{id}", OPERATOR),
     Route("POST", "/v1/jobs/{id}/pause", OPERATOR),
     Route("POST", "/v1/jobs/{id}/resume", OPERATOR),
+    Route("POST", "/v1/jobs/{id}/archive", OPERATOR),
     # Whoever may create a job (and so receives its signing secret) may rotate that secret.
     Route("POST", "/v1/jobs/{id}/signing-secret", WRITER),
     Route("GET", "/v1/jobs/{id}/runs", READER),

@@ -186,8 +186,9 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "read, create (with its idempotency guard in one transaction) and change jobs; "
-            "job counters and their fold; materialising at write time advances the job; the definition an "
-            "update replaces, kept for the runs made before it, and read for them",
+            "job counters and their fold; materialising at write time advances the job; the "
+            "definition an update replaces, kept for the runs made before it, and read for them; "
+            "an ended job's expiry given to its counters and signing secrets",
             (
                 f"{_DEF_STORE}.get",
                 f"{_DEF_STORE}.get_guard",
@@ -196,6 +197,7 @@ CODE: dict[str, tuple[Grant, ...]] = {
                 f"{_DEF_STORE}.create",
                 f"{_DEF_STORE}._create_group",
                 f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}._expire_with_job",
                 f"{_DEF_STORE}.add_stats",
                 f"{_DEF_STORE}.save_definition",
                 f"{_DEF_STORE}.definition",
@@ -263,9 +265,11 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             (DEFS,),
             "advance the job (rev-conditioned), re-read it after a lost race, count skipped "
-            "occurrences, fold the job's runs into its counters",
+            "occurrences, fold the job's runs into its counters; a completed job's expiry given "
+            "to its counters and signing secrets",
             (
                 f"{_DEF_STORE}.save",
+                f"{_DEF_STORE}._expire_with_job",
                 f"{_DEF_STORE}.get",
                 f"{_DEF_STORE}.add_stats",
                 f"{_DEF_STORE}.counters",

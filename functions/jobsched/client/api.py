@@ -244,17 +244,32 @@ class Client:
         return self._get(JobView, self._job_path(job_id))
 
     def list_jobs(
-        self, *, state: JobState | str | None = None, limit: int | None = None, cursor: str | None = None
+        self,
+        *,
+        state: JobState | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        archived: bool = False,
     ) -> JobList:
         """`GET /v1/jobs`: one page (`items`, `next_cursor`) of the tenant's jobs, in `state`
-        when given. `limit`: 1-100 (the API's default 50)."""
-        return self._get(JobList, "/v1/jobs", {"state": state, "limit": limit, "cursor": cursor})
+        when given; the archived ones alone with `archived`, else every other one.
+        `limit`: 1-100 (the API's default 50)."""
+        query = {"state": state, "limit": limit, "cursor": cursor, "archived": "true" if archived else None}
+        return self._get(JobList, "/v1/jobs", query)
 
     def iter_jobs(
-        self, *, state: JobState | str | None = None, page_size: int = 100, cursor: str | None = None
+        self,
+        *,
+        state: JobState | str | None = None,
+        page_size: int = 100,
+        cursor: str | None = None,
+        archived: bool = False,
     ) -> Iterator[JobView]:
-        """Every job (in `state`), page after page from `cursor`, fetched as iterated."""
-        return _pages(lambda c: self.list_jobs(state=state, limit=page_size, cursor=c), cursor)
+        """Every job (in `state`; archived ones alone with `archived`), page after page from
+        `cursor`, fetched as iterated."""
+        return _pages(
+            lambda c: self.list_jobs(state=state, limit=page_size, cursor=c, archived=archived), cursor
+        )
 
     def update_job(self, job: JobRef, patch: Mapping[str, Any], *, version: Version | None = None) -> JobView:
         """`PATCH /v1/jobs/{id}` with `patch` as a JSON merge patch (RFC 7396: a null removes
@@ -281,6 +296,14 @@ class Client:
         """`DELETE /v1/jobs/{id}`: the job is cancelled (its open runs too); If-Match as for
         pause_job. Returns the cancelled job. Raises VersionMismatch, Conflict, NotFound."""
         return self._job_action("DELETE", job, "", version)
+
+    def archive_job(self, job: JobRef, *, version: Version | None = None) -> JobView:
+        """`POST /v1/jobs/{id}/archive`: the ended (cancelled or completed) job is left out of
+        `list_jobs` unless asked for `archived`; it is deleted at its `expires_at`, its runs
+        at their own retention. If-Match as for pause_job. Returns the archived job (an
+        archived one unchanged). Raises Conflict (the job is still ACTIVE or PAUSED),
+        VersionMismatch, NotFound."""
+        return self._job_action("POST", job, "/archive", version)
 
     def _job_action(self, method: str, job: JobRef, suffix: str, version: Version | None) -> JobView:
         headers = self._if_match(job, version)

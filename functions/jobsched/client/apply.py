@@ -15,6 +15,7 @@ for `apply`; a job created by hand under it is treated as the set's)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import tomllib
@@ -207,10 +208,11 @@ def plan(client: Client, jobs_file: JobsFile) -> Plan:
     left as it is) of its stored name is a create; one whose fields differ, as the server
     shows them, is a change at the version read; the set's live jobs the file no longer
     names (and any second live job of one name) are cancels. Jobs outside the set are not
-    read into the plan."""
+    read into the plan. Archived jobs are read too: an archived COMPLETED job still stands
+    for its name, so a one-time job is not created again."""
     prefix = managed_name(jobs_file.set_name, "")
     held: dict[str, list[JobView]] = {}
-    for job in client.iter_jobs():
+    for job in itertools.chain(client.iter_jobs(), client.iter_jobs(archived=True)):
         if job.name.startswith(prefix):
             held.setdefault(job.name[len(prefix) :], []).append(job)
     steps: list[Step] = []

@@ -821,6 +821,12 @@ class Job(Model):
     # The X-Ray trace id of the invocation that last wrote the job (stamped by the store;
     # None outside a traced invocation): a job event's `traceId`.
     trace_id: str | None = None
+    # Once the job has ended (CANCELLED or COMPLETED): when the table's TTL deletes its item,
+    # after the runs it made are deleted (services.definitions.ended_job_expiry). None while live.
+    expires_at: Instant | None = None
+    # When the tenant archived the ended job (services.jobs.JobService.archive): left out of
+    # listings by default; None when not archived.
+    archived_at: Instant | None = None
 
     def missed_verdict(self, scheduled_for: datetime) -> bool | None:
         """Whether a scheduled occurrence runs as the job's recorded pauses decide it: the one

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -27,6 +26,7 @@ from ..observability import log_metrics, logger, tracer
 from ..services.attempt import AttemptOutcome
 from ..services.worker import Received, Worker, failure_backoff_seconds, parse_due_at, parse_sent_at
 from ..store.queues import RunMessage
+from ..threads import map_on_daemons
 from ..wiring import container
 
 
@@ -36,18 +36,18 @@ class Redeliver(Exception):
 
 
 class ConcurrentBatchProcessor(BatchProcessor):
-    """Powertools' SQS batch processor with every record of a batch running at once, one thread
-    each: one slow run no longer eats the time of the records after it. Powertools'
-    AsyncBatchProcessor would need every call made async, or threads from asyncio's default
+    """Powertools' SQS batch processor with every record of a batch running at once, one daemon
+    thread each (jobsched.threads): one slow run no longer eats the time of the records after
+    it. Powertools' AsyncBatchProcessor would need every call made async, or threads from asyncio's default
     executor (a few per vCPU, fewer than a batch)."""
 
     def process(self) -> list[tuple]:
         if not self.records:
             return []
-        with ThreadPoolExecutor(max_workers=len(self.records), thread_name_prefix="record") as pool:
-            # _process_record catches what the handler raises; the success and failure lists it
-            # appends to are only appended to.
-            return list(pool.map(self._process_record, self.records))
+        # _process_record catches what the handler raises; the success and failure lists it
+        # appends to are only appended to. Daemon threads, every one waited for here: a
+        # process told to stop is not held by a record whose effect still runs.
+        return map_on_daemons(self._process_record, self.records, "record")
 
     def _entire_batch_failed(self) -> bool:
         # A batch of deferrals is not a failed invocation (that would count as a function error).

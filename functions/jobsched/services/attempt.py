@@ -29,7 +29,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -64,6 +64,7 @@ from ..store.run_idempotency import RunIdempotency, envelope
 from ..store.runs import RunChanged, RunStore
 from ..store.tenant_slots import SlotHolder
 from ..targets import Invocation, TargetRunner
+from ..threads import start_daemon
 from .completion import Completer, Ending
 from .definitions import DefinitionResolver
 from .missed import paused_claim
@@ -536,16 +537,16 @@ class Attempts:
             data_keyword_argument="request", config=config, persistence_store=records
         )(effect)
         started = self._clock.now()
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effect")
         beat = None
         try:
             beat = heartbeat(lease) if heartbeat is not None else None
-            future = pool.submit(guarded, request={"runKey": leased.run_key})
+            # A daemon thread: the invocation waits for it below (`_await`, `_outlast`), while
+            # a process told to stop does not (jobsched.threads).
+            future = start_daemon(lambda: guarded(request={"runKey": leased.run_key}), "effect")
             result = self._await(future, budget, lease, records, actor, left, ran)
         finally:
             if beat is not None:
                 beat.stop()
-            pool.shutdown(wait=False)
         result.duration = (self._clock.now() - started).total_seconds()
         return result
 

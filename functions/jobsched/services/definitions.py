@@ -39,6 +39,18 @@ def superseded_definition_expiry(superseded_at: datetime, run_retention: timedel
     return superseded_at + run_retention + SUPERSEDED_MARGIN
 
 
+def ended_job_expiry(ended_at: datetime, run_retention: timedelta) -> datetime:
+    """When the item of a job that ended at `ended_at` (cancelled then, or completed with its
+    last run made for then or later) expires, for runs kept `run_retention` after they
+    finish: `ended_at + run_retention + SUPERSEDED_MARGIN`, the rule of a superseded
+    definition (superseded_definition_expiry) for the same reason. Its runs' definition is
+    the job's own, so it is kept while they may read it; a run still open or DEAD after that
+    finds the job gone (DefinitionMissing, as for a superseded definition). Nothing about the
+    job outlives that: its counters and signing secrets expire with it
+    (DefinitionStore.save)."""
+    return superseded_definition_expiry(ended_at, run_retention)
+
+
 class DefinitionResolver:
     """Resolves the target and payload of runs that reference their job's definition; the one
     place every reader of those values (the worker's effect, the lease API, the run views, a

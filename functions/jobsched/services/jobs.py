@@ -1,4 +1,5 @@
-"""Job definition use cases: create (idempotent), read, list, update, pause, resume, cancel."""
+"""Job definition use cases: create (idempotent), read, list, update, pause, resume, cancel,
+archive."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ from ..domain.runs import Run, Trigger
 from ..domain.schedule import next_fire, upcoming
 from ..domain.signing import SigningSecrets
 from ..observability import logger
-from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
+from ..store.definitions import LIVE_STATES, DefinitionStore, Guard, NewJob, Page, over_quota
 from ..store.ports import RunReads
-from .definitions import superseded_definition_expiry
+from .definitions import ended_job_expiry, superseded_definition_expiry
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
 _WRITE_ATTEMPTS = 5
@@ -337,8 +338,19 @@ class JobService:
             raise NotFound(f"job {job_id} not found")
         return job
 
-    def list_jobs(self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None) -> Page:
-        return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor)
+    def list_jobs(
+        self,
+        tenant: str,
+        *,
+        state: JobState | None,
+        limit: int,
+        cursor: str | None,
+        archived: bool | None = False,
+    ) -> Page:
+        """One page of the tenant's jobs, newest first, in `state` when given; archived jobs
+        are left out (`archived` False, the default), listed alone (True) or with the others
+        (None)."""
+        return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor, archived=archived)
 
     def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
         """The next `count` instants at which the job will fire, ascending (`nextFireTimes`;
@@ -452,7 +464,8 @@ class JobService:
             logger.exception("deciding missed runs on resume failed", extra={"job_id": resumed.job_id})
 
     def cancel(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
-        """CANCELLED, nextRunAt None; then its runs that have not started are cancelled at
+        """CANCELLED, nextRunAt None, and `expires_at` (the table deletes it then:
+        ended_job_expiry from now); then its runs that have not started are cancelled at
         once (`on_cancel`, best effort: a run it does not reach is cancelled by the worker's
         or the lease API's check of the job before its effect). A LEASED run is left to its
         holder. Cancelling a cancelled job returns it unchanged."""
@@ -462,9 +475,33 @@ class JobService:
                 return job
             # A COMPLETED job may still have runs made ahead of time and not yet executed:
             # cancelling it stops them.
-            return _bump(job, now, state=JobState.CANCELLED, next_run_at=None)
+            expires_at = ended_job_expiry(now, self._run_retention)
+            if job.expires_at is not None:
+                expires_at = max(expires_at, job.expires_at)
+            return _bump(job, now, state=JobState.CANCELLED, next_run_at=None, expires_at=expires_at)
 
         return self._change(tenant, job_id, if_match, change, after=self._cancel_runs)
+
+    def archive(self, tenant: str, job_id: str, if_match: int | None = None) -> Job:
+        """Archive an ended job (CANCELLED or COMPLETED): `archived_at` now, so listings leave
+        it out by default (`list_jobs`); it stays readable by id until its `expires_at`, which
+        a job ended before jobs had one gets now (ended_job_expiry from now). Its runs keep
+        their own retention. Not a new version: nothing the job does changes (no job event).
+        Archiving an archived job returns it unchanged. Raises Conflict (409) for a live job
+        (ACTIVE or PAUSED), NotFound, VersionMismatch."""
+
+        def change(job: Job, now: datetime) -> Job:
+            if job.archived_at is not None:
+                return job
+            if job.state in LIVE_STATES:
+                raise Conflict(
+                    f"job {job_id} is {job.state.value}; only an ended job (CANCELLED or COMPLETED)"
+                    " can be archived: cancel it first (DELETE /v1/jobs/{id})"
+                )
+            expires_at = job.expires_at or ended_job_expiry(now, self._run_retention)
+            return job.model_copy(update={"archived_at": now, "expires_at": expires_at})
+
+        return self._change(tenant, job_id, if_match, change)
 
     def _cancel_runs(self, before: Job, cancelled: Job) -> None:
         if self._on_cancel is None:

@@ -26,6 +26,7 @@ from ..domain.schedule import count_fires, fires_between, latest_fire_before, ne
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
+from .definitions import ended_job_expiry
 from .job_counts import JobCounts
 
 ONE_SECOND = timedelta(seconds=1)
@@ -68,6 +69,7 @@ class Materializer:
         ahead: timedelta | None = None,
         misfire_grace: timedelta = timedelta(seconds=60),
         max_runs_per_pass: int = 500,
+        run_retention: timedelta = timedelta(days=30),
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -80,6 +82,9 @@ class Materializer:
         self.misfire_grace = misfire_grace
         self.max_runs_per_pass = max_runs_per_pass
         self._counts = JobCounts(definitions, runs, clock)
+        # How long finished runs are kept (RunStore.retention): a job completed by a pass
+        # expires that long after its last run, and a margin more (ended_job_expiry).
+        self.run_retention = run_retention
 
     def materialize(self, job: Job, *, actor: str = ACTOR, ahead: timedelta | None = None) -> Materialized:
         """Materialise what is due; on a lost race re-read the job and go again (inserts are
@@ -130,7 +135,7 @@ class Materializer:
             else:
                 result.created.append(run)
         processed = [r.scheduled_for for r, _ in written] + [last for _, last, _, _ in plan.skips]
-        advanced = self._advanced(job, plan, processed)
+        advanced = self._advanced(job, plan, processed, now)
         if fold_due(job, advanced, now):
             advanced = self._folded(job, advanced)
         try:
@@ -150,13 +155,15 @@ class Materializer:
             return advanced
         return advanced.model_copy(update={"counts_folded_at": self._clock.now()})
 
-    @staticmethod
-    def _advanced(job: Job, plan: _Plan, processed: list[datetime]) -> Job:
-        """`job` moved past the occurrences a pass handled (`processed`: the instants of its
-        runs and the last of each skipped range), as that pass writes it."""
+    def _advanced(self, job: Job, plan: _Plan, processed: list[datetime], now: datetime) -> Job:
+        """`job` moved past the occurrences a pass at `now` handled (`processed`: the instants
+        of its runs and the last of each skipped range), as that pass writes it. A job it
+        completes gets `expires_at`: ended_job_expiry from its last run's instant (made
+        ahead, it may be later than now), or from now."""
         runs_made = job.runs_created + len(plan.runs)
         limit = job.spec.schedule.max_runs
         done = plan.next_at is None or (limit is not None and runs_made >= limit)
+        ended_at = max([now, *processed])
         return job.model_copy(
             update={
                 "next_run_at": None if done else plan.next_at,
@@ -166,6 +173,7 @@ class Materializer:
                     [*processed, *([job.last_scheduled_for] if job.last_scheduled_for else [])]
                 ),
                 "last_run_at": plan.runs[-1] if plan.runs else job.last_run_at,
+                "expires_at": ended_job_expiry(ended_at, self.run_retention) if done else None,
                 "missed_until": (
                     job.missed_until
                     if job.missed_until is not None
@@ -197,7 +205,7 @@ class Materializer:
             run = make_run(job, at, now=now, actor=ACTOR, previous_run_key=previous)
             previous = run.run_key
             runs.append(run)
-        advanced = self._advanced(job, plan, [r.scheduled_for for r in runs])
+        advanced = self._advanced(job, plan, [r.scheduled_for for r in runs], now)
         return advanced.model_copy(update={"rev": job.rev + 1}), runs
 
     def _write_skipped(

@@ -307,6 +307,10 @@ class DefinitionStore:
             values["trace_id"] = job.trace_id
         if job.definition_since is not None:
             values["definition_since"] = job.definition_since
+        if job.expires_at is not None:
+            values["expires_at"] = int(job.expires_at.timestamp())  # the table's TTL
+        if job.archived_at is not None:
+            values["archived_at"] = format_instant(job.archived_at)
         return to_item(values)
 
     def _stamped(self, job: Job) -> Job:
@@ -346,6 +350,8 @@ class DefinitionStore:
             else [],
             trace_id=data.get("trace_id"),
             definition_since=data.get("definition_since"),
+            expires_at=from_epoch(data["expires_at"]) if data.get("expires_at") else None,
+            archived_at=parse_instant(data["archived_at"]) if data.get("archived_at") else None,
         )
 
     # --- writes ---
@@ -608,7 +614,9 @@ class DefinitionStore:
     def save(self, job: Job, *, previous_state: JobState | None = None) -> Job:
         """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1.
         A job leaving the live states (ACTIVE/PAUSED) frees its place in the tenant's quota in
-        the same transaction."""
+        the same transaction. A job written with `expires_at` (ended: the table's TTL deletes
+        it then) gives its counters and signing secrets the same expiry after the write
+        (`_expire_with_job`)."""
         saved = self._stamped(job).model_copy(update={"rev": job.rev + 1})
         put = {
             "TableName": self._table,
@@ -629,7 +637,42 @@ class DefinitionStore:
                 if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
                     raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
                 raise
+        if saved.expires_at is not None and saved.state not in LIVE_STATES:
+            self._expire_with_job(saved.job_id, saved.expires_at)
         return saved
+
+    def _expire_with_job(self, job_id: str, expires_at: datetime) -> None:
+        """Give the job's counters item and signing secrets item the job's `expires_at`, so
+        neither outlives it. Best effort (logged, not raised: the job is written), and repeated
+        by every later write of the ended job (an archive). The counters item is written
+        whether or not it exists (one holding only `expires_at` reads as zeros); the secrets
+        item only when it exists. A rotation of the secrets after it writes them without it."""
+        values = to_item({":e": int(expires_at.timestamp())})
+        try:
+            with translated_errors():
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=to_item({"job_id": STATS_PREFIX + job_id}),
+                    UpdateExpression="SET expires_at = :e",
+                    ExpressionAttributeValues=values,
+                )
+                try:
+                    self._db.update_item(
+                        TableName=self._table,
+                        Key=to_item({"job_id": SIGNING_PREFIX + job_id}),
+                        UpdateExpression="SET expires_at = :e",
+                        ConditionExpression="attribute_exists(job_id)",
+                        ExpressionAttributeValues=values,
+                    )
+                except ClientError as exc:
+                    if error_code(exc) != "ConditionalCheckFailedException":
+                        raise
+        except Exception:
+            logger.warning(
+                "could not give the job's counters and secrets its expiry",
+                exc_info=True,
+                extra={"job_id": job_id},
+            )
 
     # --- definitions of earlier versions ---
 
@@ -894,13 +937,22 @@ class DefinitionStore:
         )
 
     def list_for_tenant(
-        self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None, max_rounds: int = 10
+        self,
+        tenant: str,
+        *,
+        state: JobState | None,
+        limit: int,
+        cursor: str | None,
+        archived: bool | None = None,
+        max_rounds: int = 10,
     ) -> Page:
-        """The tenant's jobs, newest first. A state filter may return short pages; the cursor
-        continues. A job item that does not parse is left out of the page (logged and counted:
-        `_jobs`), as a filter leaves a job out: one item the API cannot show must not make
-        the tenant's whole listing fail, and nothing is lost by not listing it (the item
-        stays as it is, and the alarm on its count names it to the operator)."""
+        """The tenant's jobs, newest first: in `state` when given; archived ones only
+        (`archived` True), none of them (False) or both (None). A filter may return short
+        pages; the cursor continues. A job item that does not parse is left out of the page
+        (logged and counted: `_jobs`), as a filter leaves a job out: one item the API cannot
+        show must not make the tenant's whole listing fail, and nothing is lost by not
+        listing it (the item stays as it is, and the alarm on its count names it to the
+        operator)."""
         key_names = {"job_id", "tenant", "created_at"}
         start = decode_cursor(cursor, tenant, key_names) if cursor else None
         items: list[Job] = []
@@ -925,7 +977,12 @@ class DefinitionStore:
             keys = [{"job_id": e["job_id"]} for e in response.get("Items", [])]
             found = batch_get(self._db, self._table, keys) if keys else []
             jobs = self._jobs(found).items
-            items.extend(j for j in jobs if state is None or j.state is state)  # as it is now
+            items.extend(  # as each is now
+                j
+                for j in jobs
+                if (state is None or j.state is state)
+                and (archived is None or (j.archived_at is not None) is archived)
+            )
             start = response.get("LastEvaluatedKey")
             if not start or len(items) >= limit:
                 break

@@ -111,7 +111,9 @@ DEFINITIONS = TableSpec(
     # advances are records too, which the consumer's code tells apart (no version or state
     # change) after its filter has kept job items only.
     stream="NEW_AND_OLD_IMAGES",
-    ttl_attribute="expires_at",  # guard, rate and superseded-definition items only
+    # Guard, rate and superseded-definition items, and ended jobs with their counters and
+    # signing secrets (services.definitions.ended_job_expiry).
+    ttl_attribute="expires_at",
 )
 
 # Runs: R#<scheduled_for> for a run, T#<scheduled_for>#<seq> for its transitions.

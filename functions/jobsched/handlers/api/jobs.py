@@ -1,9 +1,9 @@
-"""Routes for jobs: create, list, read, change (JSON merge patch), cancel, pause, resume, and
-rotate the webhook signing secret."""
+"""Routes for jobs: create, list, read, change (JSON merge patch), cancel, pause, resume,
+archive, and rotate the webhook signing secret."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -151,11 +151,19 @@ def _batch_item(index: int, answer: CreateResult | JobschedError) -> JobBatchIte
 @router.get("/v1/jobs", responses=documented({200: ("OK", JobList)}))
 def list_jobs(
     state: Annotated[JobState | None, Query()] = None,
+    archived: Annotated[
+        Literal["true", "false"],
+        Query(description="`true`: archived jobs only; `false` (the default): every other job"),
+    ] = "false",
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> Response[JobList]:
     page = container().jobs.list_jobs(
-        tenant_of(router.current_event), state=state, limit=limit, cursor=cursor
+        tenant_of(router.current_event),
+        state=state,
+        limit=limit,
+        cursor=cursor,
+        archived=archived == "true",
     )
     return json_response(200, JobList(items=[view(j) for j in page.items], next_cursor=page.cursor))
 
@@ -187,6 +195,19 @@ def cancel_job(
 ) -> Response[JobView]:
     return job_response(
         container().jobs.cancel(tenant_of(router.current_event), job_id, parse_if_match(if_match))
+    )
+
+
+@router.post("/v1/jobs/<job_id>/archive", responses=ONE_JOB)
+def archive_job(
+    job_id: Annotated[str, JOB_ID], if_match: IfMatch = None, body: NoBody = None
+) -> Response[JobView]:
+    """Archive an ended job (CANCELLED or COMPLETED; 409 for one still ACTIVE or PAUSED):
+    `GET /v1/jobs` leaves it out unless asked `archived=true`; it stays readable by id until
+    `expiresAt`, when the table deletes it. Its runs keep their own retention. Archiving an
+    archived job returns it unchanged."""
+    return job_response(
+        container().jobs.archive(tenant_of(router.current_event), job_id, parse_if_match(if_match))
     )
 
 
