@@ -419,11 +419,12 @@ def test_runs_after_are_the_jobs_runs_past_an_instant_in_key_order(store):
     manual = a_run(T0 + MINUTE, of=mine, trigger=Trigger.MANUAL)
     for run in [*runs, manual, a_run(T0 + 2 * MINUTE, of=job("j_other"))]:
         store.insert(run)
-    assert store.runs_after(mine.job_id, None) == ([*runs[:2], manual, runs[2]], True)
-    # Past an instant: none of its second, manual ones included.
-    assert store.runs_after(mine.job_id, T0 + MINUTE) == ([runs[2]], True)
-    assert store.runs_after(mine.job_id, T0 + 2 * MINUTE) == ([], True)
-    assert store.runs_after("j_absent", None) == ([], True)
+    assert store.runs_after(mine.job_id, None, FAR) == ([*runs[:2], manual, runs[2]], True)
+    # Past an instant: none of its second, manual ones included; up to one: all of its second.
+    assert store.runs_after(mine.job_id, T0 + MINUTE, FAR) == ([runs[2]], True)
+    assert store.runs_after(mine.job_id, T0, T0 + MINUTE) == ([runs[1], manual], True)
+    assert store.runs_after(mine.job_id, T0 + 2 * MINUTE, FAR) == ([], True)
+    assert store.runs_after("j_absent", None, FAR) == ([], True)
 
 
 def test_get_many_reads_the_runs_at_their_keys_leaving_out_absent_and_malformed(store):

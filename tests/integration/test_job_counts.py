@@ -171,3 +171,41 @@ def test_a_job_written_before_folds_starts_its_fold_at_the_present(container, cl
     assert container.run_service.summary(TENANT, job.job_id).counters["succeeded"] == ran  # not 2 x ran
     more = run_minutes(container, clock, worker, job.job_id, 3)
     assert container.run_service.summary(TENANT, old.job_id).counters["succeeded"] == ran + more
+
+
+def test_a_job_firing_monthly_counts_its_runs_as_they_end(container, clock, worker):
+    """No sweep of a monthly job is sure to come before its runs' retention ends: each run's
+    completion counts it, so no success waits for a fold that TTL may outrun."""
+    from jobsched.api_models.requests import JobBody
+
+    spec = JobBody.model_validate({"name": "m", "type": "ok", "cron": "0 0 0 1 * *", "timeZone": "UTC"})
+    job = container.jobs.create(TENANT, spec.to_spec()).job
+    clock.set(clock.now().replace(day=30, hour=23, minute=58))
+    container.sweeper.sweep()
+    (run,) = [r for r in container.runs.list_for_job(job.job_id, limit=10, cursor=None).items if r.is_open]
+    assert run.counted_at_end
+    clock.set(run.due_at)
+    received = Received(run.run_key, run.job_id, run.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ"), "default")
+    assert worker.process(received).outcome is AttemptOutcome.SUCCEEDED
+    assert stats_item(container, job.job_id)["succeeded"] == 1
+
+
+def test_a_first_fold_not_stored_does_not_count_a_jobs_history_again(container, clock, worker, monkeypatch):
+    job = every_minute(container)
+    ran = run_minutes(container, clock, worker, job.job_id, 3)
+    old = container.definitions.get(job.job_id)
+    container.definitions.save(old.model_copy(update={"counts_folded_at": None}))
+    counted = stats_item(container, job.job_id).get("succeeded", 0)
+    container.definitions.add_stats(job.job_id, succeeded=ran - counted)  # its completions' ADDs
+    from jobsched.domain.errors import StorageUnavailable
+
+    def throttled(*args, **kwargs):
+        raise StorageUnavailable("throttled")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(container.definitions), "save_fold", throttled)
+        clock.advance(60)
+        container.sweeper.sweep()  # folds, cannot store its first mark, stamps the job
+    assert container.definitions.get(job.job_id).counts_folded_at is not None
+    assert "fold_rev" not in stats_item(container, job.job_id)
+    assert container.run_service.summary(TENANT, job.job_id).counters["succeeded"] == ran

@@ -22,17 +22,19 @@ from jobsched.domain.run_counts import (
     fold,
     fold_due,
     fold_limit,
+    made_counted_at_end,
 )
-from jobsched.domain.runs import Run, RunState, Trigger, made_counted_at_end
+from jobsched.domain.runs import Run, RunState, Trigger
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
 
 
-def a_job(kind: str = "rate", **fields: Any) -> Job:
-    schedule = (
-        {"kind": "rate", "every_seconds": 60} if kind == "rate" else {"kind": "once", "at": T0.isoformat()}
+def a_job(kind: str = "rate", every: int = 60, **fields: Any) -> Job:
+    schedule: dict[str, Any] = (
+        {"kind": "rate", "every_seconds": every} if kind == "rate" else {"kind": "once", "at": T0.isoformat()}
     )
+    schedule.update(fields.pop("schedule", {}))
     spec = JobSpec.model_validate({"name": "n", "type": "x", "schedule": schedule})
     values: dict[str, Any] = {
         "job_id": "j_c",
@@ -73,12 +75,33 @@ def test_a_run_made_ahead_by_a_recurring_schedule_is_the_folds() -> None:
     assert made_counted_at_end(job, T0 + S, T0, Trigger.MANUAL)
     assert made_counted_at_end(job, T0 + S, T0, Trigger.BACKFILL)
     assert made_counted_at_end(a_job("once"), T0 + S, T0, Trigger.SCHEDULE)
+    assert made_counted_at_end(a_job(schedule={"max_runs": 5}), T0 + S, T0, Trigger.SCHEDULE)
+
+
+def test_a_run_no_sweep_is_sure_to_fold_in_time_is_counted_by_its_completion() -> None:
+    hours = 3600
+    assert not made_counted_at_end(a_job(every=hours), T0 + S, T0, Trigger.SCHEDULE)  # hourly
+    assert not made_counted_at_end(a_job(every=6 * hours), T0 + S, T0, Trigger.SCHEDULE)
+    assert made_counted_at_end(a_job(every=6 * hours + 1), T0 + S, T0, Trigger.SCHEDULE)
+    assert made_counted_at_end(a_job(every=24 * hours), T0 + S, T0, Trigger.SCHEDULE)  # daily
+    # The last run before the job's end: no later occurrence.
+    ending = a_job(schedule={"end_at": (T0 + 90 * S).isoformat()})
+    assert made_counted_at_end(ending, T0 + 60 * S, T0, Trigger.SCHEDULE)
 
 
 def test_a_redriven_run_is_counted_by_its_completion() -> None:
     assert a_run(T0).counted_by_fold
     assert not a_run(T0, redrives=1).counted_by_fold
     assert not a_run(T0, counted_at_end=True).counted_by_fold
+
+
+def test_the_lag_covers_the_longest_life_of_a_function_that_makes_runs() -> None:
+    from jobsched.cdk.names import API, FUNCTIONS_BY_NAME, SWEEPER
+    from jobsched.domain.effects import MAX_CLOCK_SKEW
+
+    longest = max(FUNCTIONS_BY_NAME[name].timeout_seconds for name in (API, SWEEPER))
+    assert timedelta(seconds=longest) <= MAX_WRITE_DELAY
+    assert FOLD_LAG >= MAX_WRITE_DELAY + 2 * MAX_CLOCK_SKEW
 
 
 # --- one fold ---
@@ -147,11 +170,14 @@ def test_the_limit_lags_a_job_that_may_still_make_runs() -> None:
 
 
 def test_the_sweeper_folds_a_job_never_folded_every_period_and_every_thousand_runs() -> None:
-    job = a_job(counts_folded_at=T0, runs_created=10)
+    job = a_job(counts_folded_at=T0, runs_created=10, next_run_at=T0 + 60 * S)
     assert not fold_due(job, job.model_copy(update={"runs_created": 15}), T0 + S)
     assert fold_due(job, job, T0 + FOLD_EVERY)
     assert fold_due(job, job.model_copy(update={"runs_created": FOLD_EVERY_RUNS}), T0 + S)
     assert fold_due(a_job(), a_job(), T0)  # a job from before folds
+    asleep = job.model_copy(update={"next_run_at": T0 + FOLD_EVERY + S})
+    assert fold_due(job, asleep, T0 + S)  # no sweep meets it for longer than FOLD_EVERY
+    assert fold_due(job, job.model_copy(update={"next_run_at": None}), T0 + S)  # it ended
 
 
 # --- the property: every read answers the true count ---

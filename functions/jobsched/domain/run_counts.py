@@ -2,48 +2,78 @@
 
 A run's success is counted in one of two ways, never both (`Run.counted_by_fold`):
 
-- **by its completion**, one `ADD` to the job's counters after the run ends, for the runs
-  the fold cannot be sure to meet: a run made at or after its own instant (manual, backfill,
-  made late), the run of a one-time job (nothing folds its job again), and a run redriven
-  (a fold may have passed it while it was DEAD);
-- **by a fold**, for every other run: a run made ahead of its instant by the sweeper (or the
-  API) of a recurring job, the usual path, whose completion writes nothing more.
+- **by a fold**, for a run a recurring schedule made ahead of its instant that will be
+  folded within `FOLD_EVERY` (its job fires again then, late enough: `made_counted_at_end`),
+  never redriven: the usual path, whose completion writes nothing more;
+- **by its completion**, one `ADD` to the job's counters after the run ends, for every other
+  run: manual, backfill, made at or after its own instant, a one-time job's or one of a job
+  with `maxRuns`, the last before a gap of more than `FOLD_EVERY` (no sweep of its job meets
+  it in time), and a redriven run (a fold may have passed it while it was DEAD).
 
 A fold reads the job's runs in key order after its mark (`FoldMark.to`, an instant: every run
-scheduled at or before it was folded), strongly consistently, counts the succeeded ones the
-fold owns, and moves the mark in one conditional write of the counters item. Runs it passes
-that are still open are remembered by key (`FoldMark.open`, at most `MAX_OPEN`) and read again
-by the next fold. The job's count is then the stored count plus what the runs after the mark
-(and the remembered ones) hold now: exact at every read, whenever the last fold was.
+scheduled at or before it was folded) up to the present, strongly consistently, counts the
+succeeded ones the fold owns, and moves the mark in one conditional write of the counters
+item. Runs it passes that are still open are remembered by key (`FoldMark.open`, at most
+`MAX_OPEN`) and read again by the next fold. The job's count is then the stored count plus
+what the runs after the mark (and the remembered ones) hold now: exact at every read that
+reads them all (`Folded.complete`), whenever the last fold was.
 
 Why the mark stays `FOLD_LAG` behind the present for a job still making runs: a run the fold
-owns is made ahead of its instant (its `created_at` before its `scheduled_for`) and is
-written within `MAX_WRITE_DELAY` of being made (a Lambda invocation's longest life), so a run
-not yet written when a fold reads is scheduled after `read time - MAX_WRITE_DELAY`; with
-clocks apart by up to `MAX_SKEW`, a mark at `now - FOLD_LAG` is never passed by a run the fold
-has not seen. A job that stopped making runs (no longer ACTIVE for `FOLD_LAG`) is folded to
-its end.
+owns is made ahead of its instant (its `created_at` before its `scheduled_for`) by the
+sweeper or the API and written within `MAX_WRITE_DELAY` of being made (the longest timeout
+of those functions, checked against the stack's in the tests), so a run not yet written when
+a fold reads is scheduled after `read time - MAX_WRITE_DELAY`; with clocks apart by up to
+`MAX_CLOCK_SKEW` either way, a mark at `now - FOLD_LAG` is never passed by a run the fold has
+not seen. A job that stopped making runs (no longer ACTIVE for `FOLD_LAG`) is folded to its
+end.
+
+When folds run (`fold_due`): the sweeper folds a job it advances when its last fold is
+`FOLD_EVERY` old, every `FOLD_EVERY_RUNS` runs, and when the job's next occurrence is
+`FOLD_EVERY` away or there is none; a read of the job's counters folds it. A run the fold owns
+has a later occurrence of its job between `FOLD_LAG + MAX_AHEAD` and `FOLD_EVERY` after it, so
+while the job stays ACTIVE a sweep that may fold it comes every `FOLD_EVERY` at most, and one
+that must comes within `3 * FOLD_EVERY`: well inside the shortest retention (1 day).
 
 What is lost: a success the fold owns that no fold met before the table's TTL removed the run
-(`retentionDays`). The sweeper folds every ACTIVE job at least every `FOLD_EVERY` and every
-`FOLD_EVERY_RUNS` runs; a GET of the job folds it; so only a job paused or ended for longer
-than its runs' retention, never read in between, can lose the successes of the runs that
-ended within `FOLD_LAG` before it left ACTIVE."""
+(`retentionDays`): only a job paused, cancelled or rescheduled to fire rarely, and not read for
+longer than its runs' retention, can lose the successes of its runs since its last fold."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .models import Job, JobState
-from .runs import TERMINAL_STATES, Run, RunState
+from .effects import MAX_CLOCK_SKEW
+from .models import Job, JobState, ScheduleKind
+from .runs import TERMINAL_STATES, Run, RunState, Trigger
+from .schedule import next_fire
 
-MAX_WRITE_DELAY = timedelta(minutes=15)  # a Lambda invocation's longest life
-MAX_SKEW = timedelta(minutes=5)
-FOLD_LAG = MAX_WRITE_DELAY + MAX_SKEW + timedelta(minutes=10)  # 30 minutes
+# The longest a function that makes runs (the API, 28 s; the sweeper, 50 s) lives.
+MAX_WRITE_DELAY = timedelta(seconds=60)
+FOLD_LAG = timedelta(minutes=2)  # >= MAX_WRITE_DELAY + 2 * MAX_CLOCK_SKEW, rounded up
+MAX_AHEAD = timedelta(hours=1)  # the most a run is made ahead (horizonSeconds, sweepAheadSeconds)
 MAX_OPEN = 20  # open runs a mark remembers; past them the mark waits
 FOLD_EVERY = timedelta(hours=6)
 FOLD_EVERY_RUNS = 1000
+assert FOLD_LAG >= MAX_WRITE_DELAY + 2 * MAX_CLOCK_SKEW
+
+
+def made_counted_at_end(job: Job, scheduled_for: datetime, now: datetime, trigger: Trigger) -> bool:
+    """Whether a run of `job` at `scheduled_for`, made at `now` with `trigger`, has its success
+    counted by its completion rather than by a fold: a manual or backfill run; a run made at
+    or after its instant (a fold may already have passed it); a one-time job's run, or one of
+    a job with `maxRuns` (its last run has no sweep after it); a run with no later occurrence
+    of its job between `FOLD_LAG + MAX_AHEAD` and `FOLD_EVERY` after it (no sweep is sure to
+    fold it in time)."""
+    schedule = job.spec.schedule
+    if trigger is not Trigger.SCHEDULE or scheduled_for <= now:
+        return True
+    if schedule.kind is ScheduleKind.ONCE or schedule.max_runs is not None:
+        return True
+    if schedule.kind is ScheduleKind.RATE and schedule.anchor is None:
+        schedule = schedule.model_copy(update={"anchor": scheduled_for})  # fires from this run on
+    later = next_fire(schedule, scheduled_for + FOLD_LAG + MAX_AHEAD - timedelta(seconds=1))
+    return later is None or later > scheduled_for + FOLD_EVERY
 
 
 @dataclass(frozen=True)
@@ -149,10 +179,12 @@ def fold(
 
 
 def fold_due(job: Job, advanced: Job, now: datetime) -> bool:
-    """Whether the sweeper, advancing `job` to `advanced` at `now`, should fold its runs: the
-    job was never folded by a sweeper (`counts_folded_at` None: a job from before folds, whose
-    first fold marks the present), its last fold is FOLD_EVERY old, or the runs it made
-    crossed a multiple of FOLD_EVERY_RUNS."""
+    """Whether the sweeper, advancing `job` to `advanced` at `now`, should fold its runs: its
+    last fold by a sweeper is FOLD_EVERY old (or it never had one: a job from before folds),
+    the runs it made crossed a multiple of FOLD_EVERY_RUNS, or its next occurrence is
+    FOLD_EVERY away or there is none (no sweep meets it sooner)."""
     if job.counts_folded_at is None or now - job.counts_folded_at >= FOLD_EVERY:
+        return True
+    if advanced.next_run_at is None or advanced.next_run_at - now >= FOLD_EVERY:
         return True
     return job.runs_created // FOLD_EVERY_RUNS != advanced.runs_created // FOLD_EVERY_RUNS

@@ -19,7 +19,6 @@ from .models import (
     Notification,
     Policies,
     Priority,
-    ScheduleKind,
     Target,
     late_seconds,
     run_key,
@@ -259,6 +258,8 @@ def make_run(
     Start jitter is derived from the run key, so a repeated sweep computes the same due time.
     A manual run gets a key of its own (`<jobId>@<instant>~m<10 random>`): it never collides
     with the scheduled occurrence of the same second, nor with another manual run."""
+    from .run_counts import made_counted_at_end  # run_counts reads runs
+
     suffix = (
         "m" + "".join(secrets.choice(_ALPHABET) for _ in range(10)) if trigger is Trigger.MANUAL else None
     )
@@ -298,13 +299,3 @@ def make_run(
         finished_at=now if state in TERMINAL_STATES else None,
     )
     return created(run, actor=actor, reason=reason)
-
-
-def made_counted_at_end(job: Job, scheduled_for: datetime, now: datetime, trigger: Trigger) -> bool:
-    """Whether a run of `job` at `scheduled_for`, made at `now`, has its success counted by
-    its completion rather than by a fold (domain.run_counts): a manual or backfill run, a run
-    made at or after its instant (a fold may already have passed it), and a one-time job's
-    run (nothing folds its job again)."""
-    return (
-        trigger is not Trigger.SCHEDULE or scheduled_for <= now or job.spec.schedule.kind is ScheduleKind.ONCE
-    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..domain.errors import ConcurrentUpdate, StorageUnavailable
+from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
 from ..domain.run_counts import fold_due
@@ -147,11 +147,12 @@ class Materializer:
 
     def _folded(self, job: Job, advanced: Job) -> Job:
         """`advanced` with its counters' fold done now (services.job_counts), or as it is when
-        the fold could not read what it needs (the next advance tries again)."""
+        the fold failed (logged; the next advance tries again). Never raises."""
         try:
             self._counts.fold(job)
-        except StorageUnavailable:
-            logger.warning("job counters not folded: the store is throttling", extra={"job_id": job.job_id})
+        except Exception:
+            # A fold is bookkeeping: whatever stops it must not stop the job's schedule.
+            logger.warning("job counters not folded", extra={"job_id": job.job_id}, exc_info=True)
             return advanced
         return advanced.model_copy(update={"counts_folded_at": self._clock.now()})
 

@@ -192,9 +192,9 @@ class InMemoryRunStore:
         return [span for span in spans if span is not None], True
 
     def runs_after(
-        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+        self, job_id: str, after: datetime | None, until: datetime, *, max_pages: int = 10
     ) -> tuple[list[Run], bool]:
-        items, _ = self._query(_in_job(job_id, *runs_after_keys(after)), ("sk",))
+        items, _ = self._query(_in_job(job_id, *runs_after_keys(after, until)), ("sk",))
         return self._runs(items), True
 
     def get_many(self, run_keys: list[str]) -> list[Run]:

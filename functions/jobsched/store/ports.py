@@ -151,12 +151,13 @@ class RunReads(Protocol):
         ...
 
     def runs_after(
-        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+        self, job_id: str, after: datetime | None, until: datetime, *, max_pages: int = 10
     ) -> tuple[list[Run], bool]:
-        """The job's runs scheduled after `after` (None: all of them), in key order (by
-        instant; a scheduled run before the manual ones of its second), read consistently.
-        The flag says whether the read reached the job's last run (an adapter that reads in
-        pages stops after `max_pages`, with False); when False, the runs are a prefix."""
+        """The job's runs scheduled after `after` (None: all of them) and at or before `until`
+        (whole seconds: manual runs of `until`'s second included), in key order (by instant;
+        a scheduled run before the manual ones of its second), read consistently. The flag
+        says whether the read reached `until` (an adapter that reads in pages stops after
+        `max_pages`, with False); when False, the runs are a prefix."""
         ...
 
     def get_many(self, run_keys: list[str]) -> list[Run]:

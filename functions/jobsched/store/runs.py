@@ -342,10 +342,11 @@ def run_sk(scheduled_for: datetime | str) -> str:
     return RUN_PREFIX + instant
 
 
-def runs_after_keys(after: datetime | None) -> tuple[str, str]:
+def runs_after_keys(after: datetime | None, until: datetime) -> tuple[str, str]:
     """The sort-key range (inclusive) of a job's runs scheduled after `after` (None: every
-    run): from just above every key of `after`'s second, manual ones included."""
-    return (run_sk(after) + "~~" if after is not None else RUN_PREFIX), _RUNS_END
+    run) and at or before `until`: each bound past every key of its second, manual ones
+    included."""
+    return (run_sk(after) + "~~" if after is not None else RUN_PREFIX), run_sk(until) + "~~"
 
 
 def _entry_of(run_key: str) -> dict[str, Any] | None:
@@ -882,13 +883,14 @@ class RunStore:
         return spans, False
 
     def runs_after(
-        self, job_id: str, after: datetime | None, *, max_pages: int = 10
+        self, job_id: str, after: datetime | None, until: datetime, *, max_pages: int = 10
     ) -> tuple[list[Run], bool]:
-        """The job's runs scheduled after `after` (None: all), in key order, read consistently
-        (a run finished a moment ago is seen finished), at most `max_pages` pages of up to
-        1 MB; the flag says whether the read reached the last run. Items that do not parse
-        are left out (logged and counted: `parse_runs`)."""
-        low, high = runs_after_keys(after)
+        """The job's runs scheduled after `after` (None: all) and at or before `until` (its
+        second's manual runs included), in key order, read consistently (a run finished a
+        moment ago is seen finished), at most `max_pages` pages of up to 1 MB; the flag says
+        whether the read reached `until`. Items that do not parse are left out (logged and
+        counted: `parse_runs`)."""
+        low, high = runs_after_keys(after, until)
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "job_id = :j AND sk BETWEEN :a AND :b",
