@@ -681,6 +681,17 @@ def test_cancel_removes_from_due_index_and_is_idempotent(api):
     assert api.post(f"/v1/jobs/{job_id}/resume").status == 409
 
 
+def test_cancel_of_a_completed_job_cancels_the_run_it_made_ahead(api, container):
+    job = api.post("/v1/jobs", {"name": "once", "type": "report.build", "runAt": "2026-11-02T08:01:00Z"}).body
+    container.sweeper.sweep()
+    # Its one occurrence is made: nothing more to schedule.
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["state"] == "COMPLETED"
+    cancelled = api.delete(f"/v1/jobs/{job['jobId']}")
+    assert cancelled.status == 200 and cancelled.body["state"] == "CANCELLED"
+    (run,) = container.runs.list_for_job(job["jobId"], limit=10, cursor=None).items
+    assert run.state.value == "CANCELLED"
+
+
 # --- tenant isolation: another tenant's job is a 404 on every route ---
 
 
