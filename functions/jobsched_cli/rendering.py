@@ -106,7 +106,9 @@ def human_seconds(seconds: int) -> str:
 
 
 def schedule_of(job: dict[str, Any]) -> str:
-    """A job's schedule from its wire form."""
+    """A job's schedule from its wire form (a union's specs joined by ` | `)."""
+    if job.get("specs"):
+        return " | ".join(schedule_of(spec) for spec in job["specs"])
     if job.get("cron"):
         return f"cron {job['cron']} ({job.get('timeZone') or 'UTC'})"
     if job.get("every") is not None:
@@ -128,7 +130,7 @@ def job_fields(model: JobView) -> list[tuple[str, Any]]:
     first = ["jobId", "name", "type", "state", "version"]
     fields: list[tuple[str, Any]] = [(k, job.get(k)) for k in first]
     fields.append(("schedule", schedule_of(job)))
-    skip = {*first, "cron", "timeZone", "every", "runAt", "nextFireTimes"}
+    skip = {*first, "cron", "timeZone", "every", "specs", "runAt", "nextFireTimes"}
     fields += [(k, v) for k, v in job.items() if k not in skip]
     for index, instant in enumerate(job.get("nextFireTimes") or []):
         fields.append(("nextFireTimes" if index == 0 else "", instant))

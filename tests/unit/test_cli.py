@@ -715,6 +715,17 @@ def test_list_follows_cursors_with_all(stub: StubApi, capsys: pytest.CaptureFixt
     assert [r["path"] for r in stub.requests] == ["/v1/jobs?state=ACTIVE", "/v1/jobs?state=ACTIVE&cursor=c1"]
 
 
+def test_a_union_schedule_is_listed_spec_by_spec(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    specs = [
+        {"cron": "0 9 * * MON-FRI", "timeZone": "Europe/London", "every": None},
+        {"cron": None, "timeZone": None, "every": 5400},
+    ]
+    union = {**JOB, "cron": None, "timeZone": None, "specs": specs}
+    stub.routes[("GET", "/v1/jobs")] = (200, {"items": [union], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "jobs", "list"]) == 0
+    assert "cron 0 9 * * MON-FRI (Europe/London) | every 1h30m" in capsys.readouterr().out
+
+
 def test_one_page_mentions_the_next_cursor(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     stub.routes[("GET", "/v1/jobs")] = (200, {"items": [JOB], "nextCursor": "abc"}, {})
     assert main(["--endpoint", stub.url, "jobs", "list", "--limit", "1"]) == 0

@@ -24,6 +24,7 @@ from ..domain.errors import FieldProblem, ValidationFailed
 from ..domain.instants import ClientBound, ClientInstant
 from ..domain.models import (
     JOB_TYPE_PATTERN,
+    MAX_SCHEDULE_SPECS,
     WRITE,
     DeliveryGuarantee,
     DstPolicy,
@@ -90,7 +91,25 @@ Duration = Annotated[
 MAX_CRON_CHARS = 1024
 
 
+def one_to(most: int, noun: str, items: Any) -> Any:
+    """`items` as given, unless it is a list of fewer than 1 or more than `most` items:
+    ValueError naming the bound. Run before the items are read (a `before` validator), so a
+    list of thousands costs no more than one just over the bound."""
+    if isinstance(items, list) and not 1 <= len(items) <= most:
+        raise ValueError(f"must hold 1 to {most} {noun}; got {len(items)}")
+    return items
+
+
 # --- jobs ---
+
+
+class SpecBody(ApiModel):
+    """One spec of a union schedule (`specs`): `cron` (in `timeZone`, else the job's
+    `timeZone`, else UTC) or `every`, counted from `startAt` or the creation of the job."""
+
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
 
 
 class RetryBody(ApiModel):
@@ -110,6 +129,12 @@ class JobBody(ApiModel):
     cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
     time_zone: str | None = Field(default=None, max_length=64)
     every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    specs: list[SpecBody] | None = Field(
+        default=None,
+        description=f"a union of 1 to {MAX_SCHEDULE_SPECS} cron and rate specs: the job fires once at"
+        " each instant any of them fires",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_SCHEDULE_SPECS},
+    )
     start_at: ClientInstant | None = None
     end_at: ClientInstant | None = None
     max_runs: StrictInt | None = None
@@ -130,29 +155,56 @@ class JobBody(ApiModel):
         description="where the tenant is told of its runs: dead, late or skipped (at most 5)",
     )
 
+    @field_validator("specs", mode="before")
+    @classmethod
+    def _few_specs(cls, specs: Any) -> Any:
+        return one_to(MAX_SCHEDULE_SPECS, "specs", specs)
+
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
-        candidates = (("runAt", self.run_at), ("cron", self.cron), ("every", self.every))
+        candidates = (
+            ("runAt", self.run_at),
+            ("cron", self.cron),
+            ("every", self.every),
+            ("specs", self.specs),
+        )
         given = [name for name, value in candidates if value is not None]
         if len(given) != 1:
             raise ValidationFailed(
-                "schedule", f"exactly one of runAt, cron or every is required; got {len(given) or 'none'}"
+                "schedule",
+                f"exactly one of runAt, cron, every or specs is required; got {len(given) or 'none'}",
             )
         problems: list[FieldProblem] = []
         every = _whole_seconds("every", self.every, problems, minimum=1)
         window = _whole_seconds("catchUpWindow", self.catch_up_window, problems, minimum=0)
-        if self.time_zone and not self.cron:
-            problems.append(FieldProblem("timeZone", "only applies to a cron schedule"))
+        specs = [
+            {
+                "cron": spec.cron,
+                "time_zone": (spec.time_zone or self.time_zone or "UTC")
+                if spec.cron is not None
+                else spec.time_zone,
+                "every_seconds": _whole_seconds(f"specs.{index}.every", spec.every, problems, minimum=1),
+            }
+            for index, spec in enumerate(self.specs or ())
+        ]
+        if self.time_zone and not (self.cron or self.specs):
+            problems.append(FieldProblem("timeZone", "only applies to a cron schedule or specs"))
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
-        kind = {"runAt": ScheduleKind.ONCE, "cron": ScheduleKind.CRON, "every": ScheduleKind.RATE}[given[0]]
+        kind = {
+            "runAt": ScheduleKind.ONCE,
+            "cron": ScheduleKind.CRON,
+            "every": ScheduleKind.RATE,
+            "specs": ScheduleKind.UNION,
+        }[given[0]]
         schedule: dict[str, Any] = {
             "kind": kind,
             "at": self.run_at,
             "cron": self.cron,
             "time_zone": (self.time_zone or "UTC") if self.cron else None,
             "every_seconds": every,
-            "anchor": anchor if kind is ScheduleKind.RATE else None,
+            "specs": specs if kind is ScheduleKind.UNION else None,
+            "anchor": anchor if kind in (ScheduleKind.RATE, ScheduleKind.UNION) else None,
             "start_at": self.start_at,
             "end_at": self.end_at,
             "max_runs": self.max_runs,
@@ -215,9 +267,7 @@ class JobBatchBody(ApiModel):
     @field_validator("jobs", mode="before")
     @classmethod
     def _bounded(cls, jobs: Any) -> Any:
-        if isinstance(jobs, list) and not 1 <= len(jobs) <= MAX_BATCH_JOBS:
-            raise ValueError(f"must hold 1 to {MAX_BATCH_JOBS} jobs; got {len(jobs)}")
-        return jobs
+        return one_to(MAX_BATCH_JOBS, "jobs", jobs)
 
 
 def _whole_seconds(
@@ -232,7 +282,7 @@ def _whole_seconds(
     return int(seconds)
 
 
-_SCHEDULE_FIELDS = ("runAt", "cron", "timeZone", "every")
+_SCHEDULE_FIELDS = ("runAt", "cron", "timeZone", "every", "specs")
 
 
 def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
@@ -241,9 +291,9 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
     if "idempotencyKey" in patch:
         raise ValidationFailed("idempotencyKey", "only applies to create")
     merged = JobFieldsView.from_job(job).model_dump(mode="json", by_alias=True, exclude_none=True)
-    if any(name in patch for name in ("runAt", "cron", "every")):
-        # A new schedule replaces the old one, but a new cron keeps the zone it had.
-        keep_zone = "cron" in patch and "timeZone" in merged
+    if any(name in patch for name in ("runAt", "cron", "every", "specs")):
+        # A new schedule replaces the old one, but a new cron (or specs) keeps the zone it had.
+        keep_zone = ("cron" in patch or "specs" in patch) and "timeZone" in merged
         for name in _SCHEDULE_FIELDS:
             if not (name == "timeZone" and keep_zone):
                 merged.pop(name, None)
@@ -271,7 +321,7 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
         body = JobBody.model_validate(merged)
     except ValidationError as exc:
         raise validation_failed(exc) from None
-    return body, "every" in patch or "startAt" in patch
+    return body, "every" in patch or "specs" in patch or "startAt" in patch
 
 
 def _merge(base: Any, patch: Any) -> Any:

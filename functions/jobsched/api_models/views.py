@@ -75,6 +75,14 @@ class RetryView(View):
     max_age_seconds: int | None = None
 
 
+class SpecView(View):
+    """One spec of a union schedule, as written back: `cron` with its zone, or `every`."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    every: int | None = Field(default=None, description="seconds")
+
+
 class JobFieldsView(View):
     """A job in the shape a client writes it: the base a PATCH is merged into."""
 
@@ -86,6 +94,7 @@ class JobFieldsView(View):
     cron: str | None = None
     time_zone: str | None = None
     every: int | None = Field(default=None, description="seconds")
+    specs: list[SpecView] | None = Field(default=None, description="a union schedule's specs")
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runs: int | None = None
@@ -114,6 +123,11 @@ class JobFieldsView(View):
             "cron": schedule.cron,
             "time_zone": schedule.time_zone,
             "every": schedule.every_seconds,
+            "specs": None
+            if schedule.specs is None
+            else [
+                SpecView(cron=s.cron, time_zone=s.time_zone, every=s.every_seconds) for s in schedule.specs
+            ],
             "start_at": schedule.start_at,
             "end_at": schedule.end_at,
             "max_runs": schedule.max_runs,

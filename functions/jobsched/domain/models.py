@@ -147,6 +147,12 @@ class ScheduleKind(StrEnum):
     ONCE = "once"
     CRON = "cron"
     RATE = "rate"
+    UNION = "union"  # several cron and rate specs: one occurrence per instant any of them fires
+
+
+# The most specs one union schedule holds: the sweep evaluates every one of them for each
+# occurrence it looks for, so the bound keeps a job's cost per run near a single cron's.
+MAX_SCHEDULE_SPECS = 10
 
 
 class DstPolicy(Model):
@@ -154,8 +160,49 @@ class DstPolicy(Model):
     fold: DstFold = DstFold.FIRST
 
 
+def checked_cron(cron: str, time_zone: str | None, info: ValidationInfo) -> str:
+    """`cron` normalised, once it and `time_zone` hold the rules of a cron schedule (the
+    zone's name checked against the database on a write); else the rule broken, raised on
+    `cron` or `time_zone`."""
+    if not time_zone:
+        raise rule_on("time_zone", "required with cron (an IANA name such as Europe/London)")
+    try:
+        normalised = check_cron_expression(cron)
+    except ValueError as exc:
+        raise rule_on("cron", str(exc)) from None
+    try:
+        if writing(info):
+            check_time_zone_name(time_zone)
+        zone(time_zone)
+    except ValueError as exc:
+        raise rule_on("time_zone", str(exc)) from None
+    return normalised
+
+
+class ScheduleSpec(Model):
+    """One member of a union schedule: `cron` in `time_zone`, or a rate of `every_seconds`
+    counted from its schedule's anchor (the union's bounds and DST policy hold for it)."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    every_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600)
+
+    @model_validator(mode="after")
+    def _one_form(self, info: ValidationInfo) -> ScheduleSpec:
+        if (self.cron is None) == (self.every_seconds is None):
+            raise rule_on((), "exactly one of cron or every is required")
+        if self.cron is None:
+            if self.time_zone is not None:
+                raise rule_on("time_zone", "only applies to a cron spec")
+            return self
+        # Frozen model: store the canonical form.
+        object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
+        return self
+
+
 class Schedule(Model):
-    """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds` (+ anchor)."""
+    """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds`
+    (+ anchor), or `specs` (a union of crons and rates; rates count from `anchor`)."""
 
     kind: ScheduleKind
     at: Instant | None = None
@@ -167,11 +214,21 @@ class Schedule(Model):
     end_at: Instant | None = None
     max_runs: int | None = Field(default=None, ge=1)
     dst: DstPolicy = DstPolicy()
+    specs: list[ScheduleSpec] | None = None
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Schedule:
         kind = self.kind
-        if kind is ScheduleKind.ONCE:
+        if kind is not ScheduleKind.UNION and self.specs is not None:
+            raise rule_on("specs", f"applies only to a {ScheduleKind.UNION.value} schedule")
+        if kind is ScheduleKind.UNION:
+            if not self.specs:
+                raise rule_on("specs", "required for a union schedule (at least one spec)")
+            if writing(info) and len(self.specs) > MAX_SCHEDULE_SPECS:
+                raise rule_on("specs", f"holds at most {MAX_SCHEDULE_SPECS} specs; got {len(self.specs)}")
+            if self.at or self.cron or self.every_seconds or self.time_zone:
+                raise rule_on("specs", "cannot be combined with runAt, cron, timeZone or every")
+        elif kind is ScheduleKind.ONCE:
             if self.at is None:
                 raise rule_on("at", "required for a one-time schedule")
             if self.cron or self.every_seconds:
@@ -179,19 +236,8 @@ class Schedule(Model):
         elif kind is ScheduleKind.CRON:
             if not self.cron:
                 raise rule_on("cron", "required for a cron schedule")
-            if not self.time_zone:
-                raise rule_on("time_zone", "required with cron (an IANA name such as Europe/London)")
-            try:
-                normalised = check_cron_expression(self.cron)
-            except ValueError as exc:
-                raise rule_on("cron", str(exc)) from None
-            object.__setattr__(self, "cron", normalised)  # frozen model: store the canonical form
-            try:
-                if writing(info):
-                    check_time_zone_name(self.time_zone)
-                zone(self.time_zone)
-            except ValueError as exc:
-                raise rule_on("time_zone", str(exc)) from None
+            # Frozen model: store the canonical form.
+            object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
             if self.at or self.every_seconds:
                 raise rule_on("cron", "cannot be combined with runAt or every")
         else:
@@ -202,6 +248,13 @@ class Schedule(Model):
         if self.start_at and self.end_at and self.end_at <= self.start_at:
             raise rule_on("end_at", "must be after startAt")
         return self
+
+    @property
+    def counts_from_anchor(self) -> bool:
+        """Whether occurrences are counted from `anchor`: a rate, or a union holding one."""
+        if self.kind is ScheduleKind.UNION:
+            return any(spec.every_seconds is not None for spec in self.specs or ())
+        return self.kind is ScheduleKind.RATE
 
 
 # The longest `retry.maxAgeSeconds`: an attempt series lasts at most this long, so a run

@@ -1,10 +1,12 @@
-"""When a schedule fires: once, fixed rate, or cron in an IANA zone under a DST policy.
+"""When a schedule fires: once, fixed rate, cron in an IANA zone under a DST policy, or a
+union of crons and rates (one occurrence per instant, however many of its specs fire then).
 
 Nothing here reads the clock; the reference instant is always an argument. Every instant
 returned is aware UTC with whole seconds."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -15,7 +17,7 @@ from croniter import CroniterBadDateError, croniter
 
 from .cron import check_cron_expression, croniter_form, day_or, has_seconds_field, zone
 from .instants import to_utc
-from .models import DstFold, DstGap, DstPolicy, Schedule, ScheduleKind
+from .models import DstFold, DstGap, DstPolicy, Schedule, ScheduleKind, ScheduleSpec
 
 _ONE_SECOND = timedelta(seconds=1)
 _ZERO = timedelta(0)
@@ -74,6 +76,10 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
     before, not_before = to_utc(before), to_utc(not_before)
     if before <= not_before:
         return None
+    if schedule.kind is ScheduleKind.UNION:
+        # The union's latest is the latest of its members' latest ones.
+        latest_each = [latest_fire_before(m, before, not_before=not_before) for m in members(schedule)]
+        return max((t for t in latest_each if t is not None), default=None)
     if schedule.kind is ScheduleKind.RATE and schedule.end_at is None:
         assert schedule.anchor is not None and schedule.every_seconds is not None
         step = timedelta(seconds=schedule.every_seconds)
@@ -131,8 +137,16 @@ def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
 
     Rates are counted in O(1). A cron is counted by calendar arithmetic on wall time
     (whole matching days, then hours, minutes, seconds at the two ends), which costs about
-    the matching days in the range; only the hours around a DST transition are walked."""
+    the matching days in the range; only the hours around a DST transition are walked.
+    A union adds to its densest member's count the occurrences of the others that no member
+    counted before fires at, so it walks `union_walk(schedule, first, last)` occurrences:
+    bound that first (`countable_through`)."""
     first, last = to_utc(first), to_utc(last)
+    if schedule.kind is ScheduleKind.UNION:
+        parts = members(schedule)
+        if len(parts) > 1:
+            return _count_union(parts, first, last)
+        schedule = parts[0]
     if schedule.start_at is not None:
         first = max(first, to_utc(schedule.start_at))
     if schedule.end_at is not None:
@@ -298,6 +312,101 @@ def _floor(instant: datetime, level: int) -> datetime:
     return instant.replace(second=0)
 
 
+def members(schedule: Schedule) -> list[Schedule]:
+    """The single-spec schedules a union is made of, each with the union's bounds, DST policy
+    and anchor (max_runs left to the caller, as for any schedule); `[schedule]` otherwise."""
+    if schedule.kind is not ScheduleKind.UNION:
+        return [schedule]
+    assert schedule.specs is not None
+    return [_member(schedule, spec) for spec in schedule.specs]
+
+
+def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
+    # Built without validation: the union and its specs were validated as they were read.
+    return Schedule.model_construct(
+        kind=ScheduleKind.CRON if spec.cron is not None else ScheduleKind.RATE,
+        at=None,
+        cron=spec.cron,
+        time_zone=spec.time_zone,
+        every_seconds=spec.every_seconds,
+        anchor=schedule.anchor,
+        start_at=schedule.start_at,
+        end_at=schedule.end_at,
+        max_runs=None,
+        dst=schedule.dst,
+        specs=None,
+    )
+
+
+def union_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """How many occurrences `count_fires` walks to count [first, last] of `schedule`: every
+    member's but the densest one's (0 for anything but a union of several specs)."""
+    parts = members(schedule)
+    if len(parts) < 2:
+        return 0
+    counts = [count_fires(part, first, last) for part in parts]
+    return sum(counts) - max(counts)
+
+
+# Occurrences a union's count may walk for one skipped range: a range whose count would walk
+# more is recorded in several, one a sweep pass (`countable_through`).
+MAX_UNION_WALK = 10_000
+
+
+def countable_through(
+    schedule: Schedule, first: datetime, last: datetime, walk: int | None = None
+) -> datetime:
+    """The latest occurrence t <= `last` such that counting [first, t] walks at most `walk`
+    (default MAX_UNION_WALK) occurrences (`union_walk`), `first` at least; `last` itself
+    when counting the whole range does. `first` must be an occurrence. The walk is
+    non-decreasing in t (a member's added occurrences add to the sum at least what they add
+    to the maximum), so t is found by bisection over seconds, counting each member at each
+    step."""
+    first, last = to_utc(first), to_utc(last)
+    walk = MAX_UNION_WALK if walk is None else walk
+    if last <= first or union_walk(schedule, first, last) <= walk:
+        return last
+    lo, hi = first, last  # union_walk(lo) <= walk < union_walk(hi)
+    while hi - lo > _ONE_SECOND:
+        mid = lo + timedelta(seconds=(hi - lo) // _ONE_SECOND // 2)
+        if union_walk(schedule, first, mid) <= walk:
+            lo = mid
+        else:
+            hi = mid
+    return latest_fire_before(schedule, lo + _ONE_SECOND, not_before=first) or first
+
+
+def _count_union(parts: list[Schedule], first: datetime, last: datetime) -> int:
+    counts = [count_fires(part, first, last) for part in parts]
+    order = sorted(range(len(parts)), key=lambda i: -counts[i])
+    total = counts[order[0]]
+    for position in range(1, len(order)):
+        own = parts[order[position]]
+        earlier = [parts[i] for i in order[:position]]
+        for instant in fires_between(own, first - _ONE_SECOND, last, counts[order[position]]):
+            if not any(_fires_at(other, instant) for other in earlier):
+                total += 1
+    return total
+
+
+def _fires_at(schedule: Schedule, instant: datetime) -> bool:
+    """Whether a single-spec schedule fires at `instant` (a rate's by arithmetic)."""
+    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None and schedule.start_at is None:
+        assert schedule.anchor is not None and schedule.every_seconds is not None
+        anchor = to_utc(schedule.anchor)
+        return instant >= anchor and (instant - anchor) % timedelta(seconds=schedule.every_seconds) == _ZERO
+    return next_fire(schedule, instant - _ONE_SECOND) == instant
+
+
+def _merged(streams: list[Iterator[datetime]]) -> Iterator[datetime]:
+    """Ascending streams merged into one, each instant once."""
+    last: datetime | None = None
+    for instant in heapq.merge(*streams):
+        if instant != last:
+            last = instant
+            yield instant
+
+
 def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     """The next `count` occurrences strictly after `after`."""
     if count <= 0:
@@ -307,6 +416,9 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
 
 def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     """Ascending occurrences strictly after `after`, clipped to the schedule's bounds."""
+    if schedule.kind is ScheduleKind.UNION:
+        yield from _merged([_occurrences(part, after) for part in members(schedule)])
+        return
     after = to_utc(after)
     if schedule.start_at is not None:
         # Instants are whole seconds, so "> start_at - 1s" is ">= start_at".

@@ -23,7 +23,7 @@ from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Run, Trigger
-from ..domain.schedule import next_fire, upcoming
+from ..domain.schedule import members, next_fire, upcoming
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
@@ -542,7 +542,7 @@ def _bump(job: Job, now: datetime, **updates: object) -> Job:
 def with_anchor(spec: JobSpec, now: datetime) -> JobSpec:
     """A rate schedule counts from startAt, else from when it was created or changed."""
     schedule = spec.schedule
-    if schedule.kind is not ScheduleKind.RATE or schedule.anchor is not None:
+    if not schedule.counts_from_anchor or schedule.anchor is not None:
         return spec
     anchored = schedule.model_copy(update={"anchor": schedule.start_at or now})
     return spec.model_copy(update={"schedule": anchored})
@@ -567,8 +567,17 @@ def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None)
         after = now - timedelta(seconds=1)
     if previous is not None and previous > after:
         after = previous  # never re-fire an instant that already has a run
+    for index, member in enumerate(members(schedule) if schedule.kind is ScheduleKind.UNION else ()):
+        # A spec that never fires again is dead weight in every sweep of the job: refused.
+        if next_fire(member, after) is None:
+            raise ValidationFailed(f"specs.{index}", "has no occurrence within startAt/endAt from now on")
     found = next_fire(schedule, after)
     if found is None:
-        field = {ScheduleKind.ONCE: "runAt", ScheduleKind.CRON: "cron", ScheduleKind.RATE: "every"}
+        field = {
+            ScheduleKind.ONCE: "runAt",
+            ScheduleKind.CRON: "cron",
+            ScheduleKind.RATE: "every",
+            ScheduleKind.UNION: "specs",
+        }
         raise ValidationFailed(field[schedule.kind], "has no occurrence within startAt/endAt from now on")
     return found

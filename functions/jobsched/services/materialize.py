@@ -7,6 +7,8 @@ Occurrences are classed by how late they are when materialised:
 - missed but within the window: `run-once` runs the latest and skips the rest, `catch-up`
   runs each;
 - due from now - grace up to now + horizon: run.
+A union's SKIPPED range whose count would walk more than MAX_UNION_WALK occurrences is
+recorded in parts, one a pass (domain.schedule.countable_through), the job staying due.
 Every run is written with `attribute_not_exists` (the final duplicate defence), then the job
 advances with a condition on its rev. A crash between the two only makes the next pass find
 the runs already there; a SKIPPED range that meets them records the occurrences nothing
@@ -21,7 +23,14 @@ from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
 from ..domain.runs import Run, RunState, make_run
-from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
+from ..domain.schedule import (
+    count_fires,
+    countable_through,
+    fires_between,
+    latest_fire_before,
+    next_fire,
+    uncovered,
+)
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
@@ -260,22 +269,31 @@ class Materializer:
 
         # Zone 1: beyond any catch-up (or simply missed, under `skip`). Found and counted
         # without walking every occurrence: a rate is counted, a cron searched backwards.
+        # A union's range too long to count in one pass is recorded in parts, one a pass
+        # (countable_through); the rest stays due, as a catch-up backlog does.
         if cursor is not None and cursor < expired_edge:
             last = latest_fire_before(schedule, expired_edge, not_before=cursor) or cursor
-            count = count_fires(schedule, cursor, last)
-            plan.skips.append((cursor, last, count, "misfire" if skip_all_missed else "expired"))
-            cursor = next_fire(schedule, last)
+            counted = countable_through(schedule, cursor, last)
+            plan.backlog = counted < last
+            count = count_fires(schedule, cursor, counted)
+            plan.skips.append((cursor, counted, count, "misfire" if skip_all_missed else "expired"))
+            cursor = next_fire(schedule, counted)
 
         # Zone 2: missed, but inside the catch-up window.
-        if cursor is not None and cursor < late_edge:
+        if cursor is not None and cursor < late_edge and not plan.backlog:
             if policies.misfire is Misfire.RUN_ONCE:
                 latest = latest_fire_before(schedule, late_edge, not_before=cursor) or cursor
                 if latest > cursor:
                     before = latest_fire_before(schedule, latest, not_before=cursor) or cursor
-                    count = count_fires(schedule, cursor, before)
-                    plan.skips.append((cursor, before, count, "misfire"))
-                plan.runs.append(latest)
-                cursor = next_fire(schedule, latest)
+                    counted = countable_through(schedule, cursor, before)
+                    plan.backlog = counted < before
+                    count = count_fires(schedule, cursor, counted)
+                    plan.skips.append((cursor, counted, count, "misfire"))
+                if plan.backlog:
+                    cursor = next_fire(schedule, plan.skips[-1][1])
+                else:
+                    plan.runs.append(latest)
+                    cursor = next_fire(schedule, latest)
             else:
                 # Catch-up: only as many as this pass writes; the next pass goes on from there.
                 missed = [

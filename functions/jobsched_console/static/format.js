@@ -151,20 +151,24 @@ export function cronInWords(expression) {
   return null;
 }
 
-/** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)". */
-export function schedule(job) {
-  let words;
-  if (job.cron) {
-    const zone = job.timeZone || "UTC";
-    const phrase = cronInWords(job.cron);
-    words = phrase ? `${phrase} ${zone} (cron ${job.cron})` : `cron ${job.cron} in ${zone}`;
-  } else if (job.every !== null && job.every !== undefined) {
-    words = `every ${seconds(job.every)}`;
-  } else if (job.runAt) {
-    words = `once at ${instant(job.runAt)}`;
-  } else {
-    words = "no schedule";
+/** One spec in words: a cron, a rate or a one-time instant; null when it is none of them. */
+function specInWords(spec) {
+  if (spec.cron) {
+    const zone = spec.timeZone || "UTC";
+    const phrase = cronInWords(spec.cron);
+    return phrase ? `${phrase} ${zone} (cron ${spec.cron})` : `cron ${spec.cron} in ${zone}`;
   }
+  if (spec.every !== null && spec.every !== undefined) return `every ${seconds(spec.every)}`;
+  if (spec.runAt) return `once at ${instant(spec.runAt)}`;
+  return null;
+}
+
+/** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)"; a union's
+ * specs joined by "; and ". */
+export function schedule(job) {
+  const words = Array.isArray(job.specs) && job.specs.length
+    ? job.specs.map((spec) => specInWords(spec) || "?").join("; and ")
+    : specInWords(job) || "no schedule";
   const bounds = [];
   if (job.startAt) bounds.push(`from ${instant(job.startAt)}`);
   if (job.endAt) bounds.push(`until ${instant(job.endAt)}`);
