@@ -233,11 +233,11 @@ def test_a_missed_range_too_long_to_count_at_once_is_recorded_in_parts_each_occu
     api, container, clock, monkeypatch
 ):
     """Counting a union walks its sparser specs' occurrences; a range that would walk more than
-    MAX_UNION_WALK is recorded a part a pass, the job staying due, and the parts hold every
+    MAX_COUNT_WALK is recorded a part a pass, the job staying due, and the parts hold every
     missed occurrence exactly once, counted in `missed`."""
     from jobsched.domain import schedule as schedule_math
 
-    monkeypatch.setattr(schedule_math, "MAX_UNION_WALK", 50)
+    monkeypatch.setattr(schedule_math, "MAX_COUNT_WALK", 50)
     job = create(api, specs=[{"every": 60}, {"every": 90}], missedRuns="skip", startAt="2026-11-02T08:00:00Z")
     clock.set(datetime(2026, 11, 2, 10, 0, tzinfo=UTC))  # two hours down: 80 of the 90 s spec
     first = container.sweeper.sweep()

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from jobsched.domain.models import WRITE, Schedule
 from jobsched.domain.schedule import (
     count_fires,
+    count_walk,
     countable_through,
     fires_between,
     fires_in,
     latest_fire_before,
     members,
     next_fire,
-    union_walk,
     upcoming,
 )
 from pydantic import ValidationError
@@ -204,19 +204,19 @@ def test_property_countable_through_is_the_latest_occurrence_within_the_walk(
     assert first <= through <= last
     if through < last:
         assert fires_in(schedule, through, through + ONE_SECOND, 1) == [through]  # an occurrence
-        assert union_walk(schedule, first, through) <= walk or through == first
+        assert count_walk(schedule, first, through) <= walk or through == first
         later = next_fire(schedule, through)
-        assert later is not None and union_walk(schedule, first, later) > walk
+        assert later is not None and count_walk(schedule, first, later) > walk
     else:
-        assert union_walk(schedule, first, last) <= walk
+        assert count_walk(schedule, first, last) <= walk
 
 
-def test_counting_a_dense_union_walks_only_the_sparser_specs():
+def test_counting_a_dense_count_walks_only_the_sparser_specs():
     """Every second plus weekdays at 09:00 over 30 days: the densest member is counted by
     arithmetic, the other walked (22 occurrences, Nov 2 to Dec 1), so the count takes no
     walk of 2.6 million."""
     s = union({"every_seconds": 1}, cron("0 9 * * MON-FRI"), anchor=T0)
     first, last = T0, T0 + timedelta(days=30) - ONE_SECOND
-    assert union_walk(s, first, last) == 22
+    assert count_walk(s, first, last) == 22
     assert count_fires(s, first, last) == 30 * 86_400
     assert countable_through(s, first, last) == last

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,6 +24,7 @@ from ..domain.errors import FieldProblem, ValidationFailed
 from ..domain.instants import ClientBound, ClientInstant
 from ..domain.models import (
     JOB_TYPE_PATTERN,
+    MAX_EXCLUSIONS,
     MAX_SCHEDULE_SPECS,
     WRITE,
     DeliveryGuarantee,
@@ -112,6 +113,44 @@ class SpecBody(ApiModel):
     every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def parse_date(value: Any) -> date:
+    """A calendar date written as `YYYY-MM-DD`, and nothing else (no number, no instant)."""
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise ValueError("must be a date written YYYY-MM-DD")
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be a date written YYYY-MM-DD") from None
+
+
+ClientDate = Annotated[
+    date, BeforeValidator(parse_date), WithJsonSchema({"type": "string", "format": "date", "maxLength": 10})
+]
+
+
+class ExclusionBody(ApiModel):
+    """Occurrences a job does not fire at (`exclude`): exactly one of `cron` (its wall-clock
+    matches in `timeZone`), `startDate`..`endDate` (local dates in `timeZone`, both included)
+    or `start`..`end` (instants, `end` excluded). `timeZone` defaults to the job's, else UTC."""
+
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    start_date: ClientDate | None = None
+    end_date: ClientDate | None = None
+    start: ClientInstant | None = None
+    end: ClientInstant | None = None
+
+    def to_domain(self, default_zone: str | None) -> dict[str, Any]:
+        """The domain Exclusion's fields: a cron or dates in its zone, the job's, or UTC."""
+        fields = self.model_dump(exclude_none=True)
+        if self.cron is not None or self.start_date is not None or self.end_date is not None:
+            fields["time_zone"] = self.time_zone or default_zone or "UTC"
+        return fields
+
+
 class RetryBody(ApiModel):
     base_seconds: Seconds | None = None
     cap_seconds: Seconds | None = None
@@ -134,6 +173,11 @@ class JobBody(ApiModel):
         description=f"a union of 1 to {MAX_SCHEDULE_SPECS} cron and rate specs: the job fires once at"
         " each instant any of them fires",
         json_schema_extra={"minItems": 1, "maxItems": MAX_SCHEDULE_SPECS},
+    )
+    exclude: list[ExclusionBody] | None = Field(
+        default=None,
+        description=f"1 to {MAX_EXCLUSIONS} exclusions: occurrences they cover do not fire",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_EXCLUSIONS},
     )
     start_at: ClientInstant | None = None
     end_at: ClientInstant | None = None
@@ -159,6 +203,11 @@ class JobBody(ApiModel):
     @classmethod
     def _few_specs(cls, specs: Any) -> Any:
         return one_to(MAX_SCHEDULE_SPECS, "specs", specs)
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _few_exclusions(cls, exclude: Any) -> Any:
+        return one_to(MAX_EXCLUSIONS, "exclusions", exclude)
 
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
@@ -187,8 +236,8 @@ class JobBody(ApiModel):
             }
             for index, spec in enumerate(self.specs or ())
         ]
-        if self.time_zone and not (self.cron or self.specs):
-            problems.append(FieldProblem("timeZone", "only applies to a cron schedule or specs"))
+        if self.time_zone and not (self.cron or self.specs or self.exclude):
+            problems.append(FieldProblem("timeZone", "only applies to a cron schedule, specs or exclude"))
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
         kind = {
@@ -204,6 +253,9 @@ class JobBody(ApiModel):
             "time_zone": (self.time_zone or "UTC") if self.cron else None,
             "every_seconds": every,
             "specs": specs if kind is ScheduleKind.UNION else None,
+            "exclude": None
+            if self.exclude is None
+            else [exclusion.to_domain(self.time_zone) for exclusion in self.exclude],
             "anchor": anchor if kind in (ScheduleKind.RATE, ScheduleKind.UNION) else None,
             "start_at": self.start_at,
             "end_at": self.end_at,

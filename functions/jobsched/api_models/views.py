@@ -7,7 +7,7 @@ schema is caught as a server error, never sent."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -83,6 +83,17 @@ class SpecView(View):
     every: int | None = Field(default=None, description="seconds")
 
 
+class ExclusionView(View):
+    """One exclusion, as written back: a cron or dates with their zone, or instants."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    start_date: date | None = None
+    end_date: date | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+
+
 class JobFieldsView(View):
     """A job in the shape a client writes it: the base a PATCH is merged into."""
 
@@ -95,6 +106,7 @@ class JobFieldsView(View):
     time_zone: str | None = None
     every: int | None = Field(default=None, description="seconds")
     specs: list[SpecView] | None = Field(default=None, description="a union schedule's specs")
+    exclude: list[ExclusionView] | None = Field(default=None, description="occurrences that do not fire")
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runs: int | None = None
@@ -128,6 +140,9 @@ class JobFieldsView(View):
             else [
                 SpecView(cron=s.cron, time_zone=s.time_zone, every=s.every_seconds) for s in schedule.specs
             ],
+            "exclude": None
+            if schedule.exclude is None
+            else [ExclusionView.model_validate(e, from_attributes=True) for e in schedule.exclude],
             "start_at": schedule.start_at,
             "end_at": schedule.end_at,
             "max_runs": schedule.max_runs,
@@ -476,6 +491,7 @@ class BackfillView(View):
 class CountersView(View):
     missed: int = 0
     overlap_skipped: int = 0
+    excluded: int = Field(default=0, description="occurrences the sweep passed over as excluded")
     succeeded: int = 0
     dead: int = 0
     cancelled: int = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -200,6 +200,63 @@ class ScheduleSpec(Model):
         return self
 
 
+# The most exclusions one job holds: each is checked against every occurrence the sweep finds.
+MAX_EXCLUSIONS = 20
+
+
+class Exclusion(Model):
+    """Instants a job does not fire at, even when its schedule does. Exactly one form:
+    - `cron` (in `time_zone`): an occurrence whose wall time there matches it, a 5-field
+      expression to the minute (`* * 25 12 *` is all of 25 December), a 6-field one to the
+      second;
+    - `start_date`..`end_date` (in `time_zone`): an occurrence whose local date lies in
+      that range, both days included;
+    - `start`..`end`: an occurrence at an instant t with start <= t < end."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    start_date: date | None = None
+    end_date: date | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self, info: ValidationInfo) -> Exclusion:
+        forms = [
+            name
+            for name, given in (
+                ("cron", self.cron is not None),
+                ("dates", self.start_date is not None or self.end_date is not None),
+                ("instants", self.start is not None or self.end is not None),
+            )
+            if given
+        ]
+        if len(forms) != 1:
+            raise rule_on((), "exactly one of cron, startDate/endDate or start/end is required")
+        if self.cron is not None:
+            # Frozen model: store the canonical form.
+            object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
+        elif forms == ["dates"]:
+            if self.start_date is None or self.end_date is None:
+                missing = "end_date" if self.end_date is None else "start_date"
+                raise rule_on(missing, "is required with its pair")
+            if self.end_date < self.start_date:
+                raise rule_on("end_date", "must not be before startDate")
+            if self.start_date.year < 1970:
+                raise rule_on("start_date", "must be in 1970 or after")
+            if self.end_date.year > 9998:
+                raise rule_on("end_date", "must be in 9998 or before")
+            checked_cron("* * * * *", self.time_zone, info)  # the zone's rules, as a cron's
+        else:
+            if self.start is None or self.end is None:
+                raise rule_on("end" if self.end is None else "start", "is required with its pair")
+            if self.end <= self.start:
+                raise rule_on("end", "must be after start")
+            if self.time_zone is not None:
+                raise rule_on("time_zone", "only applies to a cron or dates")
+        return self
+
+
 class Schedule(Model):
     """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds`
     (+ anchor), or `specs` (a union of crons and rates; rates count from `anchor`)."""
@@ -215,6 +272,7 @@ class Schedule(Model):
     max_runs: int | None = Field(default=None, ge=1)
     dst: DstPolicy = DstPolicy()
     specs: list[ScheduleSpec] | None = None
+    exclude: list[Exclusion] | None = None  # occurrences it does not fire at after all
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Schedule:
@@ -247,6 +305,12 @@ class Schedule(Model):
                 raise rule_on("every_seconds", "cannot be combined with runAt or cron")
         if self.start_at and self.end_at and self.end_at <= self.start_at:
             raise rule_on("end_at", "must be after startAt")
+        if self.exclude is not None:
+            if kind is ScheduleKind.ONCE:
+                raise rule_on("exclude", "only applies to a recurring schedule (cron, every or specs)")
+            if writing(info) and len(self.exclude) > MAX_EXCLUSIONS:
+                count = len(self.exclude)
+                raise rule_on("exclude", f"holds at most {MAX_EXCLUSIONS} exclusions; got {count}")
         return self
 
     @property

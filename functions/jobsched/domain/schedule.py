@@ -1,5 +1,6 @@
 """When a schedule fires: once, fixed rate, cron in an IANA zone under a DST policy, or a
-union of crons and rates (one occurrence per instant, however many of its specs fire then).
+union of crons and rates (one occurrence per instant, however many of its specs fire then);
+less the instants its exclusions cover.
 
 Nothing here reads the clock; the reference instant is always an argument. Every instant
 returned is aware UTC with whole seconds."""
@@ -8,16 +9,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
-from itertools import islice
+from itertools import islice, takewhile
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
 from .cron import check_cron_expression, croniter_form, day_or, has_seconds_field, zone
 from .instants import to_utc
-from .models import DstFold, DstGap, DstPolicy, Schedule, ScheduleKind, ScheduleSpec
+from .models import DstFold, DstGap, DstPolicy, Exclusion, Schedule, ScheduleKind, ScheduleSpec
 
 _ONE_SECOND = timedelta(seconds=1)
 _ZERO = timedelta(0)
@@ -80,7 +81,7 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
         # The union's latest is the latest of its members' latest ones.
         latest_each = [latest_fire_before(m, before, not_before=not_before) for m in members(schedule)]
         return max((t for t in latest_each if t is not None), default=None)
-    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None:
+    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None and not schedule.exclude:
         assert schedule.anchor is not None and schedule.every_seconds is not None
         step = timedelta(seconds=schedule.every_seconds)
         anchor = to_utc(schedule.anchor)
@@ -139,9 +140,12 @@ def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
     (whole matching days, then hours, minutes, seconds at the two ends), which costs about
     the matching days in the range; only the hours around a DST transition are walked.
     A union adds to its densest member's count the occurrences of the others that no member
-    counted before fires at, so it walks `union_walk(schedule, first, last)` occurrences:
-    bound that first (`countable_through`)."""
+    counted before fires at; exclusions of dates and instants take off the occurrences in
+    their spans, and an exclusion cron has every occurrence walked: so a count walks up to
+    `count_walk(schedule, first, last)` occurrences; bound that first (`countable_through`)."""
     first, last = to_utc(first), to_utc(last)
+    if schedule.exclude:
+        return _count_unexcluded(schedule, first, last)
     if schedule.kind is ScheduleKind.UNION:
         parts = members(schedule)
         if len(parts) > 1:
@@ -335,41 +339,47 @@ def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
         max_runs=None,
         dst=schedule.dst,
         specs=None,
+        exclude=schedule.exclude,
     )
 
 
-def union_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
-    """How many occurrences `count_fires` walks to count [first, last] of `schedule`: every
-    member's but the densest one's (0 for anything but a union of several specs)."""
-    parts = members(schedule)
-    if len(parts) < 2:
-        return 0
-    counts = [count_fires(part, first, last) for part in parts]
-    return sum(counts) - max(counts)
+def count_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """At most how many occurrences `count_fires` walks to count [first, last] of
+    `schedule`: for a union of several specs, every spec's but the densest one's; under an
+    exclusion cron, every occurrence of the schedule without its exclusions as well."""
+    raw = without_exclusions(schedule)
+    walk = 0
+    parts = members(raw)
+    if len(parts) > 1:
+        counts = [count_fires(part, first, last) for part in parts]
+        walk += sum(counts) - max(counts)
+    if any(exclusion.cron is not None for exclusion in schedule.exclude or ()):
+        walk += count_fires(raw, first, last)
+    return walk
 
 
-# Occurrences a union's count may walk for one skipped range: a range whose count would walk
+# Occurrences a count may walk for one skipped range: a range whose count would walk
 # more is recorded in several, one a sweep pass (`countable_through`).
-MAX_UNION_WALK = 10_000
+MAX_COUNT_WALK = 10_000
 
 
 def countable_through(
     schedule: Schedule, first: datetime, last: datetime, walk: int | None = None
 ) -> datetime:
     """The latest occurrence t <= `last` such that counting [first, t] walks at most `walk`
-    (default MAX_UNION_WALK) occurrences (`union_walk`), `first` at least; `last` itself
+    (default MAX_COUNT_WALK) occurrences (`count_walk`), `first` at least; `last` itself
     when counting the whole range does. `first` must be an occurrence. The walk is
     non-decreasing in t (a member's added occurrences add to the sum at least what they add
     to the maximum), so t is found by bisection over seconds, counting each member at each
     step."""
     first, last = to_utc(first), to_utc(last)
-    walk = MAX_UNION_WALK if walk is None else walk
-    if last <= first or union_walk(schedule, first, last) <= walk:
+    walk = MAX_COUNT_WALK if walk is None else walk
+    if last <= first or count_walk(schedule, first, last) <= walk:
         return last
-    lo, hi = first, last  # union_walk(lo) <= walk < union_walk(hi)
+    lo, hi = first, last  # count_walk(lo) <= walk < count_walk(hi)
     while hi - lo > _ONE_SECOND:
         mid = lo + timedelta(seconds=(hi - lo) // _ONE_SECOND // 2)
-        if union_walk(schedule, first, mid) <= walk:
+        if count_walk(schedule, first, mid) <= walk:
             lo = mid
         else:
             hi = mid
@@ -416,6 +426,9 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
 
 def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     """Ascending occurrences strictly after `after`, clipped to the schedule's bounds."""
+    if schedule.exclude:
+        yield from _unexcluded(schedule, after)
+        return
     if schedule.kind is ScheduleKind.UNION:
         yield from _merged([_occurrences(part, after) for part in members(schedule)])
         return
@@ -445,6 +458,191 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     except OverflowError:
         # Ran off the end of the datetime range (year 9999): no further occurrence.
         return
+
+
+# --- exclusions ---
+
+# An occurrence search gives up (no further occurrence) after this many occurrences in a row
+# that exclusions cover one by one (an exclusion cron to the second), as it does past eight
+# years without a match; ranges and coarser crons are jumped over whole.
+MAX_EXCLUDED_IN_A_ROW = 2_000
+
+
+def without_exclusions(schedule: Schedule) -> Schedule:
+    """`schedule` as it fires before its exclusions take any occurrence off."""
+    return schedule.model_copy(update={"exclude": None}) if schedule.exclude else schedule
+
+
+def excluded_by(schedule: Schedule, instant: datetime) -> int | None:
+    """The index of the first of the schedule's exclusions that covers `instant`, or None."""
+    instant = to_utc(instant)
+    for index, exclusion in enumerate(schedule.exclude or ()):
+        if _covered_until(exclusion, instant) is not None:
+            return index
+    return None
+
+
+def count_excluded(schedule: Schedule, first: datetime, before: datetime) -> int:
+    """How many occurrences t with first <= t < before the schedule's exclusions take off."""
+    if not schedule.exclude or before <= first:
+        return 0
+    last = to_utc(before) - _ONE_SECOND
+    return count_fires(without_exclusions(schedule), first, last) - count_fires(schedule, first, last)
+
+
+def _unexcluded(schedule: Schedule, after: datetime) -> Iterator[datetime]:
+    """The occurrences of `schedule` without its exclusions that none of them covers."""
+    exclusions = schedule.exclude or []
+    raw = without_exclusions(schedule)
+    stream = _occurrences(raw, after)
+    origin, in_a_row = to_utc(after), 0
+    covered_until: datetime | None = None  # every instant before it is covered
+    stepped = 0  # occurrences stepped over inside it
+    while (instant := next(stream, None)) is not None:
+        if covered_until is not None and instant < covered_until:
+            in_a_row += 1
+            stepped += 1
+            if in_a_row > MAX_EXCLUDED_IN_A_ROW:
+                return
+            if stepped >= _STEPS_BEFORE_A_JUMP:
+                # Many occurrences inside: search on from its end (a new walker) instead.
+                stream, stepped = _occurrences(raw, covered_until - _ONE_SECOND), 0
+            continue
+        ends = [_covered_until(exclusion, instant) for exclusion in exclusions]
+        covered_until = max((end for end in ends if end is not None), default=None)
+        stepped = 0
+        if covered_until is None:
+            origin, in_a_row = instant, 0
+            yield instant
+            continue
+        in_a_row += 1
+        if in_a_row > MAX_EXCLUDED_IN_A_ROW or covered_until - origin > _HORIZON:
+            return
+
+
+# Occurrences stepped over inside a covered stretch before the search jumps to its end: a
+# jump builds a new walker, dearer than a few steps.
+_STEPS_BEFORE_A_JUMP = 8
+
+
+def _covered_until(exclusion: Exclusion, instant: datetime) -> datetime | None:
+    """None when `exclusion` does not cover `instant`; else an instant after it up to which
+    (excluded) it covers every instant: the end of its span, or of the wall-clock day, hour,
+    minute or second its cron matches whole."""
+    if exclusion.start is not None and exclusion.end is not None:
+        return exclusion.end if exclusion.start <= instant < exclusion.end else None
+    assert exclusion.time_zone is not None
+    tz = zone(exclusion.time_zone)
+    wall = instant.astimezone(tz).replace(tzinfo=None)
+    if exclusion.start_date is not None and exclusion.end_date is not None:
+        if not exclusion.start_date <= wall.date() <= exclusion.end_date:
+            return None
+        end_wall = datetime.combine(exclusion.end_date + timedelta(days=1), time())
+    else:
+        assert exclusion.cron is not None
+        expression = _normalised(exclusion.cron)
+        if not _wall_matches(expression, wall):
+            return None
+        level = _whole_unit(expression)
+        end_wall = wall + _ONE_SECOND if level == 3 else _floor(wall, level) + _WallCounter._UNITS[level]
+    return max(instant + _ONE_SECOND, _first_instant_at(end_wall, tz))
+
+
+def _wall_matches(expression: str, wall: datetime) -> bool:
+    """Whether a (normalised) cron matches a naive wall time: a 5-field one to the minute."""
+    seconds, minutes, hours, days = _fields_of(expression)
+    return (
+        (seconds is None or wall.second in seconds)
+        and (minutes is None or wall.minute in minutes)
+        and (hours is None or wall.hour in hours)
+        and _day_matches(days, wall.date())
+    )
+
+
+@lru_cache(maxsize=1024)
+def _fields_of(
+    expression: str,
+) -> tuple[frozenset[int] | None, frozenset[int] | None, frozenset[int] | None, str]:
+    """A (normalised) cron's seconds, minutes and hours (None: any; seconds also None for a
+    5-field cron), and its days as a 6-field expression matching each of them at midnight."""
+    counter = _WallCounter(expression)
+    fields = counter._levels[3].split(" ")
+    expanded = croniter(counter._levels[3], second_at_beginning=True).expanded
+
+    def values(index: int) -> frozenset[int] | None:
+        return None if "*" in expanded[index] else frozenset(int(v) for v in expanded[index])
+
+    seconds = values(5) if has_seconds_field(expression) else None
+    day_or_flag = "|" if counter._day_or else "&"
+    return seconds, values(0), values(1), day_or_flag + " ".join(["0", "0", "0", *fields[3:]])
+
+
+@lru_cache(maxsize=4096)
+def _day_matches(days: str, day: date) -> bool:
+    """Whether a day expression of `_fields_of` matches `day` (croniter decides the day rules:
+    either-or, `L`, `#`); remembered per day, so the occurrences of one day ask once."""
+    midnight = datetime.combine(day, time())
+    walker = croniter(days[1:], midnight - _ONE_SECOND, second_at_beginning=True, day_or=days[0] == "|")
+    try:
+        return bool(walker.get_next(datetime) == midnight)
+    except (CroniterBadDateError, ValueError):
+        return False
+
+
+@lru_cache(maxsize=1024)
+def _whole_unit(expression: str) -> int:
+    """The coarsest wall-clock unit (0 day, 1 hour, 2 minute, 3 second) that a (normalised)
+    cron matches whole whenever it matches one instant of it: the finer fields are all `*`
+    (a 5-field cron matches whole minutes)."""
+    fields = croniter(croniter_form(expression), second_at_beginning=has_seconds_field(expression)).expanded
+    full = ["*" in values for values in fields]  # croniter's order: minute, hour, dom, month, dow, second
+    if len(full) > 5 and has_seconds_field(expression) and not full[5]:
+        return 3
+    if not full[0]:
+        return 2
+    return 1 if not full[1] else 0
+
+
+def _first_instant_at(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The first instant whose wall time in `tz` is `wall` or later: its first reading, or
+    the end of the DST gap it falls in."""
+    first, second = to_utc(wall.replace(tzinfo=tz, fold=0)), to_utc(wall.replace(tzinfo=tz, fold=1))
+    if first <= second:
+        return first
+    # In a gap fold=0 reads the offset before it and fold=1 the one after: the gap ends between.
+    return _transition(second, first, tz)
+
+
+def _exclusion_span(exclusion: Exclusion) -> tuple[datetime, datetime]:
+    """The instants [a, b) a date or instant exclusion covers."""
+    if exclusion.start is not None and exclusion.end is not None:
+        return to_utc(exclusion.start), to_utc(exclusion.end)
+    assert exclusion.start_date is not None and exclusion.end_date is not None
+    assert exclusion.time_zone is not None
+    tz = zone(exclusion.time_zone)
+    first_day = datetime.combine(exclusion.start_date, time())
+    after_last = datetime.combine(exclusion.end_date + timedelta(days=1), time())
+    return _first_instant_at(first_day, tz), _first_instant_at(after_last, tz)
+
+
+def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> int:
+    exclusions = schedule.exclude or []
+    if any(exclusion.cron is not None for exclusion in exclusions):
+        stream = _occurrences(schedule, first - _ONE_SECOND)
+        return sum(1 for _ in takewhile(lambda instant: instant <= last, stream))
+    raw = without_exclusions(schedule)
+    total = count_fires(raw, first, last)
+    merged: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(_exclusion_span(exclusion) for exclusion in exclusions):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    for a, b in merged:
+        lo, hi = max(first, a), min(last, b - _ONE_SECOND)
+        if lo <= hi:
+            total -= count_fires(raw, lo, hi)
+    return total
 
 
 def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterator[datetime]:

@@ -23,7 +23,7 @@ from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Run, Trigger
-from ..domain.schedule import members, next_fire, upcoming
+from ..domain.schedule import MAX_EXCLUDED_IN_A_ROW, members, next_fire, upcoming, without_exclusions
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
@@ -567,11 +567,18 @@ def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None)
         after = now - timedelta(seconds=1)
     if previous is not None and previous > after:
         after = previous  # never re-fire an instant that already has a run
-    for index, member in enumerate(members(schedule) if schedule.kind is ScheduleKind.UNION else ()):
+    raw = without_exclusions(schedule)
+    for index, member in enumerate(members(raw) if raw.kind is ScheduleKind.UNION else ()):
         # A spec that never fires again is dead weight in every sweep of the job: refused.
         if next_fire(member, after) is None:
             raise ValidationFailed(f"specs.{index}", "has no occurrence within startAt/endAt from now on")
     found = next_fire(schedule, after)
+    if found is None and schedule.exclude and next_fire(raw, after) is not None:
+        raise ValidationFailed(
+            "exclude",
+            f"covers every occurrence within startAt/endAt from now on (or more than "
+            f"{MAX_EXCLUDED_IN_A_ROW} in a row, or eight years of them)",
+        )
     if found is None:
         field = {
             ScheduleKind.ONCE: "runAt",

@@ -163,6 +163,13 @@ function specInWords(spec) {
   return null;
 }
 
+/** One exclusion in words: "cron * * * * SAT,SUN in Europe/London", "2026-12-20 to 2027-01-03 in UTC". */
+function exclusionInWords(exclusion) {
+  if (exclusion.cron) return `cron ${exclusion.cron} in ${exclusion.timeZone || "UTC"}`;
+  if (exclusion.startDate) return `${exclusion.startDate} to ${exclusion.endDate} in ${exclusion.timeZone || "UTC"}`;
+  return `${instant(exclusion.start)} to ${instant(exclusion.end)}`;
+}
+
 /** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)"; a union's
  * specs joined by "; and ". */
 export function schedule(job) {
@@ -170,6 +177,7 @@ export function schedule(job) {
     ? job.specs.map((spec) => specInWords(spec) || "?").join("; and ")
     : specInWords(job) || "no schedule";
   const bounds = [];
+  for (const exclusion of job.exclude || []) bounds.push(`except ${exclusionInWords(exclusion)}`);
   if (job.startAt) bounds.push(`from ${instant(job.startAt)}`);
   if (job.endAt) bounds.push(`until ${instant(job.endAt)}`);
   if (job.maxRuns) bounds.push(`at most ${job.maxRuns} runs`);
