@@ -109,6 +109,8 @@ def schedule_of(job: dict[str, Any]) -> str:
     """A job's schedule from its wire form (a union's specs joined by ` | `)."""
     if job.get("specs"):
         return " | ".join(schedule_of(spec) for spec in job["specs"])
+    if job.get("monthly"):
+        return f"monthly {job['monthly']} at {job.get('at')} ({job.get('timeZone') or 'UTC'})"
     if job.get("cron"):
         return f"cron {job['cron']} ({job.get('timeZone') or 'UTC'})"
     if job.get("every") is not None:

@@ -26,7 +26,7 @@ def create(api, **fields):
 
 def spec(cron=None, time_zone=None, every=None) -> dict:
     """A spec as answers show it: each member, null when unset."""
-    return {"cron": cron, "timeZone": time_zone, "every": every}
+    return {"cron": cron, "timeZone": time_zone, "every": every, "monthly": None, "at": None}
 
 
 def refused(response) -> dict[str, str]:
@@ -101,9 +101,13 @@ def test_a_rate_spec_counts_from_start_at(api):
         ({"specs": [{"cron": "0 9 * * *"}] * 5000}, "specs", "must hold 1 to 10 specs; got 5000"),
         ({"specs": []}, "specs", "must hold 1 to 10 specs; got 0"),
         ({"specs": [{"cron": "0 " * 600}]}, "specs.0.cron", "at most 1024 characters"),
-        ({"specs": [{"cron": "0 9 * * *", "every": 60}]}, "specs.0", "exactly one of cron or every"),
-        ({"specs": [{}]}, "specs.0", "exactly one of cron or every"),
-        ({"specs": [{"every": 60, "timeZone": "UTC"}]}, "specs.0.timeZone", "only applies to a cron spec"),
+        ({"specs": [{"cron": "0 9 * * *", "every": 60}]}, "specs.0", "exactly one of cron, every or monthly"),
+        ({"specs": [{}]}, "specs.0", "exactly one of cron, every or monthly"),
+        (
+            {"specs": [{"every": 60, "timeZone": "UTC"}]},
+            "specs.0.timeZone",
+            "only applies to a cron or monthly spec",
+        ),
         ({"specs": [{"every": 1.5}]}, "specs.0.every", "whole number of seconds"),
         ({"specs": [{"cron": "0 9 * * *", "timeZone": "Mars/Base"}]}, "specs.0.timeZone", "IANA"),
         ({"specs": [{"cron": "0 25 * * *"}]}, "specs.0.cron", "not a valid cron expression"),
@@ -265,3 +269,42 @@ def test_a_missed_range_too_long_to_count_at_once_is_recorded_in_parts_each_occu
     )
     assert sorted(held) == expected  # each missed one, once
     assert container.definitions.get_stats(job["jobId"])["missed"] == len(held)
+
+
+def test_a_calendar_rule_is_a_spec_written_and_read_back(api):
+    body = create(
+        api,
+        specs=[{"monthly": "last-weekday", "at": "17:00"}, {"monthly": "2nd tue", "at": "09:30:15"}],
+        timeZone="Europe/London",
+    )
+    assert body["specs"] == [
+        {**spec(time_zone="Europe/London"), "monthly": "last-weekday", "at": "17:00"},
+        {**spec(time_zone="Europe/London"), "monthly": "2nd TUE", "at": "09:30:15"},
+    ]
+    assert api.get(f"/v1/jobs/{body['jobId']}").body["nextFireTimes"] == [
+        "2026-11-10T09:30:15Z",
+        "2026-11-30T17:00:00Z",  # a Monday
+        "2026-12-08T09:30:15Z",
+        "2026-12-31T17:00:00Z",  # a Thursday
+        "2027-01-12T09:30:15Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec_body", "field", "rule"),
+    [
+        ({"monthly": "last-week", "at": "09:00"}, "specs.0.monthly", "must be last-day"),
+        ({"monthly": "x" * 33, "at": "09:00"}, "specs.0.monthly", "at most 32 characters"),
+        ({"monthly": "last-day", "at": "25:00"}, "specs.0.at", "HH:MM"),
+        ({"monthly": "last-day"}, "specs.0.at", "required with monthly"),
+        (
+            {"monthly": "last-day", "at": "09:00", "every": 60},
+            "specs.0",
+            "exactly one of cron, every or monthly",
+        ),
+    ],
+)
+def test_a_malformed_calendar_rule_is_a_400_naming_the_field(api, spec_body, field, rule):
+    problems = refused(api.post("/v1/jobs", {"name": "n", "type": "ext", "specs": [spec_body]}))
+    assert field in problems, problems
+    assert rule in problems[field], problems

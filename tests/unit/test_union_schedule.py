@@ -160,8 +160,12 @@ ZONES = ["UTC", "Europe/London", "America/New_York", "Australia/Lord_Howe"]
 def unions(draw: st.DrawFn) -> Schedule:
     specs = []
     for _ in range(draw(st.integers(min_value=2, max_value=4))):
-        if draw(st.booleans()):
+        form = draw(st.sampled_from(["cron", "every", "monthly"]))
+        if form == "cron":
             specs.append(cron(draw(expressions()), draw(st.sampled_from(ZONES))))
+        elif form == "monthly":
+            rule = draw(st.sampled_from(["last-day", "last-weekday", "2nd TUE", "last SUN", "5th FRI"]))
+            specs.append({"monthly": rule, "at": "01:30", "time_zone": draw(st.sampled_from(ZONES))})
         else:
             specs.append({"every_seconds": draw(st.sampled_from([60, 90, 300, 3600, 5400, 86_400]))})
     anchor = draw(st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2027, 1, 1)))

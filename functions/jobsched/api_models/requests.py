@@ -105,12 +105,19 @@ def one_to(most: int, noun: str, items: Any) -> Any:
 
 
 class SpecBody(ApiModel):
-    """One spec of a union schedule (`specs`): `cron` (in `timeZone`, else the job's
-    `timeZone`, else UTC) or `every`, counted from `startAt` or the creation of the job."""
+    """One spec of a union schedule (`specs`): `cron` or `monthly` + `at` (in `timeZone`,
+    else the job's `timeZone`, else UTC), or `every`, counted from `startAt` or the creation
+    of the job."""
 
     cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
     time_zone: str | None = Field(default=None, max_length=64)
     every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    monthly: str | None = Field(
+        default=None,
+        max_length=32,
+        description="a day of each month: last-day, last-weekday, 'last FRI', '2nd TUE' (with `at`)",
+    )
+    at: str | None = Field(default=None, max_length=8, description="the time of day of `monthly`: HH:MM[:SS]")
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
@@ -229,8 +236,10 @@ class JobBody(ApiModel):
         specs = [
             {
                 "cron": spec.cron,
+                "monthly": spec.monthly,
+                "at": spec.at,
                 "time_zone": (spec.time_zone or self.time_zone or "UTC")
-                if spec.cron is not None
+                if spec.cron is not None or spec.monthly is not None
                 else spec.time_zone,
                 "every_seconds": _whole_seconds(f"specs.{index}.every", spec.every, problems, minimum=1),
             }

@@ -76,11 +76,14 @@ class RetryView(View):
 
 
 class SpecView(View):
-    """One spec of a union schedule, as written back: `cron` with its zone, or `every`."""
+    """One spec of a union schedule, as written back: `cron` or `monthly` + `at` with its
+    zone, or `every`."""
 
     cron: str | None = None
     time_zone: str | None = None
     every: int | None = Field(default=None, description="seconds")
+    monthly: str | None = None
+    at: str | None = None
 
 
 class ExclusionView(View):
@@ -138,7 +141,10 @@ class JobFieldsView(View):
             "specs": None
             if schedule.specs is None
             else [
-                SpecView(cron=s.cron, time_zone=s.time_zone, every=s.every_seconds) for s in schedule.specs
+                SpecView(
+                    cron=s.cron, time_zone=s.time_zone, every=s.every_seconds, monthly=s.monthly, at=s.at
+                )
+                for s in schedule.specs
             ],
             "exclude": None
             if schedule.exclude is None

@@ -27,7 +27,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from .cron import check_cron_expression, check_time_zone_name, zone
+from .cron import (
+    check_cron_expression,
+    check_monthly,
+    check_time_of_day,
+    check_time_zone_name,
+    monthly_cron,
+    zone,
+)
 from .instants import Instant
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -180,21 +187,40 @@ def checked_cron(cron: str, time_zone: str | None, info: ValidationInfo) -> str:
 
 
 class ScheduleSpec(Model):
-    """One member of a union schedule: `cron` in `time_zone`, or a rate of `every_seconds`
-    counted from its schedule's anchor (the union's bounds and DST policy hold for it)."""
+    """One member of a union schedule: `cron` in `time_zone`; a rate of `every_seconds`
+    counted from its schedule's anchor; or a day of each month (`monthly`, a calendar rule
+    such as `last-weekday` or `2nd TUE`) at a time of day (`at`) in `time_zone`. The
+    union's bounds and DST policy hold for it."""
 
     cron: str | None = None
     time_zone: str | None = None
     every_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600)
+    monthly: str | None = None
+    at: str | None = None
 
     @model_validator(mode="after")
     def _one_form(self, info: ValidationInfo) -> ScheduleSpec:
-        if (self.cron is None) == (self.every_seconds is None):
-            raise rule_on((), "exactly one of cron or every is required")
-        if self.cron is None:
+        given = [v for v in (self.cron, self.every_seconds, self.monthly) if v is not None]
+        if len(given) != 1:
+            raise rule_on((), "exactly one of cron, every or monthly is required")
+        if (self.at is not None) != (self.monthly is not None):
+            raise rule_on("at", "is required with monthly, and applies only to it")
+        if self.every_seconds is not None:
             if self.time_zone is not None:
-                raise rule_on("time_zone", "only applies to a cron spec")
+                raise rule_on("time_zone", "only applies to a cron or monthly spec")
             return self
+        if self.monthly is not None and self.at is not None:
+            try:
+                object.__setattr__(self, "monthly", check_monthly(self.monthly))
+            except ValueError as exc:
+                raise rule_on("monthly", str(exc)) from None
+            try:
+                check_time_of_day(self.at)
+            except ValueError as exc:
+                raise rule_on("at", str(exc)) from None
+            checked_cron(monthly_cron(self.monthly, self.at), self.time_zone, info)  # the zone's rules
+            return self
+        assert self.cron is not None
         # Frozen model: store the canonical form.
         object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
         return self
@@ -273,6 +299,9 @@ class Schedule(Model):
     dst: DstPolicy = DstPolicy()
     specs: list[ScheduleSpec] | None = None
     exclude: list[Exclusion] | None = None  # occurrences it does not fire at after all
+    # A cron whose occurrences fall only on the day of each month this calendar rule names
+    # (domain.cron.monthly_day): set on the member a union's `monthly` spec becomes.
+    monthly: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Schedule:

@@ -16,7 +16,15 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from .cron import check_cron_expression, croniter_form, day_or, has_seconds_field, zone
+from .cron import (
+    check_cron_expression,
+    croniter_form,
+    day_or,
+    has_seconds_field,
+    monthly_cron,
+    monthly_day,
+    zone,
+)
 from .instants import to_utc
 from .models import DstFold, DstGap, DstPolicy, Exclusion, Schedule, ScheduleKind, ScheduleSpec
 
@@ -151,6 +159,9 @@ def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
         if len(parts) > 1:
             return _count_union(parts, first, last)
         schedule = parts[0]
+    if schedule.monthly is not None:
+        # A calendar rule's days are walked: a handful a month.
+        return sum(1 for _ in takewhile(lambda t: t <= last, _occurrences(schedule, first - _ONE_SECOND)))
     if schedule.start_at is not None:
         first = max(first, to_utc(schedule.start_at))
     if schedule.end_at is not None:
@@ -327,10 +338,14 @@ def members(schedule: Schedule) -> list[Schedule]:
 
 def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
     # Built without validation: the union and its specs were validated as they were read.
+    cron = spec.cron
+    if spec.monthly is not None and spec.at is not None:
+        cron = monthly_cron(spec.monthly, spec.at)
     return Schedule.model_construct(
-        kind=ScheduleKind.CRON if spec.cron is not None else ScheduleKind.RATE,
+        kind=ScheduleKind.RATE if spec.every_seconds is not None else ScheduleKind.CRON,
         at=None,
-        cron=spec.cron,
+        cron=cron,
+        monthly=spec.monthly,
         time_zone=spec.time_zone,
         every_seconds=spec.every_seconds,
         anchor=schedule.anchor,
@@ -355,6 +370,7 @@ def count_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
         walk += sum(counts) - max(counts)
     if any(exclusion.cron is not None for exclusion in schedule.exclude or ()):
         walk += count_fires(raw, first, last)
+    walk += sum(count_fires(part, first, last) for part in parts if part.monthly is not None)
     return walk
 
 
@@ -449,6 +465,8 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     else:
         assert schedule.cron is not None and schedule.time_zone is not None
         raw = _cron_times(schedule.cron, zone(schedule.time_zone), schedule.dst, after)
+        if schedule.monthly is not None:
+            raw = _on_rule_days(raw, schedule.monthly, zone(schedule.time_zone))
 
     try:
         for instant in raw:
@@ -643,6 +661,14 @@ def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> in
         if lo <= hi:
             total -= count_fires(raw, lo, hi)
     return total
+
+
+def _on_rule_days(instants: Iterator[datetime], rule: str, tz: ZoneInfo) -> Iterator[datetime]:
+    """The instants whose local date is the day of its month the calendar rule names."""
+    for instant in instants:
+        local = instant.astimezone(tz)
+        if monthly_day(rule, local.year, local.month) == local.day:
+            yield instant
 
 
 def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterator[datetime]:

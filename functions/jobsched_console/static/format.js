@@ -158,6 +158,7 @@ function specInWords(spec) {
     const phrase = cronInWords(spec.cron);
     return phrase ? `${phrase} ${zone} (cron ${spec.cron})` : `cron ${spec.cron} in ${zone}`;
   }
+  if (spec.monthly) return `monthly on the ${spec.monthly} at ${spec.at} ${spec.timeZone || "UTC"}`;
   if (spec.every !== null && spec.every !== undefined) return `every ${seconds(spec.every)}`;
   if (spec.runAt) return `once at ${instant(spec.runAt)}`;
   return null;
