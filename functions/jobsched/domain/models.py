@@ -139,8 +139,12 @@ class DstGap(StrEnum):
 
 
 class DstFold(StrEnum):
+    """Which reading of a repeated wall time (clocks going back) an occurrence runs at."""
+
     FIRST = "first"
     LAST = "last"
+    BOTH = "both"  # two runs, one at each reading (two instants: two run keys)
+    NONE = "none"  # no run for that occurrence
 
 
 class DeliveryGuarantee(StrEnum):

@@ -683,15 +683,17 @@ def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterat
 def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetime) -> Iterator[datetime]:
     """Walk naive wall-clock matches with croniter and map each one to UTC under the policy.
 
-    The mapping is monotone non-decreasing, so skipping instants <= the last one emitted
-    is enough to keep the output strictly increasing."""
+    A wall time's first reading is monotone non-decreasing in it, and its other reading (a
+    fold's, under `both`) comes later still: so an instant is emitted once the walk's first
+    reading has reached it, and skipping instants <= the last one emitted keeps the output
+    strictly increasing."""
     expression = _normalised(expression)
     local = after.astimezone(tz)
     wall = local.replace(tzinfo=None, fold=0)
     slack = _ZERO
     if local.fold == 0:
         # `after` is the first reading of a repeated hour: wall times up to one fold
-        # earlier can still map (fold=last) to instants after it.
+        # earlier can still map (fold=last or both) to instants after it.
         slack = max(_offset(wall, tz, 0) - _offset(wall, tz, 1), _ZERO)
     walker = croniter(
         croniter_form(expression),
@@ -703,25 +705,31 @@ def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetim
 
     last = after
     progress = wall
+    waiting: list[datetime] = []  # mapped, not yet emitted (a fold's second readings)
     while True:
         try:
             candidate = walker.get_next(datetime)
-        except CroniterBadDateError:
-            return  # no match within the horizon (e.g. Feb 30)
-        except ValueError:
-            return  # the next match would fall after year 9999
-        if candidate - progress > _HORIZON:
+        except (CroniterBadDateError, ValueError):
+            # No match within the horizon (Feb 30), or after year 9999.
+            candidate = None
+        if candidate is None or candidate - progress > _HORIZON:
+            yield from sorted(t for t in waiting if t > last)
             return
-        instant, gap_end = _wall_to_utc(candidate, tz, policy)
+        instants, gap_end = _wall_to_utc(candidate, tz, policy)
         if gap_end is not None and gap_end > candidate:
             # Every wall time inside the gap maps to the same instant (or to none), so
             # jump past it instead of visiting each one (matters for per-second crons).
             walker.set_current(gap_end - _ONE_SECOND)
-        if instant is None or instant <= last:
-            continue
-        last = instant
-        progress = candidate
-        yield instant
+        for instant in instants:
+            heapq.heappush(waiting, instant)
+        reached = instants[0] if instants else None
+        while waiting and reached is not None and waiting[0] <= reached:
+            instant = heapq.heappop(waiting)
+            if instant <= last:
+                continue
+            last = instant
+            progress = candidate
+            yield instant
 
 
 def _offset(wall: datetime, tz: ZoneInfo, fold: int) -> timedelta:
@@ -730,20 +738,29 @@ def _offset(wall: datetime, tz: ZoneInfo, fold: int) -> timedelta:
     return offset
 
 
-def _wall_to_utc(wall: datetime, tz: ZoneInfo, policy: DstPolicy) -> tuple[datetime | None, datetime | None]:
-    """Map a naive wall time to (instant or None when skipped, end-of-gap wall time if in a gap)."""
+def _wall_to_utc(
+    wall: datetime, tz: ZoneInfo, policy: DstPolicy
+) -> tuple[tuple[datetime, ...], datetime | None]:
+    """Map a naive wall time to (its instants under the policy, ascending: none when skipped,
+    two for a fold under `both`; the end-of-gap wall time if in a gap)."""
     first = wall.replace(tzinfo=tz, fold=0)
     second = wall.replace(tzinfo=tz, fold=1)
     if first.utcoffset() == second.utcoffset():
-        return to_utc(first), None
+        return (to_utc(first),), None
     first_utc = first.astimezone(UTC)
     if first_utc.astimezone(tz).replace(tzinfo=None, fold=0) != wall:
         # In a gap fold=0 reads the pre-transition offset and fold=1 the post-transition
         # one, so the transition lies between the two readings.
         transition = _transition(second.astimezone(UTC), first_utc, tz)
         gap_end = transition.astimezone(tz).replace(tzinfo=None, fold=0)
-        return (transition if policy.gap is DstGap.SHIFT else None), gap_end
-    return to_utc(first if policy.fold is DstFold.FIRST else second), None
+        return ((transition,) if policy.gap is DstGap.SHIFT else ()), gap_end
+    readings = {
+        DstFold.FIRST: (to_utc(first),),
+        DstFold.LAST: (to_utc(second),),
+        DstFold.BOTH: (to_utc(first), to_utc(second)),
+        DstFold.NONE: (),
+    }
+    return readings[policy.fold], None
 
 
 def _transition(before: datetime, at_or_after: datetime, tz: ZoneInfo) -> datetime:
