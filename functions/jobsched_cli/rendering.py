@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jobsched.api_models.problems import problems_of
-from jobsched.api_models.views import AttemptView
+from jobsched.api_models.views import AttemptView, PreviewLineView
 from jobsched.client import ApiError, JobList, JobView, RunList, RunSummaryList, RunSummaryView, RunView
 from jobsched.client.apply import Action, ApplyResult, Outcome, Plan
 from pydantic import BaseModel, ValidationError
@@ -165,6 +165,20 @@ def skip_reason(run: dict[str, Any]) -> str | None:
     words = f"skipped: {SKIP_REASONS.get(reason, reason)}" if reason else "skipped"
     count = run.get("skippedCount")
     return f"{words} ({count} occurrences)" if count and count > 1 else words
+
+
+def preview_table(lines: Iterable[PreviewLineView]) -> str:
+    """A schedule preview: each instant, whether it fires (or is excluded), which specs, why."""
+    rows = [
+        (
+            wire(line)["at"],
+            "fires" if line.fires else "excluded",
+            "-" if line.specs is None else ",".join(str(i) for i in line.specs),
+            line.reason or "",
+        )
+        for line in lines
+    ]
+    return format_table(["AT", "", "SPECS", "WHY"], rows)
 
 
 def runs_table(runs: Iterable[RunView]) -> str:

@@ -164,7 +164,21 @@ class RetryBody(ApiModel):
     max_age_seconds: StrictInt | None = None
 
 
-class JobBody(ApiModel):
+class BoundedScheduleLists(ApiModel):
+    """A body's `specs` and `exclude` counted before any item is read (`one_to`)."""
+
+    @field_validator("specs", mode="before", check_fields=False)
+    @classmethod
+    def _few_specs(cls, specs: Any) -> Any:
+        return one_to(MAX_SCHEDULE_SPECS, "specs", specs)
+
+    @field_validator("exclude", mode="before", check_fields=False)
+    @classmethod
+    def _few_exclusions(cls, exclude: Any) -> Any:
+        return one_to(MAX_EXCLUSIONS, "exclusions", exclude)
+
+
+class JobBody(BoundedScheduleLists):
     """A job as the client writes it (POST body; a PATCH is merged into this shape)."""
 
     name: str = Field(min_length=1, max_length=256)
@@ -205,16 +219,6 @@ class JobBody(ApiModel):
         default=None,
         description="where the tenant is told of its runs: dead, late or skipped (at most 5)",
     )
-
-    @field_validator("specs", mode="before")
-    @classmethod
-    def _few_specs(cls, specs: Any) -> Any:
-        return one_to(MAX_SCHEDULE_SPECS, "specs", specs)
-
-    @field_validator("exclude", mode="before")
-    @classmethod
-    def _few_exclusions(cls, exclude: Any) -> Any:
-        return one_to(MAX_EXCLUSIONS, "exclusions", exclude)
 
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
@@ -511,3 +515,50 @@ class CompleteBody(ApiModel):
         if self.error is not None and self.outcome == "succeeded":
             raise rule_on("error", "only applies when outcome is failed")
         return self
+
+
+# --- schedules ---
+
+MAX_PREVIEW = 100  # fire times one preview lists
+
+
+class SchedulePreviewBody(BoundedScheduleLists):
+    """A schedule not saved (`POST /v1/schedules/preview`): the schedule members of a job's
+    body, checked by the same rules, and how many fire times to list from `after` (default
+    now)."""
+
+    run_at: ClientInstant | None = None
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    specs: list[SpecBody] | None = Field(
+        default=None, json_schema_extra={"minItems": 1, "maxItems": MAX_SCHEDULE_SPECS}
+    )
+    exclude: list[ExclusionBody] | None = Field(
+        default=None, json_schema_extra={"minItems": 1, "maxItems": MAX_EXCLUSIONS}
+    )
+    start_at: ClientInstant | None = None
+    end_at: ClientInstant | None = None
+    max_runs: StrictInt | None = None
+    dst: DstPolicy | None = None
+    catch_up_window: Duration | None = Field(
+        default=None, description="as a job's: bounds a runAt in the past"
+    )
+    count: StrictInt = Field(
+        default=10, ge=1, le=MAX_PREVIEW, description=f"fire times to list, 1 to {MAX_PREVIEW}"
+    )
+    after: ClientInstant | None = Field(
+        default=None, description="list fire times after this instant (default now)"
+    )
+
+    def to_spec(self, anchor: datetime) -> JobSpec:
+        """The spec a job of this schedule would have (rates counted from `startAt`, else
+        `anchor`); every rule it breaks comes back as a ValidationFailed naming the field."""
+        members = {
+            name: getattr(self, name)
+            for name in SchedulePreviewBody.model_fields
+            if name in JobBody.model_fields
+        }
+        # Checked already, member by member, as a job's body is: only the spec is built here.
+        body = JobBody.model_construct(name="preview", type="preview", **members)
+        return body.to_spec(self.start_at or anchor)

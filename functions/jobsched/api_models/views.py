@@ -35,6 +35,7 @@ from .base import ApiModel
 
 if TYPE_CHECKING:  # only the server builds views from these: the client never imports them
     from ..domain.run_listing import RunSummary
+    from ..domain.schedule import Previewed
     from ..domain.signing import SigningSecrets
     from ..services.runs import BulkOutcome
 
@@ -608,3 +609,37 @@ class JobBatchView(View):
     created: int
     replayed: int
     refused: int
+
+
+# --- schedules ---
+
+
+class PreviewLineView(View):
+    """An instant a previewed schedule fires at (`fires`), or one its exclusions take off."""
+
+    at: Instant
+    fires: bool
+    reason: str | None = Field(
+        default=None, description="why it does not fire (an exclusion), or how a DST rule placed it"
+    )
+    specs: list[int] | None = Field(default=None, description="a union's specs that fire then, by index")
+
+
+class SchedulePreviewView(View):
+    """A schedule's next fire times, and the occurrences its exclusions take off among them."""
+
+    fire_times: list[PreviewLineView]
+
+    @classmethod
+    def of(cls, lines: Sequence[Previewed]) -> SchedulePreviewView:
+        return cls(
+            fire_times=[
+                PreviewLineView(
+                    at=line.at,
+                    fires=line.fires,
+                    reason=line.reason,
+                    specs=None if line.specs is None else list(line.specs),
+                )
+                for line in lines
+            ]
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from itertools import islice, takewhile
@@ -775,3 +776,97 @@ def _transition(before: datetime, at_or_after: datetime, tz: ZoneInfo) -> dateti
         else:
             hi = mid
     return hi
+
+
+# --- preview ---
+
+
+@dataclass(frozen=True)
+class Previewed:
+    """One line of a preview: an instant the schedule fires at (`fires`), or one an exclusion
+    took off; `specs` are the union's specs that fire then (None for any other schedule);
+    `reason` says why it is excluded, or how a DST rule placed it (None when neither)."""
+
+    at: datetime
+    fires: bool
+    reason: str | None
+    specs: tuple[int, ...] | None
+
+
+def preview(schedule: Schedule, after: datetime, count: int) -> list[Previewed]:
+    """The next `count` instants strictly after `after` the schedule fires at, ascending,
+    with the occurrences its exclusions took off among them (at most `count` of those, the
+    earliest), each with its reason. max_runs is not considered (the caller counts runs).
+    Costs about the lines listed: the excluded ones are read between consecutive fires."""
+    if count <= 0:
+        return []
+    raw = without_exclusions(schedule)
+    parts = members(raw)
+    lines: list[Previewed] = []
+    excluded_left = count
+    cursor = to_utc(after)
+    for instant in upcoming(schedule, after, count):
+        if schedule.exclude and excluded_left > 0:
+            between = fires_between(raw, cursor, instant - _ONE_SECOND, excluded_left)
+            for skipped in between:
+                lines.append(_excluded_line(schedule, parts, skipped))
+            excluded_left -= len(between)
+        lines.append(_fired_line(schedule, parts, instant))
+        cursor = instant
+    return lines
+
+
+def _firing_specs(schedule: Schedule, parts: list[Schedule], instant: datetime) -> tuple[int, ...] | None:
+    if schedule.kind is not ScheduleKind.UNION:
+        return None
+    return tuple(i for i, part in enumerate(parts) if _fires_at(part, instant))
+
+
+def _excluded_line(schedule: Schedule, parts: list[Schedule], instant: datetime) -> Previewed:
+    index = excluded_by(schedule, instant)
+    assert index is not None and schedule.exclude is not None
+    reason = f"excluded by exclude.{index} ({describe_exclusion(schedule.exclude[index])})"
+    return Previewed(instant, False, reason, _firing_specs(schedule, parts, instant))
+
+
+def _fired_line(schedule: Schedule, parts: list[Schedule], instant: datetime) -> Previewed:
+    specs = _firing_specs(schedule, parts, instant)
+    chosen = [parts[i] for i in specs] if specs is not None else parts
+    reasons = [r for r in (_dst_reason(part, instant) for part in chosen) if r is not None]
+    return Previewed(instant, True, "; ".join(dict.fromkeys(reasons)) or None, specs)
+
+
+def _dst_reason(part: Schedule, instant: datetime) -> str | None:
+    """How the DST policy placed a cron's occurrence at `instant`, or None when it did not
+    have to (the wall time happens once and the cron names it)."""
+    if part.kind is not ScheduleKind.CRON or part.time_zone is None or part.cron is None:
+        return None
+    tz = zone(part.time_zone)
+    local = instant.astimezone(tz)
+    wall = local.replace(tzinfo=None, fold=0)
+    shown = f"{wall:%H:%M:%S} {local.tzname()}"
+    if _offset(wall, tz, 0) != _offset(wall, tz, 1):  # a real instant's wall: a fold, not a gap
+        reading = "second" if local.fold else "first"
+        return (
+            f"{wall:%Y-%m-%d %H:%M:%S} happens twice in {part.time_zone} (clocks go back): "
+            f"this is its {reading} reading ({shown}), as dst.fold={part.dst.fold.value} says"
+        )
+    if not _wall_matches(_normalised(part.cron), wall):
+        return (
+            f"the local times before {wall:%H:%M:%S} do not exist in {part.time_zone} on "
+            f"{wall:%Y-%m-%d} (clocks go forward): moved to the end of the gap ({shown}), "
+            f"as dst.gap={part.dst.gap.value} says"
+        )
+    return None
+
+
+def describe_exclusion(exclusion: Exclusion) -> str:
+    """An exclusion in a few words: `cron * * * * SAT,SUN in Europe/London`."""
+    if exclusion.cron is not None:
+        return f"cron {exclusion.cron} in {exclusion.time_zone}"
+    if exclusion.start_date is not None:
+        return f"dates {exclusion.start_date} to {exclusion.end_date} in {exclusion.time_zone}"
+    assert exclusion.start is not None and exclusion.end is not None
+    return (
+        f"from {to_utc(exclusion.start):%Y-%m-%dT%H:%M:%SZ} until {to_utc(exclusion.end):%Y-%m-%dT%H:%M:%SZ}"
+    )

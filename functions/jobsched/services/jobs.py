@@ -23,7 +23,15 @@ from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Run, Trigger
-from ..domain.schedule import MAX_EXCLUDED_IN_A_ROW, members, next_fire, upcoming, without_exclusions
+from ..domain.schedule import (
+    MAX_EXCLUDED_IN_A_ROW,
+    Previewed,
+    members,
+    next_fire,
+    preview,
+    upcoming,
+    without_exclusions,
+)
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import DefinitionStore, Guard, NewJob, Page, over_quota
@@ -338,6 +346,21 @@ class JobService:
 
     def list_jobs(self, tenant: str, *, state: JobState | None, limit: int, cursor: str | None) -> Page:
         return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor)
+
+    def preview(self, spec: JobSpec, *, after: datetime | None, count: int) -> list[Previewed]:
+        """What a job of `spec` would fire at, not saved: its next `count` fire times after
+        `after` (default: from now on), with the occurrences its exclusions take off among
+        them, each with its reason; at most `maxRuns` fire times. Raises ValidationFailed
+        as creating such a job would (a schedule that never fires, a dead spec...)."""
+        now = self._clock.now()
+        first_occurrence(spec, now, previous=None)
+        limit = spec.schedule.max_runs
+        lines = preview(
+            spec.schedule,
+            after if after is not None else now - timedelta(seconds=1),
+            min(count, limit or count),
+        )
+        return lines
 
     def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
         """The next `count` instants at which the job will fire, ascending (`nextFireTimes`;
