@@ -132,7 +132,7 @@ def test_a_rule_is_counted_and_searched_back_as_it_is_walked():
             ("specs", 0),
             "exactly one",
         ),
-        ({"monthly": "last-day", "at": "09:00"}, ("specs", 0, "time_zone"), "required"),
+        ({"monthly": "last-day", "at": "09:00"}, ("specs", 0, "time_zone"), "required with monthly"),
     ],
 )
 def test_a_malformed_rule_names_the_field_and_the_rule(spec, field, rule):

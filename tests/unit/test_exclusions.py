@@ -181,7 +181,11 @@ def test_exclusions_that_cover_everything_end_the_search_quickly():
             ("exclude", 0, "end_date"),
             "before",
         ),
-        ({"start_date": "2026-12-20", "end_date": "2026-12-21"}, ("exclude", 0, "time_zone"), "required"),
+        (
+            {"start_date": "2026-12-20", "end_date": "2026-12-21"},
+            ("exclude", 0, "time_zone"),
+            "required with startDate",
+        ),
         (
             {"start": "2026-11-02T00:00:00Z", "end": "2026-11-02T00:00:00Z"},
             ("exclude", 0, "end"),

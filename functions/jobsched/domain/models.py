@@ -32,7 +32,6 @@ from .cron import (
     check_monthly,
     check_time_of_day,
     check_time_zone_name,
-    monthly_cron,
     zone,
 )
 from .instants import Instant
@@ -181,13 +180,21 @@ def checked_cron(cron: str, time_zone: str | None, info: ValidationInfo) -> str:
         normalised = check_cron_expression(cron)
     except ValueError as exc:
         raise rule_on("cron", str(exc)) from None
+    checked_zone(time_zone, info, "cron")
+    return normalised
+
+
+def checked_zone(time_zone: str | None, info: ValidationInfo, needed_by: str) -> None:
+    """Nothing, once `time_zone` is a zone (its name checked against the database on a
+    write); else the rule broken, raised on `time_zone`, naming what needs it."""
+    if not time_zone:
+        raise rule_on("time_zone", f"required with {needed_by} (an IANA name such as Europe/London)")
     try:
         if writing(info):
             check_time_zone_name(time_zone)
         zone(time_zone)
     except ValueError as exc:
         raise rule_on("time_zone", str(exc)) from None
-    return normalised
 
 
 class ScheduleSpec(Model):
@@ -222,7 +229,7 @@ class ScheduleSpec(Model):
                 check_time_of_day(self.at)
             except ValueError as exc:
                 raise rule_on("at", str(exc)) from None
-            checked_cron(monthly_cron(self.monthly, self.at), self.time_zone, info)  # the zone's rules
+            checked_zone(self.time_zone, info, "monthly")
             return self
         assert self.cron is not None
         # Frozen model: store the canonical form.
@@ -276,7 +283,7 @@ class Exclusion(Model):
                 raise rule_on("start_date", "must be in 1970 or after")
             if self.end_date.year > 9998:
                 raise rule_on("end_date", "must be in 9998 or before")
-            checked_cron("* * * * *", self.time_zone, info)  # the zone's rules, as a cron's
+            checked_zone(self.time_zone, info, "startDate/endDate")
         else:
             if self.start is None or self.end is None:
                 raise rule_on("end" if self.end is None else "start", "is required with its pair")
