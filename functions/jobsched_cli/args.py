@@ -30,6 +30,7 @@ from .commands import (
     cmd_runs_cancel,
     cmd_runs_get,
     cmd_runs_list,
+    cmd_schedules_preview,
     cmd_tail,
 )
 
@@ -182,6 +183,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     summary = command(jobs, "summary", cmd_jobs_summary, "next fire times, last runs and counters")
     summary.add_argument("job_id", metavar="JOB")
+
+    schedules = commands.add_parser("schedules", help="schedules not saved").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    preview = command(
+        schedules, "preview", cmd_schedules_preview, "a schedule's next fire times, and why any do not fire"
+    )
+    shape = preview.add_mutually_exclusive_group()
+    shape.add_argument("--cron", help="5 fields, or 6 with leading seconds, or @daily, ...")
+    shape.add_argument("--every", help="interval: seconds, 15m, 1h30m, or ISO 8601 (PT15M)")
+    preview.add_argument("--tz", help="IANA time zone of --cron, specs and exclusions (default UTC)")
+    preview.add_argument("--count", type=int, help="fire times to list, 1-100 (default 10)")
+    preview.add_argument(
+        "--after", help="list those after this RFC 3339 instant, or +/-DURATION (default now)"
+    )
+    preview.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='any other schedule field as a job spells it: specs=\'[{"cron": "0 9 * * MON-FRI"}]\', '
+        "exclude=..., dst.fold=both",
+    )
 
     runs = commands.add_parser("runs", help="runs of a job and their history").add_subparsers(
         dest="action", required=True, metavar="ACTION"

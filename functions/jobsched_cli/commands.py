@@ -40,6 +40,7 @@ from .rendering import (
     job_fields,
     jobs_table,
     plan_lines,
+    preview_table,
     run_summaries_table,
     runs_table,
     tail_line,
@@ -245,6 +246,21 @@ def cmd_jobs_summary(ctx: Context, args: argparse.Namespace) -> int:
         return format_fields(fields) + "\n\nlast runs:\n" + runs_table(summary.last_runs)
 
     return ctx.emit(summary, human)
+
+
+def cmd_schedules_preview(ctx: Context, args: argparse.Namespace) -> int:
+    if args.tz and not (args.cron or args.set):
+        raise UsageError("--tz: only applies with --cron, or with specs or exclude given by --set")
+    named = {
+        "cron": args.cron,
+        "timeZone": args.tz,
+        "every": parse_every(args.every) if args.every is not None else None,
+        "count": args.count,
+        "after": parse_instant(args.after) if args.after is not None else None,
+    }
+    body = deep_merge({k: v for k, v in named.items() if v is not None}, parse_assignments(args.set or []))
+    shown = ctx.client.preview_schedule(body)
+    return ctx.emit(shown, lambda: preview_table(shown.fire_times))
 
 
 def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jobsched.api_models.problems import problems_of
-from jobsched.api_models.views import AttemptView
+from jobsched.api_models.views import AttemptView, PreviewLineView
 from jobsched.client import ApiError, JobList, JobView, RunList, RunSummaryList, RunSummaryView, RunView
 from jobsched.client.apply import Action, ApplyResult, Outcome, Plan
 from pydantic import BaseModel, ValidationError
@@ -106,7 +106,11 @@ def human_seconds(seconds: int) -> str:
 
 
 def schedule_of(job: dict[str, Any]) -> str:
-    """A job's schedule from its wire form."""
+    """A job's schedule from its wire form (a union's specs joined by ` | `)."""
+    if job.get("specs"):
+        return " | ".join(schedule_of(spec) for spec in job["specs"])
+    if job.get("monthly"):
+        return f"monthly {job['monthly']} at {job.get('at')} ({job.get('timeZone') or 'UTC'})"
     if job.get("cron"):
         return f"cron {job['cron']} ({job.get('timeZone') or 'UTC'})"
     if job.get("every") is not None:
@@ -128,7 +132,7 @@ def job_fields(model: JobView) -> list[tuple[str, Any]]:
     first = ["jobId", "name", "type", "state", "version"]
     fields: list[tuple[str, Any]] = [(k, job.get(k)) for k in first]
     fields.append(("schedule", schedule_of(job)))
-    skip = {*first, "cron", "timeZone", "every", "runAt", "nextFireTimes"}
+    skip = {*first, "cron", "timeZone", "every", "specs", "runAt", "nextFireTimes"}
     fields += [(k, v) for k, v in job.items() if k not in skip]
     for index, instant in enumerate(job.get("nextFireTimes") or []):
         fields.append(("nextFireTimes" if index == 0 else "", instant))
@@ -161,6 +165,20 @@ def skip_reason(run: dict[str, Any]) -> str | None:
     words = f"skipped: {SKIP_REASONS.get(reason, reason)}" if reason else "skipped"
     count = run.get("skippedCount")
     return f"{words} ({count} occurrences)" if count and count > 1 else words
+
+
+def preview_table(lines: Iterable[PreviewLineView]) -> str:
+    """A schedule preview: each instant, whether it fires (or is excluded), which specs, why."""
+    rows = [
+        (
+            wire(line)["at"],
+            "fires" if line.fires else "excluded",
+            "-" if line.specs is None else ",".join(str(i) for i in line.specs),
+            line.reason or "",
+        )
+        for line in lines
+    ]
+    return format_table(["AT", "", "SPECS", "WHY"], rows)
 
 
 def runs_table(runs: Iterable[RunView]) -> str:

@@ -368,6 +368,9 @@ class Flows:
         self.call("POST", f"/v1/jobs/{self.jobs['paused']}/pause", "/v1/jobs/{id}/pause")
         rotated = self.call("POST", f"/v1/jobs/{ok}/signing-secret", "/v1/jobs/{id}/signing-secret")
         assert rotated.status == 200, rotated
+        preview = {"specs": [{"cron": "0 9 * * MON-FRI"}, {"monthly": "last-day", "at": "17:00"}], "count": 3}
+        previewed = self.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", preview)
+        assert previewed.status == 200 and len(previewed.body["fireTimes"]) == 3, previewed
         self.call("GET", "/openapi.json", "/openapi.json")
         self.call("GET", "/docs", "/docs")
 

@@ -897,7 +897,14 @@ def test_job_summary(api, clock):
     assert [r["scheduledFor"] for r in body["lastRuns"]] == [
         f"2026-11-02T0{h}:00:00Z" for h in (8, 6, 5, 4, 3)
     ]
-    assert body["counters"] == {"missed": 0, "overlapSkipped": 0, "succeeded": 1, "dead": 0, "cancelled": 0}
+    assert body["counters"] == {
+        "missed": 0,
+        "overlapSkipped": 0,
+        "excluded": 0,
+        "succeeded": 1,
+        "dead": 0,
+        "cancelled": 0,
+    }
 
 
 # --- tenant isolation and documents ---

@@ -305,12 +305,24 @@ def test_every_route_has_a_method(client: Client, wire: HandlerTransport):
         ("post", "/v1/leases"): "claim",
         ("post", "/v1/leases/{run_key}/heartbeat"): "heartbeat",
         ("post", "/v1/leases/{run_key}/complete"): "complete",
+        ("post", "/v1/schedules/preview"): "preview_schedule",
     }
     document = client.openapi()
     routes = {(m, path) for path, item in document["paths"].items() for m in item if m != "parameters"}
     assert routes == set(methods)
     assert all(callable(getattr(client, name)) for name in methods.values())
     assert "swagger" in client.docs_page().lower()
+
+
+def test_a_schedule_is_previewed_without_a_job(client: Client):
+    shown = client.preview_schedule({"specs": [{"monthly": "last-weekday", "at": "17:00"}], "count": 2})
+    assert [line.at.isoformat() for line in shown.fire_times] == [
+        "2026-11-30T17:00:00+00:00",
+        "2026-12-31T17:00:00+00:00",
+    ]
+    with pytest.raises(Invalid) as invalid:
+        client.preview_schedule({"cron": "0 0 30 2 *"})
+    assert invalid.value.fields == ["cron"]
 
 
 # --- errors ---

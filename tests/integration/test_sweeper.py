@@ -326,6 +326,27 @@ def test_dst_fall_back_end_to_end(container, clock):
     ]
 
 
+def test_dst_fold_both_makes_two_runs_with_their_own_keys_and_none_makes_none(container, clock):
+    # London's 01:30 happens twice on 2026-10-25: at 00:30Z (BST) and 01:30Z (GMT).
+    clock.set(datetime(2026, 10, 24, 23, 59, 0, tzinfo=UTC))
+    both = new_job(container, cron="30 1 * * *", timeZone="Europe/London", dst={"fold": "both"})
+    none = new_job(container, cron="30 1 * * *", timeZone="Europe/London", dst={"fold": "none"})
+    for minute in range(0, 200, 1):
+        clock.set(datetime(2026, 10, 24, 23, 59, 0, tzinfo=UTC) + timedelta(minutes=minute))
+        assert not container.sweeper.sweep().failures
+    runs = all_runs(container, both.job_id)
+    assert [r.scheduled_for for r in runs] == [
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, 30, tzinfo=UTC),
+    ]
+    assert [r.run_key for r in runs] == [
+        f"{both.job_id}@2026-10-25T00:30:00Z",
+        f"{both.job_id}@2026-10-25T01:30:00Z",
+    ]
+    assert all_runs(container, none.job_id) == []
+    assert container.definitions.get(none.job_id).next_run_at == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+
+
 def test_dst_spring_forward_gap_end_to_end(container, clock):
     # New York springs forward 2026-03-08 at 07:00Z: 02:30 local does not exist.
     clock.set(datetime(2026, 3, 8, 6, 0, 0, tzinfo=UTC))

@@ -129,6 +129,23 @@ ROUTES = {
     "create": Route("POST", "/v1/jobs", {**JOB, "target": HTTP}, JOB_FIELDS),
     "create once": Route("POST", "/v1/jobs", {"name": "n", "type": "ext", "runAt": NOW}, {"runAt": INSTANT}),
     "create rate": Route("POST", "/v1/jobs", {"name": "n", "type": "ext", "every": 60}, {"every": TEXT}),
+    "create union": Route(
+        "POST",
+        "/v1/jobs",
+        {
+            "name": "n",
+            "type": "ext",
+            "specs": [{"cron": "0 9 * * *"}, {"monthly": "last-day", "at": "17:00"}],
+            "exclude": [{"startDate": "2026-12-20", "endDate": "2026-12-21"}],
+        },
+        {"specs": ANY, "exclude": ANY},
+    ),
+    "preview": Route(
+        "POST",
+        "/v1/schedules/preview",
+        {"cron": "0 * * * *", "timeZone": "UTC", "count": 3, "after": NOW, "dst": {"fold": "both"}},
+        {"cron": TEXT, "timeZone": TEXT, "count": ANY, "after": INSTANT, "dst.fold": TEXT},
+    ),
     **{
         f"create {target['kind']} target": Route("POST", "/v1/jobs", {**JOB, "target": target}, fields)
         for target, fields in TARGETS

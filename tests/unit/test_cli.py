@@ -715,6 +715,48 @@ def test_list_follows_cursors_with_all(stub: StubApi, capsys: pytest.CaptureFixt
     assert [r["path"] for r in stub.requests] == ["/v1/jobs?state=ACTIVE", "/v1/jobs?state=ACTIVE&cursor=c1"]
 
 
+def test_a_union_schedule_is_listed_spec_by_spec(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    specs = [
+        {"cron": "0 9 * * MON-FRI", "timeZone": "Europe/London", "every": None},
+        {"cron": None, "timeZone": None, "every": 5400},
+    ]
+    union = {**JOB, "cron": None, "timeZone": None, "specs": specs}
+    stub.routes[("GET", "/v1/jobs")] = (200, {"items": [union], "nextCursor": None}, {})
+    assert main(["--endpoint", stub.url, "jobs", "list"]) == 0
+    assert "cron 0 9 * * MON-FRI (Europe/London) | every 1h30m" in capsys.readouterr().out
+
+
+def test_schedules_preview_sends_the_schedule_and_shows_why(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = {
+        "fireTimes": [
+            {"at": "2026-11-02T09:00:00Z", "fires": True, "reason": None, "specs": [0]},
+            {
+                "at": "2026-11-04T09:00:00Z",
+                "fires": False,
+                "reason": "excluded by exclude.0 (dates)",
+                "specs": [0],
+            },
+        ]
+    }
+    stub.routes[("POST", "/v1/schedules/preview")] = (200, answer, {})
+    argv = ["--endpoint", stub.url, "schedules", "preview", "--tz", "Europe/London", "--count", "2"]
+    argv += ["--set", 'specs=[{"cron": "0 9 * * MON-FRI"}]', "--set", "dst.fold=both"]
+    assert main(argv) == 0
+    assert stub.requests[-1]["body"] == {
+        "timeZone": "Europe/London",
+        "count": 2,
+        "specs": [{"cron": "0 9 * * MON-FRI"}],
+        "dst": {"fold": "both"},
+    }
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["AT", "SPECS", "WHY"]
+    assert out[1].split() == ["2026-11-02T09:00:00Z", "fires", "0"]
+    assert out[2].split()[:3] == ["2026-11-04T09:00:00Z", "excluded", "0"]
+    assert out[2].endswith("excluded by exclude.0 (dates)")
+
+
 def test_one_page_mentions_the_next_cursor(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     stub.routes[("GET", "/v1/jobs")] = (200, {"items": [JOB], "nextCursor": "abc"}, {})
     assert main(["--endpoint", stub.url, "jobs", "list", "--limit", "1"]) == 0

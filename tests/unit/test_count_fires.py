@@ -32,7 +32,7 @@ def walked(schedule: Schedule, first: datetime, last: datetime) -> int | None:
     st.datetimes(min_value=datetime(2011, 1, 1), max_value=datetime(2030, 12, 31)),
     st.integers(min_value=0, max_value=90 * 86_400),
     st.sampled_from(["shift", "skip"]),
-    st.sampled_from(["first", "last"]),
+    st.sampled_from(["first", "last", "both", "none"]),
 )
 def test_counting_a_cron_agrees_with_walking_it(
     expression: str, seconds: str, zone_name: str, start: datetime, length: int, gap: str, fold: str
@@ -61,7 +61,7 @@ def test_counting_a_cron_agrees_with_walking_it(
     ],
 )
 @pytest.mark.parametrize("gap", ["shift", "skip"])
-@pytest.mark.parametrize("fold", ["first", "last"])
+@pytest.mark.parametrize("fold", ["first", "last", "both", "none"])
 @pytest.mark.parametrize("cron", ["* * * * * *", "*/7 * * * * *", "0 30 * * * *", "@hourly"])
 def test_dense_crons_across_a_transition(
     zone_name: str, first: str, last: str, gap: str, fold: str, cron: str

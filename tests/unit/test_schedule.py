@@ -77,6 +77,53 @@ def test_london_fold_runs_once(fold: str, expected: datetime) -> None:
     assert next_fire(s, expected) == z("2026-10-26T01:30")
 
 
+def test_london_fold_both_runs_at_each_reading_and_none_at_neither() -> None:
+    both = cron("30 1 * * *", "Europe/London", fold="both")
+    assert fires_between(both, z("2026-10-24T12:00"), z("2026-10-26T12:00"), 10) == [
+        z("2026-10-25T00:30"),  # 01:30 BST
+        z("2026-10-25T01:30"),  # 01:30 GMT
+        z("2026-10-26T01:30"),
+    ]
+    # From between the two readings, the second is still ahead.
+    assert next_fire(both, z("2026-10-25T00:30")) == z("2026-10-25T01:30")
+    none = cron("30 1 * * *", "Europe/London", fold="none")
+    assert fires_between(none, z("2026-10-24T12:00"), z("2026-10-26T12:00"), 10) == [z("2026-10-26T01:30")]
+    # Not a gap: the spring day's 01:30 (which does not exist) is shifted as before.
+    assert next_fire(none, z("2026-03-28T12:00")) == z("2026-03-29T01:00")
+
+
+@pytest.mark.parametrize(
+    ("fold", "repeated_hour"),
+    [
+        ("both", ["00:00", "00:15", "00:30", "00:45", "01:00", "01:15", "01:30", "01:45"]),
+        ("none", []),
+    ],
+)
+def test_london_quarter_hourly_across_fall_back_both_and_none(fold: str, repeated_hour: list[str]) -> None:
+    s = cron("*/15 * * * *", "Europe/London", fold=fold)
+    assert fires_between(s, z("2026-10-24T23:50"), z("2026-10-25T02:00"), 100) == [
+        *[z(f"2026-10-25T{hm}") for hm in repeated_hour],
+        z("2026-10-25T02:00"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("zone_name", "expression", "after", "readings"),
+    [
+        # New York: 01:30 EDT = 05:30Z, 01:30 EST = 06:30Z on 2026-11-01.
+        ("America/New_York", "30 1 * * *", "2026-10-31T12:00", ["2026-11-01T05:30", "2026-11-01T06:30"]),
+        # Lord Howe's half-hour fold: 01:45 +11:00 = 14:45Z, 01:45 +10:30 = 15:15Z on 04-04.
+        ("Australia/Lord_Howe", "45 1 * * *", "2026-04-04T00:00", ["2026-04-04T14:45", "2026-04-04T15:15"]),
+    ],
+)
+def test_fold_both_and_none_in_other_zones(
+    zone_name: str, expression: str, after: str, readings: list[str]
+) -> None:
+    assert upcoming(cron(expression, zone_name, fold="both"), z(after), 2) == [z(t) for t in readings]
+    assert z(readings[0]) not in upcoming(cron(expression, zone_name, fold="none"), z(after), 2)
+    assert z(readings[1]) not in upcoming(cron(expression, zone_name, fold="none"), z(after), 2)
+
+
 def test_london_fold_last_seen_from_inside_the_first_reading() -> None:
     s = cron("30 1 * * *", "Europe/London", fold="last")
     # 00:30Z and 00:00Z read 01:30 / 01:00 BST; the run at 01:30 GMT is still ahead.
@@ -466,6 +513,13 @@ def matches(expr: str, w: datetime) -> bool:
     return walker.get_next(datetime) == w
 
 
+def ambiguous(w: datetime, tz: ZoneInfo) -> bool:
+    """Whether the wall time happens twice (clocks going back)."""
+    return w.replace(tzinfo=tz, fold=0).utcoffset() != w.replace(tzinfo=tz, fold=1).utcoffset() and exists(
+        w, tz
+    )
+
+
 def is_transition(t: datetime, tz: ZoneInfo) -> bool:
     return t.astimezone(tz).utcoffset() != (t - ONE_SECOND).astimezone(tz).utcoffset()
 
@@ -489,11 +543,16 @@ def test_property_cron_occurrences(case: tuple[Schedule, datetime]) -> None:
         assert next_fire(s, t - ONE_SECOND) == t
 
     walls = [wall(t, tz) for t in got]
-    assert len(set(walls)) == len(walls), "a repeated local time runs once"
+    if s.dst.fold is not DstFold.BOTH:
+        assert len(set(walls)) == len(walls), "a repeated local time runs once"
+    else:
+        assert all(walls.count(w) <= 2 for w in walls), "a repeated local time runs at most twice"
     for t in got:
-        if t.astimezone(tz).utcoffset() != (t.astimezone(tz).replace(fold=1)).utcoffset():
+        if ambiguous(wall(t, tz), tz):
             # An ambiguous local time: the chosen reading follows the fold policy.
-            assert t.astimezone(tz).fold == (0 if s.dst.fold is DstFold.FIRST else 1)
+            reading = t.astimezone(tz).fold
+            assert s.dst.fold is not DstFold.NONE
+            assert reading == {DstFold.FIRST: 0, DstFold.LAST: 1}.get(s.dst.fold, reading)
 
     for t, w in zip(got, walls, strict=True):
         if not matches(s.cron, w):
@@ -503,13 +562,23 @@ def test_property_cron_occurrences(case: tuple[Schedule, datetime]) -> None:
     # Completeness: every existing wall-clock match in the window ran exactly once, in order.
     expr = croniter_form(normalised(s.cron))
     walker = croniter(
-        expr, walls[0] - ONE_SECOND, second_at_beginning=has_seconds_field(expr), day_or=day_or(expr)
+        expr,
+        min(min(walls), wall(start, tz)) - timedelta(hours=2) - ONE_SECOND,
+        second_at_beginning=has_seconds_field(expr),
+        day_or=day_or(expr),
     )
     expected: list[datetime] = []
-    while (m := walker.get_next(datetime)) <= walls[-1]:
-        if exists(m, tz):
-            expected.append(m)
-    assert [w for w in walls if matches(s.cron, w)] == expected
+    while (m := walker.get_next(datetime)) <= max(walls):
+        if not exists(m, tz):
+            continue
+        if not ambiguous(m, tz):
+            expected.append(m.replace(tzinfo=tz).astimezone(UTC))
+        elif s.dst.fold is not DstFold.NONE:
+            readings = [m.replace(tzinfo=tz, fold=fold).astimezone(UTC) for fold in (0, 1)]
+            expected += {DstFold.FIRST: readings[:1], DstFold.LAST: readings[1:]}.get(s.dst.fold, readings)
+    # Instants: under `both` a fold's two readings interleave with other walls' in time.
+    found = [t for t, w in zip(got, walls, strict=True) if matches(s.cron, w)]
+    assert found == sorted(t for t in expected if start < t <= got[-1])
 
 
 @PROPERTY

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,6 +24,8 @@ from ..domain.errors import FieldProblem, ValidationFailed
 from ..domain.instants import ClientBound, ClientInstant
 from ..domain.models import (
     JOB_TYPE_PATTERN,
+    MAX_EXCLUSIONS,
+    MAX_SCHEDULE_SPECS,
     WRITE,
     DeliveryGuarantee,
     DstPolicy,
@@ -90,7 +92,70 @@ Duration = Annotated[
 MAX_CRON_CHARS = 1024
 
 
+def one_to(most: int, noun: str, items: Any) -> Any:
+    """`items` as given, unless it is a list of fewer than 1 or more than `most` items:
+    ValueError naming the bound. Run before the items are read (a `before` validator), so a
+    list of thousands costs no more than one just over the bound."""
+    if isinstance(items, list) and not 1 <= len(items) <= most:
+        raise ValueError(f"must hold 1 to {most} {noun}; got {len(items)}")
+    return items
+
+
 # --- jobs ---
+
+
+class SpecBody(ApiModel):
+    """One spec of a union schedule (`specs`): `cron` or `monthly` + `at` (in `timeZone`,
+    else the job's `timeZone`, else UTC), or `every`, counted from `startAt` or the creation
+    of the job."""
+
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    monthly: str | None = Field(
+        default=None,
+        max_length=32,
+        description="a day of each month: last-day, last-weekday, 'last FRI', '2nd TUE' (with `at`)",
+    )
+    at: str | None = Field(default=None, max_length=8, description="the time of day of `monthly`: HH:MM[:SS]")
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def parse_date(value: Any) -> date:
+    """A calendar date written as `YYYY-MM-DD`, and nothing else (no number, no instant)."""
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise ValueError("must be a date written YYYY-MM-DD")
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be a date written YYYY-MM-DD") from None
+
+
+ClientDate = Annotated[
+    date, BeforeValidator(parse_date), WithJsonSchema({"type": "string", "format": "date", "maxLength": 10})
+]
+
+
+class ExclusionBody(ApiModel):
+    """Occurrences a job does not fire at (`exclude`): exactly one of `cron` (its wall-clock
+    matches in `timeZone`), `startDate`..`endDate` (local dates in `timeZone`, both included)
+    or `start`..`end` (instants, `end` excluded). `timeZone` defaults to the job's, else UTC."""
+
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    start_date: ClientDate | None = None
+    end_date: ClientDate | None = None
+    start: ClientInstant | None = None
+    end: ClientInstant | None = None
+
+    def to_domain(self, default_zone: str | None) -> dict[str, Any]:
+        """The domain Exclusion's fields: a cron or dates in its zone, the job's, or UTC."""
+        fields = self.model_dump(exclude_none=True)
+        if self.cron is not None or self.start_date is not None or self.end_date is not None:
+            fields["time_zone"] = self.time_zone or default_zone or "UTC"
+        return fields
 
 
 class RetryBody(ApiModel):
@@ -99,7 +164,21 @@ class RetryBody(ApiModel):
     max_age_seconds: StrictInt | None = None
 
 
-class JobBody(ApiModel):
+class BoundedScheduleLists(ApiModel):
+    """A body's `specs` and `exclude` counted before any item is read (`one_to`)."""
+
+    @field_validator("specs", mode="before", check_fields=False)
+    @classmethod
+    def _few_specs(cls, specs: Any) -> Any:
+        return one_to(MAX_SCHEDULE_SPECS, "specs", specs)
+
+    @field_validator("exclude", mode="before", check_fields=False)
+    @classmethod
+    def _few_exclusions(cls, exclude: Any) -> Any:
+        return one_to(MAX_EXCLUSIONS, "exclusions", exclude)
+
+
+class JobBody(BoundedScheduleLists):
     """A job as the client writes it (POST body; a PATCH is merged into this shape)."""
 
     name: str = Field(min_length=1, max_length=256)
@@ -110,6 +189,17 @@ class JobBody(ApiModel):
     cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
     time_zone: str | None = Field(default=None, max_length=64)
     every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    specs: list[SpecBody] | None = Field(
+        default=None,
+        description=f"a union of 1 to {MAX_SCHEDULE_SPECS} cron and rate specs: the job fires once at"
+        " each instant any of them fires",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_SCHEDULE_SPECS},
+    )
+    exclude: list[ExclusionBody] | None = Field(
+        default=None,
+        description=f"1 to {MAX_EXCLUSIONS} exclusions: occurrences they cover do not fire",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_EXCLUSIONS},
+    )
     start_at: ClientInstant | None = None
     end_at: ClientInstant | None = None
     max_runs: StrictInt | None = None
@@ -132,27 +222,54 @@ class JobBody(ApiModel):
 
     def to_spec(self, anchor: datetime | None = None) -> JobSpec:
         """Build the domain spec; every rule it breaks comes back as a ValidationFailed."""
-        candidates = (("runAt", self.run_at), ("cron", self.cron), ("every", self.every))
+        candidates = (
+            ("runAt", self.run_at),
+            ("cron", self.cron),
+            ("every", self.every),
+            ("specs", self.specs),
+        )
         given = [name for name, value in candidates if value is not None]
         if len(given) != 1:
             raise ValidationFailed(
-                "schedule", f"exactly one of runAt, cron or every is required; got {len(given) or 'none'}"
+                "schedule",
+                f"exactly one of runAt, cron, every or specs is required; got {len(given) or 'none'}",
             )
         problems: list[FieldProblem] = []
         every = _whole_seconds("every", self.every, problems, minimum=1)
         window = _whole_seconds("catchUpWindow", self.catch_up_window, problems, minimum=0)
-        if self.time_zone and not self.cron:
-            problems.append(FieldProblem("timeZone", "only applies to a cron schedule"))
+        specs = [
+            {
+                "cron": spec.cron,
+                "monthly": spec.monthly,
+                "at": spec.at,
+                "time_zone": (spec.time_zone or self.time_zone or "UTC")
+                if spec.cron is not None or spec.monthly is not None
+                else spec.time_zone,
+                "every_seconds": _whole_seconds(f"specs.{index}.every", spec.every, problems, minimum=1),
+            }
+            for index, spec in enumerate(self.specs or ())
+        ]
+        if self.time_zone and not (self.cron or self.specs or self.exclude):
+            problems.append(FieldProblem("timeZone", "only applies to a cron schedule, specs or exclude"))
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
-        kind = {"runAt": ScheduleKind.ONCE, "cron": ScheduleKind.CRON, "every": ScheduleKind.RATE}[given[0]]
+        kind = {
+            "runAt": ScheduleKind.ONCE,
+            "cron": ScheduleKind.CRON,
+            "every": ScheduleKind.RATE,
+            "specs": ScheduleKind.UNION,
+        }[given[0]]
         schedule: dict[str, Any] = {
             "kind": kind,
             "at": self.run_at,
             "cron": self.cron,
             "time_zone": (self.time_zone or "UTC") if self.cron else None,
             "every_seconds": every,
-            "anchor": anchor if kind is ScheduleKind.RATE else None,
+            "specs": specs if kind is ScheduleKind.UNION else None,
+            "exclude": None
+            if self.exclude is None
+            else [exclusion.to_domain(self.time_zone) for exclusion in self.exclude],
+            "anchor": anchor if kind in (ScheduleKind.RATE, ScheduleKind.UNION) else None,
             "start_at": self.start_at,
             "end_at": self.end_at,
             "max_runs": self.max_runs,
@@ -215,9 +332,7 @@ class JobBatchBody(ApiModel):
     @field_validator("jobs", mode="before")
     @classmethod
     def _bounded(cls, jobs: Any) -> Any:
-        if isinstance(jobs, list) and not 1 <= len(jobs) <= MAX_BATCH_JOBS:
-            raise ValueError(f"must hold 1 to {MAX_BATCH_JOBS} jobs; got {len(jobs)}")
-        return jobs
+        return one_to(MAX_BATCH_JOBS, "jobs", jobs)
 
 
 def _whole_seconds(
@@ -232,7 +347,7 @@ def _whole_seconds(
     return int(seconds)
 
 
-_SCHEDULE_FIELDS = ("runAt", "cron", "timeZone", "every")
+_SCHEDULE_FIELDS = ("runAt", "cron", "timeZone", "every", "specs")
 
 
 def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
@@ -241,9 +356,9 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
     if "idempotencyKey" in patch:
         raise ValidationFailed("idempotencyKey", "only applies to create")
     merged = JobFieldsView.from_job(job).model_dump(mode="json", by_alias=True, exclude_none=True)
-    if any(name in patch for name in ("runAt", "cron", "every")):
-        # A new schedule replaces the old one, but a new cron keeps the zone it had.
-        keep_zone = "cron" in patch and "timeZone" in merged
+    if any(name in patch for name in ("runAt", "cron", "every", "specs")):
+        # A new schedule replaces the old one, but a new cron (or specs) keeps the zone it had.
+        keep_zone = ("cron" in patch or "specs" in patch) and "timeZone" in merged
         for name in _SCHEDULE_FIELDS:
             if not (name == "timeZone" and keep_zone):
                 merged.pop(name, None)
@@ -271,7 +386,7 @@ def merge_patch(job: Job, patch: dict[str, Any]) -> tuple[JobBody, bool]:
         body = JobBody.model_validate(merged)
     except ValidationError as exc:
         raise validation_failed(exc) from None
-    return body, "every" in patch or "startAt" in patch
+    return body, "every" in patch or "specs" in patch or "startAt" in patch
 
 
 def _merge(base: Any, patch: Any) -> Any:
@@ -400,3 +515,50 @@ class CompleteBody(ApiModel):
         if self.error is not None and self.outcome == "succeeded":
             raise rule_on("error", "only applies when outcome is failed")
         return self
+
+
+# --- schedules ---
+
+MAX_PREVIEW = 100  # fire times one preview lists
+
+
+class SchedulePreviewBody(BoundedScheduleLists):
+    """A schedule not saved (`POST /v1/schedules/preview`): the schedule members of a job's
+    body, checked by the same rules, and how many fire times to list from `after` (default
+    now)."""
+
+    run_at: ClientInstant | None = None
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    time_zone: str | None = Field(default=None, max_length=64)
+    every: Duration | None = Field(default=None, description="ISO 8601 duration (PT15M) or seconds")
+    specs: list[SpecBody] | None = Field(
+        default=None, json_schema_extra={"minItems": 1, "maxItems": MAX_SCHEDULE_SPECS}
+    )
+    exclude: list[ExclusionBody] | None = Field(
+        default=None, json_schema_extra={"minItems": 1, "maxItems": MAX_EXCLUSIONS}
+    )
+    start_at: ClientInstant | None = None
+    end_at: ClientInstant | None = None
+    max_runs: StrictInt | None = None
+    dst: DstPolicy | None = None
+    catch_up_window: Duration | None = Field(
+        default=None, description="as a job's: bounds a runAt in the past"
+    )
+    count: StrictInt = Field(
+        default=10, ge=1, le=MAX_PREVIEW, description=f"fire times to list, 1 to {MAX_PREVIEW}"
+    )
+    after: ClientInstant | None = Field(
+        default=None, description="list fire times after this instant (default now)"
+    )
+
+    def to_spec(self, anchor: datetime) -> JobSpec:
+        """The spec a job of this schedule would have (rates counted from `startAt`, else
+        `anchor`); every rule it breaks comes back as a ValidationFailed naming the field."""
+        members = {
+            name: getattr(self, name)
+            for name in SchedulePreviewBody.model_fields
+            if name in JobBody.model_fields
+        }
+        # Checked already, member by member, as a job's body is: only the spec is built here.
+        body = JobBody.model_construct(name="preview", type="preview", **members)
+        return body.to_spec(self.start_at or anchor)

@@ -7,7 +7,7 @@ schema is caught as a server error, never sent."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -35,6 +35,7 @@ from .base import ApiModel
 
 if TYPE_CHECKING:  # only the server builds views from these: the client never imports them
     from ..domain.run_listing import RunSummary
+    from ..domain.schedule import Previewed
     from ..domain.signing import SigningSecrets
     from ..services.runs import BulkOutcome
 
@@ -75,6 +76,28 @@ class RetryView(View):
     max_age_seconds: int | None = None
 
 
+class SpecView(View):
+    """One spec of a union schedule, as written back: `cron` or `monthly` + `at` with its
+    zone, or `every`."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    every: int | None = Field(default=None, description="seconds")
+    monthly: str | None = None
+    at: str | None = None
+
+
+class ExclusionView(View):
+    """One exclusion, as written back: a cron or dates with their zone, or instants."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    start_date: date | None = None
+    end_date: date | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+
+
 class JobFieldsView(View):
     """A job in the shape a client writes it: the base a PATCH is merged into."""
 
@@ -86,6 +109,8 @@ class JobFieldsView(View):
     cron: str | None = None
     time_zone: str | None = None
     every: int | None = Field(default=None, description="seconds")
+    specs: list[SpecView] | None = Field(default=None, description="a union schedule's specs")
+    exclude: list[ExclusionView] | None = Field(default=None, description="occurrences that do not fire")
     start_at: Instant | None = None
     end_at: Instant | None = None
     max_runs: int | None = None
@@ -114,6 +139,17 @@ class JobFieldsView(View):
             "cron": schedule.cron,
             "time_zone": schedule.time_zone,
             "every": schedule.every_seconds,
+            "specs": None
+            if schedule.specs is None
+            else [
+                SpecView(
+                    cron=s.cron, time_zone=s.time_zone, every=s.every_seconds, monthly=s.monthly, at=s.at
+                )
+                for s in schedule.specs
+            ],
+            "exclude": None
+            if schedule.exclude is None
+            else [ExclusionView.model_validate(e, from_attributes=True) for e in schedule.exclude],
             "start_at": schedule.start_at,
             "end_at": schedule.end_at,
             "max_runs": schedule.max_runs,
@@ -472,6 +508,7 @@ class BackfillView(View):
 class CountersView(View):
     missed: int = 0
     overlap_skipped: int = 0
+    excluded: int = Field(default=0, description="occurrences the sweep passed over as excluded")
     succeeded: int = 0
     dead: int = 0
     cancelled: int = 0
@@ -582,3 +619,37 @@ class JobBatchView(View):
     created: int
     replayed: int
     refused: int
+
+
+# --- schedules ---
+
+
+class PreviewLineView(View):
+    """An instant a previewed schedule fires at (`fires`), or one its exclusions take off."""
+
+    at: Instant
+    fires: bool
+    reason: str | None = Field(
+        default=None, description="why it does not fire (an exclusion), or how a DST rule placed it"
+    )
+    specs: list[int] | None = Field(default=None, description="a union's specs that fire then, by index")
+
+
+class SchedulePreviewView(View):
+    """A schedule's next fire times, and the occurrences its exclusions take off among them."""
+
+    fire_times: list[PreviewLineView]
+
+    @classmethod
+    def of(cls, lines: Sequence[Previewed]) -> SchedulePreviewView:
+        return cls(
+            fire_times=[
+                PreviewLineView(
+                    at=line.at,
+                    fires=line.fires,
+                    reason=line.reason,
+                    specs=None if line.specs is None else list(line.specs),
+                )
+                for line in lines
+            ]
+        )

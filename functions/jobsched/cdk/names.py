@@ -247,6 +247,9 @@ ROUTES = (
     Route("POST", "/v1/leases", LEASE_WORKER),
     Route("POST", "/v1/leases/{runKey}/heartbeat", LEASE_WORKER),
     Route("POST", "/v1/leases/{runKey}/complete", LEASE_WORKER),
+    # A schedule not saved: writes nothing, but it is a POST (the reader policy grants GETs
+    # only) and a tool for writing jobs, so whoever may create a job may preview one.
+    Route("POST", "/v1/schedules/preview", WRITER),
     Route("GET", "/openapi.json", READER),
     Route("GET", "/docs", READER),
 )

@@ -20,6 +20,7 @@ from ..api_models.requests import (
     JobBody,
     RedriveBody,
     ReportedError,
+    SchedulePreviewBody,
 )
 from ..api_models.views import (
     BackfillView,
@@ -37,6 +38,7 @@ from ..api_models.views import (
     RunSummaryList,
     RunSummaryView,
     RunView,
+    SchedulePreviewView,
     SigningSecretView,
 )
 from ..domain.instants import format_instant
@@ -330,6 +332,21 @@ class Client:
     def job_summary(self, job_id: str) -> JobSummaryView:
         """`GET /v1/jobs/{id}/summary`: next fire times, last runs and counters. Raises NotFound."""
         return self._get(JobSummaryView, self._job_path(job_id, "/summary"))
+
+    # --- schedules ---
+
+    def preview_schedule(self, schedule: SchedulePreviewBody | Mapping[str, Any]) -> SchedulePreviewView:
+        """`POST /v1/schedules/preview`: a schedule not saved (`cron`, `specs`, `exclude`,
+        `dst`... as a job's body spells them; `count`, `after`): its next fire times, and the
+        occurrences its exclusions take off among them, each with why. Saves nothing. Raises
+        Invalid as creating a job of that schedule would."""
+        body = (
+            schedule
+            if isinstance(schedule, SchedulePreviewBody)
+            else SchedulePreviewBody.model_validate(schedule)
+        )
+        reply = self._send("POST", "/v1/schedules/preview", _dump(body), idempotent=True)
+        return self._parse(SchedulePreviewView, reply)
 
     # --- runs of a job ---
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import re
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -109,3 +110,64 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, IsADirectoryError) as exc:
         raise ValueError(f"{shown(name)} is not an IANA time zone name (e.g. Europe/London)") from exc
+
+
+# --- calendar rules: a day of each month, as a union's spec says it (`monthly`) ---
+
+WEEKDAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # date.weekday() order
+_ORDINALS = {"1st": 1, "2nd": 2, "3rd": 3, "4th": 4, "5th": 5}
+_TIME_OF_DAY = re.compile(r"([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?", re.ASCII)
+MONTHLY_RULE = (
+    "must be last-day, last-weekday (the last Monday to Friday), 'last <DAY>' or "
+    "'<1st|2nd|3rd|4th|5th> <DAY>', DAY one of MON TUE WED THU FRI SAT SUN"
+)
+
+
+def check_monthly(text: str) -> str:
+    """The rule normalised (`last-day`, `last-weekday`, `last FRI`, `2nd TUE`), or ValueError."""
+    words = text.strip().split()
+    if len(words) == 1 and words[0].lower() in ("last-day", "last-weekday"):
+        return words[0].lower()
+    which = words[0].lower() if len(words) == 2 else ""
+    if (which == "last" or which in _ORDINALS) and words[1].upper() in WEEKDAYS:
+        return f"{which} {words[1].upper()}"
+    raise ValueError(MONTHLY_RULE)
+
+
+def check_time_of_day(text: str) -> tuple[int, int, int]:
+    """`HH:MM` or `HH:MM:SS` (24-hour) as (hour, minute, second), or ValueError."""
+    match = _TIME_OF_DAY.fullmatch(text)
+    if match is None:
+        raise ValueError("must be a time of day written HH:MM or HH:MM:SS (00:00 to 23:59:59)")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def monthly_day(rule: str, year: int, month: int) -> int | None:
+    """The day of `month` a (normalised) rule names; None when the month has none (a 5th)."""
+    days = calendar.monthrange(year, month)[1]
+    if rule == "last-day":
+        return days
+    if rule == "last-weekday":
+        day = days
+        while calendar.weekday(year, month, day) >= 5:
+            day -= 1
+        return day
+    which, name = rule.split(" ")
+    weekday = WEEKDAYS.index(name)
+    first = 1 + (weekday - calendar.weekday(year, month, 1)) % 7
+    if which == "last":
+        return first + 7 * ((days - first) // 7)
+    day = first + 7 * (_ORDINALS[which] - 1)
+    return day if day <= days else None
+
+
+def monthly_cron(rule: str, at: str) -> str:
+    """A 6-field cron firing at `at` on every day that can be the rule's day (the days it
+    may fall on): the rule's occurrences are those of its days (`monthly_day`)."""
+    hour, minute, second = check_time_of_day(at)
+    if rule.startswith("last"):
+        days = "22-31"
+    else:
+        n = _ORDINALS[rule.split(" ")[0]]
+        days = f"{7 * (n - 1) + 1}-{min(7 * n, 31)}"
+    return f"{second} {minute} {hour} {days} * *"

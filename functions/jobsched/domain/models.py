@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -27,7 +27,13 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from .cron import check_cron_expression, check_time_zone_name, zone
+from .cron import (
+    check_cron_expression,
+    check_monthly,
+    check_time_of_day,
+    check_time_zone_name,
+    zone,
+)
 from .instants import Instant
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -132,8 +138,12 @@ class DstGap(StrEnum):
 
 
 class DstFold(StrEnum):
+    """Which reading of a repeated wall time (clocks going back) an occurrence runs at."""
+
     FIRST = "first"
     LAST = "last"
+    BOTH = "both"  # two runs, one at each reading (two instants: two run keys)
+    NONE = "none"  # no run for that occurrence
 
 
 class DeliveryGuarantee(StrEnum):
@@ -147,6 +157,12 @@ class ScheduleKind(StrEnum):
     ONCE = "once"
     CRON = "cron"
     RATE = "rate"
+    UNION = "union"  # several cron and rate specs: one occurrence per instant any of them fires
+
+
+# The most specs one union schedule holds: the sweep evaluates every one of them for each
+# occurrence it looks for, so the bound keeps a job's cost per run near a single cron's.
+MAX_SCHEDULE_SPECS = 10
 
 
 class DstPolicy(Model):
@@ -154,8 +170,133 @@ class DstPolicy(Model):
     fold: DstFold = DstFold.FIRST
 
 
+def checked_cron(cron: str, time_zone: str | None, info: ValidationInfo) -> str:
+    """`cron` normalised, once it and `time_zone` hold the rules of a cron schedule (the
+    zone's name checked against the database on a write); else the rule broken, raised on
+    `cron` or `time_zone`."""
+    if not time_zone:
+        raise rule_on("time_zone", "required with cron (an IANA name such as Europe/London)")
+    try:
+        normalised = check_cron_expression(cron)
+    except ValueError as exc:
+        raise rule_on("cron", str(exc)) from None
+    checked_zone(time_zone, info, "cron")
+    return normalised
+
+
+def checked_zone(time_zone: str | None, info: ValidationInfo, needed_by: str) -> None:
+    """Nothing, once `time_zone` is a zone (its name checked against the database on a
+    write); else the rule broken, raised on `time_zone`, naming what needs it."""
+    if not time_zone:
+        raise rule_on("time_zone", f"required with {needed_by} (an IANA name such as Europe/London)")
+    try:
+        if writing(info):
+            check_time_zone_name(time_zone)
+        zone(time_zone)
+    except ValueError as exc:
+        raise rule_on("time_zone", str(exc)) from None
+
+
+class ScheduleSpec(Model):
+    """One member of a union schedule: `cron` in `time_zone`; a rate of `every_seconds`
+    counted from its schedule's anchor; or a day of each month (`monthly`, a calendar rule
+    such as `last-weekday` or `2nd TUE`) at a time of day (`at`) in `time_zone`. The
+    union's bounds and DST policy hold for it."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    every_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600)
+    monthly: str | None = None
+    at: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self, info: ValidationInfo) -> ScheduleSpec:
+        given = [v for v in (self.cron, self.every_seconds, self.monthly) if v is not None]
+        if len(given) != 1:
+            raise rule_on((), "exactly one of cron, every or monthly is required")
+        if (self.at is not None) != (self.monthly is not None):
+            raise rule_on("at", "is required with monthly, and applies only to it")
+        if self.every_seconds is not None:
+            if self.time_zone is not None:
+                raise rule_on("time_zone", "only applies to a cron or monthly spec")
+            return self
+        if self.monthly is not None and self.at is not None:
+            try:
+                object.__setattr__(self, "monthly", check_monthly(self.monthly))
+            except ValueError as exc:
+                raise rule_on("monthly", str(exc)) from None
+            try:
+                check_time_of_day(self.at)
+            except ValueError as exc:
+                raise rule_on("at", str(exc)) from None
+            checked_zone(self.time_zone, info, "monthly")
+            return self
+        assert self.cron is not None
+        # Frozen model: store the canonical form.
+        object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
+        return self
+
+
+# The most exclusions one job holds: each is checked against every occurrence the sweep finds.
+MAX_EXCLUSIONS = 20
+
+
+class Exclusion(Model):
+    """Instants a job does not fire at, even when its schedule does. Exactly one form:
+    - `cron` (in `time_zone`): an occurrence whose wall time there matches it, a 5-field
+      expression to the minute (`* * 25 12 *` is all of 25 December), a 6-field one to the
+      second;
+    - `start_date`..`end_date` (in `time_zone`): an occurrence whose local date lies in
+      that range, both days included;
+    - `start`..`end`: an occurrence at an instant t with start <= t < end."""
+
+    cron: str | None = None
+    time_zone: str | None = None
+    start_date: date | None = None
+    end_date: date | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self, info: ValidationInfo) -> Exclusion:
+        forms = [
+            name
+            for name, given in (
+                ("cron", self.cron is not None),
+                ("dates", self.start_date is not None or self.end_date is not None),
+                ("instants", self.start is not None or self.end is not None),
+            )
+            if given
+        ]
+        if len(forms) != 1:
+            raise rule_on((), "exactly one of cron, startDate/endDate or start/end is required")
+        if self.cron is not None:
+            # Frozen model: store the canonical form.
+            object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
+        elif forms == ["dates"]:
+            if self.start_date is None or self.end_date is None:
+                missing = "end_date" if self.end_date is None else "start_date"
+                raise rule_on(missing, "is required with its pair")
+            if self.end_date < self.start_date:
+                raise rule_on("end_date", "must not be before startDate")
+            if self.start_date.year < 1970:
+                raise rule_on("start_date", "must be in 1970 or after")
+            if self.end_date.year > 9998:
+                raise rule_on("end_date", "must be in 9998 or before")
+            checked_zone(self.time_zone, info, "startDate/endDate")
+        else:
+            if self.start is None or self.end is None:
+                raise rule_on("end" if self.end is None else "start", "is required with its pair")
+            if self.end <= self.start:
+                raise rule_on("end", "must be after start")
+            if self.time_zone is not None:
+                raise rule_on("time_zone", "only applies to a cron or dates")
+        return self
+
+
 class Schedule(Model):
-    """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds` (+ anchor)."""
+    """When a job fires. Exactly one of: `at` (once), `cron` + `time_zone`, `every_seconds`
+    (+ anchor), or `specs` (a union of crons and rates; rates count from `anchor`)."""
 
     kind: ScheduleKind
     at: Instant | None = None
@@ -167,11 +308,25 @@ class Schedule(Model):
     end_at: Instant | None = None
     max_runs: int | None = Field(default=None, ge=1)
     dst: DstPolicy = DstPolicy()
+    specs: list[ScheduleSpec] | None = None
+    exclude: list[Exclusion] | None = None  # occurrences it does not fire at after all
+    # A cron whose occurrences fall only on the day of each month this calendar rule names
+    # (domain.cron.monthly_day): set on the member a union's `monthly` spec becomes.
+    monthly: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Schedule:
         kind = self.kind
-        if kind is ScheduleKind.ONCE:
+        if kind is not ScheduleKind.UNION and self.specs is not None:
+            raise rule_on("specs", f"applies only to a {ScheduleKind.UNION.value} schedule")
+        if kind is ScheduleKind.UNION:
+            if not self.specs:
+                raise rule_on("specs", "required for a union schedule (at least one spec)")
+            if writing(info) and len(self.specs) > MAX_SCHEDULE_SPECS:
+                raise rule_on("specs", f"holds at most {MAX_SCHEDULE_SPECS} specs; got {len(self.specs)}")
+            if self.at or self.cron or self.every_seconds or self.time_zone:
+                raise rule_on("specs", "cannot be combined with runAt, cron, timeZone or every")
+        elif kind is ScheduleKind.ONCE:
             if self.at is None:
                 raise rule_on("at", "required for a one-time schedule")
             if self.cron or self.every_seconds:
@@ -179,19 +334,8 @@ class Schedule(Model):
         elif kind is ScheduleKind.CRON:
             if not self.cron:
                 raise rule_on("cron", "required for a cron schedule")
-            if not self.time_zone:
-                raise rule_on("time_zone", "required with cron (an IANA name such as Europe/London)")
-            try:
-                normalised = check_cron_expression(self.cron)
-            except ValueError as exc:
-                raise rule_on("cron", str(exc)) from None
-            object.__setattr__(self, "cron", normalised)  # frozen model: store the canonical form
-            try:
-                if writing(info):
-                    check_time_zone_name(self.time_zone)
-                zone(self.time_zone)
-            except ValueError as exc:
-                raise rule_on("time_zone", str(exc)) from None
+            # Frozen model: store the canonical form.
+            object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
             if self.at or self.every_seconds:
                 raise rule_on("cron", "cannot be combined with runAt or every")
         else:
@@ -201,7 +345,20 @@ class Schedule(Model):
                 raise rule_on("every_seconds", "cannot be combined with runAt or cron")
         if self.start_at and self.end_at and self.end_at <= self.start_at:
             raise rule_on("end_at", "must be after startAt")
+        if self.exclude is not None:
+            if kind is ScheduleKind.ONCE:
+                raise rule_on("exclude", "only applies to a recurring schedule (cron, every or specs)")
+            if writing(info) and len(self.exclude) > MAX_EXCLUSIONS:
+                count = len(self.exclude)
+                raise rule_on("exclude", f"holds at most {MAX_EXCLUSIONS} exclusions; got {count}")
         return self
+
+    @property
+    def counts_from_anchor(self) -> bool:
+        """Whether occurrences are counted from `anchor`: a rate, or a union holding one."""
+        if self.kind is ScheduleKind.UNION:
+            return any(spec.every_seconds is not None for spec in self.specs or ())
+        return self.kind is ScheduleKind.RATE
 
 
 # The longest `retry.maxAgeSeconds`: an attempt series lasts at most this long, so a run

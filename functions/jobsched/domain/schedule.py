@@ -1,21 +1,33 @@
-"""When a schedule fires: once, fixed rate, or cron in an IANA zone under a DST policy.
+"""When a schedule fires: once, fixed rate, cron in an IANA zone under a DST policy, or a
+union of crons and rates (one occurrence per instant, however many of its specs fire then);
+less the instants its exclusions cover.
 
 Nothing here reads the clock; the reference instant is always an argument. Every instant
 returned is aware UTC with whole seconds."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
-from itertools import islice
+from itertools import islice, takewhile
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from .cron import check_cron_expression, croniter_form, day_or, has_seconds_field, zone
+from .cron import (
+    check_cron_expression,
+    croniter_form,
+    day_or,
+    has_seconds_field,
+    monthly_cron,
+    monthly_day,
+    zone,
+)
 from .instants import to_utc
-from .models import DstFold, DstGap, DstPolicy, Schedule, ScheduleKind
+from .models import DstFold, DstGap, DstPolicy, Exclusion, Schedule, ScheduleKind, ScheduleSpec
 
 _ONE_SECOND = timedelta(seconds=1)
 _ZERO = timedelta(0)
@@ -74,7 +86,11 @@ def latest_fire_before(schedule: Schedule, before: datetime, *, not_before: date
     before, not_before = to_utc(before), to_utc(not_before)
     if before <= not_before:
         return None
-    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None:
+    if schedule.kind is ScheduleKind.UNION:
+        # The union's latest is the latest of its members' latest ones.
+        latest_each = [latest_fire_before(m, before, not_before=not_before) for m in members(schedule)]
+        return max((t for t in latest_each if t is not None), default=None)
+    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None and not schedule.exclude:
         assert schedule.anchor is not None and schedule.every_seconds is not None
         step = timedelta(seconds=schedule.every_seconds)
         anchor = to_utc(schedule.anchor)
@@ -131,8 +147,22 @@ def count_fires(schedule: Schedule, first: datetime, last: datetime) -> int:
 
     Rates are counted in O(1). A cron is counted by calendar arithmetic on wall time
     (whole matching days, then hours, minutes, seconds at the two ends), which costs about
-    the matching days in the range; only the hours around a DST transition are walked."""
+    the matching days in the range; only the hours around a DST transition are walked.
+    A union adds to its densest member's count the occurrences of the others that no member
+    counted before fires at; exclusions of dates and instants take off the occurrences in
+    their spans, and an exclusion cron has every occurrence walked: so a count walks up to
+    `count_walk(schedule, first, last)` occurrences; bound that first (`countable_through`)."""
     first, last = to_utc(first), to_utc(last)
+    if schedule.exclude:
+        return _count_unexcluded(schedule, first, last)
+    if schedule.kind is ScheduleKind.UNION:
+        parts = members(schedule)
+        if len(parts) > 1:
+            return _count_union(parts, first, last)
+        schedule = parts[0]
+    if schedule.monthly is not None:
+        # A calendar rule's days are walked: a handful a month.
+        return sum(1 for _ in takewhile(lambda t: t <= last, _occurrences(schedule, first - _ONE_SECOND)))
     if schedule.start_at is not None:
         first = max(first, to_utc(schedule.start_at))
     if schedule.end_at is not None:
@@ -298,6 +328,112 @@ def _floor(instant: datetime, level: int) -> datetime:
     return instant.replace(second=0)
 
 
+def members(schedule: Schedule) -> list[Schedule]:
+    """The single-spec schedules a union is made of, each with the union's bounds, DST policy
+    and anchor (max_runs left to the caller, as for any schedule); `[schedule]` otherwise."""
+    if schedule.kind is not ScheduleKind.UNION:
+        return [schedule]
+    assert schedule.specs is not None
+    return [_member(schedule, spec) for spec in schedule.specs]
+
+
+def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
+    # Built without validation: the union and its specs were validated as they were read.
+    cron = spec.cron
+    if spec.monthly is not None and spec.at is not None:
+        cron = monthly_cron(spec.monthly, spec.at)
+    return Schedule.model_construct(
+        kind=ScheduleKind.RATE if spec.every_seconds is not None else ScheduleKind.CRON,
+        at=None,
+        cron=cron,
+        monthly=spec.monthly,
+        time_zone=spec.time_zone,
+        every_seconds=spec.every_seconds,
+        anchor=schedule.anchor,
+        start_at=schedule.start_at,
+        end_at=schedule.end_at,
+        max_runs=None,
+        dst=schedule.dst,
+        specs=None,
+        exclude=schedule.exclude,
+    )
+
+
+def count_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """At most how many occurrences `count_fires` walks to count [first, last] of
+    `schedule`: for a union of several specs, every spec's but the densest one's; under an
+    exclusion cron, every occurrence of the schedule without its exclusions as well."""
+    raw = without_exclusions(schedule)
+    walk = 0
+    parts = members(raw)
+    if len(parts) > 1:
+        counts = [count_fires(part, first, last) for part in parts]
+        walk += sum(counts) - max(counts)
+    if any(exclusion.cron is not None for exclusion in schedule.exclude or ()):
+        walk += count_fires(raw, first, last)
+    walk += sum(count_fires(part, first, last) for part in parts if part.monthly is not None)
+    return walk
+
+
+# Occurrences a count may walk for one skipped range: a range whose count would walk
+# more is recorded in several, one a sweep pass (`countable_through`).
+MAX_COUNT_WALK = 10_000
+
+
+def countable_through(
+    schedule: Schedule, first: datetime, last: datetime, walk: int | None = None
+) -> datetime:
+    """The latest occurrence t <= `last` such that counting [first, t] walks at most `walk`
+    (default MAX_COUNT_WALK) occurrences (`count_walk`), `first` at least; `last` itself
+    when counting the whole range does. `first` must be an occurrence. The walk is
+    non-decreasing in t (a member's added occurrences add to the sum at least what they add
+    to the maximum), so t is found by bisection over seconds, counting each member at each
+    step."""
+    first, last = to_utc(first), to_utc(last)
+    walk = MAX_COUNT_WALK if walk is None else walk
+    if last <= first or count_walk(schedule, first, last) <= walk:
+        return last
+    lo, hi = first, last  # count_walk(lo) <= walk < count_walk(hi)
+    while hi - lo > _ONE_SECOND:
+        mid = lo + timedelta(seconds=(hi - lo) // _ONE_SECOND // 2)
+        if count_walk(schedule, first, mid) <= walk:
+            lo = mid
+        else:
+            hi = mid
+    return latest_fire_before(schedule, lo + _ONE_SECOND, not_before=first) or first
+
+
+def _count_union(parts: list[Schedule], first: datetime, last: datetime) -> int:
+    counts = [count_fires(part, first, last) for part in parts]
+    order = sorted(range(len(parts)), key=lambda i: -counts[i])
+    total = counts[order[0]]
+    for position in range(1, len(order)):
+        own = parts[order[position]]
+        earlier = [parts[i] for i in order[:position]]
+        for instant in fires_between(own, first - _ONE_SECOND, last, counts[order[position]]):
+            if not any(_fires_at(other, instant) for other in earlier):
+                total += 1
+    return total
+
+
+def _fires_at(schedule: Schedule, instant: datetime) -> bool:
+    """Whether a single-spec schedule fires at `instant` (a rate's by arithmetic)."""
+    if schedule.kind is ScheduleKind.RATE and schedule.end_at is None and schedule.start_at is None:
+        assert schedule.anchor is not None and schedule.every_seconds is not None
+        anchor = to_utc(schedule.anchor)
+        return instant >= anchor and (instant - anchor) % timedelta(seconds=schedule.every_seconds) == _ZERO
+    return next_fire(schedule, instant - _ONE_SECOND) == instant
+
+
+def _merged(streams: list[Iterator[datetime]]) -> Iterator[datetime]:
+    """Ascending streams merged into one, each instant once."""
+    last: datetime | None = None
+    for instant in heapq.merge(*streams):
+        if instant != last:
+            last = instant
+            yield instant
+
+
 def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
     """The next `count` occurrences strictly after `after`."""
     if count <= 0:
@@ -307,6 +443,12 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
 
 def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     """Ascending occurrences strictly after `after`, clipped to the schedule's bounds."""
+    if schedule.exclude:
+        yield from _unexcluded(schedule, after)
+        return
+    if schedule.kind is ScheduleKind.UNION:
+        yield from _merged([_occurrences(part, after) for part in members(schedule)])
+        return
     after = to_utc(after)
     if schedule.start_at is not None:
         # Instants are whole seconds, so "> start_at - 1s" is ">= start_at".
@@ -324,6 +466,8 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     else:
         assert schedule.cron is not None and schedule.time_zone is not None
         raw = _cron_times(schedule.cron, zone(schedule.time_zone), schedule.dst, after)
+        if schedule.monthly is not None:
+            raw = _on_rule_days(raw, schedule.monthly, zone(schedule.time_zone))
 
     try:
         for instant in raw:
@@ -333,6 +477,199 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
     except OverflowError:
         # Ran off the end of the datetime range (year 9999): no further occurrence.
         return
+
+
+# --- exclusions ---
+
+# An occurrence search gives up (no further occurrence) after this many occurrences in a row
+# that exclusions cover one by one (an exclusion cron to the second), as it does past eight
+# years without a match; ranges and coarser crons are jumped over whole.
+MAX_EXCLUDED_IN_A_ROW = 2_000
+
+
+def without_exclusions(schedule: Schedule) -> Schedule:
+    """`schedule` as it fires before its exclusions take any occurrence off."""
+    return schedule.model_copy(update={"exclude": None}) if schedule.exclude else schedule
+
+
+def excluded_by(schedule: Schedule, instant: datetime) -> int | None:
+    """The index of the first of the schedule's exclusions that covers `instant`, or None."""
+    instant = to_utc(instant)
+    for index, exclusion in enumerate(schedule.exclude or ()):
+        if _covered_until(exclusion, instant) is not None:
+            return index
+    return None
+
+
+def count_excluded(schedule: Schedule, first: datetime, before: datetime) -> int:
+    """How many occurrences t with first <= t < before the schedule's exclusions take off."""
+    if not schedule.exclude or before <= first:
+        return 0
+    last = to_utc(before) - _ONE_SECOND
+    return count_fires(without_exclusions(schedule), first, last) - count_fires(schedule, first, last)
+
+
+def _unexcluded(schedule: Schedule, after: datetime) -> Iterator[datetime]:
+    """The occurrences of `schedule` without its exclusions that none of them covers."""
+    exclusions = schedule.exclude or []
+    raw = without_exclusions(schedule)
+    stream = _occurrences(raw, after)
+    origin, in_a_row = to_utc(after), 0
+    covered_until: datetime | None = None  # every instant before it is covered
+    stepped = 0  # occurrences stepped over inside it
+    while (instant := next(stream, None)) is not None:
+        if covered_until is not None and instant < covered_until:
+            in_a_row += 1
+            stepped += 1
+            if in_a_row > MAX_EXCLUDED_IN_A_ROW:
+                return
+            if stepped >= _STEPS_BEFORE_A_JUMP:
+                # Many occurrences inside: search on from its end (a new walker) instead.
+                stream, stepped = _occurrences(raw, covered_until - _ONE_SECOND), 0
+            continue
+        ends = [_covered_until(exclusion, instant) for exclusion in exclusions]
+        covered_until = max((end for end in ends if end is not None), default=None)
+        stepped = 0
+        if covered_until is None:
+            origin, in_a_row = instant, 0
+            yield instant
+            continue
+        in_a_row += 1
+        if in_a_row > MAX_EXCLUDED_IN_A_ROW or covered_until - origin > _HORIZON:
+            return
+
+
+# Occurrences stepped over inside a covered stretch before the search jumps to its end: a
+# jump builds a new walker, dearer than a few steps.
+_STEPS_BEFORE_A_JUMP = 8
+
+
+def _covered_until(exclusion: Exclusion, instant: datetime) -> datetime | None:
+    """None when `exclusion` does not cover `instant`; else an instant after it up to which
+    (excluded) it covers every instant: the end of its span, or of the wall-clock day, hour,
+    minute or second its cron matches whole."""
+    if exclusion.start is not None and exclusion.end is not None:
+        return exclusion.end if exclusion.start <= instant < exclusion.end else None
+    assert exclusion.time_zone is not None
+    tz = zone(exclusion.time_zone)
+    wall = instant.astimezone(tz).replace(tzinfo=None)
+    if exclusion.start_date is not None and exclusion.end_date is not None:
+        if not exclusion.start_date <= wall.date() <= exclusion.end_date:
+            return None
+        end_wall = datetime.combine(exclusion.end_date + timedelta(days=1), time())
+    else:
+        assert exclusion.cron is not None
+        expression = _normalised(exclusion.cron)
+        if not _wall_matches(expression, wall):
+            return None
+        level = _whole_unit(expression)
+        end_wall = wall + _ONE_SECOND if level == 3 else _floor(wall, level) + _WallCounter._UNITS[level]
+    return max(instant + _ONE_SECOND, _first_instant_at(end_wall, tz))
+
+
+def _wall_matches(expression: str, wall: datetime) -> bool:
+    """Whether a (normalised) cron matches a naive wall time: a 5-field one to the minute."""
+    seconds, minutes, hours, days = _fields_of(expression)
+    return (
+        (seconds is None or wall.second in seconds)
+        and (minutes is None or wall.minute in minutes)
+        and (hours is None or wall.hour in hours)
+        and _day_matches(days, wall.date())
+    )
+
+
+@lru_cache(maxsize=1024)
+def _fields_of(
+    expression: str,
+) -> tuple[frozenset[int] | None, frozenset[int] | None, frozenset[int] | None, str]:
+    """A (normalised) cron's seconds, minutes and hours (None: any; seconds also None for a
+    5-field cron), and its days as a 6-field expression matching each of them at midnight."""
+    counter = _WallCounter(expression)
+    fields = counter._levels[3].split(" ")
+    expanded = croniter(counter._levels[3], second_at_beginning=True).expanded
+
+    def values(index: int) -> frozenset[int] | None:
+        return None if "*" in expanded[index] else frozenset(int(v) for v in expanded[index])
+
+    seconds = values(5) if has_seconds_field(expression) else None
+    day_or_flag = "|" if counter._day_or else "&"
+    return seconds, values(0), values(1), day_or_flag + " ".join(["0", "0", "0", *fields[3:]])
+
+
+@lru_cache(maxsize=4096)
+def _day_matches(days: str, day: date) -> bool:
+    """Whether a day expression of `_fields_of` matches `day` (croniter decides the day rules:
+    either-or, `L`, `#`); remembered per day, so the occurrences of one day ask once."""
+    midnight = datetime.combine(day, time())
+    walker = croniter(days[1:], midnight - _ONE_SECOND, second_at_beginning=True, day_or=days[0] == "|")
+    try:
+        return bool(walker.get_next(datetime) == midnight)
+    except (CroniterBadDateError, ValueError):
+        return False
+
+
+@lru_cache(maxsize=1024)
+def _whole_unit(expression: str) -> int:
+    """The coarsest wall-clock unit (0 day, 1 hour, 2 minute, 3 second) that a (normalised)
+    cron matches whole whenever it matches one instant of it: the finer fields are all `*`
+    (a 5-field cron matches whole minutes)."""
+    fields = croniter(croniter_form(expression), second_at_beginning=has_seconds_field(expression)).expanded
+    full = ["*" in values for values in fields]  # croniter's order: minute, hour, dom, month, dow, second
+    if len(full) > 5 and has_seconds_field(expression) and not full[5]:
+        return 3
+    if not full[0]:
+        return 2
+    return 1 if not full[1] else 0
+
+
+def _first_instant_at(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The first instant whose wall time in `tz` is `wall` or later: its first reading, or
+    the end of the DST gap it falls in."""
+    first, second = to_utc(wall.replace(tzinfo=tz, fold=0)), to_utc(wall.replace(tzinfo=tz, fold=1))
+    if first <= second:
+        return first
+    # In a gap fold=0 reads the offset before it and fold=1 the one after: the gap ends between.
+    return _transition(second, first, tz)
+
+
+def _exclusion_span(exclusion: Exclusion) -> tuple[datetime, datetime]:
+    """The instants [a, b) a date or instant exclusion covers."""
+    if exclusion.start is not None and exclusion.end is not None:
+        return to_utc(exclusion.start), to_utc(exclusion.end)
+    assert exclusion.start_date is not None and exclusion.end_date is not None
+    assert exclusion.time_zone is not None
+    tz = zone(exclusion.time_zone)
+    first_day = datetime.combine(exclusion.start_date, time())
+    after_last = datetime.combine(exclusion.end_date + timedelta(days=1), time())
+    return _first_instant_at(first_day, tz), _first_instant_at(after_last, tz)
+
+
+def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> int:
+    exclusions = schedule.exclude or []
+    if any(exclusion.cron is not None for exclusion in exclusions):
+        stream = _occurrences(schedule, first - _ONE_SECOND)
+        return sum(1 for _ in takewhile(lambda instant: instant <= last, stream))
+    raw = without_exclusions(schedule)
+    total = count_fires(raw, first, last)
+    merged: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(_exclusion_span(exclusion) for exclusion in exclusions):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    for a, b in merged:
+        lo, hi = max(first, a), min(last, b - _ONE_SECOND)
+        if lo <= hi:
+            total -= count_fires(raw, lo, hi)
+    return total
+
+
+def _on_rule_days(instants: Iterator[datetime], rule: str, tz: ZoneInfo) -> Iterator[datetime]:
+    """The instants whose local date is the day of its month the calendar rule names."""
+    for instant in instants:
+        local = instant.astimezone(tz)
+        if monthly_day(rule, local.year, local.month) == local.day:
+            yield instant
 
 
 def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterator[datetime]:
@@ -347,15 +684,17 @@ def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterat
 def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetime) -> Iterator[datetime]:
     """Walk naive wall-clock matches with croniter and map each one to UTC under the policy.
 
-    The mapping is monotone non-decreasing, so skipping instants <= the last one emitted
-    is enough to keep the output strictly increasing."""
+    A wall time's first reading is monotone non-decreasing in it, and its other reading (a
+    fold's, under `both`) comes later still: so an instant is emitted once the walk's first
+    reading has reached it, and skipping instants <= the last one emitted keeps the output
+    strictly increasing."""
     expression = _normalised(expression)
     local = after.astimezone(tz)
     wall = local.replace(tzinfo=None, fold=0)
     slack = _ZERO
     if local.fold == 0:
         # `after` is the first reading of a repeated hour: wall times up to one fold
-        # earlier can still map (fold=last) to instants after it.
+        # earlier can still map (fold=last or both) to instants after it.
         slack = max(_offset(wall, tz, 0) - _offset(wall, tz, 1), _ZERO)
     walker = croniter(
         croniter_form(expression),
@@ -367,25 +706,31 @@ def _cron_times(expression: str, tz: ZoneInfo, policy: DstPolicy, after: datetim
 
     last = after
     progress = wall
+    waiting: list[datetime] = []  # mapped, not yet emitted (a fold's second readings)
     while True:
         try:
             candidate = walker.get_next(datetime)
-        except CroniterBadDateError:
-            return  # no match within the horizon (e.g. Feb 30)
-        except ValueError:
-            return  # the next match would fall after year 9999
-        if candidate - progress > _HORIZON:
+        except (CroniterBadDateError, ValueError):
+            # No match within the horizon (Feb 30), or after year 9999.
+            candidate = None
+        if candidate is None or candidate - progress > _HORIZON:
+            yield from sorted(t for t in waiting if t > last)
             return
-        instant, gap_end = _wall_to_utc(candidate, tz, policy)
+        instants, gap_end = _wall_to_utc(candidate, tz, policy)
         if gap_end is not None and gap_end > candidate:
             # Every wall time inside the gap maps to the same instant (or to none), so
             # jump past it instead of visiting each one (matters for per-second crons).
             walker.set_current(gap_end - _ONE_SECOND)
-        if instant is None or instant <= last:
-            continue
-        last = instant
-        progress = candidate
-        yield instant
+        for instant in instants:
+            heapq.heappush(waiting, instant)
+        reached = instants[0] if instants else None
+        while waiting and reached is not None and waiting[0] <= reached:
+            instant = heapq.heappop(waiting)
+            if instant <= last:
+                continue
+            last = instant
+            progress = candidate
+            yield instant
 
 
 def _offset(wall: datetime, tz: ZoneInfo, fold: int) -> timedelta:
@@ -394,20 +739,29 @@ def _offset(wall: datetime, tz: ZoneInfo, fold: int) -> timedelta:
     return offset
 
 
-def _wall_to_utc(wall: datetime, tz: ZoneInfo, policy: DstPolicy) -> tuple[datetime | None, datetime | None]:
-    """Map a naive wall time to (instant or None when skipped, end-of-gap wall time if in a gap)."""
+def _wall_to_utc(
+    wall: datetime, tz: ZoneInfo, policy: DstPolicy
+) -> tuple[tuple[datetime, ...], datetime | None]:
+    """Map a naive wall time to (its instants under the policy, ascending: none when skipped,
+    two for a fold under `both`; the end-of-gap wall time if in a gap)."""
     first = wall.replace(tzinfo=tz, fold=0)
     second = wall.replace(tzinfo=tz, fold=1)
     if first.utcoffset() == second.utcoffset():
-        return to_utc(first), None
+        return (to_utc(first),), None
     first_utc = first.astimezone(UTC)
     if first_utc.astimezone(tz).replace(tzinfo=None, fold=0) != wall:
         # In a gap fold=0 reads the pre-transition offset and fold=1 the post-transition
         # one, so the transition lies between the two readings.
         transition = _transition(second.astimezone(UTC), first_utc, tz)
         gap_end = transition.astimezone(tz).replace(tzinfo=None, fold=0)
-        return (transition if policy.gap is DstGap.SHIFT else None), gap_end
-    return to_utc(first if policy.fold is DstFold.FIRST else second), None
+        return ((transition,) if policy.gap is DstGap.SHIFT else ()), gap_end
+    readings = {
+        DstFold.FIRST: (to_utc(first),),
+        DstFold.LAST: (to_utc(second),),
+        DstFold.BOTH: (to_utc(first), to_utc(second)),
+        DstFold.NONE: (),
+    }
+    return readings[policy.fold], None
 
 
 def _transition(before: datetime, at_or_after: datetime, tz: ZoneInfo) -> datetime:
@@ -422,3 +776,97 @@ def _transition(before: datetime, at_or_after: datetime, tz: ZoneInfo) -> dateti
         else:
             hi = mid
     return hi
+
+
+# --- preview ---
+
+
+@dataclass(frozen=True)
+class Previewed:
+    """One line of a preview: an instant the schedule fires at (`fires`), or one an exclusion
+    took off; `specs` are the union's specs that fire then (None for any other schedule);
+    `reason` says why it is excluded, or how a DST rule placed it (None when neither)."""
+
+    at: datetime
+    fires: bool
+    reason: str | None
+    specs: tuple[int, ...] | None
+
+
+def preview(schedule: Schedule, after: datetime, count: int) -> list[Previewed]:
+    """The next `count` instants strictly after `after` the schedule fires at, ascending,
+    with the occurrences its exclusions took off among them (at most `count` of those, the
+    earliest), each with its reason. max_runs is not considered (the caller counts runs).
+    Costs about the lines listed: the excluded ones are read between consecutive fires."""
+    if count <= 0:
+        return []
+    raw = without_exclusions(schedule)
+    parts = members(raw)
+    lines: list[Previewed] = []
+    excluded_left = count
+    cursor = to_utc(after)
+    for instant in upcoming(schedule, after, count):
+        if schedule.exclude and excluded_left > 0:
+            between = fires_between(raw, cursor, instant - _ONE_SECOND, excluded_left)
+            for skipped in between:
+                lines.append(_excluded_line(schedule, parts, skipped))
+            excluded_left -= len(between)
+        lines.append(_fired_line(schedule, parts, instant))
+        cursor = instant
+    return lines
+
+
+def _firing_specs(schedule: Schedule, parts: list[Schedule], instant: datetime) -> tuple[int, ...] | None:
+    if schedule.kind is not ScheduleKind.UNION:
+        return None
+    return tuple(i for i, part in enumerate(parts) if _fires_at(part, instant))
+
+
+def _excluded_line(schedule: Schedule, parts: list[Schedule], instant: datetime) -> Previewed:
+    index = excluded_by(schedule, instant)
+    assert index is not None and schedule.exclude is not None
+    reason = f"excluded by exclude.{index} ({describe_exclusion(schedule.exclude[index])})"
+    return Previewed(instant, False, reason, _firing_specs(schedule, parts, instant))
+
+
+def _fired_line(schedule: Schedule, parts: list[Schedule], instant: datetime) -> Previewed:
+    specs = _firing_specs(schedule, parts, instant)
+    chosen = [parts[i] for i in specs] if specs is not None else parts
+    reasons = [r for r in (_dst_reason(part, instant) for part in chosen) if r is not None]
+    return Previewed(instant, True, "; ".join(dict.fromkeys(reasons)) or None, specs)
+
+
+def _dst_reason(part: Schedule, instant: datetime) -> str | None:
+    """How the DST policy placed a cron's occurrence at `instant`, or None when it did not
+    have to (the wall time happens once and the cron names it)."""
+    if part.kind is not ScheduleKind.CRON or part.time_zone is None or part.cron is None:
+        return None
+    tz = zone(part.time_zone)
+    local = instant.astimezone(tz)
+    wall = local.replace(tzinfo=None, fold=0)
+    shown = f"{wall:%H:%M:%S} {local.tzname()}"
+    if _offset(wall, tz, 0) != _offset(wall, tz, 1):  # a real instant's wall: a fold, not a gap
+        reading = "second" if local.fold else "first"
+        return (
+            f"{wall:%Y-%m-%d %H:%M:%S} happens twice in {part.time_zone} (clocks go back): "
+            f"this is its {reading} reading ({shown}), as dst.fold={part.dst.fold.value} says"
+        )
+    if not _wall_matches(_normalised(part.cron), wall):
+        return (
+            f"the local times before {wall:%H:%M:%S} do not exist in {part.time_zone} on "
+            f"{wall:%Y-%m-%d} (clocks go forward): moved to the end of the gap ({shown}), "
+            f"as dst.gap={part.dst.gap.value} says"
+        )
+    return None
+
+
+def describe_exclusion(exclusion: Exclusion) -> str:
+    """An exclusion in a few words: `cron * * * * SAT,SUN in Europe/London`."""
+    if exclusion.cron is not None:
+        return f"cron {exclusion.cron} in {exclusion.time_zone}"
+    if exclusion.start_date is not None:
+        return f"dates {exclusion.start_date} to {exclusion.end_date} in {exclusion.time_zone}"
+    assert exclusion.start is not None and exclusion.end is not None
+    return (
+        f"from {to_utc(exclusion.start):%Y-%m-%dT%H:%M:%SZ} until {to_utc(exclusion.end):%Y-%m-%dT%H:%M:%SZ}"
+    )

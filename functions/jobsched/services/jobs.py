@@ -24,7 +24,15 @@ from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
 from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
 from ..domain.runs import Run, Trigger
-from ..domain.schedule import next_fire, upcoming
+from ..domain.schedule import (
+    MAX_EXCLUDED_IN_A_ROW,
+    Previewed,
+    members,
+    next_fire,
+    preview,
+    upcoming,
+    without_exclusions,
+)
 from ..domain.signing import SigningSecrets
 from ..observability import logger
 from ..store.definitions import LIVE_STATES, DefinitionStore, Guard, NewJob, Page, over_quota
@@ -352,6 +360,21 @@ class JobService:
         (None)."""
         return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor, archived=archived)
 
+    def preview(self, spec: JobSpec, *, after: datetime | None, count: int) -> list[Previewed]:
+        """What a job of `spec` would fire at, not saved: its next `count` fire times after
+        `after` (default: from now on), with the occurrences its exclusions take off among
+        them, each with its reason; at most `maxRuns` fire times. Raises ValidationFailed
+        as creating such a job would (a schedule that never fires, a dead spec...)."""
+        now = self._clock.now()
+        first_occurrence(spec, now, previous=None)
+        limit = spec.schedule.max_runs
+        lines = preview(
+            spec.schedule,
+            after if after is not None else now - timedelta(seconds=1),
+            min(count, limit or count),
+        )
+        return lines
+
     def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
         """The next `count` instants at which the job will fire, ascending (`nextFireTimes`;
         the first is `nextRunAt`): scheduled occurrences at or after now that are going to run.
@@ -580,7 +603,7 @@ def _bump(job: Job, now: datetime, **updates: object) -> Job:
 def with_anchor(spec: JobSpec, now: datetime) -> JobSpec:
     """A rate schedule counts from startAt, else from when it was created or changed."""
     schedule = spec.schedule
-    if schedule.kind is not ScheduleKind.RATE or schedule.anchor is not None:
+    if not schedule.counts_from_anchor or schedule.anchor is not None:
         return spec
     anchored = schedule.model_copy(update={"anchor": schedule.start_at or now})
     return spec.model_copy(update={"schedule": anchored})
@@ -605,8 +628,24 @@ def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None)
         after = now - timedelta(seconds=1)
     if previous is not None and previous > after:
         after = previous  # never re-fire an instant that already has a run
+    raw = without_exclusions(schedule)
+    for index, member in enumerate(members(raw) if raw.kind is ScheduleKind.UNION else ()):
+        # A spec that never fires again is dead weight in every sweep of the job: refused.
+        if next_fire(member, after) is None:
+            raise ValidationFailed(f"specs.{index}", "has no occurrence within startAt/endAt from now on")
     found = next_fire(schedule, after)
+    if found is None and schedule.exclude and next_fire(raw, after) is not None:
+        raise ValidationFailed(
+            "exclude",
+            f"covers every occurrence within startAt/endAt from now on (or more than "
+            f"{MAX_EXCLUDED_IN_A_ROW} in a row, or eight years of them)",
+        )
     if found is None:
-        field = {ScheduleKind.ONCE: "runAt", ScheduleKind.CRON: "cron", ScheduleKind.RATE: "every"}
+        field = {
+            ScheduleKind.ONCE: "runAt",
+            ScheduleKind.CRON: "cron",
+            ScheduleKind.RATE: "every",
+            ScheduleKind.UNION: "specs",
+        }
         raise ValidationFailed(field[schedule.kind], "has no occurrence within startAt/endAt from now on")
     return found

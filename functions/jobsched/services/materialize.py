@@ -7,6 +7,10 @@ Occurrences are classed by how late they are when materialised:
 - missed but within the window: `run-once` runs the latest and skips the rest, `catch-up`
   runs each;
 - due from now - grace up to now + horizon: run.
+A SKIPPED range whose count would walk more than MAX_COUNT_WALK occurrences (a union's, or
+one under an exclusion cron) is recorded in parts, one a pass (domain.schedule.
+countable_through), the job staying due. Occurrences that exclusions take off make no
+record: a pass counts them (`excluded`), in the same write as `missed`.
 Every run is written with `attribute_not_exists` (the final duplicate defence), then the job
 advances with a condition on its rev. A crash between the two only makes the next pass find
 the runs already there; a SKIPPED range that meets them records the occurrences nothing
@@ -22,7 +26,15 @@ from ..domain.instants import Clock
 from ..domain.models import Job, JobState, Misfire, run_key
 from ..domain.run_counts import fold_due
 from ..domain.runs import Run, RunState, make_run
-from ..domain.schedule import count_fires, fires_between, latest_fire_before, next_fire, uncovered
+from ..domain.schedule import (
+    count_excluded,
+    count_fires,
+    countable_through,
+    fires_between,
+    latest_fire_before,
+    next_fire,
+    uncovered,
+)
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
@@ -47,6 +59,7 @@ class Materialized:
     conflicts: int = 0
     advanced: bool = False
     conflict_keys: list[str] = field(default_factory=list)
+    excluded: int = 0  # occurrences the pass went past that exclusions took off
 
 
 @dataclass
@@ -100,13 +113,16 @@ class Materializer:
             total.created += outcome.created
             total.skipped += outcome.skipped
             total.conflicts += sum(1 for key in outcome.conflict_keys if key not in mine)
+            total.excluded += outcome.excluded
             total.job = outcome.job
             if outcome.advanced or outcome.job.next_run_at is None:
                 total.advanced = outcome.advanced
                 break
             current = self._definitions.get(job.job_id)
-        if total.skipped:
-            self._definitions.add_stats(job.job_id, missed=sum(r.skipped_count or 1 for r in total.skipped))
+        if total.skipped or total.excluded:
+            # One write a pass for both counters, however many occurrences they count.
+            missed = sum(r.skipped_count or 1 for r in total.skipped)
+            self._definitions.add_stats(job.job_id, missed=missed, excluded=total.excluded)
         if total.conflicts:
             logger.info(
                 "occurrences already materialised", extra={"job_id": job.job_id, "count": total.conflicts}
@@ -141,6 +157,10 @@ class Materializer:
         try:
             result.job = self._definitions.save(advanced, previous_state=job.state)
             result.advanced = True
+            # The pass went past every occurrence before the job's new cursor (or its last,
+            # once it completes): those its exclusions took off are counted, each once.
+            end = advanced.next_run_at or max(processed, default=job.next_run_at) + ONE_SECOND
+            result.excluded = count_excluded(job.spec.schedule, job.next_run_at, end)
         except ConcurrentUpdate:
             pass  # another sweeper or a client edit got there first: re-read and go again
         return result
@@ -284,22 +304,31 @@ class Materializer:
 
         # Zone 1: beyond any catch-up (or simply missed, under `skip`). Found and counted
         # without walking every occurrence: a rate is counted, a cron searched backwards.
+        # A union's range too long to count in one pass is recorded in parts, one a pass
+        # (countable_through); the rest stays due, as a catch-up backlog does.
         if cursor is not None and cursor < expired_edge:
             last = latest_fire_before(schedule, expired_edge, not_before=cursor) or cursor
-            count = count_fires(schedule, cursor, last)
-            plan.skips.append((cursor, last, count, "misfire" if skip_all_missed else "expired"))
-            cursor = next_fire(schedule, last)
+            counted = countable_through(schedule, cursor, last)
+            plan.backlog = counted < last
+            count = count_fires(schedule, cursor, counted)
+            plan.skips.append((cursor, counted, count, "misfire" if skip_all_missed else "expired"))
+            cursor = next_fire(schedule, counted)
 
         # Zone 2: missed, but inside the catch-up window.
-        if cursor is not None and cursor < late_edge:
+        if cursor is not None and cursor < late_edge and not plan.backlog:
             if policies.misfire is Misfire.RUN_ONCE:
                 latest = latest_fire_before(schedule, late_edge, not_before=cursor) or cursor
                 if latest > cursor:
                     before = latest_fire_before(schedule, latest, not_before=cursor) or cursor
-                    count = count_fires(schedule, cursor, before)
-                    plan.skips.append((cursor, before, count, "misfire"))
-                plan.runs.append(latest)
-                cursor = next_fire(schedule, latest)
+                    counted = countable_through(schedule, cursor, before)
+                    plan.backlog = counted < before
+                    count = count_fires(schedule, cursor, counted)
+                    plan.skips.append((cursor, counted, count, "misfire"))
+                if plan.backlog:
+                    cursor = next_fire(schedule, plan.skips[-1][1])
+                else:
+                    plan.runs.append(latest)
+                    cursor = next_fire(schedule, latest)
             else:
                 # Catch-up: only as many as this pass writes; the next pass goes on from there.
                 missed = [

@@ -68,7 +68,7 @@ _SECRETS = TypeAdapter(tuple[SigningSecret, ...])
 LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
 # Counters kept beside the job (not in it): written with ADD by the sweeper and workers,
 # so they never contend with the job's rev-conditioned writes.
-STAT_NAMES = ("missed", "overlap_skipped", "succeeded", "dead", "cancelled")
+STAT_NAMES = ("missed", "overlap_skipped", "excluded", "succeeded", "dead", "cancelled")
 # Job items left out of a read because they do not parse (store.dynamo.parse_items).
 UNREADABLE_METRIC = "UnreadableJobs"
 

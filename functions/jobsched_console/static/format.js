@@ -151,21 +151,34 @@ export function cronInWords(expression) {
   return null;
 }
 
-/** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)". */
-export function schedule(job) {
-  let words;
-  if (job.cron) {
-    const zone = job.timeZone || "UTC";
-    const phrase = cronInWords(job.cron);
-    words = phrase ? `${phrase} ${zone} (cron ${job.cron})` : `cron ${job.cron} in ${zone}`;
-  } else if (job.every !== null && job.every !== undefined) {
-    words = `every ${seconds(job.every)}`;
-  } else if (job.runAt) {
-    words = `once at ${instant(job.runAt)}`;
-  } else {
-    words = "no schedule";
+/** One spec in words: a cron, a rate or a one-time instant; null when it is none of them. */
+function specInWords(spec) {
+  if (spec.cron) {
+    const zone = spec.timeZone || "UTC";
+    const phrase = cronInWords(spec.cron);
+    return phrase ? `${phrase} ${zone} (cron ${spec.cron})` : `cron ${spec.cron} in ${zone}`;
   }
+  if (spec.monthly) return `monthly on the ${spec.monthly} at ${spec.at} ${spec.timeZone || "UTC"}`;
+  if (spec.every !== null && spec.every !== undefined) return `every ${seconds(spec.every)}`;
+  if (spec.runAt) return `once at ${instant(spec.runAt)}`;
+  return null;
+}
+
+/** One exclusion in words: "cron * * * * SAT,SUN in Europe/London", "2026-12-20 to 2027-01-03 in UTC". */
+function exclusionInWords(exclusion) {
+  if (exclusion.cron) return `cron ${exclusion.cron} in ${exclusion.timeZone || "UTC"}`;
+  if (exclusion.startDate) return `${exclusion.startDate} to ${exclusion.endDate} in ${exclusion.timeZone || "UTC"}`;
+  return `${instant(exclusion.start)} to ${instant(exclusion.end)}`;
+}
+
+/** The schedule in words: "every day at 02:00 (cron 0 2 * * *, Europe/London)"; a union's
+ * specs joined by "; and ". */
+export function schedule(job) {
+  const words = Array.isArray(job.specs) && job.specs.length
+    ? job.specs.map((spec) => specInWords(spec) || "?").join("; and ")
+    : specInWords(job) || "no schedule";
   const bounds = [];
+  for (const exclusion of job.exclude || []) bounds.push(`except ${exclusionInWords(exclusion)}`);
   if (job.startAt) bounds.push(`from ${instant(job.startAt)}`);
   if (job.endAt) bounds.push(`until ${instant(job.endAt)}`);
   if (job.maxRuns) bounds.push(`at most ${job.maxRuns} runs`);

@@ -1,5 +1,6 @@
-"""The resolver: routes from `jobs`, `runs` and `leases`, the per-tenant request rate, the
-OpenAPI document, and the one place every failure becomes the API's JSON error body.
+"""The resolver: routes from `jobs`, `runs`, `leases` and `schedules`, the per-tenant
+request rate, the OpenAPI document, and the one place every failure becomes the API's JSON
+error body.
 
 Request bodies are decoded strictly (`json_body`); responses are validated against their
 view models, and one that breaks its schema is a 500 (a bug of ours), never a 400."""
@@ -28,7 +29,7 @@ from ...api_models.problems import problems_of
 from ...domain.errors import FieldProblem, JobschedError, MethodNotAllowed, Unauthenticated
 from ...observability import logger, tracer
 from ...wiring import container
-from . import jobs, leases, runs
+from . import jobs, leases, runs, schedules
 from .common import json_response
 from .identity import tenant_of
 from .json_body import decode_json
@@ -66,7 +67,7 @@ app = Resolver(
 TITLE, VERSION, DESCRIPTION = "jobsched", "1", "Durable multi-tenant job scheduler"
 app.configure_openapi(title=TITLE, version=VERSION, description=DESCRIPTION)
 app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCRIPTION)
-for module in (jobs, runs, leases):
+for module in (jobs, runs, leases, schedules):
     app.include_router(module.router)
 
 

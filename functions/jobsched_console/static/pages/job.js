@@ -121,6 +121,7 @@ export function jobPage(root, params, ctx) {
             ["Dead", String(c.dead)],
             ["Missed", String(c.missed)],
             ["Skipped (overlap)", String(c.overlapSkipped)],
+            ["Excluded (not run)", String(c.excluded ?? 0)],
             ["Cancelled", String(c.cancelled)],
           ]))));
     replace(chart,
