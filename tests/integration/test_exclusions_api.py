@@ -106,6 +106,7 @@ def test_an_every_job_takes_the_time_zone_for_its_exclusions(api):
             "recurring",
         ),
         ({"exclude": [{"cron": "* * * * *"}]}, "exclude", "covers every occurrence"),
+        ({"exclude": [{"cron": "0 * * * * MON-FRI"}]}, "exclude.0.cron", "must have 5 fields"),
         (
             {
                 "endAt": "2026-11-02T23:59:59Z",

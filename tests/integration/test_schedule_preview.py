@@ -107,6 +107,14 @@ def test_a_rate_counts_from_now_or_start_at_and_max_runs_bounds_the_list(api):
         ({"specs": [{"cron": "0 9 * * *"}] * 11}, "specs", "must hold 1 to 10 specs; got 11"),
         ({"specs": [{"cron": "0 9 * * *"}, {"cron": "0 0 30 2 *"}]}, "specs.1", "has no occurrence"),
         ({"cron": "0 9 * * *", "exclude": [{"cron": "* * * * *"}]}, "exclude", "covers every occurrence"),
+        (
+            {
+                "specs": [{"cron": "* * * * * *"}],
+                "exclude": [{"cron": "0 9 * * *"}, {"cron": "1-59 * * * * *"}],
+            },
+            "exclude.1.cron",
+            "must have 5 fields",
+        ),
         ({"cron": "0 9 * * *", "name": "x"}, "name", "not a known field"),
         ({"runAt": "2026-11-01T00:00:00Z"}, "runAt", "in the past beyond the catch-up window"),
     ],

@@ -70,8 +70,12 @@ def test_a_five_field_exclusion_cron_covers_whole_minutes():
     ]
 
 
-def test_a_six_field_exclusion_cron_covers_its_seconds_only():
-    s = schedule([{"cron": "20 30 9 * * *", "time_zone": "UTC"}], cron="*/20 * * * * *", time_zone="UTC")
+def test_a_six_field_exclusion_cron_is_refused_on_a_write_and_read_back_to_the_second():
+    exclusion = [{"cron": "20 30 9 * * *", "time_zone": "UTC"}]
+    with pytest.raises(ValidationError, match="must have 5 fields"):
+        fields = {"kind": "cron", "cron": "*/20 * * * * *", "time_zone": "UTC", "exclude": exclusion}
+        Schedule.model_validate(fields, context=WRITE)
+    s = schedule(exclusion, cron="*/20 * * * * *", time_zone="UTC")  # as stored before the rule
     assert upcoming(s, z("2026-11-02T09:29:59"), 2) == [z("2026-11-02T09:30:00"), z("2026-11-02T09:30:40")]
 
 

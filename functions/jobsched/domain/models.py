@@ -32,6 +32,7 @@ from .cron import (
     check_monthly,
     check_time_of_day,
     check_time_zone_name,
+    has_seconds_field,
     zone,
 )
 from .instants import Instant
@@ -241,11 +242,17 @@ class ScheduleSpec(Model):
 MAX_EXCLUSIONS = 20
 
 
+EXCLUSION_CRON_FIELDS = (
+    "must have 5 fields (minute hour day-of-month month day-of-week): an exclusion cron "
+    "matches whole minutes, a seconds field is not taken; got 6"
+)
+
+
 class Exclusion(Model):
     """Instants a job does not fire at, even when its schedule does. Exactly one form:
     - `cron` (in `time_zone`): an occurrence whose wall time there matches it, a 5-field
-      expression to the minute (`* * 25 12 *` is all of 25 December), a 6-field one to the
-      second;
+      expression to the minute (`* * 25 12 *` is all of 25 December); a 6-field one is
+      refused on a write (a job stored with one reads back, matched to the second);
     - `start_date`..`end_date` (in `time_zone`): an occurrence whose local date lies in
       that range, both days included;
     - `start`..`end`: an occurrence at an instant t with start <= t < end."""
@@ -273,6 +280,9 @@ class Exclusion(Model):
         if self.cron is not None:
             # Frozen model: store the canonical form.
             object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
+            if writing(info) and has_seconds_field(self.cron):
+                # Stepping through excluded seconds one by one costs a search a step each.
+                raise rule_on("cron", EXCLUSION_CRON_FIELDS)
         elif forms == ["dates"]:
             if self.start_date is None or self.end_date is None:
                 missing = "end_date" if self.end_date is None else "start_date"
