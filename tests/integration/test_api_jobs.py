@@ -901,3 +901,18 @@ def test_archive_checks_if_match(api):
     stale = api.post(f"/v1/jobs/{job_id}/archive", headers={"If-Match": '"1"'})
     assert stale.status == 412
     assert api.get(f"/v1/jobs/{job_id}").body["archivedAt"] is None
+
+
+def test_a_schedule_whose_next_occurrence_is_past_the_last_instant_reads_back(api):
+    # 9999-12-31T23:00 at UTC-12 is 10000-01-01T11:00Z: no such instant, so no occurrence.
+    job = create(api, cron="0 23 31 12 *", timeZone="Etc/GMT+12", startAt="9998-12-31T12:00:00Z")
+    assert job["nextRunAt"] == "9999-01-01T11:00:00Z"
+    read = api.get(f"/v1/jobs/{job['jobId']}")
+    assert read.status == 200, read
+    assert read.body["nextFireTimes"] == ["9999-01-01T11:00:00Z"]
+    preview = api.post(
+        "/v1/schedules/preview",
+        {"cron": "0 23 31 12 *", "timeZone": "Etc/GMT+12", "after": "9998-06-01T00:00:00Z", "count": 5},
+    )
+    assert preview.status == 200, preview
+    assert [line["at"] for line in preview.body["fireTimes"]] == ["9999-01-01T11:00:00Z"]

@@ -32,7 +32,11 @@ def to_utc(value: datetime) -> datetime:
         return value.astimezone(UTC).replace(microsecond=0)
     except OverflowError:
         # 0001-01-01T00:30:00+01:00 or 9999-12-31T23:30:00-01:00: no such instant in UTC.
-        raise ValueError("is outside the range of representable instants") from None
+        raise UnrepresentableInstant("is outside the range of representable instants") from None
+
+
+class UnrepresentableInstant(ValueError):
+    """A time with an offset whose instant lies outside 0001-01-01..9999-12-31 in UTC."""
 
 
 def format_instant(value: datetime) -> str:

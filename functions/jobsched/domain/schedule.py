@@ -26,7 +26,7 @@ from .cron import (
     monthly_day,
     zone,
 )
-from .instants import to_utc
+from .instants import UnrepresentableInstant, to_utc
 from .models import DstFold, DstGap, DstPolicy, Exclusion, Schedule, ScheduleKind, ScheduleSpec
 
 _ONE_SECOND = timedelta(seconds=1)
@@ -474,8 +474,9 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
             if end is not None and instant > end:
                 return
             yield instant
-    except OverflowError:
-        # Ran off the end of the datetime range (year 9999): no further occurrence.
+    except (OverflowError, UnrepresentableInstant):
+        # Ran off the end of the datetime range (year 9999), or a wall time there is no
+        # instant in UTC (9999-12-31T23:00 at UTC-12): no further occurrence.
         return
 
 
