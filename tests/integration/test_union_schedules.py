@@ -308,3 +308,43 @@ def test_a_malformed_calendar_rule_is_a_400_naming_the_field(api, spec_body, fie
     problems = refused(api.post("/v1/jobs", {"name": "n", "type": "ext", "specs": [spec_body]}))
     assert field in problems, problems
     assert rule in problems[field], problems
+
+
+def test_a_long_pause_of_a_dense_union_under_an_exclusion_cron_costs_a_bounded_walk_a_pass(
+    api, container, clock, monkeypatch
+):
+    """Resuming after six hours of a per-second union and each sweep pass after it build a
+    bounded number of cron walkers (MAX_COUNT_WALK), not one per occurrence of the range for
+    each step of a search; the missed range is recorded in parts, one a pass."""
+    from jobsched.domain import schedule as schedule_math
+
+    built = 0
+    real = schedule_math.croniter
+
+    def counted(*args, **kwargs):
+        nonlocal built
+        built += 1
+        return real(*args, **kwargs)
+
+    job = create(
+        api,
+        specs=[{"cron": "* * * * * *"}, {"cron": "*/2 * * * * *"}],
+        exclude=[{"cron": "0 0 1 1 *"}],
+        missedRuns="skip",
+    )
+    assert not container.sweeper.sweep().failures
+    assert api.post(f"/v1/jobs/{job['jobId']}/pause", None).status == 200
+    clock.advance(6 * 3600)
+    monkeypatch.setattr(schedule_math, "croniter", counted)
+    assert api.post(f"/v1/jobs/{job['jobId']}/resume", None).status == 200
+    assert built <= schedule_math.MAX_COUNT_WALK, built
+    cursor = container.definitions.get(job["jobId"]).next_run_at
+    for _ in range(3):
+        built = 0
+        clock.advance(30)
+        report = container.sweeper.sweep()
+        assert not report.failures and report.skipped_records == 1
+        assert built <= schedule_math.MAX_COUNT_WALK, built
+        advanced = container.definitions.get(job["jobId"]).next_run_at
+        assert advanced > cursor  # a part recorded each pass
+        cursor = advanced

@@ -5,6 +5,7 @@ with walking the merged occurrences."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -213,6 +214,29 @@ def test_property_countable_through_is_the_latest_occurrence_within_the_walk(
         assert later is not None and count_walk(schedule, first, later) > walk
     else:
         assert count_walk(schedule, first, last) <= walk
+
+
+def test_counting_a_long_range_under_an_exclusion_cron_builds_a_bounded_number_of_walkers(monkeypatch):
+    """A week of a per-second union under an exclusion cron: bounding the walk counts each
+    spec (no walk of the union at each step of the search), and the excluded ones are counted
+    only as far as that bound, so neither builds a cron walker per occurrence of the week."""
+    from jobsched.domain import schedule as schedule_math
+
+    s = union(cron("* * * * * *"), cron("*/2 * * * * *"), exclude=[cron("0 0 1 1 *")])
+    first, last = T0, T0 + timedelta(days=7)
+    built = 0
+    real = schedule_math.croniter
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal built
+        built += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schedule_math, "croniter", counted)
+    through = countable_through(s, first, last)
+    assert count_walk(s, first, through) <= schedule_math.MAX_COUNT_WALK < count_walk(s, first, last)
+    assert schedule_math.count_excluded(s, first, last) == 0
+    assert built <= schedule_math.MAX_COUNT_WALK, built
 
 
 def test_counting_a_dense_count_walks_only_the_sparser_specs():

@@ -362,16 +362,14 @@ def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
 def count_walk(schedule: Schedule, first: datetime, last: datetime) -> int:
     """At most how many occurrences `count_fires` walks to count [first, last] of
     `schedule`: for a union of several specs, every spec's but the densest one's; under an
-    exclusion cron, every occurrence of the schedule without its exclusions as well."""
-    raw = without_exclusions(schedule)
-    walk = 0
-    parts = members(raw)
-    if len(parts) > 1:
-        counts = [count_fires(part, first, last) for part in parts]
-        walk += sum(counts) - max(counts)
+    exclusion cron, every spec's as well (the merged walk steps through each spec's own).
+    Costs each spec's count, never a walk of the union (a calendar rule's days excepted)."""
+    parts = members(without_exclusions(schedule))
+    counts = [count_fires(part, first, last) for part in parts]
+    walk = sum(counts) - max(counts) if len(parts) > 1 else 0
     if any(exclusion.cron is not None for exclusion in schedule.exclude or ()):
-        walk += count_fires(raw, first, last)
-    walk += sum(count_fires(part, first, last) for part in parts if part.monthly is not None)
+        walk += sum(counts)
+    walk += sum(count for part, count in zip(parts, counts, strict=True) if part.monthly is not None)
     return walk
 
 
@@ -503,10 +501,14 @@ def excluded_by(schedule: Schedule, instant: datetime) -> int | None:
 
 
 def count_excluded(schedule: Schedule, first: datetime, before: datetime) -> int:
-    """How many occurrences t with first <= t < before the schedule's exclusions take off."""
+    """How many occurrences t with first <= t < before the schedule's exclusions take off,
+    counted through the latest occurrence up to which a count walks at most MAX_COUNT_WALK
+    (`countable_through`; all of them when the range is within it): those after it are left
+    out, so the cost is bounded whatever the range. `first` should be an occurrence."""
+    first = to_utc(first)
     if not schedule.exclude or before <= first:
         return 0
-    last = to_utc(before) - _ONE_SECOND
+    last = countable_through(schedule, first, to_utc(before) - _ONE_SECOND)
     return count_fires(without_exclusions(schedule), first, last) - count_fires(schedule, first, last)
 
 
