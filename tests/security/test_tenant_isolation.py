@@ -74,6 +74,7 @@ def attempts(owned):
         ("POST /v1/jobs/{job_id}/trigger", lambda b: b.post(f"/v1/jobs/{job}/trigger")),
         ("POST /v1/jobs/{job_id}/backfill", lambda b: b.post(f"/v1/jobs/{job}/backfill", WINDOW)),
         ("POST /v1/jobs/{job_id}/signing-secret", lambda b: b.post(f"/v1/jobs/{job}/signing-secret")),
+        ("POST /v1/jobs/{job_id}/archive", lambda b: b.post(f"/v1/jobs/{job}/archive")),
         ("GET /v1/runs/{run_key}", lambda b: b.get(f"/v1/runs/{dead}")),
         ("POST /v1/runs/{run_key}/redrive", lambda b: b.post(f"/v1/runs/{dead}/redrive", {"reason": "x"})),
         ("POST /v1/runs/{run_key}/cancel", lambda b: b.post(f"/v1/runs/{lease}/cancel")),
