@@ -659,7 +659,7 @@ def test_cancel_an_open_run(api, container):
     assert response.status == 200, response
     assert response.body["state"] == "CANCELLED" and response.body["reason"] == "cancelled by caller"
     assert run_of(api, key)["transitions"][-1]["actor"] == "api:tenant-a"
-    assert container.definitions.get_stats(job_id)["cancelled"] == 1
+    assert container.definitions.counters(job_id)[0]["cancelled"] == 1
     again = api.post(f"/v1/runs/{key}/cancel")
     assert again.status == 409 and again.body["state"] == "CANCELLED"
 
@@ -753,7 +753,7 @@ def test_complete_succeeded(api, container):
             "errorClass": None,
         }
     ]
-    assert container.definitions.get_stats(job_id)["succeeded"] == 1
+    assert container.definitions.counters(job_id)[0]["succeeded"] == 1
     again = api.post(f"/v1/leases/{key}/complete", {"fence": 1, "outcome": "succeeded"})
     assert again.status == 409 and again.body["code"] == "stale_fence"
 
@@ -1121,7 +1121,7 @@ def test_cancelling_a_job_cancels_its_unstarted_runs_at_once(api, container, clo
     # The leased run is its holder's: not overwritten, its fence unchanged.
     run = run_of(api, leased)
     assert (run["state"], run["fence"]) == ("LEASED", lease["fence"])
-    assert container.definitions.get_stats(job_id)["cancelled"] == 12
+    assert container.definitions.counters(job_id)[0]["cancelled"] == 12
 
 
 def test_cancelling_a_job_pages_through_its_runs(api, container, monkeypatch):

@@ -131,7 +131,7 @@ def test_the_sweep_makes_no_run_for_an_excluded_occurrence_and_counts_it_once(ap
     made = [r.scheduled_for.strftime("%H:%M") for r in all_runs(container, job["jobId"])]
     assert "09:00" not in made and "09:50" not in made
     assert made[:7] == ["08:00", "08:10", "08:20", "08:30", "08:40", "08:50", "10:00"]
-    assert container.definitions.get_stats(job["jobId"])["excluded"] == 6
+    assert container.definitions.counters(job["jobId"])[0]["excluded"] == 6
     summary = api.get(f"/v1/jobs/{job['jobId']}/summary").body
     assert summary["counters"]["excluded"] == 6
 
@@ -153,7 +153,7 @@ def test_missed_occurrences_and_excluded_ones_are_each_counted_in_their_own_coun
     ]
     # 08:10-08:50 and 09:30-09:50 missed (8); 09:00, 09:10 and 09:20 excluded (3).
     assert all_runs(container, job["jobId"])[1].skipped_count == 8
-    stats = container.definitions.get_stats(job["jobId"])
+    stats = container.definitions.counters(job["jobId"])[0]
     assert stats["missed"] == 8 and stats["excluded"] == 3
 
 

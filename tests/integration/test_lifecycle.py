@@ -283,7 +283,7 @@ def test_resumed_two_second_job_runs_only_the_latest_missed_occurrence(api, cont
     assert not [r for r in runs if r.blocked_by == "job-paused"]
     skipped = sum(r.skipped_count or 1 for r in missed if r.state is RunState.SKIPPED)
     assert skipped == len(range(10, 301, 2)) - 1  # every occurrence not run is accounted for
-    assert container.definitions.get_stats(job_id)["missed"] == skipped
+    assert container.definitions.counters(job_id)[0]["missed"] == skipped
 
     stored_job = container.definitions.get(job_id)
     assert stored_job.next_run_at >= clock.now()
@@ -306,7 +306,7 @@ def test_short_pause_decides_runs_made_ahead_under_the_policy(api, container, cl
     ]
     assert len(missed) == 5
     assert len([r for r in missed if r.state is not RunState.SKIPPED]) == expected_runs
-    assert container.definitions.get_stats(job_id)["missed"] == 5 - expected_runs
+    assert container.definitions.counters(job_id)[0]["missed"] == 5 - expected_runs
 
 
 def test_an_unreadable_run_item_is_left_out_of_listings_and_counted(api, container, clock):
@@ -570,7 +570,7 @@ def test_a_run_leased_when_the_job_resumes_still_runs_once(api, container, clock
     assert _run(container, key).state is RunState.SUCCEEDED
     clock.advance(600)
     container.reconciler.reconcile_all()
-    assert effects == [key] and container.definitions.get_stats(job_id).get("missed", 0) == 0
+    assert effects == [key] and container.definitions.counters(job_id)[0].get("missed", 0) == 0
 
 
 @pytest.mark.parametrize("first", ["reconciler", "resume"])
@@ -651,7 +651,7 @@ def test_an_occurrence_held_as_its_job_resumes_is_decided_by_the_second_the_resu
     container.sweeper.sweep()
     assert effects == ([] if missed else [key])
     assert _run(container, key).state is (RunState.SKIPPED if missed else RunState.SUCCEEDED)
-    assert container.definitions.get_stats(job_id).get("missed", 0) == (1 if missed else 0)
+    assert container.definitions.counters(job_id)[0].get("missed", 0) == (1 if missed else 0)
 
 
 @pytest.mark.parametrize("policy", ["run-once", "skip"])

@@ -336,7 +336,7 @@ def test_a_completion_that_landed_but_answered_with_a_transport_error_is_ours_no
     monkeypatch.setattr(container.runs, "commit", answer_lost)
     done = invocation(container, registry, "w", 300).process(delivery(run))
     assert done.outcome is AttemptOutcome.SUCCEEDED and lost
-    assert container.definitions.get_stats(job.job_id).get("succeeded") == 1
+    assert container.definitions.counters(job.job_id)[0].get("succeeded") == 1
     assert ledger.effects[run.run_key] == 1
 
 

@@ -123,7 +123,7 @@ def test_misfire_after_pause(container, clock, policy, window, expected):
     skipped_count = sum(
         r.skipped_count or 1 for r in all_runs(container, job.job_id) if r.state.value == "SKIPPED"
     )
-    assert container.definitions.get_stats(job.job_id)["missed"] == skipped_count >= missed
+    assert container.definitions.counters(job.job_id)[0]["missed"] == skipped_count >= missed
 
 
 def test_catch_up_runs_every_missed_occurrence_inside_the_window(container, clock):
@@ -142,7 +142,7 @@ def test_catch_up_runs_every_missed_occurrence_inside_the_window(container, cloc
     skipped = all_runs(container, job.job_id)[0]
     assert skipped.skipped_through == datetime(2026, 11, 2, 9, 20, tzinfo=UTC) and skipped.skipped_count == 3
     assert got[1:] == [(f"{h}:00", "PENDING", None) for h in ("09:30", "09:40", "09:50", "10:00")]
-    assert container.definitions.get_stats(job.job_id)["missed"] == 3
+    assert container.definitions.counters(job.job_id)[0]["missed"] == 3
 
 
 def test_run_once_after_downtime_runs_only_the_latest(container, clock):

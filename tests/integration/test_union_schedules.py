@@ -186,7 +186,7 @@ def test_misfire_after_a_pause_of_a_two_spec_job(api, container, clock, policy, 
     assert got[1:] == expected
     counted = {"skip": 4, "run-once": 3, "catch-up": 2}[policy]
     assert all_runs(container, job["jobId"])[1].skipped_count == counted
-    assert container.definitions.get_stats(job["jobId"])["missed"] == counted + 1
+    assert container.definitions.counters(job["jobId"])[0]["missed"] == counted + 1
     assert container.definitions.get(job["jobId"]).next_run_at == datetime(2026, 11, 2, 10, 30, tzinfo=UTC)
 
 
@@ -268,7 +268,7 @@ def test_a_missed_range_too_long_to_count_at_once_is_recorded_in_parts_each_occu
         stored.spec.schedule, at_creation, on_time - timedelta(seconds=1), 10_000
     )
     assert sorted(held) == expected  # each missed one, once
-    assert container.definitions.get_stats(job["jobId"])["missed"] == len(held)
+    assert container.definitions.counters(job["jobId"])[0]["missed"] == len(held)
 
 
 def test_a_calendar_rule_is_a_spec_written_and_read_back(api):

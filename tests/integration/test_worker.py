@@ -116,7 +116,7 @@ def test_run_succeeds_with_history(container, clock, worker, ledger):
         (RunState.LEASED, RunState.SUCCEEDED, "worker:w1", 1),
     ]
     assert ledger.effects[run.run_key] == 1
-    assert container.definitions.get_stats(run.job_id)["succeeded"] == 1
+    assert container.definitions.counters(run.job_id)[0]["succeeded"] == 1
 
 
 def test_duplicate_deliveries_have_one_effect(container, clock, worker, ledger):
@@ -433,7 +433,7 @@ def test_overlap_skip_skips_while_the_previous_run_is_open(container, clock, wor
     assert worker.process(delivery(first)).outcome is AttemptOutcome.SUCCEEDED
     clock.set(third.due_at)
     assert worker.process(delivery(third)).outcome is AttemptOutcome.SUCCEEDED  # its previous is terminal
-    assert container.definitions.get_stats(job.job_id)["overlap_skipped"] == 1
+    assert container.definitions.counters(job.job_id)[0]["overlap_skipped"] == 1
 
 
 def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(container, clock, worker, ledger):

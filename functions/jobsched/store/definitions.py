@@ -779,20 +779,16 @@ class DefinitionStore:
                 ExpressionAttributeValues=to_item({f":{k}": v for k, v in counts.items()}),
             )
 
-    def get_stats(self, job_id: str) -> dict[str, int]:
-        """The job's stored counters (STAT_NAMES), eventually consistent. `succeeded` holds
-        only what completions added and folds moved in: services.job_counts.JobCounts.counters
-        gives the job's count."""
-        return self.counters(job_id, consistent=False)[0]
-
-    def counters(self, job_id: str, *, consistent: bool = True) -> tuple[dict[str, int], FoldMark | None]:
-        """The job's stored counters (STAT_NAMES) and its fold's mark (None: never folded).
-        Raises StorageUnavailable."""
+    def counters(self, job_id: str) -> tuple[dict[str, int], FoldMark | None]:
+        """The job's stored counters (STAT_NAMES), read consistently, and its fold's mark
+        (None: never folded). `succeeded` holds what completions added and folds stored:
+        services.job_counts.JobCounts.counters gives the job's count. Raises
+        StorageUnavailable."""
         with translated_errors():
             response = self._db.get_item(
                 TableName=self._table,
                 Key=to_item({"job_id": STATS_PREFIX + job_id}),
-                ConsistentRead=consistent,
+                ConsistentRead=True,
             )
         data = from_item(response.get("Item") or {})
         counts = {name: int(data.get(name, 0)) for name in STAT_NAMES}
