@@ -232,9 +232,7 @@ class Container:
 
     @cached_property
     def completer(self) -> Completer:
-        return Completer(
-            self.definitions, self.runs, self.queues, self.clock, self.metrics, slots=self.tenant_slots
-        )
+        return Completer(self.definitions, self.runs, self.queues, self.clock, self.metrics)
 
     @cached_property
     def tenant_slots(self) -> TenantSlots | None:
@@ -268,6 +266,7 @@ class Container:
             self.clock,
             is_external=self.is_external,
             authorize_target=self.target_authority.check_write,
+            slots=self.tenant_slots,
         )
 
 
