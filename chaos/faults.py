@@ -215,8 +215,10 @@ class EndsWithInvocation(GuardedClient):
 class Freeze:
     """A worker frozen inside a write (GC pause, lost CPU): it blocks until thawed."""
 
-    def __init__(self, run_key: str) -> None:
+    def __init__(self, run_key: str, *, at_claim: bool = False) -> None:
         self.run_key = run_key
+        # Frozen writing its claim (after its tenant slot's put) rather than its ending.
+        self.at_claim = at_claim
         self.reached = threading.Event()
         self.thaw = threading.Event()
         self.fence: int | None = None
@@ -250,7 +252,8 @@ class CrashPoints:
 
 
 class ChaosRunStore(RunStore):
-    """A worker's view of the Runs table that can crash or freeze it when it ends an attempt."""
+    """A worker's view of the Runs table that can crash or freeze it when it ends an attempt,
+    or freeze it writing its claim (its tenant slot already taken)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -274,7 +277,12 @@ class ChaosRunStore(RunStore):
                 super()._put(new, read, holder=holder)
             raise SimulatedCrash(f"worker died after the effect of {new.run_key}")
         freeze = self.freeze
-        if finishing and freeze is not None and freeze.run_key == new.run_key:
+        claiming = not holder and new.state is RunState.LEASED and new.fence > read.fence
+        if (
+            freeze is not None
+            and freeze.run_key == new.run_key
+            and (claiming if freeze.at_claim else finishing)
+        ):
             self.freeze = None
             self._frozen = freeze
             freeze.fence = read.fence

@@ -119,6 +119,9 @@ class FaultRates:
     crash_after_effect: float = 0.03  # per delivery: once the effect is recorded
     crash_before_completion: float = 0.01  # per delivery: a success dies before it is recorded
     freeze_worker: float = 0.01  # per delivery: held past its lease, resumes later
+    # Per delivery: frozen between its tenant slot's put and its claim's write, resuming
+    # within its lease (`claim_thaw_seconds`), so the claim lands live after a pause.
+    freeze_claim: float = 0.005
     max_frozen: int = 25
     # Per delivery of a chaos.ok/chaos.flaky run: its effect takes simulated time (past its
     # timeout, past its invocation's deadline, where Lambda ends it), on a thread of its own.
@@ -173,6 +176,7 @@ class ChaosConfig:
     faults: FaultRates = field(default_factory=FaultRates)
     mutant: str | None = None  # a mutant of the pipeline (chaos.mutants), to prove the checker fails
     thaw_seconds: tuple[int, int] = (100, 400)  # how long a frozen worker stays frozen
+    claim_thaw_seconds: tuple[int, int] = (2, 45)  # how long a claim stays frozen
     slow_effect_seconds: tuple[int, int] = (2, 400)  # how long a slow effect takes
     # Each acknowledged pause is resumed this many seconds later (None: only at random).
     resume_after: tuple[int, int] | None = None
@@ -1025,6 +1029,10 @@ class World:
                 self._freeze(delivery, url, message)  # its own invocation, on its own thread
                 continue
             roll -= rates.freeze_worker
+            if not killed and 0 <= roll < rates.freeze_claim and self.frozen_count < rates.max_frozen:
+                self._freeze(delivery, url, message, at_claim=True)
+                continue
+            roll -= rates.freeze_claim
             if not killed and 0 <= roll < rates.slow_effect and self._may_be_slow(delivery):
                 self._slow_effect(delivery, url, message)  # its own invocation, on its own thread
                 continue
@@ -1182,14 +1190,17 @@ class World:
             self._held_back(delivery.run_key)  # waits on purpose for the job's running run
         return result
 
-    def _freeze(self, delivery: Received, url: str, message: dict[str, Any]) -> None:
-        """A worker that stops (GC pause, lost CPU) between its effect and its completion: the
-        record's own one-record invocation of the handler, on a thread of its own."""
+    def _freeze(
+        self, delivery: Received, url: str, message: dict[str, Any], *, at_claim: bool = False
+    ) -> None:
+        """A worker that stops (GC pause, lost CPU) between its effect and its completion, or
+        (`at_claim`) between its tenant slot's put and its claim's write: the record's own
+        one-record invocation of the handler, on a thread of its own."""
         self.frozen_count += 1
         worker = self._worker(f"frozen{self.frozen_count}")
         runs = worker._runs
         assert isinstance(runs, ChaosRunStore)
-        freeze = Freeze(delivery.run_key)
+        freeze = Freeze(delivery.run_key, at_claim=at_claim)
         runs.freeze = freeze
         done = threading.Event()
         box: dict[str, Any] = {}
@@ -1207,8 +1218,10 @@ class World:
         while not (freeze.reached.wait(0.005) or done.is_set()):
             pass
         if freeze.reached.is_set():
-            self.faults["frozen_worker"] += 1
-            thaw_after = self.rng.randint(*self.config.thaw_seconds)
+            self.faults["frozen_claim" if at_claim else "frozen_worker"] += 1
+            thaw_after = self.rng.randint(
+                *(self.config.claim_thaw_seconds if at_claim else self.config.thaw_seconds)
+            )
             self.frozen.append(
                 Frozen(thread, freeze, done, box, self.clock.now(), thaw_after, context.deadline)
             )

@@ -343,7 +343,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # A slot whose claim has not landed yet is taken over before its hint has passed: the
     # claim lands after, live, beside the run that took its slot.
     Mutant("unlanded-claim-taken-over", "jobsched.store.tenant_slots._judged_over",
-           _unlanded_claim_taken_over, "tenant_limit_exceeded", "limits"),
+           _unlanded_claim_taken_over, "tenant_limit_exceeded", "torn-claims"),
     # A slot is taken without reading its holder's run: a live lease, a renewed one, or an
     # effect still running past its attempt, loses its slot to another run.
     Mutant("slot-taken-from-live-holder", "jobsched.store.tenant_slots.TenantSlots._holder_over",

@@ -207,6 +207,21 @@ WORLDS: dict[str, ChaosConfig] = {
         hog=False,
         mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(4, 5), tenants=("acme",)),
     ),
+    # Claims frozen between their tenant slot's put and their run's write, thawing within
+    # their lease, beside slow effects holding the other slot, of one tenant with more runs
+    # due than its limit of 2.
+    "torn-claims": ChaosConfig(
+        seed=7,
+        runs=40,
+        window_seconds=150,
+        faults=replace(QUIET, freeze_claim=0.6, max_frozen=40, slow_effect=0.15, max_slow=12),
+        invocation_seconds=(300,),
+        claim_thaw_seconds=(3, 40),
+        slow_effect_seconds=(30, 120),
+        tenant_concurrency=2,
+        hog=False,
+        mix=Mix(types=((OK, 1),), overlap=(1, 0, 0), max_attempts=(4, 5), tenants=("acme",)),
+    ),
     # Runs that dead-letter (a permanent error, or retries exhausted) of handler jobs,
     # webhooks and external jobs, redriven often, half of the redrives with a fixed payload
     # (which a permanent failure's handler then accepts).
