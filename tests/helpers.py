@@ -234,6 +234,9 @@ class ApiClient:
     def patch(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
         return self.request("PATCH", path, json_body, **kw)
 
+    def put(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("PUT", path, json_body, **kw)
+
     def delete(self, path: str, **kw: Any) -> ApiResponse:
         return self.request("DELETE", path, **kw)
 

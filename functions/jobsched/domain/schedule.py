@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from itertools import islice, takewhile
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -358,12 +359,12 @@ def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
     cron = spec.cron
     if spec.monthly is not None and spec.at is not None:
         cron = monthly_cron(spec.monthly, spec.at)
-    built: type[Schedule] = Schedule
-    extra: dict[str, object] = {}
+    extra: dict[str, Any] = {}
     if isinstance(spec, HolidaySpec):
-        built, extra = HolidayMember, {"holiday_days": spec.holiday_days}
+        extra = {"holiday_days": spec.holiday_days}
     elif spec.holidays is not None:
         raise UnresolvedCalendar(spec.holidays, "holidays")
+    built = HolidayMember if extra else Schedule
     return built.model_construct(
         **extra,
         kind=ScheduleKind.RATE if spec.every_seconds is not None else ScheduleKind.CRON,

@@ -37,6 +37,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
 from .attempt import Admission, Attempts
+from .calendars import CalendarCache
 from .completion import Completer, Ending
 from .job_counts import JobCounts
 
@@ -122,7 +123,9 @@ class RunService:
         max_backfill: int = 1000,
         is_external: Callable[[Run], bool] = lambda run: False,
         authorize_target: Callable[[str, object], None] | None = None,
+        calendars: Callable[[], CalendarCache] = lambda: CalendarCache(None),
     ) -> None:
+        self._calendars = calendars  # a backfill's occurrences leave out what they exclude
         # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field: the
         # check every job write of a target passes (services.jobs), applied to a redrive's fix
         # (its AWS target's call, or the secrets its HTTP headers reference).
@@ -272,7 +275,8 @@ class RunService:
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
         job = self._active_job(tenant, job_id, "backfilled")
-        times = fires_in(job.spec.schedule, start, end, limit=self.max_backfill + 1)
+        schedule = self._calendars().checked(tenant, job.spec.schedule)
+        times = fires_in(schedule, start, end, limit=self.max_backfill + 1)
         if len(times) > self.max_backfill:
             rule = f"the range holds more than {self.max_backfill} occurrences; backfill it in parts"
             raise ValidationFailed("start", rule, FieldProblem("end", rule))
