@@ -166,7 +166,7 @@ class StubApi:
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
-            do_HEAD = do_POST = do_PATCH = do_DELETE = do_GET
+            do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
