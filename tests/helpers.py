@@ -166,7 +166,7 @@ class StubApi:
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
-            do_HEAD = do_POST = do_PATCH = do_DELETE = do_GET
+            do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -233,6 +233,9 @@ class ApiClient:
 
     def patch(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
         return self.request("PATCH", path, json_body, **kw)
+
+    def put(self, path: str, json_body: Any = None, **kw: Any) -> ApiResponse:
+        return self.request("PUT", path, json_body, **kw)
 
     def delete(self, path: str, **kw: Any) -> ApiResponse:
         return self.request("DELETE", path, **kw)

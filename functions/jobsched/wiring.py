@@ -17,6 +17,7 @@ from .domain.instants import Clock, SystemClock
 from .domain.metrics import Metrics
 from .domain.runs import Run
 from .observability import powertools_metrics
+from .services.calendars import CalendarService
 from .services.completion import Completer
 from .services.events import EventPublisher
 from .services.jobs import JobService
@@ -31,6 +32,7 @@ from .services.runs import RunService
 from .services.sweeper import Sweeper
 from .services.worker import Worker
 from .settings import Settings, settings
+from .store.calendars import CalendarStore
 from .store.definitions import DefinitionStore
 from .store.queues import RunQueues
 from .store.runs import RunStore
@@ -64,6 +66,14 @@ class Container:
             self.settings.shard_count,
             metrics=self.metrics,
         )
+
+    @cached_property
+    def calendar_store(self) -> CalendarStore:
+        return CalendarStore(client("dynamodb"), self.settings.definitions_table)
+
+    @cached_property
+    def calendars(self) -> CalendarService:
+        return CalendarService(self.calendar_store, self.clock)
 
     @cached_property
     def runs(self) -> RunStore:
@@ -112,6 +122,7 @@ class Container:
             run_request=self.runs.insert_request,
             run_retention=self.runs.retention,
             on_cancel=lambda job: self.run_service.cancel_unstarted(job, f"api:{job.tenant}"),
+            calendars=self.calendars.cache,
         )
 
     @cached_property
@@ -136,7 +147,9 @@ class Container:
 
     @cached_property
     def missed_runs(self) -> MissedRuns:
-        return MissedRuns(self.definitions, self.runs, self.completer, self.clock)
+        return MissedRuns(
+            self.definitions, self.runs, self.completer, self.clock, calendars=self.calendars.cache
+        )
 
     @cached_property
     def materializer(self) -> Materializer:
@@ -147,6 +160,7 @@ class Container:
             horizon=timedelta(seconds=self.settings.horizon_seconds),
             ahead=timedelta(seconds=self.settings.sweep_ahead_seconds),
             run_retention=self.runs.retention,
+            calendars=self.calendar_store,
         )
 
     @cached_property
@@ -267,6 +281,7 @@ class Container:
             is_external=self.is_external,
             authorize_target=self.target_authority.check_write,
             slots=self.tenant_slots,
+            calendars=self.calendars.cache,
         )
 
 

@@ -11,6 +11,10 @@ from .commands import (
     Context,
     _job_action,
     cmd_apply,
+    cmd_calendars_delete,
+    cmd_calendars_get,
+    cmd_calendars_list,
+    cmd_calendars_put,
     cmd_console,
     cmd_dlq_cancel,
     cmd_dlq_list,
@@ -206,6 +210,28 @@ def build_parser() -> argparse.ArgumentParser:
         help='any other schedule field as a job spells it: specs=\'[{"cron": "0 9 * * MON-FRI"}]\', '
         "exclude=..., dst.fold=both",
     )
+
+    calendars = commands.add_parser(
+        "calendars", help="the tenant's named calendars (dates jobs exclude, business-day holidays)"
+    ).add_subparsers(dest="action", required=True, metavar="ACTION")
+    put = command(calendars, "put", cmd_calendars_put, "create a calendar, or replace all its entries")
+    put.add_argument("name", metavar="NAME")
+    put.add_argument("--date", action="append", default=[], metavar="YYYY-MM-DD", help="a day (repeatable)")
+    put.add_argument(
+        "--dates", action="append", default=[], metavar="FIRST..LAST", help="days, both included (repeatable)"
+    )
+    put.add_argument(
+        "--entries",
+        metavar="JSON",
+        help='entries as JSON, or @file (@- for stdin): [{"date": ...}, {"start": ..., "end": ...}]',
+    )
+    command(calendars, "get", cmd_calendars_get, "a calendar's entries and its users").add_argument(
+        "name", metavar="NAME"
+    )
+    command(calendars, "list", cmd_calendars_list, "the tenant's calendars")
+    command(
+        calendars, "delete", cmd_calendars_delete, "delete a calendar no active or paused job uses"
+    ).add_argument("name", metavar="NAME")
 
     runs = commands.add_parser("runs", help="runs of a job and their history").add_subparsers(
         dest="action", required=True, metavar="ACTION"

@@ -34,6 +34,8 @@ from .follow import RunFollower
 from .rendering import (
     apply_lines,
     attempts_table,
+    calendar_fields,
+    calendars_table,
     event_line,
     format_fields,
     format_table,
@@ -261,6 +263,45 @@ def cmd_schedules_preview(ctx: Context, args: argparse.Namespace) -> int:
     body = deep_merge({k: v for k, v in named.items() if v is not None}, parse_assignments(args.set or []))
     shown = ctx.client.preview_schedule(body)
     return ctx.emit(shown, lambda: preview_table(shown.fire_times))
+
+
+def calendar_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The entries a `calendars put` names: `--entries` (a JSON list, or `{"entries": [...]}`,
+    or `@file`), then each `--date` and each `--dates FIRST..LAST`."""
+    entries: list[dict[str, Any]] = []
+    if args.entries is not None:
+        given = parse_json_arg("--entries", args.entries)
+        given = given.get("entries") if isinstance(given, dict) else given
+        if not isinstance(given, list):
+            raise UsageError('--entries: expected a JSON list of entries, or {"entries": [...]}')
+        entries += given
+    entries += [{"date": day} for day in args.date]
+    for span in args.dates:
+        first, separator, last = span.partition("..")
+        if not separator or not first or not last:
+            raise UsageError(f"--dates {span!r}: expected FIRST..LAST, e.g. 2026-12-20..2027-01-03")
+        entries.append({"startDate": first, "endDate": last})
+    return entries
+
+
+def cmd_calendars_put(ctx: Context, args: argparse.Namespace) -> int:
+    calendar = ctx.client.put_calendar(args.name, calendar_entries(args))
+    return ctx.emit(calendar, lambda: format_fields(calendar_fields(calendar)))
+
+
+def cmd_calendars_get(ctx: Context, args: argparse.Namespace) -> int:
+    calendar = ctx.client.get_calendar(args.name)
+    return ctx.emit(calendar, lambda: format_fields(calendar_fields(calendar)))
+
+
+def cmd_calendars_list(ctx: Context, args: argparse.Namespace) -> int:
+    listed = ctx.client.list_calendars()
+    return ctx.emit(listed, lambda: calendars_table(listed.items))
+
+
+def cmd_calendars_delete(ctx: Context, args: argparse.Namespace) -> int:
+    deleted = ctx.client.delete_calendar(args.name)
+    return ctx.emit(deleted, lambda: f"deleted {deleted.name}  version {deleted.version}")
 
 
 def cmd_runs_list(ctx: Context, args: argparse.Namespace) -> int:

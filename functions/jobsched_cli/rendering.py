@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jobsched.api_models.problems import problems_of
-from jobsched.api_models.views import AttemptView, PreviewLineView
+from jobsched.api_models.views import AttemptView, CalendarSummaryView, CalendarView, PreviewLineView
 from jobsched.client import ApiError, JobList, JobView, RunList, RunSummaryList, RunSummaryView, RunView
 from jobsched.client.apply import Action, ApplyResult, Outcome, Plan
 from pydantic import BaseModel, ValidationError
@@ -179,6 +179,28 @@ def preview_table(lines: Iterable[PreviewLineView]) -> str:
         for line in lines
     ]
     return format_table(["AT", "", "SPECS", "WHY"], rows)
+
+
+def calendars_table(calendars: Iterable[CalendarSummaryView]) -> str:
+    rows = [(c["name"], c["entryCount"], c["version"], c["updatedAt"]) for c in map(wire, calendars)]
+    return format_table(["NAME", "ENTRIES", "VERSION", "UPDATED"], rows)
+
+
+def calendar_fields(calendar: CalendarView) -> list[tuple[str, Any]]:
+    """A calendar's fields, then one line per entry (a date, dates FIRST..LAST, or instants)."""
+    shown = wire(calendar)
+    fields: list[tuple[str, Any]] = [
+        (name, shown[name]) for name in ("name", "version", "usedBy", "entryCount", "updatedAt")
+    ]
+    for index, entry in enumerate(shown["entries"]):
+        if entry["date"] is not None:
+            text = entry["date"]
+        elif entry["startDate"] is not None:
+            text = f"{entry['startDate']}..{entry['endDate']}"
+        else:
+            text = f"{entry['start']} until {entry['end']}"
+        fields.append(("entries" if index == 0 else "", text))
+    return fields
 
 
 def runs_table(runs: Iterable[RunView]) -> str:

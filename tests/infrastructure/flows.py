@@ -371,6 +371,11 @@ class Flows:
         preview = {"specs": [{"cron": "0 9 * * MON-FRI"}, {"monthly": "last-day", "at": "17:00"}], "count": 3}
         previewed = self.call("POST", "/v1/schedules/preview", "/v1/schedules/preview", preview)
         assert previewed.status == 200 and len(previewed.body["fireTimes"]) == 3, previewed
+        entries = {"entries": [{"date": "2026-12-25"}]}
+        assert self.call("PUT", "/v1/calendars/hols", "/v1/calendars/{name}", entries).status == 201
+        self.call("GET", "/v1/calendars", "/v1/calendars")
+        assert self.call("GET", "/v1/calendars/hols", "/v1/calendars/{name}").body["entryCount"] == 1
+        assert self.call("DELETE", "/v1/calendars/hols", "/v1/calendars/{name}").status == 200
         self.call("GET", "/openapi.json", "/openapi.json")
         self.call("GET", "/docs", "/docs")
 

@@ -81,7 +81,7 @@ def test_the_document_lists_every_route_the_resolver_serves(api):
     document = api.get("/openapi.json").body
     documented = {(method, path) for path, ops in document["paths"].items() for method in ops}
     assert documented == served_routes()
-    assert len(documented) == 25
+    assert len(documented) == 29
     hidden = {r.openapi_path for r in app._static_routes + app._dynamic_routes if not r.include_in_schema}
     assert hidden == {"/openapi.json", "/docs"}
 

@@ -306,6 +306,10 @@ def test_every_route_has_a_method(client: Client, wire: HandlerTransport):
         ("post", "/v1/leases/{run_key}/heartbeat"): "heartbeat",
         ("post", "/v1/leases/{run_key}/complete"): "complete",
         ("post", "/v1/schedules/preview"): "preview_schedule",
+        ("put", "/v1/calendars/{name}"): "put_calendar",
+        ("get", "/v1/calendars/{name}"): "get_calendar",
+        ("get", "/v1/calendars"): "list_calendars",
+        ("delete", "/v1/calendars/{name}"): "delete_calendar",
     }
     document = client.openapi()
     routes = {(m, path) for path, item in document["paths"].items() for m in item if m != "parameters"}
@@ -323,6 +327,28 @@ def test_a_schedule_is_previewed_without_a_job(client: Client):
     with pytest.raises(Invalid) as invalid:
         client.preview_schedule({"cron": "0 0 30 2 *"})
     assert invalid.value.fields == ["cron"]
+
+
+def test_calendars_round_trip_and_a_calendar_in_use_is_a_conflict(client: Client):
+    created = client.put_calendar(
+        "us-holidays", [{"date": "2026-11-26"}, {"startDate": "2026-12-24", "endDate": "2026-12-26"}]
+    )
+    assert (created.name, created.version, created.entry_count, created.used_by) == ("us-holidays", 1, 2, 0)
+    replaced = client.put_calendar("us-holidays", [{"date": "2026-11-26"}])
+    assert replaced.version == 2 and str(replaced.entries[0].date) == "2026-11-26"
+    client.create_job(
+        {"name": "n", "type": "t", "cron": "0 9 * * *", "exclude": [{"calendar": "us-holidays"}]}
+    )
+    assert client.get_calendar("us-holidays").used_by == 1
+    assert [c.name for c in client.list_calendars().items] == ["us-holidays"]
+    with pytest.raises(Conflict) as in_use:
+        client.delete_calendar("us-holidays")
+    assert in_use.value.code == "calendar_in_use"
+    with pytest.raises(Invalid) as invalid:
+        client.put_calendar("c", [{"date": "2026-11-26", "start": "2026-11-26T00:00:00Z"}])
+    assert invalid.value.fields == ["entries.0"]
+    with pytest.raises(NotFound):
+        client.delete_calendar("nope")
 
 
 # --- errors ---

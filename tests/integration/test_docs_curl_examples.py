@@ -196,7 +196,7 @@ def test_docs_have_an_example_for_every_route():
     """Every route of the OpenAPI document, with its path parameters as the examples' variables."""
     from jobsched.handlers.api import app
 
-    placeholders = {"{job_id}": "$JOB", "{run_key}": "$RUN"}
+    placeholders = {"{job_id}": "$JOB", "{run_key}": "$RUN", "{name}": "us-holidays"}
     wanted = set()
     paths = app.get_openapi_schema().paths
     assert paths is not None

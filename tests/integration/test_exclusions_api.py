@@ -22,7 +22,8 @@ def create(api, **fields):
 
 def exclusion(**fields):
     """An exclusion as answers show it: each member, null when unset."""
-    shown = {"cron": None, "timeZone": None, "startDate": None, "endDate": None, "start": None, "end": None}
+    shown = {"cron": None, "calendar": None, "timeZone": None, "startDate": None, "endDate": None}
+    shown.update({"start": None, "end": None})
     return {**shown, **fields}
 
 

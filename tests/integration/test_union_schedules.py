@@ -26,7 +26,14 @@ def create(api, **fields):
 
 def spec(cron=None, time_zone=None, every=None) -> dict:
     """A spec as answers show it: each member, null when unset."""
-    return {"cron": cron, "timeZone": time_zone, "every": every, "monthly": None, "at": None}
+    return {
+        "cron": cron,
+        "timeZone": time_zone,
+        "every": every,
+        "monthly": None,
+        "at": None,
+        "holidays": None,
+    }
 
 
 def refused(response) -> dict[str, str]:

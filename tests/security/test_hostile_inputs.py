@@ -174,6 +174,29 @@ ROUTES = {
         {"start": INSTANT, "end": INSTANT},
     ),
     "redrive": Route("POST", "/v1/runs/{run}/redrive", {"reason": "r"}, {"reason": TEXT}),
+    "put calendar": Route(
+        "PUT",
+        "/v1/calendars/{calendar}",
+        {
+            "entries": [
+                {"date": "2026-12-25"},
+                {"startDate": "2026-12-28", "endDate": "2026-12-31"},
+                {"start": "2027-01-04T00:00:00Z", "end": "2027-01-04T12:00:00Z"},
+            ]
+        },
+        {"entries": ANY},
+    ),
+    "create with calendars": Route(
+        "POST",
+        "/v1/jobs",
+        {
+            "name": "n",
+            "type": "ext",
+            "specs": [{"monthly": "nearest-business-day 15", "at": "09:00", "holidays": "{calendar}"}],
+            "exclude": [{"calendar": "{calendar}"}],
+        },
+        {"specs": ANY, "exclude": ANY},
+    ),
     # Routes that take no body read one all the same (`{}` is accepted), so a body sent is
     # refused whole, never ignored.
     **{
@@ -186,6 +209,7 @@ ROUTES = {
             "rotate signing secret": ("POST", "/v1/jobs/{job}/signing-secret"),
             "trigger": ("POST", "/v1/jobs/{job}/trigger"),
             "cancel run": ("POST", "/v1/runs/{run}/cancel"),
+            "delete calendar": ("DELETE", "/v1/calendars/{calendar}"),
         }.items()
     },
     **{
@@ -344,7 +368,9 @@ def poisoned(template: dict[str, Any], field: str, fragment: str) -> str:
 def resources(api) -> dict[str, str]:
     job = api.post("/v1/jobs", {"name": "e", "type": "ext", "cron": "0 * * * *"})  # stays ACTIVE
     assert job.status == 201, job
-    return {"job": job.body["jobId"], "run": quote(f"{job.body['jobId']}@{NOW}", safe="")}
+    calendar = api.put("/v1/calendars/hols", {"entries": [{"date": "2026-12-25"}]})
+    assert calendar.status == 201, calendar
+    return {"job": job.body["jobId"], "run": quote(f"{job.body['jobId']}@{NOW}", safe=""), "calendar": "hols"}
 
 
 def refused(response: Any, field: str) -> str | None:
@@ -363,6 +389,7 @@ def refused(response: Any, field: str) -> str | None:
 
 def send(api: Any, route: Route, resources: dict[str, str], raw: str) -> Any:
     path = route.path.format(**resources)
+    raw = raw.replace("{calendar}", resources["calendar"])
     return api.request(route.method, path, raw_body=raw, headers=route.headers)
 
 
@@ -430,10 +457,13 @@ def test_every_route_with_a_body_header_or_query_is_covered(api):
             params = [p for p in operation.get("parameters", []) if p["in"] in ("header", "query")]
             if "requestBody" in operation or params:
                 taking.add(f"{method.upper()} {path}")
-    templates = {
-        f"{r.method} {r.path.replace('{job}', '{job_id}').replace('{run}', '{run_key}')}"
-        for r in ROUTES.values()
-    }
+    names = {"{job}": "{job_id}", "{run}": "{run_key}", "{calendar}": "{name}"}
+    templates = set()
+    for r in ROUTES.values():
+        path = r.path
+        for filled, documented in names.items():
+            path = path.replace(filled, documented)
+        templates.add(f"{r.method} {path}")
     covered = templates | {
         "GET /v1/jobs",
         "GET /v1/jobs/{job_id}/runs",

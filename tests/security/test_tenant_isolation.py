@@ -35,8 +35,13 @@ def worker(container):
 
 @pytest.fixture
 def owned(api, worker):
-    """Tenant A's resources: an active cron job whose first run is DEAD, and a leased run."""
-    job = api.post("/v1/jobs", {"name": "a", "type": "bad", "cron": "0 * * * *"})
+    """Tenant A's resources: an active cron job whose first run is DEAD (its schedule
+    referencing A's calendar `hols`), and a leased run."""
+    calendar = api.put("/v1/calendars/hols", {"entries": [{"date": "2026-12-25"}]})
+    assert calendar.status == 201, calendar
+    job = api.post(
+        "/v1/jobs", {"name": "a", "type": "bad", "cron": "0 * * * *", "exclude": [{"calendar": "hols"}]}
+    )
     assert job.status == 201, job
     job_id = job.body["jobId"]
     dead_key = f"{job_id}@{NOW}"
@@ -75,6 +80,8 @@ def attempts(owned):
         ("POST /v1/jobs/{job_id}/backfill", lambda b: b.post(f"/v1/jobs/{job}/backfill", WINDOW)),
         ("POST /v1/jobs/{job_id}/signing-secret", lambda b: b.post(f"/v1/jobs/{job}/signing-secret")),
         ("POST /v1/jobs/{job_id}/archive", lambda b: b.post(f"/v1/jobs/{job}/archive")),
+        ("GET /v1/calendars/{name}", lambda b: b.get("/v1/calendars/hols")),
+        ("DELETE /v1/calendars/{name}", lambda b: b.delete("/v1/calendars/hols")),
         ("GET /v1/runs/{run_key}", lambda b: b.get(f"/v1/runs/{dead}")),
         ("POST /v1/runs/{run_key}/redrive", lambda b: b.post(f"/v1/runs/{dead}/redrive", {"reason": "x"})),
         ("POST /v1/runs/{run_key}/cancel", lambda b: b.post(f"/v1/runs/{lease}/cancel")),
@@ -105,12 +112,37 @@ def test_every_route_naming_another_tenants_resource_is_404(api, other_api, owne
     assert leased["state"] == "LEASED" and leased["fence"] == owned["fence"]
     runs = api.get(f"/v1/jobs/{owned['job_id']}/runs").body["items"]
     assert [r["scheduledFor"] for r in runs] == [NOW]  # no trigger, no backfill landed
+    calendar = api.get("/v1/calendars/hols").body
+    assert calendar["version"] == 1 and calendar["usedBy"] == 1
+
+
+# Routes with a resource that another tenant's call does not answer 404: a PUT of a calendar
+# names the caller's own (created, never another tenant's), tested here.
+PER_TENANT_NAMES = {"PUT /v1/calendars/{name}"}
+
+
+def test_a_calendar_name_is_the_callers_own(api, other_api, owned):
+    """Tenant B's PUT of A's calendar name creates B's own; A's is unchanged, and B's job
+    referencing the name sees B's entries only."""
+    response = other_api.put("/v1/calendars/hols", {"entries": []})
+    assert response.status == 201 and response.body["version"] == 1 and response.body["usedBy"] == 0
+    assert api.get("/v1/calendars/hols").body["entryCount"] == 1
+    job = other_api.post(
+        "/v1/jobs", {"name": "b", "type": "ext", "cron": "0 9 * * *", "exclude": [{"calendar": "hols"}]}
+    )
+    assert job.status == 201, job
+    christmas = {"cron": "0 9 25 12 *", "exclude": [{"calendar": "hols"}], "count": 1}
+    assert other_api.post("/v1/schedules/preview", christmas).body["fireTimes"][0]["fires"] is True
+    assert api.post("/v1/schedules/preview", christmas).body["fireTimes"][0]["fires"] is False
+    assert api.get("/v1/calendars/hols").body["usedBy"] == 1
+    assert other_api.get("/v1/calendars").body["items"][0]["entryCount"] == 0
 
 
 def test_lists_never_show_another_tenants_items(api, other_api, owned):
     assert other_api.get("/v1/jobs").body == {"items": [], "nextCursor": None}
     assert other_api.get("/v1/jobs", query="state=ACTIVE").body["items"] == []
     assert other_api.get("/v1/dead-letters").body == {"items": [], "nextCursor": None}
+    assert other_api.get("/v1/calendars").body == {"items": []}
     assert [r["runKey"] for r in api.get("/v1/dead-letters").body["items"]] == [owned["dead_key"]]
 
 
@@ -144,7 +176,7 @@ def test_the_isolation_table_covers_every_route_with_a_resource(api, owned):
     """Every documented route with a path parameter is exercised above."""
     paths = api.get("/openapi.json").body["paths"]
     documented = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops if "{" in path}
-    covered = {route for route, _ in attempts(owned)}
+    covered = {route for route, _ in attempts(owned)} | PER_TENANT_NAMES
     assert documented == covered
 
 

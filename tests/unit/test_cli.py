@@ -757,6 +757,70 @@ def test_schedules_preview_sends_the_schedule_and_shows_why(
     assert out[2].endswith("excluded by exclude.0 (dates)")
 
 
+CALENDAR = {
+    "name": "us-holidays",
+    "entryCount": 3,
+    "version": 2,
+    "createdAt": "2026-11-01T00:00:00Z",
+    "updatedAt": "2026-11-02T00:00:00Z",
+    "usedBy": 1,
+    "entries": [
+        {"date": "2026-11-26", "startDate": None, "endDate": None, "start": None, "end": None},
+        {"date": None, "startDate": "2026-12-24", "endDate": "2026-12-26", "start": None, "end": None},
+        {
+            "date": None,
+            "startDate": None,
+            "endDate": None,
+            "start": "2027-01-01T00:00:00Z",
+            "end": "2027-01-01T12:00:00Z",
+        },
+    ],
+}
+
+
+def test_calendars_put_sends_each_entry_and_shows_the_calendar(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stub.routes[("PUT", "/v1/calendars/us-holidays")] = (200, CALENDAR, {})
+    entries = '[{"start": "2027-01-01T00:00:00Z", "end": "2027-01-01T12:00:00Z"}]'
+    argv = ["--endpoint", stub.url, "calendars", "put", "us-holidays", "--entries", entries]
+    argv += ["--date", "2026-11-26", "--dates", "2026-12-24..2026-12-26"]
+    assert main(argv) == 0
+    assert stub.requests[-1]["body"] == {
+        "entries": [
+            {"start": "2027-01-01T00:00:00Z", "end": "2027-01-01T12:00:00Z"},
+            {"date": "2026-11-26"},
+            {"startDate": "2026-12-24", "endDate": "2026-12-26"},
+        ]
+    }
+    out = capsys.readouterr().out
+    assert "usedBy" in out and "2026-12-24..2026-12-26" in out
+    assert "2027-01-01T00:00:00Z until 2027-01-01T12:00:00Z" in out
+
+
+def test_calendars_get_list_and_delete(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
+    stub.routes[("GET", "/v1/calendars/us-holidays")] = (200, CALENDAR, {})
+    stub.routes[("GET", "/v1/calendars")] = (
+        200,
+        {"items": [{k: v for k, v in CALENDAR.items() if k not in ("usedBy", "entries")}]},
+        {},
+    )
+    stub.routes[("DELETE", "/v1/calendars/us-holidays")] = (200, CALENDAR, {})
+    assert main(["--endpoint", stub.url, "calendars", "get", "us-holidays"]) == 0
+    assert "2026-11-26" in capsys.readouterr().out
+    assert main(["--endpoint", stub.url, "calendars", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["NAME", "ENTRIES", "VERSION", "UPDATED"]
+    assert out[1].split() == ["us-holidays", "3", "2", "2026-11-02T00:00:00Z"]
+    assert main(["--endpoint", stub.url, "calendars", "delete", "us-holidays"]) == 0
+    assert capsys.readouterr().out.strip() == "deleted us-holidays  version 2"
+
+
+def test_calendars_put_refuses_a_malformed_range(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calendars", "put", "c", "--dates", "2026-12-24"]) == 2
+    assert "--dates '2026-12-24': expected FIRST..LAST" in capsys.readouterr().err
+
+
 def test_one_page_mentions_the_next_cursor(stub: StubApi, capsys: pytest.CaptureFixture[str]) -> None:
     stub.routes[("GET", "/v1/jobs")] = (200, {"items": [JOB], "nextCursor": "abc"}, {})
     assert main(["--endpoint", stub.url, "jobs", "list", "--limit", "1"]) == 0

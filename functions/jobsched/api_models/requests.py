@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..domain.calendars import MAX_CALENDAR_ENTRIES, Calendar
 from ..domain.errors import FieldProblem, ValidationFailed
 from ..domain.instants import ClientBound, ClientInstant
 from ..domain.models import (
@@ -115,9 +116,15 @@ class SpecBody(ApiModel):
     monthly: str | None = Field(
         default=None,
         max_length=32,
-        description="a day of each month: last-day, last-weekday, 'last FRI', '2nd TUE' (with `at`)",
+        description="a day of each month: last-day, last-weekday, 'last FRI', '2nd TUE', "
+        "first-business-day, last-business-day, 'nearest-business-day 15' (with `at`)",
     )
     at: str | None = Field(default=None, max_length=8, description="the time of day of `monthly`: HH:MM[:SS]")
+    holidays: str | None = Field(
+        default=None,
+        max_length=64,
+        description="a business-day rule's holidays: the name of one of the tenant's calendars",
+    )
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
@@ -140,10 +147,12 @@ ClientDate = Annotated[
 
 class ExclusionBody(ApiModel):
     """Occurrences a job does not fire at (`exclude`): exactly one of `cron` (its wall-clock
-    matches in `timeZone`), `startDate`..`endDate` (local dates in `timeZone`, both included)
-    or `start`..`end` (instants, `end` excluded). `timeZone` defaults to the job's, else UTC."""
+    matches in `timeZone`), `startDate`..`endDate` (local dates in `timeZone`, both included),
+    `start`..`end` (instants, `end` excluded) or `calendar` (what the tenant's calendar of
+    that name covers, its days read in `timeZone`). `timeZone` defaults to the job's, else UTC."""
 
     cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
+    calendar: str | None = Field(default=None, max_length=64)
     time_zone: str | None = Field(default=None, max_length=64)
     start_date: ClientDate | None = None
     end_date: ClientDate | None = None
@@ -153,7 +162,8 @@ class ExclusionBody(ApiModel):
     def to_domain(self, default_zone: str | None) -> dict[str, Any]:
         """The domain Exclusion's fields: a cron or dates in its zone, the job's, or UTC."""
         fields = self.model_dump(exclude_none=True)
-        if self.cron is not None or self.start_date is not None or self.end_date is not None:
+        zoned = (self.cron, self.start_date, self.end_date, self.calendar)
+        if any(value is not None for value in zoned):
             fields["time_zone"] = self.time_zone or default_zone or "UTC"
         return fields
 
@@ -242,6 +252,7 @@ class JobBody(BoundedScheduleLists):
                 "cron": spec.cron,
                 "monthly": spec.monthly,
                 "at": spec.at,
+                "holidays": spec.holidays,
                 "time_zone": (spec.time_zone or self.time_zone or "UTC")
                 if spec.cron is not None or spec.monthly is not None
                 else spec.time_zone,
@@ -562,3 +573,45 @@ class SchedulePreviewBody(BoundedScheduleLists):
         # Checked already, member by member, as a job's body is: only the spec is built here.
         body = JobBody.model_construct(name="preview", type="preview", **members)
         return body.to_spec(self.start_at or anchor)
+
+
+# --- calendars ---
+
+
+class CalendarEntryBody(ApiModel):
+    """One entry of a calendar: exactly one of `date` (a local day), `startDate`..`endDate`
+    (local days, both included) or `start`..`end` (instants, `end` excluded). Local days are
+    read in the zone of the job that references the calendar."""
+
+    date: ClientDate | None = None
+    start_date: ClientDate | None = None
+    end_date: ClientDate | None = None
+    start: ClientInstant | None = None
+    end: ClientInstant | None = None
+
+
+class CalendarBody(ApiModel):
+    """A calendar's entries (`PUT /v1/calendars/{name}`): all of them, replacing any before."""
+
+    entries: list[CalendarEntryBody] = Field(
+        description=f"0 to {MAX_CALENDAR_ENTRIES} dates, date ranges and instant ranges",
+        json_schema_extra={"maxItems": MAX_CALENDAR_ENTRIES},
+    )
+
+    @field_validator("entries", mode="before")
+    @classmethod
+    def _few_entries(cls, entries: Any) -> Any:
+        if isinstance(entries, list) and len(entries) > MAX_CALENDAR_ENTRIES:
+            raise ValueError(f"holds at most {MAX_CALENDAR_ENTRIES} entries; got {len(entries)}")
+        return entries
+
+    def to_calendar(self, name: str) -> Calendar:
+        """The domain calendar; every rule it breaks comes back as a ValidationFailed naming
+        the field (`entries.<i>.<member>`)."""
+        try:
+            return Calendar.model_validate(
+                {"name": name, "entries": [e.model_dump(exclude_none=True) for e in self.entries]},
+                context=WRITE,
+            )
+        except ValidationError as exc:
+            raise validation_failed(exc, domain=True) from None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from ..domain.calendars import Calendar
 from ..domain.instants import Instant
 from ..domain.models import (
     DeliveryGuarantee,
@@ -85,12 +86,14 @@ class SpecView(View):
     every: int | None = Field(default=None, description="seconds")
     monthly: str | None = None
     at: str | None = None
+    holidays: str | None = Field(default=None, description="a business-day rule's holiday calendar")
 
 
 class ExclusionView(View):
-    """One exclusion, as written back: a cron or dates with their zone, or instants."""
+    """One exclusion, as written back: a cron, dates or a calendar with their zone, or instants."""
 
     cron: str | None = None
+    calendar: str | None = Field(default=None, description="the name of one of the tenant's calendars")
     time_zone: str | None = None
     start_date: date | None = None
     end_date: date | None = None
@@ -143,7 +146,12 @@ class JobFieldsView(View):
             if schedule.specs is None
             else [
                 SpecView(
-                    cron=s.cron, time_zone=s.time_zone, every=s.every_seconds, monthly=s.monthly, at=s.at
+                    cron=s.cron,
+                    time_zone=s.time_zone,
+                    every=s.every_seconds,
+                    monthly=s.monthly,
+                    at=s.at,
+                    holidays=s.holidays,
                 )
                 for s in schedule.specs
             ],
@@ -653,3 +661,60 @@ class SchedulePreviewView(View):
                 for line in lines
             ]
         )
+
+
+# --- calendars ---
+
+
+_Date = date  # the type, where a field is named `date`
+
+
+class CalendarEntryView(View):
+    """One entry of a calendar, as written back: a date, dates, or instants."""
+
+    date: _Date | None = None
+    start_date: _Date | None = None
+    end_date: _Date | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+
+
+class CalendarSummaryView(View):
+    """A calendar in a listing: its name, how many entries it holds, its version."""
+
+    name: str
+    entry_count: int
+    version: int
+    created_at: Instant
+    updated_at: Instant
+
+    @classmethod
+    def of(cls, calendar: Calendar) -> CalendarSummaryView:
+        assert calendar.created_at is not None and calendar.updated_at is not None
+        return cls(
+            name=calendar.name,
+            entry_count=len(calendar.entries),
+            version=calendar.version,
+            created_at=calendar.created_at,
+            updated_at=calendar.updated_at,
+        )
+
+
+class CalendarView(CalendarSummaryView):
+    """A calendar: its entries, and how many live jobs (ACTIVE or PAUSED) reference it
+    (`usedBy`; a calendar some job uses cannot be deleted)."""
+
+    entries: list[CalendarEntryView]
+    used_by: int
+
+    @classmethod
+    def with_entries(cls, calendar: Calendar, used_by: int) -> CalendarView:
+        summary = CalendarSummaryView.of(calendar).model_dump()
+        entries = [CalendarEntryView.model_validate(e, from_attributes=True) for e in calendar.entries]
+        return cls(**summary, entries=entries, used_by=used_by)
+
+
+class CalendarList(View):
+    """The tenant's calendars, by name (all of them: a tenant holds at most a hundred)."""
+
+    items: list[CalendarSummaryView]

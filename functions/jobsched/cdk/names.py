@@ -250,6 +250,11 @@ ROUTES = (
     # A schedule not saved: writes nothing, but it is a POST (the reader policy grants GETs
     # only) and a tool for writing jobs, so whoever may create a job may preview one.
     Route("POST", "/v1/schedules/preview", WRITER),
+    # A tenant's calendars are part of its jobs' schedules: written by whoever writes jobs.
+    Route("GET", "/v1/calendars", READER),
+    Route("GET", "/v1/calendars/{name}", READER),
+    Route("PUT", "/v1/calendars/{name}", WRITER),
+    Route("DELETE", "/v1/calendars/{name}", WRITER),
     Route("GET", "/openapi.json", READER),
     Route("GET", "/docs", READER),
 )

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from ..api_models.requests import (
     BackfillBody,
     BulkDeadLettersBody,
+    CalendarBody,
     ClaimBody,
     CompleteBody,
     HeartbeatBody,
@@ -25,6 +26,8 @@ from ..api_models.requests import (
 from ..api_models.views import (
     BackfillView,
     BulkDeadLettersView,
+    CalendarList,
+    CalendarView,
     CreatedJobView,
     HeartbeatView,
     JobBatchView,
@@ -347,6 +350,40 @@ class Client:
         )
         reply = self._send("POST", "/v1/schedules/preview", _dump(body), idempotent=True)
         return self._parse(SchedulePreviewView, reply)
+
+    # --- calendars ---
+
+    @staticmethod
+    def _calendar_path(name: str) -> str:
+        return f"/v1/calendars/{quote_segment(name)}"
+
+    def put_calendar(self, name: str, entries: CalendarBody | Iterable[Mapping[str, Any]]) -> CalendarView:
+        """`PUT /v1/calendars/{name}`: create the tenant's calendar `name`, or replace all its
+        entries (a new version), each `{"date": ...}`, `{"startDate": ..., "endDate": ...}`
+        or `{"start": ..., "end": ...}`. Safe to repeat (the same entries), and repeated after a
+        lost answer. Returns the calendar as written. Raises Invalid (an entry, the name, more
+        than 1,000 entries), RateLimited (the tenant's number of calendars)."""
+        body = (
+            entries
+            if isinstance(entries, CalendarBody)
+            else CalendarBody.model_validate({"entries": list(entries)})
+        )
+        reply = self._send("PUT", self._calendar_path(name), _dump(body), idempotent=True)
+        return self._parse(CalendarView, reply)
+
+    def get_calendar(self, name: str) -> CalendarView:
+        """`GET /v1/calendars/{name}`: the calendar's entries and how many live jobs use it
+        (`used_by`). Raises NotFound (another tenant's calendar of that name included)."""
+        return self._get(CalendarView, self._calendar_path(name))
+
+    def list_calendars(self) -> CalendarList:
+        """`GET /v1/calendars`: every calendar of the tenant, by name (without entries)."""
+        return self._get(CalendarList, "/v1/calendars")
+
+    def delete_calendar(self, name: str) -> CalendarView:
+        """`DELETE /v1/calendars/{name}`: returns the calendar as it was. Raises NotFound,
+        Conflict (`calendar_in_use`: an active or paused job references it)."""
+        return self._parse(CalendarView, self._send("DELETE", self._calendar_path(name)))
 
     # --- runs of a job ---
 

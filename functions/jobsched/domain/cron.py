@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
+from datetime import date
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -118,20 +120,36 @@ WEEKDAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # date.weekday() o
 _ORDINALS = {"1st": 1, "2nd": 2, "3rd": 3, "4th": 4, "5th": 5}
 _TIME_OF_DAY = re.compile(r"([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?", re.ASCII)
 MONTHLY_RULE = (
-    "must be last-day, last-weekday (the last Monday to Friday), 'last <DAY>' or "
-    "'<1st|2nd|3rd|4th|5th> <DAY>', DAY one of MON TUE WED THU FRI SAT SUN"
+    "must be last-day, last-weekday (the last Monday to Friday), 'last <DAY>', "
+    "'<1st|2nd|3rd|4th|5th> <DAY>' (DAY one of MON TUE WED THU FRI SAT SUN), "
+    "first-business-day, last-business-day or 'nearest-business-day <1-31>'"
 )
+# Rules whose day depends on business days: Monday to Friday, less the spec's holidays.
+FIRST_BUSINESS_DAY = "first-business-day"
+LAST_BUSINESS_DAY = "last-business-day"
+NEAREST_BUSINESS_DAY = "nearest-business-day"
+_NEAREST = re.compile(r"nearest-business-day (0?[1-9]|[12]\d|3[01])", re.ASCII)
 
 
 def check_monthly(text: str) -> str:
-    """The rule normalised (`last-day`, `last-weekday`, `last FRI`, `2nd TUE`), or ValueError."""
+    """The rule normalised (`last-day`, `last-weekday`, `last FRI`, `2nd TUE`,
+    `last-business-day`, `nearest-business-day 15`), or ValueError."""
     words = text.strip().split()
-    if len(words) == 1 and words[0].lower() in ("last-day", "last-weekday"):
+    single = ("last-day", "last-weekday", FIRST_BUSINESS_DAY, LAST_BUSINESS_DAY)
+    if len(words) == 1 and words[0].lower() in single:
         return words[0].lower()
+    nearest = _NEAREST.fullmatch(" ".join(words).lower())
+    if nearest is not None:
+        return f"{NEAREST_BUSINESS_DAY} {int(nearest.group(1))}"
     which = words[0].lower() if len(words) == 2 else ""
     if (which == "last" or which in _ORDINALS) and words[1].upper() in WEEKDAYS:
         return f"{which} {words[1].upper()}"
     raise ValueError(MONTHLY_RULE)
+
+
+def is_business_day_rule(rule: str) -> bool:
+    """Whether a (normalised) rule's day is a business day (and so depends on holidays)."""
+    return rule in (FIRST_BUSINESS_DAY, LAST_BUSINESS_DAY) or rule.startswith(NEAREST_BUSINESS_DAY)
 
 
 def check_time_of_day(text: str) -> tuple[int, int, int]:
@@ -142,9 +160,19 @@ def check_time_of_day(text: str) -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-def monthly_day(rule: str, year: int, month: int) -> int | None:
-    """The day of `month` a (normalised) rule names; None when the month has none (a 5th)."""
+def monthly_day(
+    rule: str, year: int, month: int, holiday: Callable[[date], bool] = lambda day: False
+) -> int | None:
+    """The day of `month` a (normalised) rule names; None when the month has none (a 5th, or
+    no business day). A business day is a Monday to Friday that is not a `holiday`:
+    - first-business-day, last-business-day: the month's first or last one;
+    - nearest-business-day N: day N (the month's last day when it has fewer), when it is one;
+      else the business day of the month nearest to it, the earlier of two as near (so with
+      weekends alone a Saturday gives the Friday before, a Sunday the Monday after). Never
+      a day of another month."""
     days = calendar.monthrange(year, month)[1]
+    if is_business_day_rule(rule):
+        return _business_day(rule, year, month, days, holiday)
     if rule == "last-day":
         return days
     if rule == "last-weekday":
@@ -165,9 +193,27 @@ def monthly_cron(rule: str, at: str) -> str:
     """A 6-field cron firing at `at` on every day that can be the rule's day (the days it
     may fall on): the rule's occurrences are those of its days (`monthly_day`)."""
     hour, minute, second = check_time_of_day(at)
-    if rule.startswith("last"):
+    if is_business_day_rule(rule):
+        days = "*"  # holidays may move the day anywhere in its month
+    elif rule.startswith("last"):
         days = "22-31"
     else:
         n = _ORDINALS[rule.split(" ")[0]]
         days = f"{7 * (n - 1) + 1}-{min(7 * n, 31)}"
     return f"{second} {minute} {hour} {days} * *"
+
+
+def _business_day(rule: str, year: int, month: int, days: int, holiday: Callable[[date], bool]) -> int | None:
+    def business(day: int) -> bool:
+        return calendar.weekday(year, month, day) < 5 and not holiday(date(year, month, day))
+
+    if rule == FIRST_BUSINESS_DAY:
+        return next((day for day in range(1, days + 1) if business(day)), None)
+    if rule == LAST_BUSINESS_DAY:
+        return next((day for day in range(days, 0, -1) if business(day)), None)
+    target = min(int(rule.split(" ")[1]), days)
+    for distance in range(days):
+        for day in (target - distance, target + distance):  # the earlier first: ties go back
+            if 1 <= day <= days and business(day):
+                return day
+    return None

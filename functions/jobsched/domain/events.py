@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .instants import Instant
 from .models import Job, JobState, ScheduleKind
 from .runs import LATE_REASON, Run, RunState, Transition
-from .schedule import next_fire
+from .schedule import index_schedule, next_fire
 
 SPEC_VERSION = "1.0"
 # The longest error message an event carries (a run's own may be longer; the run keeps it).
@@ -280,8 +280,9 @@ def job_event_type(before: Job | None, after: Job) -> EventType | None:
 
 def as_created(job: Job) -> Job:
     """`job`, written with its first runs, as it was before they were made: ACTIVE, its next
-    run at its first occurrence (as services.jobs.first_occurrence found it then)."""
-    schedule = job.spec.schedule
+    run at its first occurrence (as services.jobs.first_occurrence found it then: for a job
+    referencing calendars, the first instant its schedule without them fires at)."""
+    schedule = index_schedule(job.spec.schedule)
     start = (
         min(schedule.at, job.created_at)
         if schedule.kind is ScheduleKind.ONCE and schedule.at

@@ -33,6 +33,8 @@ from .cron import (
     check_time_of_day,
     check_time_zone_name,
     has_seconds_field,
+    is_business_day_rule,
+    shown,
     zone,
 )
 from .instants import Instant
@@ -209,6 +211,8 @@ class ScheduleSpec(Model):
     every_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600)
     monthly: str | None = None
     at: str | None = None
+    # A business-day rule's holidays: the name of a calendar of the tenant's (its local days).
+    holidays: str | None = None
 
     @model_validator(mode="after")
     def _one_form(self, info: ValidationInfo) -> ScheduleSpec:
@@ -217,6 +221,8 @@ class ScheduleSpec(Model):
             raise rule_on((), "exactly one of cron, every or monthly is required")
         if (self.at is not None) != (self.monthly is not None):
             raise rule_on("at", "is required with monthly, and applies only to it")
+        if self.holidays is not None and self.monthly is None:
+            raise rule_on("holidays", "applies only to a business-day rule of monthly")
         if self.every_seconds is not None:
             if self.time_zone is not None:
                 raise rule_on("time_zone", "only applies to a cron or monthly spec")
@@ -231,6 +237,13 @@ class ScheduleSpec(Model):
             except ValueError as exc:
                 raise rule_on("at", str(exc)) from None
             checked_zone(self.time_zone, info, "monthly")
+            if self.holidays is not None:
+                if not is_business_day_rule(self.monthly):
+                    raise rule_on("holidays", "applies only to a business-day rule of monthly")
+                try:
+                    check_calendar_name(self.holidays)
+                except ValueError as exc:
+                    raise rule_on("holidays", str(exc)) from None
             return self
         assert self.cron is not None
         # Frozen model: store the canonical form.
@@ -240,6 +253,20 @@ class ScheduleSpec(Model):
 
 # The most exclusions one job holds: each is checked against every occurrence the sweep finds.
 MAX_EXCLUSIONS = 20
+
+# A calendar's name (domain.calendars): what a path segment and a store key carry unescaped.
+CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+CALENDAR_NAME_RULE = "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+_CALENDAR_NAME = re.compile(CALENDAR_NAME_PATTERN, re.ASCII)
+# The most distinct calendars one job references: each is read when its occurrences are computed.
+MAX_CALENDARS_PER_JOB = 5
+
+
+def check_calendar_name(name: str) -> str:
+    """`name`, once it follows CALENDAR_NAME_RULE; else ValueError naming the rule."""
+    if not _CALENDAR_NAME.fullmatch(name):
+        raise ValueError(f"{shown(name)} {CALENDAR_NAME_RULE}")
+    return name
 
 
 EXCLUSION_CRON_FIELDS = (
@@ -255,9 +282,12 @@ class Exclusion(Model):
       refused on a write (a job stored with one reads back, matched to the second);
     - `start_date`..`end_date` (in `time_zone`): an occurrence whose local date lies in
       that range, both days included;
-    - `start`..`end`: an occurrence at an instant t with start <= t < end."""
+    - `start`..`end`: an occurrence at an instant t with start <= t < end;
+    - `calendar` (in `time_zone`): an occurrence the tenant's calendar of that name covers
+      (its days read in `time_zone`), as it stands when the occurrence is computed."""
 
     cron: str | None = None
+    calendar: str | None = None
     time_zone: str | None = None
     start_date: date | None = None
     end_date: date | None = None
@@ -272,12 +302,19 @@ class Exclusion(Model):
                 ("cron", self.cron is not None),
                 ("dates", self.start_date is not None or self.end_date is not None),
                 ("instants", self.start is not None or self.end is not None),
+                ("calendar", self.calendar is not None),
             )
             if given
         ]
         if len(forms) != 1:
-            raise rule_on((), "exactly one of cron, startDate/endDate or start/end is required")
-        if self.cron is not None:
+            raise rule_on((), "exactly one of cron, startDate/endDate, start/end or calendar is required")
+        if self.calendar is not None:
+            try:
+                check_calendar_name(self.calendar)
+            except ValueError as exc:
+                raise rule_on("calendar", str(exc)) from None
+            checked_zone(self.time_zone, info, "calendar")
+        elif self.cron is not None:
             # Frozen model: store the canonical form.
             object.__setattr__(self, "cron", checked_cron(self.cron, self.time_zone, info))
             if writing(info) and has_seconds_field(self.cron):
@@ -361,7 +398,19 @@ class Schedule(Model):
             if writing(info) and len(self.exclude) > MAX_EXCLUSIONS:
                 count = len(self.exclude)
                 raise rule_on("exclude", f"holds at most {MAX_EXCLUSIONS} exclusions; got {count}")
+        names = self.calendar_names
+        if writing(info) and len(names) > MAX_CALENDARS_PER_JOB:
+            raise rule_on(
+                (), f"references at most {MAX_CALENDARS_PER_JOB} distinct calendars; got {len(names)}"
+            )
         return self
+
+    @property
+    def calendar_names(self) -> tuple[str, ...]:
+        """The distinct calendars it references (`exclude`'s, then the specs' `holidays`), in order."""
+        named = [e.calendar for e in self.exclude or () if e.calendar is not None]
+        named += [spec.holidays for spec in self.specs or () if spec.holidays is not None]
+        return tuple(dict.fromkeys(named))
 
     @property
     def counts_from_anchor(self) -> bool:

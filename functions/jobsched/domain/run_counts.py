@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from .effects import MAX_CLOCK_SKEW
 from .models import Job, JobState, ScheduleKind
 from .runs import TERMINAL_STATES, Run, RunState, Trigger
-from .schedule import next_fire
+from .schedule import index_schedule, next_fire
 
 # The longest a function that makes runs (the API, 28 s; the sweeper, 50 s) lives.
 MAX_WRITE_DELAY = timedelta(seconds=60)
@@ -64,8 +64,9 @@ def made_counted_at_end(job: Job, scheduled_for: datetime, now: datetime, trigge
     or after its instant (a fold may already have passed it); a one-time job's run, or one of
     a job with `maxRuns` (its last run has no sweep after it); a run with no later occurrence
     of its job between `FOLD_LAG + MAX_AHEAD` and `FOLD_EVERY` after it (no sweep is sure to
-    fold it in time)."""
-    schedule = job.spec.schedule
+    fold it in time). A sweep looks at the job at each instant its schedule without calendars
+    fires at (`index_schedule`), whatever the calendars it references exclude."""
+    schedule = index_schedule(job.spec.schedule)
     if trigger is not Trigger.SCHEDULE or scheduled_for <= now:
         return True
     if schedule.kind is ScheduleKind.ONCE or schedule.max_runs is not None:

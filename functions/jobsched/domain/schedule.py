@@ -8,17 +8,27 @@ returned is aware UTC with whole seconds."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from itertools import islice, takewhile
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
+from .calendars import (
+    Calendar,
+    CalendarExclusion,
+    HolidaySpec,
+    UnresolvedCalendar,
+    in_days,
+)
 from .cron import (
     check_cron_expression,
+    check_time_of_day,
     croniter_form,
     day_or,
     has_seconds_field,
@@ -337,12 +347,26 @@ def members(schedule: Schedule) -> list[Schedule]:
     return [_member(schedule, spec) for spec in schedule.specs]
 
 
+class HolidayMember(Schedule):
+    """The member a business-day spec with resolved holidays becomes (`members`): a monthly
+    cron whose rule counts its calendar's days as holidays."""
+
+    holiday_days: tuple[tuple[date, date], ...] = ()
+
+
 def _member(schedule: Schedule, spec: ScheduleSpec) -> Schedule:
     # Built without validation: the union and its specs were validated as they were read.
     cron = spec.cron
     if spec.monthly is not None and spec.at is not None:
         cron = monthly_cron(spec.monthly, spec.at)
-    return Schedule.model_construct(
+    extra: dict[str, Any] = {}
+    if isinstance(spec, HolidaySpec):
+        extra = {"holiday_days": spec.holiday_days}
+    elif spec.holidays is not None:
+        raise UnresolvedCalendar(spec.holidays, "holidays")
+    built = HolidayMember if extra else Schedule
+    return built.model_construct(
+        **extra,
         kind=ScheduleKind.RATE if spec.every_seconds is not None else ScheduleKind.CRON,
         at=None,
         cron=cron,
@@ -465,7 +489,8 @@ def _occurrences(schedule: Schedule, after: datetime) -> Iterator[datetime]:
         assert schedule.cron is not None and schedule.time_zone is not None
         raw = _cron_times(schedule.cron, zone(schedule.time_zone), schedule.dst, after)
         if schedule.monthly is not None:
-            raw = _on_rule_days(raw, schedule.monthly, zone(schedule.time_zone))
+            holidays = schedule.holiday_days if isinstance(schedule, HolidayMember) else ()
+            raw = _on_rule_days(raw, schedule.monthly, zone(schedule.time_zone), holidays)
 
     try:
         for instant in raw:
@@ -489,6 +514,60 @@ MAX_EXCLUDED_IN_A_ROW = 2_000
 def without_exclusions(schedule: Schedule) -> Schedule:
     """`schedule` as it fires before its exclusions take any occurrence off."""
     return schedule.model_copy(update={"exclude": None}) if schedule.exclude else schedule
+
+
+def resolve(schedule: Schedule, calendars: Mapping[str, Calendar]) -> Schedule:
+    """`schedule` with each calendar it references (`Schedule.calendar_names`) replaced by
+    that calendar's entries in `calendars` as they stand: an exclusion `{"calendar": n}`
+    becomes the instants its entries cover (its days read in the exclusion's zone), a
+    business-day spec's `holidays` the calendar's days. `schedule` itself when it references
+    none. Raises UnresolvedCalendar naming the field (`exclude.<i>.calendar`,
+    `specs.<i>.holidays`) of a calendar `calendars` lacks."""
+    if not schedule.calendar_names:
+        return schedule
+    exclude = list(schedule.exclude) if schedule.exclude is not None else None
+    for index, exclusion in enumerate(exclude or ()):
+        if exclusion.calendar is None:
+            continue
+        calendar = calendars.get(exclusion.calendar)
+        if calendar is None:
+            raise UnresolvedCalendar(exclusion.calendar, f"exclude.{index}.calendar")
+        assert exclusion.time_zone is not None and exclude is not None
+        tz = zone(exclusion.time_zone)
+        spans = [_days_span(first, last, tz) for first, last in calendar.day_ranges()]
+        spans += [(to_utc(a), to_utc(b)) for a, b in calendar.instant_ranges()]
+        exclude[index] = CalendarExclusion.model_construct(**dict(exclusion), spans=_merged_spans(spans))
+    specs = list(schedule.specs) if schedule.specs is not None else None
+    for index, spec in enumerate(specs or ()):
+        if spec.holidays is None:
+            continue
+        calendar = calendars.get(spec.holidays)
+        if calendar is None:
+            raise UnresolvedCalendar(spec.holidays, f"specs.{index}.holidays")
+        assert specs is not None
+        specs[index] = HolidaySpec.model_construct(**dict(spec), holiday_days=calendar.day_ranges())
+    return schedule.model_copy(update={"exclude": exclude, "specs": specs})
+
+
+def index_schedule(schedule: Schedule) -> Schedule:
+    """What a job's `next_run_at` follows (the sweeper's `due` index): `schedule` with no
+    calendar's entries taken into account, so that it fires at least at every instant the
+    resolved schedule fires at, whatever the calendars come to hold. Calendar exclusions are
+    left out; a business-day spec with `holidays` fires every day at its time (any day of
+    its month may become its day). `schedule` itself when it references no calendar."""
+    if not schedule.calendar_names:
+        return schedule
+    exclude = [e for e in schedule.exclude or () if e.calendar is None] or None
+    specs = None
+    if schedule.specs is not None:
+        specs = [_every_day(spec) if spec.holidays is not None else spec for spec in schedule.specs]
+    return schedule.model_copy(update={"exclude": exclude, "specs": specs})
+
+
+def _every_day(spec: ScheduleSpec) -> ScheduleSpec:
+    assert spec.at is not None
+    hour, minute, second = check_time_of_day(spec.at)
+    return ScheduleSpec.model_construct(cron=f"{second} {minute} {hour} * * *", time_zone=spec.time_zone)
 
 
 def excluded_by(schedule: Schedule, instant: datetime) -> int | None:
@@ -553,6 +632,13 @@ def _covered_until(exclusion: Exclusion, instant: datetime) -> datetime | None:
     minute or second its cron matches whole."""
     if exclusion.start is not None and exclusion.end is not None:
         return exclusion.end if exclusion.start <= instant < exclusion.end else None
+    if isinstance(exclusion, CalendarExclusion):
+        at = bisect_right(exclusion.spans, (instant, _LATEST)) - 1
+        if at >= 0 and exclusion.spans[at][0] <= instant < exclusion.spans[at][1]:
+            return exclusion.spans[at][1]
+        return None
+    if exclusion.calendar is not None:
+        raise UnresolvedCalendar(exclusion.calendar, "calendar")
     assert exclusion.time_zone is not None
     tz = zone(exclusion.time_zone)
     wall = instant.astimezone(tz).replace(tzinfo=None)
@@ -635,16 +721,37 @@ def _first_instant_at(wall: datetime, tz: ZoneInfo) -> datetime:
     return _transition(second, first, tz)
 
 
-def _exclusion_span(exclusion: Exclusion) -> tuple[datetime, datetime]:
-    """The instants [a, b) a date or instant exclusion covers."""
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _exclusion_spans(exclusion: Exclusion) -> tuple[tuple[datetime, datetime], ...]:
+    """The instants [a, b) a date, instant or (resolved) calendar exclusion covers."""
+    if isinstance(exclusion, CalendarExclusion):
+        return exclusion.spans
     if exclusion.start is not None and exclusion.end is not None:
-        return to_utc(exclusion.start), to_utc(exclusion.end)
+        return ((to_utc(exclusion.start), to_utc(exclusion.end)),)
+    if exclusion.calendar is not None:
+        raise UnresolvedCalendar(exclusion.calendar, "calendar")
     assert exclusion.start_date is not None and exclusion.end_date is not None
     assert exclusion.time_zone is not None
-    tz = zone(exclusion.time_zone)
-    first_day = datetime.combine(exclusion.start_date, time())
-    after_last = datetime.combine(exclusion.end_date + timedelta(days=1), time())
+    return (_days_span(exclusion.start_date, exclusion.end_date, zone(exclusion.time_zone)),)
+
+
+def _days_span(first: date, last: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
+    """The instants [a, b) of the local days first..last in `tz`."""
+    first_day = datetime.combine(first, time())
+    after_last = datetime.combine(last + timedelta(days=1), time())
     return _first_instant_at(first_day, tz), _first_instant_at(after_last, tz)
+
+
+def _merged_spans(spans: list[tuple[datetime, datetime]]) -> tuple[tuple[datetime, datetime], ...]:
+    merged: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return tuple(merged)
 
 
 def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> int:
@@ -654,12 +761,7 @@ def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> in
         return sum(1 for _ in takewhile(lambda instant: instant <= last, stream))
     raw = without_exclusions(schedule)
     total = count_fires(raw, first, last)
-    merged: list[tuple[datetime, datetime]] = []
-    for a, b in sorted(_exclusion_span(exclusion) for exclusion in exclusions):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
+    merged = _merged_spans([span for exclusion in exclusions for span in _exclusion_spans(exclusion)])
     for a, b in merged:
         lo, hi = max(first, a), min(last, b - _ONE_SECOND)
         if lo <= hi:
@@ -667,11 +769,18 @@ def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> in
     return total
 
 
-def _on_rule_days(instants: Iterator[datetime], rule: str, tz: ZoneInfo) -> Iterator[datetime]:
-    """The instants whose local date is the day of its month the calendar rule names."""
+def _on_rule_days(
+    instants: Iterator[datetime], rule: str, tz: ZoneInfo, holidays: tuple[tuple[date, date], ...] = ()
+) -> Iterator[datetime]:
+    """The instants whose local date is the day of its month the calendar rule names (a
+    business-day rule's holidays being the local days of `holidays`)."""
+
+    def holiday(day: date) -> bool:
+        return in_days(holidays, day)
+
     for instant in instants:
         local = instant.astimezone(tz)
-        if monthly_day(rule, local.year, local.month) == local.day:
+        if monthly_day(rule, local.year, local.month, holiday) == local.day:
             yield instant
 
 
@@ -865,6 +974,8 @@ def _dst_reason(part: Schedule, instant: datetime) -> str | None:
 
 def describe_exclusion(exclusion: Exclusion) -> str:
     """An exclusion in a few words: `cron * * * * SAT,SUN in Europe/London`."""
+    if exclusion.calendar is not None:
+        return f"calendar {exclusion.calendar}, its days in {exclusion.time_zone}"
     if exclusion.cron is not None:
         return f"cron {exclusion.cron} in {exclusion.time_zone}"
     if exclusion.start_date is not None:

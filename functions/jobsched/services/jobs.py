@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..domain.calendars import UnresolvedCalendar
 from ..domain.errors import (
     ConcurrentUpdate,
     Conflict,
@@ -22,11 +23,12 @@ from ..domain.errors import (
 )
 from ..domain.grants import TargetNotGranted
 from ..domain.instants import Clock, format_instant
-from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, ScheduleKind
+from ..domain.models import MAX_MISSED_WINDOWS, Job, JobSpec, JobState, MissedWindow, Schedule, ScheduleKind
 from ..domain.runs import Run, Trigger
 from ..domain.schedule import (
     MAX_EXCLUDED_IN_A_ROW,
     Previewed,
+    index_schedule,
     members,
     next_fire,
     preview,
@@ -35,8 +37,18 @@ from ..domain.schedule import (
 )
 from ..domain.signing import SigningSecrets
 from ..observability import logger
-from ..store.definitions import LIVE_STATES, DefinitionStore, Guard, NewJob, Page, over_quota
+from ..store.calendars import Reference
+from ..store.definitions import (
+    LIVE_STATES,
+    DefinitionStore,
+    Guard,
+    NewJob,
+    Page,
+    ReferencedCalendarMissing,
+    over_quota,
+)
 from ..store.ports import RunReads
+from .calendars import CalendarCache, calendar_field, missing_calendar
 from .definitions import ended_job_expiry, superseded_definition_expiry
 
 # How often a write that lost a race with the sweeper is retried before giving up with 409.
@@ -99,7 +111,11 @@ class JobService:
         run_request: Callable[[Run], dict[str, Any]] | None = None,
         run_retention: timedelta = timedelta(days=30),
         on_cancel: Callable[[Job], object] | None = None,
+        calendars: Callable[[], CalendarCache] = lambda: CalendarCache(None),
     ):
+        # A fresh cache of the tenants' calendars per request (services.calendars): a job's
+        # references are resolved for its own tenant only; without a store none exists.
+        self._calendars = calendars
         self._store = store
         self._clock = clock
         self._guard_ttl = guard_ttl
@@ -187,9 +203,10 @@ class JobService:
         now = self._clock.now()
         results: list[CreateResult | JobschedError | None] = [None] * len(requests)
         prepared: dict[int, _Prepared] = {}
+        calendars = self._calendars()
         for index, request in enumerate(requests):
             try:
-                prepared[index] = self._prepare(tenant, request, now)
+                prepared[index] = self._prepare(tenant, request, now, calendars)
             except JobschedError as exc:
                 results[index] = exc
         tries: dict[int, int] = {}
@@ -223,14 +240,17 @@ class JobService:
                 self._materialize_soon(result.job)
         return [r if r is not None else ConcurrentUpdate("retry") for r in results]
 
-    def _prepare(self, tenant: str, request: CreateRequest, now: datetime) -> _Prepared:
+    def _prepare(
+        self, tenant: str, request: CreateRequest, now: datetime, calendars: CalendarCache
+    ) -> _Prepared:
         self._authorize(tenant, request.spec)
         spec = with_anchor(request.spec, now)
+        resolved = calendars.checked(tenant, spec.schedule)
         job = Job(
             job_id=new_job_id(),
             tenant=tenant,
             spec=spec,
-            next_run_at=first_occurrence(spec, now, previous=None),
+            next_run_at=first_occurrence(spec, now, previous=None, resolved=resolved),
             created_at=now,
             updated_at=now,
             definition_since=1,
@@ -247,7 +267,11 @@ class JobService:
         runs: list[Run] = []
         materialize_after = False
         if self._materialize is not None and job.is_due_indexed:
-            first = self._first_pass(job, now, most=_RUNS_WITH_CREATE) if self._first_pass else None
+            first = (
+                self._first_pass(job, now, most=_RUNS_WITH_CREATE, calendars=calendars)
+                if self._first_pass
+                else None
+            )
             if first is None:
                 materialize_after = True  # after the write, as the sweeper would (best effort)
             else:
@@ -281,6 +305,10 @@ class JobService:
                 results[index] = CreateResult(ready.shown, True, ready.secret)
             elif outcome.kind == "over_quota":
                 results[index] = over_quota(self.max_jobs_per_tenant)
+            elif outcome.kind == "calendar_missing":
+                # Deleted between the check and the write: the write's condition caught it.
+                name = outcome.calendar or ""
+                results[index] = missing_calendar(calendar_field(requests[index].spec.schedule, name), name)
             elif outcome.kind == "unavailable":
                 results[index] = StorageUnavailable("the store is throttling; retry with backoff")
             elif outcome.kind == "conflict":
@@ -360,16 +388,18 @@ class JobService:
         (None)."""
         return self._store.list_for_tenant(tenant, state=state, limit=limit, cursor=cursor, archived=archived)
 
-    def preview(self, spec: JobSpec, *, after: datetime | None, count: int) -> list[Previewed]:
-        """What a job of `spec` would fire at, not saved: its next `count` fire times after
-        `after` (default: from now on), with the occurrences its exclusions take off among
-        them, each with its reason; at most `maxRuns` fire times. Raises ValidationFailed
-        as creating such a job would (a schedule that never fires, a dead spec...)."""
+    def preview(self, tenant: str, spec: JobSpec, *, after: datetime | None, count: int) -> list[Previewed]:
+        """What a job of `spec` would fire at for `tenant`, not saved: its next `count` fire
+        times after `after` (default: from now on), with the occurrences its exclusions (the
+        tenant's calendars it references included, as they stand) take off among them, each
+        with its reason; at most `maxRuns` fire times. Raises ValidationFailed as creating
+        such a job would (a schedule that never fires, a dead spec, a missing calendar...)."""
         now = self._clock.now()
-        first_occurrence(spec, now, previous=None)
+        resolved = self._calendars().checked(tenant, spec.schedule)
+        first_occurrence(spec, now, previous=None, resolved=resolved)
         limit = spec.schedule.max_runs
         lines = preview(
-            spec.schedule,
+            resolved,
             after if after is not None else now - timedelta(seconds=1),
             min(count, limit or count),
         )
@@ -399,7 +429,14 @@ class JobService:
             limit = job.spec.schedule.max_runs
             if limit is not None:
                 left = min(left, max(0, limit - job.runs_created))
-            later = upcoming(job.spec.schedule, max(now, cursor) - timedelta(seconds=1), left)
+            try:
+                schedule = self._calendars().resolved(job.tenant, job.spec.schedule)
+            except UnresolvedCalendar as exc:
+                # The sweeper holds such a job (services.materialize): it fires at nothing yet.
+                logger.warning("a calendar the job references is missing", extra={"calendar": exc.name})
+                schedule = None
+            if schedule is not None:
+                later = upcoming(schedule, max(now, cursor) - timedelta(seconds=1), left)
         return sorted({*made, *later})[:count]
 
     def _waiting_runs(self, job: Job, now: datetime, count: int) -> list[datetime]:
@@ -441,7 +478,10 @@ class JobService:
             if spec.schedule != job.spec.schedule:
                 spec = with_anchor(spec, now)
                 updates["spec"] = spec
-                updates["next_run_at"] = first_occurrence(spec, now, previous=job.last_scheduled_for)
+                resolved = self._calendars().checked(tenant, spec.schedule)
+                updates["next_run_at"] = first_occurrence(
+                    spec, now, previous=job.last_scheduled_for, resolved=resolved
+                )
             if _definition_json(spec) != _definition_json(job.spec):
                 updates["definition_since"] = job.version + 1
             return _bump(job, now, **updates)
@@ -580,15 +620,29 @@ class JobService:
                     job.job_id, job.definition_since, job.spec.target, job.spec.payload, expires_at=expires_at
                 )
             try:
-                saved = self._store.save(changed, previous_state=job.state)
+                saved = self._store.save(
+                    changed, previous_state=job.state, references=_references(job, changed)
+                )
             except ConcurrentUpdate:
                 continue
+            except ReferencedCalendarMissing as exc:
+                raise missing_calendar(calendar_field(changed.spec.schedule, exc.name), exc.name) from None
             if after is not None:
                 after(job, saved)
             if saved.next_run_at != job.next_run_at or saved.state is not job.state:
                 self._materialize_soon(saved)
             return saved
         raise ConcurrentUpdate(f"job {job_id} is changing concurrently; retry")
+
+
+def _references(before: Job, after: Job) -> tuple[Reference, ...]:
+    """The calendars a live job starts (1) or stops (-1) referencing as it changes from
+    `before` to `after` (one that ends stops referencing all: store.definitions' save)."""
+    if before.state not in LIVE_STATES or after.state not in LIVE_STATES:
+        return ()
+    old, new = before.spec.schedule.calendar_names, after.spec.schedule.calendar_names
+    added = [Reference(after.tenant, name, 1) for name in new if name not in old]
+    return (*added, *(Reference(after.tenant, name, -1) for name in old if name not in new))
 
 
 def _definition_json(spec: JobSpec) -> str:
@@ -609,9 +663,15 @@ def with_anchor(spec: JobSpec, now: datetime) -> JobSpec:
     return spec.model_copy(update={"schedule": anchored})
 
 
-def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None) -> datetime:
-    """The first instant a new or changed schedule fires, or a ValidationFailed naming the field."""
-    schedule = spec.schedule
+def first_occurrence(
+    spec: JobSpec, now: datetime, *, previous: datetime | None, resolved: Schedule | None = None
+) -> datetime:
+    """The job's `next_run_at` for a new or changed schedule, or a ValidationFailed naming the
+    field. `resolved` is the schedule with the calendars it references resolved (default: the
+    spec's, which then references none): it must fire. The instant returned is its first
+    occurrence, or for a schedule referencing calendars, the first its index fires at
+    (`index_schedule`: never later, so a calendar change reaches every occurrence)."""
+    schedule = resolved or spec.schedule
     window = timedelta(seconds=spec.policies.catch_up_window_seconds)
     if schedule.end_at is not None and schedule.end_at <= now:
         raise ValidationFailed("endAt", f"must be in the future (now is {format_instant(now)})")
@@ -648,4 +708,6 @@ def first_occurrence(spec: JobSpec, now: datetime, *, previous: datetime | None)
             ScheduleKind.UNION: "specs",
         }
         raise ValidationFailed(field[schedule.kind], "has no occurrence within startAt/endAt from now on")
-    return found
+    if schedule is spec.schedule:
+        return found
+    return next_fire(index_schedule(spec.schedule), after) or found

@@ -14,7 +14,16 @@ record: a pass counts them (`excluded`), in the same write as `missed`.
 Every run is written with `attribute_not_exists` (the final duplicate defence), then the job
 advances with a condition on its rev. A crash between the two only makes the next pass find
 the runs already there; a SKIPPED range that meets them records the occurrences nothing
-holds yet, each once (`_write_skipped`)."""
+holds yet, each once (`_write_skipped`).
+
+A job referencing calendars has them resolved once per pass (CalendarCache: one read per
+calendar per invocation), so every occurrence is computed with their current entries. Its
+`next_run_at` follows the schedule without them (domain.schedule.index_schedule): the
+sweeper looks at it at the latest at each instant it could fire at whatever the calendars
+hold, and a calendar change reaches every occurrence not yet made. A calendar it references
+that is missing fails its pass (UnresolvedCalendar): it makes nothing and stays due, looked
+at again by each sweep, until the calendar is back (then its misfire policy decides what
+fell meanwhile)."""
 
 from __future__ import annotations
 
@@ -23,7 +32,7 @@ from datetime import datetime, timedelta
 
 from ..domain.errors import ConcurrentUpdate
 from ..domain.instants import Clock
-from ..domain.models import Job, JobState, Misfire, run_key
+from ..domain.models import Job, JobState, Misfire, Schedule, run_key
 from ..domain.run_counts import fold_due
 from ..domain.runs import Run, RunState, make_run
 from ..domain.schedule import (
@@ -31,13 +40,16 @@ from ..domain.schedule import (
     count_fires,
     countable_through,
     fires_between,
+    index_schedule,
     latest_fire_before,
     next_fire,
     uncovered,
 )
 from ..observability import logger
+from ..store.calendars import CalendarStore
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
+from .calendars import CalendarCache
 from .definitions import ended_job_expiry
 from .job_counts import JobCounts
 
@@ -83,7 +95,9 @@ class Materializer:
         misfire_grace: timedelta = timedelta(seconds=60),
         max_runs_per_pass: int = 500,
         run_retention: timedelta = timedelta(days=30),
+        calendars: CalendarStore | None = None,
     ) -> None:
+        self._calendars = calendars  # None: a job referencing a calendar cannot be resolved
         self._definitions = definitions
         self._runs = runs
         self._clock = clock
@@ -99,16 +113,31 @@ class Materializer:
         # expires that long after its last run, and a margin more (ended_job_expiry).
         self.run_retention = run_retention
 
-    def materialize(self, job: Job, *, actor: str = ACTOR, ahead: timedelta | None = None) -> Materialized:
+    def calendar_cache(self) -> CalendarCache:
+        """A fresh cache of the calendars jobs reference: one per invocation."""
+        return CalendarCache(self._calendars)
+
+    def materialize(
+        self,
+        job: Job,
+        *,
+        actor: str = ACTOR,
+        ahead: timedelta | None = None,
+        calendars: CalendarCache | None = None,
+    ) -> Materialized:
         """Materialise what is due; on a lost race re-read the job and go again (inserts are
-        idempotent, so a second pass finds this pass's runs and only advances the job)."""
+        idempotent, so a second pass finds this pass's runs and only advances the job). The
+        calendars the job references are read through `calendars` (default: a cache of this
+        call's own). Raises UnresolvedCalendar, writing nothing, when one is missing."""
         total = Materialized(job)
         mine: set[str] = set()
         current: Job | None = job
+        cache = calendars or self.calendar_cache()
         for _ in range(3):
             if current is None or not current.is_due_indexed:
                 break
-            outcome = self._pass(current, self._clock.now(), actor, ahead or self.horizon)
+            schedule = cache.resolved(current.tenant, current.spec.schedule)
+            outcome = self._pass(current, self._clock.now(), actor, ahead or self.horizon, schedule)
             mine.update(r.run_key for r in outcome.created + outcome.skipped)
             total.created += outcome.created
             total.skipped += outcome.skipped
@@ -129,16 +158,20 @@ class Materializer:
             )
         return total
 
-    def _pass(self, job: Job, now: datetime, actor: str, ahead: timedelta) -> Materialized:
+    def _pass(
+        self, job: Job, now: datetime, actor: str, ahead: timedelta, schedule: Schedule | None = None
+    ) -> Materialized:
+        """One pass over `job`, its occurrences those of `schedule` (its own, calendars resolved)."""
+        schedule = schedule or job.spec.schedule
         assert job.next_run_at is not None
         if job.next_run_at > now + self.horizon:
             return Materialized(job, advanced=True)
-        plan = self.plan(job, now, ahead)
+        plan = self.plan(job, now, ahead, schedule)
         result = Materialized(job)
         previous = run_key(job.job_id, job.last_run_at) if job.last_run_at else None
         written: list[tuple[Run, bool]] = []
         for first, last, count, reason in plan.skips:
-            written += self._write_skipped(job, first, last, count, reason, now=now, actor=actor)
+            written += self._write_skipped(job, schedule, first, last, count, reason, now=now, actor=actor)
         for at in plan.runs:
             run = make_run(job, at, now=now, actor=actor, previous_run_key=previous)
             previous = run.run_key
@@ -160,7 +193,7 @@ class Materializer:
             # The pass went past every occurrence before the job's new cursor (or its last,
             # once it completes): those its exclusions took off are counted, each once.
             end = advanced.next_run_at or max(processed, default=job.next_run_at) + ONE_SECOND
-            result.excluded = count_excluded(job.spec.schedule, job.next_run_at, end)
+            result.excluded = count_excluded(schedule, job.next_run_at, end)
         except ConcurrentUpdate:
             pass  # another sweeper or a client edit got there first: re-read and go again
         return result
@@ -190,8 +223,9 @@ class Materializer:
                 "next_run_at": None if done else plan.next_at,
                 "state": JobState.COMPLETED if done else JobState.ACTIVE,
                 "runs_created": runs_made,
+                # None still when a pass found nothing to make (a calendar covers what it reached).
                 "last_scheduled_for": max(
-                    [*processed, *([job.last_scheduled_for] if job.last_scheduled_for else [])]
+                    [*processed, *([job.last_scheduled_for] if job.last_scheduled_for else [])], default=None
                 ),
                 "last_run_at": plan.runs[-1] if plan.runs else job.last_run_at,
                 "expires_at": ended_job_expiry(ended_at, self.run_retention) if done else None,
@@ -205,7 +239,9 @@ class Materializer:
             }
         )
 
-    def first_pass(self, job: Job, now: datetime, *, most: int) -> tuple[Job, list[Run]] | None:
+    def first_pass(
+        self, job: Job, now: datetime, *, most: int, calendars: CalendarCache | None = None
+    ) -> tuple[Job, list[Run]] | None:
         """What `materialize` would make of a job not written yet, to be written with it in
         one transaction: the job as that pass leaves it (advanced past its runs, at the rev
         that pass's save gives it) and the runs it makes. `(job, [])` when the job has nothing
@@ -217,7 +253,8 @@ class Materializer:
         assert job.next_run_at is not None
         if job.next_run_at > now + self.horizon:
             return job, []
-        plan = self.plan(job, now, self.horizon)
+        schedule = (calendars or self.calendar_cache()).resolved(job.tenant, job.spec.schedule)
+        plan = self.plan(job, now, self.horizon, schedule)
         if plan.skips or len(plan.runs) > most:
             return None
         runs: list[Run] = []
@@ -230,7 +267,16 @@ class Materializer:
         return advanced.model_copy(update={"rev": job.rev + 1}), runs
 
     def _write_skipped(
-        self, job: Job, first: datetime, last: datetime, count: int, reason: str, *, now: datetime, actor: str
+        self,
+        job: Job,
+        schedule: Schedule,
+        first: datetime,
+        last: datetime,
+        count: int,
+        reason: str,
+        *,
+        now: datetime,
+        actor: str,
     ) -> list[tuple[Run, bool]]:
         """One SKIPPED record for the occurrences [first, last] (`count` of them), as (record,
         inserted) pairs. A run already at `first` that stands for less than the range (made by
@@ -245,7 +291,6 @@ class Materializer:
         written = [(record, self._runs.insert(record))]
         if written[0][1]:
             return written
-        schedule = job.spec.schedule
         for _ in range(_SKIP_WRITE_ROUNDS):
             held, complete = self._runs.occurrences_held(job.job_id, first, last)
             if not complete:
@@ -283,12 +328,23 @@ class Materializer:
             skipped_count=count,
         )
 
-    def plan(self, job: Job, now: datetime, ahead: timedelta | None = None) -> _Plan:
-        """Decide, without writing, what each due occurrence becomes."""
-        schedule = job.spec.schedule
+    def plan(
+        self, job: Job, now: datetime, ahead: timedelta | None = None, schedule: Schedule | None = None
+    ) -> _Plan:
+        """Decide, without writing, what each due occurrence becomes: of `schedule`, the job's
+        own with the calendars it references resolved (default: the job's, which must then
+        reference none). A job referencing calendars is left at the earlier of its next
+        occurrence and the first instant past this pass's reach that its schedule without
+        calendars fires at (`index_schedule`): never past an occurrence a calendar change
+        could bring back, always past the instants this pass considered."""
+        schedule = schedule or job.spec.schedule
+        index = index_schedule(job.spec.schedule)
         policies = job.spec.policies
         plan = _Plan()
         cursor = job.next_run_at
+        if index is not job.spec.schedule and cursor is not None:
+            # The cursor follows the schedule without calendars: its first occurrence from there.
+            cursor = next_fire(schedule, cursor - ONE_SECOND)
         late_edge = now - self.misfire_grace
         if job.missed_until is not None:
             # Everything before the resume fell while the job was paused: missed however late.
@@ -357,4 +413,6 @@ class Materializer:
             plan.next_at = cursor
         else:
             plan.next_at = next_fire(schedule, last_handled)
+        if index is not job.spec.schedule and (plan.next_at is None or plan.next_at > horizon_end):
+            plan.next_at = next_fire(index, horizon_end)
         return plan

@@ -20,6 +20,7 @@ active, and `Job.missed_verdict` lets it run, held or not, whatever the policy."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from ..domain import lifecycle
@@ -31,6 +32,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.ports import RunStorePort
 from ..store.runs import RunChanged
+from .calendars import CalendarCache
 from .completion import Completer
 
 ACTOR = "resume"
@@ -90,8 +92,15 @@ def paused_claim(definitions: DefinitionStore, run: Run) -> lifecycle.PausedClai
 
 class MissedRuns:
     def __init__(
-        self, definitions: DefinitionStore, runs: RunStorePort, completer: Completer, clock: Clock
+        self,
+        definitions: DefinitionStore,
+        runs: RunStorePort,
+        completer: Completer,
+        clock: Clock,
+        *,
+        calendars: Callable[[], CalendarCache] = lambda: CalendarCache(None),
     ) -> None:
+        self._calendars = calendars  # the job's calendars, resolved for the occurrences not made
         self._definitions = definitions
         self._runs = runs
         self._completer = completer
@@ -110,8 +119,9 @@ class MissedRuns:
         missed = [r.scheduled_for for r in self._open_runs(paused.job_id, paused.paused_at, resumed_at)]
         # Occurrences the sweeper has not made yet are all later than those made ahead.
         if paused.next_run_at is not None and paused.next_run_at < resumed_at:
+            schedule = self._calendars().checked(paused.tenant, paused.spec.schedule)
             latest_unmade = latest_fire_before(
-                paused.spec.schedule, resumed_at, not_before=max(paused.next_run_at, paused.paused_at)
+                schedule, resumed_at, not_before=max(paused.next_run_at, paused.paused_at)
             )
             if latest_unmade is not None:
                 missed.append(latest_unmade)

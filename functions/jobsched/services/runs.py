@@ -38,6 +38,7 @@ from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
 from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
+from .calendars import CalendarCache
 from .completion import Completer, Ending
 from .job_counts import JobCounts
 
@@ -124,7 +125,9 @@ class RunService:
         is_external: Callable[[Run], bool] = lambda run: False,
         authorize_target: Callable[[str, object], None] | None = None,
         slots: TenantSlots | None = None,
+        calendars: Callable[[], CalendarCache] = lambda: CalendarCache(None),
     ) -> None:
+        self._calendars = calendars  # a backfill's occurrences leave out what they exclude
         # (tenant, target) -> None, or raises TargetNotGranted (403) naming the field: the
         # check every job write of a target passes (services.jobs), applied to a redrive's fix
         # (its AWS target's call, or the secrets its HTTP headers reference).
@@ -274,7 +277,8 @@ class RunService:
         if problems:
             raise ValidationFailed(problems[0].field, problems[0].rule, *problems[1:])
         job = self._active_job(tenant, job_id, "backfilled")
-        times = fires_in(job.spec.schedule, start, end, limit=self.max_backfill + 1)
+        schedule = self._calendars().checked(tenant, job.spec.schedule)
+        times = fires_in(schedule, start, end, limit=self.max_backfill + 1)
         if len(times) > self.max_backfill:
             rule = f"the range holds more than {self.max_backfill} occurrences; backfill it in parts"
             raise ValidationFailed("start", rule, FieldProblem("end", rule))

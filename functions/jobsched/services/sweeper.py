@@ -8,11 +8,13 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..domain.calendars import UnresolvedCalendar
 from ..domain.instants import Clock
 from ..domain.metrics import NO_METRICS, Metrics
 from ..domain.models import Job
 from ..observability import logger
 from ..store.definitions import DefinitionStore
+from .calendars import CalendarCache
 from .materialize import Materializer
 
 
@@ -116,8 +118,14 @@ class Sweeper:
         When the table records a higher shard count in use than this sweeper's (shardCount was
         lowered), the shards above that fold onto `shards` are swept as well, so no job is
         orphaned (each moves to its new shard when it is next written), and every such pass
-        logs an error and reports the gap as `ShardCountBelowInUse` for its alarm."""
+        logs an error and reports the gap as `ShardCountBelowInUse` for its alarm.
+
+        The calendars due jobs reference are read once each per sweep (one CalendarCache for
+        the whole invocation), however many jobs reference them; a job none references
+        reads none. A job whose calendar is missing is held: named in `failures`, logged as
+        an error naming the calendar, left due, and looked at again by the next sweep."""
         began = self._timer()
+        calendars = self._materializer.calendar_cache()
         own = self._definitions.shard_count
         asked = list(shards if shards is not None else range(own))
         shards = asked + shards_above(asked, own, self._shard_count_in_use(own))
@@ -143,7 +151,7 @@ class Sweeper:
                 for job in page.jobs:
                     if job.next_run_at is None or job.next_run_at >= late:
                         on_time += 1
-                        self._materialize(job, report)
+                        self._materialize(job, report, calendars)
                     elif held < self.max_backlog_per_shard:
                         held += 1
                         backlog.append(job)
@@ -157,7 +165,7 @@ class Sweeper:
             if self._timer() - began > self.time_budget_seconds:
                 report.deferred.append(job.job_id)
                 continue
-            self._materialize(job, report)
+            self._materialize(job, report, calendars)
         self._emit(report)
         return report
 
@@ -186,10 +194,18 @@ class Sweeper:
         self._metrics.add("OccurrenceConflicts", report.conflicts)
         self._metrics.add("SweepFailures", len(report.failures))
 
-    def _materialize(self, job: Job, report: SweepReport) -> None:
+    def _materialize(self, job: Job, report: SweepReport, calendars: CalendarCache) -> None:
         report.jobs_read += 1
         try:
-            outcome = self._materializer.materialize(job, ahead=self._materializer.ahead)
+            outcome = self._materializer.materialize(job, ahead=self._materializer.ahead, calendars=calendars)
+        except UnresolvedCalendar as exc:
+            # Firing without the calendar could run what it excludes: the job waits for it.
+            logger.error(
+                "a calendar the job references is missing: the job makes no run until it is back",
+                extra={"job_id": job.job_id, "calendar": exc.name, "field": exc.field},
+            )
+            report.failures.append(job.job_id)
+            return
         except Exception:
             # One bad job must not hold up its shard; it stays due and is retried next tick.
             logger.exception("materialisation failed", extra={"job_id": job.job_id})

@@ -23,6 +23,15 @@ from ..domain.run_counts import FoldMark
 from ..domain.signing import SigningSecret, SigningSecrets
 from ..domain.tracing import TraceContext
 from ..observability import current_trace, logger
+from .calendars import (
+    CALENDAR_PREFIX,
+    DIRECTORY_PREFIX,
+    USERS_PREFIX,
+    Reference,
+    reference_key_of,
+    reference_update,
+    users_key,
+)
 from .dynamo import (
     CONFLICT_PAUSE,
     Parsed,
@@ -63,6 +72,9 @@ _NOT_JOBS = (
     SIGNING_PREFIX,
     DEFINITION_PREFIX,
     SHARD_COUNT_ITEM,
+    CALENDAR_PREFIX,
+    USERS_PREFIX,
+    DIRECTORY_PREFIX,
 )
 _SECRETS = TypeAdapter(tuple[SigningSecret, ...])
 LIVE_STATES = frozenset({JobState.ACTIVE, JobState.PAUSED})
@@ -95,15 +107,33 @@ MAX_TRANSACTION_BYTES = 3_000_000
 _CREATE_ATTEMPTS = 5  # transactions of one group: each refusal decides at least one entry
 
 
+class ReferencedCalendarMissing(Exception):
+    """A job write referencing a calendar was refused: the calendar does not exist."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"calendar {name} does not exist")
+        self.name = name
+
+
+def references_of(job: Job, delta: int) -> tuple[Reference, ...]:
+    """`job` starting (`delta` 1) or stopping (-1) to reference each calendar its schedule names."""
+    return tuple(Reference(job.tenant, name, delta) for name in job.spec.schedule.calendar_names)
+
+
 @dataclass(frozen=True)
 class NewJob:
     """A job to create (as written), its signing secrets, its idempotency guard and the Put
-    requests of the runs written with it (RunStore.insert_request)."""
+    requests of the runs written with it (RunStore.insert_request). A live job counts as a
+    user of each calendar its schedule references (store.calendars), in its transaction."""
 
     job: Job
     signing: SigningSecrets | None = None
     guard: Guard | None = None
     runs: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def references(self) -> tuple[Reference, ...]:
+        return references_of(self.job, 1) if self.job.state in LIVE_STATES else ()
 
     @property
     def live(self) -> int:
@@ -121,24 +151,35 @@ def _item_size(item: dict[str, Any]) -> int:
 
 def _groups(built: list[list[dict[str, Any]]]) -> Iterator[list[int]]:
     """Consecutive entries packed into transactions: at most MAX_TRANSACTION_ITEMS items
-    (one left for the live counter) and about MAX_TRANSACTION_BYTES each."""
+    (one left for the live counter) and about MAX_TRANSACTION_BYTES each, and no calendar's
+    users item twice (a transaction writes an item once)."""
     group: list[int] = []
     count = size = 0
+    shared: set[str] = set()
     for index, items in enumerate(built):
         weight = sum(_item_size(item) for item in items)
+        references = {key for key in map(reference_key_of, items) if key is not None}
         full = count + len(items) > MAX_TRANSACTION_ITEMS - 1 or size + weight > MAX_TRANSACTION_BYTES
-        if group and full:
+        if group and (full or references & shared):
             yield group
-            group, count, size = [], 0, 0
+            group, count, size, shared = [], 0, 0, set()
         group.append(index)
         count += len(items)
         size += weight
+        shared |= references
     if group:
         yield group
 
 
 def _refused_at(reasons: list[dict[str, Any]], position: int) -> bool:
     return 0 <= position < len(reasons) and reasons[position].get("Code") == "ConditionalCheckFailed"
+
+
+def _referenced(references: tuple[Reference, ...], key: str | None) -> str | None:
+    """The name of the calendar among `references` whose users item is `key`, if any."""
+    if key is None:
+        return None
+    return next((r.name for r in references if users_key(r.tenant, r.name) == key), None)
 
 
 def _last_of(owners: list[int], index: int) -> int:
@@ -148,12 +189,14 @@ def _last_of(owners: list[int], index: int) -> int:
 @dataclass(frozen=True)
 class Created:
     """What became of one NewJob: `created`; `guard_held` (its key holds another job: `guard`,
-    None if the refusal did not carry it); `over_quota`; `conflict` (an item of it already
-    exists, or the transaction kept meeting others: nothing was written); `unavailable` (the
-    store kept throttling: nothing was written)."""
+    None if the refusal did not carry it); `over_quota`; `calendar_missing` (a calendar it
+    references does not exist: `calendar`); `conflict` (an item of it already exists, or the
+    transaction kept meeting others: nothing was written); `unavailable` (the store kept
+    throttling: nothing was written)."""
 
-    kind: Literal["created", "guard_held", "over_quota", "conflict", "unavailable"]
+    kind: Literal["created", "guard_held", "over_quota", "calendar_missing", "conflict", "unavailable"]
     guard: Guard | None = None
+    calendar: str | None = None
 
 
 def over_quota(max_live: int) -> LimitExceeded:
@@ -370,7 +413,7 @@ class DefinitionStore:
         a job never exists without the secret its creation answered with. The first create of
         this store records its shard count first (record_shard_count).
         Raises GuardTaken, LimitExceeded (the quota) or ConcurrentUpdate."""
-        if signing is None and guard is None and max_live <= 0:
+        if signing is None and guard is None and max_live <= 0 and not NewJob(job).references:
             self._record_shard_count_once()
             with translated_errors():
                 self._db.put_item(**self._new_job_put(job))
@@ -380,6 +423,8 @@ class DefinitionStore:
             raise GuardTaken(guard.key if guard else "")
         if outcome.kind == "over_quota":
             raise over_quota(max_live)
+        if outcome.kind == "calendar_missing":
+            raise ReferencedCalendarMissing(outcome.calendar or "")
         if outcome.kind == "unavailable":
             raise StorageUnavailable("the store is throttling; retry with backoff")
         if outcome.kind != "created":
@@ -431,6 +476,7 @@ class DefinitionStore:
                 }
             )
         items.extend({"Put": run} for run in entry.runs)
+        items.extend(reference_update(self._table, reference) for reference in entry.references)
         guard = entry.guard
         if guard is not None:
             items.append(
@@ -488,7 +534,9 @@ class DefinitionStore:
                 reasons: list[dict[str, Any]] = [
                     dict(r) for r in exc.response.get("CancellationReasons") or []
                 ]
-                left = self._after_refusal(entries, pending, owners, quota_at, reasons, max_live, outcomes)
+                left = self._after_refusal(
+                    entries, pending, owners, quota_at, reasons, max_live, outcomes, items
+                )
                 if len(left) < len(pending):
                     pending = left
                     continue
@@ -543,10 +591,12 @@ class DefinitionStore:
         reasons: list[dict[str, Any]],
         max_live: int,
         outcomes: list[Created | None],
+        items: list[dict[str, Any]],
     ) -> list[int]:
         """Decide the entries a cancelled transaction's reasons name, and return those to
-        send again: a guard taken (with the guard that holds it), a job or secret item already
-        there (a conflict), and, when the live counter refused, those past the quota."""
+        send again: a guard taken (with the guard that holds it), a calendar missing (the one
+        it names), a job or secret item already there (a conflict), and, when the live counter
+        refused, those past the quota."""
         live: int | None = None
         for position, reason in enumerate(reasons):
             if reason.get("Code") != "ConditionalCheckFailed":
@@ -560,7 +610,10 @@ class DefinitionStore:
                 continue
             index = owners[position]
             entry = entries[index]
-            if entry.guard is not None and position == _last_of(owners, index):
+            missing = _referenced(entry.references, reference_key_of(items[position]))
+            if missing is not None:
+                outcomes[index] = Created("calendar_missing", calendar=missing)
+            elif entry.guard is not None and position == _last_of(owners, index):
                 item = reason.get("Item")
                 held = self._guard_of(item, entry.guard.key) if item else None
                 outcomes[index] = Created("guard_held", held)
@@ -611,12 +664,17 @@ class DefinitionStore:
                 raise
         return True
 
-    def save(self, job: Job, *, previous_state: JobState | None = None) -> Job:
+    def save(
+        self, job: Job, *, previous_state: JobState | None = None, references: tuple[Reference, ...] = ()
+    ) -> Job:
         """Replace the job if nobody wrote it since we read it (rev check); returns it with rev + 1.
-        A job leaving the live states (ACTIVE/PAUSED) frees its place in the tenant's quota in
-        the same transaction. A job written with `expires_at` (ended: the table's TTL deletes
-        it then) gives its counters and signing secrets the same expiry after the write
-        (`_expire_with_job`)."""
+        A job leaving the live states (ACTIVE/PAUSED) frees its place in the tenant's quota,
+        and stops counting as a user of the calendars it references, in the same transaction;
+        so do `references` (an update's calendars added and dropped). A reference added to a
+        calendar that does not exist refuses the write (ReferencedCalendarMissing); one dropped
+        from a calendar gone already is left out of it. A job written with `expires_at`
+        (ended: the table's TTL deletes it then) gives its counters and signing secrets the
+        same expiry after the write (`_expire_with_job`)."""
         saved = self._stamped(job).model_copy(update={"rev": job.rev + 1})
         put = {
             "TableName": self._table,
@@ -625,18 +683,37 @@ class DefinitionStore:
             "ExpressionAttributeValues": to_item({":rev": job.rev}),
         }
         ended = previous_state in LIVE_STATES and job.state not in LIVE_STATES
-        with translated_errors():
-            try:
-                if ended:
-                    self._db.transact_write_items(
-                        TransactItems=[{"Put": put}, {"Update": self._live_update(job.tenant, -1)}]
-                    )
-                else:
-                    self._db.put_item(**put)
-            except ClientError as exc:
-                if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
-                    raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
-                raise
+        extra: list[dict[str, Any]] = [{"Update": self._live_update(job.tenant, -1)}] if ended else []
+        moved = list(references) + (list(references_of(job, -1)) if ended else [])
+        for _ in range(2):  # again without the dropped references whose calendar is gone
+            updates = [reference_update(self._table, reference) for reference in moved]
+            with translated_errors():
+                try:
+                    if extra or updates:
+                        self._db.transact_write_items(TransactItems=[{"Put": put}, *extra, *updates])
+                    else:
+                        self._db.put_item(**put)
+                    break
+                except ClientError as exc:
+                    if error_code(exc) == "TransactionCanceledException":
+                        reasons = [dict(r) for r in exc.response.get("CancellationReasons") or []]
+                        start = 1 + len(extra)
+                        refused = [
+                            moved[i - start]
+                            for i in range(start, len(reasons))
+                            if reasons[i].get("Code") == "ConditionalCheckFailed"
+                        ]
+                        added = [r for r in refused if r.delta > 0]
+                        if added:
+                            raise ReferencedCalendarMissing(added[0].name) from exc
+                        if refused and not _refused_at(reasons, 0):
+                            moved = [r for r in moved if r not in refused]
+                            continue
+                    if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
+                        raise ConcurrentUpdate(f"job {job.job_id} changed concurrently") from exc
+                    raise
+        else:
+            raise ConcurrentUpdate(f"job {job.job_id} changed concurrently")
         if saved.expires_at is not None and saved.state not in LIVE_STATES:
             self._expire_with_job(saved.job_id, saved.expires_at)
         return saved

@@ -29,7 +29,7 @@ from ...api_models.problems import problems_of
 from ...domain.errors import FieldProblem, JobschedError, MethodNotAllowed, Unauthenticated
 from ...observability import logger, tracer
 from ...wiring import container
-from . import jobs, leases, runs, schedules
+from . import calendars, jobs, leases, runs, schedules
 from .common import json_response
 from .identity import tenant_of
 from .json_body import decode_json
@@ -67,7 +67,7 @@ app = Resolver(
 TITLE, VERSION, DESCRIPTION = "jobsched", "1", "Durable multi-tenant job scheduler"
 app.configure_openapi(title=TITLE, version=VERSION, description=DESCRIPTION)
 app.enable_swagger(path="/docs", title=TITLE, version=VERSION, description=DESCRIPTION)
-for module in (jobs, runs, leases, schedules):
+for module in (jobs, runs, leases, schedules, calendars):
     app.include_router(module.router)
 
 

@@ -23,7 +23,7 @@ router = Router()
     responses=documented({200: ("the schedule's next fire times; nothing is saved", SchedulePreviewView)}),
 )
 def preview_schedule(body: Annotated[SchedulePreviewBody, Body()]) -> Response[SchedulePreviewView]:
-    tenant_of(router.current_event)  # an authenticated caller, as on every route
+    tenant = tenant_of(router.current_event)  # the calendars referenced are the caller's
     spec = body.to_spec(container().clock.now())
-    lines = container().jobs.preview(spec, after=body.after, count=body.count)
+    lines = container().jobs.preview(tenant, spec, after=body.after, count=body.count)
     return json_response(200, SchedulePreviewView.of(lines))
