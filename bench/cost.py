@@ -129,12 +129,7 @@ def label(write: dict[str, Any]) -> str:
     if old is None and new is None:
         return f"{table}: write that left no item (failed, or a delete of nothing)"
     if table == "jobsched-runs" and (_s(new or old, "job_id") or "").startswith(SLOT_PREFIX):
-        if new is None:
-            return "tenant slot: delete (a lowered limit's)"
-        same = old is not None and all(old.get(k) == new.get(k) for k in ("run_job", "run_sk", "run_fence"))
-        if same:
-            return "tenant slot: hint moved (a live holder read)"
-        return "tenant slot: take"
+        return "tenant slot: take" if new else "tenant slot: release"
     if table == "jobsched-runs":
         before, after = _s(old, "state"), _s(new, "state")
         if before is None:
@@ -607,8 +602,6 @@ MADE = (
     " it (a transaction bills every item twice)",
     "a job's succeeded runs counted by folds of its runs (at a read of the job, and by the sweeper every"
     " 6 hours or 1,000 runs) instead of an ADD per run; runs a fold may not meet still ADD",
-    "no release of the tenant slot: the run's ending frees it, and the next claim reads the holder's run"
-    " (1 read unit) and takes the slot over",
 )
 
 

@@ -770,7 +770,7 @@ def _top_of_hour_md(cap: dict[str, Any]) -> list[str]:
         + " The minimum's EPUs are billed all month, the extra EPUs of each hourly burst while it lasts (at least a "
         "minute); pre-warmed environments (Lambda provisioned concurrency on a schedule, not a stack "
         "setting) at the arm64 provisioned-concurrency price (an assumption, see `bench/prices.json`). Not modelled: a single tenant's burst (its "
-        "slot partition caps one tenant at about 1,000 claims a second), the first burst on a new table (on-demand takes "
+        "slot partition caps one tenant at about 500 claims a second), the first burst on a new table (on-demand takes "
         "twice the previous peak at once; warm throughput or a previous burst covers it), the outbox (its headroom "
         "is shown below), targets' own limits.",
         "",

@@ -238,8 +238,8 @@ class ObservedSlots(TenantSlots):
             self._refused(run.run_key)
             raise
 
-    def at_limit(self, tenant: str, holders: list[SlotHolder], *, now: datetime) -> bool:
-        full = super().at_limit(tenant, holders, now=now)
+    def at_limit(self, holders: list[SlotHolder], *, now: datetime) -> bool:
+        full = super().at_limit(holders, now=now)
         if full:  # the worker's look defers the record's run without a claim
             self._refused(getattr(DELIVERING, "run_key", ""))
         return full
@@ -388,15 +388,17 @@ class World:
         api_runs = RunStore(self._ddb(), RUNS.default_name, shards, is_external=self.is_external)
         api_materializer = Materializer(api_defs, api_runs, api_clock, horizon=HORIZON)
         api_queues = self._queues(self.sqs_throttle)
-        # One tenant limit for the Lambda worker and the lease API (as jobsched.wiring builds
-        # them): a run's ending frees its slot for the next claimer to take over.
+        # One tenant limit for the Lambda worker and the lease API: the same slots, released
+        # by the completer that ends each claim (as jobsched.wiring builds them).
         self.tenant_slots = TenantSlots(api_runs, config.tenant_concurrency)
-        api_completer = Completer(api_defs, api_runs, api_queues, api_clock, self.metrics)
+        api_completer = Completer(
+            api_defs, api_runs, api_queues, api_clock, self.metrics, slots=self.tenant_slots
+        )
         api_missed = MissedRuns(api_defs, api_runs, api_completer, api_clock)
         # As the API's container wires it (jobsched.wiring): the resume decides which of the
         # pause's occurrences run and writes that decision with itself (`missed_windows`), and
         # a cancel cancels the job's unstarted runs.
-        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock, slots=self.tenant_slots)
+        self.run_service = RunService(api_defs, api_runs, api_completer, api_clock)
         self.jobs = JobService(
             api_defs,
             api_clock,
@@ -437,6 +439,9 @@ class World:
             self._queues(self.sqs_throttle),
             reconciler_clock,
             self.metrics,
+            slots=TenantSlots(
+                reconciler_runs, config.tenant_concurrency
+            ),  # a lease it expires frees its slot
         )
         missed_runs = MissedRuns(reconciler_defs, reconciler_runs, completer, reconciler_clock)
         self.reconciler = Reconciler(

@@ -229,21 +229,17 @@ def _put_back_record_failed(original: Any) -> Any:
 
 
 def _running_effect_frees_its_slot(original: Any) -> Any:
-    def judged_over(holder: Any, run: Any, cutoff: Any) -> bool:
-        if run is not None:  # a takeover no longer sees the holder's effect record
-            run = run.model_copy(update={"effect_fence": None, "effect_until": None})
-        return bool(original(holder, run, cutoff))
+    def effect_open(run: Any, fence: int, now: Any) -> bool:
+        return False  # a release frees the slot of an effect still running
 
-    return judged_over
+    return effect_open
 
 
 def _unlanded_claim_taken_over(original: Any) -> Any:
-    def judged_over(holder: Any, run: Any, cutoff: Any) -> bool:
-        if run is not None and run.fence < holder.fence:
-            return True  # a claim not landed yet loses its slot before its hint has passed
-        return bool(original(holder, run, cutoff))
+    def worth_checking(self: Any, cutoff: Any) -> bool:
+        return True  # every holder is judged at once, a claim not landed yet among them
 
-    return judged_over
+    return worth_checking
 
 
 def _slot_taken_from_live_holder(original: Any) -> Any:
@@ -336,16 +332,16 @@ MUTANTS: tuple[Mutant, ...] = (
     # on Lambda the thread is frozen with the environment and goes on in a later invocation.
     Mutant("effect-outlives-invocation", "jobsched.services.attempt.Attempts._outlast",
            _effect_outlives_invocation, "effects_past_deadline", "slow-effects"),
-    # A slot is taken over while its holder's effect runs (the attempt stopped waiting for
-    # it): another run of the tenant starts beside the effect still running.
-    Mutant("running-effect-frees-slot", "jobsched.store.tenant_slots._judged_over",
+    # An attempt that stopped waiting for its effect frees its tenant slot: another run of
+    # the tenant starts beside the effect still running.
+    Mutant("running-effect-frees-slot", "jobsched.store.tenant_slots._effect_open",
            _running_effect_frees_its_slot, "tenant_limit_exceeded", "slow-effects"),
-    # A slot whose claim has not landed yet is taken over before its hint has passed: the
-    # claim lands after, live, beside the run that took its slot.
-    Mutant("unlanded-claim-taken-over", "jobsched.store.tenant_slots._judged_over",
+    # A slot is judged before its hint has passed: a claim not landed yet loses its slot,
+    # and lands after, live, beside the run that took it.
+    Mutant("unlanded-claim-taken-over", "jobsched.store.tenant_slots.SlotHolder.worth_checking",
            _unlanded_claim_taken_over, "tenant_limit_exceeded", "torn-claims"),
-    # A slot is taken without reading its holder's run: a live lease, a renewed one, or an
-    # effect still running past its attempt, loses its slot to another run.
+    # A slot whose hint has passed is taken without reading its holder's run: a renewed
+    # lease, or an effect still running past its attempt, loses its slot to another run.
     Mutant("slot-taken-from-live-holder", "jobsched.store.tenant_slots.TenantSlots._holder_over",
            _slot_taken_from_live_holder, "tenant_limit_exceeded", "renewed-leases"),
     # A batch retried after its outbox died between marks and sends leaves its runs QUEUED

@@ -246,7 +246,9 @@ class Container:
 
     @cached_property
     def completer(self) -> Completer:
-        return Completer(self.definitions, self.runs, self.queues, self.clock, self.metrics)
+        return Completer(
+            self.definitions, self.runs, self.queues, self.clock, self.metrics, slots=self.tenant_slots
+        )
 
     @cached_property
     def tenant_slots(self) -> TenantSlots | None:
@@ -280,7 +282,6 @@ class Container:
             self.clock,
             is_external=self.is_external,
             authorize_target=self.target_authority.check_write,
-            slots=self.tenant_slots,
             calendars=self.calendars.cache,
         )
 

@@ -1,8 +1,7 @@
 """The tenant concurrency limit as slot items taken before the run's claim, on moto: never
 more live leases than the limit, whatever the interleaving, a frozen holder, a claim landing
-late, a crash between the two writes, an effect outliving its attempt, a limit change or a
-hostile tenant id; and never a slot left idle once its holder has ended, with no write to
-free it (store.tenant_slots)."""
+late, a crash between the two writes, a lost release, a limit change or a hostile tenant id
+(store.tenant_slots)."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from jobsched.domain.runs import Run, RunState, created
 from jobsched.handlers.outbox import matches_filter
 from jobsched.store.runs import RunChanged, RunStore
 from jobsched.store.schema import RUNS
-from jobsched.store.tenant_slots import LOOK_READS, STEAL_AFTER, TenantSlots, slot_partition
+from jobsched.store.tenant_slots import STEAL_AFTER, TenantSlots, slot_partition
 
 from tests.helpers import T0
 
@@ -70,9 +69,12 @@ def claim(slots: TenantSlots, run: Run, now: datetime, owner: str = "w") -> Run:
     return slots.claim(run, claim_change(now, owner), now=now)
 
 
-def finish(runs: RunStore, leased: Run, now: datetime) -> Run:
-    """The holder's completion: the run's write alone (nothing frees the slot)."""
-    return runs.commit(leased, lambda r: lifecycle.succeed(r, now=now, actor="w", result=None), holder=True)
+def finish(runs: RunStore, slots: TenantSlots | None, leased: Run, now: datetime) -> Run:
+    """The holder's completion, then (unless `slots` is None: a lost release) the release."""
+    done = runs.commit(leased, lambda r: lifecycle.succeed(r, now=now, actor="w", result=None), holder=True)
+    if slots is not None:
+        slots.release(done)
+    return done
 
 
 def live_leases(client: Any, tenant: str, now: datetime) -> list[Run]:
@@ -184,7 +186,7 @@ def test_threads_claiming_and_finishing_keep_every_instant_within_the_limit(ddb)
                 with lock:
                     queue.insert(0, run)  # try it again later, as a deferral would
                 continue
-            finish(runs, leased, T0)
+            finish(runs, slots, leased, T0)
             finished.append(run.run_key)
 
     threads = [threading.Thread(target=worker) for _ in range(6)]
@@ -195,8 +197,7 @@ def test_threads_claiming_and_finishing_keep_every_instant_within_the_limit(ddb)
 
     assert len(finished) == 12
     assert watching.highest <= 2
-    assert len(slot_items(ddb, TENANT)) == 2  # the slots stay, free: their holders ended
-    assert slots.live(TENANT, now=T0) == 0
+    assert slot_items(ddb, TENANT) == []  # every slot released
 
 
 # --- a holder frozen past its lease ---
@@ -217,8 +218,9 @@ def test_a_holder_frozen_past_its_lease_loses_its_slot_and_cannot_renew_it(runs,
     # The holder wakes up: its lease cannot be made live again beside the run that took its slot.
     with pytest.raises(RunChanged, match="lease expired"):
         runs.extend_lease(frozen, later + timedelta(seconds=LEASE), live_at=later)
-    done = finish(runs, frozen, later)  # its completion still lands (its fence is current)
-    assert done.state is RunState.SUCCEEDED  # and frees nothing: the slot is the other run's now
+    done = finish(runs, slots, frozen, later)  # its completion still lands (its fence is current)
+    assert done.state is RunState.SUCCEEDED
+    assert not slots.release(done)  # and frees nothing: the slot is the other run's now
     assert [r.run_key for r in live_leases(ddb, TENANT, later)] == [taken.run_key]
     assert slot_items(ddb, TENANT)[0]["run_job"]["S"] == "j_f2"
 
@@ -246,42 +248,20 @@ def test_a_renewed_holder_keeps_its_slot_and_the_hint_follows_its_lease(runs, dd
     assert claim(slots, second, T0 + timedelta(seconds=120) + STEAL_AFTER).tenant_slot == 0
 
 
-# --- no release: the next claim reads the holder ---
+# --- a lost release ---
 
 
-def test_an_ended_holders_slot_is_taken_at_once_though_its_hint_has_not_passed(runs, ddb):
+def test_a_lost_release_leaves_the_slot_unused_only_until_its_lease_would_have_ended(runs, ddb):
     slots = TenantSlots(runs, 1)
-    first, second, third = insert(runs, "j_l1", "j_l2", "j_l3")
-    taken = claim(slots, first, T0)
+    first, second = insert(runs, "j_l1", "j_l2")
+    finish(runs, None, claim(slots, first, T0), T0 + timedelta(seconds=5))  # release lost
+
     with pytest.raises(TenantAtLimit):
-        claim(slots, second, T0 + timedelta(seconds=1))  # its holder read: live
-    finish(runs, taken, T0 + timedelta(seconds=5))
-    again = claim(slots, second, T0 + timedelta(seconds=6))  # 54 s before the hint passes
-    assert again.tenant_slot == 0
+        claim(slots, second, T0 + timedelta(seconds=10))
+    taken = claim(slots, second, T0 + timedelta(seconds=LEASE) + STEAL_AFTER)
+    assert taken.tenant_slot == 0
     (slot,) = slot_items(ddb, TENANT)
     assert (slot["run_job"]["S"], slot["run_fence"]["N"]) == ("j_l2", "1")
-    with pytest.raises(TenantAtLimit):
-        claim(slots, third, T0 + timedelta(seconds=7))
-
-
-@pytest.mark.parametrize(
-    "ending",
-    [
-        lambda r, at: lifecycle.fail(r, now=at, actor="w", error_class="E", message="m", retryable=True),
-        lambda r, at: lifecycle.fail(r, now=at, actor="w", error_class="E", message="m", retryable=False),
-        lambda r, at: lifecycle.hold(r, now=at, actor="w"),
-        lambda r, at: lifecycle.cancel(r, now=at, actor="api", reason="cancelled"),
-    ],
-    ids=["retry", "dead", "held", "cancelled"],
-)
-def test_every_way_out_of_leased_frees_the_slot_for_the_next_claim(runs, ending):
-    slots = TenantSlots(runs, 1)
-    first, second = insert(runs, "j_w1", "j_w2")
-    leased = claim(slots, first, T0)
-    at = T0 + timedelta(seconds=3)
-    out = runs.commit(leased, lambda r: ending(r, at), holder=True)
-    assert out.state is not RunState.LEASED
-    assert claim(slots, second, at).tenant_slot == 0
 
 
 def test_a_run_reclaimed_after_its_lease_expired_waits_for_its_old_slot_like_any_other(runs, ddb):
@@ -334,7 +314,8 @@ def test_a_reclaim_refused_while_the_earlier_claims_effect_runs_keeps_that_slot(
     ends = T0 + timedelta(seconds=600)  # its invocation's deadline
     started = plain.commit(first, lambda r: lifecycle.record_in_progress(r, now=T0, until=ends), holder=True)
     at = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
-    plain.commit(started, lambda r: lifecycle.cancel(r, now=at, actor="api", reason="cancelled"))
+    cancelled = plain.commit(started, lambda r: lifecycle.cancel(r, now=at, actor="api", reason="cancelled"))
+    slots.release(cancelled)  # kept for the running effect
     with pytest.raises((RunChanged, TenantAtLimit)):
         claim(slots, started, at, owner="w2")  # from a read before the cancel
     with pytest.raises(TenantAtLimit):
@@ -349,7 +330,8 @@ RECORD_END = T0 + timedelta(seconds=90)  # the claiming invocation's deadline, a
 
 def timed_out(runs: RunStore, slots: TenantSlots, run: Run) -> Run:
     """Claim `run`, start its effect (its in-progress record until RECORD_END), and write the
-    attempt's failure at its timeout with the effect still running."""
+    attempt's failure at its timeout with the effect still running; then release, as the
+    completer does."""
     leased = claim(slots, run, T0)
     started = runs.commit(
         leased, lambda r: lifecycle.record_in_progress(r, now=T0, until=RECORD_END), holder=True
@@ -368,6 +350,7 @@ def timed_out(runs: RunStore, slots: TenantSlots, run: Run) -> Run:
         holder=True,
     )
     assert failed.state is RunState.RETRY_WAIT and failed.effect_fence == leased.fence
+    assert not slots.release(failed)  # kept: the effect still runs
     return failed
 
 
@@ -376,7 +359,7 @@ def test_an_effect_still_running_after_its_attempt_failed_keeps_its_tenant_slot(
     first, second = insert(runs, "j_e1", "j_e2")
     failed = timed_out(runs, slots, first)
     (slot,) = slot_items(ddb, TENANT)
-    assert slot["lease_until"]["S"] == format_instant(T0 + timedelta(seconds=LEASE))  # as claimed
+    assert slot["lease_until"]["S"] == format_instant(RECORD_END)
 
     for at in (
         T0 + timedelta(seconds=31),
@@ -385,8 +368,6 @@ def test_an_effect_still_running_after_its_attempt_failed_keeps_its_tenant_slot(
     ):
         with pytest.raises(TenantAtLimit):
             claim(slots, second, at)  # the lease is gone, but the effect may still be running
-        # The first check moved the hint to the record's end.
-        assert slot_items(ddb, TENANT)[0]["lease_until"]["S"] == format_instant(RECORD_END)
     # Not even its own run's retry takes the slot of the effect it would wait for.
     with pytest.raises(TenantAtLimit):
         claim(slots, failed, T0 + timedelta(seconds=LEASE) + STEAL_AFTER, owner="w2")
@@ -400,15 +381,16 @@ def test_an_effect_that_ends_with_its_result_saved_frees_its_slot_at_once(runs, 
     first, second = insert(runs, "j_s1", "j_s2")
     failed = timed_out(runs, slots, first)
     at = T0 + timedelta(seconds=40)
-    runs.commit(failed, lambda r: lifecycle.save_result(r, now=at, result="late"))
+    saved = runs.commit(failed, lambda r: lifecycle.save_result(r, now=at, result="late"))
+    assert slots.release_effect(saved, failed.fence)
     assert claim(slots, second, at).tenant_slot == 0
 
 
-def test_a_holder_whose_effect_record_has_ended_is_over(runs, ddb):
+def test_a_release_written_after_the_effect_record_ended_frees_the_slot(runs, ddb):
     """The reconciler ends an expired lease long after the invocation's deadline: nothing can
-    still be running, so the next claim takes the slot though the record is still on the run."""
+    still be running, so the release deletes the slot instead of keeping it."""
     slots = TenantSlots(runs, 1)
-    run, other = insert(runs, "j_x1", "j_x2")
+    (run,) = insert(runs, "j_x1")
     leased = claim(slots, run, T0)
     started = runs.commit(
         leased, lambda r: lifecycle.record_in_progress(r, now=T0, until=RECORD_END), holder=True
@@ -416,15 +398,22 @@ def test_a_holder_whose_effect_record_has_ended_is_over(runs, ddb):
     later = RECORD_END + STEAL_AFTER
     expired = runs.commit(started, lambda r: lifecycle.lease_expired(r, now=later, actor="reconciler"))
     assert expired.effect_fence == leased.fence  # the record is still on the run, but over
-    assert claim(slots, other, later).tenant_slot == 0
+    assert slots.release(expired)
+    assert slot_items(ddb, TENANT) == []
 
 
 def test_the_takeover_check_reads_the_effect_record_from_the_run_item(runs, ddb):
-    """A claimer that finds the slot's hint expired still cannot take the slot while the
-    holder's run item shows its effect record open."""
+    """A claimer that finds the slot's hint expired (a release that could not move it) still
+    cannot take the slot while the holder's run item shows its effect record open."""
     slots = TenantSlots(runs, 1)
     first, second = insert(runs, "j_h1", "j_h2")
-    failed = timed_out(runs, slots, first)  # the hint as the claim wrote it: the lease's end
+    failed = timed_out(runs, slots, first)
+    ddb.update_item(  # the hint as the claim wrote it: the lease's end
+        TableName=RUNS.default_name,
+        Key={"job_id": {"S": slot_partition(TENANT)}, "sk": {"S": "S#0"}},
+        UpdateExpression="SET lease_until = :lu",
+        ExpressionAttributeValues={":lu": {"S": format_instant(T0 + timedelta(seconds=LEASE))}},
+    )
     item = ddb.get_item(TableName=RUNS.default_name, Key=runs._run_key(failed))["Item"]
     assert item["effect_until"]["S"] == format_instant(RECORD_END)
     with pytest.raises(TenantAtLimit):
@@ -735,7 +724,7 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     expired = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
 
     def look(at: datetime, limit: int = 2) -> bool:
-        return TenantSlots(runs, limit).at_limit(TENANT, slots.holders(TENANT), now=at)
+        return TenantSlots(runs, limit).at_limit(slots.holders(TENANT), now=at)
 
     # Every slot held by another run's live lease: full, and the claim agrees.
     assert look(soon)
@@ -743,7 +732,7 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     with pytest.raises(TenantAtLimit):
         slots.claim(waiting, claim_change(soon), now=soon, holders=slots.holders(TENANT))
     assert slot_items(ddb, TENANT) == before
-    # A slot's lease expired past the takeover margin: its holder is over, a claim looks.
+    # A slot's lease expired past the takeover margin: its holder may be dead, a claim looks.
     assert not look(expired)
     # The run's own earlier claim holding a slot changes nothing: it counts until it lapses.
     with pytest.raises(TenantAtLimit):
@@ -752,28 +741,10 @@ def test_a_look_says_full_only_when_the_claim_would_refuse_without_a_write(runs,
     assert not look(soon, limit=3)
     assert not look(soon, limit=1)
     # No limit: nothing to look at.
-    assert not TenantSlots(runs, 0).at_limit(TENANT, slots.holders(TENANT), now=soon)
-    # A holder that ended frees its slot at once, its hint still ahead.
-    finish(runs, held[0], soon)
+    assert not TenantSlots(runs, 0).at_limit(slots.holders(TENANT), now=soon)
+    finish(runs, slots, held[0], soon)
     assert not look(soon)
     assert claim(slots, waiting, soon).tenant_slot == held[0].tenant_slot
-
-
-def test_a_look_reads_at_most_a_few_holders_oldest_hint_first(runs, ddb):
-    """At its limit of 5, the tenant's look reads LOOK_READS holders, the oldest claims first,
-    and says full when each is live; a younger holder that ended is found by a claim."""
-    slots = TenantSlots(runs, 5)
-    made = insert(runs, *(f"j_o{i}" for i in range(6)))
-    held = [claim(slots, run, T0 + timedelta(seconds=i)) for i, run in enumerate(made[:5])]
-    finish(runs, held[4], T0 + timedelta(seconds=5))  # the youngest ended
-    counting = CountingClient(ddb)
-    looking = TenantSlots(RunStore(counting, RUNS.default_name, 4), 5)
-    holders = looking.holders(TENANT)
-    counting.calls.clear()
-    assert looking.at_limit(TENANT, holders, now=T0 + timedelta(seconds=6))
-    assert counting.calls == ["get_item"] * LOOK_READS
-    taken = claim(slots, made[5], T0 + timedelta(seconds=6))
-    assert taken.tenant_slot == held[4].tenant_slot
 
 
 def test_a_claim_given_holders_that_changed_since_reads_them_again(runs, ddb, monkeypatch):
@@ -806,28 +777,23 @@ def test_a_lowered_limit_admits_no_claim_until_the_live_leases_are_below_it(runs
     with pytest.raises(TenantAtLimit):
         claim(lowered, waiting, T0)
     for leased in held[:2]:
-        finish(runs, leased, T0)
+        finish(runs, lowered, leased, T0)
         with pytest.raises(TenantAtLimit):  # one still live: the limit of 1 is full
             claim(lowered, waiting, T0)
-    finish(runs, held[2], T0)
+    finish(runs, lowered, held[2], T0)
     assert claim(lowered, waiting, T0).tenant_slot == 0
     assert len(live_leases(ddb, TENANT, T0)) == 1
-    assert [i["sk"]["S"] for i in slot_items(ddb, TENANT)] == ["S#0"]  # the slots past it deleted
 
 
-def test_a_lowered_limit_moves_a_live_holder_into_an_ended_ones_slot(runs, ddb):
+def test_a_lowered_limit_reaps_a_dead_holder_past_it(runs, ddb):
     held = [claim(TenantSlots(runs, 3), run, T0) for run in insert(runs, "j_p1", "j_p2", "j_p3")]
     (waiting,) = insert(runs, "j_p4")
-    lowered = TenantSlots(runs, 2)
-    by_index = {r.tenant_slot: r for r in held}
-    finish(runs, by_index[0], T0)  # slot 0's holder ended; slot 2's, past the limit, is live
-    with pytest.raises(TenantAtLimit):
-        claim(lowered, waiting, T0)  # slot 2's holder moved into slot 0: two live, the limit
-    moved = {i["sk"]["S"]: i["run_job"]["S"] for i in slot_items(ddb, TENANT)}
-    assert moved == {"S#0": by_index[2].job_id, "S#1": by_index[1].job_id}
-    finish(runs, by_index[2], T0)
-    assert claim(lowered, waiting, T0).tenant_slot == 0
-    assert len(live_leases(ddb, TENANT, T0)) == 2
+    lowered = TenantSlots(runs, 1)
+    for leased in held:
+        finish(runs, None, leased, T0)  # every release lost
+    later = T0 + timedelta(seconds=LEASE) + STEAL_AFTER
+    assert claim(lowered, waiting, later).tenant_slot == 0
+    assert [i["sk"]["S"] for i in slot_items(ddb, TENANT)] == ["S#0"]
 
 
 def test_a_raised_limit_frees_new_slots_at_once(runs, ddb):
@@ -876,30 +842,31 @@ def test_limit_zero_is_no_limit_and_writes_no_slot(ddb):
     assert counting.calls == ["put_item"] * 5  # each claim is the plain conditional put
     assert all(r.tenant_slot is None for r in leased)
     counting.calls.clear()
-    for run in leased:
-        finish(runs, run, T0)
-    assert counting.calls == ["put_item"] * 5  # the completions alone
+    done = [finish(runs, slots, r, T0) for r in leased]
+    assert counting.calls == ["put_item"] * 5  # and no release is sent
+    assert all(not slots.release(r) for r in done)
     assert slot_items(ddb, TENANT) == []
 
 
-def test_a_claim_is_a_query_a_holders_read_and_two_puts_and_its_ending_writes_no_slot(ddb):
+def test_a_claim_under_the_limit_is_one_query_and_two_puts_and_a_release_one_delete(ddb):
     counting = CountingClient(ddb)
     runs = RunStore(counting, RUNS.default_name, 4)
-    slots = TenantSlots(runs, 2)
-    made = insert(runs, "j_cost1", "j_cost2", "j_cost3")
+    slots = TenantSlots(runs, 5)
+    (run,) = insert(runs, "j_cost")
     counting.calls.clear()
-    first = claim(slots, made[0], T0)
-    assert counting.calls == ["query", "put_item", "put_item"]  # an absent slot: no holder to read
+    leased = claim(slots, run, T0)
+    assert counting.calls == ["query", "put_item", "put_item"]
+    done = runs.commit(leased, lambda r: lifecycle.succeed(r, now=T0, actor="w", result=None), holder=True)
     counting.calls.clear()
-    finish(runs, first, T0)
-    assert counting.calls == ["put_item"]  # the completion alone: no release
-    claim(slots, made[1], T0)  # the other absent slot
-    counting.calls.clear()
-    claim(slots, made[2], T0)  # every slot present: the ended holder's is read, then taken
-    assert counting.calls in (
-        ["query", "get_item", "put_item", "put_item"],
-        ["query", "get_item", "get_item", "put_item", "put_item"],  # the live one read first
-    )
+    assert slots.release(done)
+    assert counting.calls == ["delete_item"]
+
+
+def test_release_refuses_a_run_still_leased(runs):
+    slots = TenantSlots(runs, 1)
+    (run,) = insert(runs, "j_early")
+    with pytest.raises(ValueError, match="still LEASED"):
+        slots.release(claim(slots, run, T0))
 
 
 def test_a_takeover_refused_for_a_live_holder_writes_only_the_slots_hint(runs, ddb):

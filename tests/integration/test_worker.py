@@ -454,6 +454,25 @@ def test_overlap_buffer_one_waits_behind_a_running_run_and_drops_the_rest(contai
     assert stored(container, second).state is RunState.PENDING
 
 
+def test_a_worker_refuses_tenant_slots_its_completer_would_not_release(container, registry):
+    """A claim takes its slot from the slots its ending releases: a completer without them
+    (or with others) would leave every ended claim's slot held until it is taken over."""
+    from jobsched.services.completion import Completer
+    from jobsched.store.tenant_slots import TenantSlots
+
+    slots = TenantSlots(container.runs, 1)
+    unreleasing = Completer(container.definitions, container.runs, container.queues, container.clock)
+    with pytest.raises(ValueError, match="completer"):
+        make_worker(container, registry, completer=unreleasing, tenant_slots=slots)
+    releasing = Completer(
+        container.definitions, container.runs, container.queues, container.clock, slots=slots
+    )
+    assert (
+        make_worker(container, registry, completer=releasing, tenant_slots=slots).attempts.completer.slots
+        is slots
+    )
+
+
 def test_tenant_over_its_concurrency_limit_is_delayed_not_dropped(container, clock, registry, ledger):
     limited = make_worker(container, registry, tenant_concurrency=1)
     _, busy = one_run(container, clock, name="a")

@@ -113,8 +113,7 @@ class Run(Model):
     claim_token: str | None = None  # random per claim: tells two claims of one owner apart
     lease_expires_at: Instant | None = None
     # The tenant slot (store.tenant_slots) the run's latest claim took: held while that
-    # claim's fence is current and its lease live (or its effect record open); free once
-    # the run leaves LEASED, when the next claimer takes it over.
+    # claim's fence is current and its lease live, released when the run leaves LEASED.
     tenant_slot: int | None = None
     effect_started_at: Instant | None = None  # at-most-once: set before the effect
     first_attempt_at: Instant | None = None  # start of the current attempt series (max age)

@@ -62,7 +62,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.run_idempotency import RunIdempotency, envelope
 from ..store.runs import RunChanged, RunStore
-from ..store.tenant_slots import SlotHolder, TenantSlots
+from ..store.tenant_slots import SlotHolder
 from ..targets import Invocation, TargetRunner
 from ..threads import start_daemon
 from .completion import Completer, Ending
@@ -182,8 +182,7 @@ class _TimeLeft:
 
 class Attempts:
     """The attempt pipeline over the stores. `records_lifetime` bounds an in-progress record
-    (Powertools' expiry); `metrics` counts what the pipeline refuses or repeats; `slots`, the
-    tenant limit's slots a claim takes first (None: no limit)."""
+    (Powertools' expiry); `metrics` counts what the pipeline refuses or repeats."""
 
     def __init__(
         self,
@@ -194,7 +193,6 @@ class Attempts:
         *,
         metrics: Metrics = NO_METRICS,
         records_lifetime: timedelta = timedelta(days=1),
-        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
@@ -202,7 +200,8 @@ class Attempts:
         self._clock = clock
         self._metrics = metrics
         self.records_lifetime = records_lifetime
-        self._slots = slots  # the tenant limit's (None: no limit)
+        # The slots a claim takes are the ones its ending releases: the completer's.
+        self._slots = completer.slots
         self._resolver = DefinitionResolver(definitions)
 
     @property

@@ -24,6 +24,7 @@ from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.queues import RunQueues
 from ..store.runs import RunChanged, RunStore
+from ..store.tenant_slots import TenantSlots
 
 # The job counter and the metric each terminal state adds to (SKIPPED: by its reason).
 _COUNTERS = {
@@ -55,12 +56,22 @@ class Completer:
         queues: RunQueues,
         clock: Clock,
         metrics: Metrics = NO_METRICS,
+        *,
+        slots: TenantSlots | None = None,
     ) -> None:
         self._definitions = definitions
         self._runs = runs
         self._queues = queues
         self._clock = clock
         self._metrics = metrics
+        self._slots = slots  # the tenant slot of a run leaving LEASED is released here
+
+    @property
+    def slots(self) -> TenantSlots | None:
+        """The tenant slots this completer releases: a claimer must take its slots from these
+        (`Attempts`, `RunService`, `Worker` do), or a completed claim keeps its slot until
+        it is taken over."""
+        return self._slots
 
     # --- the lease holder's endings (refused only for a stale fence or a moved state) ---
 
@@ -95,6 +106,13 @@ class Completer:
             actor,
             error.error_class,
         )
+
+    def effect_ended(self, run: Run, fence: int) -> None:
+        """The effect of the claim with `fence` ended after that attempt's failure was
+        written (its result now saved on `run`): free the tenant slot the claim kept for it
+        (store.tenant_slots: a running effect keeps its slot). Best effort."""
+        if self._slots is not None:
+            self._slots.release_effect(run, fence)
 
     def dead(self, run: Run, refusal: lifecycle.Refusal, *, actor: str) -> Ending:
         now = self._clock.now()
@@ -140,6 +158,8 @@ class Completer:
             )
             self._metrics.add("StaleFencesRejected")
             return Ending(None, None, error_class, current)
+        if self._slots is not None and run.state is RunState.LEASED and saved.state is not RunState.LEASED:
+            self._slots.release(saved)  # best effort: a lost release is taken over after the lease
         self.after(saved)
         return Ending(
             saved.state, saved, saved.last_error_class if saved.state is RunState.DEAD else error_class

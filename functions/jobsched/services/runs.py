@@ -36,7 +36,6 @@ from ..domain.schedule import fires_in, whole_second_up
 from ..observability import logger
 from ..store.definitions import DefinitionStore
 from ..store.runs import RunChanged, RunPage, RunStore, RunsView, SummaryPage
-from ..store.tenant_slots import TenantSlots
 from .attempt import Admission, Attempts
 from .calendars import CalendarCache
 from .completion import Completer, Ending
@@ -124,7 +123,6 @@ class RunService:
         max_backfill: int = 1000,
         is_external: Callable[[Run], bool] = lambda run: False,
         authorize_target: Callable[[str, object], None] | None = None,
-        slots: TenantSlots | None = None,
         calendars: Callable[[], CalendarCache] = lambda: CalendarCache(None),
     ) -> None:
         self._calendars = calendars  # a backfill's occurrences leave out what they exclude
@@ -133,12 +131,12 @@ class RunService:
         # (its AWS target's call, or the secrets its HTTP headers reference).
         self._authorize_target = authorize_target
         self._definitions = definitions
-        self._slots = slots  # the tenant limit's, claimed here for external workers (None: no limit)
+        self._slots = completer.slots  # claimed here, released by the completer
         self._is_external = is_external
         self._runs = runs
         self._completer = completer
         self._clock = clock
-        self._attempts = Attempts(definitions, runs, completer, clock, slots=slots)
+        self._attempts = Attempts(definitions, runs, completer, clock)
         self._counts = JobCounts(definitions, runs, clock)
         self.max_backfill = max_backfill
 
@@ -197,7 +195,7 @@ class RunService:
             waits_for_worker = run.state is RunState.QUEUED and run.due_at <= now and not run.blocked_by
             if limit and waits_for_worker and not leases:
                 assert self._slots is not None
-                leases.append(self._slots.live(tenant, now=now))
+                leases.append(sum(1 for h in self._slots.holders(tenant) if h.lease_until > now))
             behind = self._attempts.buffered_behind(run, now)
             around = Surroundings(
                 external=self._is_external(run),

@@ -154,13 +154,16 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.tenant_concurrency = tenant_concurrency
         self._metrics = metrics
-        # The tenant limit, exact: a claim takes one of its tenant's slots first
-        # (store.tenant_slots); the run's ending frees it, with no write of the slot.
-        if tenant_slots is None and tenant_concurrency > 0:
-            tenant_slots = TenantSlots(runs, tenant_concurrency)
+        # The tenant limit, exact: a claim takes one of its tenant's slots first (store.tenant_slots),
+        # and the completer that ends the claim releases it: both use the same slots.
+        if completer is not None and tenant_slots is not None and completer.slots is not tenant_slots:
+            raise ValueError("tenant_slots must be the completer's own: its endings release them")
         if completer is None:
-            completer = Completer(definitions, runs, queues, clock, metrics)
-        self._slots = tenant_slots if tenant_slots is not None and tenant_slots.limit > 0 else None
+            if tenant_slots is None and tenant_concurrency > 0:
+                tenant_slots = TenantSlots(runs, tenant_concurrency)
+            completer = Completer(definitions, runs, queues, clock, metrics, slots=tenant_slots)
+        slots = completer.slots
+        self._slots = slots if slots is not None and slots.limit > 0 else None
         self._completer = completer
         self.attempts = Attempts(
             definitions,
@@ -169,7 +172,6 @@ class Worker:
             clock,
             metrics=metrics,
             records_lifetime=idempotency_ttl,
-            slots=self._slots,
         )
         # Without a Lambda context: the longest a Lambda invocation may last.
         self.remaining_seconds: Callable[[], float] = lambda: 900.0
@@ -295,7 +297,7 @@ class Worker:
         ):
             return None
         holders = slots.holders(delivery.tenant)
-        if not slots.at_limit(delivery.tenant, holders, now=now):
+        if not slots.at_limit(holders, now=now):
             return holders
         waited = (now - delivery.due_at).total_seconds()
         delay = tenant_wait(waited, delivery.run_key, delivery.receive_count)

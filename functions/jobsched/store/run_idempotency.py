@@ -69,6 +69,10 @@ class Completions(Protocol):
 
     def fail(self, run: Run, error: ExecutionError, *, actor: str, effect_running: bool = False) -> Any: ...
 
+    def effect_ended(self, run: Run, fence: int) -> None:
+        """The effect of the claim with `fence` ended after its attempt's failure was written."""
+        ...
+
 
 @dataclass
 class Written:
@@ -214,7 +218,7 @@ class RunIdempotency(BasePersistenceLayer):
             if not lifecycle.can_save_result(current) or current.effect_fence != self._fence:
                 break
             try:
-                self._runs.commit(current, save)
+                saved = self._runs.commit(current, save)
             except RunChanged as exc:
                 current = exc.current
                 conflicts += 1
@@ -227,6 +231,7 @@ class RunIdempotency(BasePersistenceLayer):
                 logger.warning("effect result not saved yet: the store is throttling")
                 self._clock.sleep(delay)
             else:
+                self._completions.effect_ended(saved, self._fence)  # its tenant slot is free now
                 return True
         logger.warning("effect result not saved: the run moved on", extra={"run_key": self._held.run.run_key})
         return False

@@ -15,24 +15,23 @@ or while the in-progress record of that claim's effect (`effect_fence = run_fenc
 `effect_until`, the claiming invocation's deadline) is open: an attempt that stopped waiting
 for its effect at its timeout, or whose lease expired under it, leaves the effect running,
 and it counts until it has ended (its result saved) or its invocation has. Otherwise the
-slot is free, though its item stays: **a slot is never released**. Whoever claims next
-reads the holder's run and takes the slot over; the run's own ending (a completion, a
-failure, a hold, a cancel, the reconciler's `lease_expired`) is the release, and costs no
-write of the slot. Liveness is the run item's, never the slot's: the hint `lease_until`
-says when a holder is sure to be worth checking (a heartbeat extends the run's lease, not
-the hint; a live holder found by a claimer gets its hint moved to its lease's or kept
-record's end).
+slot is free, whether its item is absent (released) or not (a release was lost, the holder
+died, its claim never landed). Liveness is the run item's, never the slot's: the hint
+`lease_until` only says when a holder is worth checking (a heartbeat extends the run's
+lease, not the hint; a release that keeps the slot for a running effect moves the hint to
+the record's end).
 
 A claim is two conditional Puts, in this order (`TenantSlots._take`):
   1. the slot's: on an absent slot, or over the holder it was read with, once that holder
-     is judged over (`_holder_over`: its run item, read strongly consistently, shows the
-     holder's claim landed and is over - not LEASED under its fence with a lease ending
-     after `now - steal_after` (a lease is taken over only once it has been expired for
-     that long, so a holder whose clock lags by less cannot renew it in between), no open
-     effect record under its fence - or shows a later claim, or a twin's). A holder whose
-     claim has not landed yet (its run still shows an earlier fence) is judged over only
-     once its hint, the lease that claim will write, has been over by `steal_after`. A slot
-     an earlier claim of the same run holds is judged the same way;
+     is judged over (`_holder_over`: its run item, read strongly consistently, shows no
+     live lease and no open effect record under the holder's fence as of now -
+     `steal_after`: a lease is taken over only once it has been expired for that long, so
+     a holder whose clock lags by less cannot renew it in between). A holder is only
+     judged once its hint has passed by `steal_after`, so a claim that has not landed yet
+     (its run still shows an earlier fence) is judged over only when the lease it will
+     write has been over that long. A slot an earlier claim of the same run holds is
+     judged the same way, and taken only then: its holder, whose clock may lag, may renew
+     its lease until then;
   2. the run's claim, `RunStore.commit`'s conditional Put (rev and state as read), the run
      carrying `tenant_slot = index` and a lease ending at the slot's hint.
 A claim refused by the run (another writer got there first) deletes the slot it took (on
@@ -43,23 +42,12 @@ passed by `steal_after`. A claim that lands later than that holds a lease alread
 its effect never starts and its lease is never handed out (the claimer checks the lease is
 live before either) nor renewed.
 
-Which slot a claim tries (`_candidates`): an absent one first (the first `limit` claims of a
-tenant create its slots); then those whose hint has passed by `steal_after`, in random
-order; then the rest by hint, the older half before the younger, each half in random
-order (the earliest claims are the likeliest over, and concurrent claimers spread over
-several slots instead of all meeting at the oldest). At most `attempts` holders are read
-per claim; when every one read is live the tenant is at its limit (TenantAtLimit), so a
-tenant at its limit with more slots than that may refuse a claim while a younger holder
-has ended: the next try, or the next claim, reads others.
-
 What keeps a slot's count exact: a holder's lease is only ever extended while it is live
 (`RunStore.extend_lease(..., live_at=now)`, required for a run with a `tenant_slot`), so a
 holder judged over stays over; a claim under a fence lands at most once (a rev as read is
-written once), and a run that has left LEASED under a fence never holds it again (a claim
-takes a new fence), so a live lease is named by the one slot its claim took; and an effect
-record is opened only under a live lease. (A claim that never landed may leave a slot
-naming a fence its run never gets: that slot counts nothing live, and lapses once its hint
-passes.)
+written once), so a live lease is named by the one slot its claim took; and an effect record
+is opened only under a live lease. (A claim that never landed may leave a slot naming a
+fence its run never gets: that slot counts nothing live, and lapses once its hint passes.)
 
 Why the Runs table and this key: the roles that claim runs already write that table, and a
 lowered limit's move (a Delete and a Put in one transaction) stays in it. No index picks a
@@ -67,33 +55,32 @@ slot item up (none of its attributes is a key of `open`, `dead_by_tenant`, `clai
 `runs_by_tenant`); no listing does (a job's runs are `R#…` sort keys of its own
 partition; the chaos checker's scan, the outbox's stream filter and the stream audit all
 require `sk` to begin with `R#`); it has no `expires_at`, so TTL leaves it alone. Its stream
-records (a put per claim) are dropped by the outbox's event filter, which Lambda does not
-bill. The tenant id (up to 256 printable characters, any of them hostile) appears only
-through its SHA-256, so a key is 70 bytes whatever the tenant.
+records (a put per claim, a delete per release) are dropped by the outbox's event filter,
+which Lambda does not bill. The tenant id (up to 256 printable characters, any of them
+hostile) appears only through its SHA-256, so a key is 70 bytes whatever the tenant.
 
 The limit changing while slots are held: raised, the new slots are simply free. Lowered,
 the slots past the new limit still count, so while any is present no claim is made: each
-claim that finds one first deletes those whose holder is over and moves each live one into
-a slot below the limit that is absent or whose holder is over (one transaction each; the
-holder keeps it under another index). Nothing creates a slot past the limit any more, so a
-claim made when none is present meets only the `limit` slots below it: exact again as soon
-as no claimer uses the old limit (a deploy that changes it runs both for a moment: then at
-most the higher). The limit 0 is no limit: `claim` is `RunStore.commit`, with no slot read
-or written. Leases claimed while the limit was 0 hold no slot and are not counted after it
-is set; they end with their lease.
+claim that finds one first deletes those whose holder is dead and moves each live one into
+an absent slot below the limit (one transaction each; the holder keeps it under another
+index). Nothing creates a slot past the limit any more, so a claim made when none is
+present meets only the `limit` slots below it: exact again as soon as no claimer uses the
+old limit (a deploy that changes it runs both for a moment: then at most the higher). The
+limit 0 is no limit: `claim` is `RunStore.commit`, with no slot read or written. Leases
+claimed while the limit was 0 hold no slot and are not counted after it is set; they end
+with their lease.
 
 Cost, per claim of a tenant under its limit: one consistent Query of the tenant's slot
-partition (its slots, ~190 bytes each: 1 read unit up to ~20 slots, 3 at 50), one strongly
-consistent read of the holder's run (1 read unit) once every slot exists, and the slot's
-Put (1 write unit), beside the run's (1 per KB, as a claim without a limit pays); no write
-when the run ends. A live holder a claimer reads costs another read unit, and when its
-lease was extended since its hint, one UpdateItem of the hint. A run back from waiting for
-a slot looks first (the worker: `holders`, then `at_limit`, before it reads the run): a
-look that finds the tenant at its limit costs that Query and up to `LOOK_READS` holder
-reads instead of the run's read and the claim's, and a look that finds a slot to try hands
-what it read to `claim`. Every claim of one tenant writes the same partition key: one write
-unit a run, so one tenant's claims top out near 1,000 a second on one partition's 1,000
-WCU/s unless DynamoDB splits it for heat.
+partition (the slots held now, ~190 bytes each: 1 read unit up to ~20 held, 3 at 50), the
+slot's Put (1 write unit) and the run's (1 per KB, as a claim without a limit pays); a
+takeover adds one strongly consistent read of the holder's run (1 read unit); per release
+one DeleteItem (1 write unit), or, for an effect still running, one UpdateItem of the hint
+and the DeleteItem when it ends. A run back from waiting for a slot looks first (the
+worker: `holders`, then `at_limit`, before it reads the run): a look that finds every slot
+held costs that one Query instead of the run's read and the Query, and a look that finds
+one free hands what it read to `claim`. Every claim and release of one tenant writes the
+same partition key: 2 write units a run, so one tenant's claims top out near 500 a second
+on one partition's 1,000 WCU/s unless DynamoDB splits it for heat.
 """
 
 from __future__ import annotations
@@ -103,12 +90,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..domain.effects import MAX_CLOCK_SKEW
+from ..domain.effects import MAX_CLOCK_SKEW, excluded_until
 from ..domain.errors import StorageUnavailable, TenantAtLimit
 from ..domain.instants import format_instant, parse_instant
 from ..domain.runs import Run, RunState, split_run_key
@@ -118,10 +104,8 @@ from .runs import RunChanged, RunStore, key_sk
 
 SLOT_PREFIX = "slots#"
 SLOT_SK_PREFIX = "S#"
-# Slots a claim tries (holders it reads, slots it reads again) before it gives up.
+# Slots a claim tries before it gives up on a tenant whose slots keep changing.
 CLAIM_ATTEMPTS = 8
-# Holders a look (`at_limit`) reads before it says the tenant is at its limit.
-LOOK_READS = 3
 # A holder's lease is taken over only this long after it expired (see the module docstring).
 # Two clocks may differ by twice domain.effects.MAX_CLOCK_SKEW: a holder whose clock lags by
 # less can no longer renew a lease judged expired this long ago.
@@ -220,13 +204,6 @@ class _Take:
     over: SlotHolder | None  # the holder the slot is taken from; None for an absent slot
 
 
-class _Lost(Enum):
-    """Why `_take` wrote no claim."""
-
-    LIVE = "live"  # the slot's holder is live: try another slot
-    TAKEN = "taken"  # the slot changed since it was read: read the slots again
-
-
 class TenantSlots:
     """The tenant concurrency limit as slot items beside the runs (see the module docstring).
 
@@ -250,7 +227,7 @@ class TenantSlots:
         self.limit = limit
         self.steal_after = steal_after
         self.attempts = attempts
-        self._random = rng or random.Random()  # which slot to try (spreads claimers out)
+        self._random = rng or random.Random()  # which free slot to try (spreads claimers out)
 
     # --- claiming ---
 
@@ -271,13 +248,13 @@ class TenantSlots:
         once `now - steal_after` has passed it), and optionally the tenant's `holders` as
         the caller read them just before: the first try then chooses from those instead of
         reading them again. A slot taken since is refused by its conditional Put and the
-        slots are read afresh.
+        next try reads them afresh; a slot freed since is not seen (holders that leave no slot to
+        try raise TenantAtLimit at once, as a read made then would have).
         Returns: the run as written, with `tenant_slot` set (None when the limit is 0).
         Raises:
           - ValueError: `change` does not leave the run LEASED with a lease and a claim token.
-          - TenantAtLimit: every slot tried is held by a live claim (at most `attempts`
-            holders are read), or the slots kept changing under `attempts` tries: nothing
-            was written; try again later.
+          - TenantAtLimit: every slot is held by a live lease (or the slots kept changing
+            under `attempts` tries): nothing was written; try again later.
           - RunChanged (with the stored run, None if absent): the run is not as read, as
             `RunStore.commit` raises; the run was not written, and the slot taken for it
             is deleted (best effort: see `_take`).
@@ -287,8 +264,9 @@ class TenantSlots:
         lowered limit).
         The caller must: start no effect and hand out no lease unless the lease is live by
         its clock (a claim can land after its own lease has ended, its slot taken over
-        since), and extend the lease only with `RunStore.extend_lease(run, until,
-        live_at=now)`. Nothing releases the slot: the run's ending frees it."""
+        since); extend the lease only with `RunStore.extend_lease(run, until,
+        live_at=now)`; and call `release` with the run as written by the transition that
+        takes it out of LEASED."""
         if self.limit == 0:  # no slot: one a run kept from an earlier claim is not its own
             return self._runs.commit(read, lambda r: change(r).model_copy(update={"tenant_slot": None}))
         leased = change(read)
@@ -297,86 +275,61 @@ class TenantSlots:
         if leased.claim_token is None:
             raise ValueError(f"run {read.run_key}: a claim under a tenant limit must carry its token")
         given = holders
-        tries = 0
-        while tries < self.attempts:
+        for _ in range(self.attempts):
             holders, given = (given if given is not None else self.holders(read.tenant)), None
             if any(h.index >= self.limit for h in holders):
                 # The limit was lowered: no claim until every slot past it is gone (deleted
-                # once over, or moved below it), since they count as much as the slots below.
-                tries += 1
+                # once dead, or moved below it), since they count as much as the slots below.
                 if self._settle_past_limit(read.tenant, holders, now):
                     continue
-                break
-            lost = _Lost.LIVE
-            for take in self._candidates(holders, now):
-                if tries >= self.attempts:
-                    break
-                tries += 1
-                outcome = self._take(take, read, leased, now)
-                if isinstance(outcome, Run):
-                    return outcome
-                if (lost := outcome) is _Lost.TAKEN:
-                    break  # read the slots again
-            if lost is _Lost.LIVE:
-                break
-        else:
-            raise TenantAtLimit(
-                f"tenant {read.tenant!r}'s slots kept changing under {self.attempts} claims; try again",
-                limit=self.limit,
-            )
+                take = None
+            else:
+                take = self._choose(holders, now)
+            if take is None:
+                raise TenantAtLimit(
+                    f"tenant {read.tenant!r} has {self.limit} runs under way (its limit)",
+                    limit=self.limit,
+                )
+            written = self._take(take, read, leased, now)
+            if written is not None:
+                return written
         raise TenantAtLimit(
-            f"tenant {read.tenant!r} has {self.limit} runs under way (its limit)",
+            f"tenant {read.tenant!r}'s slots kept changing under {self.attempts} claims; try again",
             limit=self.limit,
         )
 
-    def at_limit(self, tenant: str, holders: list[SlotHolder], *, now: datetime) -> bool:
+    def at_limit(self, holders: list[SlotHolder], *, now: datetime) -> bool:
         """Whether a claim at `now`, given the tenant's `holders` as just read, would find no
-        slot to take: every slot below the limit is present, none lies past it (a lowered
-        limit: the claim settles those), and the first `LOOK_READS` holders a claim would
-        judge first (the hints passed, then the oldest hints) are live, each read as a
-        takeover reads it (`_holder_over`). False says a claim must decide. With the limit
-        0: False (no limit). Raises StorageUnavailable when the store throttles."""
+        slot to try and raise TenantAtLimit before any write: every slot below the limit is
+        present, none lies past it (a lowered limit: the claim settles those), and none is
+        worth checking (its hint expired by `now - steal_after`: its holder may be over).
+        Pure. False says only that a claim must decide: the slots' holders may be live.
+        With the limit 0: False (no limit)."""
         if self.limit == 0:
             return False
+        cutoff = now - self.steal_after
         below = {h.index for h in holders if 0 <= h.index < self.limit}
-        if len(below) < self.limit or any(not 0 <= h.index < self.limit for h in holders):
-            return False
-        cutoff = now - self.steal_after
-        stale = sorted((h for h in holders if h.worth_checking(cutoff)), key=lambda h: h.lease_until)
-        fresh = sorted((h for h in holders if not h.worth_checking(cutoff)), key=lambda h: h.lease_until)
-        return not any(self._holder_over(tenant, h, now) for h in (stale + fresh)[:LOOK_READS])
+        return (
+            len(below) == self.limit
+            and all(0 <= h.index < self.limit for h in holders)
+            and not any(h.worth_checking(cutoff) for h in holders)
+        )
 
-    def live(self, tenant: str, *, now: datetime) -> int:
-        """How many of the tenant's slots are held at `now` (their runs read, as a takeover
-        judges them: `_holder_over`; no hint is moved). Costs a Query of the slots and one
-        strongly consistent read per slot (BatchGetItem). For a reader's answer, not for a
-        claim's decision (the count may change as soon as it is read)."""
-        holders = self.holders(tenant)
-        read = self._runs.read_keys([h.run_key() for h in holders]).items if holders else []
-        runs = {(r.job_id, key_sk(r.run_key)): r for r in read}
-        cutoff = now - self.steal_after
-        return sum(1 for h in holders if not _judged_over(h, runs.get((h.run_job, h.run_sk)), cutoff))
-
-    def _candidates(self, holders: list[SlotHolder], now: datetime) -> list[_Take]:
-        """The slots to try, in order: one absent slot, chosen at random (concurrent claimers
-        spread out); else the present ones, those whose hint has passed by `steal_after`
-        first (random order), then the rest by hint, the older half first, each half in
-        random order (the earliest claims are the likeliest over; randomness inside a half
-        keeps concurrent claimers off one slot)."""
-        present = {h.index for h in holders}
-        absent = [i for i in range(self.limit) if i not in present]
+    def _choose(self, holders: list[SlotHolder], now: datetime) -> _Take | None:
+        """The slot to try: a random absent one (concurrent claimers spread out), else a random
+        one whose holder may be over (its hint expired by `now - steal_after`), to be judged
+        from its run item. A slot an earlier claim of the same run holds is no different:
+        until then its holder may still renew its lease (its clock may lag), and a claim of
+        the run that never landed names a fence the run does not have."""
+        absent = [i for i in range(self.limit) if i not in {h.index for h in holders}]
         if absent:
-            return [_Take(self._random.choice(absent), None)]
+            return _Take(self._random.choice(absent), None)
         cutoff = now - self.steal_after
         stale = [h for h in holders if h.worth_checking(cutoff)]
-        fresh = sorted((h for h in holders if not h.worth_checking(cutoff)), key=lambda h: h.lease_until)
-        older, younger = fresh[: (len(fresh) + 1) // 2], fresh[(len(fresh) + 1) // 2 :]
-        for group in (stale, older, younger):
-            self._random.shuffle(group)
-        return [_Take(h.index, h) for h in stale + older + younger]
+        return _Take((h := self._random.choice(stale)).index, h) if stale else None
 
-    def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | _Lost:
-        """Take the slot, then claim the run: the run as written, or why not (`_Lost`).
+    def _take(self, take: _Take, read: Run, leased: Run, now: datetime) -> Run | None:
+        """Take the slot, then claim the run: the run as written, or None to try another slot.
 
         The slot's conditional Put comes first: on an absent slot, or over the holder as read
         once `_holder_over` judged it over. The run's claim is then the plain conditional Put
@@ -390,9 +343,9 @@ class TenantSlots:
         slotted = leased.model_copy(update={"tenant_slot": take.index})
         mine = SlotHolder.of(slotted, take.index)
         if take.over is not None and not self._holder_over(read.tenant, take.over, now):
-            return _Lost.LIVE
+            return None  # the holder is live: look elsewhere
         if not self._put_slot(read.tenant, mine, take.over):
-            return _Lost.TAKEN
+            return None  # the slot went to another claimer
         try:
             return self._runs.commit(read, lambda _: slotted, holder=False)
         except RunChanged:
@@ -436,24 +389,41 @@ class TenantSlots:
 
     def _holder_over(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
         """Whether the claim `holder` names no longer counts, judged from its run item read
-        strongly consistently at `now` (`_judged_over`). A live holder's lease or record end
-        becomes the slot's hint when later (`_renew_hint`), so claimers reading hints in
-        order come to it after the holders likelier to have ended.
+        strongly consistently at `now`: over unless the run is LEASED under the holder's fence
+        with a lease ending after `now - steal_after`, or holds that claim's effect record open
+        after then. A run with no item, claimed since under another fence (through another
+        slot), or whose claim under this fence never landed (it is only judged once its hint,
+        the lease it would write, has passed by `steal_after`; or its fence landed under
+        another claim's token) is over for this slot. A live holder's lease or record end
+        becomes the slot's hint (`_renew_hint`), so claimers do not read it again before it
+        can have ended.
 
         Sound as the judgement stays true: a lease is only extended while live
         (`RunStore.extend_lease(..., live_at=now)`), a claim under a fence lands at most once,
-        a run that left LEASED under a fence never holds it again, and an effect record is
-        only opened under a live lease."""
+        and an effect record is only opened under a live lease."""
         with translated_errors():
             item = self._db.get_item(TableName=self._table, Key=holder.run_key(), ConsistentRead=True).get(
                 "Item"
             )
-        run = RunStore.from_item(item) if item else None
-        if _judged_over(holder, run, now - self.steal_after):
+        if not item:
             return True
-        assert run is not None
-        self._renew_hint(tenant, holder, run)
-        return False
+        run = RunStore.from_item(item)
+        if run.fence == holder.fence and holder.token is not None and run.claim_token != holder.token:
+            return True  # its fence was claimed by another claim (a twin from the same read)
+        cutoff = now - self.steal_after
+        leased = (
+            run.state is RunState.LEASED
+            and run.fence == holder.fence
+            and run.lease_expires_at is not None
+            and run.lease_expires_at > cutoff
+        )
+        recording = (
+            run.effect_fence == holder.fence and run.effect_until is not None and run.effect_until > cutoff
+        )
+        if leased or recording:
+            self._renew_hint(tenant, holder, run)
+            return False
+        return True
 
     def _transact(self, items: list[dict[str, Any]]) -> bool:
         """Send the transaction: True when it committed, False when it was cancelled (a
@@ -474,14 +444,13 @@ class TenantSlots:
 
     def _renew_hint(self, tenant: str, holder: SlotHolder, run: Run) -> None:
         """The holder is live (its lease renewed, or its effect still running): move the
-        slot's hint to the later of its lease and its effect record's end when that is later
-        than the hint as read (no write otherwise), so claimers come to this holder after
-        those likelier to have ended. Best effort."""
-        ends = [run.lease_expires_at] if run.fence == holder.fence else []
+        slot's hint to the later of its lease and its effect record's end, so claimers do not
+        check this holder again before it can have ended. Best effort."""
+        ends = [run.lease_expires_at]
         if run.effect_fence == holder.fence:  # another claim's record is not this holder's
             ends.append(run.effect_until)
         known = [end for end in ends if end is not None]
-        if known and max(known) > holder.lease_until:
+        if known:
             self._raise_hint(tenant, holder, format_instant(max(known)))
 
     def _raise_hint(self, tenant: str, holder: SlotHolder, until: str) -> None:
@@ -502,32 +471,36 @@ class TenantSlots:
             pass  # another claimer renewed it, the slot moved on, or the store is busy
 
     def _settle_past_limit(self, tenant: str, holders: list[SlotHolder], now: datetime) -> bool:
-        """After the limit was lowered: delete each slot past the limit whose holder is over,
-        and move each live one into a slot below it that is absent or whose holder is over
-        (its holder keeps it; only the index changes). True when anything changed.
+        """After the limit was lowered: delete the slots whose holder is dead (below the limit
+        too, to make room), and move each live one past the limit into an absent slot below
+        it (its holder keeps it; only the index changes). True when anything changed.
 
         Exact because nothing creates a slot past the limit any more: a claim made while none
         is present can only find, at its commit, the `limit` slots below it."""
+        cutoff = now - self.steal_after
         changed = False
-        live: list[SlotHolder] = []
-        for holder in (h for h in holders if h.index >= self.limit):
-            if self._holder_over(tenant, holder, now):
-                changed |= self._delete(tenant, holder)
+        left: list[SlotHolder] = []
+        for holder in holders:
+            if holder.worth_checking(cutoff) and self._reap(tenant, holder, now):
+                changed = True
             else:
-                live.append(holder)
-        if not live:
-            return changed
-        targets = iter(self._candidates([h for h in holders if h.index < self.limit], now))
-        for holder in live:
-            for target in targets:
-                if target.over is None or self._holder_over(tenant, target.over, now):
-                    changed |= self._move(tenant, holder, target)
-                    break
+                left.append(holder)
+        absent = [i for i in range(self.limit) if i not in {h.index for h in left}]
+        self._random.shuffle(absent)
+        for holder in (h for h in left if h.index >= self.limit):
+            if not absent:
+                break
+            changed |= self._move(tenant, holder, absent.pop())
         return changed
 
-    def _move(self, tenant: str, holder: SlotHolder, to: _Take) -> bool:
-        """Move a holder's slot to `to` (absent, or held by an over holder), in one
-        transaction."""
+    def _reap(self, tenant: str, holder: SlotHolder, now: datetime) -> bool:
+        """Delete the slot if its holder is over (as a takeover judges it: `_holder_over`)
+        and still holds it."""
+        return self._holder_over(tenant, holder, now) and self._delete(tenant, holder)
+
+    def _move(self, tenant: str, holder: SlotHolder, to: int) -> bool:
+        """Move a holder's slot to the absent index `to`, in one transaction (its `release`
+        finds it there)."""
         condition, names, values = holder.condition()
         delete = {
             "TableName": self._table,
@@ -536,16 +509,69 @@ class TenantSlots:
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
-        put: dict[str, Any] = {"TableName": self._table, "Item": replace(holder, index=to.index).item(tenant)}
-        if to.over is None:
-            put["ConditionExpression"] = "attribute_not_exists(job_id)"
-        else:
-            (
-                put["ConditionExpression"],
-                put["ExpressionAttributeNames"],
-                put["ExpressionAttributeValues"],
-            ) = to.over.condition()
+        put = {
+            "TableName": self._table,
+            "Item": replace(holder, index=to).item(tenant),
+            "ConditionExpression": "attribute_not_exists(job_id)",
+        }
         return self._transact([{"Delete": delete}, {"Put": put}])
+
+    # --- releasing ---
+
+    def release(self, run: Run) -> bool:
+        """Free the slot `run`'s claim took. Best effort: True if this call freed it.
+
+        Takes the run as written by the transition that took it out of LEASED under the
+        claim's fence (a completion, a failure, a hold, `in_progress_elsewhere`, the
+        reconciler's `lease_expired`, a cancel), or any later version with that fence.
+        Call it after each of those; a run without a slot (`tenant_slot` None) costs nothing.
+        A run whose claim's effect record is still open (its `updated_at` before the record's
+        end: the attempt stopped waiting for its effect, or its lease expired under it) keeps
+        its slot: the hint moves to the record's end (one conditional UpdateItem) and
+        `release_effect` frees it when the effect ends.
+        Otherwise costs one conditional DeleteItem; when the slot is no longer where the claim put it
+        (moved below a lowered limit, taken over, released already), also a Query of the
+        tenant's slots to find it.
+        Raises ValueError for a run still LEASED: its slot is still held.
+        Never raises for a lost race or an unavailable store (it logs those): a slot whose
+        release is lost is taken over once its hint has expired, so the cost of a lost
+        release is one slot left unused for up to its lease (or its kept record's end)."""
+        if run.tenant_slot is None:
+            return False
+        if run.state is RunState.LEASED:
+            raise ValueError(f"run {run.run_key} is still LEASED: its slot is held")
+        mine = SlotHolder(run.tenant_slot, run.job_id, key_sk(run.run_key), run.fence, run.updated_at)
+        if _effect_open(run, run.fence, run.updated_at):
+            # The claim's effect may still be running (the attempt stopped waiting for it, or
+            # its lease expired under it): the slot stays its until `release_effect`, or until
+            # the record's end, when a claimer's check finds it over (the hint, like a
+            # lease's, is the end itself: claimers allow `steal_after` on top).
+            assert run.effect_until is not None
+            self._raise_hint(run.tenant, mine, format_instant(run.effect_until))
+            return False
+        try:
+            if self._delete(run.tenant, mine):
+                return True
+            moved = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == run.fence]
+            return any([self._delete(run.tenant, h) for h in moved])
+        except StorageUnavailable as exc:
+            logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
+            return False
+
+    def release_effect(self, run: Run, fence: int) -> bool:
+        """Free the slot the claim with `fence` kept for its effect (see `release`), now that
+        the effect has ended and its result is saved on `run`. Best effort: True if this call
+        freed it; a slot not freed here is free once its hint (the record's end) has passed.
+        Costs a Query of the tenant's slots and, if one is found, a conditional DeleteItem.
+        Frees nothing while `run` is still LEASED under `fence` (that slot is the lease's)."""
+        if run.state is RunState.LEASED and run.fence == fence:
+            return False
+        try:
+            kept = [h for h in self.holders(run.tenant) if h.is_run(run) and h.fence == fence]
+            return any([self._delete(run.tenant, h) for h in kept])
+        except StorageUnavailable as exc:
+            logger.warning("tenant slot not released", extra={"run_key": run.run_key, "error": str(exc)})
+            return False
 
     def _delete(self, tenant: str, holder: SlotHolder) -> bool:
         """Delete the slot if `holder` still holds it (its claim's token too, when `holder`
@@ -588,33 +614,10 @@ class TenantSlots:
             request["ExclusiveStartKey"] = last
 
 
-def _judged_over(holder: SlotHolder, run: Run | None, cutoff: datetime) -> bool:
-    """Whether the claim `holder` names no longer counts, given its run as read (None: no
-    item) and `cutoff` (the judge's now - steal_after). Pure.
-
-    Live: the claim has not landed yet (the run shows an earlier fence) and its hint, the
-    lease it will write, is after `cutoff`; or the run is LEASED under the holder's fence
-    with a lease ending after `cutoff`; or the run holds that claim's effect record open
-    after `cutoff`. Over otherwise: no run, a claim under the holder's fence that landed
-    and has ended, a later claim (through another slot), the holder's fence claimed by a
-    twin claim (another token from the same read), or a claim that never landed once its
-    hint has passed."""
-    if run is None:
-        return True
-    if run.fence < holder.fence:
-        return holder.worth_checking(cutoff)
-    if run.fence == holder.fence and holder.token is not None and run.claim_token != holder.token:
-        return True  # its fence was claimed by another claim (a twin from the same read)
-    leased = (
-        run.state is RunState.LEASED
-        and run.fence == holder.fence
-        and run.lease_expires_at is not None
-        and run.lease_expires_at > cutoff
-    )
-    recording = (
-        run.effect_fence == holder.fence and run.effect_until is not None and run.effect_until > cutoff
-    )
-    return not (leased or recording)
+def _effect_open(run: Run, fence: int, now: datetime) -> bool:
+    """Whether `run`, as read, has the claim with `fence`'s effect record still open at `now`."""
+    end = excluded_until(run) if run.effect_fence == fence else None
+    return end is not None and now < end
 
 
 def _holder(item: dict[str, Any]) -> SlotHolder | None:
