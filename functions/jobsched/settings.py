@@ -121,9 +121,10 @@ class Settings(BaseModel):
     )  # ACTIVE or PAUSED; 0: no quota
     tenant_requests_per_second: int = Field(50, alias="TENANT_REQUESTS_PER_SECOND", ge=0)  # API; 0: no limit
     fair_queues: bool = Field(True, alias="FAIR_QUEUES")  # MessageGroupId = tenant on the standard queues
-    tenant_concurrency: int = Field(
-        50, alias="TENANT_CONCURRENCY", ge=0
-    )  # leased runs per tenant; 0: no limit
+    # Leased runs per tenant; 0: no limit. At most 1,000: a claim reads the tenant's slots
+    # (~190 bytes each; 47 read units at 1,000), and a lowered limit's claims judge the
+    # holders past it.
+    tenant_concurrency: int = Field(50, alias="TENANT_CONCURRENCY", ge=0, le=1000)
     lease_seconds: int = Field(60, alias="LEASE_SECONDS", ge=10, le=900)  # renewed by the heartbeat
     http_allow_destinations: Names = Field((), alias="HTTP_ALLOW_DESTINATIONS")  # CIDRs or host names
     handler_modules: Names = Field((), alias="HANDLER_MODULES")  # modules that register Python job handlers

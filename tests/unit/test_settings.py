@@ -99,6 +99,7 @@ def test_the_grants_come_from_one_place_and_break_a_rule_by_name():
         ({"MAX_JOBS_PER_TENANT": "-1"}, "MAX_JOBS_PER_TENANT", "greater than or equal to 0"),
         ({"TENANT_REQUESTS_PER_SECOND": "-1"}, "TENANT_REQUESTS_PER_SECOND", "greater than or equal to 0"),
         ({"TENANT_CONCURRENCY": "1.5"}, "TENANT_CONCURRENCY", "valid integer"),
+        ({"TENANT_CONCURRENCY": "1001"}, "TENANT_CONCURRENCY", "less than or equal to 1000"),
         ({"LEASE_SECONDS": "5"}, "LEASE_SECONDS", "greater than or equal to 10"),
         ({"FAIR_QUEUES": "perhaps"}, "FAIR_QUEUES", "valid boolean"),
         ({"RUNS_TABLE": "x"}, "RUNS_TABLE", "at least 3 characters"),
