@@ -214,7 +214,7 @@ WORLDS: dict[str, ChaosConfig] = {
         seed=7,
         runs=40,
         window_seconds=150,
-        faults=replace(QUIET, freeze_claim=0.6, max_frozen=40, slow_effect=0.15, max_slow=12),
+        faults=replace(QUIET, freeze_claim=0.8, max_frozen=40, slow_effect=0.15, max_slow=12),
         invocation_seconds=(300,),
         claim_thaw_seconds=(3, 40),
         slow_effect_seconds=(30, 120),
