@@ -5,7 +5,9 @@ occurrence with why, the job's own calendars resolved), bounded as the preview i
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 from tests.integration.test_calendars_api import put
 
@@ -126,3 +128,17 @@ def test_max_runs_counts_the_runs_made_ahead_as_made(api):
     assert got["runsCreated"] == 3, got
     assert lines(got) == [(f"2026-11-02T08:0{m}:00Z", True, None) for m in range(4)]
     assert got["nextFireTimes"] == [line[0] for line in lines(got)]
+
+
+def test_the_example_of_the_schedules_page_answers_as_shown(api):
+    """docs/concepts/schedules.md, A job's upcoming fire times: the job's body as sent there,
+    its calendar as the page writes it, and the answer printed."""
+    page = (Path(__file__).resolve().parents[2] / "docs/concepts/schedules.md").read_text(encoding="utf-8")
+    holidays = page.split("## Named calendars", 1)[1].split("/v1/calendars/us-holidays", 1)[1]
+    put(api, "us-holidays", json.loads(holidays.split("-d '", 1)[1].split("'", 1)[0])["entries"], 201)
+    section = page.split("## A job's upcoming fire times, and why", 1)[1]
+    body = json.loads(section.split("-d '", 1)[1].split("'", 1)[0])
+    shown = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    job = create(api, **body)
+    got = api.get(f"/v1/jobs/{job['jobId']}").body
+    assert {name: got[name] for name in shown} == shown
