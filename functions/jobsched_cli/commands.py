@@ -39,6 +39,7 @@ from .rendering import (
     event_line,
     format_fields,
     format_table,
+    job_details,
     job_fields,
     jobs_table,
     plan_lines,
@@ -191,7 +192,7 @@ def cmd_jobs_list(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_jobs_get(ctx: Context, args: argparse.Namespace) -> int:
     job = ctx.client.get_job(args.job_id)
-    return ctx.emit(job, lambda: format_fields(job_fields(job)))
+    return ctx.emit(job, lambda: job_details(job))
 
 
 def cmd_jobs_update(ctx: Context, args: argparse.Namespace) -> int:

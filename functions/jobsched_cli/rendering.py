@@ -132,11 +132,23 @@ def job_fields(model: JobView) -> list[tuple[str, Any]]:
     first = ["jobId", "name", "type", "state", "version"]
     fields: list[tuple[str, Any]] = [(k, job.get(k)) for k in first]
     fields.append(("schedule", schedule_of(job)))
-    skip = {*first, "cron", "timeZone", "every", "specs", "runAt", "nextFireTimes"}
+    skip = {*first, "cron", "timeZone", "every", "specs", "runAt", "nextFireTimes", "upcomingFireTimes"}
     fields += [(k, v) for k, v in job.items() if k not in skip]
     for index, instant in enumerate(job.get("nextFireTimes") or []):
         fields.append(("nextFireTimes" if index == 0 else "", instant))
     return fields
+
+
+def job_details(model: JobView) -> str:
+    """A job's fields, then, when the answer has them (`jobs get`), its upcoming fire times
+    as a preview table: each line firing or excluded, and why."""
+    text = format_fields(job_fields(model))
+    lines = model.upcoming_fire_times
+    if lines is None:
+        return text
+    if not lines:
+        return f"{text}\n\nupcoming fire times: none"
+    return f"{text}\n\nupcoming fire times:\n{preview_table(lines)}"
 
 
 def jobs_table(jobs: Iterable[JobView]) -> str:

@@ -597,3 +597,56 @@ def test_times_show_in_utc_or_the_browsers_zone_as_chosen(
     finally:
         driver.execute_script("localStorage.removeItem('jobsched.timeZone')")
         driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_the_upcoming_fire_times_say_why_an_occurrence_does_not_fire(
+    signed_in: Any, client: Any, console_url: str, output_dir: Path
+) -> None:
+    driver = signed_in
+    calendar = unique("closed")
+    # The minutes two and three from now: two of the every-minute job's next occurrences.
+    start = (datetime.now(UTC) + timedelta(minutes=2)).replace(second=0, microsecond=0)
+    window = {
+        "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "end": (start + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    client.request("PUT", f"/v1/calendars/{calendar}", {"entries": [window]})
+    job = client.create_job(
+        {
+            "name": unique("minutes"),
+            "type": "demo.hello",
+            "cron": "* * * * *",
+            "exclude": [{"calendar": calendar}],
+        }
+    )
+    payroll = client.create_job(
+        {
+            "name": unique("payroll"),
+            "type": "demo.hello",
+            "timeZone": "America/New_York",
+            "specs": [{"monthly": "nearest-business-day 26", "at": "09:00", "holidays": calendar}],
+        }
+    )
+    try:
+        driver.get(f"{console_url}#/jobs/{job['jobId']}?refresh=off")
+        excluded = wait_until(
+            driver, lambda: every(driver, "[data-test=fire-times] li.excluded"), "the excluded lines"
+        )
+        assert [line.find_element(By.CSS_SELECTOR, "s").text[:16] for line in excluded] == [
+            start.strftime("%Y-%m-%d %H:%M"),
+            (start + timedelta(minutes=1)).strftime("%Y-%m-%d %H:%M"),
+        ]
+        why = f"not fired: excluded by exclude.0 (calendar {calendar}, its days in UTC)"
+        assert [line.find_element(By.CSS_SELECTOR, ".reason").text for line in excluded] == [why, why]
+        assert len(every(driver, "[data-test=fire-times] li.fires")) == 5
+        assert f"except calendar {calendar} (its days in UTC)" in one(driver, ".fields").text
+        screenshot(driver, output_dir, "job-fire-times")
+        driver.get(f"{console_url}#/jobs/{payroll['jobId']}?refresh=off")
+        wait_until(driver, lambda: payroll["jobId"] in one(driver, ".fields").text, "the payroll job")
+        assert (
+            "monthly on the business day nearest the 26th at 09:00 America/New_York "
+            f"(nearest-business-day 26, holidays from calendar {calendar})"
+        ) in one(driver, ".fields").text
+    finally:
+        client.cancel_job(job["jobId"])
+        client.cancel_job(payroll["jobId"])

@@ -329,6 +329,21 @@ def test_a_schedule_is_previewed_without_a_job(client: Client):
     assert invalid.value.fields == ["cron"]
 
 
+def test_a_jobs_upcoming_fire_times_say_why_an_occurrence_does_not_fire(client: Client):
+    client.put_calendar("closed", [{"date": "2026-11-03"}])
+    job = client.create_job(
+        {"name": "n", "type": "t", "cron": "0 9 * * *", "exclude": [{"calendar": "closed"}]}
+    )
+    assert job.upcoming_fire_times is None  # on the single job's answer only
+    lines = client.get_job(job.job_id).upcoming_fire_times
+    assert lines is not None
+    assert [(line.at.isoformat(), line.fires, line.reason) for line in lines[:3]] == [
+        ("2026-11-02T09:00:00+00:00", True, None),
+        ("2026-11-03T09:00:00+00:00", False, "excluded by exclude.0 (calendar closed, its days in UTC)"),
+        ("2026-11-04T09:00:00+00:00", True, None),
+    ]
+
+
 def test_calendars_round_trip_and_a_calendar_in_use_is_a_conflict(client: Client):
     created = client.put_calendar(
         "us-holidays", [{"date": "2026-11-26"}, {"startDate": "2026-12-24", "endDate": "2026-12-26"}]

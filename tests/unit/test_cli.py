@@ -757,6 +757,29 @@ def test_schedules_preview_sends_the_schedule_and_shows_why(
     assert out[2].endswith("excluded by exclude.0 (dates)")
 
 
+def test_jobs_get_shows_the_upcoming_fire_times_and_why(
+    stub: StubApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reason = "excluded by exclude.0 (calendar us-holidays, its days in Europe/London)"
+    lines = [
+        {"at": "2026-11-25T09:00:00Z", "fires": True, "reason": None, "specs": None},
+        {"at": "2026-11-26T09:00:00Z", "fires": False, "reason": reason, "specs": None},
+    ]
+    job = {**JOB, "nextFireTimes": ["2026-11-25T09:00:00Z"], "upcomingFireTimes": lines}
+    stub.routes[("GET", "/v1/jobs/j_abc")] = (200, job, {})
+    assert main(["--endpoint", stub.url, "jobs", "get", "j_abc"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "upcomingFireTimes" not in "\n".join(out)  # not dumped among the fields
+    at = out.index("upcoming fire times:")
+    assert out[at + 1].split() == ["AT", "SPECS", "WHY"]
+    assert out[at + 2].split() == ["2026-11-25T09:00:00Z", "fires", "-"]
+    assert out[at + 3].split()[:2] == ["2026-11-26T09:00:00Z", "excluded"]
+    assert out[at + 3].endswith(reason)
+    stub.routes[("GET", "/v1/jobs/j_abc")] = (200, {**JOB, "upcomingFireTimes": []}, {})
+    assert main(["--endpoint", stub.url, "jobs", "get", "j_abc"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "upcoming fire times: none"
+
+
 CALENDAR = {
     "name": "us-holidays",
     "entryCount": 3,

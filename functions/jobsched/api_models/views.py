@@ -185,6 +185,26 @@ class JobFieldsView(View):
         return cls(**cls.fields_of(job))
 
 
+class PreviewLineView(View):
+    """An instant a previewed schedule fires at (`fires`), or one its exclusions take off."""
+
+    at: Instant
+    fires: bool
+    reason: str | None = Field(
+        default=None, description="why it does not fire (an exclusion), or how a DST rule placed it"
+    )
+    specs: list[int] | None = Field(default=None, description="a union's specs that fire then, by index")
+
+    @classmethod
+    def of(cls, line: Previewed) -> PreviewLineView:
+        return cls(
+            at=line.at,
+            fires=line.fires,
+            reason=line.reason,
+            specs=None if line.specs is None else list(line.specs),
+        )
+
+
 class JobView(JobFieldsView):
     """A job as the API returns it: the written shape plus identity and lifecycle."""
 
@@ -198,6 +218,12 @@ class JobView(JobFieldsView):
     next_fire_times: list[Instant] | None = Field(
         default=None, description="the next five fire times; on a single job's answer only"
     )
+    upcoming_fire_times: list[PreviewLineView] | None = Field(
+        default=None,
+        description="the schedule's next five fire times from now, with the occurrences its exclusions"
+        " take off among them (`fires` false), each with why, as POST /v1/schedules/preview lists"
+        " them; on GET /v1/jobs/{id} only, [] unless the job is ACTIVE",
+    )
     expires_at: Instant | None = Field(
         default=None,
         description="once the job has ended (CANCELLED or COMPLETED): when it is deleted, its"
@@ -208,8 +234,16 @@ class JobView(JobFieldsView):
     )
 
     @classmethod
-    def of(cls, job: Job, upcoming: Sequence[datetime], *, with_fire_times: bool = False) -> JobView:
-        """`upcoming` are the job's next fire times from now; nextRunAt is the first of them."""
+    def of(
+        cls,
+        job: Job,
+        upcoming: Sequence[datetime],
+        *,
+        with_fire_times: bool = False,
+        lines: Sequence[Previewed] | None = None,
+    ) -> JobView:
+        """`upcoming` are the job's next fire times from now; nextRunAt is the first of them.
+        `lines`, when given, are its schedule's preview from now (`upcomingFireTimes`)."""
         return cls(
             **cls.fields_of(job),
             job_id=job.job_id,
@@ -220,6 +254,7 @@ class JobView(JobFieldsView):
             created_at=job.created_at,
             updated_at=job.updated_at,
             next_fire_times=list(upcoming) if with_fire_times else None,
+            upcoming_fire_times=None if lines is None else [PreviewLineView.of(line) for line in lines],
             expires_at=job.expires_at,
             archived_at=job.archived_at,
         )
@@ -632,17 +667,6 @@ class JobBatchView(View):
 # --- schedules ---
 
 
-class PreviewLineView(View):
-    """An instant a previewed schedule fires at (`fires`), or one its exclusions take off."""
-
-    at: Instant
-    fires: bool
-    reason: str | None = Field(
-        default=None, description="why it does not fire (an exclusion), or how a DST rule placed it"
-    )
-    specs: list[int] | None = Field(default=None, description="a union's specs that fire then, by index")
-
-
 class SchedulePreviewView(View):
     """A schedule's next fire times, and the occurrences its exclusions take off among them."""
 
@@ -650,17 +674,7 @@ class SchedulePreviewView(View):
 
     @classmethod
     def of(cls, lines: Sequence[Previewed]) -> SchedulePreviewView:
-        return cls(
-            fire_times=[
-                PreviewLineView(
-                    at=line.at,
-                    fires=line.fires,
-                    reason=line.reason,
-                    specs=None if line.specs is None else list(line.specs),
-                )
-                for line in lines
-            ]
-        )
+        return cls(fire_times=[PreviewLineView.of(line) for line in lines])
 
 
 # --- calendars ---

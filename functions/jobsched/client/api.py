@@ -245,7 +245,9 @@ class Client:
         return self._parse(JobBatchView, reply)
 
     def get_job(self, job_id: str) -> JobView:
-        """`GET /v1/jobs/{id}`: the job with its next five fire times. Raises NotFound."""
+        """`GET /v1/jobs/{id}`: the job with its next five fire times (`next_fire_times`), and
+        its schedule's as a preview lists them (`upcoming_fire_times`: the occurrences its
+        exclusions take off among them too, each line with why). Raises NotFound."""
         return self._get(JobView, self._job_path(job_id))
 
     def list_jobs(

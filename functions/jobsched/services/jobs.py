@@ -61,6 +61,9 @@ _WAITING_PAGES = 4
 # A new job firing inside the horizon is written with at most this many first runs in its
 # creation's transaction; one that makes more (a short rate) has them made after the write.
 _RUNS_WITH_CREATE = 8
+# Fire times a job's answer lists with their reasons (`upcomingFireTimes`), as a preview of
+# this `count` would: at most as many excluded occurrences again.
+UPCOMING_FIRE_TIMES = 5
 
 
 def new_job_id() -> str:
@@ -405,7 +408,14 @@ class JobService:
         )
         return lines
 
-    def next_fire_times(self, job: Job, count: int = 5) -> list[datetime]:
+    def calendar_cache(self) -> CalendarCache:
+        """A fresh cache of the tenants' calendars: one request's reads of them, shared by
+        the answers it computes (`next_fire_times`, `upcoming_fire_times`)."""
+        return self._calendars()
+
+    def next_fire_times(
+        self, job: Job, count: int = 5, *, calendars: CalendarCache | None = None
+    ) -> list[datetime]:
         """The next `count` instants at which the job will fire, ascending (`nextFireTimes`;
         the first is `nextRunAt`): scheduled occurrences at or after now that are going to run.
 
@@ -429,15 +439,57 @@ class JobService:
             limit = job.spec.schedule.max_runs
             if limit is not None:
                 left = min(left, max(0, limit - job.runs_created))
-            try:
-                schedule = self._calendars().resolved(job.tenant, job.spec.schedule)
-            except UnresolvedCalendar as exc:
-                # The sweeper holds such a job (services.materialize): it fires at nothing yet.
-                logger.warning("a calendar the job references is missing", extra={"calendar": exc.name})
-                schedule = None
+            schedule = self._resolved(job, calendars or self._calendars())
             if schedule is not None:
                 later = upcoming(schedule, max(now, cursor) - timedelta(seconds=1), left)
         return sorted({*made, *later})[:count]
+
+    def upcoming_fire_times(
+        self, job: Job, count: int = UPCOMING_FIRE_TIMES, *, calendars: CalendarCache | None = None
+    ) -> list[Previewed]:
+        """The job's schedule from now on as `POST /v1/schedules/preview` lists a schedule
+        (`upcomingFireTimes`), by the same function (domain.schedule.preview) and so at the
+        same cost: its next `count` fire times at or after now, with the occurrences its
+        exclusions take off among them (at most `count` of those, the earliest), each with
+        its reason; the calendars it references are its tenant's, as they stand.
+
+        - Only for an ACTIVE job: [] while it is paused (nothing fires until it is resumed),
+          once it is cancelled or completed, and while a calendar it references is missing
+          (the sweeper holds such a job).
+        - `maxRuns`: the lines end at the job's last fire time. Fire times before `nextRunAt`
+          are runs made ahead (counted in `runsCreated`); from it on at most the runs the job
+          has left are listed, and the exclusions after the last of them are not.
+        - The lines are the schedule's occurrences: a run made ahead that has ended without
+          firing (cancelled, skipped) is still listed here; `next_fire_times` leaves it out."""
+        if count <= 0 or job.state is not JobState.ACTIVE or job.next_run_at is None:
+            return []
+        schedule = self._resolved(job, calendars or self._calendars())
+        if schedule is None:
+            return []
+        lines = preview(schedule, self._clock.now() - timedelta(seconds=1), count)
+        limit = job.spec.schedule.max_runs
+        if limit is None:
+            return lines
+        left = max(0, limit - job.runs_created)
+        last = -1  # the index of the last fire time listed
+        for index, line in enumerate(lines):
+            if line.fires and line.at >= job.next_run_at:
+                if left == 0:
+                    break
+                left -= 1
+            if line.fires:
+                last = index
+        return lines[: last + 1]
+
+    def _resolved(self, job: Job, calendars: CalendarCache) -> Schedule | None:
+        """The job's schedule with its tenant's calendars resolved, or None (logged) when one
+        it references is missing."""
+        try:
+            return calendars.resolved(job.tenant, job.spec.schedule)
+        except UnresolvedCalendar as exc:
+            # The sweeper holds such a job (services.materialize): it fires at nothing yet.
+            logger.warning("a calendar the job references is missing", extra={"calendar": exc.name})
+            return None
 
     def _waiting_runs(self, job: Job, now: datetime, count: int) -> list[datetime]:
         """Instants >= now of the job's scheduled runs made ahead and still open (at most

@@ -151,21 +151,49 @@ export function cronInWords(expression) {
   return null;
 }
 
-/** One spec in words: a cron, a rate or a one-time instant; null when it is none of them. */
+/** 1st, 2nd, 3rd, 4th, 11th, 21st... */
+function nth(day) {
+  const tens = day % 100 >= 11 && day % 100 <= 13;
+  const suffix = tens ? "th" : { 1: "st", 2: "nd", 3: "rd" }[day % 10] || "th";
+  return `${day}${suffix}`;
+}
+
+const ORDINALS = new Set(["1st", "2nd", "3rd", "4th", "5th", "last"]);
+
+/** A calendar rule (`monthly`, as the API writes it back) in words: "the last business day",
+ *  "the business day nearest the 26th", "the 2nd Tuesday"; the rule itself when unknown. */
+function monthlyInWords(rule) {
+  const single = { "last-day": "the last day", "last-weekday": "the last weekday (Monday to Friday)",
+    "first-business-day": "the first business day", "last-business-day": "the last business day" };
+  if (rule in single) return single[rule];
+  const nearest = /^nearest-business-day (\d+)$/.exec(rule);
+  if (nearest) return `the business day nearest the ${nth(Number(nearest[1]))}`;
+  const [which, day] = rule.split(" ");
+  if (ORDINALS.has(which) && day in DAY_NAMES) return `the ${which} ${DAYS[DAY_NAMES[day]]}`;
+  return rule;
+}
+
+/** One spec in words: a cron, a rate, a calendar rule (with the calendar its business days
+ *  leave out) or a one-time instant; null when it is none of them. */
 function specInWords(spec) {
   if (spec.cron) {
     const zone = spec.timeZone || "UTC";
     const phrase = cronInWords(spec.cron);
     return phrase ? `${phrase} ${zone} (cron ${spec.cron})` : `cron ${spec.cron} in ${zone}`;
   }
-  if (spec.monthly) return `monthly on the ${spec.monthly} at ${spec.at} ${spec.timeZone || "UTC"}`;
+  if (spec.monthly) {
+    const holidays = spec.holidays ? `, holidays from calendar ${spec.holidays}` : "";
+    return `monthly on ${monthlyInWords(spec.monthly)} at ${spec.at} ${spec.timeZone || "UTC"} (${spec.monthly}${holidays})`;
+  }
   if (spec.every !== null && spec.every !== undefined) return `every ${seconds(spec.every)}`;
   if (spec.runAt) return `once at ${instant(spec.runAt)}`;
   return null;
 }
 
-/** One exclusion in words: "cron * * * * SAT,SUN in Europe/London", "2026-12-20 to 2027-01-03 in UTC". */
+/** One exclusion in words: "cron * * * * SAT,SUN in Europe/London", "2026-12-20 to 2027-01-03 in UTC",
+ *  "calendar us-holidays (its days in America/New_York)". */
 function exclusionInWords(exclusion) {
+  if (exclusion.calendar) return `calendar ${exclusion.calendar} (its days in ${exclusion.timeZone || "UTC"})`;
   if (exclusion.cron) return `cron ${exclusion.cron} in ${exclusion.timeZone || "UTC"}`;
   if (exclusion.startDate) return `${exclusion.startDate} to ${exclusion.endDate} in ${exclusion.timeZone || "UTC"}`;
   return `${instant(exclusion.start)} to ${instant(exclusion.end)}`;

@@ -49,13 +49,21 @@ ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def view(job: Job, *, with_fire_times: bool = False) -> JobView:
-    upcoming = container().jobs.next_fire_times(job, 5 if with_fire_times else 1)
-    return JobView.of(job, upcoming, with_fire_times=with_fire_times)
+def view(job: Job, *, with_fire_times: bool = False, with_reasons: bool = False) -> JobView:
+    """The job's view; `with_fire_times` adds nextFireTimes, `with_reasons` upcomingFireTimes
+    (both computed from one read of each calendar the job references)."""
+    jobs = container().jobs
+    calendars = jobs.calendar_cache()
+    upcoming = jobs.next_fire_times(job, 5 if with_fire_times else 1, calendars=calendars)
+    lines = jobs.upcoming_fire_times(job, calendars=calendars) if with_reasons else None
+    return JobView.of(job, upcoming, with_fire_times=with_fire_times, lines=lines)
 
 
-def job_response(job: Job, status: int = 200, *, with_next: bool = False) -> Response[JobView]:
-    return json_response(status, view(job, with_fire_times=with_next), {"ETag": f'"{job.version}"'})
+def job_response(
+    job: Job, status: int = 200, *, with_next: bool = False, with_reasons: bool = False
+) -> Response[JobView]:
+    shown = view(job, with_fire_times=with_next, with_reasons=with_reasons)
+    return json_response(status, shown, {"ETag": f'"{job.version}"'})
 
 
 @router.post(
@@ -170,7 +178,10 @@ def list_jobs(
 
 @router.get("/v1/jobs/<job_id>", responses=documented({200: ("OK", JobView)}, ERRORS))
 def get_job(job_id: Annotated[str, JOB_ID]) -> Response[JobView]:
-    return job_response(container().jobs.get(tenant_of(router.current_event), job_id), with_next=True)
+    """The job with `nextFireTimes`, and `upcomingFireTimes`: its schedule's next fire times
+    with the occurrences its exclusions take off among them, each with why."""
+    job = container().jobs.get(tenant_of(router.current_event), job_id)
+    return job_response(job, with_next=True, with_reasons=True)
 
 
 @router.patch(

@@ -24,6 +24,23 @@ function target(job) {
   return `${t.kind} ${json(t)}`;
 }
 
+/** The job's upcoming fire times as lines of its schedule's preview (`upcomingFireTimes`:
+ *  the occurrences its exclusions take off among them too, each with why); where the answer
+ *  has none of those, its `nextFireTimes` (a completed job's runs made ahead) as fire times. */
+function fireTimes(job) {
+  if ((job.upcomingFireTimes || []).length) return job.upcomingFireTimes;
+  return (job.nextFireTimes || []).map((at) => ({ at, fires: true, reason: null }));
+}
+
+function fireTime(line, now) {
+  const when = `${instant(line.at)} (${relative(line.at, now)})`;
+  if (!line.fires) {
+    return h("li", { class: "excluded" },
+      h("s", null, when), " ", h("span", { class: "reason" }, `not fired: ${line.reason || "excluded"}`));
+  }
+  return h("li", { class: "fires" }, when, line.reason ? h("div", { class: "reason muted small" }, line.reason) : null);
+}
+
 /** Run details (with attempts) by run key. A detail is reused only while it shows a finished
  *  run in the state, redrive and update the list shows (instants are whole seconds, so a run
  *  can move twice within one updatedAt): a finished run is read once. */
@@ -110,8 +127,8 @@ export function jobPage(root, params, ctx) {
         ]),
         h("div", null,
           h("h2", null, `Upcoming fire times (${zoneLabel()})`),
-          (job.nextFireTimes || []).length
-            ? h("ol", { class: "times", "data-test": "fire-times" }, job.nextFireTimes.map((time) => h("li", null, `${instant(time)} (${relative(time, now)})`)))
+          fireTimes(job).length
+            ? h("ul", { class: "times", "data-test": "fire-times" }, fireTimes(job).map((line) => fireTime(line, now)))
             : h("p", { class: "muted" }, job.state === "ACTIVE" ? "none: the schedule has ended" : `none while ${job.state}`),
           h("h2", null, "Counters"),
           h("p", { class: "muted small" }, "How runs ended, manual and backfilled ones too; a redriven run counts each time it ends."),
