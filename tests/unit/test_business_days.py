@@ -5,7 +5,9 @@ month ends, leap years and DST; a property against a brute-force evaluator writt
 from __future__ import annotations
 
 import calendar
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -183,3 +185,36 @@ def test_property_the_rule_picks_the_day_a_brute_force_reading_picks(monthly, ye
         if (day := brute_force_day(monthly, year, month, holidays)) is not None
     ]
     assert found == expected
+
+
+def _resolved(monthly: str, ranges: list[dict[str, str]]) -> Schedule:
+    schedule = Schedule.model_validate(
+        {
+            "kind": "union",
+            "specs": [{"monthly": monthly, "at": "09:00", "time_zone": "UTC", "holidays": "h"}],
+        },
+        context=WRITE,
+    )
+    return resolve(schedule, {"h": Calendar.model_validate({"name": "h", "entries": ranges})})
+
+
+def test_holidays_covering_every_day_end_the_search_after_a_year_not_at_year_9999():
+    """The walk gives up past MAX_RULE_DAY_GAP without a rule day, having looked at about a
+    year of daily candidates (a walk to year 9999 is ~2.9 million of them)."""
+    import jobsched.domain.schedule as module
+
+    walked = [0]
+    real = module._cron_times
+
+    def counted(*args: Any, **kwargs: Any) -> Iterator[datetime]:
+        for instant in real(*args, **kwargs):
+            walked[0] += 1
+            if walked[0] > 5_000:
+                raise AssertionError("the rule-day search walked on past its bound")
+            yield instant
+
+    everything = _resolved("last-business-day", [{"startDate": "1970-01-01", "endDate": "9998-12-31"}])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_cron_times", counted)
+        assert upcoming(everything, z("2026-12-07T00:00:00"), 5) == []
+    assert 0 < walked[0] <= module.MAX_RULE_DAY_GAP.days + 2

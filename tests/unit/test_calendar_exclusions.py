@@ -145,17 +145,28 @@ def test_a_calendar_breaking_a_rule_names_the_field(data, field, text):
     assert text in error["msg"], error["msg"]
 
 
-def test_a_schedule_references_at_most_a_few_calendars():
-    exclude = [{"calendar": f"c{n}", "time_zone": "UTC"} for n in range(MAX_CALENDARS_PER_JOB + 1)]
-    with pytest.raises(ValidationError, match="at most 5 distinct calendars"):
+@pytest.mark.parametrize(
+    "names", [[f"c{n}" for n in range(6)], ["c"] * 6], ids=["distinct", "one, six times"]
+)
+def test_a_schedule_references_calendars_at_most_a_few_times_naming_exclude(names):
+    """Each reference is resolved on its own (in its own zone), so the same calendar six
+    times costs what six calendars do: refused alike, naming `exclude`."""
+    assert len(names) == MAX_CALENDARS_PER_JOB + 1
+    exclude = [
+        {"calendar": name, "time_zone": zone}
+        for name, zone in zip(names, ["UTC", "Asia/Tokyo"] * 3, strict=True)
+    ]
+    with pytest.raises(ValidationError) as caught:
         Schedule.model_validate(
             {"kind": "cron", "cron": "0 9 * * *", "time_zone": "UTC", "exclude": exclude}, context=WRITE
         )
-    # The same calendar twice counts once.
-    same = [{"calendar": "c", "time_zone": "UTC"}] * (MAX_CALENDARS_PER_JOB + 1)
+    error = caught.value.errors()[0]
+    assert tuple(error["loc"]) + tuple(error.get("ctx", {}).get("loc", ())) == ("exclude",), error
+    assert "at most 5 times in all; got 6" in error["msg"]
+    allowed = exclude[:MAX_CALENDARS_PER_JOB]
     assert Schedule.model_validate(
-        {"kind": "cron", "cron": "0 9 * * *", "time_zone": "UTC", "exclude": same}, context=WRITE
-    ).calendar_names == ("c",)
+        {"kind": "cron", "cron": "0 9 * * *", "time_zone": "UTC", "exclude": allowed}, context=WRITE
+    ).calendar_names
 
 
 # --- properties ---

@@ -258,7 +258,9 @@ MAX_EXCLUSIONS = 20
 CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 CALENDAR_NAME_RULE = "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 _CALENDAR_NAME = re.compile(CALENDAR_NAME_PATTERN, re.ASCII)
-# The most distinct calendars one job references: each is read when its occurrences are computed.
+# The most calendar references one job holds (the same calendar twice counts twice): each is
+# resolved, its entries turned into ranges in the reference's zone, whenever the job's
+# occurrences are computed.
 MAX_CALENDARS_PER_JOB = 5
 
 
@@ -398,10 +400,12 @@ class Schedule(Model):
             if writing(info) and len(self.exclude) > MAX_EXCLUSIONS:
                 count = len(self.exclude)
                 raise rule_on("exclude", f"holds at most {MAX_EXCLUSIONS} exclusions; got {count}")
-        names = self.calendar_names
-        if writing(info) and len(names) > MAX_CALENDARS_PER_JOB:
+        excluding = [e for e in self.exclude or () if e.calendar is not None]
+        references = len(excluding) + sum(1 for spec in self.specs or () if spec.holidays is not None)
+        if writing(info) and references > MAX_CALENDARS_PER_JOB:
             raise rule_on(
-                (), f"references at most {MAX_CALENDARS_PER_JOB} distinct calendars; got {len(names)}"
+                "exclude" if excluding else "specs",
+                f"references calendars at most {MAX_CALENDARS_PER_JOB} times in all; got {references}",
             )
         return self
 

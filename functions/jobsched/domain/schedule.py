@@ -769,6 +769,12 @@ def _count_unexcluded(schedule: Schedule, first: datetime, last: datetime) -> in
     return total
 
 
+# A calendar rule's occurrence search gives up (no further occurrence) past this long without
+# a day the rule names: every rule names a day at least every other month, so only holidays
+# covering every business day for over a year reach it (a search to year 9999 otherwise).
+MAX_RULE_DAY_GAP = timedelta(days=400)
+
+
 def _on_rule_days(
     instants: Iterator[datetime], rule: str, tz: ZoneInfo, holidays: tuple[tuple[date, date], ...] = ()
 ) -> Iterator[datetime]:
@@ -778,10 +784,20 @@ def _on_rule_days(
     def holiday(day: date) -> bool:
         return in_days(holidays, day)
 
+    days: dict[tuple[int, int], int | None] = {}  # the rule's day of each month walked
+    missing_since: datetime | None = None
     for instant in instants:
         local = instant.astimezone(tz)
-        if monthly_day(rule, local.year, local.month, holiday) == local.day:
+        month = (local.year, local.month)
+        if month not in days:
+            days[month] = monthly_day(rule, local.year, local.month, holiday)
+        if days[month] == local.day:
+            missing_since = None
             yield instant
+            continue
+        missing_since = missing_since or instant
+        if instant - missing_since > MAX_RULE_DAY_GAP:
+            return  # holidays leave the rule no day for over a year: no further occurrence
 
 
 def _rate_times(anchor: datetime, every_seconds: int, after: datetime) -> Iterator[datetime]:
