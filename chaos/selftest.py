@@ -2,7 +2,11 @@
 the checker fail on its figure. Each mutant runs in a small world with only the faults it
 needs; the same world runs once unmutated, and a mutant is caught when its figure is above
 that baseline's (a baseline above 0 is a defect of the pipeline itself, printed as such).
-Exit 1 when any mutant survives."""
+A world's course depends on its threads' timing where workers run a batch's records at
+once, so a machine under load can steer it past the window a mutant needs: a mutant not
+caught on its world's seed runs again, with that world's baseline, on a second seed
+(`RETRY_SEED_OFFSET` on), and is caught when either run catches it (the line says which).
+Exit 1 when any mutant survives both."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from .mutants import MUTANTS, Mutant
 from .scenario import Mix
 
 QUIET = FaultRates.none()
+# A mutant the checker survives on its world's seed runs again on that seed plus this.
+RETRY_SEED_OFFSET = 1000
 
 # The worlds the mutants run in: small (a few dozen jobs, minutes of simulated time) and with
 # only the faults their mutants need.
@@ -290,8 +296,9 @@ class Verdict:
         return self.found > self.baseline
 
 
-def run_world(name: str, mutant: str | None = None) -> Report:
-    return run_chaos(replace(WORLDS[name], mutant=mutant), out=lambda line: None)
+def run_world(name: str, mutant: str | None = None, *, seed_offset: int = 0) -> Report:
+    world = WORLDS[name]
+    return run_chaos(replace(world, mutant=mutant, seed=world.seed + seed_offset), out=lambda line: None)
 
 
 def selftest(out: Callable[[str], None] = print, only: list[str] | None = None) -> list[Verdict]:
@@ -315,10 +322,23 @@ def selftest(out: Callable[[str], None] = print, only: list[str] | None = None) 
             getattr(report.figures, mutant.figure),
             time.monotonic() - started,
         )
+        again = ""
+        if not verdict.caught:
+            started = time.monotonic()
+            base = run_world(mutant.world, seed_offset=RETRY_SEED_OFFSET)
+            report = run_world(mutant.world, mutant.name, seed_offset=RETRY_SEED_OFFSET)
+            retried = Verdict(
+                mutant,
+                getattr(base.figures, mutant.figure),
+                getattr(report.figures, mutant.figure),
+                time.monotonic() - started,
+            )
+            again = f"; on seed +{RETRY_SEED_OFFSET}: {retried.baseline} -> {retried.found}"
+            verdict = retried if retried.caught else verdict
         verdicts.append(verdict)
         out(
             f"{'caught  ' if verdict.caught else 'SURVIVED'} {mutant.name:<26} {mutant.figure}"
-            f" {verdict.baseline} -> {verdict.found} ({mutant.target}; {verdict.seconds:.0f}s)"
+            f" {verdict.baseline} -> {verdict.found} ({mutant.target}; {verdict.seconds:.0f}s{again})"
         )
     return verdicts
 
