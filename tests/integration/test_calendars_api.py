@@ -287,6 +287,29 @@ def test_one_sweep_reads_each_calendar_once_and_a_job_without_one_reads_none(
     assert sorted(reads) == ["freeze", "hols"]
 
 
+def test_a_page_of_jobs_and_a_batch_read_each_calendar_once(api, container, monkeypatch):
+    put(api, "hols", HOLIDAYS, 201)
+    for _ in range(4):
+        create(api, exclude=[{"calendar": "hols"}])
+    reads: list[str] = []
+    store = container.calendar_store
+    original = store.get
+
+    def counted(tenant, name):
+        reads.append(name)
+        return original(tenant, name)
+
+    monkeypatch.setattr(store, "get", counted)
+    listed = api.get("/v1/jobs", query="limit=10")
+    assert listed.status == 200 and len(listed.body["items"]) == 4
+    assert reads == ["hols"]
+    reads.clear()
+    jobs = [{**DAILY, "name": f"b{i}", "exclude": [{"calendar": "hols"}]} for i in range(3)]
+    batch = api.post("/v1/jobs/batch", {"jobs": jobs})
+    assert batch.status == 200 and batch.body["created"] == 3, batch.body
+    assert reads.count("hols") <= 2  # the writes' check, then the answers' views: once each
+
+
 def test_a_job_whose_calendar_went_missing_is_held_until_it_is_back(api, container, clock):
     put(api, "hols", [{"date": "2026-11-04"}], 201)
     job = create(api, exclude=[{"calendar": "hols"}])

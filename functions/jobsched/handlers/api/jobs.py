@@ -23,6 +23,7 @@ from ...api_models.views import (
 )
 from ...domain.errors import JobschedError
 from ...domain.models import Job, JobSpec, JobState
+from ...services.calendars import CalendarCache
 from ...services.jobs import CreateRequest, CreateResult
 from ...wiring import container
 from .common import (
@@ -49,11 +50,18 @@ ONE_JOB = documented({200: ("OK", JobView)}, VERSIONED_ERRORS)
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-def view(job: Job, *, with_fire_times: bool = False, with_reasons: bool = False) -> JobView:
+def view(
+    job: Job,
+    *,
+    with_fire_times: bool = False,
+    with_reasons: bool = False,
+    calendars: CalendarCache | None = None,
+) -> JobView:
     """The job's view; `with_fire_times` adds nextFireTimes, `with_reasons` upcomingFireTimes
-    (both computed from one read of each calendar the job references)."""
+    (both computed from one read of each calendar the job references). `calendars`: the
+    request's cache, so that a page of jobs reads each calendar once (default: one of its own)."""
     jobs = container().jobs
-    calendars = jobs.calendar_cache()
+    calendars = calendars or jobs.calendar_cache()
     upcoming = jobs.next_fire_times(job, 5 if with_fire_times else 1, calendars=calendars)
     lines = jobs.upcoming_fire_times(job, calendars=calendars) if with_reasons else None
     return JobView.of(job, upcoming, with_fire_times=with_fire_times, lines=lines)
@@ -133,7 +141,8 @@ def create_jobs(
         indexes.append(index)
         requests.append(CreateRequest(spec, key, item.body_hash()))
     answers.update(zip(indexes, container().jobs.create_many(tenant, requests), strict=True))
-    items = [_batch_item(index, answers[index]) for index in range(len(body.jobs))]
+    calendars = container().jobs.calendar_cache()  # one read of each calendar for the batch
+    items = [_batch_item(index, answers[index], calendars) for index in range(len(body.jobs))]
     statuses = [item.status for item in items]
     shown = JobBatchView(
         items=items,
@@ -144,13 +153,15 @@ def create_jobs(
     return json_response(200, shown, NO_STORE)
 
 
-def _batch_item(index: int, answer: CreateResult | JobschedError) -> JobBatchItemView:
+def _batch_item(
+    index: int, answer: CreateResult | JobschedError, calendars: CalendarCache
+) -> JobBatchItemView:
     if isinstance(answer, JobschedError):
         return JobBatchItemView(index=index, status=answer.status, error=ErrorBody(**answer.to_dict()))
     if not answer.created:
-        return JobBatchItemView(index=index, status=200, job=view(answer.job))
+        return JobBatchItemView(index=index, status=200, job=view(answer.job, calendars=calendars))
     assert answer.signing_secret is not None  # every job is created with one
-    upcoming = container().jobs.next_fire_times(answer.job, 1)
+    upcoming = container().jobs.next_fire_times(answer.job, 1, calendars=calendars)
     return JobBatchItemView(
         index=index, status=201, job=CreatedJobView.created(answer.job, upcoming, answer.signing_secret)
     )
@@ -173,7 +184,9 @@ def list_jobs(
         cursor=cursor,
         archived=archived == "true",
     )
-    return json_response(200, JobList(items=[view(j) for j in page.items], next_cursor=page.cursor))
+    calendars = container().jobs.calendar_cache()  # one read of each calendar for the page
+    items = [view(j, calendars=calendars) for j in page.items]
+    return json_response(200, JobList(items=items, next_cursor=page.cursor))
 
 
 @router.get("/v1/jobs/<job_id>", responses=documented({200: ("OK", JobView)}, ERRORS))
