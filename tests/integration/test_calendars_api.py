@@ -325,7 +325,10 @@ def test_a_job_whose_calendar_went_missing_is_held_until_it_is_back(api, contain
     stored = container.definitions.get(job["jobId"])
     assert made(container, job["jobId"]) == ["11-02 09:00"] and stored.next_run_at.day == 3
     assert fire_times(api, job["jobId"]) == []  # it fires at nothing until the calendar is back
+    # The tenant is told why: the view names the calendar that holds it.
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["missingCalendars"] == ["hols"]
     put(api, "hols", [{"date": "2026-11-04"}], 201)
+    assert api.get(f"/v1/jobs/{job['jobId']}").body["missingCalendars"] == []
     clock.set(datetime(2026, 11, 3, 9, 0, 30, tzinfo=UTC))
     assert not container.sweeper.sweep().failures
     assert made(container, job["jobId"]) == ["11-02 09:00", "11-03 09:00"]

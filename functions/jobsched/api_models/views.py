@@ -224,6 +224,11 @@ class JobView(JobFieldsView):
         " take off among them (`fires` false), each with why, as POST /v1/schedules/preview lists"
         " them; on GET /v1/jobs/{id} only, [] unless the job is ACTIVE",
     )
+    missing_calendars: list[str] | None = Field(
+        default=None,
+        description="the calendars the job references that its tenant no longer has: the sweeper"
+        " holds the job, firing nothing, until they are back; on GET /v1/jobs/{id} only",
+    )
     expires_at: Instant | None = Field(
         default=None,
         description="once the job has ended (CANCELLED or COMPLETED): when it is deleted, its"
@@ -241,9 +246,11 @@ class JobView(JobFieldsView):
         *,
         with_fire_times: bool = False,
         lines: Sequence[Previewed] | None = None,
+        missing_calendars: Sequence[str] | None = None,
     ) -> JobView:
         """`upcoming` are the job's next fire times from now; nextRunAt is the first of them.
-        `lines`, when given, are its schedule's preview from now (`upcomingFireTimes`)."""
+        `lines`, when given, are its schedule's preview from now (`upcomingFireTimes`);
+        `missing_calendars`, the calendars it references that are gone (`missingCalendars`)."""
         return cls(
             **cls.fields_of(job),
             job_id=job.job_id,
@@ -255,6 +262,7 @@ class JobView(JobFieldsView):
             updated_at=job.updated_at,
             next_fire_times=list(upcoming) if with_fire_times else None,
             upcoming_fire_times=None if lines is None else [PreviewLineView.of(line) for line in lines],
+            missing_calendars=None if missing_calendars is None else list(missing_calendars),
             expires_at=job.expires_at,
             archived_at=job.archived_at,
         )

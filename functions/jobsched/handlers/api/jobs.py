@@ -64,7 +64,12 @@ def view(
     calendars = calendars or jobs.calendar_cache()
     upcoming = jobs.next_fire_times(job, 5 if with_fire_times else 1, calendars=calendars)
     lines = jobs.upcoming_fire_times(job, calendars=calendars) if with_reasons else None
-    return JobView.of(job, upcoming, with_fire_times=with_fire_times, lines=lines)
+    missing = (
+        [name for name in job.spec.schedule.calendar_names if calendars.get(job.tenant, name) is None]
+        if with_reasons
+        else None
+    )
+    return JobView.of(job, upcoming, with_fire_times=with_fire_times, lines=lines, missing_calendars=missing)
 
 
 def job_response(
