@@ -204,6 +204,16 @@ CODE: dict[str, tuple[Grant, ...]] = {
             ),
         ),
         Grant(
+            ("dynamodb:DeleteItem",),
+            (DEFS,),
+            "delete a tenant's calendar with its user count, in one transaction conditioned on"
+            " no live job referencing it",
+            (
+                "jobsched.store.calendars:CalendarStore.delete",
+                "jobsched.store.calendars:CalendarStore._transact",
+            ),
+        ),
+        Grant(
             ("dynamodb:Query",),
             (index(DEFINITIONS, TENANT_INDEX),),
             "list a tenant's jobs",
