@@ -52,6 +52,20 @@ def sweep_days(container, clock, first: datetime, days: int):
 # --- the routes ---
 
 
+def count_calendar_reads(container, monkeypatch) -> list[str]:
+    """The names of the calendars read from the store from now on, one entry a read."""
+    reads: list[str] = []
+    store = container.calendar_store
+    original = store.get
+
+    def counted(tenant, name):
+        reads.append(name)
+        return original(tenant, name)
+
+    monkeypatch.setattr(store, "get", counted)
+    return reads
+
+
 def test_a_calendar_is_created_read_replaced_listed_and_deleted(api):
     created = put(api, "us-holidays", HOLIDAYS, 201).body
     assert created["name"] == "us-holidays" and created["version"] == 1 and created["usedBy"] == 0
@@ -272,15 +286,7 @@ def test_one_sweep_reads_each_calendar_once_and_a_job_without_one_reads_none(
         create(api, exclude=[{"calendar": "hols"}])
     create(api, exclude=[{"calendar": "hols"}, {"calendar": "freeze"}])
     create(api)
-    reads: list[str] = []
-    store = container.calendar_store
-    original = store.get
-
-    def counted(tenant, name):
-        reads.append(name)
-        return original(tenant, name)
-
-    monkeypatch.setattr(store, "get", counted)
+    reads = count_calendar_reads(container, monkeypatch)
     clock.set(datetime(2026, 11, 3, 8, 59, tzinfo=UTC))
     report = container.sweeper.sweep()
     assert report.jobs_read == 5 and report.runs_created == 5 and not report.failures
@@ -291,15 +297,7 @@ def test_a_page_of_jobs_and_a_batch_read_each_calendar_once(api, container, monk
     put(api, "hols", HOLIDAYS, 201)
     for _ in range(4):
         create(api, exclude=[{"calendar": "hols"}])
-    reads: list[str] = []
-    store = container.calendar_store
-    original = store.get
-
-    def counted(tenant, name):
-        reads.append(name)
-        return original(tenant, name)
-
-    monkeypatch.setattr(store, "get", counted)
+    reads = count_calendar_reads(container, monkeypatch)
     listed = api.get("/v1/jobs", query="limit=10")
     assert listed.status == 200 and len(listed.body["items"]) == 4
     assert reads == ["hols"]
